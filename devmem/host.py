@@ -1,0 +1,208 @@
+"""Host memory: the filesystem boundary, /proc/meminfo and cgroup limits, and the built-in ``cpu`` platform.
+
+The ``cpu`` platform treats host RAM as the device. It is the embedded default on a machine with no
+accelerator, so the ``devmem`` command and the conformance kit run for real everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Protocol
+
+from devmem.hookspecs import hookimpl
+from devmem.platform import PlatformBase
+from devmem.types import Detection, DevmemError, KiB, MemoryInfo, PlatformSpec, gib
+
+_NO_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a page-aligned LONG_MAX
+
+
+class Files(Protocol):
+    """The filesystem boundary backends read through (real, or scripted by devmem.testing)."""
+
+    def read_text(self, path: str) -> str: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+
+class HostFiles:
+    """The real filesystem."""
+
+    def read_text(self, path: str) -> str:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+
+REAL_FILES: Files = HostFiles()
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """``/proc/meminfo`` as a dict of bytes (``{"MemAvailable": 123..., ...}``)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        fields = rest.split()
+        if not sep or not fields or not fields[0].isdigit():
+            continue
+        scale = KiB if len(fields) > 1 and fields[1] == "kB" else 1
+        out[key.strip()] = int(fields[0]) * scale
+    return out
+
+
+def read_meminfo(files: Files = REAL_FILES) -> dict[str, int]:
+    """Read and parse ``/proc/meminfo``; raises :class:`DevmemError` when it has no MemTotal."""
+    try:
+        info = parse_meminfo(files.read_text("/proc/meminfo"))
+    except OSError as exc:
+        raise DevmemError(f"cannot read /proc/meminfo: {exc}") from exc
+    if "MemTotal" not in info:
+        raise DevmemError("/proc/meminfo has no MemTotal line")
+    if "MemAvailable" not in info:  # kernels before 3.14
+        info["MemAvailable"] = info.get("MemFree", 0) + info.get("Cached", 0) + info.get("Buffers", 0)
+    return info
+
+
+def page_cache_bytes(meminfo: dict[str, int]) -> int:
+    """Reclaimable memory that MemAvailable counts and MemFree does not."""
+    return max(0, meminfo["MemAvailable"] - meminfo.get("MemFree", 0))
+
+
+def _read_int(files: Files, path: str) -> int | None:
+    try:
+        text = files.read_text(path).strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _stat_field(files: Files, path: str, key: str) -> int:
+    try:
+        for line in files.read_text(path).splitlines():
+            name, _, value = line.partition(" ")
+            if name == key and value.strip().isdigit():
+                return int(value)
+    except OSError:
+        pass
+    return 0
+
+
+def cgroup_memory(files: Files = REAL_FILES) -> tuple[int, int] | None:
+    """``(limit, unreclaimable usage)`` of this process's tightest cgroup memory limit, or ``None``.
+
+    Usage excludes the inactive file cache, which the kernel reclaims before it enforces the limit.
+    """
+    try:
+        lines = files.read_text("/proc/self/cgroup").splitlines()
+    except OSError:
+        return None
+    best: tuple[int, int] | None = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2: check this group and every ancestor
+            parts = [p for p in path.split("/") if p]
+            for depth in range(len(parts), -1, -1):
+                base = "/sys/fs/cgroup/" + "/".join(parts[:depth])
+                limit = _read_int(files, f"{base.rstrip('/')}/memory.max")
+                usage = _read_int(files, f"{base.rstrip('/')}/memory.current")
+                if limit is None or usage is None:
+                    continue
+                used = usage - _stat_field(files, f"{base.rstrip('/')}/memory.stat", "inactive_file")
+                if best is None or limit - used < best[0] - best[1]:
+                    best = (limit, max(0, used))
+        elif "memory" in controllers.split(","):
+            base = "/sys/fs/cgroup/memory"
+            limit = _read_int(files, f"{base}/memory.limit_in_bytes")
+            usage = _read_int(files, f"{base}/memory.usage_in_bytes")
+            if limit is None or usage is None or limit >= _NO_LIMIT:
+                continue
+            used = usage - _stat_field(files, f"{base}/memory.stat", "total_inactive_file")
+            if best is None or limit - used < best[0] - best[1]:
+                best = (limit, max(0, used))
+    return best
+
+
+class CpuPlatform(PlatformBase):
+    """Host RAM as the device: free is MemAvailable, total is MemTotal, both within any cgroup limit."""
+
+    name = "cpu"
+
+    def __init__(self, *, files: Files = REAL_FILES):
+        self._files = files
+
+    def device_count(self) -> int:
+        return 1
+
+    def _figures(self) -> tuple[dict[str, int], tuple[int, int] | None]:
+        if sys.platform.startswith("linux") or self._files is not REAL_FILES:
+            return read_meminfo(self._files), cgroup_memory(self._files)
+        import psutil  # non-Linux hosts
+
+        vm = psutil.virtual_memory()
+        return {"MemTotal": vm.total, "MemAvailable": vm.available, "MemFree": vm.free}, None
+
+    def device_memory_info(self, device: int = 0) -> MemoryInfo:
+        self.check_device(device)
+        meminfo, cgroup = self._figures()
+        total, free = meminfo["MemTotal"], meminfo["MemAvailable"]
+        if cgroup is not None:
+            limit, used = cgroup
+            total = min(total, limit)
+            free = min(free, limit - used)
+        return MemoryInfo(free=max(0, min(free, total)), total=total)
+
+    def get_process_memory_usage(self, device: int = 0) -> int | None:
+        self.check_device(device)
+        try:
+            resident_pages = int(self._files.read_text("/proc/self/statm").split()[1])
+            return resident_pages * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError, AttributeError):
+            import psutil
+
+            return int(psutil.Process().memory_info().rss)
+
+    def is_integrated_gpu(self, device: int = 0) -> bool:
+        self.check_device(device)
+        return True
+
+    def pages_instead_of_failing(self, device: int = 0) -> bool:
+        self.check_device(device)
+        return True
+
+    def device_name(self, device: int = 0) -> str:
+        self.check_device(device)
+        return "host memory"
+
+    def memory_sources(self, device: int = 0) -> dict[str, str]:
+        self.check_device(device)
+        meminfo, cgroup = self._figures()
+        sources = {
+            "free": f"MemAvailable, includes {gib(page_cache_bytes(meminfo))} reclaimable page cache",
+            "total": "MemTotal",
+        }
+        if cgroup is not None and cgroup[0] < meminfo["MemTotal"]:
+            sources["total"] = f"cgroup memory limit ({gib(cgroup[0])}, below MemTotal)"
+            sources["free"] += ", capped by the cgroup limit"
+        return sources
+
+
+def _detect_cpu() -> Detection:
+    return Detection(True, "host memory is always available")
+
+
+@hookimpl
+def devmem_platforms():
+    yield PlatformSpec(
+        name="cpu",
+        priority=0,
+        detect=_detect_cpu,
+        factory=CpuPlatform,
+        description="host RAM as the device (built in; the default without an accelerator)",
+    )

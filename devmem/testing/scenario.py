@@ -1,0 +1,246 @@
+"""A scripted machine: devices, processes, host memory, files and failures, all in bytes.
+
+One :class:`Scenario` drives every scripted vendor library (pynvml, amdsmi, the CUDA runtime's
+``mem_get_info``) and the scripted files (``/proc/meminfo``, ``/proc/self/status``, sysfs), so a test
+can say "a co-tenant allocates 8 GiB while I profile" in one line::
+
+    sc = Scenario(devices=[ScriptedDevice()])
+    platform = NvmlPlatform(nvml=ScriptedNvml(sc))
+    sc.allocate(8 * GiB, pid=sc.other_pid)
+
+Mutate it through its methods or attributes at any time; every fake reads it live.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from devmem.types import GiB, KiB
+
+#: Readings of an H200 (driver 580.159.04) with no process on it.
+H200_TOTAL = 150754820096
+H200_RESERVED = 644939776
+
+
+@dataclass
+class ScriptedDevice:
+    """One device as its driver reports it.
+
+    ``total`` is the driver's total (NVML v1 ``total``, amdsmi VRAM total); ``reserved`` is memory the
+    driver keeps for itself (NVML v2 ``reserved``), so the runtime's total is ``total - reserved``.
+    ``base_used`` is memory in use that no listed process owns.
+    """
+
+    name: str = "NVIDIA H200"
+    vendor: str = "nvidia"
+    total: int = H200_TOTAL
+    reserved: int = H200_RESERVED
+    base_used: int = 0
+    uuid: str = "GPU-5d4e3c2b-1a09-4f8e-9d7c-6b5a4f3e2d1c"
+    pci_bus_id: str = "00000000:19:00.0"
+    integrated: bool = False
+    compute_capability: tuple[int, int] = (9, 0)
+    #: MIG instances carved out of this device (each a ScriptedDevice with a ``MIG-`` uuid).
+    mig: list["ScriptedDevice"] = field(default_factory=list)
+    #: AMD: market name, gfx target, GTT pool (unified memory) and the sysfs card number.
+    market_name: str = ""
+    gfx_target: str = ""
+    gtt_total: int = 0
+    gtt_used: int = 0
+    card: int = 0
+
+
+@dataclass
+class HostMemory:
+    """Host RAM as /proc/meminfo reports it: ``available = free + page_cache`` unless set."""
+
+    total: int = 24 * GiB
+    free: int = 20 * GiB
+    page_cache: int = 2 * GiB
+    available_override: int | None = None
+
+    @property
+    def available(self) -> int:
+        if self.available_override is not None:
+            return self.available_override
+        return min(self.total, self.free + self.page_cache)
+
+    def take(self, nbytes: int) -> None:
+        """Allocate ``nbytes`` of host memory, reclaiming page cache when free memory runs out."""
+        from_free = min(self.free, nbytes)
+        self.free -= from_free
+        rest = nbytes - from_free
+        if rest > self.page_cache:
+            raise MemoryError(f"scripted host cannot supply {nbytes} bytes")
+        self.page_cache -= rest
+
+    def give(self, nbytes: int) -> None:
+        self.free = min(self.total - self.page_cache, self.free + nbytes)
+
+    def meminfo_text(self) -> str:
+        rows = {
+            "MemTotal": self.total,
+            "MemFree": self.free,
+            "MemAvailable": self.available,
+            "Buffers": 0,
+            "Cached": self.page_cache,
+            "SwapCached": 0,
+            "SwapTotal": 0,
+            "SwapFree": 0,
+        }
+        return "".join(f"{key + ':':<16}{value // KiB:>8} kB\n" for key, value in rows.items())
+
+
+class ScriptedFiles:
+    """The filesystem boundary (``read_text``, ``exists``, ``listdir``) served from a scenario.
+
+    ``/proc/meminfo`` and ``/proc/self/status`` are computed live; other paths come from
+    ``scenario.files`` (path -> text) and from the AMD devices' sysfs entries.
+    """
+
+    def __init__(self, scenario: "Scenario"):
+        self.scenario = scenario
+
+    def _table(self) -> dict[str, str]:
+        sc = self.scenario
+        table = dict(sc.files)
+        table["/proc/meminfo"] = sc.host.meminfo_text()
+        table["/proc/self/status"] = sc.proc_self_status()
+        for dev in sc.devices:
+            if dev.vendor != "amd":
+                continue
+            base = f"/sys/class/drm/card{dev.card}/device"
+            used = sc.device_used(sc.devices.index(dev))
+            table[f"{base}/vendor"] = "0x1002\n"
+            table[f"{base}/mem_info_vram_total"] = f"{dev.total}\n"
+            table[f"{base}/mem_info_vram_used"] = f"{used if not dev.integrated else dev.base_used}\n"
+            if dev.gtt_total:
+                table[f"{base}/mem_info_gtt_total"] = f"{dev.gtt_total}\n"
+                table[f"{base}/mem_info_gtt_used"] = f"{dev.gtt_used}\n"
+        return table
+
+    def read_text(self, path: str) -> str:
+        table = self._table()
+        if path not in table:
+            raise FileNotFoundError(path)
+        return table[path]
+
+    def exists(self, path: str) -> bool:
+        path = path.rstrip("/")
+        return path in self._table() or any(p.startswith(path + "/") for p in self._table())
+
+    def listdir(self, path: str) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        names = {p[len(prefix):].split("/", 1)[0] for p in self._table() if p.startswith(prefix)}
+        if not names:
+            raise FileNotFoundError(path)
+        return sorted(names)
+
+
+@dataclass
+class Scenario:
+    """A whole machine: devices, who holds what on them, host memory, files and injected failures.
+
+    - ``usage[pid][device]`` is what the driver attributes to ``pid`` on ``device``.
+    - ``pid`` is this process's PID as it sees itself; ``driver_pid`` the PID the driver reports for
+      it (they differ in a container whose PID namespace the driver does not see); ``nspid_visible``
+      says whether ``/proc/self/status`` lists ``driver_pid`` on its ``NSpid`` line.
+    - ``failures`` maps a vendor call name (``"nvmlDeviceGetMemoryInfo"``, ``"amdsmi_get_gpu_process_list"``)
+      to an error name (``"NotSupported"``, ``"Unknown"``, ``"GpuIsLost"``, ``"NoPermission"``): the
+      scripted library raises that error from that call.
+    - ``wddm``: Windows display driver model (native Windows or WSL2): no per-process figures.
+    - ``libraries``: vendor libraries present on the machine (``"nvml"``, ``"amdsmi"``, ``"cuda"``).
+    """
+
+    devices: list[ScriptedDevice] = field(default_factory=lambda: [ScriptedDevice()])
+    host: HostMemory = field(default_factory=HostMemory)
+    usage: dict[int, dict[int, int]] = field(default_factory=dict)
+    pid: int = field(default_factory=os.getpid)
+    driver_pid: int | None = None
+    nspid_visible: bool = True
+    other_pid: int = 4242
+    failures: dict[str, str] = field(default_factory=dict)
+    wddm: bool = False
+    libraries: set[str] = field(default_factory=lambda: {"nvml", "cuda"})
+    driver_version: str = "580.159.04"
+    files: dict[str, str] = field(default_factory=dict)
+    #: Environment the backend sees (CUDA_VISIBLE_DEVICES, ...); tests pass it as ``environ=``.
+    environ: dict[str, str] = field(default_factory=dict)
+
+    # ---- who holds what -------------------------------------------------------------------------
+    @property
+    def own_driver_pid(self) -> int:
+        return self.pid if self.driver_pid is None else self.driver_pid
+
+    def allocate(self, nbytes: int, device: int = 0, pid: int | None = None) -> None:
+        """``pid`` (this process by default) allocates ``nbytes`` on ``device``."""
+        pid = self.own_driver_pid if pid is None else pid
+        dev = self.devices[device]
+        if self.device_free(device) < nbytes:
+            raise MemoryError(f"scripted device {device} has {self.device_free(device)} bytes free, asked {nbytes}")
+        if dev.integrated:
+            self.host.take(nbytes)
+            if dev.gtt_total:
+                dev.gtt_used += nbytes
+        per_device = self.usage.setdefault(pid, {})
+        per_device[device] = per_device.get(device, 0) + nbytes
+
+    def release(self, nbytes: int, device: int = 0, pid: int | None = None) -> None:
+        """``pid`` (this process by default) frees ``nbytes`` on ``device``."""
+        pid = self.own_driver_pid if pid is None else pid
+        held = self.usage.get(pid, {}).get(device, 0)
+        if nbytes > held:
+            raise ValueError(f"pid {pid} holds {held} bytes on device {device}, cannot release {nbytes}")
+        self.usage[pid][device] = held - nbytes
+        if not self.usage[pid][device]:
+            del self.usage[pid][device]
+        dev = self.devices[device]
+        if dev.integrated:
+            self.host.give(nbytes)
+            if dev.gtt_total:
+                dev.gtt_used -= nbytes
+
+    def processes(self, device: int = 0) -> dict[int, int]:
+        """PID -> bytes on ``device`` as the driver lists them."""
+        return {pid: per[device] for pid, per in self.usage.items() if per.get(device)}
+
+    def device_used(self, device: int = 0) -> int:
+        """Bytes in use on ``device`` excluding the driver's reservation."""
+        return self.devices[device].base_used + sum(self.processes(device).values())
+
+    def device_free(self, device: int = 0) -> int:
+        """What a new allocation can obtain on ``device``."""
+        dev = self.devices[device]
+        if dev.integrated:
+            avail = self.host.available
+            if dev.gtt_total:
+                avail = min(avail, dev.gtt_total - dev.gtt_used)
+            return avail
+        return dev.total - dev.reserved - self.device_used(device)
+
+    # ---- the CUDA runtime's view ----------------------------------------------------------------
+    def mem_get_info(self, device: int = 0) -> tuple[int, int]:
+        """``cudaMemGetInfo`` / ``torch.cuda.mem_get_info``: on unified memory it counts only MemFree."""
+        self.check("cudaMemGetInfo")
+        dev = self.devices[device]
+        if dev.integrated:
+            return self.host.free, self.host.total
+        return self.device_free(device), dev.total - dev.reserved
+
+    def check(self, call: str) -> None:
+        """Raise the scripted failure of ``call``, if any (as a plain RuntimeError for the runtime)."""
+        if call in self.failures:
+            raise RuntimeError(f"{call}: {self.failures[call]}")
+
+    # ---- files --------------------------------------------------------------------------------
+    def proc_self_status(self) -> str:
+        ns = [self.pid]
+        if self.driver_pid is not None and self.nspid_visible and self.driver_pid != self.pid:
+            ns = [self.driver_pid, self.pid]
+        return f"Name:\tpython3\nPid:\t{self.pid}\nNSpid:\t" + "\t".join(map(str, ns)) + "\n"
+
+    @property
+    def fs(self) -> ScriptedFiles:
+        return ScriptedFiles(self)
+

@@ -1,0 +1,88 @@
+"""Small value types and the error hierarchy shared by the core and every backend."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+
+if TYPE_CHECKING:
+    from devmem.platform import Platform
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+_NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
+
+
+def gib(nbytes: int | float) -> str:
+    """Bytes as a GiB figure for people: ``gib(3 * 2**30) == '3.00 GiB'``."""
+    return f"{nbytes / GiB:.2f} GiB"
+
+
+class DevmemError(Exception):
+    """Base of every error devmem raises."""
+
+
+class PluginError(DevmemError):
+    """A platform asked for by name is unknown, broken or not detected, or two platforms tie."""
+
+
+class NotEnoughMemoryError(DevmemError, ValueError):
+    """The KV-cache budget came out at or below zero.
+
+    ``breakdown`` maps each figure of the message (``"requested"``, ``"weights"``, ...) to bytes,
+    so an engine can report it in its own words.
+    """
+
+    def __init__(self, message: str, breakdown: Mapping[str, int | float | None] | None = None):
+        super().__init__(message)
+        self.breakdown: dict[str, int | float | None] = dict(breakdown or {})
+
+
+class MemoryInfo(NamedTuple):
+    """Free and total device memory in bytes, as the allocator's runtime counts them."""
+
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The outcome of a backend's cheap probe: whether its hardware is here, and why (not)."""
+
+    found: bool
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.found, bool):
+            raise TypeError(f"Detection.found must be a bool, got {self.found!r}")
+        if not isinstance(self.reason, str) or not self.reason:
+            raise TypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    """What a backend's ``devmem_platforms`` hook yields: a named, prioritised, lazily built platform.
+
+    ``detect()`` must be cheap (no CUDA context, no torch import); ``factory()`` runs only when
+    this platform is chosen. Higher ``priority`` wins among detected candidates.
+    """
+
+    name: str
+    priority: int
+    detect: Callable[[], Detection]
+    factory: Callable[[], "Platform"]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(
+                f"PlatformSpec.name {self.name!r} is not allowed: use lowercase letters, digits, '-' or '_', "
+                "starting with a letter"
+            )
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise TypeError(f"PlatformSpec.priority must be an int, got {self.priority!r}")
+        if not callable(self.detect) or not callable(self.factory):
+            raise TypeError(f"PlatformSpec {self.name!r}: detect and factory must be callables")

@@ -1,0 +1,86 @@
+"""The built-in ``cpu`` platform: against the real kernel, and against scripted /proc and cgroup files."""
+
+from __future__ import annotations
+
+import pytest
+
+import devmem
+from devmem.host import CpuPlatform, cgroup_memory, parse_meminfo
+from devmem.testing import HostMemory, Scenario
+from devmem.types import GiB, MiB
+
+
+def test_touching_one_gib_raises_process_usage_by_one_gib():
+    platform = CpuPlatform()
+    before = platform.get_process_memory_usage()
+    block = bytearray(GiB)
+    block[:: 4096] = b"\x01" * (GiB // 4096)  # touch every page
+    grown = platform.get_process_memory_usage() - before
+    del block
+    assert grown == pytest.approx(GiB, rel=0.05)
+
+
+def test_free_never_exceeds_total_on_this_kernel():
+    info = CpuPlatform().device_memory_info()
+    assert isinstance(info.free, int) and isinstance(info.total, int)
+    assert 0 < info.free <= info.total
+
+
+@pytest.mark.parametrize("bad", [1, -1, "0", 0.0, True])
+def test_bad_device_index_names_the_valid_range(bad):
+    with pytest.raises(devmem.DevmemError, match=r"valid indices: 0\.\.0"):
+        CpuPlatform().device_memory_info(bad)
+
+
+def test_free_counts_reclaimable_page_cache():
+    sc = Scenario(host=HostMemory(total=64 * GiB, free=4 * GiB, page_cache=40 * GiB))
+    assert CpuPlatform(files=sc.fs).device_memory_info() == devmem.MemoryInfo(free=44 * GiB, total=64 * GiB)
+
+
+def _cgroup_v2(sc: Scenario, limit: str, current: int, inactive_file: int) -> None:
+    sc.files.update({
+        "/proc/self/cgroup": "0::/job\n",
+        "/sys/fs/cgroup/job/memory.max": limit + "\n",
+        "/sys/fs/cgroup/job/memory.current": f"{current}\n",
+        "/sys/fs/cgroup/job/memory.stat": f"anon {current - inactive_file}\ninactive_file {inactive_file}\n",
+    })
+
+
+def test_cgroup_limit_caps_total_and_free():
+    sc = Scenario(host=HostMemory(total=64 * GiB, free=40 * GiB, page_cache=10 * GiB))
+    _cgroup_v2(sc, str(16 * GiB), current=6 * GiB, inactive_file=2 * GiB)
+    assert CpuPlatform(files=sc.fs).device_memory_info() == devmem.MemoryInfo(free=12 * GiB, total=16 * GiB)
+
+
+def test_cgroup_without_a_limit_leaves_meminfo_figures():
+    sc = Scenario(host=HostMemory(total=64 * GiB, free=40 * GiB, page_cache=10 * GiB))
+    _cgroup_v2(sc, "max", current=6 * GiB, inactive_file=0)
+    assert CpuPlatform(files=sc.fs).device_memory_info() == devmem.MemoryInfo(free=50 * GiB, total=64 * GiB)
+
+
+def test_cgroup_v1_limit_is_read():
+    sc = Scenario()
+    sc.files.update({
+        "/proc/self/cgroup": "12:memory:/docker/abc\n",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes": f"{8 * GiB}\n",
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes": f"{3 * GiB}\n",
+        "/sys/fs/cgroup/memory/memory.stat": f"total_inactive_file {GiB}\n",
+    })
+    assert cgroup_memory(sc.fs) == (8 * GiB, 2 * GiB)
+
+
+def test_memory_sources_name_the_page_cache():
+    sc = Scenario(host=HostMemory(total=64 * GiB, free=4 * GiB, page_cache=40 * GiB))
+    assert CpuPlatform(files=sc.fs).memory_sources()["free"] == (
+        "MemAvailable, includes 40.00 GiB reclaimable page cache")
+
+
+def test_meminfo_parses_kilobytes_into_bytes():
+    assert parse_meminfo("MemTotal:       16384 kB\nHugePages_Total:       0\n") == {
+        "MemTotal": 16 * MiB, "HugePages_Total": 0}
+
+
+def test_cpu_platform_is_integrated_and_pages_instead_of_failing():
+    platform = CpuPlatform()
+    assert platform.is_integrated_gpu() and platform.pages_instead_of_failing()
+    assert isinstance(platform, devmem.Platform)

@@ -1,0 +1,24 @@
+"""``import devmem`` stays light: no torch, no vendor library."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("torch", "pynvml", "amdsmi")
+
+
+def _modules_after(code: str) -> list[str]:
+    probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_import_devmem_imports_no_torch_or_vendor_library():
+    assert _modules_after("import devmem") == []
+
+
+def test_import_devmem_prints_nothing():
+    result = subprocess.run([sys.executable, "-c", "import devmem"], capture_output=True, text=True, check=True)
+    assert result.stdout == "" and result.stderr == ""

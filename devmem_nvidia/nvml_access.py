@@ -1,0 +1,367 @@
+"""NVML access shared by devmem's NVIDIA backends (nvml, wsl2, uma): no platform policy here.
+
+Everything takes an :class:`NvmlSession`, which wraps the ``pynvml`` module (or a scripted one from
+``devmem.testing.nvml``), initialises NVML once (thread-safe) and turns NVML errors into
+:class:`NvmlCallError`, a :class:`~devmem.DevmemError`.
+
+Public names:
+
+- ``NvmlSession(nvml=None)``: ``.nvml`` (the initialised module; ``None`` imports ``pynvml`` lazily),
+  ``.call(name, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
+  ``.driver_version()``, ``.shutdown()``
+- ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed
+- ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
+- ``error_name(exc) -> str``
+- ``MemoryReading(total, free, used, reserved, version)`` and ``read_memory(session, handle) -> MemoryReading``
+  (v2 first, v1 where v2 is missing; ``runtime_total`` is ``total - reserved``)
+- ``ProcessEntry(pid, used, gpu_instance_id, compute_instance_id, lists)`` and
+  ``compute_processes(session, handle)``, ``graphics_processes(session, handle)``,
+  ``running_processes(session, handle) -> dict[int, ProcessEntry]`` (both lists, deduplicated by PID),
+  ``find_process(session, handle, pids) -> ProcessEntry | None`` (compute list first, graphics only if needed)
+- ``device_uuid(session, handle)``, ``device_pci_bus_id(session, handle)``, ``device_name(session, handle)``,
+  ``is_mig_handle(session, handle)``, ``driver_model(session, handle) -> int | None``
+- The visible-device mapping (``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` -> handles) is in
+  :mod:`devmem_nvidia.visible`; PID-namespace handling in :mod:`devmem_nvidia.pidns`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from devmem.types import DevmemError
+
+log = logging.getLogger("devmem.nvidia")
+
+#: ``usedGpuMemory`` when NVML cannot attribute memory (WDDM, some MIG and container setups).
+NOT_AVAILABLE = (1 << 64) - 1
+
+#: Errors meaning "this variant of the call does not exist here": try the next older one.
+_MISSING_VARIANT = {"FunctionNotFound", "ArgumentVersionMismatch", "NotSupported", "LibraryMismatch"}
+
+COMPUTE_CALLS = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+)
+GRAPHICS_CALLS = (
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+)
+
+
+class NvmlUnavailable(DevmemError):
+    """pynvml cannot be imported or NVML cannot be initialised (no driver, no library)."""
+
+
+class NvmlCallError(DevmemError):
+    """An NVML call failed; ``error`` is the short NVML error name (``"NotSupported"``, ``"GpuIsLost"``)."""
+
+    def __init__(self, call: str, error: str, detail: str = ""):
+        self.call = call
+        self.error = error
+        super().__init__(f"{call} failed: {error}" + (f" ({detail})" if detail and detail != error else ""))
+
+    @property
+    def not_supported(self) -> bool:
+        return self.error in _MISSING_VARIANT
+
+
+def error_name(exc: BaseException) -> str:
+    """``NVMLError_NotSupported`` -> ``"NotSupported"``; pynvml's version-mismatch error -> ``"LibraryMismatch"``."""
+    name = type(exc).__name__
+    if name == "NVMLLibraryMismatchError":
+        return "LibraryMismatch"
+    return name.removeprefix("NVMLError_") if name.startswith("NVMLError_") else name
+
+
+class NvmlSession:
+    """One NVML library for the process: imported lazily, initialised once under a lock.
+
+    ``nvml`` is the ``pynvml`` module or an object with the same names (``devmem.testing.ScriptedNvml``);
+    ``None`` imports ``pynvml`` on first use.
+    """
+
+    def __init__(self, nvml: Any = None):
+        self._module = nvml
+        self._ready = False
+        self._failure: str | None = None
+        self._lock = threading.Lock()
+        self._variants: dict[tuple[str, ...], str] = {}
+
+    @property
+    def nvml(self) -> Any:
+        """The initialised NVML module; raises :class:`NvmlUnavailable` with the reason otherwise."""
+        if self._ready:
+            return self._module
+        with self._lock:
+            if not self._ready and self._failure is None:
+                self._initialise()
+            if self._failure is not None:
+                raise NvmlUnavailable(self._failure)
+            return self._module
+
+    def _initialise(self) -> None:
+        if self._module is None:
+            try:
+                import pynvml
+            except ImportError as exc:
+                self._failure = f"pynvml (nvidia-ml-py) is not installed: {exc}"
+                return
+            self._module = pynvml
+        try:
+            self._module.nvmlInit()
+        except Exception as exc:  # NVMLError, OSError from a broken libnvidia-ml: never escape
+            self._failure = f"nvmlInit failed: {error_name(exc)}: {exc}"
+            return
+        self._ready = True
+
+    def probe(self) -> tuple[bool, str]:
+        """``(True, "N device(s)")`` when NVML initialises and counts devices, else ``(False, why)``."""
+        try:
+            count = self.device_count()
+        except DevmemError as exc:
+            return False, str(exc)
+        return count > 0, f"NVML reports {count} device(s)"
+
+    def call(self, name: str, *args: Any) -> Any:
+        """``nvml.<name>(*args)``, with NVML's errors raised as :class:`NvmlCallError`."""
+        module = self.nvml
+        fn = getattr(module, name, None)
+        if fn is None:
+            raise NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if not _is_nvml_error(module, exc):
+                raise
+            raise NvmlCallError(name, error_name(exc), str(exc)) from exc
+
+    def call_newest(self, names: tuple[str, ...], *args: Any) -> Any:
+        """The first of ``names`` (newest first) that exists; remembers the one that worked."""
+        known = self._variants.get(names)
+        if known is not None:
+            return self.call(known, *args)
+        last: NvmlCallError | None = None
+        for name in names:
+            try:
+                result = self.call(name, *args)
+            except NvmlCallError as exc:
+                if not exc.not_supported:
+                    raise
+                last = exc
+                continue
+            self._variants[names] = name
+            return result
+        assert last is not None
+        raise last
+
+    def device_count(self) -> int:
+        return int(self.call("nvmlDeviceGetCount"))
+
+    def handle_by_index(self, index: int) -> Any:
+        return self.call("nvmlDeviceGetHandleByIndex", index)
+
+    def driver_version(self) -> str | None:
+        try:
+            return _text(self.call("nvmlSystemGetDriverVersion"))
+        except DevmemError:
+            return None
+
+    def shutdown(self) -> None:
+        """Shut NVML down if this session initialised it (harmless otherwise)."""
+        with self._lock:
+            if self._ready:
+                self._ready = False
+                try:
+                    self._module.nvmlShutdown()
+                except Exception as exc:
+                    log.debug("devmem: nvmlShutdown failed: %s", exc)
+
+
+def _is_nvml_error(module: Any, exc: BaseException) -> bool:
+    classes = tuple(c for c in (getattr(module, "NVMLError", None), getattr(module, "NVMLLibraryMismatchError", None))
+                    if isinstance(c, type))
+    return isinstance(exc, classes) if classes else False
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int:
+    return int(getattr(value, "value", value))
+
+
+# ---- memory --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryReading:
+    """One NVML memory-info reading in bytes; ``reserved`` is ``None`` when only v1 answered."""
+
+    total: int
+    free: int
+    used: int
+    reserved: int | None
+    version: int
+
+    @property
+    def runtime_total(self) -> int:
+        """What the CUDA runtime calls total: ``total - reserved`` (v2), or v1's total."""
+        return self.total - (self.reserved or 0)
+
+
+def read_memory(session: NvmlSession, handle: Any) -> MemoryReading:
+    """NVML memory info, v2 first (it separates the driver's reservation), v1 where v2 is missing."""
+    nvml = session.nvml
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None and session._variants.get(("memory",)) != "v1":
+        try:
+            m = session.call("nvmlDeviceGetMemoryInfo", handle, version)
+        except NvmlCallError as exc:
+            if not exc.not_supported:
+                raise
+            log.debug("devmem: NVML memory info v2 unavailable (%s); using v1", exc.error)
+        else:
+            return MemoryReading(int(m.total), int(m.free), int(m.used), int(m.reserved), 2)
+    m = session.call("nvmlDeviceGetMemoryInfo", handle)
+    if version is not None:
+        session._variants[("memory",)] = "v1"
+    return MemoryReading(int(m.total), int(m.free), int(m.used), None, 1)
+
+
+# ---- processes -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProcessEntry:
+    """A process NVML lists on a device. ``used`` is ``None`` where NVML cannot attribute memory."""
+
+    pid: int
+    used: int | None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    lists: tuple[str, ...] = ("compute",)
+
+
+def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
+    out = []
+    for p in raw:
+        try:
+            used = p.usedGpuMemory
+            used = None if used is None or int(used) == NOT_AVAILABLE else int(used)
+            gi = getattr(p, "gpuInstanceId", None)
+            ci = getattr(p, "computeInstanceId", None)
+            out.append(ProcessEntry(int(p.pid), used, None if gi in (None, 0xFFFFFFFF) else int(gi),
+                                    None if ci in (None, 0xFFFFFFFF) else int(ci), (kind,)))
+        except (AttributeError, TypeError, ValueError) as exc:  # one odd entry never breaks the list
+            log.debug("devmem: skipping an NVML %s process entry %r: %s", kind, p, exc)
+    return out
+
+
+def compute_processes(session: NvmlSession, handle: Any) -> list[ProcessEntry]:
+    """The compute process list, newest NVML call first."""
+    return _entries(session.call_newest(COMPUTE_CALLS, handle), "compute")
+
+
+def graphics_processes(session: NvmlSession, handle: Any) -> list[ProcessEntry]:
+    """The graphics process list, newest NVML call first."""
+    return _entries(session.call_newest(GRAPHICS_CALLS, handle), "graphics")
+
+
+def _merge(a: ProcessEntry, b: ProcessEntry) -> ProcessEntry:
+    """NVML lists a process with both kinds of context in both lists, with the same total: keep one."""
+    used = a.used if b.used is None else b.used if a.used is None else max(a.used, b.used)
+    return ProcessEntry(a.pid, used, a.gpu_instance_id, a.compute_instance_id, a.lists + b.lists)
+
+
+def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEntry]:
+    """Every process on the device (compute and graphics lists), one entry per PID.
+
+    A list whose every variant is unsupported counts as empty; other NVML errors raise :class:`NvmlCallError`.
+    """
+    by_pid: dict[int, ProcessEntry] = {}
+    for getter in (compute_processes, graphics_processes):
+        try:
+            entries = getter(session, handle)
+        except NvmlCallError as exc:
+            if not exc.not_supported:
+                raise
+            continue
+        for e in entries:
+            by_pid[e.pid] = _merge(by_pid[e.pid], e) if e.pid in by_pid else e
+    return by_pid
+
+
+def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> ProcessEntry | None:
+    """The entry of any of ``pids`` (``None`` if NVML lists none of them).
+
+    The compute list first, the graphics list only when not found there: one NVML call in the common
+    case (a CUDA process), which keeps the per-call overhead low. Raises :class:`NvmlCallError` when
+    neither list can be read.
+    """
+    wanted = set(pids)
+    unsupported: NvmlCallError | None = None
+    answered = False
+    for getter in (compute_processes, graphics_processes):
+        try:
+            entries = getter(session, handle)
+        except NvmlCallError as exc:
+            if not exc.not_supported:
+                raise
+            unsupported = exc
+            continue
+        answered = True
+        found = [e for e in entries if e.pid in wanted]
+        if found:
+            return max(found, key=lambda e: -1 if e.used is None else e.used)
+    if not answered and unsupported is not None:
+        raise unsupported
+    return None
+
+
+# ---- identity --------------------------------------------------------------------------------------
+def device_uuid(session: NvmlSession, handle: Any) -> str:
+    return _text(session.call("nvmlDeviceGetUUID", handle))
+
+
+def device_name(session: NvmlSession, handle: Any) -> str:
+    return _text(session.call("nvmlDeviceGetName", handle))
+
+
+def device_pci_bus_id(session: NvmlSession, handle: Any) -> str:
+    """The PCI bus id in NVML's 8-digit-domain form, upper case (``00000000:19:00.0``)."""
+    return normalise_bus_id(_text(session.call("nvmlDeviceGetPciInfo", handle).busId))
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """``0000:19:00.0`` or ``00000000:19:00.0`` -> ``00000000:19:00.0`` (domain widened, upper case)."""
+    bus_id = bus_id.strip().upper()
+    domain, sep, rest = bus_id.partition(":")
+    if sep and rest.count(":") == 1:
+        return f"{domain.zfill(8)}:{rest}"
+    return bus_id
+
+
+def is_mig_handle(session: NvmlSession, handle: Any) -> bool:
+    try:
+        return bool(_int(session.call("nvmlDeviceIsMigDeviceHandle", handle)))
+    except NvmlCallError:
+        return False
+
+
+def driver_model(session: NvmlSession, handle: Any) -> int | None:
+    """The current driver model (``NVML_DRIVER_WDDM`` = 0, ...) on Windows; ``None`` elsewhere (not supported)."""
+    try:
+        current = session.call("nvmlDeviceGetDriverModel", handle)
+    except NvmlCallError:
+        return None
+    return _int(current[0] if isinstance(current, (list, tuple)) else current)
+
+
+__all__ = [
+    "COMPUTE_CALLS", "GRAPHICS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
+    "NvmlUnavailable", "ProcessEntry", "compute_processes", "device_name", "device_pci_bus_id", "device_uuid",
+    "driver_model", "error_name", "find_process", "graphics_processes", "is_mig_handle", "normalise_bus_id",
+    "read_memory", "running_processes",
+]

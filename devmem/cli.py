@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from devmem import __version__
 from devmem.platform import DeviceReport, describe
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError, gib
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="devmem",
         description="Show what this machine's accelerators really have, and size KV caches from it.",
     )
+    parser.add_argument("--version", action="version", version=f"devmem {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of resolution")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

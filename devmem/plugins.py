@@ -14,11 +14,10 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, replace
-from importlib import metadata
-
 import pluggy
 
 from devmem import hookspecs
+from devmem.entrypoints import EntryPoint, entry_points
 from devmem.platform import Platform
 from devmem.types import Detection, PluginError, PlatformSpec
 
@@ -61,38 +60,28 @@ def _allow_list() -> set[str] | None:
     return {name.strip() for name in raw.split(",") if name.strip()} | {BUILTIN}
 
 
-def _entry_points() -> list[metadata.EntryPoint]:
-    return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-
-
-def _provider(ep: metadata.EntryPoint) -> tuple[str, str]:
-    dist = getattr(ep, "dist", None)
-    return (dist.name, dist.version) if dist is not None else ("unknown", "unknown")
-
-
-def _load_plugins() -> pluggy.PluginManager:
+def _load_plugins(eps: list[EntryPoint]) -> pluggy.PluginManager:
     """Register every allowed entry point's module; log and skip those that fail to import."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     allowed = _allow_list()
-    for ep in _entry_points():
+    for ep in eps:
         if allowed is not None and ep.name not in allowed:
             continue
         if pm.has_plugin(ep.name):
             continue
-        dist, _ = _provider(ep)
         try:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
         except Exception as exc:  # a broken vendor wheel must never break devmem
-            log.warning("devmem: skipping plugin %r from distribution %r: %s: %s", ep.name, dist,
+            log.warning("devmem: skipping plugin %r from distribution %r: %s: %s", ep.name, ep.distribution,
                         type(exc).__name__, exc)
     return pm
 
 
-def _collect(pm: pluggy.PluginManager) -> list[_Registered]:
+def _collect(pm: pluggy.PluginManager, eps: list[EntryPoint]) -> list[_Registered]:
     """Call each plugin's hook on its own, so a failure is attributed to that plugin alone."""
-    dists = {ep.name: _provider(ep) for ep in _entry_points()}
+    dists = {ep.name: (ep.distribution, ep.version) for ep in eps}
     found: list[_Registered] = []
     for impl in pm.hook.devmem_platforms.get_hookimpls():
         name = impl.plugin_name
@@ -127,7 +116,8 @@ def _probe(reg: _Registered) -> Detection:
 
 
 def _candidates() -> tuple[list[Candidate], dict[str, _Registered]]:
-    regs = _collect(_load_plugins())
+    eps = entry_points(ENTRY_POINT_GROUP)
+    regs = _collect(_load_plugins(eps), eps)
     cands: list[Candidate] = []
     by_name: dict[str, _Registered] = {}
     for reg in regs:

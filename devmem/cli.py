@@ -89,6 +89,18 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from devmem.doctor import diagnose, render
+
+    platform = current_platform()
+    findings = diagnose(platform, [args.device] if args.device is not None else None)
+    if args.json:
+        _emit_json({"platform": platform.name, "findings": [f.as_dict() for f in findings]})
+    else:
+        print(render(findings, platform.name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devmem",
@@ -106,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="every registered platform, detected or not, and why")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(handler=cmd_plugins)
+    doctor = sub.add_parser("doctor", help="explain this machine's device memory, with what to do")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument("--device", type=int, default=None, help="only this device index")
+    doctor.set_defaults(handler=cmd_doctor)
     return parser
 
 

@@ -1,0 +1,152 @@
+"""``devmem doctor``: explain this machine's device memory to an operator, finding by finding.
+
+Each :class:`Finding` says what is the case, with the numbers, and what to do about it. The checks
+use only the Platform protocol (and its optional members), so they work on every backend; the
+allocator check looks at torch only when this process has already imported it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from devmem.platform import DeviceReport, Platform, describe
+from devmem.plugins import current_platform
+from devmem.types import MiB, gib
+
+#: Free memory below this share of total is worth a warning.
+LOW_FREE_FRACTION = 0.10
+#: Allocator cache below this is not worth mentioning.
+CACHE_WORTH_MENTIONING = 64 * MiB
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing an operator should know about one device."""
+
+    device: int
+    code: str
+    severity: str  # "ok", "info" or "warning"
+    summary: str
+    action: str
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _pid_list(others: dict[int, int], limit: int = 5) -> str:
+    ranked = sorted(others.items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"pid {pid} ({gib(used)})" for pid, used in ranked[:limit])
+    return shown + (f" and {len(ranked) - limit} more" if len(ranked) > limit else "")
+
+
+def _accounting(r: DeviceReport) -> Finding:
+    if r.process is not None:
+        return Finding(r.index, "per-process-accounting", "ok",
+                       f"per-process accounting works: this process holds {gib(r.process)}",
+                       "nothing to do: KV budgets are sized from this process's own memory, so co-tenants "
+                       "do not shrink them")
+    reason = r.process_reason or "unknown"
+    lowered = reason.lower()
+    if "wddm" in lowered:
+        action = ("WDDM cannot attribute memory to processes: run one engine per GPU, or size with a pinned "
+                  "KV cache (kv_cache_memory_bytes) so co-tenants cannot skew the profile")
+    elif "namespace" in lowered or "pid" in lowered:
+        action = ("the driver reports host PIDs that this container cannot see: run the container with "
+                  "--pid=host, or let devmem learn its driver-side PID (it does once CUDA is initialised)")
+    else:
+        action = ("devmem falls back to the device-wide change of free memory, which counts co-tenants' "
+                  "allocations as this engine's: avoid starting engines at the same moment on this device")
+    return Finding(r.index, "per-process-accounting", "warning",
+                   f"per-process accounting is unavailable: {reason}", action)
+
+
+def _co_tenants(r: DeviceReport) -> Finding | None:
+    if not r.other_processes:
+        return None
+    total = sum(r.other_processes.values())
+    return Finding(r.index, "co-tenants", "info",
+                   f"{len(r.other_processes)} other process(es) hold {gib(total)}: {_pid_list(r.other_processes)}",
+                   "each engine's utilization is a share of the whole device: keep the shares of all engines "
+                   "on this device summing to at most 1.0")
+
+
+def _low_free(r: DeviceReport) -> Finding | None:
+    if r.total <= 0 or r.free >= LOW_FREE_FRACTION * r.total:
+        return None
+    return Finding(r.index, "low-free-memory", "warning",
+                   f"only {gib(r.free)} of {gib(r.total)} is free ({100 * r.free / r.total:.1f}%)",
+                   "an engine asking for utilization u needs u * total free at start: lower u, or stop "
+                   "the processes holding memory")
+
+
+def _unified(r: DeviceReport) -> Finding | None:
+    if not r.integrated:
+        return None
+    if r.platform == "cpu":
+        return Finding(r.index, "no-accelerator", "info",
+                       f"no accelerator platform is in use: the device is host RAM, {gib(r.free)} free "
+                       f"({r.sources.get('free', 'MemAvailable')})",
+                       "if this machine has an accelerator, `devmem plugins` shows which backends were found "
+                       "and why each was or was not detected")
+    free_source = r.sources.get("free", "what the platform reports")
+    return Finding(r.index, "unified-memory", "info",
+                   f"device memory is host memory; free is {gib(r.free)} ({free_source})",
+                   "size from devmem, not torch.cuda.mem_get_info (which ignores reclaimable page cache); "
+                   "memory the allocator keeps cached is memory the OS does not have, so release it "
+                   "(devmem.profiling.release_allocator_cache) before allocating the KV cache")
+
+
+def _paging(r: DeviceReport) -> Finding | None:
+    if not r.pages_instead_of_failing or r.integrated:
+        return None
+    return Finding(r.index, "pages-instead-of-failing", "warning",
+                   "the driver pages over-subscribed device memory to host RAM instead of failing the "
+                   "allocation, so the allocator never frees its cache and retries",
+                   "release the allocator cache before the KV allocation and keep utilization below 1.0; "
+                   "a slow engine here often means device memory is being paged")
+
+
+def _allocator_cache(platform: Platform, device: int) -> Finding | None:
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "cuda") or not torch.cuda.is_initialized():
+        return None
+    try:
+        cached = int(torch.cuda.memory_reserved(device)) - int(torch.cuda.memory_allocated(device))
+    except Exception:  # a device torch does not know; nothing to say
+        return None
+    if cached < CACHE_WORTH_MENTIONING:
+        return None
+    return Finding(device, "allocator-cache", "warning",
+                   f"torch's caching allocator holds {gib(cached)} of free blocks in this process",
+                   "call devmem.profiling.release_allocator_cache() right before allocating the KV cache")
+
+
+def diagnose(platform: Platform | None = None, devices: list[int] | None = None) -> list[Finding]:
+    """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default)."""
+    platform = platform or current_platform()
+    findings: list[Finding] = []
+    for device in devices if devices is not None else range(platform.device_count()):
+        report = describe(platform, device)
+        findings.append(_accounting(report))
+        for check in (_co_tenants, _low_free, _unified, _paging):
+            found = check(report)
+            if found is not None:
+                findings.append(found)
+        cache = _allocator_cache(platform, device)
+        if cache is not None:
+            findings.append(cache)
+        findings += [Finding(device, "platform-note", "info", note, "") for note in report.notes]
+    return findings
+
+
+def render(findings: list[Finding], platform_name: str) -> str:
+    """Findings as text for people."""
+    marks = {"ok": "ok  ", "info": "info", "warning": "WARN"}
+    lines = [f"platform: {platform_name}"]
+    for f in findings:
+        lines.append(f"[{marks.get(f.severity, f.severity)}] device {f.device}: {f.summary}")
+        if f.action:
+            lines.append(f"       what to do: {f.action}")
+    return "\n".join(lines)
+

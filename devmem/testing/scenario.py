@@ -49,6 +49,8 @@ class ScriptedDevice:
     gtt_total: int = 0
     gtt_used: int = 0
     card: int = 0
+    #: MIG instances only: PID -> bytes the driver attributes to it inside this instance.
+    processes: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -167,6 +169,8 @@ class Scenario:
     files: dict[str, str] = field(default_factory=dict)
     #: Environment the backend sees (CUDA_VISIBLE_DEVICES, ...); tests pass it as ``environ=``.
     environ: dict[str, str] = field(default_factory=dict)
+    #: PID -> kind of device context, as nvidia-smi's Type column: "C" (default), "G" or "C+G".
+    process_kinds: dict[int, str] = field(default_factory=dict)
 
     # ---- who holds what -------------------------------------------------------------------------
     @property

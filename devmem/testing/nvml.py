@@ -1,0 +1,500 @@
+"""A scripted ``pynvml``: the same function names, constants, error classes and result attributes as
+nvidia-ml-py, answering from a :class:`~devmem.testing.Scenario`.
+
+Inject it where a backend takes its NVML module (``NvmlPlatform(nvml=ScriptedNvml(sc))``). It mirrors
+nvidia-ml-py 13.x (checked against its source):
+
+- errors: ``NVMLError(value)`` maps to its subclass (``NVMLError_NotSupported``, ``NVMLError_GpuIsLost``, ...);
+  the unversioned process-list calls raise ``NVMLLibraryMismatchError`` when the ``_v3`` symbol is missing;
+  every call before ``nvmlInit`` raises ``NVMLError_Uninitialized``.
+- ``nvmlDeviceGetMemoryInfo(handle)`` returns v1 (``total/free/used``, with the driver's reservation
+  counted as used), ``nvmlDeviceGetMemoryInfo(handle, nvmlMemory_v2)`` v2 (``version/total/reserved/free/used``).
+- process lists return objects with ``pid/usedGpuMemory/gpuInstanceId/computeInstanceId``; where the
+  driver cannot attribute memory (WDDM) ``usedGpuMemory`` is ``None``, as nvidia-ml-py converts
+  ``NVML_VALUE_NOT_AVAILABLE_ulonglong``; ``ScriptedNvml(sc, convert_not_available=False)`` returns the
+  raw sentinel instead, as older bindings do.
+- ``Scenario.failures`` maps a pynvml function name (``"nvmlDeviceGetMemoryInfo_v2"`` names the v2 memory
+  call) or a glob of names (``"nvmlDevice*"``) to an error name (``"NotSupported"``, ``"Unknown"``,
+  ``"GpuIsLost"``, ``"FunctionNotFound"`` for a symbol the driver lacks, ...).
+- integrated parts (``ScriptedDevice.integrated``, e.g. GB10) raise ``NotSupported`` from memory info,
+  as the GB10's driver does.
+
+``calls`` counts every call by name, so tests can pin down how often NVML is asked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fnmatch
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from devmem.testing.scenario import (
+    H200_RESERVED,
+    H200_TOTAL,
+    Scenario,
+    ScriptedDevice,
+)
+from devmem.types import GiB, MiB
+
+# ---- constants, as nvidia-ml-py defines them -------------------------------------------------------
+NVML_SUCCESS = 0
+_ERRORS = {
+    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5, "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "IRQ_ISSUE": 11, "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13, "CORRUPTED_INFOROM": 14, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17, "LIB_RM_VERSION_MISMATCH": 18, "IN_USE": 19, "MEMORY": 20, "NO_DATA": 21,
+    "VGPU_ECC_NOT_SUPPORTED": 22, "INSUFFICIENT_RESOURCES": 23, "FREQ_NOT_SUPPORTED": 24,
+    "ARGUMENT_VERSION_MISMATCH": 25, "DEPRECATED": 26, "NOT_READY": 27, "GPU_NOT_FOUND": 28,
+    "INVALID_STATE": 29, "RESET_TYPE_NOT_SUPPORTED": 30, "UNKNOWN": 999,
+}
+NVML_VALUE_NOT_AVAILABLE_ulonglong = ctypes.c_ulonglong(-1)
+NVML_VALUE_NOT_AVAILABLE_uint = ctypes.c_uint(-1)
+nvmlMemory_v2 = 0x02000028
+NVML_DRIVER_WDDM = 0
+NVML_DRIVER_WDM = 1
+NVML_DRIVER_MCDM = 2
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+_INVALID_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process on a GPU without MIG
+
+
+class NVMLError(Exception):
+    """Like pynvml's: ``NVMLError(value)`` returns the subclass for ``value``; ``.value`` is the code."""
+
+    _valClassMapping: dict[int, type] = {}
+    _errcode_to_string: dict[int, str] = {}
+
+    def __new__(cls, value: int):
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, value: int):
+        super().__init__(value)
+
+    def __str__(self) -> str:
+        return NVMLError._errcode_to_string.get(self.value, f"NVML Error with code {self.value}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    __hash__ = Exception.__hash__
+
+
+class NVMLLibraryMismatchError(Exception):
+    """pynvml raises this from an unversioned call whose newest symbol the library lacks."""
+
+
+def _class_name(const: str) -> str:
+    return "NVMLError_" + "".join(part.capitalize() for part in const.split("_"))
+
+
+def _error_class(const: str, code: int) -> type:
+    def __new__(cls, *args):
+        return NVMLError.__new__(cls, code)
+
+    def __init__(self, *args):
+        Exception.__init__(self, code)
+
+    return type(_class_name(const), (NVMLError,), {"__new__": __new__, "__init__": __init__, "__module__": __name__})
+
+
+_ERROR_CLASSES: dict[str, type] = {}
+for _const, _code in _ERRORS.items():
+    _cls = _error_class(_const, _code)
+    globals()[_cls.__name__] = _cls
+    globals()[f"NVML_ERROR_{_const}"] = _code
+    NVMLError._valClassMapping[_code] = _cls
+    NVMLError._errcode_to_string[_code] = _const.replace("_", " ").title()
+    _ERROR_CLASSES[_cls.__name__.removeprefix("NVMLError_")] = _cls
+NVMLError._errcode_to_string[_ERRORS["GPU_IS_LOST"]] = "GPU is lost"
+NVMLError._errcode_to_string[_ERRORS["NOT_SUPPORTED"]] = "Not Supported"
+
+
+def nvml_error(name: str) -> NVMLError:
+    """``nvml_error("NotSupported")`` -> an ``NVMLError_NotSupported`` instance."""
+    if name not in _ERROR_CLASSES:
+        raise ValueError(f"unknown NVML error name {name!r}; known: {', '.join(sorted(_ERROR_CLASSES))}")
+    return _ERROR_CLASSES[name]()
+
+
+# ---- result objects with pynvml's attribute names -----------------------------------------------
+class c_nvmlMemory_t:
+    def __init__(self, total: int, free: int, used: int):
+        self.total, self.free, self.used = total, free, used
+
+
+class c_nvmlMemory_v2_t:
+    def __init__(self, version: int, total: int, reserved: int, free: int, used: int):
+        self.version, self.total, self.reserved, self.free, self.used = version, total, reserved, free, used
+
+
+class nvmlPciInfo_t:
+    def __init__(self, bus_id: str):
+        domain, bus, rest = bus_id.split(":")
+        self.busId = bus_id.encode()
+        self.busIdLegacy = f"{int(domain, 16):04X}:{bus}:{rest}".encode()
+        self.domain, self.bus, self.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+        self.pciDeviceId = 0x233510DE
+        self.pciSubSystemId = 0
+
+
+class nvmlFriendlyObject:
+    def __init__(self, **fields: Any):
+        self.__dict__.update(fields)
+
+    def __str__(self) -> str:
+        return str(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ScriptedHandle:
+    """An NVML device handle: a scenario device, or one of its MIG instances."""
+
+    device: int
+    mig: int | None = None
+
+
+def _bus_key(bus_id: str) -> str:
+    domain, _, rest = bus_id.strip().upper().partition(":")
+    return f"{domain.zfill(8)}:{rest}"
+
+
+class ScriptedNvml:
+    """``pynvml`` answering from ``scenario`` (read live on every call). See the module docstring."""
+
+    nvmlMemory_v2 = nvmlMemory_v2
+    NVML_SUCCESS = NVML_SUCCESS
+    NVML_VALUE_NOT_AVAILABLE_ulonglong = NVML_VALUE_NOT_AVAILABLE_ulonglong
+    NVML_VALUE_NOT_AVAILABLE_uint = NVML_VALUE_NOT_AVAILABLE_uint
+    NVML_DRIVER_WDDM = NVML_DRIVER_WDDM
+    NVML_DRIVER_WDM = NVML_DRIVER_WDM
+    NVML_DRIVER_MCDM = NVML_DRIVER_MCDM
+    NVML_DEVICE_MIG_DISABLE = NVML_DEVICE_MIG_DISABLE
+    NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
+    NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
+
+    def __init__(self, scenario: Scenario, *, convert_not_available: bool = True):
+        self.scenario = scenario
+        self.convert_not_available = convert_not_available
+        self.calls: Counter[str] = Counter()
+        self.initialised = 0
+
+    # ---- plumbing ------------------------------------------------------------------------------
+    def _enter(self, name: str, *, needs_init: bool = True) -> None:
+        self.calls[name] += 1
+        for pattern, error in self.scenario.failures.items():
+            if pattern == name or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern)):
+                raise nvml_error(error)
+        if needs_init and self.initialised <= 0:
+            raise nvml_error("Uninitialized")
+
+    def _nvidia(self) -> list[int]:
+        return [i for i, d in enumerate(self.scenario.devices) if d.vendor == "nvidia"]
+
+    def _device(self, handle: Any) -> ScriptedDevice:
+        if not isinstance(handle, ScriptedHandle):
+            raise nvml_error("InvalidArgument")
+        dev = self.scenario.devices[handle.device]
+        return dev if handle.mig is None else dev.mig[handle.mig]
+
+    def _usage(self, handle: ScriptedHandle) -> dict[int, int]:
+        if handle.mig is None:
+            return self.scenario.processes(handle.device)
+        return {pid: used for pid, used in self.scenario.devices[handle.device].mig[handle.mig].processes.items() if used}
+
+    def _used(self, handle: ScriptedHandle) -> int:
+        dev = self._device(handle)
+        used = dev.base_used + sum(self._usage(handle).values())
+        if handle.mig is None:
+            used += sum(m.base_used + sum(m.processes.values()) for m in dev.mig)
+        return used
+
+    # ---- library -------------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        self._enter("nvmlInit", needs_init=False)
+        if "nvml" not in self.scenario.libraries:
+            raise nvml_error("LibraryNotFound")
+        if not self._nvidia():
+            raise nvml_error("DriverNotLoaded")
+        self.initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+        self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._enter("nvmlSystemGetDriverVersion")
+        return self.scenario.driver_version
+
+    # ---- handles -------------------------------------------------------------------------------
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self._nvidia())
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> ScriptedHandle:
+        self._enter("nvmlDeviceGetHandleByIndex")
+        nvidia = self._nvidia()
+        if not 0 <= index < len(nvidia):
+            raise nvml_error("InvalidArgument")
+        return ScriptedHandle(nvidia[index])
+
+    def _all_handles(self) -> list[ScriptedHandle]:
+        out = []
+        for i in self._nvidia():
+            out.append(ScriptedHandle(i))
+            out.extend(ScriptedHandle(i, m) for m in range(len(self.scenario.devices[i].mig)))
+        return out
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> ScriptedHandle:
+        self._enter("nvmlDeviceGetHandleByUUID")
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for h in self._all_handles():
+            if self._device(h).uuid == uuid:
+                return h
+        raise nvml_error("NotFound")
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str | bytes) -> ScriptedHandle:
+        self._enter("nvmlDeviceGetHandleByPciBusId")
+        bus_id = _bus_key(bus_id.decode() if isinstance(bus_id, bytes) else bus_id)
+        for i in self._nvidia():
+            if _bus_key(self.scenario.devices[i].pci_bus_id) == bus_id:
+                return ScriptedHandle(i)
+        raise nvml_error("NotFound")
+
+    def nvmlDeviceGetIndex(self, handle: ScriptedHandle) -> int:
+        self._enter("nvmlDeviceGetIndex")
+        return self._nvidia().index(handle.device)
+
+    def nvmlDeviceGetName(self, handle: ScriptedHandle) -> str:
+        self._enter("nvmlDeviceGetName")
+        return self._device(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: ScriptedHandle) -> str:
+        self._enter("nvmlDeviceGetUUID")
+        return self._device(handle).uuid
+
+    def nvmlDeviceGetPciInfo_v3(self, handle: ScriptedHandle) -> nvmlPciInfo_t:
+        self._enter("nvmlDeviceGetPciInfo_v3")
+        return nvmlPciInfo_t(_bus_key(self.scenario.devices[handle.device].pci_bus_id))
+
+    def nvmlDeviceGetPciInfo(self, handle: ScriptedHandle) -> nvmlPciInfo_t:
+        self._enter("nvmlDeviceGetPciInfo")
+        return self.nvmlDeviceGetPciInfo_v3(handle)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: ScriptedHandle) -> tuple[int, int]:
+        self._enter("nvmlDeviceGetCudaComputeCapability")
+        return tuple(self.scenario.devices[handle.device].compute_capability)
+
+    # ---- memory --------------------------------------------------------------------------------
+    def nvmlDeviceGetMemoryInfo(self, handle: ScriptedHandle, version: int | None = None):
+        self._enter("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo")
+        dev = self._device(handle)
+        if dev.integrated:
+            raise nvml_error("NotSupported")
+        used = self._used(handle)
+        if not version:
+            return c_nvmlMemory_t(dev.total, dev.total - dev.reserved - used, dev.reserved + used)
+        if version != nvmlMemory_v2:
+            raise nvml_error("ArgumentVersionMismatch")
+        return c_nvmlMemory_v2_t(version, dev.total, dev.reserved, dev.total - dev.reserved - used, used)
+
+    # ---- processes -----------------------------------------------------------------------------
+    def _processes(self, name: str, handle: ScriptedHandle, kind: str) -> list[nvmlFriendlyObject]:
+        self._enter(name)
+        self._device(handle)
+        sentinel = None if self.convert_not_available else NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+        kinds = self.scenario.process_kinds
+        out = []
+        for pid, used in sorted(self._usage(handle).items()):
+            if kind not in kinds.get(pid, "C").split("+"):
+                continue
+            gi, ci = (handle.mig + 1, 0) if handle.mig is not None else (_INVALID_ID, _INVALID_ID)
+            out.append(nvmlFriendlyObject(pid=pid, usedGpuMemory=sentinel if self.scenario.wddm else used,
+                                          gpuInstanceId=gi, computeInstanceId=ci))
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, "C")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._processes("nvmlDeviceGetComputeRunningProcesses_v2", handle, "C")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._unversioned("nvmlDeviceGetComputeRunningProcesses", self.nvmlDeviceGetComputeRunningProcesses_v3,
+                                 handle)
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, "G")
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v2", handle, "G")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._unversioned("nvmlDeviceGetGraphicsRunningProcesses",
+                                 self.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
+
+    def _unversioned(self, name: str, newest: Callable[[ScriptedHandle], Any], handle: ScriptedHandle) -> Any:
+        self._enter(name)
+        try:
+            return newest(handle)
+        except _ERROR_CLASSES["FunctionNotFound"] as exc:
+            raise NVMLLibraryMismatchError(f"Unversioned function called and the pyNVML version does not match "
+                                           f"the NVML lib version; use {name}_v2") from exc
+
+    # ---- driver model and MIG -----------------------------------------------------------------
+    def nvmlDeviceGetDriverModel_v2(self, handle: ScriptedHandle) -> list[int]:
+        self._enter("nvmlDeviceGetDriverModel_v2")
+        self._device(handle)
+        if not self.scenario.wddm:
+            raise nvml_error("NotSupported")  # Linux drivers have no driver model
+        return [NVML_DRIVER_WDDM, NVML_DRIVER_WDDM]
+
+    def nvmlDeviceGetDriverModel(self, handle: ScriptedHandle) -> list[int]:
+        self._enter("nvmlDeviceGetDriverModel")
+        return self.nvmlDeviceGetDriverModel_v2(handle)
+
+    def nvmlDeviceGetCurrentDriverModel(self, handle: ScriptedHandle) -> int:
+        return self.nvmlDeviceGetDriverModel(handle)[0]
+
+    def nvmlDeviceGetMigMode(self, handle: ScriptedHandle) -> list[int]:
+        self._enter("nvmlDeviceGetMigMode")
+        mode = NVML_DEVICE_MIG_ENABLE if self._device(handle).mig else NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: ScriptedHandle) -> ctypes.c_uint:
+        self._enter("nvmlDeviceIsMigDeviceHandle")
+        return ctypes.c_uint(int(handle.mig is not None))  # pynvml returns the c_uint itself
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: ScriptedHandle) -> int:
+        self._enter("nvmlDeviceGetMaxMigDeviceCount")
+        return 7 if self._device(handle).mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: ScriptedHandle, index: int) -> ScriptedHandle:
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex")
+        if not 0 <= index < len(self._device(handle).mig):
+            raise nvml_error("NotFound")
+        return ScriptedHandle(handle.device, index)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: ScriptedHandle) -> ScriptedHandle:
+        self._enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        if handle.mig is None:
+            raise nvml_error("InvalidArgument")
+        return ScriptedHandle(handle.device)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: ScriptedHandle) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId")
+        if handle.mig is None:
+            raise nvml_error("InvalidArgument")
+        return handle.mig + 1
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: ScriptedHandle) -> int:
+        self._enter("nvmlDeviceGetComputeInstanceId")
+        if handle.mig is None:
+            raise nvml_error("InvalidArgument")
+        return 0
+
+
+for _cls in _ERROR_CLASSES.values():
+    setattr(ScriptedNvml, _cls.__name__, _cls)
+for _const, _code in _ERRORS.items():
+    setattr(ScriptedNvml, f"NVML_ERROR_{_const}", _code)
+
+
+class ScriptedAllocator:
+    """The runtime boundary a backend allocates through to learn its driver-side PID, on ``scenario``.
+
+    ``allocate(device, nbytes)`` charges ``nbytes`` to this process's driver PID on scenario device
+    ``device``; ``free(token)`` gives them back. ``moves`` scripts what the driver shows instead, e.g.
+    ``{26 * MiB: 28 * MiB}`` for a driver that rounds an allocation up.
+    """
+
+    def __init__(self, scenario: Scenario, *, moves: dict[int, int] | None = None, available: bool = True):
+        self.scenario = scenario
+        self.moves = dict(moves or {})
+        self.is_available = available
+        self.allocations: list[int] = []
+
+    def available(self, device: int) -> tuple[bool, str]:
+        if self.is_available:
+            return True, "scripted runtime"
+        return False, "the scripted runtime has no CUDA context"
+
+    def allocate(self, device: int, nbytes: int) -> tuple[int, int]:
+        shown = self.moves.get(nbytes, nbytes)
+        self.scenario.allocate(shown, device)
+        self.allocations.append(nbytes)
+        return device, shown
+
+    def free(self, token: tuple[int, int]) -> None:
+        device, shown = token
+        self.scenario.release(shown, device)
+
+
+# ---- presets from real readings ---------------------------------------------------------------------
+#: This process's ``usedGpuMemory`` on the H200 after creating its CUDA context (driver 580.159.04).
+H200_CONTEXT = 545259520
+#: ... and after allocating a 512 MiB tensor.
+H200_CONTEXT_PLUS_512MIB = 1082130432
+#: A child process holding a 1 GiB tensor, as its own entry.
+H200_CHILD_1GIB = 1616904192
+#: ``torch.cuda.mem_get_info()`` total on the same H200: NVML v2 ``total - reserved``.
+H200_RUNTIME_TOTAL = H200_TOTAL - H200_RESERVED
+
+
+def h200_scenario(*, context: bool = False, **kwargs: Any) -> Scenario:
+    """One H200 as recorded (driver 580.159.04): v1 total 150754820096, free 150109880320, used 644939776;
+    v2 used 0, reserved 644939776. ``context=True`` adds this process's CUDA context (545259520 bytes)."""
+    sc = Scenario(devices=[ScriptedDevice()], **kwargs)
+    if context:
+        sc.allocate(H200_CONTEXT)
+    return sc
+
+
+def mig_scenario(**kwargs: Any) -> Scenario:
+    """An H200 with MIG on, split into a 3g.71gb and a 1g.18gb instance.
+
+    Instance sizes follow NVIDIA's H200 MIG profile names (not a recorded reading); the parent GPU is the
+    recorded H200. Per-instance usage lives in each instance's ``processes``.
+    """
+    parent = ScriptedDevice()
+    parent.mig = [
+        ScriptedDevice(name="NVIDIA H200 MIG 3g.71gb", total=71 * GiB, reserved=0,
+                       uuid="MIG-8f2c1a3e-4b5d-5e6f-8a9b-0c1d2e3f4a5b", pci_bus_id=parent.pci_bus_id),
+        ScriptedDevice(name="NVIDIA H200 MIG 1g.18gb", total=18 * GiB - 512 * MiB, reserved=0,
+                       uuid="MIG-1a2b3c4d-5e6f-5a7b-9c8d-7e6f5a4b3c2d", pci_bus_id=parent.pci_bus_id),
+    ]
+    return Scenario(devices=[parent], **kwargs)
+
+
+def wsl2_scenario(**kwargs: Any) -> Scenario:
+    """A GeForce RTX 4090 under WSL2: WDDM driver model, ``/dev/dxg`` present, a microsoft kernel.
+
+    The 24 GiB figure is the card's nominal size, not a recorded reading; what matters here is the shape
+    of NVML's answers under WDDM (no per-process figures).
+    """
+    sc = Scenario(devices=[ScriptedDevice(name="NVIDIA GeForce RTX 4090", total=24 * GiB, reserved=0,
+                                          uuid="GPU-7b6a5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d",
+                                          pci_bus_id="00000000:01:00.0", compute_capability=(8, 9))],
+                  wddm=True, **kwargs)
+    sc.files.setdefault("/dev/dxg", "")
+    sc.files.setdefault("/proc/sys/kernel/osrelease", "5.15.167.4-microsoft-standard-WSL2\n")
+    return sc
+
+
+__all__ = [
+    "H200_CHILD_1GIB", "H200_CONTEXT", "H200_CONTEXT_PLUS_512MIB", "H200_RUNTIME_TOTAL", "NVMLError",
+    "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedNvml", "h200_scenario",
+    "mig_scenario", "nvml_error", "wsl2_scenario",
+]

@@ -1,0 +1,30 @@
+"""devmem.units: sizes as people write them, and bytes as people read them."""
+
+from __future__ import annotations
+
+import pytest
+
+from devmem import GiB, MiB
+from devmem.units import format_size, parse_size
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("4096", 4096), ("16GiB", 16 * GiB), ("512MiB", 512 * MiB), ("1.5GB", 1_500_000_000), ("64 KiB", 65536),
+    ("2tib", 2 << 40), ("10B", 10), (".5GiB", GiB // 2), ("1.3GiB", int(1.3 * GiB)),
+])
+def test_sizes_with_binary_and_decimal_units_become_bytes(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "-1GiB", "1.5XB", "nan", "inf", "1e9", "16 Gi B", "1,5GB"])
+def test_text_that_is_not_a_size_is_refused_with_the_accepted_forms(text):
+    with pytest.raises(ValueError, match="KiB, MiB, GiB, TiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("nbytes, text", [
+    (125 * GiB + GiB // 2, "125.50 GiB"), (GiB // 4, "0.25 GiB"), (2 * MiB + MiB // 4, "2.25 MiB"),
+    (-1664342241, "-1.55 GiB"), (0, "0 B"), (512, "512 B"),
+])
+def test_format_size_picks_gib_mib_or_bytes(nbytes, text):
+    assert format_size(nbytes) == text

@@ -5,3 +5,24 @@ from devmem.testing.scenario import HostMemory, Scenario, ScriptedDevice, Script
 
 __all__ = ["HostMemory", "Scenario", "ScriptedAllocator", "ScriptedDevice", "ScriptedFiles", "ScriptedNvml",
            "h200_scenario", "mig_scenario", "wsl2_scenario"]
+
+# The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.
+_KIT = {
+    "Allocation": "devmem.testing.allocations",
+    "Capabilities": "devmem.testing.conformance",
+    "PlatformConformance": "devmem.testing.conformance",
+    "PlatformFixtures": "devmem.testing.conformance",
+    "HostFixtures": "devmem.testing.fixtures",
+    "ScriptedFixtures": "devmem.testing.fixtures",
+    "TorchFixtures": "devmem.testing.fixtures",
+    "scripted_fixtures": "devmem.testing.fixtures",
+}
+__all__ += sorted(_KIT)
+
+
+def __getattr__(name: str):
+    if name not in _KIT:
+        raise AttributeError(f"module 'devmem.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_KIT[name]), name)

@@ -1,7 +1,61 @@
-"""pytest plugin (entry point ``pytest11``): ``--devmem-platform NAME`` certifies an installed platform."""
+"""pytest plugin (entry point ``pytest11``): ``--devmem-platform NAME`` certifies an installed platform.
+
+``pytest --pyargs devmem.testing --devmem-platform nvml`` runs the conformance kit
+(:mod:`devmem.testing.test_installed_platform`) against the platform ``nvml`` on this machine. Without
+the option those tests skip. The plugin also prints the per-call and detection times that the kit
+records. It is loaded by every pytest run where devmem is installed, so it imports nothing but pytest.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+INSTALLED_MODULE = "devmem.testing.test_installed_platform"
+
+pytest.register_assert_rewrite("devmem.testing.conformance")
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("devmem")
     group.addoption("--devmem-platform", default=None, metavar="NAME",
                     help="run devmem's conformance kit against the installed platform NAME")
+
+
+def pytest_report_header(config):
+    name = config.getoption("devmem_platform", None)
+    if name:
+        return f"devmem: certifying the installed platform {name!r} ({INSTALLED_MODULE})"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("devmem_platform", None):
+        return
+    skip = pytest.mark.skip(reason="devmem's installed-platform conformance runs only with --devmem-platform NAME, "
+                                   "e.g. `pytest --pyargs devmem.testing --devmem-platform nvml`")
+    for item in items:
+        module = getattr(item, "module", None)
+        if getattr(module, "__name__", None) == INSTALLED_MODULE:
+            item.add_marker(skip)
+
+
+def _format(prop: str, value: object) -> str:
+    if prop == "devmem_call_seconds" and isinstance(value, dict):
+        return ", ".join(f"{member} {seconds * 1e6:.1f} us" for member, seconds in value.items())
+    if prop == "devmem_detect_seconds" and isinstance(value, (int, float)):
+        return f"resolution in a fresh process {value * 1e3:.0f} ms"
+    return ""
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for prop, value in getattr(report, "user_properties", ()):
+                text = _format(prop, value)
+                if text and getattr(report, "when", "call") == "call":
+                    lines.append(f"{'::'.join(report.nodeid.split('::')[:2])}: {text}")
+    if lines:
+        terminalreporter.write_sep("-", "devmem: time per call (median)")
+        for line in sorted(lines):
+            terminalreporter.write_line(line)

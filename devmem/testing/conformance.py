@@ -1,0 +1,422 @@
+"""The conformance kit: test classes a backend author combines with fixtures of their own.
+
+A backend's whole conformance file::
+
+    from devmem.testing import PlatformConformance, PlatformFixtures, Capabilities
+
+    class MyFixtures(PlatformFixtures):
+        @pytest.fixture
+        def platform(self):
+            return MyPlatform(lib=...)
+
+        @pytest.fixture
+        def capabilities(self):
+            return Capabilities(process_memory=True, integrated=False, pages_instead_of_failing=False)
+
+    class TestMine(PlatformConformance, MyFixtures):
+        pass
+
+Fixtures (override them in a subclass of :class:`PlatformFixtures`, which must come after
+``PlatformConformance`` in the bases):
+
+- ``platform`` (required): the platform under test, built with its vendor library passed in.
+- ``capabilities``: a :class:`Capabilities`, declared once; tests needing a capability that is off skip
+  with the reason. Default ``Capabilities()``: per-process memory, nothing allocatable.
+- ``allocate`` (when ``can_allocate``): a callable ``(nbytes, device) -> Allocation`` holding device
+  memory in this process until ``Allocation.free()``.
+- ``allocate_in_other_process`` (when ``other_process_allocation``): the same, held by another process.
+
+Ready-made mixins (:mod:`devmem.testing.fixtures`): ``HostFixtures`` (host memory, real allocations),
+``TorchFixtures`` (torch.cuda allocations on a real GPU), ``ScriptedFixtures`` and
+``scripted_fixtures(make_scenario, make_platform, **capabilities)`` for a backend driven by a
+:class:`~devmem.testing.Scenario`.
+
+Per-call and detection times are recorded as the tests' ``user_properties``
+(``devmem_call_seconds``, ``devmem_detect_seconds``); the pytest plugin prints them in the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from typing import Callable, Mapping
+
+import pytest
+
+import devmem
+from devmem.platform import Platform, describe
+from devmem.testing.allocations import Allocation
+from devmem.types import DevmemError, MemoryInfo, MiB, gib
+
+METHODS = ("device_memory_info", "get_process_memory_usage", "is_integrated_gpu", "pages_instead_of_failing")
+OPTIONAL = ("device_name", "process_memory_reason", "other_processes_memory", "memory_sources", "notes")
+BAD_INDICES = {"minus-one": -1, "count": "count", "string": "0", "float": 1.0}
+#: A device smaller than this is taken as figures in KiB or MiB instead of bytes.
+SMALLEST_PLAUSIBLE_TOTAL = 64 * MiB
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a platform can do, declared once; the kit checks the answers against it.
+
+    ``integrated`` and ``pages_instead_of_failing`` set to ``None`` are not compared with the
+    platform's answers (their consistency still is). ``granularity`` is how far a figure may stray
+    from an allocation's size (allocation granularity plus measurement noise). ``reasons`` maps a
+    capability's field name to why it is off; skipped tests show it.
+    """
+
+    process_memory: bool = True
+    integrated: bool | None = None
+    pages_instead_of_failing: bool | None = None
+    can_allocate: bool = False
+    other_process_allocation: bool = False
+    free_tracks_allocations: bool = False
+    granularity: int = 2 * MiB
+    allocation_size: int = 256 * MiB
+    max_call_seconds: float = 0.05
+    max_detect_seconds: float = 1.0
+    reasons: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        names = {f.name for f in fields(self)}
+        unknown = set(self.reasons) - names
+        if unknown:
+            raise ValueError(f"Capabilities.reasons names unknown capabilities: {sorted(unknown)}")
+
+    def require(self, *names: str) -> None:
+        """Skip the calling test, with the reason, unless every named capability is on."""
+        for name in names:
+            if not getattr(self, name):
+                pytest.skip(self.reasons.get(name) or f"the platform does not declare Capabilities({name}=True)")
+
+
+class PlatformFixtures:
+    """The fixtures the kit uses; subclass it and override what your backend provides."""
+
+    @pytest.fixture
+    def platform(self) -> Platform:
+        raise NotImplementedError(
+            "Provide a `platform` fixture returning the platform under test, built with its vendor library "
+            "passed in (e.g. `MyPlatform(lib=ScriptedLib(scenario))`), in a subclass of PlatformFixtures.")
+
+    @pytest.fixture
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
+
+    @pytest.fixture
+    def allocate(self) -> Callable[[int, int], Allocation]:
+        raise NotImplementedError(
+            "Provide an `allocate` fixture returning a callable (nbytes, device) -> devmem.testing.Allocation that "
+            "holds device memory in this process, or declare Capabilities(can_allocate=False).")
+
+    @pytest.fixture
+    def allocate_in_other_process(self) -> Callable[[int, int], Allocation]:
+        raise NotImplementedError(
+            "Provide an `allocate_in_other_process` fixture returning a callable (nbytes, device) -> "
+            "devmem.testing.Allocation whose memory another process holds, or declare "
+            "Capabilities(other_process_allocation=False).")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _devices(platform: Platform) -> range:
+    return range(platform.device_count())
+
+
+def _warm_up(allocate: Callable[[int, int], Allocation]) -> None:
+    """The first allocation may initialise the runtime (a CUDA context); make it before measuring."""
+    allocate(2 * MiB, 0).free()
+
+
+def _usage(platform: Platform) -> int:
+    used = platform.get_process_memory_usage(0)
+    assert used is not None, "get_process_memory_usage(0) returned None although Capabilities(process_memory=True)"
+    return used
+
+
+def _expect_change(what: str, change: int, expected: int, tolerance: int, hint: str) -> None:
+    assert abs(change - expected) <= tolerance, (
+        f"{what} changed by {change} bytes ({gib(change)}); expected {expected} bytes ({gib(expected)}) "
+        f"within {tolerance} bytes: {hint}")
+
+
+class PlatformConformance:
+    """What every devmem platform must do. Combine with your fixtures: ``class TestMine(PlatformConformance, MyFixtures)``."""
+
+    # ---- shape, types and units -------------------------------------------------------------------
+    def test_platform_satisfies_the_protocol(self, platform):
+        assert isinstance(platform, Platform), f"{platform!r} lacks members of devmem.Platform"
+        assert isinstance(platform.name, str) and platform.name, f"platform.name is {platform.name!r}, not a name"
+
+    def test_device_count_is_a_positive_int(self, platform):
+        count = platform.device_count()
+        assert _is_int(count), f"device_count() returned {count!r} ({type(count).__name__}), not an int"
+        assert count >= 1, f"device_count() returned {count}: a detected platform has at least one device"
+
+    def test_memory_info_is_int_bytes(self, platform):
+        for d in _devices(platform):
+            info = platform.device_memory_info(d)
+            assert isinstance(info, MemoryInfo), f"device_memory_info({d}) returned {info!r}, not a devmem.MemoryInfo"
+            for key, value in info._asdict().items():
+                assert _is_int(value), (f"device_memory_info({d}).{key} is {value!r} ({type(value).__name__}): "
+                                        "figures must be int bytes")
+
+    def test_total_is_in_bytes(self, platform):
+        for d in _devices(platform):
+            total = platform.device_memory_info(d).total
+            assert total >= SMALLEST_PLAUSIBLE_TOTAL, (
+                f"device_memory_info({d}).total is {total} bytes, less than 64 MiB: the figures are probably in "
+                "KiB or MiB instead of bytes (wrong units)")
+
+    def test_free_is_positive_and_at_most_total(self, platform):
+        for d in _devices(platform):
+            free, total = platform.device_memory_info(d)
+            assert 0 < free <= total, f"device_memory_info({d}) gave free={free}, total={total}: need 0 < free <= total"
+
+    def test_flags_are_bools(self, platform):
+        for d in _devices(platform):
+            for method in ("is_integrated_gpu", "pages_instead_of_failing"):
+                value = getattr(platform, method)(d)
+                assert isinstance(value, bool), f"{method}({d}) returned {value!r}, not a bool"
+
+    def test_describe_gives_json_for_every_device(self, platform):
+        for d in _devices(platform):
+            json.dumps(describe(platform, d).as_dict())
+
+    # ---- bad device indices -----------------------------------------------------------------------
+    @pytest.mark.parametrize("method", METHODS)
+    @pytest.mark.parametrize("bad", list(BAD_INDICES.values()), ids=list(BAD_INDICES))
+    def test_bad_index_raises_devmem_error(self, platform, method, bad):
+        index = platform.device_count() if bad == "count" else bad
+        try:
+            result = getattr(platform, method)(index)
+        except DevmemError:
+            return
+        except Exception as exc:
+            pytest.fail(f"{method}({index!r}) raised {type(exc).__name__}: {exc}, instead of devmem.DevmemError "
+                        "(the wrong error on a bad device index); call self.check_device(device) first")
+        pytest.fail(f"{method}({index!r}) returned {result!r} instead of raising devmem.DevmemError "
+                    "on a bad device index; call self.check_device(device) first")
+
+    def test_bad_index_error_names_the_valid_range(self, platform):
+        count = platform.device_count()
+        with pytest.raises(DevmemError) as info:
+            platform.device_memory_info(count)
+        assert str(count - 1) in str(info.value), (
+            f"the error for device index {count} does not name the valid range 0..{count - 1}: {info.value}")
+
+    # ---- what the platform says it is ---------------------------------------------------------------
+    def test_integrated_implies_pages_instead_of_failing(self, platform):
+        for d in _devices(platform):
+            if platform.is_integrated_gpu(d):
+                assert platform.pages_instead_of_failing(d), (
+                    f"is_integrated_gpu({d}) is True but pages_instead_of_failing({d}) is False: on an integrated "
+                    "device an over-subscription takes memory from the OS instead of failing")
+
+    def test_flags_match_declared_capabilities(self, platform, capabilities):
+        declared = {"is_integrated_gpu": capabilities.integrated,
+                    "pages_instead_of_failing": capabilities.pages_instead_of_failing}
+        if all(v is None for v in declared.values()):
+            pytest.skip("Capabilities(integrated=..., pages_instead_of_failing=...) are not declared")
+        for d in _devices(platform):
+            for method, expected in declared.items():
+                if expected is not None:
+                    got = getattr(platform, method)(d)
+                    assert got == expected, f"{method}({d}) returned {got!r}, but the capabilities declare {expected!r}"
+
+    def test_process_usage_is_none_only_where_declared(self, platform, capabilities):
+        for d in _devices(platform):
+            used = platform.get_process_memory_usage(d)
+            if not capabilities.process_memory:
+                assert used is None, (f"get_process_memory_usage({d}) returned {used!r} although the capabilities "
+                                      "declare process_memory=False")
+                explain = getattr(platform, "process_memory_reason", None)
+                if callable(explain):
+                    reason = explain(d)
+                    assert isinstance(reason, str) and reason, (
+                        f"get_process_memory_usage({d}) is None but process_memory_reason({d}) gives no reason: "
+                        f"{reason!r}")
+                continue
+            assert used is not None, (f"get_process_memory_usage({d}) returned None although the capabilities declare "
+                                      "process_memory=True")
+            assert _is_int(used), f"get_process_memory_usage({d}) returned {used!r} ({type(used).__name__}), not int bytes"
+            total = platform.device_memory_info(d).total
+            assert 0 <= used <= total, f"get_process_memory_usage({d}) = {used} bytes is outside 0..total ({total})"
+
+    def test_optional_members_return_documented_types(self, platform):
+        checks = {
+            "device_name": lambda v: isinstance(v, str) and v,
+            "process_memory_reason": lambda v: v is None or isinstance(v, str),
+            "other_processes_memory": lambda v: v is None or (isinstance(v, dict) and all(
+                _is_int(k) and _is_int(b) for k, b in v.items())),
+            "memory_sources": lambda v: isinstance(v, dict) and all(
+                isinstance(k, str) and isinstance(s, str) for k, s in v.items()),
+            "notes": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+        }
+        for d in _devices(platform):
+            for member, ok in checks.items():
+                fn = getattr(platform, member, None)
+                if callable(fn):
+                    value = fn(d)
+                    assert ok(value), f"{member}({d}) returned {value!r}, which is not of its documented type"
+
+    # ---- allocations --------------------------------------------------------------------------------
+    def test_process_usage_rises_by_an_allocation(self, platform, capabilities, request):
+        capabilities.require("process_memory", "can_allocate")
+        allocate = request.getfixturevalue("allocate")
+        _warm_up(allocate)
+        n = capabilities.allocation_size
+        before = _usage(platform)
+        with allocate(n, 0):
+            after = _usage(platform)
+        _expect_change("get_process_memory_usage(0)", after - before, n, capabilities.granularity,
+                       "process usage must rise by what this process allocates, in bytes")
+
+    def test_process_usage_falls_back_after_free(self, platform, capabilities, request):
+        capabilities.require("process_memory", "can_allocate")
+        allocate = request.getfixturevalue("allocate")
+        _warm_up(allocate)
+        before = _usage(platform)
+        allocate(capabilities.allocation_size, 0).free()
+        after = _usage(platform)
+        _expect_change("get_process_memory_usage(0) after allocating and freeing", after - before, 0,
+                       capabilities.granularity, "process usage must fall back once the memory is freed")
+
+    def test_free_falls_by_an_allocation(self, platform, capabilities, request):
+        capabilities.require("can_allocate", "free_tracks_allocations")
+        allocate = request.getfixturevalue("allocate")
+        _warm_up(allocate)
+        n = capabilities.allocation_size
+        before = platform.device_memory_info(0).free
+        with allocate(n, 0):
+            after = platform.device_memory_info(0).free
+        _expect_change("device_memory_info(0).free", before - after, n, capabilities.granularity,
+                       "free must fall by what an allocation takes, in bytes")
+
+    def test_other_process_allocation_is_not_counted(self, platform, capabilities, request):
+        capabilities.require("process_memory", "other_process_allocation")
+        allocate_elsewhere = request.getfixturevalue("allocate_in_other_process")
+        n = capabilities.allocation_size
+        before = _usage(platform)
+        with allocate_elsewhere(n, 0):
+            after = _usage(platform)
+        assert abs(after - before) <= capabilities.granularity, (
+            f"get_process_memory_usage(0) changed by {after - before} bytes when another process allocated {n} "
+            "bytes: another process's allocation was counted as this process's memory (counting other processes)")
+
+    def test_other_processes_memory_counts_the_other_allocation(self, platform, capabilities, request):
+        capabilities.require("other_process_allocation")
+        listing = getattr(platform, "other_processes_memory", None)
+        if not callable(listing) or listing(0) is None:
+            pytest.skip("the platform does not list other processes' memory (other_processes_memory is absent or None)")
+        allocate_elsewhere = request.getfixturevalue("allocate_in_other_process")
+        n = capabilities.allocation_size
+        before = sum(listing(0).values())
+        with allocate_elsewhere(n, 0) as held:
+            others = listing(0) or {}
+        assert sum(others.values()) - before >= n - capabilities.granularity, (
+            f"other_processes_memory(0) grew by {sum(others.values()) - before} bytes while process {held.pid} "
+            f"held {n} bytes: {others}")
+
+    # ---- concurrency and cost -------------------------------------------------------------------------
+    def test_eight_threads_get_consistent_answers(self, platform):
+        def answers() -> list[tuple]:
+            out = []
+            for d in _devices(platform):
+                free, total = platform.device_memory_info(d)
+                used = platform.get_process_memory_usage(d)
+                assert 0 < free <= total, f"a thread saw free={free}, total={total} on device {d}"
+                out.append((d, total, used is None, platform.is_integrated_gpu(d),
+                            platform.pages_instead_of_failing(d)))
+            return out
+
+        expected = answers()
+        barrier = threading.Barrier(8)
+
+        def work() -> set:
+            barrier.wait(timeout=30)
+            return {tuple(answers()) for _ in range(20)}
+
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(work) for _ in range(8)]
+        seen: set = set()
+        for future in futures:
+            exc = future.exception()
+            if exc is not None:
+                pytest.fail(f"a call raised {type(exc).__name__} while 8 threads called every method at once: {exc}")
+            seen |= future.result()
+        assert seen == {tuple(expected)}, (
+            f"8 threads calling every method at once got inconsistent answers (device, total, process is None, "
+            f"integrated, pages): expected {expected}, saw {sorted(seen)}")
+
+    def test_every_call_is_cheap(self, platform, capabilities, record_property):
+        calls: dict[str, Callable[[], object]] = {"device_count": platform.device_count}
+        for member in METHODS + OPTIONAL:
+            fn = getattr(platform, member, None)
+            if callable(fn):
+                calls[member] = lambda fn=fn: fn(0)
+        seconds: dict[str, float] = {}
+        for member, call in calls.items():
+            call()  # a first call may initialise lazily
+            samples: list[float] = []
+            while len(samples) < 25 and sum(samples) < 1.0:
+                start = time.perf_counter()
+                call()
+                samples.append(time.perf_counter() - start)
+            seconds[member] = statistics.median(samples)
+        record_property("devmem_call_seconds", seconds)
+        slow = {m: f"{s * 1e3:.1f} ms" for m, s in seconds.items() if s > capabilities.max_call_seconds}
+        assert not slow, (f"calls slower than {capabilities.max_call_seconds * 1e3:.0f} ms (median): {slow}; "
+                          "every call must stay cheap")
+
+    def test_detection_in_a_fresh_process_is_cheap(self, platform, capabilities, record_property):
+        registered = [c for c in devmem.platform_candidates() if c.name == platform.name]
+        if not registered:
+            pytest.skip(f"platform {platform.name!r} is not registered through the 'devmem' entry-point group here, "
+                        "so its detection cannot be run in a fresh process")
+        probe = run_detection_probe(registered[0].plugin)
+        record_property("devmem_detect_seconds", probe["seconds"])
+        assert platform.name in [c["name"] for c in probe["candidates"]], (
+            f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}")
+        assert not probe["torch"], "detection imported torch; detect() must be a cheap probe (no torch, no CUDA context)"
+        assert not probe["runtimes"], (f"detection loaded {probe['runtimes']} (the CUDA/HIP runtime or driver): it must "
+                                       "create no CUDA context; probe with NVML, amdsmi or sysfs instead")
+        assert probe["seconds"] <= capabilities.max_detect_seconds, (
+            f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "
+            f"than {capabilities.max_detect_seconds} s: detection must stay cheap")
+
+
+_PROBE = r"""
+import json, sys, time
+start = time.perf_counter()
+import devmem
+candidates = devmem.platform_candidates()
+seconds = time.perf_counter() - start
+try:
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+except OSError:
+    maps = ""
+runtimes = sorted({lib for lib in ("libcuda.so", "libcudart", "libamdhip64", "libhsa-runtime64") if lib in maps})
+print(json.dumps({"seconds": seconds, "torch": "torch" in sys.modules, "runtimes": runtimes,
+                  "candidates": [c.as_dict() for c in candidates]}))
+"""
+
+
+def run_detection_probe(plugin: str) -> dict:
+    """Resolve in a fresh interpreter with only ``plugin`` (and ``cpu``) loaded; report cost and side effects."""
+    env = {k: v for k, v in os.environ.items() if k != "DEVMEM_PLATFORM"}
+    env["DEVMEM_LOAD_PLUGINS"] = plugin
+    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"resolving with plugin {plugin!r} failed in a fresh process: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

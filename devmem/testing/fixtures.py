@@ -1,0 +1,157 @@
+"""Ready-made fixture mixins for the conformance kit: host memory, torch devices, scripted scenarios.
+
+A scripted backend's conformance file is one class::
+
+    class TestNvmlConformance(PlatformConformance, scripted_fixtures(
+            lambda: Scenario(),
+            lambda sc: NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ),
+            integrated=False, pages_instead_of_failing=False)):
+        pass
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from devmem.platform import Platform
+from devmem.testing.allocations import (
+    Allocation,
+    allocate_host,
+    allocate_host_in_subprocess,
+    allocate_torch,
+    allocate_torch_in_subprocess,
+)
+from devmem.testing.conformance import Capabilities, PlatformFixtures
+from devmem.testing.scenario import Scenario
+from devmem.types import MiB
+
+#: Host figures move with the interpreter's own heap and the page tables: allow this much noise.
+HOST_GRANULARITY = 32 * MiB
+#: torch's caching allocator and the driver round allocations; the first one also maps kernels.
+TORCH_GRANULARITY = 32 * MiB
+
+
+class HostFixtures(PlatformFixtures):
+    """Device memory is host RAM: real allocations with touched pages, here and in a child process."""
+
+    @pytest.fixture
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            integrated=True, pages_instead_of_failing=True, can_allocate=True, other_process_allocation=True,
+            granularity=HOST_GRANULARITY,
+            reasons={"free_tracks_allocations": "host memory is shared with every process on the machine, "
+                                                "so free moves with them"})
+
+    @pytest.fixture
+    def allocate(self) -> Callable[[int, int], Allocation]:
+        return allocate_host
+
+    @pytest.fixture
+    def allocate_in_other_process(self) -> Callable[[int, int], Allocation]:
+        return allocate_host_in_subprocess
+
+
+def torch_device_reason(platform: Platform) -> str | None:
+    """Why torch cannot allocate on ``platform``'s devices here, or ``None`` when it can."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed, so the kit cannot allocate device memory"
+    if not torch.cuda.is_available():
+        return "torch.cuda is not available (no CUDA/ROCm device or a CPU-only torch build)"
+    if torch.cuda.device_count() != platform.device_count():
+        return (f"torch sees {torch.cuda.device_count()} devices but {platform.name} sees "
+                f"{platform.device_count()}, so their indices cannot be matched")
+    return None
+
+
+class TorchFixtures(PlatformFixtures):
+    """Real device memory through torch.cuda (CUDA or ROCm builds), here and in a child process."""
+
+    @pytest.fixture
+    def capabilities(self, platform) -> Capabilities:
+        reason = torch_device_reason(platform)
+        reasons = {"free_tracks_allocations": "other processes may use the device meanwhile"}
+        if reason is not None:
+            reasons.update(can_allocate=reason, other_process_allocation=reason)
+        return Capabilities(can_allocate=reason is None, other_process_allocation=reason is None,
+                            granularity=TORCH_GRANULARITY, reasons=reasons)
+
+    @pytest.fixture
+    def allocate(self) -> Callable[[int, int], Allocation]:
+        return allocate_torch
+
+    @pytest.fixture
+    def allocate_in_other_process(self) -> Callable[[int, int], Allocation]:
+        return allocate_torch_in_subprocess
+
+
+def scenario_allocation(scenario: Scenario, nbytes: int, device: int = 0, pid: int | None = None) -> Allocation:
+    """``pid`` (this process by default) allocates ``nbytes`` on a scripted device until freed."""
+    pid = scenario.own_driver_pid if pid is None else pid
+    scenario.allocate(nbytes, device, pid=pid)
+    return Allocation(nbytes, device, pid, lambda: scenario.release(nbytes, device, pid=pid))
+
+
+class ScriptedFixtures(PlatformFixtures):
+    """A backend driven by a :class:`Scenario`: provide ``scenario`` and ``make_platform``.
+
+    Allocations go through the scenario (``Scenario.allocate(pid=...)``), so the scripted vendor
+    library sees them exactly as the driver would.
+    """
+
+    @pytest.fixture
+    def scenario(self) -> Scenario:
+        raise NotImplementedError(
+            "Provide a `scenario` fixture returning a fresh devmem.testing.Scenario of the machine to simulate.")
+
+    @pytest.fixture
+    def make_platform(self) -> Callable[[Scenario], Platform]:
+        raise NotImplementedError(
+            "Provide a `make_platform` fixture returning a callable that builds the platform under test from the "
+            "Scenario, e.g. `lambda sc: NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)`.")
+
+    @pytest.fixture
+    def platform(self, scenario, make_platform) -> Platform:
+        return make_platform(scenario)
+
+    @pytest.fixture
+    def capabilities(self) -> Capabilities:
+        return Capabilities(can_allocate=True, other_process_allocation=True, free_tracks_allocations=True)
+
+    @pytest.fixture
+    def allocate(self, scenario) -> Callable[[int, int], Allocation]:
+        return lambda nbytes, device=0: scenario_allocation(scenario, nbytes, device)
+
+    @pytest.fixture
+    def allocate_in_other_process(self, scenario) -> Callable[[int, int], Allocation]:
+        return lambda nbytes, device=0: scenario_allocation(scenario, nbytes, device, pid=scenario.other_pid)
+
+
+def scripted_fixtures(make_scenario: Callable[[], Scenario], make_platform: Callable[[Scenario], Platform],
+                      **capabilities: object) -> type[ScriptedFixtures]:
+    """A :class:`ScriptedFixtures` subclass for ``make_platform(make_scenario())``.
+
+    ``capabilities`` are :class:`Capabilities` fields; allocation here and in another process, and
+    free tracking allocations, are on unless given.
+    """
+    declared = Capabilities(**{"can_allocate": True, "other_process_allocation": True,
+                               "free_tracks_allocations": True, **capabilities})
+    build = make_platform
+
+    class Fixtures(ScriptedFixtures):
+        @pytest.fixture
+        def scenario(self) -> Scenario:
+            return make_scenario()
+
+        @pytest.fixture
+        def make_platform(self) -> Callable[[Scenario], Platform]:
+            return build
+
+        @pytest.fixture
+        def capabilities(self) -> Capabilities:
+            return declared
+
+    return Fixtures

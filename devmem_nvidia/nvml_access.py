@@ -6,6 +6,8 @@ Everything takes an :class:`NvmlSession`, which wraps the ``pynvml`` module (or 
 
 Public names:
 
+- ``session_for(nvml=None) -> NvmlSession``: the process-wide session of the real pynvml, or a new one
+  around an injected module
 - ``NvmlSession(nvml=None)``: ``.nvml`` (the initialised module; ``None`` imports ``pynvml`` lazily),
   ``.call(name, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
   ``.driver_version()``, ``.shutdown()``
@@ -19,6 +21,7 @@ Public names:
   ``running_processes(session, handle) -> dict[int, ProcessEntry]`` (both lists, deduplicated by PID),
   ``find_process(session, handle, pids) -> ProcessEntry | None`` (compute list first, graphics only if needed)
 - ``device_uuid(session, handle)``, ``device_pci_bus_id(session, handle)``, ``device_name(session, handle)``,
+  ``device_minor(session, handle)``,
   ``is_mig_handle(session, handle)``, ``driver_model(session, handle) -> int | None``
 - The visible-device mapping (``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` -> handles) is in
   :mod:`devmem_nvidia.visible`; PID-namespace handling in :mod:`devmem_nvidia.pidns`.
@@ -182,6 +185,22 @@ class NvmlSession:
                     log.debug("devmem: nvmlShutdown failed: %s", exc)
 
 
+_shared: NvmlSession | None = None
+_shared_lock = threading.Lock()
+
+
+def session_for(nvml: Any = None) -> NvmlSession:
+    """The process-wide session of the real ``pynvml`` when ``nvml`` is None (NVML initialised once for
+    every backend and probe), else a new session around the injected module."""
+    global _shared
+    if nvml is not None:
+        return NvmlSession(nvml)
+    with _shared_lock:
+        if _shared is None:
+            _shared = NvmlSession()
+        return _shared
+
+
 def _is_nvml_error(module: Any, exc: BaseException) -> bool:
     classes = tuple(c for c in (getattr(module, "NVMLError", None), getattr(module, "NVMLLibraryMismatchError", None))
                     if isinstance(c, type))
@@ -343,6 +362,14 @@ def normalise_bus_id(bus_id: str) -> str:
     return bus_id
 
 
+def device_minor(session: NvmlSession, handle: Any) -> int | None:
+    """The ``/dev/nvidia<N>`` minor number; ``None`` where NVML does not say (Windows, some VMs)."""
+    try:
+        return int(session.call("nvmlDeviceGetMinorNumber", handle))
+    except NvmlCallError:
+        return None
+
+
 def is_mig_handle(session: NvmlSession, handle: Any) -> bool:
     try:
         return bool(_int(session.call("nvmlDeviceIsMigDeviceHandle", handle)))
@@ -361,7 +388,7 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 
 __all__ = [
     "COMPUTE_CALLS", "GRAPHICS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
-    "NvmlUnavailable", "ProcessEntry", "compute_processes", "device_name", "device_pci_bus_id", "device_uuid",
+    "NvmlUnavailable", "ProcessEntry", "session_for", "compute_processes", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
     "driver_model", "error_name", "find_process", "graphics_processes", "is_mig_handle", "normalise_bus_id",
     "read_memory", "running_processes",
 ]

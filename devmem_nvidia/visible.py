@@ -19,12 +19,14 @@ Rules, as the CUDA runtime applies them:
   unset and when the GPU is named by index or ``GPU-`` UUID.
 
 Public names: ``VisibleDevice``, ``NvmlGpu``, ``enumerate_gpus(session)``, ``cuda_order(gpus, environ)``,
-``select_visible(gpus, environ)``, ``visible_devices(session, environ)``.
+``select_visible(gpus, environ)``, ``visible_devices(session, environ)``, ``DeviceTable(session, environ)``
+(the list, built once on first use, thread-safe).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -139,3 +141,23 @@ def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str]) -> list[Visi
 def visible_devices(session: NvmlSession, environ: Mapping[str, str]) -> list[VisibleDevice]:
     """The CUDA runtime's devices for ``environ``, each with its NVML handle."""
     return select_visible(enumerate_gpus(session), environ)
+
+
+class DeviceTable:
+    """The CUDA devices of ``environ``, enumerated once on first use (as CUDA reads its variables once)."""
+
+    def __init__(self, session: NvmlSession, environ: Mapping[str, str]):
+        self._session = session
+        self._environ = environ
+        self._devices: list[VisibleDevice] | None = None
+        self._lock = threading.Lock()
+
+    def devices(self) -> list[VisibleDevice]:
+        """Raises ``NvmlUnavailable``/``NvmlCallError`` (both ``DevmemError``) when NVML cannot enumerate."""
+        devices = self._devices
+        if devices is None:
+            with self._lock:
+                if self._devices is None:
+                    self._devices = visible_devices(self._session, self._environ)
+                devices = self._devices
+        return devices

@@ -277,6 +277,10 @@ class ScriptedNvml:
         self._enter("nvmlDeviceGetIndex")
         return self._nvidia().index(handle.device)
 
+    def nvmlDeviceGetMinorNumber(self, handle: ScriptedHandle) -> int:
+        self._enter("nvmlDeviceGetMinorNumber")
+        return self._nvidia().index(handle.device)
+
     def nvmlDeviceGetName(self, handle: ScriptedHandle) -> str:
         self._enter("nvmlDeviceGetName")
         return self._device(handle).name

@@ -109,6 +109,7 @@ class ScriptedFiles:
         table = dict(sc.files)
         table["/proc/meminfo"] = sc.host.meminfo_text()
         table["/proc/self/status"] = sc.proc_self_status()
+        table.setdefault("/proc/self/maps", sc.proc_self_maps())
         for dev in sc.devices:
             if dev.vendor != "amd":
                 continue
@@ -243,6 +244,21 @@ class Scenario:
         if self.driver_pid is not None and self.nspid_visible and self.driver_pid != self.pid:
             ns = [self.driver_pid, self.pid]
         return f"Name:\tpython3\nPid:\t{self.pid}\nNSpid:\t" + "\t".join(map(str, ns)) + "\n"
+
+    def proc_self_maps(self) -> str:
+        """The NVIDIA lines of ``/proc/self/maps``: ``libcuda`` and ``/dev/nvidia<minor>`` for each NVIDIA
+        device (minor = its position among NVIDIA devices) where this process holds memory."""
+        nvidia = [i for i, d in enumerate(self.devices) if d.vendor == "nvidia"]
+        pid = self.own_driver_pid
+        held = [minor for minor, i in enumerate(nvidia)
+                if self.usage.get(pid, {}).get(i) or any(m.processes.get(pid) for m in self.devices[i].mig)]
+        if not held:
+            return "55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1048 /usr/bin/python3.11\n"
+        lines = ["7f1c40000000-7f1c40200000 r-xp 00000000 08:01 2048 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
+                 "7f1c50000000-7f1c50001000 rw-s 00000000 00:05 512 /dev/nvidiactl"]
+        lines += [f"7f1c6{minor}000000-7f1c6{minor}001000 rw-s 00000000 00:05 {600 + minor} /dev/nvidia{minor}"
+                  for minor in held]
+        return "\n".join(lines) + "\n"
 
     @property
     def fs(self) -> ScriptedFiles:

@@ -1,0 +1,236 @@
+"""The ``nvml`` platform: discrete NVIDIA GPUs, whole or MIG instances, in or out of containers.
+
+- ``device_memory_info``: NVML memory info v2, ``free = free`` and ``total = total - reserved`` (what
+  ``cudaMemGetInfo`` reports), without creating a CUDA context; v1 on drivers without v2.
+- ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
+  NVML lists driver-side (host) PIDs; this process is looked up under its outer PID from ``NSpid``, or
+  under the PID learned once from distinctive allocations (:mod:`devmem_nvidia.pidns`). A process that
+  maps no NVIDIA device holds 0 bytes. Otherwise ``None``, with the reason in ``process_memory_reason``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Mapping
+
+from devmem.host import REAL_FILES, Files
+from devmem.platform import PlatformBase
+from devmem.types import Detection, DevmemError, MemoryInfo, gib
+from devmem_nvidia.nvml_access import (
+    MemoryReading,
+    NvmlCallError,
+    NvmlSession,
+    device_minor,
+    device_name,
+    find_process,
+    read_memory,
+    running_processes,
+    session_for,
+)
+from devmem_nvidia.pidns import CudaDriverAllocator, DeviceAllocator, learn_driver_pid, maps_nvidia_device, namespace_pids
+from devmem_nvidia.visible import DeviceTable, VisibleDevice
+
+log = logging.getLogger("devmem.nvidia")
+
+
+def device_memory(session: NvmlSession, platform: str, device: int, dev: VisibleDevice) -> MemoryReading:
+    """NVML's reading for a visible device, NVML errors raised as a :class:`DevmemError` that says what to do."""
+    try:
+        return read_memory(session, dev.handle)
+    except NvmlCallError as exc:
+        raise DevmemError(f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. "
+                          "Check the GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
+
+
+def integrated_devices(session: NvmlSession) -> list[str]:
+    """Names of the NVML devices whose memory info is not supported: integrated parts (GB10, Jetson Thor)."""
+    out = []
+    for index in range(session.device_count()):
+        handle = session.handle_by_index(index)
+        try:
+            read_memory(session, handle)
+        except NvmlCallError as exc:
+            if exc.error != "NotSupported":
+                raise
+            out.append(device_name(session, handle))
+    return out
+
+
+def detect_nvml(nvml: Any = None) -> Detection:
+    """NVML loads and lists at least one discrete GPU; integrated parts are left to the uma platform."""
+    session = session_for(nvml)
+    found, reason = session.probe()
+    if not found:
+        return Detection(False, reason)
+    try:
+        integrated = integrated_devices(session)
+        count = session.device_count()
+    except DevmemError as exc:
+        return Detection(False, f"{reason}, but {exc}")
+    if integrated and len(integrated) == count:
+        return Detection(False, f"integrated: left to the uma platform ({', '.join(integrated)}: "
+                                "NVML reports no device memory)")
+    driver = session.driver_version()
+    return Detection(True, reason + (f", driver {driver}" if driver else ""))
+
+
+class NvmlPlatform(PlatformBase):
+    """Discrete NVIDIA GPUs through NVML. See the module docstring.
+
+    ``nvml``: the pynvml module or a scripted one (``None``: import pynvml lazily, shared by the process);
+    ``files``: the /proc boundary; ``environ``: where ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` come from;
+    ``allocator``: the runtime boundary used to learn this process's driver-side PID (default: the CUDA
+    driver, only where this process already has a context); ``learn_pid=False`` never allocates.
+    """
+
+    name = "nvml"
+
+    def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None,
+                 allocator: DeviceAllocator | None = None, learn_pid: bool = True):
+        self._session = session_for(nvml)
+        self._files = files
+        self._environ = os.environ if environ is None else environ
+        self._table = DeviceTable(self._session, self._environ)
+        self._allocator = allocator if allocator is not None else CudaDriverAllocator(files)
+        self._learn_pid = learn_pid
+        self._lock = threading.Lock()
+        self._ns_pids: list[int] | None = None
+        self._learned: int | None = None
+        self._learn_note: str | None = None
+        self._reasons: dict[int, str] = {}
+        self._names: dict[int, str] = {}
+
+    # ---- devices -------------------------------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self._table.devices())
+
+    def _visible(self, device: int) -> VisibleDevice:
+        return self._table.devices()[self.check_device(device)]
+
+    def device_memory_info(self, device: int = 0) -> MemoryInfo:
+        reading = device_memory(self._session, self.name, device, self._visible(device))
+        return MemoryInfo(free=reading.free, total=reading.runtime_total)
+
+    def is_integrated_gpu(self, device: int = 0) -> bool:
+        self.check_device(device)
+        return False
+
+    def pages_instead_of_failing(self, device: int = 0) -> bool:
+        self.check_device(device)
+        return False
+
+    # ---- this process --------------------------------------------------------------------------
+    def _driver_pids(self) -> list[int]:
+        """The PIDs to look for: the learned one, else the outermost from NSpid, else our own."""
+        if self._learned is not None:
+            return [self._learned]
+        if self._ns_pids is None:
+            self._ns_pids = namespace_pids(self._files) or [os.getpid()]
+        return self._ns_pids[:1]
+
+    def _unknown(self, device: int, reason: str) -> None:
+        self._reasons[device] = reason
+        log.debug("devmem: %s: no per-process figure for device %d: %s", self.name, device, reason)
+        return None
+
+    def _holds_context(self, dev: VisibleDevice) -> bool:
+        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
+        return maps_nvidia_device(self._files, minor) is not False
+
+    def _try_learning(self, device: int) -> None:
+        with self._lock:
+            if not self._learn_pid or self._learn_note is not None:
+                return
+            handle = self._visible(device).handle
+
+            def usage() -> dict[int, int | None]:
+                return {pid: e.used for pid, e in running_processes(self._session, handle).items()}
+
+            try:
+                self._learned, self._learn_note = learn_driver_pid(usage, self._allocator, device)
+            except NvmlCallError as exc:
+                self._learn_note = f"cannot learn the driver-side PID: {exc}"
+
+    def get_process_memory_usage(self, device: int = 0) -> int | None:
+        dev = self._visible(device)
+        try:
+            entry = find_process(self._session, dev.handle, self._driver_pids())
+            if entry is None and self._holds_context(dev):
+                self._try_learning(device)
+                if self._learned is not None:
+                    entry = find_process(self._session, dev.handle, [self._learned])
+                if entry is None:
+                    return self._unknown(device, self._not_listed(dev))
+        except NvmlCallError as exc:
+            return self._unknown(device, f"NVML could not list the processes on this device: {exc}")
+        if entry is None:
+            self._reasons.pop(device, None)
+            return 0  # this process maps no NVIDIA device here: it holds nothing on it
+        if entry.used is None:
+            where = f"MIG instance {dev.uuid}" if dev.mig else "this device"
+            return self._unknown(device, f"NVML lists this process on {where} but reports its memory as not "
+                                         "available (some MIG and container setups need more privileges)")
+        self._reasons.pop(device, None)
+        return entry.used
+
+    def _not_listed(self, dev: VisibleDevice) -> str:
+        pids = namespace_pids(self._files) or [os.getpid()]
+        learned = f"; {self._learn_note}" if self._learn_note else ""
+        return (f"this process (PID {pids[-1]}) uses {dev.uuid} but is not in NVML's process list: NVML lists the "
+                f"driver's (host's) PIDs and this PID namespace hides them{learned}. "
+                "Run the container with --pid=host to get per-process figures")
+
+    def process_memory_reason(self, device: int = 0) -> str | None:
+        self.check_device(device)
+        return self._reasons.get(device)
+
+    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
+        dev = self._visible(device)
+        try:
+            entries = running_processes(self._session, dev.handle)
+        except NvmlCallError:
+            return None
+        own = set(self._driver_pids())
+        if not own & entries.keys() and self._holds_context(dev):
+            return None  # this process is somewhere in the list under a PID we do not know
+        others = {pid: e.used for pid, e in entries.items() if pid not in own}
+        if any(used is None for used in others.values()):
+            return None
+        return {pid: int(used) for pid, used in others.items() if used is not None}
+
+    # ---- for people ----------------------------------------------------------------------------
+    def device_name(self, device: int = 0) -> str:
+        dev = self._visible(device)
+        if device not in self._names:
+            try:
+                self._names[device] = device_name(self._session, dev.handle)
+            except NvmlCallError:
+                return f"NVIDIA {dev.uuid}"
+        return self._names[device]
+
+    def memory_sources(self, device: int = 0) -> dict[str, str]:
+        reading = device_memory(self._session, self.name, device, self._visible(device))
+        if reading.reserved is None:
+            return {"free": "NVML memory info v1 free",
+                    "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)"}
+        return {"free": "NVML memory info v2 free",
+                "total": f"NVML memory info v2 total - reserved ({gib(reading.reserved)} kept by the driver)"}
+
+    def notes(self, device: int = 0) -> list[str]:
+        dev = self._visible(device)
+        out = []
+        if dev.mig:
+            out.append(f"MIG instance {dev.uuid} of {dev.parent_uuid}: memory figures are the instance's")
+        if "CUDA_VISIBLE_DEVICES" in self._environ or "CUDA_DEVICE_ORDER" in self._environ:
+            out.append(f"CUDA device {device} is {dev.uuid} at PCI {dev.pci_bus_id}")
+        ns = namespace_pids(self._files)
+        if self._learned is not None:
+            out.append(f"PID namespace: the driver sees this process as PID {self._learned} ({self._learn_note})")
+        elif len(ns) > 1:
+            out.append(f"PID namespace: this process is PID {ns[-1]} here and PID {ns[0]} outside (NSpid)")
+        driver = self._session.driver_version()
+        if driver:
+            out.append(f"NVIDIA driver {driver}")
+        return out

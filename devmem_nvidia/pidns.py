@@ -1,0 +1,187 @@
+"""Finding this process in NVML's process lists, which carry the PIDs of the driver's (host's) namespace.
+
+Three sources, cheapest first:
+
+1. ``/proc/self/status`` ``NSpid``: when this namespace's ``/proc`` was mounted from an outer namespace,
+   the line lists the outer PID first (``NSpid: 81234 17``); that outer PID is the one to look for.
+2. ``/proc/self/maps``: whether this process maps ``/dev/nvidiaN`` at all. A process that maps no NVIDIA
+   device holds no device memory there, so "not listed" then means 0 bytes, not "unknown".
+3. Learning: allocate a distinctive number of bytes through the CUDA driver and see whose usage moved
+   by exactly that much; repeat with a second size; the one PID that matched both times is this process's
+   driver-side PID. This makes per-process accounting work in a container without ``--pid=host``.
+
+Public names: ``namespace_pids(files)``, ``maps_nvidia_device(files, minor)``, ``DeviceAllocator``,
+``CudaDriverAllocator``, ``LEARN_SIZES``, ``learn_driver_pid(read_usage, allocator, device)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+from typing import Any, Callable, Mapping, Protocol
+
+from devmem.host import REAL_FILES, Files
+from devmem.types import MiB
+
+log = logging.getLogger("devmem.nvidia")
+
+#: Two sizes no allocator produces by chance together: multiples of the driver's 2 MiB page.
+LEARN_SIZES = (42 * MiB, 26 * MiB)
+
+_NVIDIA_DEV = re.compile(r"/dev/nvidia(\d+)\s*$")
+
+
+def namespace_pids(files: Files = REAL_FILES) -> list[int]:
+    """This process's PIDs from ``/proc/self/status`` ``NSpid``, outermost visible first (``[]`` if unknown)."""
+    try:
+        text = files.read_text("/proc/self/status")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            try:
+                return [int(x) for x in line.split()[1:]]
+            except ValueError:
+                return []
+    return []
+
+
+def maps_nvidia_device(files: Files = REAL_FILES, minor: int | None = None) -> bool | None:
+    """Whether this process maps ``/dev/nvidia<minor>`` (any NVIDIA GPU when ``minor`` is None).
+
+    ``None`` when ``/proc/self/maps`` cannot be read.
+    """
+    try:
+        text = files.read_text("/proc/self/maps")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        m = _NVIDIA_DEV.search(line)
+        if m and (minor is None or int(m.group(1)) == minor):
+            return True
+    return False
+
+
+class DeviceAllocator(Protocol):
+    """The runtime boundary PID learning allocates through (scripted in tests by ``ScriptedAllocator``)."""
+
+    def available(self, device: int) -> tuple[bool, str]: ...
+
+    def allocate(self, device: int, nbytes: int) -> Any: ...
+
+    def free(self, token: Any) -> None: ...
+
+
+class CudaDriverAllocator:
+    """``cuMemAlloc``/``cuMemFree`` on the device's primary context, through ``libcuda`` (ctypes).
+
+    Used only when this process has already loaded ``libcuda`` and the device's primary context is
+    active (what torch, vLLM, llama.cpp... use), so it never creates a context or imports torch; with
+    ``create_context=True`` the caller allows creating one. Raw driver allocations bypass any caching
+    allocator, so usage moves by exactly the bytes asked for, and is given back at once.
+    """
+
+    def __init__(self, files: Files = REAL_FILES, *, create_context: bool = False, library: str = "libcuda.so.1"):
+        self._files = files
+        self._create_context = create_context
+        self._library = library
+        self._cuda: Any = None
+
+    def _lib(self) -> Any:
+        if self._cuda is None:
+            self._cuda = ctypes.CDLL(self._library)
+        return self._cuda
+
+    def _check(self, what: str, rc: int) -> None:
+        if rc != 0:
+            raise OSError(f"{what} returned CUDA error {rc}")
+
+    def _device(self, device: int) -> ctypes.c_int:
+        cuda = self._lib()
+        self._check("cuInit", cuda.cuInit(0))
+        dev = ctypes.c_int()
+        self._check("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), device))
+        return dev
+
+    def available(self, device: int) -> tuple[bool, str]:
+        if not self._create_context:
+            try:
+                maps = self._files.read_text("/proc/self/maps")
+            except OSError as exc:
+                return False, f"cannot read /proc/self/maps: {exc}"
+            if "libcuda.so" not in maps:
+                return False, "this process has not loaded the CUDA driver"
+        try:
+            dev = self._device(device)
+            flags, active = ctypes.c_uint(), ctypes.c_int()
+            self._check("cuDevicePrimaryCtxGetState",
+                        self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))
+        except OSError as exc:
+            return False, f"CUDA driver unusable: {exc}"
+        if not active.value and not self._create_context:
+            return False, f"no active CUDA context on device {device}"
+        return True, "CUDA driver primary context"
+
+    def allocate(self, device: int, nbytes: int) -> Any:
+        cuda = self._lib()
+        dev = self._device(device)
+        ctx, ptr, old = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p()
+        self._check("cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+        try:
+            self._check("cuCtxPushCurrent", cuda.cuCtxPushCurrent_v2(ctx))
+            try:
+                self._check("cuMemAlloc", cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)))
+            finally:
+                cuda.cuCtxPopCurrent_v2(ctypes.byref(old))
+        except OSError:
+            cuda.cuDevicePrimaryCtxRelease_v2(dev)
+            raise
+        return dev, ctx, ptr
+
+    def free(self, token: Any) -> None:
+        dev, ctx, ptr = token
+        cuda, old = self._lib(), ctypes.c_void_p()
+        cuda.cuCtxPushCurrent_v2(ctx)
+        try:
+            self._check("cuMemFree", cuda.cuMemFree_v2(ptr))
+        finally:
+            cuda.cuCtxPopCurrent_v2(ctypes.byref(old))
+            cuda.cuDevicePrimaryCtxRelease_v2(dev)
+
+
+def learn_driver_pid(read_usage: Callable[[], Mapping[int, int | None]], allocator: DeviceAllocator,
+                     device: int, sizes: tuple[int, ...] = LEARN_SIZES) -> tuple[int | None, str]:
+    """Find this process's driver-side PID: the one entry whose usage moved by exactly each of ``sizes``.
+
+    ``read_usage()`` returns the device's process list as PID -> bytes. Returns ``(pid, how)`` or
+    ``(None, why not)``; never raises for a failed allocation or an ambiguous answer.
+    """
+    ok, why = allocator.available(device)
+    if not ok:
+        return None, f"cannot learn the driver-side PID: {why}"
+    matched: set[int] | None = None
+    for size in sizes:
+        before = read_usage()
+        try:
+            token = allocator.allocate(device, size)
+        except (OSError, RuntimeError, MemoryError) as exc:
+            return None, f"cannot learn the driver-side PID: allocating {size} bytes failed: {exc}"
+        try:
+            after = read_usage()
+        finally:
+            allocator.free(token)
+        moves = {pid: used - (before.get(pid) or 0) for pid, used in after.items() if used is not None}
+        exact = {pid for pid, moved in moves.items() if moved == size}
+        matched = exact if matched is None else matched & exact
+        if not matched:
+            seen = ", ".join(f"PID {pid}: {moved:+d}" for pid, moved in sorted(moves.items()) if moved) or "none"
+            return None, (f"cannot learn the driver-side PID: no process's usage moved by exactly {size} bytes "
+                          f"(moves seen: {seen})")
+    assert matched is not None
+    if len(matched) > 1:
+        return None, f"cannot learn the driver-side PID: PIDs {sorted(matched)} all moved by exactly {list(sizes)}"
+    pid = matched.pop()
+    how = f"learned from allocations of {' and '.join(str(s) for s in sizes)} bytes"
+    log.debug("devmem: this process is PID %d to the NVIDIA driver (%s)", pid, how)
+    return pid, how

@@ -1,0 +1,132 @@
+"""The ``wsl2`` platform: NVIDIA GPUs under the Windows display driver model (WSL2, native Windows WDDM).
+
+Under WDDM the Windows kernel, not the NVIDIA driver, manages device memory: NVML cannot attribute
+memory to processes, and an over-subscribed allocation is paged to host RAM instead of failing, so a
+caching allocator never frees its cache and retries. Device memory comes from NVML where it answers,
+else from the CUDA runtime's ``mem_get_info`` (called lazily, only then).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Callable, Mapping
+
+from devmem.host import REAL_FILES, Files
+from devmem.platform import PlatformBase
+from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem_nvidia.nvml_access import NvmlCallError, device_name, driver_model, read_memory, session_for
+from devmem_nvidia.visible import DeviceTable
+
+log = logging.getLogger("devmem.nvidia")
+
+WDDM_REASON = "WDDM does not report per-process memory"
+NVML_DRIVER_WDDM = 0
+
+
+def wsl_marker(files: Files = REAL_FILES) -> str | None:
+    """What says this is WSL2 (``/dev/dxg``, or a kernel release naming microsoft/WSL), or ``None``."""
+    if files.exists("/dev/dxg"):
+        return "/dev/dxg"
+    try:
+        release = files.read_text("/proc/sys/kernel/osrelease").strip()
+    except OSError:
+        return None
+    if "microsoft" in release.lower() or "wsl" in release.lower():
+        return f"kernel {release}"
+    return None
+
+
+def detect_wsl2(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.platform) -> Detection:
+    """WSL2 (``/dev/dxg``, microsoft kernel) or native Windows with a WDDM device, with NVML listing a GPU."""
+    marker = wsl_marker(files) if system != "win32" else None
+    if system != "win32" and marker is None:
+        return Detection(False, "not WSL2: no /dev/dxg and the kernel release names neither microsoft nor WSL")
+    session = session_for(nvml)
+    found, reason = session.probe()
+    if not found:
+        return Detection(False, f"{marker or 'Windows'}, but {reason}")
+    if marker is not None:
+        return Detection(True, f"WSL2 ({marker}); {reason}")
+    try:
+        handles = [session.handle_by_index(i) for i in range(session.device_count())]
+    except DevmemError as exc:
+        return Detection(False, f"Windows, but {exc}")
+    if any(driver_model(session, h) == NVML_DRIVER_WDDM for h in handles):
+        return Detection(True, f"Windows with the WDDM driver model; {reason}")
+    return Detection(False, "Windows, but no device uses the WDDM driver model (TCC/MCDM: the nvml platform applies)")
+
+
+def _torch_mem_get_info(device: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.mem_get_info(device)
+
+
+class WslPlatform(PlatformBase):
+    """NVIDIA under WDDM. ``mem_get_info(device) -> (free, total)`` is the runtime fallback (torch's by default)."""
+
+    name = "wsl2"
+
+    def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None,
+                 mem_get_info: Callable[[int], tuple[int, int]] | None = None):
+        self._session = session_for(nvml)
+        self._files = files
+        self._table = DeviceTable(self._session, os.environ if environ is None else environ)
+        self._mem_get_info = mem_get_info or _torch_mem_get_info
+        self._sources: dict[int, str] = {}
+
+    def device_count(self) -> int:
+        return len(self._table.devices())
+
+    def device_memory_info(self, device: int = 0) -> MemoryInfo:
+        dev = self._table.devices()[self.check_device(device)]
+        try:
+            reading = read_memory(self._session, dev.handle)
+        except NvmlCallError as exc:
+            log.debug("devmem: wsl2: NVML memory info failed on device %d (%s); asking the CUDA runtime", device, exc)
+            try:
+                free, total = self._mem_get_info(device)
+            except Exception as rt_exc:  # the runtime's own error type varies (RuntimeError, torch errors)
+                raise DevmemError(f"wsl2: cannot read the memory of device {device}: NVML said {exc.error} and "
+                                  f"the CUDA runtime said {type(rt_exc).__name__}: {rt_exc}") from rt_exc
+            self._sources[device] = f"the CUDA runtime's mem_get_info (NVML: {exc.error})"
+            return MemoryInfo(free=int(free), total=int(total))
+        self._sources[device] = f"NVML memory info v{reading.version}"
+        return MemoryInfo(free=reading.free, total=reading.runtime_total)
+
+    def get_process_memory_usage(self, device: int = 0) -> int | None:
+        self.check_device(device)
+        return None
+
+    def process_memory_reason(self, device: int = 0) -> str | None:
+        self.check_device(device)
+        return WDDM_REASON
+
+    def is_integrated_gpu(self, device: int = 0) -> bool:
+        self.check_device(device)
+        return False
+
+    def pages_instead_of_failing(self, device: int = 0) -> bool:
+        self.check_device(device)
+        return True
+
+    def device_name(self, device: int = 0) -> str:
+        dev = self._table.devices()[self.check_device(device)]
+        try:
+            return device_name(self._session, dev.handle)
+        except NvmlCallError:
+            return f"NVIDIA {dev.uuid}"
+
+    def memory_sources(self, device: int = 0) -> dict[str, str]:
+        if device not in self._sources:
+            self.device_memory_info(device)
+        source = self._sources[device]
+        return {"free": source, "total": source + (" total - reserved" if "v2" in source else "")}
+
+    def notes(self, device: int = 0) -> list[str]:
+        self.check_device(device)
+        return ["WDDM: the driver pages over-subscribed memory to host RAM instead of failing an allocation; "
+                "release the allocator cache before large allocations",
+                WDDM_REASON]

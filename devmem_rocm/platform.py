@@ -1,0 +1,218 @@
+"""The ``rocm`` platform: discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi.
+
+- ``free``/``total``: VRAM used and total from ``amdsmi_get_gpu_memory_usage``/``_total`` with
+  ``AmdSmiMemoryType.VRAM``; ``free = total - used``. amdsmi's VRAM total is the KFD figure that
+  ``hipMemGetInfo`` (``torch.cuda.mem_get_info``) reports as total.
+- this process: ``memory_usage.vram_mem`` of its entry in ``amdsmi_get_gpu_process_list`` (the list of
+  dicts of amdsmi >= 6.2), or through the older two-step API (process handles, then
+  ``amdsmi_get_gpu_process_info``). amdsmi finds processes by scanning ``/proc/<pid>/fdinfo`` in this
+  PID namespace, so this process is listed under ``os.getpid()`` and is absent only while it holds no
+  memory on that GPU (0 bytes). Processes of other users are listed only to root.
+- amdsmi documents that process figures are valid once 1 s has passed since it started; the first
+  process query waits out what is left of that second (usually nothing: a model loads first).
+- device indices are HIP's (:mod:`devmem_rocm.visible`), matched to amdsmi's GPUs by PCI address and
+  serial, never by amdsmi's index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable, Mapping
+
+from devmem.platform import PlatformBase
+from devmem.types import Detection, DevmemError, MemoryInfo, gib
+from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
+from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, real_session
+from devmem_rocm.visible import Selection, select_visible
+
+log = logging.getLogger("devmem.rocm")
+
+#: amdsmi's documented delay before process figures are valid, seconds after it starts.
+PROCESS_FIGURES_VALID_AFTER = 1.0
+#: Memory in use that no listed process accounts for, above which the notes say so.
+_UNATTRIBUTED_NOTE = 1 << 30
+
+
+def _session(amdsmi: Any, clock: Callable[[], float], sleep: Callable[[float], None]) -> AmdsmiSession:
+    return real_session() if amdsmi is None else AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
+
+
+def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list[AmdGpu], Selection, str]:
+    """Every HIP-numbered GPU in HIP order, the visible ones, and how the order was decided."""
+    ordered, order_rule = hip_order(read_gpus(session))
+    return ordered, select_visible(ordered, environ), order_rule
+
+
+class RocmPlatform(PlatformBase):
+    """AMD GPUs through amdsmi. ``amdsmi`` is the amdsmi module (default: the real one, imported silently),
+    ``environ`` the environment holding the ``*_VISIBLE_DEVICES`` variables (default ``os.environ``);
+    ``clock``/``sleep`` time the wait for valid process figures."""
+
+    name = "rocm"
+
+    def __init__(self, *, amdsmi: Any = None, environ: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self._smi = _session(amdsmi, clock, sleep)
+        self._environ = os.environ if environ is None else environ
+        try:
+            _, self._selection, self._order_rule = _inventory(self._smi, self._environ)
+        except DevmemError as exc:
+            raise DevmemError(f"rocm: cannot list AMD GPUs through amdsmi: {exc}") from exc
+        for conflict in self._selection.conflicts:
+            log.warning("devmem: %s", conflict)
+        self._process_reason: dict[int, str | None] = {}
+        self._process_api = "amdsmi_get_gpu_process_list"
+
+    # ---- required members ------------------------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self._selection.devices)
+
+    def _gpu(self, device: int) -> AmdGpu:
+        return self._selection.devices[self.check_device(device)]
+
+    def _vram(self, gpu: AmdGpu) -> tuple[int, int]:
+        vram = self._smi.module.AmdSmiMemoryType.VRAM
+        total = self._smi.call("amdsmi_get_gpu_memory_total", gpu.handle, vram)
+        used = self._smi.call("amdsmi_get_gpu_memory_usage", gpu.handle, vram)
+        return int(total), int(used)
+
+    def device_memory_info(self, device: int = 0) -> MemoryInfo:
+        gpu = self._gpu(device)
+        try:
+            total, used = self._vram(gpu)
+        except DevmemError as exc:
+            raise DevmemError(f"rocm: cannot read the VRAM of device {device}, {gpu.label}: {exc}. "
+                              "Check that `amd-smi metric -m` can read it") from exc
+        return MemoryInfo(free=max(0, total - used), total=total)
+
+    def get_process_memory_usage(self, device: int = 0) -> int | None:
+        table = self._processes(device)
+        if table is None:
+            return None
+        used = table.get(os.getpid(), 0)
+        if used is None:
+            self._process_reason[device] = "amdsmi lists this process without a VRAM figure (N/A)"
+        return used
+
+    def is_integrated_gpu(self, device: int = 0) -> bool:
+        return self._gpu(device).apu
+
+    def pages_instead_of_failing(self, device: int = 0) -> bool:
+        return self._gpu(device).apu
+
+    # ---- processes -------------------------------------------------------------------------------
+    def _processes(self, device: int) -> dict[int, int | None] | None:
+        """PID -> VRAM bytes (``None`` where amdsmi has no figure); ``None`` when amdsmi cannot list them."""
+        gpu = self._gpu(device)
+        try:
+            self._smi.settle(PROCESS_FIGURES_VALID_AFTER)
+            table = self._entries(gpu, self._smi.call("amdsmi_get_gpu_process_list", gpu.handle))
+        except DevmemError as exc:
+            hint = " (run as root, or as the user that owns the processes)" if "NO_PERM" in str(exc) else ""
+            self._process_reason[device] = f"amdsmi cannot list the processes on {gpu.label}: {exc}{hint}"
+            return None
+        self._process_reason[device] = None
+        return table
+
+    def _entries(self, gpu: AmdGpu, raw: Any) -> dict[int, int | None]:
+        table: dict[int, int | None] = {}
+        for item in raw:
+            if isinstance(item, Mapping):
+                info = item
+            else:  # amdsmi 6.0/6.1: a process handle (its PID), then one call per process
+                self._process_api = "amdsmi_get_gpu_process_list + amdsmi_get_gpu_process_info"
+                try:
+                    info = self._smi.call("amdsmi_get_gpu_process_info", gpu.handle, item)
+                except AmdsmiCallError as exc:
+                    if int(getattr(item, "value", -1)) == os.getpid():
+                        raise
+                    log.debug("devmem: skipping a process that amdsmi cannot describe (it may have exited): %s", exc)
+                    continue
+            try:
+                pid = int(info["pid"])
+                vram = info["memory_usage"]["vram_mem"]
+            except (KeyError, TypeError, ValueError) as exc:  # one odd entry never breaks the list
+                log.debug("devmem: skipping an amdsmi process entry %r: %s", info, exc)
+                continue
+            known = isinstance(vram, int) and table.get(pid, 0) is not None
+            table[pid] = (table.get(pid) or 0) + vram if known else None
+        return table
+
+    # ---- optional members ------------------------------------------------------------------------
+    def device_name(self, device: int = 0) -> str:
+        return self._gpu(device).market_name
+
+    def process_memory_reason(self, device: int = 0) -> str | None:
+        self.check_device(device)
+        return self._process_reason.get(device)
+
+    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
+        table = self._processes(device)
+        if table is None:
+            return None
+        own = os.getpid()
+        return {pid: used for pid, used in table.items() if pid != own and used is not None}
+
+    def memory_sources(self, device: int = 0) -> dict[str, str]:
+        self.check_device(device)
+        return {
+            "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
+            "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
+            "process": f"{self._process_api}: memory_usage.vram_mem of this process",
+        }
+
+    def notes(self, device: int = 0) -> list[str]:
+        gpu = self._gpu(device)
+        notes = [f"gfx target {gpu.gfx_target}; HIP device {device} is {gpu.bdf} (amdsmi processor "
+                 f"{gpu.smi_index}), from {self._selection.rule}; HIP order by {self._order_rule}"]
+        notes += list(self._selection.conflicts)
+        if gpu.apu:
+            notes.append(f"integrated GPU (APU: {gpu.apu_reason}): its memory is host memory and these VRAM "
+                         "figures are only its carve-out; the uma platform reports it (DEVMEM_PLATFORM=uma)")
+        if "GPU_DEVICE_ORDINAL" in self._environ:
+            notes.append("GPU_DEVICE_ORDINAL is set; devmem does not apply it: prefer ROCR_VISIBLE_DEVICES")
+        unattributed = self._unattributed(device, gpu)
+        if unattributed is not None and unattributed >= _UNATTRIBUTED_NOTE:
+            notes.append(f"{gib(unattributed)} in use is not attributed to any listed process: amdsmi lists "
+                         "only processes whose /proc/<pid>/fdinfo this user can read (all of them as root), "
+                         "and the driver holds some memory itself")
+        return notes
+
+    def _unattributed(self, device: int, gpu: AmdGpu) -> int | None:
+        table = self._processes(device)
+        try:
+            _, used = self._vram(gpu)
+        except DevmemError:
+            return None
+        if table is None:
+            return None
+        return used - sum(v for v in table.values() if v is not None)
+
+
+def detect(*, amdsmi: Any = None, environ: Mapping[str, str] | None = None) -> Detection:
+    """Found when amdsmi loads and reports at least one visible AMD GPU that is not an APU."""
+    try:
+        session = _session(amdsmi, time.monotonic, time.sleep)
+        everything, selection, _ = _inventory(session, os.environ if environ is None else environ)
+    except DevmemError as exc:
+        return Detection(False, str(exc))
+    if not everything:
+        return Detection(False, "amdsmi reports no AMD GPU")
+    if not selection.devices:
+        return Detection(False, f"amdsmi reports {len(everything)} AMD GPU(s), none visible after {selection.rule}")
+    discrete = [g for g in selection.devices if not g.apu]
+    apus = [g for g in selection.devices if g.apu]
+    if not discrete:
+        return Detection(False, f"amdsmi reports only APUs ({', '.join(g.label for g in apus)}): unified "
+                                "memory is left to the uma platform")
+    version = getattr(session.module, "__version__", None)
+    reason = f"amdsmi{' ' + version if version else ''}: {len(discrete)} discrete AMD GPU(s): "
+    reason += ", ".join(g.market_name for g in discrete)
+    if apus:
+        reason += f"; the APU {', '.join(g.market_name for g in apus)} is left to the uma platform"
+    return Detection(True, reason)
+
+
+__all__ = ["PROCESS_FIGURES_VALID_AFTER", "RocmPlatform", "detect"]

@@ -1,0 +1,92 @@
+"""A vendor backend shipped as a separate wheel (tests/vendor_wheel, ``devmem-acme``).
+
+Built into a real wheel and installed with devmem into a throwaway virtual environment, offline and
+without build isolation (pluggy, psutil and pytest come from this machine through
+``--system-site-packages``). No entry point is patched: devmem finds the wheel as it would in the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENDOR = REPO / "tests" / "vendor_wheel"
+IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS", "VIRTUAL_ENV")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1", PYTHONDONTWRITEBYTECODE="1", **extra)
+    return env
+
+
+def _run(cmd: list[str | Path], cwd: Path, **extra: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=_env(**extra), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def _devmem_source(dest: Path) -> Path:
+    """A copy of this repository's distribution, so building it writes nothing into the working tree."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, dest / name)
+    for pkg in REPO.iterdir():
+        if pkg.name.startswith("devmem") and (pkg / "__init__.py").exists():
+            shutil.copytree(pkg, dest / pkg.name, ignore=IGNORE)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def vendor_env(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vendor_wheel")
+    source = root / "devmem-acme"
+    shutil.copytree(VENDOR, source, ignore=IGNORE)
+    pip = [sys.executable, "-m", "pip"]
+    _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", root / "wheels", source], root)
+    (wheel,) = (root / "wheels").glob("devmem_acme-*.whl")
+    venv = root / "venv"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], root)
+    python = venv / "bin" / "python"
+    _run(pip + ["--python", python, "install", "--no-deps", "--no-build-isolation", "--ignore-installed",
+                _devmem_source(root / "devmem-src"), wheel], root)
+    return {"python": python, "devmem": venv / "bin" / "devmem", "venv": venv, "source": source, "wheel": wheel}
+
+
+def test_wheel_and_devmem_are_imported_from_the_environment(vendor_env):
+    done = _run([vendor_env["python"], "-c", "import devmem, devmem_acme; print(devmem.__file__); "
+                                             "print(devmem_acme.__file__)"], vendor_env["venv"])
+    for path in done.stdout.split():
+        assert Path(path).is_relative_to(vendor_env["venv"]), f"{path} is not installed in the throwaway environment"
+
+
+def test_plugins_lists_the_vendor_platform_with_its_distribution(vendor_env):
+    candidates = json.loads(_run([vendor_env["devmem"], "plugins", "--json"], vendor_env["venv"]).stdout)
+    acme = [c for c in candidates if c["name"] == "acme"]
+    assert len(acme) == 1, candidates
+    assert acme[0]["plugin"] == "acme"
+    assert (acme[0]["distribution"], acme[0]["version"]) == ("devmem-acme", "0.3.1")
+    assert acme[0]["detected"] and acme[0]["priority"] == 50
+
+
+def test_devmem_platform_selects_the_vendor_platform(vendor_env):
+    info = json.loads(_run([vendor_env["devmem"], "info", "--json"], vendor_env["venv"], DEVMEM_PLATFORM="acme").stdout)
+    assert info["platform"] == "acme"
+    assert "DEVMEM_PLATFORM" in info["chosen_because"]
+    assert [d["name"] for d in info["devices"]] == ["ACME reference accelerator (host memory)"]
+
+
+def test_vendor_conformance_file_passes_where_the_wheel_is_installed(vendor_env):
+    done = _run([vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                 "tests/test_acme_conformance.py"], cwd=vendor_env["source"])
+    assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout
+    assert "not registered" not in done.stdout, "the kit did not find acme through its entry point: " + done.stdout

@@ -94,11 +94,18 @@ class HostMemory:
         return "".join(f"{key + ':':<16}{value // KiB:>8} kB\n" for key, value in rows.items())
 
 
+def _kernel_bus_id(bus_id: str) -> str:
+    """``00000000:C6:00.0`` (NVML's form) -> ``0000:c6:00.0`` (the kernel's)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}"
+
+
 class ScriptedFiles:
     """The filesystem boundary (``read_text``, ``exists``, ``listdir``) served from a scenario.
 
     ``/proc/meminfo`` and ``/proc/self/status`` are computed live; other paths come from
-    ``scenario.files`` (path -> text) and from the AMD devices' sysfs entries.
+    ``scenario.files`` (path -> text) and from the AMD devices' sysfs entries and this process's amdgpu
+    DRM fdinfo (``/proc/self/fdinfo/<100 + device>``, present while it holds memory there).
     """
 
     def __init__(self, scenario: "Scenario"):
@@ -109,6 +116,7 @@ class ScriptedFiles:
         table = dict(sc.files)
         table["/proc/meminfo"] = sc.host.meminfo_text()
         table["/proc/self/status"] = sc.proc_self_status()
+        table["/proc/self/fdinfo/0"] = "pos:\t0\nflags:\t02\n"  # stdin: a process always has descriptors
         table.setdefault("/proc/self/maps", sc.proc_self_maps())
         for dev in sc.devices:
             if dev.vendor != "amd":
@@ -116,11 +124,19 @@ class ScriptedFiles:
             base = f"/sys/class/drm/card{dev.card}/device"
             used = sc.device_used(sc.devices.index(dev))
             table[f"{base}/vendor"] = "0x1002\n"
+            table[f"{base}/uevent"] = f"DRIVER=amdgpu\nPCI_SLOT_NAME={_kernel_bus_id(dev.pci_bus_id)}\n"
             table[f"{base}/mem_info_vram_total"] = f"{dev.total}\n"
             table[f"{base}/mem_info_vram_used"] = f"{used if not dev.integrated else dev.base_used}\n"
             if dev.gtt_total:
                 table[f"{base}/mem_info_gtt_total"] = f"{dev.gtt_total}\n"
                 table[f"{base}/mem_info_gtt_used"] = f"{dev.gtt_used}\n"
+            index = sc.devices.index(dev)
+            held = sc.usage.get(sc.own_driver_pid, {}).get(index, 0)
+            if held:  # this process's DRM client on the card, as amdgpu's fdinfo shows it
+                region = "gtt" if dev.integrated and dev.gtt_total else "vram"
+                rows = {"drm-driver": "amdgpu", "drm-client-id": str(100 + index),
+                        "drm-pdev": _kernel_bus_id(dev.pci_bus_id), f"drm-memory-{region}": f"{held // KiB} KiB"}
+                table[f"/proc/self/fdinfo/{100 + index}"] = "".join(f"{k}:\t{v}\n" for k, v in rows.items())
         return table
 
     def read_text(self, path: str) -> str:

@@ -194,7 +194,10 @@ class NvmlPlatform(PlatformBase):
             return None
         own = set(self._driver_pids())
         if not own & entries.keys() and self._holds_context(dev):
-            return None  # this process is somewhere in the list under a PID we do not know
+            self._try_learning(device)
+            own = set(self._driver_pids())
+            if not own & entries.keys():
+                return None  # this process is somewhere in the list under a PID we do not know
         others = {pid: e.used for pid, e in entries.items() if pid not in own}
         if any(used is None for used in others.values()):
             return None

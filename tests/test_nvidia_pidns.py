@@ -1,0 +1,162 @@
+"""Finding this process in NVML's lists when its PID namespace is not the driver's."""
+
+from __future__ import annotations
+
+from devmem import MiB
+from devmem.testing import ScriptedAllocator, ScriptedNvml, h200_scenario
+from devmem.testing.nvml import H200_CONTEXT
+from devmem_nvidia import NvmlPlatform
+from devmem_nvidia.pidns import LEARN_SIZES, learn_driver_pid, maps_nvidia_device, namespace_pids
+
+HOST_PID = 81234
+CHILD = 5151
+
+
+def contained(*, nspid_visible: bool, **kwargs):
+    """This process holds its H200 context under host PID 81234, which its own namespace does not show."""
+    sc = h200_scenario(driver_pid=HOST_PID, nspid_visible=nspid_visible, **kwargs)
+    sc.allocate(H200_CONTEXT)
+    return sc
+
+
+def platform_for(sc, allocator=None, **kwargs):
+    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ,
+                        allocator=allocator or ScriptedAllocator(sc), **kwargs)
+
+
+def test_nspid_lists_outer_pid_first():
+    sc = contained(nspid_visible=True)
+    assert namespace_pids(sc.fs) == [HOST_PID, sc.pid]
+
+
+def test_process_is_found_under_its_nspid_outer_pid():
+    sc = contained(nspid_visible=True)
+    assert platform_for(sc, learn_pid=False).get_process_memory_usage(0) == H200_CONTEXT
+
+
+def test_nspid_note_names_both_pids():
+    sc = contained(nspid_visible=True)
+    assert any(str(HOST_PID) in n and "NSpid" in n for n in platform_for(sc).notes(0))
+
+
+def test_hidden_pid_without_learning_is_none():
+    sc = contained(nspid_visible=False)
+    assert platform_for(sc, learn_pid=False).get_process_memory_usage(0) is None
+
+
+def test_hidden_pid_reason_says_what_to_do():
+    sc = contained(nspid_visible=False)
+    platform = platform_for(sc, learn_pid=False)
+    platform.get_process_memory_usage(0)
+    assert "--pid=host" in platform.process_memory_reason(0)
+
+
+def test_hidden_pid_is_learned_from_distinctive_allocations():
+    sc = contained(nspid_visible=False)
+    assert platform_for(sc).get_process_memory_usage(0) == H200_CONTEXT
+
+
+def test_learned_pid_is_named_in_the_notes():
+    sc = contained(nspid_visible=False)
+    platform = platform_for(sc)
+    platform.get_process_memory_usage(0)
+    assert any(f"PID {HOST_PID}" in n for n in platform.notes(0))
+
+
+def test_learning_allocates_once_per_size_and_never_again():
+    sc = contained(nspid_visible=False)
+    allocator = ScriptedAllocator(sc)
+    platform = platform_for(sc, allocator)
+    platform.get_process_memory_usage(0)
+    platform.get_process_memory_usage(0)
+    assert allocator.allocations == list(LEARN_SIZES)
+
+
+def test_learning_gives_back_what_it_allocated():
+    sc = contained(nspid_visible=False)
+    platform_for(sc).get_process_memory_usage(0)
+    assert sc.processes(0) == {HOST_PID: H200_CONTEXT}
+
+
+def test_learned_pid_excludes_a_cotenant():
+    sc = contained(nspid_visible=False)
+    sc.allocate(2 * H200_CONTEXT, pid=CHILD)
+    platform = platform_for(sc)
+    platform.get_process_memory_usage(0)
+    assert platform.other_processes_memory(0) == {CHILD: 2 * H200_CONTEXT}
+
+
+def test_rounded_allocation_does_not_teach_a_pid():
+    sc = contained(nspid_visible=False)
+    allocator = ScriptedAllocator(sc, moves={LEARN_SIZES[0]: LEARN_SIZES[0] + 2 * MiB})
+    assert platform_for(sc, allocator).get_process_memory_usage(0) is None
+
+
+def test_failed_learning_is_explained():
+    sc = contained(nspid_visible=False)
+    allocator = ScriptedAllocator(sc, moves={LEARN_SIZES[0]: LEARN_SIZES[0] + 2 * MiB})
+    platform = platform_for(sc, allocator)
+    platform.get_process_memory_usage(0)
+    assert "moved by exactly" in platform.process_memory_reason(0)
+
+
+def test_learning_needs_an_existing_context():
+    sc = contained(nspid_visible=False)
+    platform = platform_for(sc, ScriptedAllocator(sc, available=False))
+    platform.get_process_memory_usage(0)
+    assert "no CUDA context" in platform.process_memory_reason(0)
+
+
+def test_second_match_must_agree_with_the_first():
+    sc = h200_scenario()
+    first = LEARN_SIZES[0]
+
+    class TwoMovers:
+        """Another process happens to move by exactly the first size, and this process by both."""
+
+        def available(self, device):
+            return True, "scripted"
+
+        def allocate(self, device, nbytes):
+            sc.allocate(nbytes, pid=HOST_PID)
+            if nbytes == first:
+                sc.allocate(nbytes, pid=CHILD)
+            return nbytes
+
+        def free(self, nbytes):
+            sc.release(nbytes, pid=HOST_PID)
+
+    pid, _ = learn_driver_pid(lambda: sc.processes(0), TwoMovers(), 0)
+    assert pid == HOST_PID
+
+
+def test_two_processes_moving_identically_teach_nothing():
+    sc = h200_scenario()
+
+    class Twins:
+        def available(self, device):
+            return True, "scripted"
+
+        def allocate(self, device, nbytes):
+            sc.allocate(nbytes, pid=HOST_PID)
+            sc.allocate(nbytes, pid=CHILD)
+            return nbytes
+
+        def free(self, nbytes):
+            sc.release(nbytes, pid=HOST_PID)
+            sc.release(nbytes, pid=CHILD)
+
+    assert learn_driver_pid(lambda: sc.processes(0), Twins(), 0)[0] is None
+
+
+def test_maps_show_which_device_is_held():
+    sc = contained(nspid_visible=False)
+    assert (maps_nvidia_device(sc.fs, 0), maps_nvidia_device(sc.fs, 1)) == (True, False)
+
+
+def test_unreadable_maps_are_unknown():
+    class NoMaps:
+        def read_text(self, path):
+            raise PermissionError(path)
+
+    assert maps_nvidia_device(NoMaps(), 0) is None

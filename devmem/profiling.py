@@ -1,0 +1,244 @@
+"""Memory snapshots, the profile window and the release of the allocator cache (DESIGN.md, "Profiling").
+
+torch is never imported here: a process that has not imported torch holds no torch memory, and importing it
+would itself grow the process. The torch figures come from ``torch.cuda`` (CUDA and ROCm builds) when the
+process has imported torch and it sees a device; otherwise they are 0 and the results say why.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterator
+
+from devmem.platform import Platform
+from devmem.plugins import current_platform
+from devmem.types import MiB, NotEnoughMemoryError
+from devmem.units import format_size
+
+log = logging.getLogger("devmem.profiling")
+
+#: A device-wide change that differs from this process's own by this much is logged as a warning.
+WARN_DIFFERENCE = 128 * MiB
+
+
+def _torch_cuda(platform: Platform) -> tuple[Any, str | None]:
+    """``(torch.cuda, None)`` when torch manages this platform's device memory here, else ``(None, why not)``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None, "torch is not imported in this process, so it holds no device memory"
+    if not torch.cuda.is_available():
+        return None, (f"torch {torch.__version__} sees no CUDA/ROCm device (CPU-only build or no device visible): "
+                      "its allocator figures (allocated, reserved, peak) are 0, not measured")
+    if platform.name == "cpu":
+        return None, "the cpu platform's device is host memory, which torch's CUDA allocator does not manage"
+    return torch.cuda, None
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """Device memory at one moment: the platform's figures and this process's torch allocator figures, in bytes.
+
+    ``process`` is this process's device memory, ``None`` where the platform cannot attribute memory to
+    processes. ``torch_measured`` says whether torch's allocator was consulted; ``notes`` say why not.
+    Subtracting two snapshots gives their differences (``process`` is ``None`` unless both have it).
+    """
+
+    device: int
+    free: int
+    total: int
+    process: int | None
+    torch_allocated: int = 0
+    torch_reserved: int = 0
+    torch_peak: int = 0
+    timestamp: float = 0.0
+    torch_measured: bool = False
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def measure(cls, device: int = 0, platform: Platform | None = None) -> "MemorySnapshot":
+        """Read the platform's free/total/process figures and torch's allocated/reserved/peak for ``device``."""
+        platform = platform if platform is not None else current_platform()
+        info = platform.device_memory_info(device)
+        process = platform.get_process_memory_usage(device)
+        notes = []
+        if process is None:
+            why = getattr(platform, "process_memory_reason", lambda d: None)(device)
+            notes.append(f"{platform.name} cannot attribute device memory to processes"
+                         + (f": {why}" if why else ""))
+        cuda, why_not = _torch_cuda(platform)
+        allocated = reserved = peak = 0
+        if cuda is not None:
+            allocated = cuda.memory_allocated(device)
+            reserved = cuda.memory_reserved(device)
+            peak = cuda.max_memory_allocated(device)
+        else:
+            notes.append(why_not)
+        return cls(device, info.free, info.total, process, allocated, reserved, peak, time.time(),
+                   cuda is not None, tuple(notes))
+
+    @property
+    def used(self) -> int:
+        """Device memory in use by anyone: ``total - free``."""
+        return self.total - self.free
+
+    def __sub__(self, other: "MemorySnapshot") -> "MemorySnapshot":
+        if not isinstance(other, MemorySnapshot):
+            return NotImplemented
+        if other.device != self.device:
+            raise ValueError(f"cannot subtract a snapshot of device {other.device} from one of device {self.device}")
+        process = None if self.process is None or other.process is None else self.process - other.process
+        return MemorySnapshot(
+            self.device, self.free - other.free, self.total - other.total, process,
+            self.torch_allocated - other.torch_allocated, self.torch_reserved - other.torch_reserved,
+            self.torch_peak - other.torch_peak, self.timestamp - other.timestamp,
+            self.torch_measured and other.torch_measured, self.notes,
+        )
+
+
+def release_allocator_cache(device: int = 0) -> int:
+    """Collect garbage, then give torch's cached, unused device blocks back to the driver; return the bytes released.
+
+    Engines call it right before allocating the KV cache, on every path (pinned included). Returns 0, and logs
+    why, when torch is not imported, sees no device, or has not initialised CUDA in this process.
+    """
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        why = ("torch is not imported" if torch is None else
+               "torch sees no CUDA/ROCm device" if not torch.cuda.is_available() else
+               "torch has not initialised CUDA in this process")
+        log.info("devmem: no allocator cache to release on device %d: %s; released bytes not measured", device, why)
+        return 0
+    before = torch.cuda.memory_reserved(device)
+    torch.cuda.empty_cache()
+    released = max(0, before - torch.cuda.memory_reserved(device))
+    log.info("devmem: released %s of cached allocator blocks on device %d", format_size(released), device)
+    return released
+
+
+def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Platform | None = None) -> None:
+    """Fail at start when free memory is below what this engine requests.
+
+    Co-tenants that together ask for more than the device has must fail loudly, not shrink each other silently.
+    Raises :class:`~devmem.NotEnoughMemoryError` naming the device, both figures and the utilization that fits.
+    """
+    if snapshot.free >= requested:
+        return
+    platform = platform if platform is not None else current_platform()
+    name = getattr(platform, "device_name", lambda d: f"{platform.name}:{d}")(snapshot.device)
+    fits = snapshot.free / snapshot.total
+    held = (f"other processes hold {format_size(snapshot.used - snapshot.process)}" if snapshot.process is not None
+            else f"{format_size(snapshot.used)} is in use")
+    raise NotEnoughMemoryError(
+        f"device {snapshot.device} ({name}): free memory at start, {format_size(snapshot.free)}, is less than the "
+        f"requested {format_size(requested)} ({requested / snapshot.total:.3f} of the total "
+        f"{format_size(snapshot.total)}); {held}. Lower the utilization to at most {fits:.3f}, or stop processes "
+        "using the device",
+        {"free": snapshot.free, "requested": requested, "total": snapshot.total, "process": snapshot.process,
+         "utilization_that_fits": fits},
+    )
+
+
+@dataclass
+class ProfileResult:
+    """What a profile window measured, in bytes. Filled when the ``memory_profiling`` block exits.
+
+    - ``total_consumed``: this process's own growth since ``baseline`` when both snapshots carry it
+      (``process_scoped``), else the device-wide drop of free memory; never below 0.
+    - ``device_wide_consumed``: the drop of free memory since ``baseline``, whoever caused it.
+    - ``other_processes_delta``: device-wide minus own (``None`` when not process-scoped); may be negative.
+    - ``torch_peak_increase``: torch's peak in the window above what it held when the window opened.
+    - ``transient_peak_bytes``: the part of torch's peak that the process no longer holds (headroom the KV
+      cache must leave).
+    - ``non_torch_increase``: growth outside torch's allocator.
+    - ``non_kv_cache_memory``: ``total_consumed + transient_peak_bytes``.
+    - ``released_cache_bytes``: what the allocator cache gave back on exit.
+    """
+
+    baseline: MemorySnapshot
+    weights_memory: int = 0
+    before_profile: MemorySnapshot | None = None
+    after_profile: MemorySnapshot | None = None
+    total_consumed: int = 0
+    process_scoped: bool = False
+    device_wide_consumed: int = 0
+    other_processes_delta: int | None = None
+    torch_peak_increase: int = 0
+    transient_peak_bytes: int = 0
+    non_torch_increase: int = 0
+    non_kv_cache_memory: int = 0
+    released_cache_bytes: int = 0
+    torch_measured: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def plan_inputs(self) -> dict[str, int | None]:
+        """Keyword arguments for :func:`devmem.sizing.plan_kv_cache` from what was measured."""
+        others = self.other_processes_delta
+        return {
+            "consumed": self.total_consumed,
+            "weights": self.weights_memory,
+            "activation_peak": self.transient_peak_bytes,
+            "non_torch": self.non_torch_increase,
+            "other_processes": None if others is None else max(0, others),
+            "released_cache": self.released_cache_bytes,
+        }
+
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("baseline", "before_profile", "after_profile")}
+
+
+def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot, platform: Platform) -> None:
+    baseline = result.baseline
+    result.after_profile = after
+    result.device_wide_consumed = baseline.free - after.free
+    result.process_scoped = baseline.process is not None and after.process is not None
+    if result.process_scoped:
+        own = after.process - baseline.process
+        result.other_processes_delta = result.device_wide_consumed - own
+        if abs(result.other_processes_delta) >= WARN_DIFFERENCE:
+            log.warning(
+                "devmem: while profiling device %d, free memory dropped by %s but this process grew by %s: other "
+                "processes moved %s; sizing uses this process's own %s", after.device,
+                format_size(result.device_wide_consumed), format_size(own),
+                format_size(result.other_processes_delta), format_size(own))
+    else:
+        own = result.device_wide_consumed
+        result.notes.append(f"{platform.name} gives no per-process figure: total_consumed is the device-wide drop of "
+                            "free memory, which also counts what other processes allocated or freed meanwhile")
+    if own < 0:
+        result.notes.append(f"memory fell by {format_size(-own)} over the window; total_consumed is taken as 0")
+    result.total_consumed = max(0, own)
+    result.torch_measured = before.torch_measured and after.torch_measured
+    result.torch_peak_increase = max(0, after.torch_peak - before.torch_allocated)
+    result.transient_peak_bytes = max(0, after.torch_peak - after.torch_reserved)
+    result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
+    result.non_kv_cache_memory = result.total_consumed + result.transient_peak_bytes
+    result.notes.extend(n for n in after.notes if n not in result.notes)
+
+
+@contextmanager
+def memory_profiling(baseline: MemorySnapshot, weights_memory: int = 0,
+                     platform: Platform | None = None) -> Iterator[ProfileResult]:
+    """Measure what the block (an engine's profile run) costs, relative to ``baseline`` (taken before the model).
+
+    On exit it runs ``gc.collect()``, releases the allocator cache and measures again. It never asserts on
+    memory that other processes moved: a difference of 128 MiB or more between the device-wide change and
+    this process's own is logged as a warning with both figures.
+    """
+    platform = platform if platform is not None else current_platform()
+    device = baseline.device
+    cuda, _ = _torch_cuda(platform)
+    if cuda is not None and cuda.is_initialized():
+        cuda.reset_peak_memory_stats(device)
+    before = MemorySnapshot.measure(device, platform)
+    result = ProfileResult(baseline, weights_memory, before_profile=before)
+    yield result
+    gc.collect()
+    result.released_cache_bytes = release_allocator_cache(device)
+    _finish(result, before, MemorySnapshot.measure(device, platform), platform)

@@ -1,0 +1,218 @@
+"""AMD APUs through amdgpu's sysfs and fdinfo files: which cards are APUs, their memory pools, this process's share.
+
+Everything reads through the :class:`devmem.host.Files` boundary, so no ROCm library is needed.
+
+Which card is an APU (the rule, see docs/unified-memory.md): an amdgpu card (``vendor`` 0x1002 with
+``mem_info_gtt_total``) is an APU when
+
+1. its hwmon has the northbridge voltage (``in1_label`` reads ``vddnb``): amdgpu creates that sensor only
+   for parts flagged ``AMD_IS_APU``, the flag ROCm itself reads (as ``AMDGPU_IDS_FLAGS_FUSION``) to call a
+   GPU integrated; or
+2. its VRAM is at most a BIOS carve-out (:data:`CARVE_OUT_MAX`) beside a larger GTT pool. This catches
+   MI300A, which reports no VRAM of its own and no northbridge sensor. No ROCm-capable discrete card has
+   so little VRAM.
+
+Which pool an allocation draws from: since amdgpu lets the VRAM domain fall back to GTT on APUs whose GTT
+is larger than their VRAM ("the MI300A approach"), compute allocations come from GTT there, limited both
+by the GTT size and by the RAM the OS can give. Where the carve-out is the larger pool (a BIOS setting of
+tens of GiB), allocations come from it, and it behaves like a discrete card's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from devmem.host import Files
+from devmem.types import GiB, KiB, MiB, gib
+
+log = logging.getLogger("devmem.uma")
+
+AMD_VENDOR = "0x1002"
+DRM = "/sys/class/drm"
+FDINFO = "/proc/self/fdinfo"
+#: The largest VRAM that still counts as a carve-out beside a larger GTT pool (rule 2 above).
+CARVE_OUT_MAX = GiB
+
+_CARD = re.compile(r"^card(\d+)$")
+
+
+@dataclass(frozen=True)
+class AmdCard:
+    """An amdgpu card in sysfs: its number, directory, PCI slot, and whether it is an APU (and why)."""
+
+    card: int
+    path: str
+    pci_slot: str | None
+    apu: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ApuMemory:
+    """One reading of an APU's memory pools, in bytes, from ``mem_info_*``."""
+
+    vram_total: int
+    vram_used: int
+    gtt_total: int
+    gtt_used: int
+
+    @property
+    def pool(self) -> str:
+        """``"gtt"`` when the kernel serves device allocations from GTT (GTT larger than VRAM), else ``"vram"``."""
+        return "gtt" if self.gtt_total > self.vram_total else "vram"
+
+
+def _read(files: Files, path: str) -> str | None:
+    try:
+        return files.read_text(path).strip()
+    except OSError:
+        return None
+
+
+def _read_bytes(files: Files, path: str) -> int | None:
+    text = _read(files, path)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _has_vddnb(files: Files, device_dir: str) -> bool:
+    try:
+        monitors = files.listdir(f"{device_dir}/hwmon")
+    except OSError:
+        return False
+    return any(_read(files, f"{device_dir}/hwmon/{m}/in1_label") == "vddnb" for m in monitors)
+
+
+def _pci_slot(files: Files, device_dir: str) -> str | None:
+    for line in (_read(files, f"{device_dir}/uevent") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key == "PCI_SLOT_NAME" and value:
+            return value.strip().lower()
+    return None
+
+
+def classify(files: Files, device_dir: str) -> tuple[bool, str]:
+    """``(is_apu, why)`` for the amdgpu card whose sysfs device directory is ``device_dir``."""
+    vram = _read_bytes(files, f"{device_dir}/mem_info_vram_total") or 0
+    gtt = _read_bytes(files, f"{device_dir}/mem_info_gtt_total") or 0
+    if _has_vddnb(files, device_dir):
+        return True, f"APU (amdgpu reports a northbridge voltage); VRAM {gib(vram)}, GTT {gib(gtt)}"
+    if vram <= CARVE_OUT_MAX and gtt > vram:
+        own = f"VRAM is a {gib(vram)} carve-out" if vram else "no VRAM of its own"
+        return True, f"APU ({own} beside a {gib(gtt)} GTT pool)"
+    return False, f"discrete (its own {gib(vram)} of VRAM)"
+
+
+def amd_cards(files: Files) -> list[AmdCard]:
+    """Every amdgpu card with GPU memory accounting, by card number. An empty list without amdgpu."""
+    try:
+        names = files.listdir(DRM)
+    except OSError:
+        return []
+    cards = []
+    for name in names:
+        match = _CARD.match(name)
+        if not match:
+            continue
+        device_dir = f"{DRM}/{name}/device"
+        if _read(files, f"{device_dir}/vendor") != AMD_VENDOR:
+            continue
+        if _read_bytes(files, f"{device_dir}/mem_info_gtt_total") is None:
+            continue
+        apu, reason = classify(files, device_dir)
+        cards.append(AmdCard(int(match.group(1)), device_dir, _pci_slot(files, device_dir), apu, reason))
+    return sorted(cards, key=lambda c: c.card)
+
+
+def read_memory(files: Files, card: AmdCard) -> ApuMemory:
+    """The card's ``mem_info_{vram,gtt}_{total,used}``; raises ``OSError`` when GTT cannot be read."""
+    gtt_total = _read_bytes(files, f"{card.path}/mem_info_gtt_total")
+    gtt_used = _read_bytes(files, f"{card.path}/mem_info_gtt_used")
+    if gtt_total is None or gtt_used is None:
+        raise OSError(f"{card.path}: mem_info_gtt_total/mem_info_gtt_used are missing or unreadable")
+    return ApuMemory(
+        vram_total=_read_bytes(files, f"{card.path}/mem_info_vram_total") or 0,
+        vram_used=_read_bytes(files, f"{card.path}/mem_info_vram_used") or 0,
+        gtt_total=gtt_total,
+        gtt_used=gtt_used,
+    )
+
+
+# ---- this process's memory, from the DRM fdinfo the kernel keeps for each open render node ----------
+_UNIT = {"": 1, "KiB": KiB, "MiB": MiB}
+
+
+def _fdinfo_size(value: str) -> int | None:
+    parts = value.split()
+    if not parts or not parts[0].isdigit() or (len(parts) > 1 and parts[1] not in _UNIT):
+        return None
+    return int(parts[0]) * _UNIT[parts[1] if len(parts) > 1 else ""]
+
+
+def _fdinfo_fields(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _client_bytes(fields: dict[str, str]) -> int:
+    total = 0
+    for region in ("vram", "gtt"):
+        raw = fields.get(f"drm-total-{region}", fields.get(f"drm-memory-{region}"))
+        size = _fdinfo_size(raw) if raw is not None else None
+        total += size or 0
+    return total
+
+
+def process_memory(files: Files, pci_slot: str | None) -> tuple[int | None, str | None]:
+    """``(bytes, None)`` this process holds on the card at ``pci_slot``, or ``(None, why)``.
+
+    Sums ``drm-total-{vram,gtt}`` (older kernels: ``drm-memory-*``) over this process's amdgpu DRM
+    clients in ``/proc/self/fdinfo``, each client once (a duplicated descriptor shares its client id).
+    ROCm's allocations belong to the render node it opened, so they are counted there. A process that
+    has not opened the device holds nothing: 0.
+    """
+    if pci_slot is None:
+        return None, "the card's PCI slot is unknown (no PCI_SLOT_NAME in its uevent file)"
+    try:
+        fds = files.listdir(FDINFO)
+    except OSError as exc:
+        return None, f"{FDINFO} cannot be listed: {exc}"
+    seen: set[str] = set()
+    total = 0
+    for fd in fds:
+        try:
+            fields = _fdinfo_fields(files.read_text(f"{FDINFO}/{fd}"))
+        except OSError:
+            continue  # closed since it was listed
+        if fields.get("drm-driver") != "amdgpu" or fields.get("drm-pdev", "").lower() != pci_slot:
+            continue
+        client = fields.get("drm-client-id", f"fd{fd}")
+        if client in seen:
+            continue
+        seen.add(client)
+        total += _client_bytes(fields)
+    return total, None
+
+
+def visible_apus(cards: list[AmdCard], environ: Mapping[str, str]) -> list[AmdCard]:
+    """The APUs the HIP runtime shows, in its order (PCI bus order), after ``ROCR_VISIBLE_DEVICES`` and
+    ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``)."""
+    pool = sorted(cards, key=lambda c: (c.pci_slot or "", c.card))
+    for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ
+                else "CUDA_VISIBLE_DEVICES"):
+        raw = environ.get(var)
+        if raw is None:
+            continue
+        chosen: list[AmdCard] = []
+        for token in (t.strip() for t in raw.split(",")):
+            if not token.isdigit() or int(token) >= len(pool) or pool[int(token)] in chosen:
+                break
+            chosen.append(pool[int(token)])
+        pool = chosen
+    return pool

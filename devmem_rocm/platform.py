@@ -63,7 +63,6 @@ class RocmPlatform(PlatformBase):
         for conflict in self._selection.conflicts:
             log.warning("devmem: %s", conflict)
         self._process_reason: dict[int, str | None] = {}
-        self._process_api = "amdsmi_get_gpu_process_list"
 
     # ---- required members ------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -122,7 +121,6 @@ class RocmPlatform(PlatformBase):
             if isinstance(item, Mapping):
                 info = item
             else:  # amdsmi 6.0/6.1: a process handle (its PID), then one call per process
-                self._process_api = "amdsmi_get_gpu_process_list + amdsmi_get_gpu_process_info"
                 try:
                     info = self._smi.call("amdsmi_get_gpu_process_info", gpu.handle, item)
                 except AmdsmiCallError as exc:
@@ -157,10 +155,11 @@ class RocmPlatform(PlatformBase):
 
     def memory_sources(self, device: int = 0) -> dict[str, str]:
         self.check_device(device)
+        two_step = " + amdsmi_get_gpu_process_info" if self._smi.has("amdsmi_get_gpu_process_info") else ""
         return {
             "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
             "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
-            "process": f"{self._process_api}: memory_usage.vram_mem of this process",
+            "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
         }
 
     def notes(self, device: int = 0) -> list[str]:

@@ -62,8 +62,8 @@ _import_lock = threading.Lock()
 _imported: tuple[ModuleType | None, str] | None = None
 
 
-def _why(exc: BaseException, said: str) -> str:
-    if isinstance(exc, ModuleNotFoundError) and exc.name == "amdsmi":
+def _why(exc: BaseException, said: str, name: str) -> str:
+    if isinstance(exc, ModuleNotFoundError) and exc.name == name:
         return "amdsmi is not installed (pip install amdsmi, the version matching ROCm)"
     if "libamd_smi.so" in said or (isinstance(exc, KeyError) and "libamd_smi.so" in str(exc)):
         return LIBRARY_MISSING
@@ -83,7 +83,7 @@ def import_silently(name: str = "amdsmi") -> tuple[ModuleType | None, str]:
         said = out.getvalue() + err.getvalue()
         if said.strip():
             log.debug("devmem: import %s printed: %s", name, said.strip().replace("\n", " | "))
-        return None, _why(exc, said)
+        return None, _why(exc, said, name)
     said = out.getvalue() + err.getvalue()
     if said.strip():
         log.debug("devmem: import %s printed: %s", name, said.strip().replace("\n", " | "))

@@ -20,7 +20,8 @@ mirrors amdsmi 7.0.2 (checked against its ``amdsmi_interface.py`` and ``amdsmi_e
   process handles and ``amdsmi_get_gpu_process_info(h, p)`` returns the dict. amdsmi scans ``/proc`` in
   the caller's PID namespace, so this process is listed as ``scenario.pid``.
 - ``settle_s``: amdsmi documents that process figures are valid only once 1 s has passed since the
-  program started using it; with ``settle_s=1.0`` (and a ``clock``) every ``vram_mem`` reads 0 before then.
+  program started using it; with ``settle_s=1.0`` every ``vram_mem`` reads 0 before then, by ``clock``
+  (a :class:`ScriptedClock` shared with the platform keeps tests from really waiting).
 - ``Scenario.failures`` maps a function name (or a glob such as ``"amdsmi_get_gpu_*"``) to an error:
   an amdsmi status (``"NO_PERM"``, ``"AMDSMI_STATUS_NOT_SUPPORTED"``) or a shared name (``"NotSupported"``,
   ``"NoPermission"``, ``"Unknown"``, ``"GpuIsLost"``, ``"Retry"``, ``"Timeout"``).
@@ -144,6 +145,28 @@ class AmdSmiProcessorType(IntEnum):
     AMDSMI_PROCESSOR_TYPE_AMD_CPU = 2
     AMDSMI_PROCESSOR_TYPE_NON_AMD_GPU = 3
     AMDSMI_PROCESSOR_TYPE_NON_AMD_CPU = 4
+
+
+class ScriptedClock:
+    """A monotonic clock that moves only when something sleeps on it or calls :meth:`advance`.
+
+    Pass the same one to the scripted library and to the platform (``clock=clk, sleep=clk.sleep``);
+    ``slept`` records every wait.
+    """
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += max(0.0, seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 @dataclass(frozen=True)
@@ -417,7 +440,7 @@ __all__ = [
     "ALIASES", "AmdSmiException", "AmdSmiInitFlags", "AmdSmiLibraryException", "AmdSmiMemoryType",
     "AmdSmiParameterException", "AmdSmiProcessorType", "AmdSmiRetryException", "AmdSmiTimeoutException",
     "MI300X_BDFS", "MI300X_IDLE_USED", "MI300X_TOTAL", "RX7900XTX_IDLE_USED", "RX7900XTX_TOTAL", "STATUS",
-    "STRIX_HALO_GTT", "STRIX_HALO_VRAM", "ScriptedAmdsmi", "ScriptedProcessorHandle", "amdsmi_error",
+    "STRIX_HALO_GTT", "STRIX_HALO_VRAM", "ScriptedAmdsmi", "ScriptedClock", "ScriptedProcessorHandle", "amdsmi_error",
     "asic_serial", "mi300a", "mi300a_scenario", "mi300x", "mi300x_scenario", "radeon_rx7900xtx",
     "radeon_scenario", "strix_halo", "strix_halo_scenario",
 ]

@@ -1,0 +1,46 @@
+"""Agreement across ranks: every rank of a tensor/pipeline-parallel group ends with the smallest budget.
+
+torch is never imported here: a process that has not imported torch has no process group to agree in.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import sys
+from typing import Any
+
+log = logging.getLogger("devmem.distributed")
+
+
+def _device(torch: Any, dist: Any, group: Any) -> Any:
+    """Where the group's backend wants its tensors: the current CUDA device for NCCL, the CPU otherwise."""
+    backend = str(dist.get_backend(group))
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def agree_on_minimum(value: int, group: Any = None) -> int:
+    """The minimum of ``value`` over every rank of ``group`` (the default group when ``None``).
+
+    Uses whatever backend the group has (gloo on CPU; NCCL with the tensor on the current CUDA device).
+    Returns ``value`` unchanged when torch is not imported or torch.distributed is unavailable or not initialised.
+    Every rank must call it, as with any collective.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"agree_on_minimum takes an int, got {value!r} of type {type(value).__name__}")
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return int(value)
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return int(value)
+    tensor = torch.tensor([int(value)], dtype=torch.int64, device=_device(torch, dist, group))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
+    agreed = int(tensor.item())
+    if agreed != value:
+        log.info("devmem: rank %d lowers its budget from %d to %d bytes, the smallest over %d ranks",
+                 dist.get_rank(), value, agreed, dist.get_world_size(group))
+    return agreed

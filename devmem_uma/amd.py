@@ -27,6 +27,8 @@ from typing import Mapping
 
 from devmem.host import Files
 from devmem.types import GiB, KiB, MiB, gib
+from devmem_rocm.devices import AmdGpu
+from devmem_rocm.visible import select_visible
 
 log = logging.getLogger("devmem.uma")
 
@@ -41,13 +43,15 @@ _CARD = re.compile(r"^card(\d+)$")
 
 @dataclass(frozen=True)
 class AmdCard:
-    """An amdgpu card in sysfs: its number, directory, PCI slot, and whether it is an APU (and why)."""
+    """An amdgpu card in sysfs: its number, directory, PCI slot, whether it is an APU (and why), its serial."""
 
     card: int
     path: str
     pci_slot: str | None
     apu: bool
     reason: str
+    #: The ASIC serial from ``unique_id`` (HIP names the device ``GPU-<serial>``), where amdgpu exposes it.
+    unique_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,8 @@ def amd_cards(files: Files) -> list[AmdCard]:
         if _read_bytes(files, f"{device_dir}/mem_info_gtt_total") is None:
             continue
         apu, reason = classify(files, device_dir)
-        cards.append(AmdCard(int(match.group(1)), device_dir, _pci_slot(files, device_dir), apu, reason))
+        serial = (_read(files, f"{device_dir}/unique_id") or "").lower().removeprefix("0x") or None
+        cards.append(AmdCard(int(match.group(1)), device_dir, _pci_slot(files, device_dir), apu, reason, serial))
     return sorted(cards, key=lambda c: c.card)
 
 
@@ -200,19 +205,12 @@ def process_memory(files: Files, pci_slot: str | None) -> tuple[int | None, str 
     return total, None
 
 
-def visible_apus(cards: list[AmdCard], environ: Mapping[str, str]) -> list[AmdCard]:
-    """The APUs the HIP runtime shows, in its order (PCI bus order), after ``ROCR_VISIBLE_DEVICES`` and
-    ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``)."""
-    pool = sorted(cards, key=lambda c: (c.pci_slot or "", c.card))
-    for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ
-                else "CUDA_VISIBLE_DEVICES"):
-        raw = environ.get(var)
-        if raw is None:
-            continue
-        chosen: list[AmdCard] = []
-        for token in (t.strip() for t in raw.split(",")):
-            if not token.isdigit() or int(token) >= len(pool) or pool[int(token)] in chosen:
-                break
-            chosen.append(pool[int(token)])
-        pool = chosen
-    return pool
+def visible_apus(cards: list[AmdCard], environ: Mapping[str, str]) -> tuple[list[AmdCard], tuple[str, ...]]:
+    """The APUs the HIP runtime shows, in its order (PCI bus order), after ``ROCR_VISIBLE_DEVICES`` then
+    ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``), by the rocm platform's rules; and sentences about
+    variables that disagree or entries the runtime drops."""
+    gpus = [AmdGpu(handle=c, smi_index=c.card, bdf=c.pci_slot or f"card{c.card}", market_name=f"AMD APU card{c.card}",
+                   gfx_target="", serial=c.unique_id, apu_reason=c.reason)
+            for c in sorted(cards, key=lambda c: (c.pci_slot or "", c.card))]
+    selection = select_visible(gpus, environ)
+    return [g.handle for g in selection.devices], selection.conflicts

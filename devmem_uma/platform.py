@@ -93,7 +93,7 @@ class UmaPlatform(PlatformBase):
                 return list(found.nvidia_integrated)
             return [None] if _jetson_visible(self._environ) else []
         if found.vendor == "amd":
-            return amd.visible_apus(found.amd_apus, self._environ)
+            return amd.visible_apus(found.amd_apus, self._environ)[0]
         return []
 
     def device_count(self) -> int:
@@ -208,13 +208,15 @@ class UmaPlatform(PlatformBase):
 
     def notes(self, device: int = 0) -> list[str]:
         dev = self._device(device)
+        conflicts: tuple[str, ...] = ()
         if isinstance(dev, amd.AmdCard):
             head = f"unified memory: {dev.reason}"
+            conflicts = amd.visible_apus(self.survey().amd_apus, self._environ)[1]
         elif dev is None:
             head = f"unified memory: NVIDIA Jetson ({self.survey().jetson})"
         else:
             head = f"unified memory: {dev.evidence}"
-        return [head, *self._figures(device).notes, RELEASE_NOTE]
+        return [head, *self._figures(device).notes, *conflicts, RELEASE_NOTE]
 
 
 def _jetson_visible(environ: Mapping[str, str]) -> bool:

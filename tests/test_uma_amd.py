@@ -125,3 +125,17 @@ def test_visible_devices_variables_pick_the_apus(environ, totals):
     sc.environ.update(environ)
     platform = uma(sc)
     assert [platform.device_memory_info(d).total for d in range(platform.device_count())] == totals
+
+
+def test_an_apu_can_be_named_by_its_serial():
+    sc = two_mi300a()
+    sc.files["/sys/class/drm/card0/device/unique_id"] = "4b1f0e9d8c7a6b5e\n"
+    sc.environ["HIP_VISIBLE_DEVICES"] = "GPU-4b1f0e9d"
+    platform = uma(sc)
+    assert platform.device_count() == 1 and platform.device_memory_info().total == 120 * GiB
+
+
+def test_disagreeing_visible_devices_variables_are_noted():
+    sc = two_mi300a()
+    sc.environ.update({"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "0"})
+    assert any("disagree" in note for note in uma(sc).notes())

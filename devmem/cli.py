@@ -101,6 +101,56 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size(text: str) -> int:
+    from devmem.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a utilization: give a number in (0, 1], e.g. 0.9")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a layer count: give a whole number > 0")
+    return int(text)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from devmem.sizing import plan_kv_cache
+    from devmem.types import NotEnoughMemoryError
+
+    total = args.total
+    if total is None and args.pinned is None:
+        total = current_platform().device_memory_info(args.device).total
+    try:
+        plan = plan_kv_cache(
+            total=total, utilization=args.utilization, pinned_bytes=args.pinned, weights=args.weights,
+            activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph,
+            page_size_bytes=args.page_size, num_layers=args.layers,
+        )
+    except NotEnoughMemoryError as exc:
+        if not args.json:
+            raise
+        _emit_json({"error": str(exc), "breakdown": exc.breakdown})
+        return 1
+    if args.json:
+        _emit_json(plan.as_dict())
+    else:
+        print(plan.explain())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devmem",
@@ -122,6 +172,21 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--device", type=int, default=None, help="only this device index")
     doctor.set_defaults(handler=cmd_doctor)
+
+    plan = sub.add_parser("plan", help="size a KV cache from figures you give (sizes like 16GiB, 1.5GB, 4096)")
+    how = plan.add_mutually_exclusive_group()
+    how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")
+    how.add_argument("--pinned", type=_size, default=None, metavar="SIZE", help="a fixed KV-cache size")
+    plan.add_argument("--total", type=_size, default=None, metavar="SIZE",
+                      help="device memory (default: this machine's device --device)")
+    plan.add_argument("--device", type=int, default=0, help="device whose total is used without --total")
+    for flag, what in (("--weights", "model weights"), ("--activation-peak", "peak activation memory of a forward pass"),
+                       ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
+        plan.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
+    plan.add_argument("--page-size", type=_size, required=True, metavar="SIZE", help="KV bytes of one page on one layer")
+    plan.add_argument("--layers", type=_count, required=True, help="layers holding a KV cache")
+    plan.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
+    plan.set_defaults(handler=cmd_plan)
     return parser
 
 

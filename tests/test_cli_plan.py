@@ -1,0 +1,93 @@
+"""``devmem plan``: the planner from the command line, human output and ``--json``, exit codes 0/1/2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from devmem import GiB, MiB
+from devmem.cli import main
+from devmem.host import CpuPlatform
+from devmem.sizing import plan_kv_cache
+
+QWEN3_8B = ["--page-size", "64KiB", "--layers", "36"]
+
+
+def plan(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["plan", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_prints_the_result_path_and_figures_in_gib(capsys):
+    code, out, _ = plan(capsys, "--total", "80GiB", "--weights", "16GiB", "--activation-peak", "2GiB", *QWEN3_8B)
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].startswith("KV cache: 54.00 GiB (57982058496 bytes) = 24576 blocks of 2.25 MiB")
+    assert lines[1].startswith("path: utilization 0.9")
+    assert ["weights", "16.00", "GiB"] in [line.split() for line in lines]
+
+
+def test_plan_json_gives_the_planners_exact_bytes(capsys):
+    code, out, _ = plan(capsys, "--total", "1.5GB", "--utilization", "0.8", "--weights", "512MiB",
+                        "--non-torch", "1000000", "--cuda-graph", "16MiB", "--json", *QWEN3_8B)
+    expected = plan_kv_cache(total=1_500_000_000, utilization=0.8, weights=512 * MiB, non_torch=1_000_000,
+                             cuda_graph=16 * MiB, page_size_bytes=65536, num_layers=36)
+    assert code == 0 and json.loads(out) == expected.as_dict()
+
+
+def test_pinned_plan_needs_no_total(capsys):
+    code, out, _ = plan(capsys, "--pinned", "20GiB", "--json", *QWEN3_8B)
+    data = json.loads(out)
+    assert code == 0 and data["path"] == "pinned" and data["kv_cache_bytes"] == 20 * GiB
+    assert data["num_blocks"] == 9102
+
+
+def test_plan_without_total_uses_this_machines_device(capsys, monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    code, out, _ = plan(capsys, "--weights", "1GiB", "--json", *QWEN3_8B)
+    assert code == 0 and json.loads(out)["breakdown"]["total"] == CpuPlatform().device_memory_info(0).total
+
+
+def test_not_enough_memory_exits_1_with_one_line_naming_the_figures(capsys):
+    code, out, err = plan(capsys, "--total", "24GiB", "--utilization", "0.5", "--weights", "11GiB",
+                          "--activation-peak", "2GiB", *QWEN3_8B)
+    assert code == 1 and out == ""
+    [line] = err.splitlines()
+    assert line.startswith("devmem: error: not enough memory for the KV cache (utilization path)")
+    assert "weights 11.00 GiB" in line and "activation peak 2.00 GiB" in line and "at least 0.542" in line
+
+
+def test_not_enough_memory_with_json_prints_the_breakdown_and_exits_1(capsys):
+    code, out, _ = plan(capsys, "--total", "24GiB", "--weights", "30GiB", "--json", *QWEN3_8B)
+    data = json.loads(out)
+    assert code == 1 and data["breakdown"]["weights"] == 30 * GiB and data["breakdown"]["needed_utilization"] is None
+    assert data["error"].startswith("not enough memory for the KV cache")
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["--total", "24XB"], "'24XB' is not a size"),
+    (["--utilization", "1.2"], "'1.2' is not a utilization"),
+    (["--utilization", "0.5", "--pinned", "1GiB"], "not allowed with argument"),
+    (["--layers", "0"], "'0' is not a layer count"),
+    (["--page-size=-4KiB"], "'-4KiB' is not a size"),
+])
+def test_bad_arguments_are_usage_errors(capsys, args, complaint):
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--total", "80GiB", *QWEN3_8B, *args])
+    assert info.value.code == 2 and complaint in capsys.readouterr().err
+
+
+def test_zero_page_size_is_refused_by_the_planner(capsys):
+    code, _, err = plan(capsys, "--total", "80GiB", "--layers", "36", "--page-size", "0")
+    assert code == 1 and "page_size_bytes must be > 0 bytes, got 0" in err
+
+
+def test_plan_runs_as_a_command():
+    result = subprocess.run([sys.executable, "-m", "devmem", "plan", "--pinned", "1GiB", "--json", *QWEN3_8B],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["num_blocks"] == GiB // (64 * 1024 * 36)

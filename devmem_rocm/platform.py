@@ -68,7 +68,8 @@ class RocmPlatform(PlatformBase):
     def device_count(self) -> int:
         return len(self._selection.devices)
 
-    def _gpu(self, device: int) -> AmdGpu:
+    def gpu(self, device: int = 0) -> AmdGpu:
+        """Who HIP device ``device`` is: PCI address, ASIC serial, HIP id, market name, gfx target, APU or not."""
         return self._selection.devices[self.check_device(device)]
 
     def _vram(self, gpu: AmdGpu) -> tuple[int, int]:
@@ -78,7 +79,7 @@ class RocmPlatform(PlatformBase):
         return int(total), int(used)
 
     def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        gpu = self._gpu(device)
+        gpu = self.gpu(device)
         try:
             total, used = self._vram(gpu)
         except DevmemError as exc:
@@ -96,15 +97,15 @@ class RocmPlatform(PlatformBase):
         return used
 
     def is_integrated_gpu(self, device: int = 0) -> bool:
-        return self._gpu(device).apu
+        return self.gpu(device).apu
 
     def pages_instead_of_failing(self, device: int = 0) -> bool:
-        return self._gpu(device).apu
+        return self.gpu(device).apu
 
     # ---- processes -------------------------------------------------------------------------------
     def _processes(self, device: int) -> dict[int, int | None] | None:
         """PID -> VRAM bytes (``None`` where amdsmi has no figure); ``None`` when amdsmi cannot list them."""
-        gpu = self._gpu(device)
+        gpu = self.gpu(device)
         try:
             self._smi.settle(PROCESS_FIGURES_VALID_AFTER)
             table = self._entries(gpu, self._smi.call("amdsmi_get_gpu_process_list", gpu.handle))
@@ -140,7 +141,7 @@ class RocmPlatform(PlatformBase):
 
     # ---- optional members ------------------------------------------------------------------------
     def device_name(self, device: int = 0) -> str:
-        return self._gpu(device).market_name
+        return self.gpu(device).market_name
 
     def process_memory_reason(self, device: int = 0) -> str | None:
         self.check_device(device)
@@ -163,7 +164,7 @@ class RocmPlatform(PlatformBase):
         }
 
     def notes(self, device: int = 0) -> list[str]:
-        gpu = self._gpu(device)
+        gpu = self.gpu(device)
         notes = [f"gfx target {gpu.gfx_target}; HIP device {device} is {gpu.bdf} (amdsmi processor "
                  f"{gpu.smi_index}), from {self._selection.rule}; HIP order by {self._order_rule}"]
         notes += list(self._selection.conflicts)

@@ -1,6 +1,10 @@
-"""The conformance kit against the built-in ``cpu`` platform on the real kernel (real allocations)."""
+"""The conformance kit against the built-in ``cpu`` platform on the real kernel (real allocations),
+in this suite and through the pytest plugin (``pytest --pyargs devmem.testing --devmem-platform cpu``)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
@@ -16,3 +20,21 @@ class CpuFixtures(HostFixtures):
 
 class TestCpuConformance(PlatformConformance, CpuFixtures):
     pass
+
+
+def _pyargs(tmp_path, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--pyargs",
+                           "devmem.testing", *options], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_plugin_certifies_the_installed_cpu_platform(tmp_path):
+    done = _pyargs(tmp_path, "--devmem-platform", "cpu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_installed_platform.py::TestInstalledPlatform: device_count" in done.stdout
+
+
+def test_plugin_skips_the_installed_platform_tests_without_the_option(tmp_path):
+    done = _pyargs(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " passed" not in done.stdout and " skipped" in done.stdout
+    assert "runs only with --devmem-platform NAME" in done.stdout

@@ -38,10 +38,7 @@ Per-call and detection times are recorded as the tests' ``user_properties``
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +50,7 @@ import pytest
 import devmem
 from devmem.platform import Platform, describe
 from devmem.testing.allocations import Allocation
+from devmem.testing.probe import run_detection_probe
 from devmem.types import DevmemError, MemoryInfo, MiB, gib
 
 METHODS = ("device_memory_info", "get_process_memory_usage", "is_integrated_gpu", "pages_instead_of_failing")
@@ -396,29 +394,3 @@ class PlatformConformance:
             f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "
             f"than {capabilities.max_detect_seconds} s: detection must stay cheap")
 
-
-_PROBE = r"""
-import json, sys, time
-start = time.perf_counter()
-import devmem
-candidates = devmem.platform_candidates()
-seconds = time.perf_counter() - start
-try:
-    with open("/proc/self/maps") as f:
-        maps = f.read()
-except OSError:
-    maps = ""
-runtimes = sorted({lib for lib in ("libcuda.so", "libcudart", "libamdhip64", "libhsa-runtime64") if lib in maps})
-print(json.dumps({"seconds": seconds, "torch": "torch" in sys.modules, "runtimes": runtimes,
-                  "candidates": [c.as_dict() for c in candidates]}))
-"""
-
-
-def run_detection_probe(plugin: str) -> dict:
-    """Resolve in a fresh interpreter with only ``plugin`` (and ``cpu``) loaded; report cost and side effects."""
-    env = {k: v for k, v in os.environ.items() if k != "DEVMEM_PLATFORM"}
-    env["DEVMEM_LOAD_PLUGINS"] = plugin
-    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise AssertionError(f"resolving with plugin {plugin!r} failed in a fresh process: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,38 @@
+"""Resolution in a fresh interpreter, with one plugin loaded: what it costs and what it drags in.
+
+The conformance kit uses it to check that detection stays cheap: no torch import, no CUDA or HIP
+runtime (or driver) library loaded, and a bounded time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+_PROBE = r"""
+import json, sys, time
+start = time.perf_counter()
+import devmem
+candidates = devmem.platform_candidates()
+seconds = time.perf_counter() - start
+try:
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+except OSError:
+    maps = ""
+runtimes = sorted({lib for lib in ("libcuda.so", "libcudart", "libamdhip64", "libhsa-runtime64") if lib in maps})
+print(json.dumps({"seconds": seconds, "torch": "torch" in sys.modules, "runtimes": runtimes,
+                  "candidates": [c.as_dict() for c in candidates]}))
+"""
+
+
+def run_detection_probe(plugin: str) -> dict:
+    """Resolve in a fresh interpreter with only ``plugin`` (and ``cpu``) loaded; report cost and side effects."""
+    env = {k: v for k, v in os.environ.items() if k != "DEVMEM_PLATFORM"}
+    env["DEVMEM_LOAD_PLUGINS"] = plugin
+    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"resolving with plugin {plugin!r} failed in a fresh process: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -38,3 +38,9 @@ def test_plugin_skips_the_installed_platform_tests_without_the_option(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert " passed" not in done.stdout and " skipped" in done.stdout
     assert "runs only with --devmem-platform NAME" in done.stdout
+
+
+def test_plugin_rejects_a_platform_that_is_not_registered(tmp_path):
+    done = _pyargs(tmp_path, "--devmem-platform", "nope")
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--devmem-platform nope: DEVMEM_PLATFORM='nope' names no registered platform" in done.stderr

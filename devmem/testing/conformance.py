@@ -358,7 +358,7 @@ class PlatformConformance:
             f"8 threads calling every method at once got inconsistent answers (device, total, process is None, "
             f"integrated, pages): expected {expected}, saw {sorted(seen)}")
 
-    def test_every_call_is_cheap(self, platform, capabilities, record_property):
+    def test_every_call_is_cheap(self, platform, capabilities, request):
         calls: dict[str, Callable[[], object]] = {"device_count": platform.device_count}
         for member in METHODS + OPTIONAL:
             fn = getattr(platform, member, None)
@@ -373,18 +373,18 @@ class PlatformConformance:
                 call()
                 samples.append(time.perf_counter() - start)
             seconds[member] = statistics.median(samples)
-        record_property("devmem_call_seconds", seconds)
+        request.node.user_properties.append(("devmem_call_seconds", seconds))
         slow = {m: f"{s * 1e3:.1f} ms" for m, s in seconds.items() if s > capabilities.max_call_seconds}
         assert not slow, (f"calls slower than {capabilities.max_call_seconds * 1e3:.0f} ms (median): {slow}; "
                           "every call must stay cheap")
 
-    def test_detection_in_a_fresh_process_is_cheap(self, platform, capabilities, record_property):
+    def test_detection_in_a_fresh_process_is_cheap(self, platform, capabilities, request):
         registered = [c for c in devmem.platform_candidates() if c.name == platform.name]
         if not registered:
             pytest.skip(f"platform {platform.name!r} is not registered through the 'devmem' entry-point group here, "
                         "so its detection cannot be run in a fresh process")
         probe = run_detection_probe(registered[0].plugin)
-        record_property("devmem_detect_seconds", probe["seconds"])
+        request.node.user_properties.append(("devmem_detect_seconds", probe["seconds"]))
         assert platform.name in [c["name"] for c in probe["candidates"]], (
             f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}")
         assert not probe["torch"], "detection imported torch; detect() must be a cheap probe (no torch, no CUDA context)"

@@ -11,10 +11,12 @@ A scripted backend's conformance file is one class::
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import pytest
 
+import devmem
 from devmem.platform import Platform
 from devmem.testing.allocations import (
     Allocation,
@@ -51,6 +53,21 @@ class HostFixtures(PlatformFixtures):
     @pytest.fixture
     def allocate_in_other_process(self) -> Callable[[int, int], Allocation]:
         return allocate_host_in_subprocess
+
+
+def installed_platform(name: str) -> Platform:
+    """The registered platform ``name``, built exactly as ``DEVMEM_PLATFORM=name`` builds it."""
+    saved = os.environ.get("DEVMEM_PLATFORM")
+    os.environ["DEVMEM_PLATFORM"] = name
+    devmem.clear_cache()
+    try:
+        return devmem.current_platform()
+    finally:
+        if saved is None:
+            del os.environ["DEVMEM_PLATFORM"]
+        else:
+            os.environ["DEVMEM_PLATFORM"] = saved
+        devmem.clear_cache()
 
 
 def torch_device_reason(platform: Platform) -> str | None:

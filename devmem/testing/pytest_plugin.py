@@ -21,6 +21,19 @@ def pytest_addoption(parser):
                     help="run devmem's conformance kit against the installed platform NAME")
 
 
+def pytest_configure(config):
+    name = config.getoption("devmem_platform", None)
+    if not name:
+        return
+    import devmem
+    from devmem.testing.fixtures import installed_platform
+
+    try:
+        installed_platform(name)
+    except devmem.DevmemError as exc:
+        raise pytest.UsageError(f"--devmem-platform {name}: {exc}") from exc
+
+
 def pytest_report_header(config):
     name = config.getoption("devmem_platform", None)
     if name:

@@ -8,12 +8,10 @@ kit checks what it says against what it does. Without ``--devmem-platform`` ever
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import pytest
 
-import devmem
 from devmem.platform import Platform
 from devmem.testing.allocations import (
     Allocation,
@@ -23,22 +21,7 @@ from devmem.testing.allocations import (
     allocate_torch_in_subprocess,
 )
 from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures
-from devmem.testing.fixtures import HOST_GRANULARITY, TORCH_GRANULARITY, torch_device_reason
-
-
-def installed_platform(name: str) -> Platform:
-    """The registered platform ``name``, built exactly as ``DEVMEM_PLATFORM=name`` builds it."""
-    saved = os.environ.get("DEVMEM_PLATFORM")
-    os.environ["DEVMEM_PLATFORM"] = name
-    devmem.clear_cache()
-    try:
-        return devmem.current_platform()
-    finally:
-        if saved is None:
-            del os.environ["DEVMEM_PLATFORM"]
-        else:
-            os.environ["DEVMEM_PLATFORM"] = saved
-        devmem.clear_cache()
+from devmem.testing.fixtures import HOST_GRANULARITY, TORCH_GRANULARITY, installed_platform, torch_device_reason
 
 
 def _on_host(platform: Platform) -> bool:

@@ -182,11 +182,11 @@ class RocmPlatform(PlatformBase):
 
     def _unattributed(self, device: int, gpu: AmdGpu) -> int | None:
         table = self._processes(device)
+        if table is None:
+            return None
         try:
             _, used = self._vram(gpu)
         except DevmemError:
-            return None
-        if table is None:
             return None
         return used - sum(v for v in table.values() if v is not None)
 

@@ -15,7 +15,14 @@ import pytest
 
 from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, mi300x_scenario
 from devmem.types import DevmemError
-from devmem_rocm.smi import LIBRARY_MISSING, AmdsmiCallError, AmdsmiSession, AmdsmiUnavailable, import_silently, shut_down_all
+from devmem_rocm.smi import (
+    LIBRARY_MISSING,
+    AmdsmiCallError,
+    AmdsmiSession,
+    AmdsmiUnavailable,
+    import_silently,
+    shut_down_all,
+)
 
 
 def _rocm_library_present() -> bool:
@@ -42,7 +49,8 @@ def test_resolution_with_the_real_wheel_and_no_rocm_prints_nothing():
         sys.stderr.write("RESULT " + json.dumps(rocm) + "\\n")
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS")}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120, check=True)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120,
+                          check=True)
     assert done.stdout == ""
     result = [line for line in done.stderr.splitlines() if line.startswith("RESULT ")]
     assert json.loads(result[0].removeprefix("RESULT ")) == [LIBRARY_MISSING]

@@ -1,10 +1,12 @@
 """Tools for testing memory logic without the hardware, and the conformance kit for backend authors."""
 
+from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, mi300x_scenario, radeon_scenario
 from devmem.testing.nvml import ScriptedAllocator, ScriptedNvml, h200_scenario, mig_scenario, wsl2_scenario
 from devmem.testing.scenario import HostMemory, Scenario, ScriptedDevice, ScriptedFiles
 
 __all__ = ["HostMemory", "Scenario", "ScriptedAllocator", "ScriptedDevice", "ScriptedFiles", "ScriptedNvml",
            "h200_scenario", "mig_scenario", "wsl2_scenario"]
+__all__ += ["ScriptedAmdsmi", "ScriptedClock", "mi300x_scenario", "radeon_scenario"]
 
 # The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.
 _KIT = {

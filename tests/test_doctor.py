@@ -1,0 +1,94 @@
+"""``devmem doctor`` findings, against scripted machines (co-tenant, WSL2, GB10, PID namespace) and the real host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from devmem.doctor import diagnose, render
+from devmem.host import CpuPlatform
+from devmem.testing.nvml import ScriptedNvml, h200_scenario, wsl2_scenario
+from devmem.testing.uma import gb10_scenario
+from devmem.types import GiB
+from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.wsl2 import WslPlatform
+from devmem_uma.platform import UmaPlatform
+
+
+def by_code(findings):
+    return {f.code: f for f in findings}
+
+
+def nvml_platform(sc, **kwargs):
+    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, **kwargs)
+
+
+def test_cotenants_are_listed_with_pids_and_bytes():
+    sc = h200_scenario(context=True)
+    sc.allocate(8 * GiB, pid=4242)
+    sc.allocate(2 * GiB, pid=5151)
+    found = by_code(diagnose(nvml_platform(sc)))
+    assert found["co-tenants"].summary == "2 other process(es) hold 10.00 GiB: pid 4242 (8.00 GiB), pid 5151 (2.00 GiB)"
+    assert "summing to at most 1.0" in found["co-tenants"].action
+
+
+def test_working_per_process_accounting_is_reported_ok():
+    sc = h200_scenario(context=True)
+    found = by_code(diagnose(nvml_platform(sc)))
+    assert found["per-process-accounting"].severity == "ok"
+    assert "0.51 GiB" in found["per-process-accounting"].summary
+
+
+def test_wsl2_warns_that_accounting_is_unavailable_and_the_driver_pages():
+    sc = wsl2_scenario()
+    platform = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    found = by_code(diagnose(platform))
+    assert found["per-process-accounting"].severity == "warning"
+    assert "WDDM does not report per-process memory" in found["per-process-accounting"].summary
+    assert "one engine per GPU" in found["per-process-accounting"].action
+    assert found["pages-instead-of-failing"].severity == "warning"
+
+
+def test_gb10_explains_that_page_cache_counts_as_free():
+    sc = gb10_scenario()
+    platform = UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, mem_get_info=sc.mem_get_info, environ=sc.environ)
+    found = by_code(diagnose(platform))
+    assert "reclaimable page cache" in found["unified-memory"].summary
+    assert "release_allocator_cache" in found["unified-memory"].action
+    assert "pages-instead-of-failing" not in found
+
+
+def test_hidden_pid_namespace_says_what_to_do():
+    sc = h200_scenario()
+    sc.driver_pid, sc.nspid_visible = 987654, False
+    sc.allocate(GiB)  # held under the host PID this container cannot see
+    found = by_code(diagnose(nvml_platform(sc, learn_pid=False)))
+    accounting = found["per-process-accounting"]
+    assert accounting.severity == "warning"
+    assert "--pid=host" in accounting.action
+
+
+def test_low_free_memory_is_a_warning():
+    sc = h200_scenario()
+    sc.allocate(135 * GiB, pid=4242)
+    found = by_code(diagnose(nvml_platform(sc)))
+    assert found["low-free-memory"].severity == "warning" and "lower u" in found["low-free-memory"].action
+
+
+def test_cpu_platform_says_no_accelerator_is_in_use():
+    found = by_code(diagnose(CpuPlatform()))
+    assert "no accelerator platform is in use" in found["no-accelerator"].summary
+    assert found["per-process-accounting"].severity == "ok"
+
+
+def test_render_prints_each_finding_with_what_to_do():
+    text = render(diagnose(CpuPlatform()), "cpu")
+    assert text.splitlines()[0] == "platform: cpu" and "what to do:" in text
+
+
+def test_doctor_json_runs_as_a_command():
+    out = subprocess.run([sys.executable, "-m", "devmem", "doctor", "--json"], capture_output=True, text=True,
+                         env={**__import__("os").environ, "DEVMEM_PLATFORM": "cpu"}, check=True).stdout
+    data = json.loads(out)
+    assert data["platform"] == "cpu" and {f["code"] for f in data["findings"]} >= {"per-process-accounting"}

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from devmem.types import DevmemError
 
@@ -94,6 +93,8 @@ class NvmlSession:
         self._failure: str | None = None
         self._lock = threading.Lock()
         self._variants: dict[tuple[str, ...], str] = {}
+        self._functions: dict[str, Any] = {}
+        self.memory_v1_only = False  # set once the driver has refused memory info v2
 
     @property
     def nvml(self) -> Any:
@@ -132,14 +133,16 @@ class NvmlSession:
 
     def call(self, name: str, *args: Any) -> Any:
         """``nvml.<name>(*args)``, with NVML's errors raised as :class:`NvmlCallError`."""
-        module = self.nvml
-        fn = getattr(module, name, None)
+        fn = self._functions.get(name)
         if fn is None:
-            raise NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
+            fn = getattr(self.nvml, name, None)
+            if fn is None:
+                raise NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
+            self._functions[name] = fn
         try:
             return fn(*args)
         except Exception as exc:
-            if not _is_nvml_error(module, exc):
+            if not _is_nvml_error(self._module, exc):
                 raise
             raise NvmlCallError(name, error_name(exc), str(exc)) from exc
 
@@ -179,6 +182,7 @@ class NvmlSession:
         with self._lock:
             if self._ready:
                 self._ready = False
+                self._functions.clear()
                 try:
                     self._module.nvmlShutdown()
                 except Exception as exc:
@@ -216,8 +220,7 @@ def _int(value: Any) -> int:
 
 
 # ---- memory --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MemoryReading:
+class MemoryReading(NamedTuple):
     """One NVML memory-info reading in bytes; ``reserved`` is ``None`` when only v1 answered."""
 
     total: int
@@ -234,26 +237,26 @@ class MemoryReading:
 
 def read_memory(session: NvmlSession, handle: Any) -> MemoryReading:
     """NVML memory info, v2 first (it separates the driver's reservation), v1 where v2 is missing."""
-    nvml = session.nvml
-    version = getattr(nvml, "nvmlMemory_v2", None)
-    if version is not None and session._variants.get(("memory",)) != "v1":
-        try:
-            m = session.call("nvmlDeviceGetMemoryInfo", handle, version)
-        except NvmlCallError as exc:
-            if not exc.not_supported:
-                raise
-            log.debug("devmem: NVML memory info v2 unavailable (%s); using v1", exc.error)
+    if not session.memory_v1_only:
+        version = getattr(session.nvml, "nvmlMemory_v2", None)
+        if version is None:
+            session.memory_v1_only = True
         else:
-            return MemoryReading(int(m.total), int(m.free), int(m.used), int(m.reserved), 2)
+            try:
+                m = session.call("nvmlDeviceGetMemoryInfo", handle, version)
+            except NvmlCallError as exc:
+                if not exc.not_supported:
+                    raise
+                log.debug("devmem: NVML memory info v2 unavailable (%s); using v1", exc.error)
+            else:
+                return MemoryReading(m.total, m.free, m.used, m.reserved, 2)
     m = session.call("nvmlDeviceGetMemoryInfo", handle)
-    if version is not None:
-        session._variants[("memory",)] = "v1"
-    return MemoryReading(int(m.total), int(m.free), int(m.used), None, 1)
+    session.memory_v1_only = True
+    return MemoryReading(m.total, m.free, m.used, None, 1)
 
 
 # ---- processes -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ProcessEntry:
+class ProcessEntry(NamedTuple):
     """A process NVML lists on a device. ``used`` is ``None`` where NVML cannot attribute memory."""
 
     pid: int
@@ -263,19 +266,21 @@ class ProcessEntry:
     lists: tuple[str, ...] = ("compute",)
 
 
+def _entry(p: Any, kind: str) -> ProcessEntry | None:
+    try:
+        used = p.usedGpuMemory
+        used = None if used is None or used == NOT_AVAILABLE else int(used)
+        gi = getattr(p, "gpuInstanceId", None)
+        ci = getattr(p, "computeInstanceId", None)
+        return ProcessEntry(int(p.pid), used, None if gi in (None, 0xFFFFFFFF) else int(gi),
+                            None if ci in (None, 0xFFFFFFFF) else int(ci), (kind,))
+    except (AttributeError, TypeError, ValueError) as exc:  # one odd entry never breaks the list
+        log.debug("devmem: skipping an NVML %s process entry %r: %s", kind, p, exc)
+        return None
+
+
 def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
-    out = []
-    for p in raw:
-        try:
-            used = p.usedGpuMemory
-            used = None if used is None or int(used) == NOT_AVAILABLE else int(used)
-            gi = getattr(p, "gpuInstanceId", None)
-            ci = getattr(p, "computeInstanceId", None)
-            out.append(ProcessEntry(int(p.pid), used, None if gi in (None, 0xFFFFFFFF) else int(gi),
-                                    None if ci in (None, 0xFFFFFFFF) else int(ci), (kind,)))
-        except (AttributeError, TypeError, ValueError) as exc:  # one odd entry never breaks the list
-            log.debug("devmem: skipping an NVML %s process entry %r: %s", kind, p, exc)
-    return out
+    return [e for e in (_entry(p, kind) for p in raw) if e is not None]
 
 
 def compute_processes(session: NvmlSession, handle: Any) -> list[ProcessEntry]:
@@ -300,14 +305,14 @@ def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEnt
     A list whose every variant is unsupported counts as empty; other NVML errors raise :class:`NvmlCallError`.
     """
     by_pid: dict[int, ProcessEntry] = {}
-    for getter in (compute_processes, graphics_processes):
+    for calls, kind in ((COMPUTE_CALLS, "compute"), (GRAPHICS_CALLS, "graphics")):
         try:
-            entries = getter(session, handle)
+            raw = session.call_newest(calls, handle)
         except NvmlCallError as exc:
             if not exc.not_supported:
                 raise
             continue
-        for e in entries:
+        for e in _entries(raw, kind):
             by_pid[e.pid] = _merge(by_pid[e.pid], e) if e.pid in by_pid else e
     return by_pid
 
@@ -316,22 +321,22 @@ def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> Proc
     """The entry of any of ``pids`` (``None`` if NVML lists none of them).
 
     The compute list first, the graphics list only when not found there: one NVML call in the common
-    case (a CUDA process), which keeps the per-call overhead low. Raises :class:`NvmlCallError` when
-    neither list can be read.
+    case (a CUDA process), and only the matching entries are converted, which keeps the overhead low.
+    Raises :class:`NvmlCallError` when neither list can be read.
     """
-    wanted = set(pids)
+    wanted = pids if isinstance(pids, (set, frozenset)) else set(pids)
     unsupported: NvmlCallError | None = None
     answered = False
-    for getter in (compute_processes, graphics_processes):
+    for calls, kind in ((COMPUTE_CALLS, "compute"), (GRAPHICS_CALLS, "graphics")):
         try:
-            entries = getter(session, handle)
+            raw = session.call_newest(calls, handle)
         except NvmlCallError as exc:
             if not exc.not_supported:
                 raise
             unsupported = exc
             continue
         answered = True
-        found = [e for e in entries if e.pid in wanted]
+        found = [e for e in (_entry(p, kind) for p in raw if getattr(p, "pid", None) in wanted) if e is not None]
         if found:
             return max(found, key=lambda e: -1 if e.used is None else e.used)
     if not answered and unsupported is not None:

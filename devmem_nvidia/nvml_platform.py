@@ -96,7 +96,7 @@ class NvmlPlatform(PlatformBase):
         self._allocator = allocator if allocator is not None else CudaDriverAllocator(files)
         self._learn_pid = learn_pid
         self._lock = threading.Lock()
-        self._ns_pids: list[int] | None = None
+        self._ns_pids: set[int] | None = None
         self._learned: int | None = None
         self._learn_note: str | None = None
         self._reasons: dict[int, str] = {}
@@ -107,7 +107,10 @@ class NvmlPlatform(PlatformBase):
         return len(self._table.devices())
 
     def _visible(self, device: int) -> VisibleDevice:
-        return self._table.devices()[self.check_device(device)]
+        devices = self._table.devices()
+        if type(device) is int and 0 <= device < len(devices):
+            return devices[device]
+        return devices[self.check_device(device)]  # raises DevmemError naming the valid range
 
     def device_memory_info(self, device: int = 0) -> MemoryInfo:
         reading = device_memory(self._session, self.name, device, self._visible(device))
@@ -122,13 +125,13 @@ class NvmlPlatform(PlatformBase):
         return False
 
     # ---- this process --------------------------------------------------------------------------
-    def _driver_pids(self) -> list[int]:
-        """The PIDs to look for: the learned one, else the outermost from NSpid, else our own."""
+    def _driver_pids(self) -> set[int]:
+        """The PID to look for: the learned one, else the outermost from NSpid, else our own."""
         if self._learned is not None:
-            return [self._learned]
+            return {self._learned}
         if self._ns_pids is None:
-            self._ns_pids = namespace_pids(self._files) or [os.getpid()]
-        return self._ns_pids[:1]
+            self._ns_pids = {(namespace_pids(self._files) or [os.getpid()])[0]}
+        return self._ns_pids
 
     def _unknown(self, device: int, reason: str) -> None:
         self._reasons[device] = reason
@@ -160,7 +163,7 @@ class NvmlPlatform(PlatformBase):
             if entry is None and self._holds_context(dev):
                 self._try_learning(device)
                 if self._learned is not None:
-                    entry = find_process(self._session, dev.handle, [self._learned])
+                    entry = find_process(self._session, dev.handle, {self._learned})
                 if entry is None:
                     return self._unknown(device, self._not_listed(dev))
         except NvmlCallError as exc:

@@ -1,14 +1,16 @@
 """The HIP runtime's device indices, mapped to amdsmi's GPUs.
 
-The rule, from ROCm's "GPU isolation techniques" page and the HIP runtime:
+Two layers, each as its runtime's source parses it:
 
-1. ``ROCR_VISIBLE_DEVICES`` (ROCm runtime level, every ROCm application) picks from all GPUs, in HIP order;
-2. then ``HIP_VISIBLE_DEVICES`` picks from what remains; ``CUDA_VISIBLE_DEVICES`` "has the same effect"
-   and is read only when ``HIP_VISIBLE_DEVICES`` is unset.
-
-Each is a comma-separated list of indices or ``GPU-<serial>`` UUIDs (a unique prefix is enough); unset
-means every device and set-but-empty means none. The first entry that is invalid (not a number or
-``GPU-`` UUID, out of range, ambiguous, repeated) ends the list, as the CUDA and HIP runtimes treat them.
+1. ``ROCR_VISIBLE_DEVICES`` (ROCm runtime, ``rocr/core/runtime/amd_filter_device.cpp``) picks from every
+   GPU, in HIP order, and surfaces them in the order given. Set but empty: no GPU. Entries are trimmed and
+   upper-cased; an entry starting with ``G`` is a ``GPU-<serial>`` UUID or a unique prefix of one, any other
+   is a C integer (``1``, ``0x1``). The first entry that is invalid, out of range, ambiguous or repeated
+   ends the list; at most as many entries as GPUs are read.
+2. then ``HIP_VISIBLE_DEVICES``, or ``CUDA_VISIBLE_DEVICES`` when that is unset or empty (HIP runtime,
+   ``clr/rocclr/device/rocm/rocdevice.cpp``), picks from what ROCr left. Empty or unset: every GPU.
+   An entry is a decimal index written plainly (``1``, not `` 1`` or ``01``) or contains ``GPU-<serial>``
+   (the first GPU whose UUID contains it); the first invalid entry ends the list; repeats are skipped.
 
 Disagreements are reported, not fatal: the runtime itself runs with them, so devmem follows the runtime
 (the device it reports is the one torch will use) and says what it did in a warning and in the platform's
@@ -37,30 +39,58 @@ class Selection:
     conflicts: tuple[str, ...] = ()
 
 
-def _match(token: str, pool: list[AmdGpu]) -> AmdGpu | None:
-    if token.isdigit():
-        index = int(token)
-        return pool[index] if index < len(pool) else None
-    if token.lower().startswith("gpu-") and len(token) > 4:
-        key = token[4:].lower()
-        hits = [g for g in pool if any(k.startswith(key) for k in g.uuid_keys())]
-        return hits[0] if len(hits) == 1 else None
-    return None
+def _uuids(gpu: AmdGpu) -> list[str]:
+    """The device's ``GPU-<serial>`` UUIDs, upper case (ROCr compares upper case)."""
+    return [f"GPU-{key.zfill(16)}".upper() for key in gpu.uuid_keys()]
 
 
-def _pick(var: str, raw: str, pool: list[AmdGpu], within: str) -> tuple[list[AmdGpu], str | None]:
-    """Apply one variable to ``pool``: the chosen GPUs and, when an entry was dropped, why."""
-    if not raw.strip():
-        return [], f"{var} is set but empty, so no GPU is visible; unset it to see every GPU"
+def _c_integer(token: str) -> int | None:
+    """``strtol(token, &end, 0)`` when it consumes the whole token, else ``None``."""
+    sign, digits = (-1, token[1:]) if token[:1] == "-" else (1, token.removeprefix("+"))
+    try:
+        if digits[:2] in ("0X", "0x"):
+            return sign * int(digits[2:], 16)
+        if digits.startswith("0") and len(digits) > 1:
+            return sign * int(digits[1:], 8)
+        return sign * int(digits) if digits else 0
+    except ValueError:
+        return None
+
+
+def _dropped(var: str, raw: str, token: str, why: str, kept: int) -> str:
+    return (f"{var}={raw!r}: entry {token!r} {why}; the runtime ignores it and every entry after it, "
+            f"leaving {kept} GPU(s). Fix {var}")
+
+
+def _rocr(raw: str, gpus: list[AmdGpu]) -> tuple[list[AmdGpu], str | None]:
+    if raw == "":
+        return [], f"{ROCR} is set but empty, so no GPU is visible; unset it to see every GPU"
     chosen: list[AmdGpu] = []
-    for position, token in enumerate(t.strip() for t in raw.split(",")):
-        gpu = _match(token, pool)
-        if gpu is None or gpu in chosen:
-            what = "repeats a GPU" if gpu is not None else f"names none of the {len(pool)} GPU(s) {within}"
-            dropped = ", ".join(t.strip() for t in raw.split(",")[position:])
-            return chosen, (f"{var}={raw!r}: entry {token!r} {what}; the runtime ignores it and what follows "
-                            f"({dropped}), leaving {len(chosen)} GPU(s). Fix {var}")
-        chosen.append(gpu)
+    for token in [t.strip().upper() for t in raw.split(",")][:len(gpus)]:
+        if token.startswith("G"):
+            hits = [g for g in gpus if 5 <= len(token) <= 20 and any(u.startswith(token) for u in _uuids(g))]
+            index = gpus.index(hits[0]) if len(hits) == 1 else None
+        else:
+            index = _c_integer(token)
+        if index is None or not 0 <= index < len(gpus) or gpus[index] in chosen:
+            why = "repeats a GPU" if index is not None and 0 <= index < len(gpus) else \
+                f"names none of the {len(gpus)} GPU(s) on this machine (or more than one)"
+            return chosen, _dropped(ROCR, raw, token, why, len(chosen))
+        chosen.append(gpus[index])
+    return chosen, None
+
+
+def _hip(var: str, raw: str, pool: list[AmdGpu], within: str) -> tuple[list[AmdGpu], str | None]:
+    chosen: list[AmdGpu] = []
+    for token in raw.split(","):
+        if "GPU-" in token:
+            gpu = next((g for g in pool if any(token.upper() in u for u in _uuids(g))), None)
+        else:
+            gpu = pool[int(token)] if token.isdigit() and str(int(token)) == token and int(token) < len(pool) else None
+        if gpu is None:
+            return chosen, _dropped(var, raw, token, f"names none of the {len(pool)} GPU(s) {within}", len(chosen))
+        if gpu not in chosen:
+            chosen.append(gpu)
     return chosen, None
 
 
@@ -70,17 +100,17 @@ def select_visible(gpus: list[AmdGpu], environ: Mapping[str, str]) -> Selection:
     pool, rule, conflicts = list(gpus), [], []
     rocr = environ.get(ROCR)
     if rocr is not None:
-        pool, problem = _pick(ROCR, rocr, pool, "on this machine")
+        pool, problem = _rocr(rocr, pool)
         rule.append(f"{ROCR}={rocr}")
         conflicts += [problem] if problem else []
-    hip, cuda = environ.get(HIP), environ.get(CUDA)
-    var, raw = (HIP, hip) if hip is not None else (CUDA, cuda)
-    if hip is not None and cuda is not None and hip.strip() != cuda.strip():
+    hip, cuda = environ.get(HIP) or "", environ.get(CUDA) or ""
+    var, raw = (HIP, hip) if hip else (CUDA, cuda)
+    if hip and cuda and hip != cuda:
         conflicts.append(f"{HIP}={hip!r} and {CUDA}={cuda!r} disagree; the HIP runtime follows {HIP} and "
                          f"ignores {CUDA}, and so does devmem. Set only one of them, or both alike")
-    if raw is not None:
+    if raw:
         within = f"left by {ROCR}={rocr!r}" if rocr is not None else "on this machine"
-        pool, problem = _pick(var, raw, pool, within)
+        pool, problem = _hip(var, raw, pool, within)
         rule.append(f"{var}={raw}")
         conflicts += [problem] if problem else []
     return Selection(tuple(pool), " then ".join(rule) or "every GPU (no *_VISIBLE_DEVICES set)", tuple(conflicts))

@@ -10,14 +10,8 @@ import pytest
 
 import devmem
 from devmem.testing import Scenario, ScriptedDevice
-from devmem.testing.amdsmi import (
-    ScriptedAmdsmi,
-    mi300a,
-    mi300a_scenario,
-    mi300x_scenario,
-    radeon_scenario,
-    strix_halo_scenario,
-)
+from devmem.testing.amdsmi import ScriptedAmdsmi, mi300x_scenario, radeon_scenario
+from devmem.testing.uma import mi300a_scenario, strix_halo_scenario
 from devmem.types import GiB, MiB
 from devmem_rocm import detect
 
@@ -57,6 +51,10 @@ def test_an_apu_processor_type_is_refused():
     assert not detect(amdsmi=fake, environ={}).found
 
 
+def mi300a() -> ScriptedDevice:
+    return mi300a_scenario().devices[0]
+
+
 def test_a_discrete_gpu_beside_an_apu_is_detected_and_the_apu_named():
     sc = mi300x_scenario(1)
     sc.devices.append(mi300a())
@@ -66,7 +64,7 @@ def test_a_discrete_gpu_beside_an_apu_is_detected_and_the_apu_named():
 
 def test_only_visible_gpus_count():
     sc = mi300x_scenario(1)
-    sc.devices.insert(0, mi300a())
+    sc.devices.insert(0, mi300a())  # PCI 02:00.0, before the MI300X's 05:00.0
     assert not detect(amdsmi=ScriptedAmdsmi(sc), environ={"HIP_VISIBLE_DEVICES": "0"}).found
     assert detect(amdsmi=ScriptedAmdsmi(sc), environ={"HIP_VISIBLE_DEVICES": "1"}).found
 

@@ -66,19 +66,36 @@ def test_a_gpu_uuid_names_a_gpu_by_its_serial():
     assert physical(platform) == [2]
 
 
-def test_a_unique_uuid_prefix_is_enough():
+def test_a_unique_uuid_prefix_is_enough_for_rocr():
     _, serials = machine({})
-    prefix = next(s[:n] for n in range(1, 17) for s in [serials[3]] if sum(x.startswith(s[:n]) for x in serials) == 1)
-    platform, _ = machine({"HIP_VISIBLE_DEVICES": f"GPU-{prefix.upper()}"})
+    prefix = next(serials[3][:n] for n in range(1, 17) if sum(x.startswith(serials[3][:n]) for x in serials) == 1)
+    platform, _ = machine({"ROCR_VISIBLE_DEVICES": f"gpu-{prefix}"})
     assert physical(platform) == [3]
 
 
-def test_an_ambiguous_uuid_prefix_ends_the_list():
+def test_an_ambiguous_uuid_prefix_ends_the_rocr_list():
     _, serials = machine({})
     common = serials[0][:4]  # the MI300X preset serials share their leading digits
     assert all(s.startswith(common) for s in serials)
-    platform, _ = machine({"HIP_VISIBLE_DEVICES": f"1,GPU-{common},0"})
+    platform, _ = machine({"ROCR_VISIBLE_DEVICES": f"1,GPU-{common},0"})
     assert physical(platform) == [1]
+
+
+def test_hip_takes_the_first_gpu_whose_uuid_contains_the_entry():
+    _, serials = machine({})
+    platform, _ = machine({"HIP_VISIBLE_DEVICES": f"GPU-{serials[2]},GPU-{serials[0][:4]}"})
+    assert physical(platform) == [2, 0]
+
+
+def test_rocr_reads_indices_as_c_integers_and_trims_them():
+    platform, _ = machine({"ROCR_VISIBLE_DEVICES": "0x2, 1"})
+    assert physical(platform) == [2, 1]
+
+
+def test_hip_reads_only_plain_decimal_indices():
+    platform, _ = machine({"HIP_VISIBLE_DEVICES": "2, 1"})
+    assert physical(platform) == [2]
+    assert any("entry ' 1'" in n for n in platform.notes(0))
 
 
 def test_older_amdsmi_without_hip_ids_falls_back_to_pci_order():
@@ -109,16 +126,31 @@ def test_an_index_beyond_what_rocr_left_ends_the_list_and_names_both_variables()
     assert problem and "ROCR_VISIBLE_DEVICES='0,1'" in problem[0] and "HIP_VISIBLE_DEVICES" in problem[0]
 
 
-def test_a_repeated_entry_ends_the_list():
+def test_hip_skips_a_repeated_entry():
     platform, _ = machine({"HIP_VISIBLE_DEVICES": "3,1,3,0"})
+    assert physical(platform) == [3, 1, 0]
+
+
+def test_rocr_ends_the_list_at_a_repeated_entry():
+    platform, _ = machine({"ROCR_VISIBLE_DEVICES": "3,1,3,0"})
     assert physical(platform) == [3, 1]
 
 
-def test_a_variable_set_but_empty_hides_every_gpu():
+def test_rocr_set_but_empty_hides_every_gpu():
     platform, _ = machine({"ROCR_VISIBLE_DEVICES": ""})
     assert platform.device_count() == 0
     with pytest.raises(DevmemError, match="no device is visible"):
         platform.device_memory_info(0)
+
+
+def test_hip_set_but_empty_counts_as_unset():
+    platform, _ = machine({"HIP_VISIBLE_DEVICES": ""})
+    assert physical(platform) == [0, 1, 2, 3]
+
+
+def test_cuda_applies_when_hip_is_set_but_empty():
+    platform, _ = machine({"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": "2"})
+    assert physical(platform) == [2]
 
 
 def test_an_apu_beside_a_discrete_gpu_keeps_its_hip_index():

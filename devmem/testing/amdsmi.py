@@ -1,7 +1,8 @@
 """A scripted ``amdsmi``: the names, enums, exceptions and return shapes of the amdsmi Python package,
 answering from a :class:`~devmem.testing.Scenario`.
 
-Inject it where a backend takes its amdsmi module (``RocmPlatform(amdsmi=ScriptedAmdsmi(sc))``). It
+Inject it where a backend takes its amdsmi module (``RocmPlatform(amdsmi=ScriptedAmdsmi(sc))``); it answers
+for every ``vendor="amd"`` device of any scenario, including the APU presets of :mod:`devmem.testing.uma`. It
 mirrors amdsmi 7.0.2 (checked against its ``amdsmi_interface.py`` and ``amdsmi_exception.py``):
 
 - ``amdsmi_init(flag=AmdSmiInitFlags.INIT_AMD_GPUS)`` / ``amdsmi_shut_down()``; every other call before
@@ -365,11 +366,6 @@ MI300X_IDLE_USED = 297611264
 #: published outputs, equal to clinfo's "Global memory size" on it. The idle 1 MiB used is illustrative.
 RX7900XTX_TOTAL = 25753026560
 RX7900XTX_IDLE_USED = 1048576
-#: Strix Halo (Ryzen AI Max+ 395, Radeon 8060S, gfx1151) on a 128 GB machine: the 512 MiB BIOS carve-out
-#: reported as VRAM beside 124.5 GiB of GTT (rocm-smi figures quoted in LocalAI PR 12094).
-STRIX_HALO_VRAM = 536870912
-STRIX_HALO_GTT = 133680857088
-
 #: PCI addresses of an 8-GPU MI300X OAM platform (illustrative; HIP numbers them in this order).
 MI300X_BDFS = ("0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
                "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0")
@@ -391,26 +387,6 @@ def radeon_rx7900xtx() -> ScriptedDevice:
                           market_name="AMD Radeon RX 7900 XTX", gfx_target="gfx1100", card=0)
 
 
-def mi300a() -> ScriptedDevice:
-    """One AMD Instinct MI300A APU (gfx942): 128 GiB of HBM3 shared with the CPU cores.
-
-    The 128 GiB is the part's nominal memory, not a recorded reading; what matters is that amdsmi reports
-    it as a GPU processor whose market name says MI300A, with the same gfx target as the MI300X.
-    """
-    return ScriptedDevice(name="AMD Instinct MI300A", vendor="amd", total=128 * GiB, reserved=0,
-                          uuid="27ff74a0-0000-1000-8040-1a2b3c4d5e6f", pci_bus_id="0000:02:00.0",
-                          integrated=True, compute_capability=(9, 4), market_name="AMD Instinct MI300A",
-                          gfx_target="gfx942", card=1)
-
-
-def strix_halo() -> ScriptedDevice:
-    """The Radeon 8060S of a Strix Halo APU (gfx1151): the carve-out and GTT pool quoted above."""
-    return ScriptedDevice(name="AMD Radeon 8060S Graphics", vendor="amd", total=STRIX_HALO_VRAM, reserved=0,
-                          uuid="00ff1586-0000-1000-80c1-5e6f7a8b9c0d", pci_bus_id="0000:c5:00.0",
-                          integrated=True, compute_capability=(11, 5), market_name="AMD Radeon 8060S Graphics",
-                          gfx_target="gfx1151", gtt_total=STRIX_HALO_GTT, card=1)
-
-
 def mi300x_scenario(count: int = 1, **kwargs: Any) -> Scenario:
     """``count`` MI300X GPUs (1 to 8) on a host with 1.5 TiB of RAM, amdsmi and HIP installed."""
     kwargs.setdefault("host", HostMemory(total=1536 * GiB, free=1400 * GiB, page_cache=64 * GiB))
@@ -424,23 +400,10 @@ def radeon_scenario(**kwargs: Any) -> Scenario:
     return Scenario(devices=[radeon_rx7900xtx()], libraries={"amdsmi", "hip"}, driver_version="6.12.12", **kwargs)
 
 
-def mi300a_scenario(**kwargs: Any) -> Scenario:
-    """One MI300A APU: amdsmi lists a GPU processor that is integrated (the uma platform's device)."""
-    kwargs.setdefault("host", HostMemory(total=128 * GiB, free=110 * GiB, page_cache=8 * GiB))
-    return Scenario(devices=[mi300a()], libraries={"amdsmi", "hip"}, driver_version="6.12.12", **kwargs)
-
-
-def strix_halo_scenario(**kwargs: Any) -> Scenario:
-    """A Strix Halo machine with 128 GB of RAM: its Radeon 8060S is an APU."""
-    kwargs.setdefault("host", HostMemory(total=128 * GiB, free=110 * GiB, page_cache=8 * GiB))
-    return Scenario(devices=[strix_halo()], libraries={"amdsmi", "hip"}, driver_version="6.12.12", **kwargs)
-
-
 __all__ = [
     "ALIASES", "AmdSmiException", "AmdSmiInitFlags", "AmdSmiLibraryException", "AmdSmiMemoryType",
     "AmdSmiParameterException", "AmdSmiProcessorType", "AmdSmiRetryException", "AmdSmiTimeoutException",
     "MI300X_BDFS", "MI300X_IDLE_USED", "MI300X_TOTAL", "RX7900XTX_IDLE_USED", "RX7900XTX_TOTAL", "STATUS",
-    "STRIX_HALO_GTT", "STRIX_HALO_VRAM", "ScriptedAmdsmi", "ScriptedClock", "ScriptedProcessorHandle", "amdsmi_error",
-    "asic_serial", "mi300a", "mi300a_scenario", "mi300x", "mi300x_scenario", "radeon_rx7900xtx",
-    "radeon_scenario", "strix_halo", "strix_halo_scenario",
+    "ScriptedAmdsmi", "ScriptedClock", "ScriptedProcessorHandle", "amdsmi_error",
+    "asic_serial", "mi300x", "mi300x_scenario", "radeon_rx7900xtx", "radeon_scenario",
 ]

@@ -118,7 +118,8 @@ def test_apus_are_numbered_in_pci_order():
     ({"HIP_VISIBLE_DEVICES": "1"}, [120 * GiB]),
     ({"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"}, [100 * GiB]),
     ({"CUDA_VISIBLE_DEVICES": "0"}, [100 * GiB]),
-    ({"HIP_VISIBLE_DEVICES": ""}, []),
+    ({"ROCR_VISIBLE_DEVICES": ""}, []),
+    ({"HIP_VISIBLE_DEVICES": ""}, [100 * GiB, 120 * GiB]),  # the HIP runtime reads an empty value as unset
 ])
 def test_visible_devices_variables_pick_the_apus(environ, totals):
     sc = two_mi300a()

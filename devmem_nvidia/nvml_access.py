@@ -17,9 +17,9 @@ Public names:
 - ``MemoryReading(total, free, used, reserved, version)`` and ``read_memory(session, handle) -> MemoryReading``
   (v2 first, v1 where v2 is missing; ``runtime_total`` is ``total - reserved``)
 - ``ProcessEntry(pid, used, gpu_instance_id, compute_instance_id, lists)`` and
-  ``compute_processes(session, handle)``, ``graphics_processes(session, handle)``,
-  ``running_processes(session, handle) -> dict[int, ProcessEntry]`` (both lists, deduplicated by PID),
-  ``find_process(session, handle, pids) -> ProcessEntry | None`` (compute list first, graphics only if needed)
+  ``PROCESS_LISTS`` (compute, graphics, MPS clients; each newest NVML call first),
+  ``running_processes(session, handle) -> dict[int, ProcessEntry]`` (every list, deduplicated by PID),
+  ``find_process(session, handle, pids) -> ProcessEntry | None`` (compute list first, the others only if needed)
 - ``device_uuid(session, handle)``, ``device_pci_bus_id(session, handle)``, ``device_name(session, handle)``,
   ``device_minor(session, handle)``,
   ``is_mig_handle(session, handle)``, ``driver_model(session, handle) -> int | None``
@@ -53,6 +53,13 @@ GRAPHICS_CALLS = (
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses_v2",
 )
+MPS_CALLS = (
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+)
+#: NVML's process lists, in the order they are searched: CUDA processes, graphics contexts, MPS clients.
+PROCESS_LISTS = (("compute", COMPUTE_CALLS), ("graphics", GRAPHICS_CALLS), ("mps", MPS_CALLS))
 
 
 class NvmlUnavailable(DevmemError):
@@ -283,29 +290,19 @@ def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
     return [e for e in (_entry(p, kind) for p in raw) if e is not None]
 
 
-def compute_processes(session: NvmlSession, handle: Any) -> list[ProcessEntry]:
-    """The compute process list, newest NVML call first."""
-    return _entries(session.call_newest(COMPUTE_CALLS, handle), "compute")
-
-
-def graphics_processes(session: NvmlSession, handle: Any) -> list[ProcessEntry]:
-    """The graphics process list, newest NVML call first."""
-    return _entries(session.call_newest(GRAPHICS_CALLS, handle), "graphics")
-
-
 def _merge(a: ProcessEntry, b: ProcessEntry) -> ProcessEntry:
-    """NVML lists a process with both kinds of context in both lists, with the same total: keep one."""
+    """NVML lists a process with several kinds of context in several lists, with the same total: keep one."""
     used = a.used if b.used is None else b.used if a.used is None else max(a.used, b.used)
     return ProcessEntry(a.pid, used, a.gpu_instance_id, a.compute_instance_id, a.lists + b.lists)
 
 
 def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEntry]:
-    """Every process on the device (compute and graphics lists), one entry per PID.
+    """Every process on the device (compute, graphics and MPS-client lists), one entry per PID.
 
     A list whose every variant is unsupported counts as empty; other NVML errors raise :class:`NvmlCallError`.
     """
     by_pid: dict[int, ProcessEntry] = {}
-    for calls, kind in ((COMPUTE_CALLS, "compute"), (GRAPHICS_CALLS, "graphics")):
+    for kind, calls in PROCESS_LISTS:
         try:
             raw = session.call_newest(calls, handle)
         except NvmlCallError as exc:
@@ -320,14 +317,14 @@ def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEnt
 def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> ProcessEntry | None:
     """The entry of any of ``pids`` (``None`` if NVML lists none of them).
 
-    The compute list first, the graphics list only when not found there: one NVML call in the common
-    case (a CUDA process), and only the matching entries are converted, which keeps the overhead low.
-    Raises :class:`NvmlCallError` when neither list can be read.
+    The compute list first, then the graphics and MPS-client lists only when not found: one NVML call in
+    the common case (a CUDA process), and only the matching entries are converted, which keeps the
+    overhead low. Raises :class:`NvmlCallError` when no list can be read.
     """
     wanted = pids if isinstance(pids, (set, frozenset)) else set(pids)
     unsupported: NvmlCallError | None = None
     answered = False
-    for calls, kind in ((COMPUTE_CALLS, "compute"), (GRAPHICS_CALLS, "graphics")):
+    for kind, calls in PROCESS_LISTS:
         try:
             raw = session.call_newest(calls, handle)
         except NvmlCallError as exc:
@@ -392,8 +389,8 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 
 
 __all__ = [
-    "COMPUTE_CALLS", "GRAPHICS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
-    "NvmlUnavailable", "ProcessEntry", "session_for", "compute_processes", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
-    "driver_model", "error_name", "find_process", "graphics_processes", "is_mig_handle", "normalise_bus_id",
+    "COMPUTE_CALLS", "GRAPHICS_CALLS", "MPS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
+    "NvmlUnavailable", "PROCESS_LISTS", "ProcessEntry", "session_for", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
+    "driver_model", "error_name", "find_process", "is_mig_handle", "normalise_bus_id",
     "read_memory", "running_processes",
 ]

@@ -110,6 +110,12 @@ def test_other_process_in_both_lists_is_counted_once():
     assert nvml_platform(sc).other_processes_memory(0) == {CHILD: GiB}
 
 
+def test_mps_client_is_found_in_the_mps_list():
+    sc = h200_scenario(context=True)
+    sc.process_kinds[sc.pid] = "M"
+    assert nvml_platform(sc).get_process_memory_usage(0) == H200_CONTEXT
+
+
 def test_old_driver_without_v3_process_calls_falls_back_to_v2():
     sc = h200_scenario(context=True, failures={"nvmlDeviceGetComputeRunningProcesses_v3": "FunctionNotFound"})
     assert nvml_platform(sc).get_process_memory_usage(0) == H200_CONTEXT

@@ -349,6 +349,16 @@ class ScriptedNvml:
         return self._unversioned("nvmlDeviceGetGraphicsRunningProcesses",
                                  self.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
 
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", handle, "M")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        return self._processes("nvmlDeviceGetMPSComputeRunningProcesses_v2", handle, "M")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
+        self._enter("nvmlDeviceGetMPSComputeRunningProcesses")  # pynvml forwards to _v3 without converting errors
+        return self.nvmlDeviceGetMPSComputeRunningProcesses_v3(handle)
+
     def _unversioned(self, name: str, newest: Callable[[ScriptedHandle], Any], handle: ScriptedHandle) -> Any:
         self._enter(name)
         try:

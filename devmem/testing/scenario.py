@@ -186,7 +186,7 @@ class Scenario:
     files: dict[str, str] = field(default_factory=dict)
     #: Environment the backend sees (CUDA_VISIBLE_DEVICES, ...); tests pass it as ``environ=``.
     environ: dict[str, str] = field(default_factory=dict)
-    #: PID -> kind of device context, as nvidia-smi's Type column: "C" (default), "G" or "C+G".
+    #: PID -> kind of device context, as nvidia-smi's Type column: "C" (default), "G", "C+G", or "M" (an MPS client).
     process_kinds: dict[int, str] = field(default_factory=dict)
 
     # ---- who holds what -------------------------------------------------------------------------

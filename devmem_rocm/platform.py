@@ -48,7 +48,11 @@ def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list
 class RocmPlatform(PlatformBase):
     """AMD GPUs through amdsmi. ``amdsmi`` is the amdsmi module (default: the real one, imported silently),
     ``environ`` the environment holding the ``*_VISIBLE_DEVICES`` variables (default ``os.environ``);
-    ``clock``/``sleep`` time the wait for valid process figures."""
+    ``clock``/``sleep`` time the wait for valid process figures (with a scripted amdsmi, pass a
+    ``devmem.testing.ScriptedClock``'s ``clock=clk, sleep=clk.sleep`` so tests never really wait).
+
+    A bad device index raises :class:`~devmem.DevmemError`; so does amdsmi failing to list the GPUs (at
+    construction) or to read VRAM. A failing process list gives ``None`` and a reason, never an error."""
 
     name = "rocm"
 

@@ -9,7 +9,7 @@ Public names:
 - ``session_for(nvml=None) -> NvmlSession``: the process-wide session of the real pynvml, or a new one
   around an injected module
 - ``NvmlSession(nvml=None)``: ``.nvml`` (the initialised module; ``None`` imports ``pynvml`` lazily),
-  ``.call(name, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
+  ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
   ``.driver_version()``, ``.shutdown()``
 - ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed
 - ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
@@ -21,8 +21,7 @@ Public names:
   ``running_processes(session, handle) -> dict[int, ProcessEntry]`` (every list, deduplicated by PID),
   ``find_process(session, handle, pids) -> ProcessEntry | None`` (compute list first, the others only if needed)
 - ``device_uuid(session, handle)``, ``device_pci_bus_id(session, handle)``, ``device_name(session, handle)``,
-  ``device_minor(session, handle)``,
-  ``is_mig_handle(session, handle)``, ``driver_model(session, handle) -> int | None``
+  ``device_minor(session, handle)``, ``driver_model(session, handle) -> int | None``
 - The visible-device mapping (``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` -> handles) is in
   :mod:`devmem_nvidia.visible`; PID-namespace handling in :mod:`devmem_nvidia.pidns`.
 """
@@ -372,13 +371,6 @@ def device_minor(session: NvmlSession, handle: Any) -> int | None:
         return None
 
 
-def is_mig_handle(session: NvmlSession, handle: Any) -> bool:
-    try:
-        return bool(_int(session.call("nvmlDeviceIsMigDeviceHandle", handle)))
-    except NvmlCallError:
-        return False
-
-
 def driver_model(session: NvmlSession, handle: Any) -> int | None:
     """The current driver model (``NVML_DRIVER_WDDM`` = 0, ...) on Windows; ``None`` elsewhere (not supported)."""
     try:
@@ -391,6 +383,6 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 __all__ = [
     "COMPUTE_CALLS", "GRAPHICS_CALLS", "MPS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
     "NvmlUnavailable", "PROCESS_LISTS", "ProcessEntry", "session_for", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
-    "driver_model", "error_name", "find_process", "is_mig_handle", "normalise_bus_id",
+    "driver_model", "error_name", "find_process", "normalise_bus_id",
     "read_memory", "running_processes",
 ]

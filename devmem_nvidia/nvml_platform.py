@@ -99,6 +99,7 @@ class NvmlPlatform(PlatformBase):
         self._ns_pids: set[int] | None = None
         self._learned: int | None = None
         self._learn_note: str | None = None
+        self._learn_tried: set[int] = set()
         self._reasons: dict[int, str] = {}
         self._names: dict[int, str] = {}
 
@@ -143,9 +144,15 @@ class NvmlPlatform(PlatformBase):
         return maps_nvidia_device(self._files, minor) is not False
 
     def _try_learning(self, device: int) -> None:
+        """Learn the driver-side PID on ``device``, at most once per device once the runtime can allocate there."""
         with self._lock:
-            if not self._learn_pid or self._learn_note is not None:
+            if not self._learn_pid or self._learned is not None or device in self._learn_tried:
                 return
+            ready, why = self._allocator.available(device)
+            if not ready:
+                self._learn_note = f"cannot learn the driver-side PID yet: {why}"
+                return
+            self._learn_tried.add(device)
             handle = self._visible(device).handle
 
             def usage() -> dict[int, int | None]:

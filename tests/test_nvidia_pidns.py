@@ -160,3 +160,12 @@ def test_unreadable_maps_are_unknown():
             raise PermissionError(path)
 
     assert maps_nvidia_device(NoMaps(), 0) is None
+
+
+def test_learning_is_retried_once_a_context_exists():
+    sc = contained(nspid_visible=False)
+    allocator = ScriptedAllocator(sc, available=False)
+    platform = platform_for(sc, allocator)
+    platform.get_process_memory_usage(0)
+    allocator.is_available = True
+    assert platform.get_process_memory_usage(0) == H200_CONTEXT

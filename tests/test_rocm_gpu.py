@@ -58,6 +58,9 @@ def test_gfx_target_and_integration_agree_with_torch(platform):
 
 def _rises_only_where_torch_allocates(platform: RocmPlatform) -> dict[int, list[int]]:
     """For each HIP device d: every device's process-usage change while torch holds 1 GiB on cuda:d."""
+    for d in range(platform.device_count()):  # create every device's context before measuring
+        torch.ones(1, device=f"cuda:{d}")
+        torch.cuda.synchronize(d)
     changes = {}
     for d in range(platform.device_count()):
         torch.cuda.synchronize(d)

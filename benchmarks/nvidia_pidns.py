@@ -45,7 +45,7 @@ def inner() -> dict:
     torch.cuda.synchronize()
     plain = NvmlPlatform(learn_pid=False)
     learning = NvmlPlatform()
-    handle = plain._table.devices()[0].handle
+    handle = plain.visible_device(0).handle
     raw = {pid: e.used for pid, e in running_processes(session_for(), handle).items()}
     out = {
         "pid_here": os.getpid(),

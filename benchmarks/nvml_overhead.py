@@ -48,7 +48,7 @@ def build(scripted: bool) -> tuple[Any, Any, Any, str]:
             context = cuda_context()
             platform = NvmlPlatform()
             platform.device_count()
-            return platform, session_for().nvml, platform._table.devices()[0].handle, f"real NVML; {context}"
+            return platform, session_for().nvml, platform.visible_device(0).handle, f"real NVML; {context}"
         print(f"NVML is not usable here ({why}); measuring against the scripted H200", file=sys.stderr)
     from devmem.testing import ScriptedNvml, h200_scenario
 
@@ -56,7 +56,7 @@ def build(scripted: bool) -> tuple[Any, Any, Any, str]:
     nvml = ScriptedNvml(sc)
     platform = NvmlPlatform(nvml=nvml, files=sc.fs, environ=sc.environ)
     platform.device_count()
-    return platform, nvml, platform._table.devices()[0].handle, "scripted H200 (devmem's Python overhead only)"
+    return platform, nvml, platform.visible_device(0).handle, "scripted H200 (devmem's Python overhead only)"
 
 
 def measure(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:

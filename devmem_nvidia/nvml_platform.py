@@ -113,6 +113,10 @@ class NvmlPlatform(PlatformBase):
             return devices[device]
         return devices[self.check_device(device)]  # raises DevmemError naming the valid range
 
+    def visible_device(self, device: int = 0) -> VisibleDevice:
+        """CUDA device ``device`` as NVML knows it: its handle, UUID, PCI bus id and MIG parent."""
+        return self._visible(device)
+
     def device_memory_info(self, device: int = 0) -> MemoryInfo:
         reading = device_memory(self._session, self.name, device, self._visible(device))
         return MemoryInfo(free=reading.free, total=reading.runtime_total)

@@ -134,15 +134,15 @@ def test_process_without_a_context_holds_nothing():
 
 
 def test_context_maps_its_nvidia_device(platform):
-    handle = platform._table.devices()[0]
-    minor = device_minor(session_for(), handle.parent_handle if handle.mig else handle.handle)
+    dev = platform.visible_device(0)
+    minor = device_minor(session_for(), dev.parent_handle if dev.mig else dev.handle)
     maps = REAL_FILES.read_text("/proc/self/maps")
     RESULTS["maps"] = {"minor": minor, "nvidia_lines": [l for l in maps.splitlines() if "/dev/nvidia" in l][:12]}
     assert maps_nvidia_device(REAL_FILES, minor) is True
 
 
 def test_driver_pid_is_learned_as_this_process(platform):
-    handle = platform._table.devices()[0].handle
+    handle = platform.visible_device(0).handle
 
     def usage():
         return {pid: e.used for pid, e in running_processes(session_for(), handle).items()}

@@ -24,8 +24,11 @@ from devmem.profiling import (
     memory_profiling,
     release_allocator_cache,
 )
-from devmem.sizing import plan_kv_cache
+from devmem.sizing import plan_kv_cache, requested_memory
+from devmem.testing.nvml import ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem.units import format_size
+from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.wsl2 import WslPlatform
 
 #: This process's own allocation and what the co-tenant moves. Scaled down from 1 GiB / 2 GiB: first-touch page
 #: faults on the CI virtual machines run at 0.3-0.7 GB/s, so every GiB touched costs seconds.
@@ -200,6 +203,77 @@ def test_profile_result_feeds_the_planner(quiet_run):
     plan = plan_kv_cache(total=total, utilization=0.5, page_size_bytes=4096, num_layers=1, **result.plan_inputs())
     assert plan.breakdown["consumed"] == result.total_consumed
     assert plan.kv_cache_bytes == -(-total // 2) - result.non_kv_cache_memory
+
+
+# ---- scripted GPUs (pynvml and the CUDA runtime scripted with recorded readings) ------------------------
+
+
+def _h200(sc):
+    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+
+
+def _wsl2(sc):
+    return WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, mem_get_info=sc.mem_get_info)
+
+
+def test_two_engines_starting_at_once_each_count_only_their_own():
+    sc = h200_scenario(context=True)
+    platform = _h200(sc)
+    baseline = MemorySnapshot.measure(0, platform)
+    sc.allocate(16 * GiB)  # our weights
+    sc.allocate(30 * GiB, pid=sc.other_pid)  # the other engine loads its model meanwhile
+    with memory_profiling(baseline, weights_memory=16 * GiB, platform=platform) as result:
+        sc.allocate(GiB)  # what our profile run keeps
+    assert result.process_scoped and result.total_consumed == 17 * GiB
+    assert result.other_processes_delta == 30 * GiB and result.device_wide_consumed == 47 * GiB
+
+
+def test_cotenant_freeing_on_a_gpu_is_not_fatal():
+    sc = h200_scenario(context=True)
+    sc.allocate(40 * GiB, pid=sc.other_pid)
+    platform = _h200(sc)
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as result:
+        sc.allocate(8 * GiB)
+        sc.release(40 * GiB, pid=sc.other_pid)
+    assert result.total_consumed == 8 * GiB and result.other_processes_delta == -40 * GiB
+
+
+def test_without_per_process_figures_the_device_wide_drop_is_used_and_said():
+    sc = wsl2_scenario()
+    platform = _wsl2(sc)
+    baseline = MemorySnapshot.measure(0, platform)
+    sc.allocate(4 * GiB)
+    with memory_profiling(baseline, platform=platform) as result:
+        sc.allocate(2 * GiB, pid=sc.other_pid)
+    assert result.process_scoped is False and result.other_processes_delta is None
+    assert result.total_consumed == 6 * GiB
+    assert any("device-wide drop" in note for note in result.notes)
+
+
+def test_device_wide_drop_that_turns_negative_counts_as_zero_and_says_so():
+    sc = wsl2_scenario()
+    sc.allocate(8 * GiB, pid=sc.other_pid)
+    platform = _wsl2(sc)
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as result:
+        sc.allocate(GiB)
+        sc.release(8 * GiB, pid=sc.other_pid)
+    assert result.device_wide_consumed == -7 * GiB and result.total_consumed == 0
+    assert any("taken as 0" in note for note in result.notes)
+
+
+def test_start_on_a_shared_gpu_fails_naming_the_gpu_and_both_figures():
+    sc = h200_scenario(context=True)
+    sc.allocate(100 * GiB, pid=sc.other_pid)
+    platform = _h200(sc)
+    snapshot = MemorySnapshot.measure(0, platform)
+    requested = requested_memory(snapshot.total, 0.9)
+    with pytest.raises(NotEnoughMemoryError) as info:
+        check_startup_memory(snapshot, requested, platform)
+    message = str(info.value)
+    assert "NVIDIA H200" in message and format_size(snapshot.free) in message and format_size(requested) in message
+    assert "other processes hold 100.00 GiB" in message
 
 
 # ---- snapshots -------------------------------------------------------------------------------------------

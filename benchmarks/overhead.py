@@ -1,0 +1,211 @@
+"""Overhead: devmem's calls against the raw vendor and runtime calls they wrap, and import + resolve time.
+
+In one run, interleaved round by round so machine noise hits every case alike, medians reported:
+
+- nvml platform: ``device_memory_info`` against raw ``nvmlDeviceGetMemoryInfo`` (v2) and ``torch.cuda.mem_get_info``;
+  ``get_process_memory_usage`` and ``other_processes_memory`` against raw ``nvmlDeviceGetComputeRunningProcesses``;
+  ``device_count`` against ``nvmlDeviceGetCount``; ``MemorySnapshot.measure`` against the snapshot engines take
+  today (``torch.cuda.mem_get_info`` + the process list + torch's allocator statistics). This process first
+  creates its CUDA context through torch, as an engine has when it measures.
+- cpu platform: against reading ``/proc/meminfo`` and ``/proc/self/statm`` raw.
+- other platforms: against ``torch.cuda.mem_get_info`` where torch sees the device.
+- Import and resolve: fresh interpreters running ``import devmem``, ``current_platform()`` and a first
+  ``device_memory_info``, beside ``python -c pass`` and the raw library's own import and first call.
+
+Usage: python benchmarks/overhead.py [--rounds 2000] [--import-runs 10] [--out DIR_OR_FILE.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+import devmem
+from common import format_table, machine, write_outputs
+from devmem import MemorySnapshot
+
+Cases = dict[str, Callable[[], object]]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=2000, help="calls of each case, interleaved")
+    p.add_argument("--import-runs", type=int, default=10, help="fresh interpreters per import case")
+    p.add_argument("--quick", action="store_true", help="200 rounds and 2 import runs (for CI)")
+    p.add_argument("--out", default=None, help="a .json file, or a folder to write overhead.json/.txt into")
+    return p.parse_args(argv)
+
+
+def devmem_cases(platform: Any, device: int) -> Cases:
+    return {
+        "device_memory_info": lambda: platform.device_memory_info(device),
+        "get_process_memory_usage": lambda: platform.get_process_memory_usage(device),
+        "device_count": platform.device_count,
+        "is_integrated_gpu": lambda: platform.is_integrated_gpu(device),
+        "pages_instead_of_failing": lambda: platform.pages_instead_of_failing(device),
+        "MemorySnapshot.measure": lambda: MemorySnapshot.measure(device, platform),
+    }
+
+
+def _nvml_handle(pynvml: Any, torch: Any, device: int) -> tuple[Any, str]:
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        return pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"), text
+    return pynvml.nvmlDeviceGetHandleByIndex(device), f"NVML index {device} (torch gives no UUID)"
+
+
+def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, str]], str]:
+    import pynvml
+    import torch
+
+    torch.cuda.set_device(device)
+    torch.empty(1, device=f"cuda:{device}")
+    torch.cuda.synchronize(device)
+    pynvml.nvmlInit()
+    handle, which = _nvml_handle(pynvml, torch, device)
+    processes = pynvml.nvmlDeviceGetComputeRunningProcesses
+
+    def raw_snapshot() -> object:
+        return (torch.cuda.mem_get_info(device), processes(handle), torch.cuda.memory_allocated(device),
+                torch.cuda.memory_reserved(device), torch.cuda.max_memory_allocated(device))
+
+    raw = {
+        "raw nvmlDeviceGetMemoryInfo (v2)": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2),
+        "torch.cuda.mem_get_info": lambda: torch.cuda.mem_get_info(device),
+        "raw nvmlDeviceGetComputeRunningProcesses": lambda: processes(handle),
+        "raw nvmlDeviceGetCount": pynvml.nvmlDeviceGetCount,
+        "raw snapshot (mem_get_info + processes + torch stats)": raw_snapshot,
+        "other_processes_memory": lambda: platform.other_processes_memory(device),
+    }
+    pairs = {
+        "device_memory_info / raw NVML": ("device_memory_info", "raw nvmlDeviceGetMemoryInfo (v2)"),
+        "device_memory_info / torch.cuda.mem_get_info": ("device_memory_info", "torch.cuda.mem_get_info"),
+        "get_process_memory_usage / raw process list": ("get_process_memory_usage",
+                                                        "raw nvmlDeviceGetComputeRunningProcesses"),
+        "other_processes_memory / raw process list": ("other_processes_memory",
+                                                      "raw nvmlDeviceGetComputeRunningProcesses"),
+        "device_count / raw nvmlDeviceGetCount": ("device_count", "raw nvmlDeviceGetCount"),
+        "MemorySnapshot.measure / raw snapshot": ("MemorySnapshot.measure",
+                                                  "raw snapshot (mem_get_info + processes + torch stats)"),
+    }
+    return raw, pairs, f"real NVML and torch {torch.__version__} on {which}, with this process's CUDA context"
+
+
+def cpu_raw() -> tuple[Cases, dict[str, tuple[str, str]], str]:
+    def meminfo() -> tuple[int, int]:
+        with open("/proc/meminfo") as f:
+            fields = {k: v for k, _, v in (line.partition(":") for line in f)}
+        return int(fields["MemTotal"].split()[0]) * 1024, int(fields["MemAvailable"].split()[0]) * 1024
+
+    def statm() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1])
+
+    raw = {"raw /proc/meminfo": meminfo, "raw /proc/self/statm": statm,
+           "raw snapshot (/proc/meminfo + statm)": lambda: (meminfo(), statm())}
+    pairs = {
+        "device_memory_info / raw /proc/meminfo": ("device_memory_info", "raw /proc/meminfo"),
+        "get_process_memory_usage / raw statm": ("get_process_memory_usage", "raw /proc/self/statm"),
+        "MemorySnapshot.measure / raw snapshot": ("MemorySnapshot.measure", "raw snapshot (/proc/meminfo + statm)"),
+    }
+    return raw, pairs, "host memory through /proc (the cpu platform adds cgroup limits)"
+
+
+def torch_raw(device: int) -> tuple[Cases, dict[str, tuple[str, str]], str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}, {}, "no raw counterpart here: torch sees no device"
+    return ({"torch.cuda.mem_get_info": lambda: torch.cuda.mem_get_info(device)},
+            {"device_memory_info / torch.cuda.mem_get_info": ("device_memory_info", "torch.cuda.mem_get_info")},
+            f"torch {torch.__version__}")
+
+
+def medians(cases: Cases, rounds: int) -> dict[str, float]:
+    """Median seconds per call of each case, interleaved round by round after one warm-up call each."""
+    for call in cases.values():
+        call()
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    clock = time.perf_counter
+    for _ in range(rounds):
+        for name, call in cases.items():
+            start = clock()
+            call()
+            samples[name].append(clock() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def import_cases(platform_name: str) -> dict[str, str]:
+    cases = {
+        "python -c pass": "pass",
+        "import devmem": "import devmem",
+        "import devmem; current_platform()": "import devmem; devmem.current_platform()",
+        "... and device_memory_info(0)": "import devmem; devmem.current_platform().device_memory_info(0)",
+    }
+    if platform_name == "nvml":
+        cases["raw: import pynvml; nvmlInit(); nvmlDeviceGetMemoryInfo"] = (
+            "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))")
+    elif platform_name == "cpu":
+        cases["raw: read /proc/meminfo"] = "open('/proc/meminfo').read()"
+    return cases
+
+
+def import_medians(cases: dict[str, str], runs: int) -> dict[str, float]:
+    """Median wall seconds of a fresh interpreter per case, interleaved run by run."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, code in cases.items():
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def render(result: dict[str, Any]) -> str:
+    head = f"# overhead on {result['machine']['device_name']} ({result['machine']['platform']}): {result['measured']}"
+    calls = format_table(["call", "median us"],
+                         [[name, f"{us:.2f}"] for name, us in result["median_us"].items()])
+    ratios = format_table(["devmem / raw", "ratio"], [[name, f"{r:.2f}"] for name, r in result["ratios"].items()])
+    base = result["import_ms"]["python -c pass"]
+    imports = format_table(["fresh interpreter", "median ms", "added ms"],
+                           [[name, f"{ms:.1f}", f"{ms - base:.1f}"] for name, ms in result["import_ms"].items()])
+    return "\n\n".join([head, calls, ratios, imports])
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    rounds, runs = (200, 2) if args.quick else (args.rounds, args.import_runs)
+    resolve_start = time.perf_counter()
+    platform = devmem.current_platform()
+    resolve_s = time.perf_counter() - resolve_start
+    if platform.name == "nvml":
+        raw, pairs, what = nvml_raw(platform, args.device)
+    elif platform.name == "cpu":
+        raw, pairs, what = cpu_raw()
+    else:
+        raw, pairs, what = torch_raw(args.device)
+    cases = {**devmem_cases(platform, args.device), **raw}
+    found = medians(cases, rounds)
+    imports = import_medians(import_cases(platform.name), runs)
+    result = {"benchmark": "overhead", "command": ["python", "benchmarks/overhead.py",
+                                                   *(argv if argv is not None else sys.argv[1:])],
+              "machine": machine(platform, args.device), "measured": what, "rounds": rounds, "import_runs": runs,
+              "resolve_in_process_ms": resolve_s * 1e3,
+              "median_us": {name: s * 1e6 for name, s in found.items()},
+              "ratios": {name: found[ours] / found[raw_name] for name, (ours, raw_name) in pairs.items()},
+              "import_ms": {name: s * 1e3 for name, s in imports.items()}}
+    text = render(result)
+    print(text)
+    for path in write_outputs(args.out, "overhead", result, text):
+        print(f"wrote {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

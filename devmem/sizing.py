@@ -158,7 +158,7 @@ class KvCachePlan:
             "pinned": "path: pinned (the size was given; the allocator cache is released before allocating it)",
             "growable": "path: growable (min(requested - non-KV used, free + committed - margin) - transient peak)",
         }[self.path]
-        width = max(len(_LABELS[k]) for k in self.breakdown)
+        width = max((len(_LABELS[k]) for k in self.breakdown), default=0)
         rows = [f"  {_LABELS[k]:<{width}}  {format_size(v)}" for k, v in self.breakdown.items()]
         return "\n".join([head, how, *rows])
 
@@ -167,8 +167,8 @@ class KvCachePlan:
                 "block_bytes": self.block_bytes, "utilization": self.utilization, "breakdown": dict(self.breakdown)}
 
 
-def _figure(name: str, value: int | None) -> str:
-    return f"{_LABELS[name]} {format_size(value)}" if value is not None else ""
+def _figure(name: str, value: int) -> str:
+    return f"{_LABELS[name]} {format_size(value)}"
 
 
 def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, str]:
@@ -230,7 +230,7 @@ def plan_kv_cache(
     - ``init_free_memory`` and ``free_memory`` -> ``growable``: :func:`measure_kv_cache_bytes` with
       ``activation_peak`` as the transient peak; ``weights`` and ``non_torch`` only explain.
     - otherwise ``utilization``: ``requested - (consumed + activation_peak + cuda_graph)`` where ``consumed``
-      (the process's measured growth) defaults to ``weights + non_torch``.
+      (the process's measured growth; used on this path only) defaults to ``weights + non_torch``.
 
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
     cache gave back before the KV allocation) are reported, never subtracted. Raises
@@ -240,6 +240,7 @@ def plan_kv_cache(
     parts = {name: _bytes(name, value) for name, value in
              (("weights", weights), ("activation_peak", activation_peak), ("non_torch", non_torch))}
     graphs = _bytes("cuda_graph", cuda_graph)
+    measured = None if consumed is None else _bytes("consumed", consumed)
     others = None if other_processes is None else _bytes("other_processes", other_processes)
     released = _bytes("released_cache", released_cache)
     extra = {k: v for k, v in (("other_processes", others), ("released_cache", released or None)) if v is not None}
@@ -275,7 +276,7 @@ def plan_kv_cache(
         arithmetic = (f"min(requested {t['requested']} - non-KV used {t['non_kv_used']}, free {t['free']} + committed "
                       f"{t['committed']} - margin {t['margin']}) - transient peak {t['transient_peak']}")
     else:
-        used = parts["weights"] + parts["non_torch"] if consumed is None else _bytes("consumed", consumed)
+        used = parts["weights"] + parts["non_torch"] if measured is None else measured
         non_kv = used + parts["activation_peak"] + graphs
         figures = {"total": total, "requested": requested, **parts, "cuda_graph": graphs, "consumed": used,
                    "non_kv": non_kv}

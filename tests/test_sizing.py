@@ -114,10 +114,12 @@ def test_every_accepted_utilization_plan_is_in_whole_bytes_and_blocks(total, uti
 # ---- bad input -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, 1024.0, float("nan"), float("inf"), True, "4096", None])
-def test_bytes_that_are_not_whole_nonnegative_ints_are_refused(bad):
-    with pytest.raises(SizingError, match="weights") as info:
-        plan_kv_cache(total=GiB, weights=bad, page_size_bytes=4096, num_layers=1)
+@pytest.mark.parametrize("name", ["weights", "activation_peak", "non_torch", "cuda_graph", "consumed",
+                                  "other_processes", "released_cache", "total"])
+@pytest.mark.parametrize("bad", [-1, 1.5, 1024.0, float("nan"), float("inf"), True, "4096"])
+def test_bytes_that_are_not_whole_nonnegative_ints_are_refused(name, bad):
+    with pytest.raises(SizingError, match=name) as info:
+        plan_kv_cache(**{"total": GiB, name: bad}, page_size_bytes=4096, num_layers=1)
     assert isinstance(info.value, ValueError) and isinstance(info.value, DevmemError)
     assert repr(bad) in str(info.value) or str(bad) in str(info.value)
 

@@ -203,10 +203,9 @@ def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot
         result.other_processes_delta = result.device_wide_consumed - own
         if abs(result.other_processes_delta) >= WARN_DIFFERENCE:
             log.warning(
-                "devmem: while profiling device %d, free memory dropped by %s but this process grew by %s: other "
-                "processes moved %s; sizing uses this process's own %s", after.device,
-                format_size(result.device_wide_consumed), format_size(own),
-                format_size(result.other_processes_delta), format_size(own))
+                "devmem: while profiling device %d, device-wide use changed by %s but this process's own by %s: "
+                "other processes moved %s; sizing uses this process's own figure", after.device,
+                format_size(result.device_wide_consumed), format_size(own), format_size(result.other_processes_delta))
     else:
         own = result.device_wide_consumed
         result.notes.append(f"{platform.name} gives no per-process figure: total_consumed is the device-wide drop of "

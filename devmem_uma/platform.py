@@ -104,10 +104,11 @@ class UmaPlatform(PlatformBase):
 
     def _nvml_processes(self) -> NvmlPlatform:
         """NVIDIA's per-process lookup (NSpid, learned driver PID), over the same CUDA-visible devices."""
-        if self._per_process is None:
-            self._per_process = NvmlPlatform(nvml=self._nvml, files=self._files, environ=self._environ,
-                                             allocator=self._allocator)
-        return self._per_process
+        with self._lock:
+            if self._per_process is None:
+                self._per_process = NvmlPlatform(nvml=self._nvml, files=self._files, environ=self._environ,
+                                                 allocator=self._allocator)
+            return self._per_process
 
     # ---- memory --------------------------------------------------------------------------------
     def _host_figures(self) -> tuple[MemoryInfo, str]:

@@ -8,12 +8,12 @@ Which card is an APU (the rule, see docs/unified-memory.md): an amdgpu card (``v
 1. its hwmon has the northbridge voltage (``in1_label`` reads ``vddnb``): amdgpu creates that sensor only
    for parts flagged ``AMD_IS_APU``, the flag ROCm itself reads (as ``AMDGPU_IDS_FLAGS_FUSION``) to call a
    GPU integrated; or
-2. its VRAM is at most a BIOS carve-out (:data:`CARVE_OUT_MAX`) beside a larger GTT pool. This catches
-   MI300A, which reports no VRAM of its own and no northbridge sensor. No ROCm-capable discrete card has
-   so little VRAM.
+2. its VRAM is at most a BIOS carve-out (1 GiB, ``devmem_rocm.devices.CARVE_OUT_MAX``, the threshold the
+   rocm platform applies too) beside a larger GTT pool. This catches MI300A, which reports no VRAM of its
+   own and no northbridge sensor. No ROCm-capable discrete card has so little VRAM.
 
-Which pool an allocation draws from: since amdgpu lets the VRAM domain fall back to GTT on APUs whose GTT
-is larger than their VRAM ("the MI300A approach"), compute allocations come from GTT there, limited both
+Which pool an allocation draws from: since the kernel lets VRAM allocations go to the GTT domain on APUs whose
+GTT is larger than their VRAM ("the MI300A approach"), compute allocations come from GTT there, limited both
 by the GTT size and by the RAM the OS can give. Where the carve-out is the larger pool (a BIOS setting of
 tens of GiB), allocations come from it, and it behaves like a discrete card's memory.
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from devmem.host import Files
-from devmem.types import GiB, KiB, MiB, gib
-from devmem_rocm.devices import AmdGpu
+from devmem.types import KiB, MiB, gib
+from devmem_rocm.devices import CARVE_OUT_MAX, AmdGpu
 from devmem_rocm.visible import select_visible
 
 log = logging.getLogger("devmem.uma")
@@ -35,8 +35,6 @@ log = logging.getLogger("devmem.uma")
 AMD_VENDOR = "0x1002"
 DRM = "/sys/class/drm"
 FDINFO = "/proc/self/fdinfo"
-#: The largest VRAM that still counts as a carve-out beside a larger GTT pool (rule 2 above).
-CARVE_OUT_MAX = GiB
 
 _CARD = re.compile(r"^card(\d+)$")
 

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from devmem.host import REAL_FILES, CpuPlatform, Files
 from devmem.platform import PlatformBase
@@ -62,7 +62,8 @@ class UmaPlatform(PlatformBase):
     name = "uma"
 
     def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, mem_get_info: MemGetInfo | None = None,
-                 cuda_integrated: Any = None, environ: Mapping[str, str] | None = None,
+                 cuda_integrated: Callable[[int], bool | None] | None = None,
+                 environ: Mapping[str, str] | None = None,
                  allocator: DeviceAllocator | None = None):
         self._nvml = nvml
         self._files = files
@@ -73,28 +74,35 @@ class UmaPlatform(PlatformBase):
         self._host = CpuPlatform(files=files)
         self._lock = threading.Lock()
         self._survey: Survey | None = None
+        self._devices_seen: list[Any] = []
+        self._conflicts: tuple[str, ...] = ()
         self._per_process: NvmlPlatform | None = None
 
     # ---- devices -------------------------------------------------------------------------------
     def survey(self) -> Survey:
-        """What this platform found on the machine (probed once, on first use)."""
+        """What this platform found on the machine (probed once, on first use, as the runtimes read their
+        ``*_VISIBLE_DEVICES`` variables once)."""
         found = self._survey
         if found is None:
             with self._lock:
                 if self._survey is None:
-                    self._survey = survey(self._files, session_for(self._nvml), self._environ, self._cuda_integrated)
+                    self._survey = self._probe()
                 found = self._survey
         return found
 
-    def _devices(self) -> list[Any]:
-        found = self.survey()
+    def _probe(self) -> Survey:
+        found = survey(self._files, session_for(self._nvml), self._environ, self._cuda_integrated)
         if found.vendor == "nvidia":
-            if found.nvidia_integrated:
-                return list(found.nvidia_integrated)
-            return [None] if _jetson_visible(self._environ) else []
-        if found.vendor == "amd":
-            return amd.visible_apus(found.amd_apus, self._environ)[0]
-        return []
+            self._devices_seen = (list(found.nvidia_integrated) if found.nvidia_integrated
+                                  else [None] if _jetson_visible(self._environ) else [])
+        elif found.vendor == "amd":
+            self._devices_seen, self._conflicts = amd.visible_apus(found.amd_apus, self._environ)
+        return found
+
+    def _devices(self) -> list[Any]:
+        """The visible devices: ``NvidiaGpu``, ``None`` for a Jetson seen without NVML, or ``AmdCard``."""
+        self.survey()
+        return self._devices_seen
 
     def device_count(self) -> int:
         return len(self._devices())
@@ -117,7 +125,11 @@ class UmaPlatform(PlatformBase):
 
     def _nvidia_figures(self, device: int) -> _Figures:
         host, free_source = self._host_figures()
-        runtime = self._mem_get_info(device)
+        try:
+            runtime = self._mem_get_info(device)
+        except Exception as exc:  # the runtime's failure must not become ours: MemTotal will do
+            log.debug("devmem: the CUDA runtime's mem_get_info(%d) failed: %s", device, exc)
+            runtime = None
         if runtime is None:
             total = host.total
             total_source = "MemTotal (the CUDA runtime is not initialised in this process)"
@@ -209,15 +221,13 @@ class UmaPlatform(PlatformBase):
 
     def notes(self, device: int = 0) -> list[str]:
         dev = self._device(device)
-        conflicts: tuple[str, ...] = ()
         if isinstance(dev, amd.AmdCard):
             head = f"unified memory: {dev.reason}"
-            conflicts = amd.visible_apus(self.survey().amd_apus, self._environ)[1]
         elif dev is None:
             head = f"unified memory: NVIDIA Jetson ({self.survey().jetson})"
         else:
             head = f"unified memory: {dev.evidence}"
-        return [head, *self._figures(device).notes, *conflicts, RELEASE_NOTE]
+        return [head, *self._figures(device).notes, *self._conflicts, RELEASE_NOTE]
 
 
 def _jetson_visible(environ: Mapping[str, str]) -> bool:

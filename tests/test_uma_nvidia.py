@@ -122,3 +122,9 @@ def test_jetson_is_recognised_by_its_device_tree_alone():
 def test_cuda_visible_devices_can_hide_the_jetson_gpu():
     sc = jetson_orin_scenario(environ={"CUDA_VISIBLE_DEVICES": ""})
     assert UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ).device_count() == 0
+
+
+def test_a_failing_runtime_query_falls_back_to_memtotal():
+    sc = gb10_scenario(failures={"cudaMemGetInfo": "Unknown"})
+    platform, _ = gb10(sc)
+    assert platform.device_memory_info() == (GB10_RAW_FREE + GB10_PAGE_CACHE, sc.host.total)

@@ -8,6 +8,8 @@ a time); the process-scoped checks hold whatever other processes do.
 from __future__ import annotations
 
 import logging
+import mmap
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,26 +48,46 @@ for line in sys.stdin:
 """
 
 
+def _per_cpu_free_pages() -> int:
+    """Bytes of free pages parked on the kernel's per-CPU lists (``count:`` of every pageset in /proc/zoneinfo).
+
+    MemAvailable does not count them, and since Linux 6.7 tunes the lists' size to the workload they can hold
+    about 1 GiB per CPU: memory one process frees there is handed to the next allocation without ever showing
+    as available.
+    """
+    with open("/proc/zoneinfo", encoding="ascii") as f:
+        return sum(int(n) for n in re.findall(r"^\s+count:\s+(\d+)$", f.read(), re.MULTILINE)) * mmap.PAGESIZE
+
+
+@dataclass
+class Step:
+    """One co-tenant step: what it moved, how far device-wide free memory dropped, and the per-CPU lists."""
+
+    moved: int
+    free_drop: int
+    per_cpu_drop: int
+
+
 class CoTenant:
     """Another process on this host that holds ``n`` bytes of touched memory when told ``hold(n)``.
 
-    Each step is bracketed by device-wide snapshots, so ``steps`` records, per step, how much the co-tenant
-    changed its holding and how much the device-wide free memory dropped over that short window.
+    Each step is bracketed by device-wide snapshots and readings of the kernel's per-CPU free lists
+    (``steps``).
     """
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", _COTENANT_CODE], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.held = 0
-        self.steps: list[tuple[int, int]] = []
+        self.steps: list[Step] = []
 
     def hold(self, nbytes: int) -> None:
-        before = MemorySnapshot.measure(0, CpuPlatform())
+        before, per_cpu_before = MemorySnapshot.measure(0, CpuPlatform()), _per_cpu_free_pages()
         self.proc.stdin.write(f"{nbytes}\n")
         self.proc.stdin.flush()
         assert self.proc.stdout.readline().strip() == "ok"
-        after = MemorySnapshot.measure(0, CpuPlatform())
-        self.steps.append((nbytes - self.held, before.free - after.free))
+        after, per_cpu_after = MemorySnapshot.measure(0, CpuPlatform()), _per_cpu_free_pages()
+        self.steps.append(Step(nbytes - self.held, before.free - after.free, per_cpu_before - per_cpu_after))
         self.held = nbytes
 
     def rss(self) -> int:
@@ -117,7 +139,7 @@ def _profile_own_allocation(cotenant: CoTenant | None = None, *holds: int) -> Ru
 @dataclass
 class CoTenantRuns:
     runs: dict[str, Run]
-    steps: list[tuple[int, int]]
+    steps: list[Step]
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +190,10 @@ def test_device_wide_figure_is_the_drop_of_free_memory_and_others_the_rest(coten
 
 
 def test_device_wide_figure_moves_with_the_cotenant(cotenant_runs):
-    """Over each of the co-tenant's 8 steps the device-wide free memory moves by what the co-tenant moved (the
-    median over the steps, so that an unrelated process moving memory at the same moment does not count)."""
-    errors = sorted(abs(drop - moved) for moved, drop in cotenant_runs.steps)
+    """Over each of the co-tenant's 8 steps, device-wide free memory moves by what the co-tenant moved, but for
+    the pages the kernel parks on its per-CPU free lists (see :func:`_per_cpu_free_pages`). The median over
+    the steps keeps an unrelated process that moves memory at the same moment from counting."""
+    errors = sorted(abs(s.free_drop + s.per_cpu_drop - s.moved) for s in cotenant_runs.steps)
     assert len(errors) == 8 and errors[len(errors) // 2] <= COTENANT // 4, [format_size(e) for e in errors]
 
 
@@ -181,20 +204,9 @@ def test_cotenant_release_is_not_fatal(cotenant_runs):
     assert r.result.process_scoped and r.result.non_kv_cache_memory == r.result.total_consumed
 
 
-def test_cotenant_move_is_warned_with_both_figures(cotenant_runs):
-    warned = 0
-    for run in cotenant_runs.runs.values():
-        if abs(run.result.other_processes_delta) < 128 * MiB:
-            continue
-        [record] = run.warnings
-        assert format_size(run.result.device_wide_consumed) in record.getMessage()
-        assert format_size(run.result.total_consumed) in record.getMessage()
-        warned += 1
-    assert warned >= 1
-
-
-def test_warning_only_when_others_moved_128_mib_or_more(quiet_run):
-    assert bool(quiet_run.warnings) == (abs(quiet_run.result.other_processes_delta) >= 128 * MiB)
+def test_warning_only_when_others_moved_128_mib_or_more(cotenant_runs, quiet_run):
+    for run in [*cotenant_runs.runs.values(), quiet_run]:
+        assert bool(run.warnings) == (abs(run.result.other_processes_delta) >= 128 * MiB)
 
 
 def test_profile_result_feeds_the_planner(quiet_run):
@@ -216,16 +228,29 @@ def _wsl2(sc):
     return WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, mem_get_info=sc.mem_get_info)
 
 
-def test_two_engines_starting_at_once_each_count_only_their_own():
-    sc = h200_scenario(context=True)
+def _two_engines_start(sc) -> ProfileResult:
+    """We load 16 GiB of weights and keep 1 GiB from the profile run while another engine loads 30 GiB."""
     platform = _h200(sc)
     baseline = MemorySnapshot.measure(0, platform)
-    sc.allocate(16 * GiB)  # our weights
-    sc.allocate(30 * GiB, pid=sc.other_pid)  # the other engine loads its model meanwhile
+    sc.allocate(16 * GiB)
+    sc.allocate(30 * GiB, pid=sc.other_pid)
     with memory_profiling(baseline, weights_memory=16 * GiB, platform=platform) as result:
-        sc.allocate(GiB)  # what our profile run keeps
+        sc.allocate(GiB)
+    return result
+
+
+def test_two_engines_starting_at_once_each_count_only_their_own():
+    result = _two_engines_start(h200_scenario(context=True))
     assert result.process_scoped and result.total_consumed == 17 * GiB
     assert result.other_processes_delta == 30 * GiB and result.device_wide_consumed == 47 * GiB
+
+
+def test_cotenant_move_is_warned_with_both_figures(caplog):
+    with caplog.at_level(logging.WARNING, logger="devmem.profiling"):
+        _two_engines_start(h200_scenario(context=True))
+    [record] = [r for r in caplog.records if r.name == "devmem.profiling"]
+    assert "device-wide use changed by 47.00 GiB but this process's own by 17.00 GiB" in record.getMessage()
+    assert "other processes moved 30.00 GiB" in record.getMessage()
 
 
 def test_cotenant_freeing_on_a_gpu_is_not_fatal():

@@ -32,6 +32,13 @@ from devmem.units import format_size
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.wsl2 import WslPlatform
 
+try:
+    import torch
+except ImportError:  # only the tests without CUDA and on a GPU need torch
+    torch = None
+no_cuda = pytest.mark.skipif(torch is None or torch.cuda.is_available(), reason="needs torch that sees no device")
+needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+
 #: This process's own allocation and what the co-tenant moves. Scaled down from 1 GiB / 2 GiB: first-touch page
 #: faults on the CI virtual machines run at 0.3-0.7 GB/s, so every GiB touched costs seconds.
 OWN = 512 * MiB
@@ -352,10 +359,6 @@ def test_start_with_enough_free_memory_passes():
 
 # ---- without CUDA ----------------------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
-no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
-
-
 @no_cuda
 def test_profiling_without_cuda_says_torch_figures_were_not_measured(quiet_run):
     result = quiet_run.result
@@ -391,7 +394,7 @@ def _cache_like_a_profile_pass() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+@needs_cuda
 def test_release_before_the_pinned_kv_allocation_reports_the_cached_bytes():
     _cache_like_a_profile_pass()
     assert torch.cuda.memory_reserved(0) >= QWEN3_8B_CACHED
@@ -402,7 +405,7 @@ def test_release_before_the_pinned_kv_allocation_reports_the_cached_bytes():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+@needs_cuda
 def test_profile_window_on_a_gpu_releases_and_reports_the_cache():
     baseline = MemorySnapshot.measure(0)
     with memory_profiling(baseline) as result:

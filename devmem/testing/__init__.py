@@ -5,11 +5,6 @@ from devmem.testing.nvml import ScriptedAllocator, ScriptedNvml, h200_scenario, 
 from devmem.testing.scenario import HostMemory, Scenario, ScriptedDevice, ScriptedFiles
 from devmem.testing.uma import gb10_scenario, jetson_orin_scenario, mi300a_scenario, strix_halo_scenario
 
-__all__ = ["HostMemory", "Scenario", "ScriptedAllocator", "ScriptedDevice", "ScriptedFiles", "ScriptedNvml",
-           "h200_scenario", "mig_scenario", "wsl2_scenario"]
-__all__ += ["ScriptedAmdsmi", "ScriptedClock", "mi300x_scenario", "radeon_scenario"]
-__all__ += ["gb10_scenario", "jetson_orin_scenario", "mi300a_scenario", "strix_halo_scenario"]
-
 # The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.
 _KIT = {
     "Allocation": "devmem.testing.allocations",
@@ -21,7 +16,13 @@ _KIT = {
     "TorchFixtures": "devmem.testing.fixtures",
     "scripted_fixtures": "devmem.testing.fixtures",
 }
-__all__ += sorted(_KIT)
+__all__ = sorted([
+    "HostMemory", "Scenario", "ScriptedDevice", "ScriptedFiles",
+    "ScriptedAllocator", "ScriptedNvml", "h200_scenario", "mig_scenario", "wsl2_scenario",
+    "ScriptedAmdsmi", "ScriptedClock", "mi300x_scenario", "radeon_scenario",
+    "gb10_scenario", "jetson_orin_scenario", "mi300a_scenario", "strix_halo_scenario",
+    *_KIT,
+])
 
 
 def __getattr__(name: str):

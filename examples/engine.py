@@ -149,15 +149,19 @@ def load_weights(torch: Any, device: Any, dtype: Any, hidden: int, nbytes: int) 
 
 
 def profile_pass(torch: Any, device: Any, dtype: Any, hidden: int, weights: list[Any], peak_bytes: int) -> int:
-    """A forward pass through the first layers whose two live activations total ``peak_bytes``; returns that peak."""
+    """A forward pass through the first layers whose two live activations total ``peak_bytes``, then a decode
+    step over a small zeroed dummy cache, so every kernel the engine runs later is loaded (its code takes device
+    memory on first use) before memory is measured. Returns the activation peak."""
     layers = [w for w in weights if w.dim() == 2][:PROFILE_LAYERS]
     elem = torch.empty((), dtype=dtype).element_size()
+    dummy_cache = torch.zeros(DECODE_BATCH * hidden * elem, dtype=torch.uint8, device=device)
+    decode(torch, device, dtype, hidden, dummy_cache, 1)
     tokens = peak_bytes // (2 * hidden * elem)
     if tokens == 0 or not layers:
         return 0
     x = torch.randn(tokens, hidden, device=device, dtype=dtype)
     for w in layers:
-        x = x @ w
+        x = (x @ w).relu_()
     _sync(torch, device)
     return 2 * tokens * hidden * elem
 
@@ -289,15 +293,20 @@ class Engine:
             raise Failure(failure["stage"], failure["kind"], failure["message"])
         return plan
 
+    def _cached(self) -> int | None:
+        """Bytes torch's allocator holds cached and unused (``None`` on the CPU, where it keeps no cache)."""
+        if self.device.type == "cpu":
+            return None
+        return self.torch.cuda.memory_reserved(self.device) - self.torch.cuda.memory_allocated(self.device)
+
     def allocate_and_serve(self, plan: KvCachePlan) -> None:
         a, t, d, out = self.args, self.torch, self.device, self.out
         out.update(plan=plan.as_dict(), explain=plan.explain(), kv_cache_bytes=plan.kv_cache_bytes,
                    num_blocks=plan.num_blocks, block_bytes=plan.block_bytes)
-        on_gpu = d.type != "cpu"
-        out["allocator_cache_before_release"] = (t.cuda.memory_reserved(d) - t.cuda.memory_allocated(d)) if on_gpu else None
+        out["allocator_cache_before_release"] = self._cached()
         out["released_before_kv"] = None if a.no_release else self._timed(
             "release_s", lambda: release_allocator_cache(a.device))
-        out["allocator_cache_at_kv_alloc"] = (t.cuda.memory_reserved(d) - t.cuda.memory_allocated(d)) if on_gpu else None
+        out["allocator_cache_at_kv_alloc"] = self._cached()
         nbytes = plan.num_blocks * plan.block_bytes
 
         def allocate() -> Any:

@@ -1,0 +1,67 @@
+"""Every benchmark runs end to end in its small cpu-platform configuration, so none can rot between GPU runs.
+
+Each writes its JSON and its table; the figures are checked for shape, and for what holds on any host (devmem's
+engines do not fail; ranks agree on the smallest budget), not for the GPU goals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch, tmp_path):
+    """``run(name, *argv)``: the benchmark's ``main`` on the cpu platform, writing into tmp_path; its JSON."""
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+    def run(name: str, *argv: str) -> dict:
+        result = importlib.import_module(name).main([*argv, "--out", str(tmp_path)])
+        written = json.loads((tmp_path / f"{name}.json").read_text())
+        assert written["benchmark"] == name and (tmp_path / f"{name}.txt").read_text().strip()
+        assert written["machine"]["platform"] == "cpu"
+        return result
+
+    return run
+
+
+def test_cotenants_runs_both_methods_side_by_side(bench):
+    result = bench("cotenants", "--quick")
+    assert {(s["method"], s["n"]) for s in result["summary"]} == {("process", 2), ("device", 2)}
+    assert [r["failure"] for r in result["rows"] if r["method"] == "process"] == ["", ""]
+
+
+def test_churn_compares_every_run_with_the_quiet_one(bench):
+    result = bench("churn", "--quick")
+    assert result["churn_cycles"] >= 1
+    assert {r["method"] for r in result["rows"]} == {"process", "device"}
+    assert all(r["failure"] == "" and r["quiet_bytes"] for r in result["rows"] if r["method"] == "process")
+
+
+def test_accuracy_reports_the_gap_to_the_request(bench):
+    (row,) = bench("accuracy", "--quick")["rows"]
+    assert row["failure"] == "" and row["gap_bytes"] == row["requested"] - row["held_bytes"]
+
+
+def test_pinned_keeps_the_kv_size_with_and_without_the_release(bench):
+    result = bench("pinned")
+    assert [r["release"] for r in result["rows"]] == [False, True]
+    assert result["same_kv_size"] and result["goal_met"] is None
+
+
+def test_overhead_measures_devmem_beside_the_raw_reads(bench):
+    result = bench("overhead", "--quick")
+    assert "MemorySnapshot.measure / raw snapshot" in result["ratios"]
+    assert "import devmem; current_platform()" in result["import_ms"]
+
+
+def test_ranks_agree_on_the_smallest_budget_through_gloo(bench):
+    result = bench("ranks")
+    assert [r["backend"] for r in result["ranks"]] == ["gloo", "gloo"]
+    assert result["goal_met"]

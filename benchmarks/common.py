@@ -28,8 +28,9 @@ from devmem.types import KiB
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PATH = ROOT / "examples" / "engine.py"
-#: Budgets within this of each other count as identical (the driver maps device memory in 2 MiB pages).
-SAME_BUDGET = 2 * MiB
+#: Budgets within this of each other count as identical: the GPU driver maps device memory in 2 MiB pages; on
+#: the cpu platform the per-process figure is RSS, which glibc's arenas and thread stacks move by a few MiB.
+SAME_BUDGET = {"gpu": 2 * MiB, "cpu": 8 * MiB}
 
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["torch", "devmem"])
@@ -38,6 +39,11 @@ _CTX.set_forkserver_preload(["torch", "devmem"])
 def on_accelerator(platform: Any) -> bool:
     """True on a GPU platform (torch device ``cuda``), False on the ``cpu`` platform (host memory)."""
     return platform.name != "cpu"
+
+
+def same_budget(platform: Any) -> int:
+    """How close two budgets must be to count as identical on this platform (``SAME_BUDGET``)."""
+    return SAME_BUDGET["gpu" if on_accelerator(platform) else "cpu"]
 
 
 def utilization_for(nbytes: int, total: int) -> float:
@@ -263,5 +269,5 @@ def write_outputs(out: str | None, name: str, result: dict[str, Any], text: str)
 
 
 __all__ = ["Churner", "ENGINE_PATH", "GiB", "KiB", "MiB", "SAME_BUDGET", "engine_argv", "failure_text",
-           "format_table", "gib", "machine", "mib", "on_accelerator", "run_engines", "settle", "spawn",
+           "format_table", "gib", "machine", "mib", "on_accelerator", "run_engines", "same_budget", "settle", "spawn",
            "utilization_for", "write_outputs"]

@@ -52,14 +52,6 @@ def devmem_cases(platform: Any, device: int) -> Cases:
     }
 
 
-def _nvml_handle(pynvml: Any, torch: Any, device: int) -> tuple[Any, str]:
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
-    if uuid is not None:
-        text = str(uuid)
-        return pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"), text
-    return pynvml.nvmlDeviceGetHandleByIndex(device), f"NVML index {device} (torch gives no UUID)"
-
-
 def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, str]], str]:
     import pynvml
     import torch
@@ -68,7 +60,8 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
     torch.empty(1, device=f"cuda:{device}")
     torch.cuda.synchronize(device)
     pynvml.nvmlInit()
-    handle, which = _nvml_handle(pynvml, torch, device)
+    visible = platform.visible_device(device)  # the very handle devmem reads, so both sides ask the same GPU
+    handle, which = visible.handle, f"{visible.uuid}"
     processes = pynvml.nvmlDeviceGetComputeRunningProcesses
 
     def raw_snapshot() -> object:

@@ -51,7 +51,7 @@ skip() {
     echo "== $1: skipped ($2)"
 }
 
-environment() {
+suite_environment() {
     python3 - <<'PY'
 import json, os, platform, sys
 info = {"python": sys.version.split()[0], "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
@@ -74,7 +74,7 @@ PY
     return 0
 }
 
-install() {
+suite_install() {
     if python3 -c "import importlib.metadata as m; m.distribution('devmem')" 2> /dev/null; then
         echo "devmem is installed: $(python3 -c 'import devmem; print(devmem.__version__, devmem.__file__)')"
     else
@@ -89,14 +89,16 @@ json_step() {
     step "$name" "$limit" bash -c '"$@" > "$0"' "$OUT/$name.json" "$@"
 }
 
+export OUT
+export -f suite_environment suite_install
 if [[ $MODE == --cpu-smoke ]]; then
     QUICK=--quick; PLATFORM=cpu; ROUNDS=200
 else
     QUICK=; PLATFORM=nvml; ROUNDS=5000
 fi
 
-step environment 60 bash -c environment
-step install 120 bash -c install
+step environment 60 bash -c suite_environment
+step install 120 bash -c suite_install
 json_step devmem_info 60 python3 -m devmem info --json
 json_step devmem_plugins 60 python3 -m devmem plugins --json
 json_step devmem_doctor 60 python3 -m devmem doctor --json

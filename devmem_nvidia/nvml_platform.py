@@ -143,9 +143,12 @@ class NvmlPlatform(PlatformBase):
         log.debug("devmem: %s: no per-process figure for device %d: %s", self.name, device, reason)
         return None
 
-    def _holds_context(self, dev: VisibleDevice) -> bool:
+    def _holds_context(self, dev: VisibleDevice, device: int) -> bool:
+        """Whether this process may hold memory on ``dev``: it maps the device and has a context there."""
         minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
-        return maps_nvidia_device(self._files, minor) is not False
+        if maps_nvidia_device(self._files, minor) is False:
+            return False
+        return self._allocator.has_context(device) is not False
 
     def _try_learning(self, device: int) -> None:
         """Learn the driver-side PID on ``device``, at most once per device once the runtime can allocate there."""
@@ -171,7 +174,7 @@ class NvmlPlatform(PlatformBase):
         dev = self._visible(device)
         try:
             entry = find_process(self._session, dev.handle, self._driver_pids())
-            if entry is None and self._holds_context(dev):
+            if entry is None and self._holds_context(dev, device):
                 self._try_learning(device)
                 if self._learned is not None:
                     entry = find_process(self._session, dev.handle, {self._learned})
@@ -181,7 +184,7 @@ class NvmlPlatform(PlatformBase):
             return self._unknown(device, f"NVML could not list the processes on this device: {exc}")
         if entry is None:
             self._reasons.pop(device, None)
-            return 0  # this process maps no NVIDIA device here: it holds nothing on it
+            return 0  # no mapping of this device, or no context on it: this process holds nothing there
         if entry.used is None:
             where = f"MIG instance {dev.uuid}" if dev.mig else "this device"
             return self._unknown(device, f"NVML lists this process on {where} but reports its memory as not "
@@ -207,7 +210,7 @@ class NvmlPlatform(PlatformBase):
         except NvmlCallError:
             return None
         own = set(self._driver_pids())
-        if not own & entries.keys() and self._holds_context(dev):
+        if not own & entries.keys() and self._holds_context(dev, device):
             self._try_learning(device)
             own = set(self._driver_pids())
             if not own & entries.keys():

@@ -4,8 +4,10 @@ Three sources, cheapest first:
 
 1. ``/proc/self/status`` ``NSpid``: when this namespace's ``/proc`` was mounted from an outer namespace,
    the line lists the outer PID first (``NSpid: 81234 17``); that outer PID is the one to look for.
-2. ``/proc/self/maps``: whether this process maps ``/dev/nvidiaN`` at all. A process that maps no NVIDIA
-   device holds no device memory there, so "not listed" then means 0 bytes, not "unknown".
+2. ``/proc/self/maps`` and the driver: whether this process maps ``/dev/nvidiaN`` at all, and whether the
+   device's primary context is active. A process that maps no NVIDIA device, or has initialised the
+   driver (``cuInit``, as ``torch.cuda.is_available()`` does) without creating a context, holds no device
+   memory there, so "not listed" then means 0 bytes, not "unknown".
 3. Learning: allocate a distinctive number of bytes through the CUDA driver and see whose usage moved
    by exactly that much; repeat with a second size; the one PID that matched both times is this process's
    driver-side PID. This makes per-process accounting work in a container without ``--pid=host``.
@@ -68,6 +70,8 @@ class DeviceAllocator(Protocol):
 
     def available(self, device: int) -> tuple[bool, str]: ...
 
+    def has_context(self, device: int) -> bool | None: ...
+
     def allocate(self, device: int, nbytes: int) -> Any: ...
 
     def free(self, token: Any) -> None: ...
@@ -103,6 +107,26 @@ class CudaDriverAllocator:
         dev = ctypes.c_int()
         self._check("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), device))
         return dev
+
+    def has_context(self, device: int) -> bool | None:
+        """Whether the device's primary context is active (``None`` when the driver cannot say).
+
+        A process that has not loaded ``libcuda`` has no context; one that has is asked without creating one.
+        """
+        try:
+            maps = self._files.read_text("/proc/self/maps")
+        except OSError:
+            return None
+        if "libcuda.so" not in maps:
+            return False
+        try:
+            dev = self._device(device)
+            flags, active = ctypes.c_uint(), ctypes.c_int()
+            self._check("cuDevicePrimaryCtxGetState",
+                        self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))
+        except OSError:
+            return None
+        return bool(active.value)
 
     def available(self, device: int) -> tuple[bool, str]:
         if not self._create_context:

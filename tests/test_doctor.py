@@ -8,7 +8,7 @@ import sys
 
 from devmem.doctor import diagnose, render
 from devmem.host import CpuPlatform
-from devmem.testing.nvml import ScriptedNvml, h200_scenario, wsl2_scenario
+from devmem.testing.nvml import ScriptedAllocator, ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem.testing.uma import gb10_scenario
 from devmem.types import GiB
 from devmem_nvidia.nvml_platform import NvmlPlatform
@@ -21,7 +21,8 @@ def by_code(findings):
 
 
 def nvml_platform(sc, **kwargs):
-    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, **kwargs)
+    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, allocator=ScriptedAllocator(sc),
+                        **kwargs)
 
 
 def test_cotenants_are_listed_with_pids_and_bytes():

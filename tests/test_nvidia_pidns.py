@@ -100,11 +100,11 @@ def test_failed_learning_is_explained():
     assert "moved by exactly" in platform.process_memory_reason(0)
 
 
-def test_learning_needs_an_existing_context():
-    sc = contained(nspid_visible=False)
-    platform = platform_for(sc, ScriptedAllocator(sc, available=False))
-    platform.get_process_memory_usage(0)
-    assert "no CUDA context" in platform.process_memory_reason(0)
+def test_device_mapped_without_a_context_holds_nothing():
+    sc = h200_scenario(driver_pid=HOST_PID, nspid_visible=False)  # cuInit ran, no context was created
+    allocator = ScriptedAllocator(sc, available=False)
+    assert platform_for(sc, allocator).get_process_memory_usage(0) == 0
+    assert allocator.allocations == []
 
 
 def test_second_match_must_agree_with_the_first():
@@ -163,9 +163,10 @@ def test_unreadable_maps_are_unknown():
 
 
 def test_learning_is_retried_once_a_context_exists():
-    sc = contained(nspid_visible=False)
+    sc = h200_scenario(driver_pid=HOST_PID, nspid_visible=False)
     allocator = ScriptedAllocator(sc, available=False)
     platform = platform_for(sc, allocator)
-    platform.get_process_memory_usage(0)
+    assert platform.get_process_memory_usage(0) == 0
+    sc.allocate(H200_CONTEXT)  # the engine creates its context
     allocator.is_available = True
     assert platform.get_process_memory_usage(0) == H200_CONTEXT

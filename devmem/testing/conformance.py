@@ -388,7 +388,7 @@ class PlatformConformance:
         assert platform.name in [c["name"] for c in probe["candidates"]], (
             f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}")
         assert not probe["torch"], "detection imported torch; detect() must be a cheap probe (no torch, no CUDA context)"
-        assert not probe["runtimes"], (f"detection loaded {probe['runtimes']} (the CUDA/HIP runtime or driver): it must "
+        assert not probe["runtimes"], (f"detection loaded or initialised {probe['runtimes']} (the CUDA/HIP runtime): it must "
                                        "create no CUDA context; probe with NVML, amdsmi or sysfs instead")
         assert probe["seconds"] <= capabilities.max_detect_seconds, (
             f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "

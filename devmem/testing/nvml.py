@@ -445,6 +445,9 @@ class ScriptedAllocator:
             return True, "scripted runtime"
         return False, "the scripted runtime has no CUDA context"
 
+    def has_context(self, device: int) -> bool:
+        return self.is_available
+
     def allocate(self, device: int, nbytes: int) -> tuple[int, int]:
         shown = self.moves.get(nbytes, nbytes)
         self.scenario.allocate(shown, device)

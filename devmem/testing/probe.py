@@ -1,7 +1,8 @@
 """Resolution in a fresh interpreter, with one plugin loaded: what it costs and what it drags in.
 
 The conformance kit uses it to check that detection stays cheap: no torch import, no CUDA or HIP
-runtime (or driver) library loaded, and a bounded time.
+runtime loaded or initialised (no runtime library, no ``/dev/nvidia-uvm`` or ``/dev/kfd`` mapped), and a
+bounded time.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ try:
         maps = f.read()
 except OSError:
     maps = ""
-runtimes = sorted({lib for lib in ("libcuda.so", "libcudart", "libamdhip64", "libhsa-runtime64") if lib in maps})
+# A runtime library, or the device node a runtime opens when it initialises (NVML itself may load
+# libcuda.so on recent drivers without initialising it, so the driver library alone is no evidence).
+runtimes = sorted({lib for lib in ("libcudart", "libamdhip64", "libhsa-runtime64", "/dev/nvidia-uvm", "/dev/kfd")
+                   if lib in maps})
 print(json.dumps({"seconds": seconds, "torch": "torch" in sys.modules, "runtimes": runtimes,
                   "candidates": [c.as_dict() for c in candidates]}))
 """

@@ -42,7 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def devmem_cases(platform: Any, device: int) -> Cases:
-    return {
+    """The platform's calls (``other_processes_memory`` where the platform has it) and a whole snapshot."""
+    cases: Cases = {
         "device_memory_info": lambda: platform.device_memory_info(device),
         "get_process_memory_usage": lambda: platform.get_process_memory_usage(device),
         "device_count": platform.device_count,
@@ -50,6 +51,10 @@ def devmem_cases(platform: Any, device: int) -> Cases:
         "pages_instead_of_failing": lambda: platform.pages_instead_of_failing(device),
         "MemorySnapshot.measure": lambda: MemorySnapshot.measure(device, platform),
     }
+    others = getattr(platform, "other_processes_memory", None)
+    if callable(others):
+        cases["other_processes_memory"] = lambda: others(device)
+    return cases
 
 
 def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, str]], str]:
@@ -74,7 +79,6 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
         "raw nvmlDeviceGetComputeRunningProcesses": lambda: processes(handle),
         "raw nvmlDeviceGetCount": pynvml.nvmlDeviceGetCount,
         "raw snapshot (mem_get_info + processes + torch stats)": raw_snapshot,
-        "other_processes_memory": lambda: platform.other_processes_memory(device),
     }
     pairs = {
         "device_memory_info / raw NVML": ("device_memory_info", "raw nvmlDeviceGetMemoryInfo (v2)"),

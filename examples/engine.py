@@ -266,6 +266,15 @@ class Engine:
             check_startup_memory(baseline, requested, self.platform)
         except NotEnoughMemoryError as exc:
             raise Failure("startup", "not_enough_memory", str(exc)) from exc
+        if self.device.type != "cpu":
+            # The CUDA context, created after the init snapshot (which creates none), so that this process's
+            # whole footprint, context included, is inside its requested share.
+            self.torch.cuda.set_device(self.device)
+            self.torch.empty(1, device=self.device)
+            self.torch.cuda.synchronize(self.device)
+            with_context = self.platform.get_process_memory_usage(a.device)
+            if with_context is not None and baseline.process is not None:
+                out["context_bytes"] = with_context - baseline.process
         self.weights = self._timed("weights_s", lambda: load_weights(
             self.torch, self.device, self.dtype, self.hidden, a.weights))
         weights = sum(w.numel() * w.element_size() for w in self.weights)
@@ -346,10 +355,6 @@ def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | N
 
     platform = devmem.current_platform()
     device = torch.device("cpu") if platform.name == "cpu" else torch.device("cuda", args.device)
-    if device.type != "cpu":
-        torch.cuda.set_device(device)
-        torch.empty(1, device=device)  # this process's context, created before the init snapshot as engines do
-        torch.cuda.synchronize(device)
     out: dict[str, Any] = {
         "pid": os.getpid(), "accounting": "pinned" if args.pinned is not None else args.accounting,
         "platform": platform.name, "device": args.device, "torch_device": str(device), "torch": torch.__version__,

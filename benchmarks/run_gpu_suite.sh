@@ -6,7 +6,7 @@
 #
 # Steps: the environment; `devmem info/plugins/doctor --json`; `pytest -m gpu` (GPU tests record their figures
 # in OUTDIR/test_gpu_nvidia.json); the conformance kit on the nvml platform; the NVIDIA scripts
-# benchmarks/nvml_overhead.py and benchmarks/nvidia_pidns.py (unshare --pid --fork [--mount-proc]); then
+# benchmarks/nvidia_pidns.py (unshare --pid --fork [--mount-proc]); then
 # benchmarks cotenants, churn, accuracy, pinned, overhead and ranks (OUTDIR/<name>.json and <name>.txt).
 # Each step's output goes to OUTDIR/<step>.log. A failing step is recorded and the suite goes on; each step has
 # its own time limit, and none starts once SUITE_BUDGET_S seconds (default 500) have passed. OUTDIR/suite.json
@@ -109,13 +109,12 @@ else
     step pytest_gpu 180 env DEVMEM_GPU_RESULTS="$OUT" python3 -m pytest -m gpu -q -rA -p no:cacheprovider
 fi
 step conformance 120 python3 -m pytest --pyargs devmem.testing --devmem-platform "$PLATFORM" -q -rA -p no:cacheprovider
-step nvml_overhead 90 python3 benchmarks/nvml_overhead.py --rounds "$ROUNDS" --out "$OUT/nvml_overhead.json"
 step nvidia_pidns 120 python3 benchmarks/nvidia_pidns.py --out "$OUT"
 step cotenants 240 python3 benchmarks/cotenants.py $QUICK --out "$OUT"
 step churn 150 python3 benchmarks/churn.py $QUICK --out "$OUT"
 step accuracy 120 python3 benchmarks/accuracy.py $QUICK --out "$OUT"
 step pinned 90 python3 benchmarks/pinned.py --out "$OUT"
-step overhead 90 python3 benchmarks/overhead.py $QUICK --out "$OUT"
+step overhead 90 python3 benchmarks/overhead.py $QUICK --rounds "$ROUNDS" --out "$OUT"
 step ranks 120 python3 benchmarks/ranks.py --out "$OUT"
 
 python3 - "$OUT" "$MODE" "$(( $(date +%s) - START ))" <<'PY'

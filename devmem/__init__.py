@@ -4,26 +4,9 @@
 vendor libraries that the registered backends probe.
 """
 
-from devmem.distributed import agree_on_minimum
 from devmem.hookspecs import hookimpl
 from devmem.platform import DeviceReport, Platform, PlatformBase, describe
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
-from devmem.profiling import (
-    MemorySnapshot,
-    ProfileResult,
-    check_startup_memory,
-    memory_profiling,
-    release_allocator_cache,
-)
-from devmem.sizing import (
-    KvCachePlan,
-    SizingError,
-    blocks_for_bytes,
-    measure_kv_cache_bytes,
-    plan_kv_cache,
-    profiled_kv_cache_bytes,
-    requested_memory,
-)
 from devmem.types import (
     Detection,
     DevmemError,
@@ -34,7 +17,41 @@ from devmem.types import (
     PlatformSpec,
     PluginError,
 )
-from devmem.units import format_size, parse_size
+
+#: Public names imported on first use (PEP 562), so ``import devmem`` stays cheap.
+_LAZY = {
+    "agree_on_minimum": "devmem.distributed",
+    "MemorySnapshot": "devmem.profiling",
+    "ProfileResult": "devmem.profiling",
+    "check_startup_memory": "devmem.profiling",
+    "memory_profiling": "devmem.profiling",
+    "release_allocator_cache": "devmem.profiling",
+    "KvCachePlan": "devmem.sizing",
+    "SizingError": "devmem.sizing",
+    "blocks_for_bytes": "devmem.sizing",
+    "measure_kv_cache_bytes": "devmem.sizing",
+    "plan_kv_cache": "devmem.sizing",
+    "profiled_kv_cache_bytes": "devmem.sizing",
+    "requested_memory": "devmem.sizing",
+    "format_size": "devmem.units",
+    "parse_size": "devmem.units",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'devmem' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

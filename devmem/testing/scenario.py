@@ -104,8 +104,10 @@ class ScriptedFiles:
     """The filesystem boundary (``read_text``, ``exists``, ``listdir``) served from a scenario.
 
     ``/proc/meminfo`` and ``/proc/self/status`` are computed live; other paths come from
-    ``scenario.files`` (path -> text) and from the AMD devices' sysfs entries and this process's amdgpu
-    DRM fdinfo (``/proc/self/fdinfo/<100 + device>``, present while it holds memory there).
+    ``scenario.files`` (path -> text), from the drivers' own files (``/proc/driver/nvidia/version`` with
+    an NVIDIA device outside WDDM, ``/sys/module/amdgpu`` with an AMD one), and from the AMD devices' sysfs
+    entries and this process's amdgpu DRM fdinfo (``/proc/self/fdinfo/<100 + device>``, present while it
+    holds memory there).
     """
 
     def __init__(self, scenario: "Scenario"):
@@ -118,6 +120,10 @@ class ScriptedFiles:
         table["/proc/self/status"] = sc.proc_self_status()
         table["/proc/self/fdinfo/0"] = "pos:\t0\nflags:\t02\n"  # stdin: a process always has descriptors
         table.setdefault("/proc/self/maps", sc.proc_self_maps())
+        if any(dev.vendor == "nvidia" for dev in sc.devices) and not sc.wddm:  # the kernel driver's own file
+            table["/proc/driver/nvidia/version"] = f"NVRM version: NVIDIA UNIX Open Kernel Module  {sc.driver_version}\n"
+        if any(dev.vendor == "amd" for dev in sc.devices):  # amdgpu loaded
+            table["/sys/module/amdgpu/initstate"] = "live\n"
         for dev in sc.devices:
             if dev.vendor != "amd":
                 continue

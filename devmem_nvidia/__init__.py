@@ -4,19 +4,33 @@ The NVML access layer (:mod:`devmem_nvidia.nvml_access`, :mod:`devmem_nvidia.vis
 :mod:`devmem_nvidia.pidns`) is shared with the unified-memory backend. No vendor library is imported here.
 """
 
-from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, NvmlUnavailable, session_for
-from devmem_nvidia.nvml_platform import NvmlPlatform, detect_nvml
-from devmem_nvidia.pidns import CudaDriverAllocator
-from devmem_nvidia.wsl2 import WslPlatform, detect_wsl2
+import importlib
 
-__all__ = [
-    "CudaDriverAllocator",
-    "NvmlCallError",
-    "NvmlPlatform",
-    "NvmlSession",
-    "NvmlUnavailable",
-    "WslPlatform",
-    "detect_nvml",
-    "detect_wsl2",
-    "session_for",
-]
+#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
+#: ``plugin`` module, which must stay cheap.
+_LAZY = {
+    "CudaDriverAllocator": "devmem_nvidia.pidns",
+    "NvmlCallError": "devmem_nvidia.nvml_access",
+    "NvmlSession": "devmem_nvidia.nvml_access",
+    "NvmlUnavailable": "devmem_nvidia.nvml_access",
+    "session_for": "devmem_nvidia.nvml_access",
+    "NvmlPlatform": "devmem_nvidia.nvml_platform",
+    "detect_nvml": "devmem_nvidia.nvml_platform",
+    "WslPlatform": "devmem_nvidia.wsl2",
+    "detect_wsl2": "devmem_nvidia.wsl2",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from typing import Any, Mapping
 
 from devmem.host import REAL_FILES, Files
 from devmem.platform import PlatformBase
 from devmem.types import Detection, DevmemError, MemoryInfo, gib
+from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
@@ -58,8 +60,13 @@ def integrated_devices(session: NvmlSession) -> list[str]:
     return out
 
 
-def detect_nvml(nvml: Any = None) -> Detection:
-    """NVML loads and lists at least one discrete GPU; integrated parts are left to the uma platform."""
+def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.platform) -> Detection:
+    """NVML loads and lists at least one discrete GPU; integrated parts are left to the uma platform.
+
+    Without ``nvml``, pynvml is imported only where an NVIDIA driver is loaded (:mod:`devmem_nvidia.driver`).
+    """
+    if nvml is None and not driver_loaded(files, system):
+        return Detection(False, NO_DRIVER)
     session = session_for(nvml)
     found, reason = session.probe()
     if not found:

@@ -1,14 +1,44 @@
 """devmem's NVIDIA platforms, registered through the ``devmem`` entry-point group like any vendor wheel.
 
-Importing this module imports no vendor library: pynvml is imported by ``detect`` and ``factory``.
+Importing this module imports no vendor library and none of the platform modules: detection checks for
+the driver's files first (:mod:`devmem_nvidia.driver`), and only then imports pynvml and the platform.
 """
 
 from __future__ import annotations
 
+import sys
+
 from devmem.hookspecs import hookimpl
-from devmem.types import PlatformSpec
-from devmem_nvidia.nvml_platform import NvmlPlatform, detect_nvml
-from devmem_nvidia.wsl2 import WslPlatform, detect_wsl2
+from devmem.types import Detection, PlatformSpec
+from devmem_nvidia.driver import NO_DRIVER, driver_loaded, wsl_marker
+
+
+def _detect_nvml() -> Detection:
+    if not driver_loaded():
+        return Detection(False, NO_DRIVER)
+    from devmem_nvidia.nvml_platform import detect_nvml
+
+    return detect_nvml()
+
+
+def _nvml():
+    from devmem_nvidia.nvml_platform import NvmlPlatform
+
+    return NvmlPlatform()
+
+
+def _detect_wsl2() -> Detection:
+    if sys.platform != "win32" and wsl_marker() is None:
+        return Detection(False, "not WSL2: no /dev/dxg and the kernel release names neither microsoft nor WSL")
+    from devmem_nvidia.wsl2 import detect_wsl2
+
+    return detect_wsl2()
+
+
+def _wsl2():
+    from devmem_nvidia.wsl2 import WslPlatform
+
+    return WslPlatform()
 
 
 @hookimpl
@@ -16,14 +46,14 @@ def devmem_platforms():
     yield PlatformSpec(
         name="nvml",
         priority=100,
-        detect=detect_nvml,
-        factory=NvmlPlatform,
+        detect=_detect_nvml,
+        factory=_nvml,
         description="discrete NVIDIA GPUs through NVML (whole GPUs, MIG instances, containers)",
     )
     yield PlatformSpec(
         name="wsl2",
         priority=150,
-        detect=detect_wsl2,
-        factory=WslPlatform,
+        detect=_detect_wsl2,
+        factory=_wsl2,
         description="NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages instead of failing",
     )

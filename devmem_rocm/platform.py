@@ -21,9 +21,11 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
+from devmem.host import REAL_FILES, Files
 from devmem.platform import PlatformBase
 from devmem.types import Detection, DevmemError, MemoryInfo, gib
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
+from devmem_rocm.driver import NO_DRIVER, driver_loaded
 from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, real_session
 from devmem_rocm.visible import Selection, select_visible
 
@@ -195,8 +197,13 @@ class RocmPlatform(PlatformBase):
         return used - sum(v for v in table.values() if v is not None)
 
 
-def detect(*, amdsmi: Any = None, environ: Mapping[str, str] | None = None) -> Detection:
-    """Found when amdsmi loads and reports at least one visible AMD GPU that is not an APU."""
+def detect(*, amdsmi: Any = None, environ: Mapping[str, str] | None = None, files: Files = REAL_FILES) -> Detection:
+    """Found when amdsmi loads and reports at least one visible AMD GPU that is not an APU.
+
+    Without ``amdsmi``, amdsmi is imported only where the amdgpu driver is loaded (:mod:`devmem_rocm.driver`).
+    """
+    if amdsmi is None and not driver_loaded(files):
+        return Detection(False, NO_DRIVER)
     try:
         session = _session(amdsmi, time.monotonic, time.sleep)
         everything, selection, _ = _inventory(session, os.environ if environ is None else environ)

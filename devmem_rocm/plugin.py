@@ -1,10 +1,25 @@
-"""Registers the ``rocm`` platform. Imports no vendor library: amdsmi is imported (silently) by ``detect``."""
+"""Registers the ``rocm`` platform. Imports no vendor library and not the platform module: ``detect``
+checks for the amdgpu driver's files first (:mod:`devmem_rocm.driver`), and only then imports amdsmi (silently)."""
 
 from __future__ import annotations
 
 from devmem.hookspecs import hookimpl
-from devmem.types import PlatformSpec
-from devmem_rocm.platform import RocmPlatform, detect
+from devmem.types import Detection, PlatformSpec
+from devmem_rocm.driver import NO_DRIVER, driver_loaded
+
+
+def _detect() -> Detection:
+    if not driver_loaded():
+        return Detection(False, NO_DRIVER)
+    from devmem_rocm.platform import detect
+
+    return detect()
+
+
+def _rocm():
+    from devmem_rocm.platform import RocmPlatform
+
+    return RocmPlatform()
 
 
 @hookimpl
@@ -12,7 +27,7 @@ def devmem_platforms():
     yield PlatformSpec(
         name="rocm",
         priority=100,
-        detect=detect,
-        factory=RocmPlatform,
+        detect=_detect,
+        factory=_rocm,
         description="discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi; APUs are left to uma",
     )

@@ -15,6 +15,7 @@ import pytest
 
 from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, mi300x_scenario
 from devmem.types import DevmemError
+from devmem_rocm.driver import NO_DRIVER, driver_loaded
 from devmem_rocm.smi import (
     LIBRARY_MISSING,
     AmdsmiCallError,
@@ -53,7 +54,20 @@ def test_resolution_with_the_real_wheel_and_no_rocm_prints_nothing():
                           check=True)
     assert done.stdout == ""
     result = [line for line in done.stderr.splitlines() if line.startswith("RESULT ")]
-    assert json.loads(result[0].removeprefix("RESULT ")) == [LIBRARY_MISSING]
+    assert json.loads(result[0].removeprefix("RESULT ")) == [LIBRARY_MISSING if driver_loaded() else NO_DRIVER]
+
+
+@needs_wheel_without_rocm
+def test_detection_with_the_real_wheel_where_amdgpu_is_loaded_but_rocm_is_not_prints_nothing():
+    probe = textwrap.dedent("""
+        import sys
+        from devmem.testing.amdsmi import mi300x_scenario
+        from devmem_rocm.platform import detect
+        sys.stderr.write("RESULT " + detect(files=mi300x_scenario(1).fs, environ={}).reason + "\\n")
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == ""
+    assert [line for line in done.stderr.splitlines() if line.startswith("RESULT ")] == ["RESULT " + LIBRARY_MISSING]
 
 
 @needs_wheel_without_rocm

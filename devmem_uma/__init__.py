@@ -3,9 +3,31 @@
 No vendor library is imported here; see :mod:`devmem_uma.platform` for what the figures mean.
 """
 
-from devmem_uma.amd import AmdCard, ApuMemory, amd_cards
-from devmem_uma.platform import UmaPlatform
-from devmem_uma.plugin import detect_uma
-from devmem_uma.survey import Survey, survey
+import importlib
 
-__all__ = ["AmdCard", "ApuMemory", "Survey", "UmaPlatform", "amd_cards", "detect_uma", "survey"]
+#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
+#: ``plugin`` module, which must stay cheap. ``devmem_uma.survey`` is the module (its function is
+#: ``devmem_uma.survey.survey``).
+_LAZY = {
+    "AmdCard": "devmem_uma.amd",
+    "ApuMemory": "devmem_uma.amd",
+    "amd_cards": "devmem_uma.amd",
+    "UmaPlatform": "devmem_uma.platform",
+    "detect_uma": "devmem_uma.plugin",
+    "Survey": "devmem_uma.survey",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

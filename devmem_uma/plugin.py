@@ -1,6 +1,8 @@
 """The ``uma`` platform's registration (priority 200: it outranks nvml, rocm and wsl2 on an integrated part).
 
-Importing this module imports no vendor library: pynvml is imported by ``detect`` and ``factory``.
+Importing this module imports no vendor library and not the platform module. Detection reads files first:
+pynvml is imported only where an NVIDIA driver is loaded, and nothing more where neither an NVIDIA nor an
+amdgpu driver nor a Jetson is found.
 """
 
 from __future__ import annotations
@@ -11,16 +13,30 @@ from typing import Any, Mapping
 from devmem.host import REAL_FILES, Files
 from devmem.hookspecs import hookimpl
 from devmem.types import Detection, PlatformSpec
-from devmem_nvidia.nvml_access import session_for
-from devmem_uma.platform import UmaPlatform
-from devmem_uma.survey import survey
+from devmem_nvidia import driver as nvidia_driver
+from devmem_rocm import driver as amdgpu_driver
+from devmem_uma.tegra import jetson_reason
 
 PRIORITY = 200
 
 
 def detect_uma(*, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None) -> Detection:
     """Found when every accelerator here has unified memory (see :mod:`devmem_uma.survey`); cheap, no CUDA context."""
-    return survey(files, session_for(nvml), os.environ if environ is None else environ).detection()
+    nvml_usable = nvml is not None or nvidia_driver.driver_loaded(files)
+    if not nvml_usable and not amdgpu_driver.driver_loaded(files) and jetson_reason(files) is None:
+        return Detection(False, "no unified-memory GPU: no amdgpu driver, no Jetson files, and "
+                                + nvidia_driver.NO_DRIVER)
+    from devmem_nvidia.nvml_access import session_for
+    from devmem_uma.survey import survey
+
+    session = session_for(nvml) if nvml_usable else None
+    return survey(files, session, os.environ if environ is None else environ).detection()
+
+
+def _uma():
+    from devmem_uma.platform import UmaPlatform
+
+    return UmaPlatform()
 
 
 @hookimpl
@@ -29,6 +45,6 @@ def devmem_platforms():
         name="uma",
         priority=PRIORITY,
         detect=detect_uma,
-        factory=UmaPlatform,
+        factory=_uma,
         description="unified memory (DGX Spark GB10, Jetson, AMD APUs): free is what an allocation can obtain",
     )

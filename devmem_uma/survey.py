@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 
 from devmem.host import Files
 from devmem.types import DevmemError, Detection
+from devmem_nvidia.driver import NO_DRIVER
 from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_name, read_memory
 from devmem_nvidia.visible import VisibleDevice, visible_devices
 from devmem_uma.amd import AmdCard, amd_cards
@@ -116,9 +117,15 @@ def _nvidia_gpus(session: NvmlSession, environ: Mapping[str, str],
     return gpus, f"NVML sees {len(devices)} CUDA-visible device(s), none integrated"
 
 
-def survey(files: Files, session: NvmlSession, environ: Mapping[str, str],
+def survey(files: Files, session: NvmlSession | None, environ: Mapping[str, str],
            integrated_attr: Callable[[int], bool | None] = runtime_integrated) -> Survey:
-    """Probe sysfs, the Jetson files and NVML (and the CUDA runtime where already initialised)."""
+    """Probe sysfs, the Jetson files and NVML (and the CUDA runtime where already initialised).
+
+    ``session`` is ``None`` where no NVIDIA driver is loaded: NVML is not asked.
+    """
     found = Survey(amd=amd_cards(files), jetson=jetson_reason(files))
+    if session is None:
+        found.nvml_reason = NO_DRIVER
+        return found
     found.nvidia, found.nvml_reason = _nvidia_gpus(session, environ, integrated_attr)
     return found

@@ -10,8 +10,8 @@ Rules (DESIGN.md, "Resolution"):
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass, replace
 import pluggy
@@ -21,7 +21,19 @@ from devmem.entrypoints import EntryPoint, entry_points
 from devmem.platform import Platform
 from devmem.types import Detection, PluginError, PlatformSpec
 
-log = logging.getLogger("devmem.plugins")
+LOGGER = "devmem.plugins"
+
+
+def _warn(message: str, *args: object) -> None:
+    import logging  # only when something went wrong: resolution itself stays clear of logging's import
+
+    logging.getLogger(LOGGER).warning(message, *args)
+
+
+def _debug(message: str, *args: object) -> None:
+    logging = sys.modules.get("logging")
+    if logging is not None:  # never imported: no handler is configured that could show a debug line
+        logging.getLogger(LOGGER).debug(message, *args)
 
 ENTRY_POINT_GROUP = "devmem"
 BUILTIN = "cpu"
@@ -74,8 +86,8 @@ def _load_plugins(eps: list[EntryPoint]) -> pluggy.PluginManager:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
         except Exception as exc:  # a broken vendor wheel must never break devmem
-            log.warning("devmem: skipping plugin %r from distribution %r: %s: %s", ep.name, ep.distribution,
-                        type(exc).__name__, exc)
+            _warn("devmem: skipping plugin %r from distribution %r: %s: %s", ep.name, ep.distribution,
+                  type(exc).__name__, exc)
     return pm
 
 
@@ -89,13 +101,13 @@ def _collect(pm: pluggy.PluginManager, eps: list[EntryPoint]) -> list[_Registere
         try:
             specs = list(impl.function() or ())
         except Exception as exc:
-            log.warning("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s: %s",
-                        name, dist, type(exc).__name__, exc)
+            _warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s: %s",
+                  name, dist, type(exc).__name__, exc)
             continue
         bad = [s for s in specs if not isinstance(s, PlatformSpec)]
         if bad:
-            log.warning("devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "
-                        "not a devmem.PlatformSpec", name, dist, bad[0])
+            _warn("devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "
+                  "not a devmem.PlatformSpec", name, dist, bad[0])
             continue
         found.extend(_Registered(s, name, dist, version) for s in specs)
     return found
@@ -105,12 +117,12 @@ def _probe(reg: _Registered) -> Detection:
     try:
         detection = reg.spec.detect()
     except Exception as exc:
-        log.warning("devmem: skipping platform %r of plugin %r from distribution %r: detect raised %s: %s",
-                    reg.spec.name, reg.plugin, reg.distribution, type(exc).__name__, exc)
+        _warn("devmem: skipping platform %r of plugin %r from distribution %r: detect raised %s: %s",
+              reg.spec.name, reg.plugin, reg.distribution, type(exc).__name__, exc)
         return Detection(False, f"detect raised {type(exc).__name__}: {exc}")
     if not isinstance(detection, Detection):
-        log.warning("devmem: skipping platform %r of plugin %r from distribution %r: detect returned %r, "
-                    "not a devmem.Detection", reg.spec.name, reg.plugin, reg.distribution, detection)
+        _warn("devmem: skipping platform %r of plugin %r from distribution %r: detect returned %r, "
+              "not a devmem.Detection", reg.spec.name, reg.plugin, reg.distribution, detection)
         return Detection(False, f"detect returned {detection!r}, not a devmem.Detection")
     return detection
 
@@ -194,14 +206,14 @@ def _build(cands: list[Candidate], by_name: dict[str, _Registered]) -> Platform:
                        f"but could not be built: {type(exc).__name__}: {exc}")
             if forced or choice.name == BUILTIN:
                 raise PluginError(message + ". Name another platform with DEVMEM_PLATFORM.") from exc
-            log.warning("devmem: %s; trying the next candidate", message)
+            _warn("devmem: %s; trying the next candidate", message)
             cands = [replace(c, detected=False, reason=f"factory raised {type(exc).__name__}: {exc}")
                      if c is choice else c for c in cands]
             continue
         if not isinstance(platform, Platform):
             raise PluginError(f"platform {choice.name!r} from distribution {choice.distribution!r}: "
                               f"factory returned {platform!r}, which lacks members of devmem.Platform")
-        log.debug("devmem: chose platform %r (%s)", choice.name, choice.reason)
+        _debug("devmem: chose platform %r (%s)", choice.name, choice.reason)
         return platform
 
 

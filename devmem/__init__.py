@@ -1,7 +1,7 @@
 """devmem: how much device memory an inference engine may give its KV cache, on every kind of machine.
 
-``import devmem`` imports neither torch nor any vendor library; resolving a platform imports only the
-vendor libraries that the registered backends probe.
+``import devmem`` imports neither torch nor any vendor library, and the sizing, profiling and distributed
+helpers only on first use; resolving a platform imports a vendor library only where its driver is loaded.
 """
 
 from devmem.hookspecs import hookimpl

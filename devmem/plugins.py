@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 import pluggy
 
 from devmem import hookspecs
@@ -57,8 +58,7 @@ class Candidate:
         return dict(self.__dict__)
 
 
-@dataclass
-class _Registered:
+class _Registered(NamedTuple):
     spec: PlatformSpec
     plugin: str
     distribution: str

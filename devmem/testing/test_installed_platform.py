@@ -30,7 +30,8 @@ def _on_host(platform: Platform) -> bool:
 
 class InstalledPlatformFixtures(PlatformFixtures):
     @pytest.fixture(scope="class")
-    def platform(self, request) -> Platform:
+    @classmethod
+    def platform(cls, request) -> Platform:
         return installed_platform(request.config.getoption("devmem_platform"))
 
     @pytest.fixture

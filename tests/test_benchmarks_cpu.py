@@ -65,3 +65,13 @@ def test_ranks_agree_on_the_smallest_budget_through_gloo(bench):
     result = bench("ranks")
     assert [r["backend"] for r in result["ranks"]] == ["gloo", "gloo"]
     assert result["goal_met"]
+
+
+def test_pidns_observations_describe_the_recorded_h200_run(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    recorded = json.loads((BENCHMARKS / "results" / "h200" / "nvidia_pidns.json").read_text())
+    seen = importlib.import_module("nvidia_pidns").observations(recorded)
+    assert seen["mount-proc: NVML lists the namespace PID"]
+    assert seen["mount-proc: platform figure equals NVML's figure for this process"]
+    assert seen["mount-proc: figure includes the 512 MiB tensor"]
+    assert not seen["host-proc: ran"] and "Error 304" in seen["host-proc: error"]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from devmem.testing import Scenario, ScriptedDevice, h200_scenario, mi300x_scenario, wsl2_scenario
+from devmem.testing import Scenario, h200_scenario, mi300x_scenario, wsl2_scenario
 from devmem_nvidia import detect_nvml, detect_wsl2, driver as nvidia_driver
 from devmem_rocm import detect, driver as amdgpu_driver
 from devmem_uma import detect_uma

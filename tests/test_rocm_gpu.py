@@ -87,13 +87,13 @@ def test_each_hip_device_is_the_gpu_torch_allocates_on(platform):
 @pytest.mark.parametrize("variable", ["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"])
 def test_a_reversed_visible_device_list_still_maps_each_device(variable):
     order = ",".join(str(i) for i in reversed(range(torch.cuda.device_count())))
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import json, torch
         from devmem_rocm import RocmPlatform
         from tests.test_rocm_gpu import _rises_only_where_torch_allocates
         platform = RocmPlatform()
-        print(json.dumps({{"bdf": [platform.gpu(i).bdf for i in range(platform.device_count())],
-                          "changes": _rises_only_where_torch_allocates(platform)}}))
+        print(json.dumps({"bdf": [platform.gpu(i).bdf for i in range(platform.device_count())],
+                          "changes": _rises_only_where_torch_allocates(platform)}))
     """)
     env = {k: v for k, v in os.environ.items() if not k.endswith("VISIBLE_DEVICES")}
     env[variable] = order

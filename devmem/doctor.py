@@ -107,7 +107,7 @@ def _paging(r: DeviceReport) -> Finding | None:
                    "a slow engine here often means device memory is being paged")
 
 
-def _allocator_cache(platform: Platform, device: int) -> Finding | None:
+def _allocator_cache(device: int) -> Finding | None:
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "cuda") or not torch.cuda.is_initialized():
         return None
@@ -133,7 +133,7 @@ def diagnose(platform: Platform | None = None, devices: list[int] | None = None)
             found = check(report)
             if found is not None:
                 findings.append(found)
-        cache = _allocator_cache(platform, device)
+        cache = _allocator_cache(device)
         if cache is not None:
             findings.append(cache)
         findings += [Finding(device, "platform-note", "info", note, "") for note in report.notes]

@@ -10,6 +10,7 @@ from devmem.host import REAL_FILES, Files
 DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")
 
 NO_DRIVER = "no NVIDIA driver is loaded (/proc/driver/nvidia and /dev/nvidiactl are absent)"
+NOT_WSL = "not WSL2: no /dev/dxg and the kernel release names neither microsoft nor WSL"
 
 
 def driver_loaded(files: Files = REAL_FILES, system: str = sys.platform) -> bool:

@@ -21,7 +21,7 @@ Public names:
   ``running_processes(session, handle) -> dict[int, ProcessEntry]`` (every list, deduplicated by PID),
   ``find_process(session, handle, pids) -> ProcessEntry | None`` (compute list first, the others only if needed)
 - ``device_uuid(session, handle)``, ``device_pci_bus_id(session, handle)``, ``device_name(session, handle)``,
-  ``device_minor(session, handle)``, ``driver_model(session, handle) -> int | None``
+  ``device_minor(session, handle)``, ``driver_model(session, handle) -> int | None``, ``normalise_bus_id(text)``
 - The visible-device mapping (``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` -> handles) is in
   :mod:`devmem_nvidia.visible`; PID-namespace handling in :mod:`devmem_nvidia.pidns`.
 """

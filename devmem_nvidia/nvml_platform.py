@@ -3,8 +3,9 @@
 - ``device_memory_info``: NVML memory info v2, ``free = free`` and ``total = total - reserved`` (what
   ``cudaMemGetInfo`` reports), without creating a CUDA context; v1 on drivers without v2.
 - ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
-  NVML lists driver-side (host) PIDs; this process is looked up under its outer PID from ``NSpid``, or
-  under the PID learned once from distinctive allocations (:mod:`devmem_nvidia.pidns`). A process that
+  NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
+  process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
+  learned once from distinctive allocations (:mod:`devmem_nvidia.pidns`). A process that
   maps no NVIDIA device holds 0 bytes. Otherwise ``None``, with the reason in ``process_memory_reason``.
 """
 
@@ -203,7 +204,7 @@ class NvmlPlatform(PlatformBase):
         pids = namespace_pids(self._files) or [os.getpid()]
         learned = f"; {self._learn_note}" if self._learn_note else ""
         return (f"this process (PID {pids[-1]}) uses {dev.uuid} but is not in NVML's process list: NVML lists the "
-                f"driver's (host's) PIDs and this PID namespace hides them{learned}. "
+                f"PIDs the driver sees (host PIDs on this driver) and this PID namespace hides them{learned}. "
                 "Run the container with --pid=host to get per-process figures")
 
     def process_memory_reason(self, device: int = 0) -> str | None:

@@ -1,6 +1,8 @@
-"""Finding this process in NVML's process lists, which carry the PIDs of the driver's (host's) namespace.
+"""Finding this process in NVML's process lists, which carry the PIDs the driver sees.
 
-Three sources, cheapest first:
+Some drivers list host PIDs, which a process in its own PID namespace does not know; others translate
+them into the caller's namespace (580.159.04 on an H200 listed a process under ``unshare --pid --fork
+--mount-proc`` as PID 1). Where this process's own PID is not listed, three sources, cheapest first:
 
 1. ``/proc/self/status`` ``NSpid``: when this namespace's ``/proc`` was mounted from an outer namespace,
    the line lists the outer PID first (``NSpid: 81234 17``); that outer PID is the one to look for.
@@ -108,42 +110,43 @@ class CudaDriverAllocator:
         self._check("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), device))
         return dev
 
+    def _driver_loaded(self) -> bool:
+        """Whether this process has loaded ``libcuda`` (raises OSError when /proc/self/maps cannot be read)."""
+        return "libcuda.so" in self._files.read_text("/proc/self/maps")
+
+    def _primary_context_active(self, device: int) -> bool:
+        """``cuDevicePrimaryCtxGetState``: whether the device's primary context is active (OSError on failure)."""
+        dev = self._device(device)
+        flags, active = ctypes.c_uint(), ctypes.c_int()
+        self._check("cuDevicePrimaryCtxGetState",
+                    self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))
+        return bool(active.value)
+
     def has_context(self, device: int) -> bool | None:
         """Whether the device's primary context is active (``None`` when the driver cannot say).
 
         A process that has not loaded ``libcuda`` has no context; one that has is asked without creating one.
         """
         try:
-            maps = self._files.read_text("/proc/self/maps")
+            if not self._driver_loaded():
+                return False
+            return self._primary_context_active(device)
         except OSError:
             return None
-        if "libcuda.so" not in maps:
-            return False
-        try:
-            dev = self._device(device)
-            flags, active = ctypes.c_uint(), ctypes.c_int()
-            self._check("cuDevicePrimaryCtxGetState",
-                        self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))
-        except OSError:
-            return None
-        return bool(active.value)
 
     def available(self, device: int) -> tuple[bool, str]:
         if not self._create_context:
             try:
-                maps = self._files.read_text("/proc/self/maps")
+                loaded = self._driver_loaded()
             except OSError as exc:
                 return False, f"cannot read /proc/self/maps: {exc}"
-            if "libcuda.so" not in maps:
+            if not loaded:
                 return False, "this process has not loaded the CUDA driver"
         try:
-            dev = self._device(device)
-            flags, active = ctypes.c_uint(), ctypes.c_int()
-            self._check("cuDevicePrimaryCtxGetState",
-                        self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))
+            active = self._primary_context_active(device)
         except OSError as exc:
             return False, f"CUDA driver unusable: {exc}"
-        if not active.value and not self._create_context:
+        if not active and not self._create_context:
             return False, f"no active CUDA context on device {device}"
         return True, "CUDA driver primary context"
 

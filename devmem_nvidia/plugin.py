@@ -10,7 +10,7 @@ import sys
 
 from devmem.hookspecs import hookimpl
 from devmem.types import Detection, PlatformSpec
-from devmem_nvidia.driver import NO_DRIVER, driver_loaded, wsl_marker
+from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 
 
 def _detect_nvml() -> Detection:
@@ -29,7 +29,7 @@ def _nvml():
 
 def _detect_wsl2() -> Detection:
     if sys.platform != "win32" and wsl_marker() is None:
-        return Detection(False, "not WSL2: no /dev/dxg and the kernel release names neither microsoft nor WSL")
+        return Detection(False, NOT_WSL)
     from devmem_nvidia.wsl2 import detect_wsl2
 
     return detect_wsl2()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from devmem.host import REAL_FILES, Files
 from devmem.platform import PlatformBase
 from devmem.types import Detection, DevmemError, MemoryInfo
-from devmem_nvidia.driver import NO_DRIVER, driver_loaded, wsl_marker
+from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 from devmem_nvidia.nvml_access import NvmlCallError, device_name, driver_model, read_memory, session_for
 from devmem_nvidia.visible import DeviceTable
 
@@ -30,7 +30,7 @@ def detect_wsl2(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     """WSL2 (``/dev/dxg``, microsoft kernel) or native Windows with a WDDM device, with NVML listing a GPU."""
     marker = wsl_marker(files) if system != "win32" else None
     if system != "win32" and marker is None:
-        return Detection(False, "not WSL2: no /dev/dxg and the kernel release names neither microsoft nor WSL")
+        return Detection(False, NOT_WSL)
     if nvml is None and not driver_loaded(files, system):
         return Detection(False, f"{marker}, but {NO_DRIVER}")
     session = session_for(nvml)

@@ -75,12 +75,18 @@ def page_cache_bytes(meminfo: dict[str, int]) -> int:
     return max(0, meminfo["MemAvailable"] - meminfo.get("MemFree", 0))
 
 
-def _read_int(files: Files, path: str) -> int | None:
+def read_stripped(files: Files, path: str) -> str | None:
+    """A file's text without surrounding whitespace, or ``None`` where it cannot be read."""
     try:
-        text = files.read_text(path).strip()
+        return files.read_text(path).strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+
+
+def read_int(files: Files, path: str) -> int | None:
+    """A file holding one whole number (sysfs, cgroup), or ``None`` where it is unreadable or not a number."""
+    text = read_stripped(files, path)
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def _stat_field(files: Files, path: str, key: str) -> int:
@@ -110,8 +116,8 @@ def cgroup_memory(files: Files = REAL_FILES) -> tuple[int, int] | None:
             parts = [p for p in path.split("/") if p]
             for depth in range(len(parts), -1, -1):
                 base = "/sys/fs/cgroup/" + "/".join(parts[:depth])
-                limit = _read_int(files, f"{base.rstrip('/')}/memory.max")
-                usage = _read_int(files, f"{base.rstrip('/')}/memory.current")
+                limit = read_int(files, f"{base.rstrip('/')}/memory.max")
+                usage = read_int(files, f"{base.rstrip('/')}/memory.current")
                 if limit is None or usage is None:
                     continue
                 used = usage - _stat_field(files, f"{base.rstrip('/')}/memory.stat", "inactive_file")
@@ -119,8 +125,8 @@ def cgroup_memory(files: Files = REAL_FILES) -> tuple[int, int] | None:
                     best = (limit, max(0, used))
         elif "memory" in controllers.split(","):
             base = "/sys/fs/cgroup/memory"
-            limit = _read_int(files, f"{base}/memory.limit_in_bytes")
-            usage = _read_int(files, f"{base}/memory.usage_in_bytes")
+            limit = read_int(files, f"{base}/memory.limit_in_bytes")
+            usage = read_int(files, f"{base}/memory.usage_in_bytes")
             if limit is None or usage is None or limit >= _NO_LIMIT:
                 continue
             used = usage - _stat_field(files, f"{base}/memory.stat", "total_inactive_file")

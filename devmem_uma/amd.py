@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from devmem.host import Files
+from devmem.host import Files, read_int, read_stripped
 from devmem.types import KiB, MiB, gib
 from devmem_rocm.devices import CARVE_OUT_MAX, AmdGpu
 from devmem_rocm.visible import select_visible
@@ -67,28 +67,16 @@ class ApuMemory:
         return "gtt" if self.gtt_total > self.vram_total else "vram"
 
 
-def _read(files: Files, path: str) -> str | None:
-    try:
-        return files.read_text(path).strip()
-    except OSError:
-        return None
-
-
-def _read_bytes(files: Files, path: str) -> int | None:
-    text = _read(files, path)
-    return int(text) if text is not None and text.isdigit() else None
-
-
 def _has_vddnb(files: Files, device_dir: str) -> bool:
     try:
         monitors = files.listdir(f"{device_dir}/hwmon")
     except OSError:
         return False
-    return any(_read(files, f"{device_dir}/hwmon/{m}/in1_label") == "vddnb" for m in monitors)
+    return any(read_stripped(files, f"{device_dir}/hwmon/{m}/in1_label") == "vddnb" for m in monitors)
 
 
 def _pci_slot(files: Files, device_dir: str) -> str | None:
-    for line in (_read(files, f"{device_dir}/uevent") or "").splitlines():
+    for line in (read_stripped(files, f"{device_dir}/uevent") or "").splitlines():
         key, _, value = line.partition("=")
         if key == "PCI_SLOT_NAME" and value:
             return value.strip().lower()
@@ -97,8 +85,8 @@ def _pci_slot(files: Files, device_dir: str) -> str | None:
 
 def classify(files: Files, device_dir: str) -> tuple[bool, str]:
     """``(is_apu, why)`` for the amdgpu card whose sysfs device directory is ``device_dir``."""
-    vram = _read_bytes(files, f"{device_dir}/mem_info_vram_total") or 0
-    gtt = _read_bytes(files, f"{device_dir}/mem_info_gtt_total") or 0
+    vram = read_int(files, f"{device_dir}/mem_info_vram_total") or 0
+    gtt = read_int(files, f"{device_dir}/mem_info_gtt_total") or 0
     if _has_vddnb(files, device_dir):
         return True, f"APU (amdgpu reports a northbridge voltage); VRAM {gib(vram)}, GTT {gib(gtt)}"
     if vram <= CARVE_OUT_MAX and gtt > vram:
@@ -119,25 +107,25 @@ def amd_cards(files: Files) -> list[AmdCard]:
         if not match:
             continue
         device_dir = f"{DRM}/{name}/device"
-        if _read(files, f"{device_dir}/vendor") != AMD_VENDOR:
+        if read_stripped(files, f"{device_dir}/vendor") != AMD_VENDOR:
             continue
-        if _read_bytes(files, f"{device_dir}/mem_info_gtt_total") is None:
+        if read_int(files, f"{device_dir}/mem_info_gtt_total") is None:
             continue
         apu, reason = classify(files, device_dir)
-        serial = (_read(files, f"{device_dir}/unique_id") or "").lower().removeprefix("0x") or None
+        serial = (read_stripped(files, f"{device_dir}/unique_id") or "").lower().removeprefix("0x") or None
         cards.append(AmdCard(int(match.group(1)), device_dir, _pci_slot(files, device_dir), apu, reason, serial))
     return sorted(cards, key=lambda c: c.card)
 
 
 def read_memory(files: Files, card: AmdCard) -> ApuMemory:
     """The card's ``mem_info_{vram,gtt}_{total,used}``; raises ``OSError`` when GTT cannot be read."""
-    gtt_total = _read_bytes(files, f"{card.path}/mem_info_gtt_total")
-    gtt_used = _read_bytes(files, f"{card.path}/mem_info_gtt_used")
+    gtt_total = read_int(files, f"{card.path}/mem_info_gtt_total")
+    gtt_used = read_int(files, f"{card.path}/mem_info_gtt_used")
     if gtt_total is None or gtt_used is None:
         raise OSError(f"{card.path}: mem_info_gtt_total/mem_info_gtt_used are missing or unreadable")
     return ApuMemory(
-        vram_total=_read_bytes(files, f"{card.path}/mem_info_vram_total") or 0,
-        vram_used=_read_bytes(files, f"{card.path}/mem_info_vram_used") or 0,
+        vram_total=read_int(files, f"{card.path}/mem_info_vram_total") or 0,
+        vram_used=read_int(files, f"{card.path}/mem_info_vram_used") or 0,
         gtt_total=gtt_total,
         gtt_used=gtt_used,
     )

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from devmem.host import Files
+from devmem.host import Files, read_stripped
 
 TEGRA_RELEASE = "/etc/nv_tegra_release"
 DT_COMPATIBLE = "/proc/device-tree/compatible"
 DT_MODEL = "/proc/device-tree/model"
 
 
-def _read(files: Files, path: str) -> str | None:
-    try:
-        return files.read_text(path)
-    except OSError:
-        return None
-
-
 def jetson_reason(files: Files) -> str | None:
     """Why this machine is a Jetson (which file says so), or ``None`` when it is not one."""
-    release = _read(files, TEGRA_RELEASE)
+    release = read_stripped(files, TEGRA_RELEASE)
     if release is not None:
         first = release.strip().splitlines()[0] if release.strip() else ""
         return f"{TEGRA_RELEASE} is present" + (f" ({first.lstrip('# ').strip()})" if first else "")
-    compatible = _read(files, DT_COMPATIBLE)
+    compatible = read_stripped(files, DT_COMPATIBLE)
     if compatible is not None:
         tegra = [c for c in compatible.split("\0") if c.strip().startswith("nvidia,tegra")]
         if tegra:
@@ -32,5 +25,5 @@ def jetson_reason(files: Files) -> str | None:
 
 def jetson_model(files: Files) -> str:
     """The board's name from the device tree (``NVIDIA Jetson AGX Orin Developer Kit``), else ``NVIDIA Jetson``."""
-    model = (_read(files, DT_MODEL) or "").replace("\0", "").strip()
+    model = (read_stripped(files, DT_MODEL) or "").replace("\0", "").strip()
     return model or "NVIDIA Jetson"

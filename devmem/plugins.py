@@ -15,6 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass, replace
 from typing import NamedTuple
+
 import pluggy
 
 from devmem import hookspecs
@@ -35,6 +36,7 @@ def _debug(message: str, *args: object) -> None:
     logging = sys.modules.get("logging")
     if logging is not None:  # never imported: no handler is configured that could show a debug line
         logging.getLogger(LOGGER).debug(message, *args)
+
 
 ENTRY_POINT_GROUP = "devmem"
 BUILTIN = "cpu"

@@ -5,6 +5,7 @@ helpers only on first use; resolving a platform imports a vendor library only wh
 """
 
 from devmem.hookspecs import hookimpl
+from devmem.lazy import lazy_exports
 from devmem.platform import DeviceReport, Platform, PlatformBase, describe
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
 from devmem.types import (
@@ -38,19 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'devmem' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 
 
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@ AMD APUs (MI300A, Strix Halo, Ryzen iGPUs) are the unified-memory platform's (``
 access layer is :mod:`devmem_rocm.smi`; the HIP device mapping :mod:`devmem_rocm.visible`.
 """
 
-import importlib
+from devmem.lazy import lazy_exports
 
 #: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
 #: ``plugin`` module, which must stay cheap.
@@ -16,14 +16,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -1,5 +1,6 @@
 """Tools for testing memory logic without the hardware, and the conformance kit for backend authors."""
 
+from devmem.lazy import lazy_exports
 from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, mi300x_scenario, radeon_scenario
 from devmem.testing.nvml import ScriptedAllocator, ScriptedNvml, h200_scenario, mig_scenario, wsl2_scenario
 from devmem.testing.scenario import HostMemory, Scenario, ScriptedDevice, ScriptedFiles
@@ -25,9 +26,4 @@ __all__ = sorted([
 ])
 
 
-def __getattr__(name: str):
-    if name not in _KIT:
-        raise AttributeError(f"module 'devmem.testing' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_KIT[name]), name)
+__getattr__, __dir__ = lazy_exports(globals(), _KIT)

@@ -41,6 +41,12 @@ def _pid_list(others: dict[int, int], limit: int = 5) -> str:
 
 
 def _accounting(r: DeviceReport) -> Finding:
+    if r.process == 0 and r.platform != "cpu":
+        return Finding(r.index, "per-process-accounting", "info",
+                       "this process holds no memory on this device (it has no context there), so per-process "
+                       "accounting cannot be confirmed from here",
+                       "run `devmem doctor` from inside the engine (devmem.doctor.diagnose()) once its CUDA "
+                       "context exists, or check `devmem info` there")
     if r.process is not None:
         return Finding(r.index, "per-process-accounting", "ok",
                        f"per-process accounting works: this process holds {gib(r.process)}",

@@ -41,6 +41,12 @@ def test_working_per_process_accounting_is_reported_ok():
     assert "0.51 GiB" in found["per-process-accounting"].summary
 
 
+def test_process_without_a_context_cannot_confirm_accounting():
+    found = by_code(diagnose(nvml_platform(h200_scenario())))
+    assert found["per-process-accounting"].severity == "info"
+    assert "cannot be confirmed" in found["per-process-accounting"].summary
+
+
 def test_wsl2_warns_that_accounting_is_unavailable_and_the_driver_pages():
     sc = wsl2_scenario()
     platform = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)

@@ -27,6 +27,9 @@ _LAZY = {
     "check_startup_memory": "devmem.profiling",
     "memory_profiling": "devmem.profiling",
     "release_allocator_cache": "devmem.profiling",
+    "ALLOCATOR_GRANULARITY": "devmem.kvcache",
+    "KvCacheTensors": "devmem.kvcache",
+    "allocate_kv_cache": "devmem.kvcache",
     "KvCachePlan": "devmem.sizing",
     "SizingError": "devmem.sizing",
     "blocks_for_bytes": "devmem.sizing",
@@ -45,12 +48,14 @@ __getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALLOCATOR_GRANULARITY",
     "Candidate",
     "DeviceReport",
     "Detection",
     "DevmemError",
     "GiB",
     "KvCachePlan",
+    "KvCacheTensors",
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",
@@ -63,6 +68,7 @@ __all__ = [
     "SizingError",
     "__version__",
     "agree_on_minimum",
+    "allocate_kv_cache",
     "blocks_for_bytes",
     "check_startup_memory",
     "clear_cache",

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -17,7 +19,7 @@ from typing import Any, Iterator
 
 from devmem.platform import Platform
 from devmem.plugins import current_platform
-from devmem.types import MiB, NotEnoughMemoryError
+from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.profiling")
@@ -44,7 +46,9 @@ class MemorySnapshot:
     """Device memory at one moment: the platform's figures and this process's torch allocator figures, in bytes.
 
     ``process`` is this process's device memory, ``None`` where the platform cannot attribute memory to
-    processes. ``torch_measured`` says whether torch's allocator was consulted; ``notes`` say why not.
+    processes. ``torch_peak`` and ``torch_reserved_peak`` are the allocator's peaks of allocated and reserved
+    bytes since its peak statistics were last reset. ``torch_measured`` says whether torch's allocator was
+    consulted; ``notes`` say why not.
     Subtracting two snapshots gives their differences (``process`` is ``None`` unless both have it).
     """
 
@@ -55,6 +59,7 @@ class MemorySnapshot:
     torch_allocated: int = 0
     torch_reserved: int = 0
     torch_peak: int = 0
+    torch_reserved_peak: int = 0
     timestamp: float = 0.0
     torch_measured: bool = False
     notes: tuple[str, ...] = ()
@@ -71,14 +76,15 @@ class MemorySnapshot:
             notes.append(f"{platform.name} cannot attribute device memory to processes"
                          + (f": {why}" if why else ""))
         cuda, why_not = _torch_cuda(platform)
-        allocated = reserved = peak = 0
+        allocated = reserved = peak = reserved_peak = 0
         if cuda is not None:
             allocated = cuda.memory_allocated(device)
             reserved = cuda.memory_reserved(device)
             peak = cuda.max_memory_allocated(device)
+            reserved_peak = cuda.max_memory_reserved(device)
         else:
             notes.append(why_not)
-        return cls(device, info.free, info.total, process, allocated, reserved, peak, time.time(),
+        return cls(device, info.free, info.total, process, allocated, reserved, peak, reserved_peak, time.time(),
                    cuda is not None, tuple(notes))
 
     @property
@@ -95,7 +101,8 @@ class MemorySnapshot:
         return MemorySnapshot(
             self.device, self.free - other.free, self.total - other.total, process,
             self.torch_allocated - other.torch_allocated, self.torch_reserved - other.torch_reserved,
-            self.torch_peak - other.torch_peak, self.timestamp - other.timestamp,
+            self.torch_peak - other.torch_peak, self.torch_reserved_peak - other.torch_reserved_peak,
+            self.timestamp - other.timestamp,
             self.torch_measured and other.torch_measured, self.notes,
         )
 
@@ -148,16 +155,23 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
 class ProfileResult:
     """What a profile window measured, in bytes. Filled when the ``memory_profiling`` block exits.
 
-    - ``total_consumed``: this process's own growth since ``baseline`` when both snapshots carry it
-      (``process_scoped``), else the device-wide drop of free memory; never below 0.
+    - ``total_consumed``: what this process holds after the window beyond what it held at ``baseline``: its own
+      growth when both snapshots carry a per-process figure (``process_scoped``), else the device-wide drop of
+      free memory; never below the lower bounds this process knows of itself (``weights_memory``, the growth of
+      torch's reserved memory since ``baseline``).
     - ``device_wide_consumed``: the drop of free memory since ``baseline``, whoever caused it.
     - ``other_processes_delta``: device-wide minus own (``None`` when not process-scoped); may be negative.
-    - ``torch_peak_increase``: torch's peak in the window above what it held when the window opened.
-    - ``transient_peak_bytes``: the part of torch's peak that the process no longer holds (headroom the KV
-      cache must leave).
+    - ``transient_peak_bytes``: the headroom the KV cache must leave for the next forward pass: what torch's
+      caching allocator reserved at its peak over what it kept after the window (``transient_source`` says
+      ``"reserved"``). The same pass reserves it again, with its rounding and fragmentation, whatever it
+      allocates. ``transient_allocated_bytes`` is the allocated peak over what stays allocated, beside it.
+    - ``torch_peak_increase``: torch's allocated peak in the window above what it held when the window opened.
     - ``non_torch_increase``: growth outside torch's allocator.
     - ``non_kv_cache_memory``: ``total_consumed + transient_peak_bytes``.
     - ``released_cache_bytes``: what the allocator cache gave back on exit.
+    - ``expandable_segments``: whether torch's allocator maps memory in expandable segments (``None`` when
+      torch was not measured).
+    - ``error``: set when the block raised; such a profile cannot feed the planner (:meth:`plan_inputs` raises).
     """
 
     baseline: MemorySnapshot
@@ -170,14 +184,34 @@ class ProfileResult:
     other_processes_delta: int | None = None
     torch_peak_increase: int = 0
     transient_peak_bytes: int = 0
+    transient_allocated_bytes: int = 0
+    transient_source: str = "none"
     non_torch_increase: int = 0
     non_kv_cache_memory: int = 0
     released_cache_bytes: int = 0
     torch_measured: bool = False
+    expandable_segments: bool | None = None
+    error: str | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def complete(self) -> bool:
+        """True once the block ran to its end and the window was measured."""
+        return self.after_profile is not None and self.error is None
+
     def plan_inputs(self) -> dict[str, int | None]:
-        """Keyword arguments for :func:`devmem.sizing.plan_kv_cache` from what was measured."""
+        """Keyword arguments for :func:`devmem.sizing.plan_kv_cache` from what was measured.
+
+        Raises :class:`~devmem.DevmemError` when the window is still open or its block raised: a profile of
+        a pass that did not finish says nothing about the pass that will run.
+        """
+        if self.error is not None:
+            raise DevmemError(f"the profile window on device {self.baseline.device} ended with an exception "
+                              f"({self.error}); its figures describe a pass that did not finish and cannot size a "
+                              "KV cache: fix the failure and profile again")
+        if self.after_profile is None:
+            raise DevmemError(f"the profile window on device {self.baseline.device} is still open: call "
+                              "plan_inputs() after the `with memory_profiling(...)` block has exited")
         others = self.other_processes_delta
         return {
             "consumed": self.total_consumed,
@@ -193,7 +227,27 @@ class ProfileResult:
                 if f.name not in ("baseline", "before_profile", "after_profile")}
 
 
-def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot, platform: Platform) -> None:
+def _consumed(result: ProfileResult, own: int, after: MemorySnapshot) -> int:
+    """``own`` floored at 0 and raised to the lower bounds this process knows of itself, with a note saying why."""
+    baseline = result.baseline
+    bounds = {"the declared weights_memory": result.weights_memory}
+    if baseline.torch_measured and after.torch_measured:
+        bounds["the growth of torch's reserved memory since the baseline"] = (
+            after.torch_reserved - baseline.torch_reserved)
+    name, bound = max(bounds.items(), key=lambda item: item[1])
+    if bound > max(0, own):
+        cause = ("the baseline was taken after memory was allocated?" if result.process_scoped else
+                 "other processes freed memory during the window")
+        result.notes.append(f"the measured growth, {format_size(own)}, is below {name}, {format_size(bound)} "
+                            f"({cause}); total_consumed is taken as that lower bound")
+        return bound
+    if own < 0:
+        result.notes.append(f"memory fell by {format_size(-own)} over the window; total_consumed is taken as 0")
+    return max(0, own)
+
+
+def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot, peaks: tuple[int, int],
+            platform: Platform) -> None:
     baseline = result.baseline
     result.after_profile = after
     result.device_wide_consumed = baseline.free - after.free
@@ -210,15 +264,63 @@ def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot
         own = result.device_wide_consumed
         result.notes.append(f"{platform.name} gives no per-process figure: total_consumed is the device-wide drop of "
                             "free memory, which also counts what other processes allocated or freed meanwhile")
-    if own < 0:
-        result.notes.append(f"memory fell by {format_size(-own)} over the window; total_consumed is taken as 0")
-    result.total_consumed = max(0, own)
+    result.total_consumed = _consumed(result, own, after)
     result.torch_measured = before.torch_measured and after.torch_measured
-    result.torch_peak_increase = max(0, after.torch_peak - before.torch_allocated)
-    result.transient_peak_bytes = max(0, after.torch_peak - after.torch_reserved)
+    allocated_peak, reserved_peak = peaks
+    result.torch_peak_increase = max(0, allocated_peak - before.torch_allocated)
+    result.transient_allocated_bytes = max(0, allocated_peak - after.torch_allocated)
+    if result.torch_measured:
+        result.transient_peak_bytes = max(0, reserved_peak - after.torch_reserved)
+        result.transient_source = "reserved"
+        result.expandable_segments = _expandable_segments()
+        result.notes.append(
+            f"transient headroom {format_size(result.transient_peak_bytes)}: torch's allocator reserved "
+            f"{format_size(reserved_peak)} at its peak and kept {format_size(after.torch_reserved)}; the next pass "
+            f"reserves the difference again (its allocated peak over what stays allocated is "
+            f"{format_size(result.transient_allocated_bytes)}; expandable segments "
+            f"{'on' if result.expandable_segments else 'off'})")
     result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
     result.non_kv_cache_memory = result.total_consumed + result.transient_peak_bytes
     result.notes.extend(n for n in after.notes if n not in result.notes)
+
+
+def _expandable_segments() -> bool:
+    """Whether torch's allocator is configured with ``expandable_segments:True`` (its environment settings)."""
+    names = [n for n in os.environ if n.startswith("PYTORCH_") and n.endswith("ALLOC_CONF")]
+    return any("expandable_segments:true" in os.environ[n].replace(" ", "").lower() for n in names)
+
+
+class _OpenWindows:
+    """Profile windows open per device, so that a nested window does not erase the outer one's peak.
+
+    torch keeps one peak statistic per device and a window resets it when it opens; before resetting, the
+    current peaks are carried into every window already open on that device, which take the larger at exit.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._carried: dict[int, list[list[int]]] = {}
+
+    def open(self, cuda: Any, device: int) -> list[int]:
+        carried = [0, 0]
+        with self._lock:
+            stack = self._carried.setdefault(device, [])
+            if cuda is not None and cuda.is_initialized():
+                now = [cuda.max_memory_allocated(device), cuda.max_memory_reserved(device)]
+                for outer in stack:
+                    outer[0], outer[1] = max(outer[0], now[0]), max(outer[1], now[1])
+                cuda.reset_peak_memory_stats(device)
+            stack.append(carried)
+        return carried
+
+    def close(self, device: int, carried: list[int]) -> None:
+        with self._lock:
+            stack = self._carried.get(device, [])
+            if any(c is carried for c in stack):
+                stack.remove(next(c for c in stack if c is carried))
+
+
+_WINDOWS = _OpenWindows()
 
 
 @contextmanager
@@ -228,16 +330,29 @@ def memory_profiling(baseline: MemorySnapshot, weights_memory: int = 0,
 
     On exit it runs ``gc.collect()``, releases the allocator cache and measures again. It never asserts on
     memory that other processes moved: a difference of 128 MiB or more between the device-wide change and
-    this process's own is logged as a warning with both figures.
+    this process's own is logged as a warning with both figures. Windows may nest: an inner window does not
+    erase the outer one's peak. If the block raises, the result records it and cannot feed the planner.
+
+    Run everything the engine will run again once the KV cache exists inside the window: the largest
+    forward pass, and CUDA graph capture or collective warm-up where the engine uses them, so that what they
+    reserve is measured instead of guessed.
     """
     platform = platform if platform is not None else current_platform()
     device = baseline.device
     cuda, _ = _torch_cuda(platform)
-    if cuda is not None and cuda.is_initialized():
-        cuda.reset_peak_memory_stats(device)
-    before = MemorySnapshot.measure(device, platform)
-    result = ProfileResult(baseline, weights_memory, before_profile=before)
-    yield result
-    gc.collect()
-    result.released_cache_bytes = release_allocator_cache(device)
-    _finish(result, before, MemorySnapshot.measure(device, platform), platform)
+    carried = _WINDOWS.open(cuda, device)
+    try:
+        before = MemorySnapshot.measure(device, platform)
+        result = ProfileResult(baseline, weights_memory, before_profile=before)
+        try:
+            yield result
+        except BaseException as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+            raise
+        gc.collect()
+        result.released_cache_bytes = release_allocator_cache(device)
+        after = MemorySnapshot.measure(device, platform)
+        peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
+        _finish(result, before, after, peaks, platform)
+    finally:
+        _WINDOWS.close(device, carried)

@@ -131,7 +131,7 @@ _LABELS = {
     "released_cache": "released allocator cache", "init_free": "free at start", "free": "free now",
     "committed": "committed to the cache", "non_kv_used": "non-KV used", "margin": "margin",
     "requested_cap": "requested - non-KV used", "free_cap": "free + committed - margin",
-    "block": "one block", "kv_cache": "KV cache",
+    "block": "one block", "kv_cache": "KV cache", "granularity": "allocation granularity",
 }
 
 
@@ -223,6 +223,7 @@ def plan_kv_cache(
     released_cache: int = 0,
     margin_floor_bytes: int = GiB,
     margin_fraction: float = 0.75,
+    allocation_granularity: int = 1,
 ) -> KvCachePlan:
     """Size the KV cache by one of three paths, chosen by the arguments given.
 
@@ -233,10 +234,14 @@ def plan_kv_cache(
       (the process's measured growth; used on this path only) defaults to ``weights + non_torch``.
 
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
-    cache gave back before the KV allocation) are reported, never subtracted. Raises
+    cache gave back before the KV allocation) are reported, never subtracted. ``allocation_granularity`` is what
+    the allocator rounds the cache's one allocation up to (2 MiB for PyTorch's caching allocator, see
+    :func:`devmem.kvcache.allocate_kv_cache`): ``num_blocks`` is the most whole blocks whose rounded allocation
+    still fits the budget. Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input.
     """
     block = _bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers)
+    granularity = _bytes("allocation_granularity", allocation_granularity, positive=True)
     parts = {name: _bytes(name, value) for name, value in
              (("weights", weights), ("activation_peak", activation_peak), ("non_torch", non_torch))}
     graphs = _bytes("cuda_graph", cuda_graph)
@@ -250,11 +255,14 @@ def plan_kv_cache(
             raise SizingError("pinned_bytes selects the pinned path and init_free_memory/free_memory the growable "
                               "path; give one of them")
         pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
-        if pinned < block:
+        if _whole_blocks(pinned, block, granularity) == 0:
             raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
-                              f"{block} bytes (page_size_bytes x num_layers); pin at least {block} bytes")
+                              f"{block} bytes (page_size_bytes x num_layers) allocated in units of {granularity} bytes; pin at least "
+                              f"{-(-block // granularity) * granularity} bytes")
         figures = {"pinned": pinned, **{k: v for k, v in parts.items() if v}, **extra}
-        return KvCachePlan(pinned, pinned // block, "pinned", block, None, figures)
+        if granularity > 1:
+            figures["granularity"] = granularity
+        return KvCachePlan(pinned, _whole_blocks(pinned, block, granularity), "pinned", block, None, figures)
     path = "growable" if growable else "utilization"
     if total is None:
         raise SizingError(f"the {path} path needs total (the device's total memory in bytes)")
@@ -282,6 +290,14 @@ def plan_kv_cache(
                    "non_kv": non_kv}
         raw = kv = requested - non_kv
         arithmetic = f"requested {format_size(requested)} - non-KV {format_size(non_kv)}"
-    if raw < block:
+    if raw < block or _whole_blocks(raw, block, granularity) == 0:
         raise _shortfall(path, figures, raw, block, total, arithmetic, others)
-    return KvCachePlan(kv, kv // block, path, block, float(utilization), {**figures, **extra})
+    if granularity > 1:
+        extra["granularity"] = granularity
+    return KvCachePlan(kv, _whole_blocks(kv, block, granularity), path, block, float(utilization),
+                       {**figures, **extra})
+
+
+def _whole_blocks(kv: int, block: int, granularity: int) -> int:
+    """The most whole blocks whose allocation, rounded up to ``granularity``, fits in ``kv`` bytes."""
+    return kv // granularity * granularity // block

@@ -1,0 +1,106 @@
+"""A scripted torch device runtime: a caching allocator with segments and peak statistics, on a ``Scenario``.
+
+It stands in for ``torch`` at the runtime boundary (install it with
+``monkeypatch.setitem(sys.modules, "torch", ScriptedTorch(scenario))``), so that profiling can be tested where no
+GPU is present. It keeps the two properties of PyTorch's caching allocator that sizing depends on:
+
+- a request is served from a free cached segment that is large enough, else a new segment, rounded up to
+  ``granularity`` (2 MiB, as large allocations are), is reserved from the device (charged to this process in
+  the scenario); segments are not split, so what is reserved can exceed what is allocated;
+- freeing keeps the segment reserved until ``empty_cache()`` gives the unused ones back.
+
+``memory_allocated``, ``memory_reserved`` and their peaks follow what happened, and ``reset_peak_memory_stats``
+resets both peaks to the current values, as torch does.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from devmem.testing.scenario import Scenario
+from devmem.types import MiB
+
+#: PyTorch's caching allocator rounds allocations above 1 MiB up to a multiple of 2 MiB.
+GRANULARITY = 2 * MiB
+
+
+class ScriptedCachingAllocator:
+    """One device's caching allocator on ``scenario`` device ``device``."""
+
+    def __init__(self, scenario: Scenario, device: int = 0, granularity: int = GRANULARITY):
+        self.scenario, self.device, self.granularity = scenario, device, granularity
+        self.segments: dict[int, int] = {}  # segment id -> reserved bytes
+        self.in_use: dict[int, int] = {}  # segment id -> allocated bytes (absent when the segment is free)
+        self.initialized = False
+        self._next = 0
+        self.peak_allocated = self.peak_reserved = 0
+
+    @property
+    def allocated(self) -> int:
+        return sum(self.in_use.values())
+
+    @property
+    def reserved(self) -> int:
+        return sum(self.segments.values())
+
+    def _track(self) -> None:
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def malloc(self, nbytes: int) -> int:
+        """Allocate ``nbytes``; return a handle for :meth:`free`."""
+        self.initialized = True
+        free = [s for s, size in self.segments.items() if s not in self.in_use and size >= nbytes]
+        if free:
+            segment = min(free, key=lambda s: self.segments[s])
+        else:
+            size = -(-nbytes // self.granularity) * self.granularity
+            self.scenario.allocate(size, self.device)
+            segment, self._next = self._next, self._next + 1
+            self.segments[segment] = size
+        self.in_use[segment] = nbytes
+        self._track()
+        return segment
+
+    def free(self, handle: int) -> None:
+        del self.in_use[handle]
+
+    def empty_cache(self) -> None:
+        for segment in [s for s in self.segments if s not in self.in_use]:
+            self.scenario.release(self.segments.pop(segment), self.device)
+
+    def reset_peak(self) -> None:
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+
+class ScriptedTorch(SimpleNamespace):
+    """A ``torch`` module whose ``cuda`` namespace answers from :class:`ScriptedCachingAllocator` objects."""
+
+    def __init__(self, scenario: Scenario, granularity: int = GRANULARITY):
+        allocators = [ScriptedCachingAllocator(scenario, d, granularity) for d in range(len(scenario.devices))]
+        a = allocators.__getitem__
+        cuda = SimpleNamespace(
+            is_available=lambda: True,
+            is_initialized=lambda: any(x.initialized for x in allocators),
+            device_count=lambda: len(allocators),
+            memory_allocated=lambda device=0: a(device).allocated,
+            memory_reserved=lambda device=0: a(device).reserved,
+            max_memory_allocated=lambda device=0: a(device).peak_allocated,
+            max_memory_reserved=lambda device=0: a(device).peak_reserved,
+            reset_peak_memory_stats=lambda device=0: a(device).reset_peak(),
+            empty_cache=lambda: [x.empty_cache() for x in allocators] and None,
+            mem_get_info=lambda device=0: scenario.mem_get_info(device),
+        )
+        super().__init__(__version__="2.13.0+scripted", cuda=cuda, allocators=allocators)
+
+    def malloc(self, nbytes: int, device: int = 0) -> Any:
+        """Allocate through device ``device``'s allocator (what a tensor's creation does); a handle to :meth:`free`."""
+        return device, self.allocators[device].malloc(nbytes)
+
+    def free(self, handle: Any) -> None:
+        device, segment = handle
+        self.allocators[device].free(segment)
+
+
+__all__ = ["GRANULARITY", "ScriptedCachingAllocator", "ScriptedTorch"]

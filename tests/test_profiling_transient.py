@@ -1,0 +1,165 @@
+"""What the profile window hands the planner: the reserved peak as the transient, lower bounds, nesting, failures.
+
+torch's device runtime is scripted (``devmem.testing.torch_runtime``): a caching allocator that reserves whole
+segments rounded to 2 MiB and keeps freed segments until ``empty_cache``, over a scripted H200 or WSL2 machine.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from devmem import DevmemError, GiB, MiB
+from devmem.profiling import MemorySnapshot, memory_profiling
+from devmem.sizing import plan_kv_cache
+from devmem.testing.nvml import ScriptedNvml, h200_scenario, wsl2_scenario
+from devmem.testing.torch_runtime import ScriptedTorch
+from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.wsl2 import WslPlatform
+
+
+@pytest.fixture
+def h200():
+    return h200_scenario()
+
+
+@pytest.fixture
+def torch_rt(h200, monkeypatch):
+    rt = ScriptedTorch(h200)
+    monkeypatch.setitem(sys.modules, "torch", rt)
+    return rt
+
+
+@pytest.fixture
+def platform(h200):
+    return NvmlPlatform(nvml=ScriptedNvml(h200), files=h200.fs, environ=h200.environ)
+
+
+def _forward(rt, sizes):
+    """One pass: allocate each activation in turn, free them all at the end (as a forward pass does)."""
+    handles = [rt.malloc(n) for n in sizes]
+    for h in handles:
+        rt.free(h)
+
+
+def test_transient_is_what_the_allocator_reserved_over_what_it_kept(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    weights = torch_rt.malloc(2 * GiB)
+    # 1 MiB + 1 byte reserves 2 MiB; freed, a 3 MiB request cannot reuse it and reserves 4 MiB more.
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+        _forward(torch_rt, [MiB + 1, 3 * MiB])
+    assert profile.transient_source == "reserved"
+    assert profile.transient_peak_bytes == 6 * MiB
+    assert profile.transient_allocated_bytes == 4 * MiB + 1
+    assert profile.plan_inputs()["activation_peak"] == 6 * MiB
+    torch_rt.free(weights)
+
+
+def test_kv_cache_and_a_second_pass_stay_inside_the_request(torch_rt, platform, h200):
+    """The footprint after the KV allocation and a second identical pass never exceeds ceil(u * total)."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(4 * GiB)
+    activations = [300 * MiB + 1, 700 * MiB + 3, 129 * MiB, 2 * GiB + 5]
+    with memory_profiling(baseline, weights_memory=4 * GiB, platform=platform) as profile:
+        _forward(torch_rt, activations)
+    plan = plan_kv_cache(total=baseline.total, utilization=0.1, page_size_bytes=2 * MiB, num_layers=1,
+                         **profile.plan_inputs())
+    torch_rt.malloc(plan.num_blocks * plan.block_bytes)
+    _forward(torch_rt, activations)
+    footprint = h200.processes(0)[h200.own_driver_pid]
+    requested = -(-baseline.total // 10)
+    assert footprint <= requested
+    assert requested - footprint < 2 * MiB + plan.block_bytes
+
+
+def test_reserved_peak_survives_the_release_on_exit(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as profile:
+        _forward(torch_rt, [GiB])
+    assert profile.released_cache_bytes == GiB
+    assert profile.transient_peak_bytes == GiB
+
+
+def test_nested_window_keeps_the_outer_peak(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as outer:
+        _forward(torch_rt, [3 * GiB])
+        with memory_profiling(MemorySnapshot.measure(0, platform), platform=platform):
+            _forward(torch_rt, [GiB])
+    assert outer.transient_peak_bytes == 3 * GiB
+    assert outer.torch_peak_increase == 3 * GiB
+
+
+def test_nested_window_does_not_see_the_outer_peak(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform):
+        _forward(torch_rt, [3 * GiB])
+        torch_rt.cuda.empty_cache()
+        with memory_profiling(MemorySnapshot.measure(0, platform), platform=platform) as inner:
+            _forward(torch_rt, [GiB])
+    assert inner.transient_peak_bytes == GiB
+
+
+def test_profile_whose_block_raised_cannot_feed_the_planner(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        with memory_profiling(baseline, platform=platform) as profile:
+            raise RuntimeError("CUDA out of memory")
+    assert not profile.complete and "RuntimeError: CUDA out of memory" in profile.error
+    with pytest.raises(DevmemError, match="ended with an exception"):
+        profile.plan_inputs()
+
+
+def test_profile_still_open_cannot_feed_the_planner(platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as profile:
+        with pytest.raises(DevmemError, match="still open"):
+            profile.plan_inputs()
+
+
+def test_failed_inner_window_leaves_the_outer_usable(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as outer:
+        _forward(torch_rt, [2 * GiB])
+        with pytest.raises(ValueError):
+            with memory_profiling(MemorySnapshot.measure(0, platform), platform=platform):
+                raise ValueError("bad shape")
+    assert outer.complete and outer.transient_peak_bytes == 2 * GiB
+
+
+def test_declared_weights_bound_consumed_when_a_cotenant_frees_during_a_device_wide_window():
+    """No per-process figure (WDDM) and a co-tenant frees 10 GiB: the 4 GiB of weights still count."""
+    sc = wsl2_scenario()
+    sc.allocate(12 * GiB, pid=sc.other_pid)
+    platform = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    baseline = MemorySnapshot.measure(0, platform)
+    sc.allocate(4 * GiB)
+    with memory_profiling(baseline, weights_memory=4 * GiB, platform=platform) as profile:
+        sc.release(10 * GiB, pid=sc.other_pid)
+    assert profile.device_wide_consumed == -6 * GiB
+    assert profile.total_consumed == 4 * GiB
+    assert any("declared weights_memory" in note for note in profile.notes)
+
+
+def test_torch_reserved_growth_bounds_consumed_when_a_cotenant_frees(monkeypatch):
+    sc = wsl2_scenario()
+    sc.allocate(12 * GiB, pid=sc.other_pid)
+    rt = ScriptedTorch(sc)
+    monkeypatch.setitem(sys.modules, "torch", rt)
+    platform = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    baseline = MemorySnapshot.measure(0, platform)
+    rt.malloc(5 * GiB)
+    with memory_profiling(baseline, platform=platform) as profile:
+        sc.release(10 * GiB, pid=sc.other_pid)
+    assert profile.total_consumed == 5 * GiB
+    assert any("torch's reserved memory" in note for note in profile.notes)
+
+
+def test_expandable_segments_setting_is_reported(torch_rt, platform, monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as profile:
+        _forward(torch_rt, [MiB])
+    assert profile.expandable_segments is True
+    assert any("expandable segments on" in note for note in profile.notes)

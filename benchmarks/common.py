@@ -33,7 +33,7 @@ ENGINE_PATH = ROOT / "examples" / "engine.py"
 SAME_BUDGET = {"gpu": 2 * MiB, "cpu": 8 * MiB}
 
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["torch", "devmem"])
+_CTX.set_forkserver_preload(["torch", "devmem", "transformers"])
 
 
 def on_accelerator(platform: Any) -> bool:

@@ -1,44 +1,50 @@
 #!/usr/bin/env python3
-"""A minimal inference "engine" that sizes its KV cache with devmem's public API, as vLLM-style engines do.
+"""An inference engine that serves a real transformer with a KV cache sized by devmem's public API.
 
-1. Create the device context, wait for ``--start-at``, take the init snapshot and check that free memory
-   covers ``u * total`` (``check_startup_memory``).
-2. Load ``--weights`` bytes of random weight matrices.
-3. Profile: real matmuls through the first layers, whose activations peak at ``--activation-peak`` bytes, plus
-   ``--non-torch`` bytes held outside torch's allocator for the rest of the run, standing for NCCL and cuBLAS
-   workspaces (``cuMemAlloc`` through ctypes on CUDA, ``hipMalloc`` on ROCm, a touched mmap on the cpu platform).
-4. Plan the KV cache at utilization ``u`` from ``--accounting process`` (devmem's process-scoped budget) or
+The model is a Hugging Face transformers architecture built from a config with random weights (no hub, no
+download): ``--model llama-1b`` (TinyLlama's shape: 22 layers, hidden 2048, 4 KV heads, 1.1B parameters),
+``--model moe`` (a Mixtral-shaped mixture of experts, 8 experts, top-2), ``--model tiny`` / ``tiny-moe`` for
+CPUs and CI, or ``--config FILE.json`` (any causal LM config transformers knows, ``model_type`` included).
+
+1. Take the init snapshot before the device context and the model exist, and check that free memory covers
+   ``u * total`` (``check_startup_memory``); then create the context and the model.
+2. Profile one step inside ``memory_profiling``: a prefill of ``--batch-tokens`` tokens (``--sequences``
+   sequences) and ``--decode-steps`` decode steps, as serving runs them.
+3. Plan the KV cache at utilization ``u`` from ``--accounting process`` (devmem's process-scoped budget) or
    ``--accounting device`` (today's device-wide method: non-KV = the drop of free memory since the init
-   snapshot + the activation peak, with vLLM's assertion that free memory did not grow), or at ``--pinned``
-   bytes. Both budgets are reported; the chosen one is allocated.
-5. Release the allocator cache (``--no-release`` skips it, as engines do today on the pinned path), allocate
-   whole blocks, measure, run ``--decode-steps`` decode steps (matmuls over the whole cache), hold the cache
-   ``--hold`` seconds so co-tenants overlap, and free everything.
+   snapshot + torch's allocated peak, with vLLM's assertion that free memory did not grow), or at ``--pinned``
+   bytes. One block is ``--block-size`` tokens on every layer, its bytes taken from the K and V tensors the
+   model produced. Both budgets are reported; the chosen one is allocated.
+4. Release the allocator cache (``--no-release`` skips it), allocate the cache as one allocation viewed per
+   layer (``devmem.allocate_kv_cache``), then serve ``--rounds`` steps: each prefill's keys and values are
+   written into the cache's blocks (paged, round-robin over the pool). Attention during decode reads the
+   model's own per-step cache; the paged pool is what an engine keeps between steps.
+5. Read this process's device memory from the driver (raw NVML on NVIDIA, not devmem) with the cache alive
+   after the passes ran, hold it ``--hold`` seconds so co-tenants overlap, and free everything.
 
-Prints ONE JSON line with every figure (bytes) and timing. A failure (free memory below the request at start,
-vLLM's assertion, a budget below one block, out of memory) is reported there (``"ok": false``, ``"failure"``)
-and the exit status is 1. On the ``cpu`` platform the device is host memory and torch runs on the CPU.
+Prints ONE JSON line with every figure (bytes) and timing; a failure (free memory below the request, vLLM's
+assertion, a budget below one block, out of memory) is reported there (``"ok": false``) with exit status 1.
+On the ``cpu`` platform the device is host memory and torch runs on the CPU.
 
-    python examples/engine.py --weights 4GiB --activation-peak 2GiB --non-torch 512MiB --utilization 0.45
+    python examples/engine.py --model llama-1b --utilization 0.5 --batch-tokens 8192
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import mmap
 import os
-import statistics
 import sys
 import time
 from typing import Any, Callable
 
 import devmem
 from devmem import (
+    ALLOCATOR_GRANULARITY,
     KvCachePlan,
     MemorySnapshot,
     NotEnoughMemoryError,
+    allocate_kv_cache,
     check_startup_memory,
     memory_profiling,
     parse_size,
@@ -47,11 +53,23 @@ from devmem import (
     requested_memory,
 )
 
-#: Layers the profile pass runs through; two [tokens, hidden] activations are alive at once.
-PROFILE_LAYERS = 4
-#: Cache rows one decode matmul reads at a time (keeps its output small).
-DECODE_CHUNK_ROWS = 1 << 18
-DECODE_BATCH = 8
+#: Model shapes by name: (transformers config class, its arguments).
+MODELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama-1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+                                 "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+                                 "max_position_embeddings": 4096}),
+    "moe": ("MixtralConfig", {"hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 16,
+                              "num_attention_heads": 16, "num_key_value_heads": 4, "num_local_experts": 8,
+                              "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
+                              "sliding_window": None}),
+    "tiny": ("LlamaConfig", {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+                             "max_position_embeddings": 512}),
+    "tiny-moe": ("MixtralConfig", {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                                   "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+                                   "num_experts_per_tok": 2, "vocab_size": 256, "max_position_embeddings": 512,
+                                   "sliding_window": None}),
+}
 
 
 class Failure(Exception):
@@ -65,71 +83,73 @@ class Failure(Exception):
         return {"stage": self.stage, "kind": self.kind, "message": str(self)}
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", type=int, default=0, help="device index (devmem's, after CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--model", choices=sorted(MODELS), default=None,
+                   help="model shape (default llama-1b on a GPU, tiny on the CPU)")
+    p.add_argument("--config", default=None, help="a transformers config.json to build instead of --model")
     p.add_argument("--accounting", choices=("process", "device"), default="process",
                    help="process: devmem's process-scoped budget; device: the device-wide method (vLLM's)")
-    p.add_argument("--weights", type=parse_size, default=parse_size("64MiB"), help="bytes of weights (e.g. 4GiB)")
-    p.add_argument("--activation-peak", type=parse_size, default=parse_size("32MiB"),
-                   help="bytes the profile pass's activations peak at")
-    p.add_argument("--non-torch", type=parse_size, default=parse_size("8MiB"),
-                   help="bytes allocated outside torch's allocator during the profile pass")
     p.add_argument("--utilization", type=float, default=0.9, help="share of the device's total memory (u)")
     p.add_argument("--pinned", type=parse_size, default=None, help="KV cache bytes, instead of sizing by u")
-    p.add_argument("--page-size", type=parse_size, default=parse_size("64KiB"), help="bytes of one page on one layer")
-    p.add_argument("--layers", type=int, default=32, help="layers: one block is one page on every layer")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size (default 4096 on a GPU, 256 on the CPU)")
-    p.add_argument("--decode-steps", type=int, default=3)
+    p.add_argument("--batch-tokens", type=_positive, default=None,
+                   help="tokens in one prefill (default 8192 on a GPU, 256 on the CPU)")
+    p.add_argument("--sequences", type=_positive, default=8, help="sequences the prefill tokens are split into")
+    p.add_argument("--block-size", type=_positive, default=16, help="tokens in one KV block")
+    p.add_argument("--decode-steps", type=int, default=4)
+    p.add_argument("--rounds", type=_positive, default=2, help="serving steps run with the cache in place")
+    p.add_argument("--expandable-segments", action="store_true",
+                   help="run torch's allocator with expandable segments")
     p.add_argument("--no-release", action="store_true",
                    help="do not release the allocator cache before the KV allocation (what engines do today "
                         "on the pinned path)")
     p.add_argument("--start-at", type=float, default=None,
-                   help="wall-clock time (seconds since the epoch) to take the init snapshot at, after the "
-                        "device context exists, so several engines start at the same moment")
+                   help="wall-clock time (seconds since the epoch) to take the init snapshot at, so several "
+                        "engines start at the same moment")
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the KV cache before exiting")
     args = p.parse_args(argv)
     if not 0 < args.utilization <= 1:
         p.error(f"--utilization must be in (0, 1], got {args.utilization}")
+    if args.decode_steps < 0:
+        p.error(f"--decode-steps must be >= 0, got {args.decode_steps}")
     return args
 
 
-class RawMemory:
-    """Memory outside torch's allocator, held until :meth:`free`; the bytes are committed (touched)."""
+def build_model(args: argparse.Namespace, torch: Any, device: Any, dtype: Any) -> Any:
+    """The model with random weights, built directly on ``device`` in ``dtype``."""
+    import transformers
 
-    def __init__(self, torch: Any, device: Any, nbytes: int):
-        self.nbytes = nbytes
-        self._free: Callable[[], None] = lambda: None
-        if nbytes == 0:
-            return
-        if device.type == "cpu":
-            block = mmap.mmap(-1, nbytes)
-            for offset in range(0, nbytes, mmap.PAGESIZE):
-                block[offset] = 1
-            self._free = block.close
-        elif torch.version.hip:
-            hip, ptr = ctypes.CDLL("libamdhip64.so"), ctypes.c_void_p()
-            self._check("hipMalloc", hip.hipMalloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes)))
-            self._check("hipMemset", hip.hipMemset(ptr, 1, ctypes.c_size_t(nbytes)))
-            self._free = lambda: self._check("hipFree", hip.hipFree(ptr))
-        else:
-            # torch made the device's primary context current on this thread; allocate in it.
-            cuda, ctx, ptr = ctypes.CDLL("libcuda.so.1"), ctypes.c_void_p(), ctypes.c_uint64()
-            self._check("cuCtxGetCurrent", cuda.cuCtxGetCurrent(ctypes.byref(ctx)))
-            if not ctx.value:
-                raise RuntimeError("no current CUDA context on this thread for the raw allocation")
-            self._check("cuMemAlloc", cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)))
-            self._check("cuMemsetD8", cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(1), ctypes.c_size_t(nbytes)))
-            self._free = lambda: self._check("cuMemFree", cuda.cuMemFree_v2(ptr))
+    if args.config is not None:
+        with open(args.config, encoding="utf-8") as f:
+            config = transformers.AutoConfig.for_model(**json.load(f))
+    else:
+        name = args.model or ("tiny" if device.type == "cpu" else "llama-1b")
+        class_name, kwargs = MODELS[name]
+        config = getattr(transformers, class_name)(**kwargs)
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()
 
-    @staticmethod
-    def _check(what: str, rc: int) -> None:
-        if rc != 0:
-            raise RuntimeError(f"{what} failed with error {rc}")
 
-    def free(self) -> None:
-        release, self._free = self._free, (lambda: None)
-        release()
+def layer_kv(cache: Any) -> list[tuple[Any, Any]]:
+    """(keys, values) of every layer of a transformers cache, ``[batch, heads, tokens, head_dim]`` each."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
 
 
 def _sync(torch: Any, device: Any) -> None:
@@ -137,57 +157,181 @@ def _sync(torch: Any, device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def load_weights(torch: Any, device: Any, dtype: Any, hidden: int, nbytes: int) -> list[Any]:
-    """``nbytes`` of random [hidden, hidden] matrices (scaled to keep activations finite), the rest in one vector."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    count, rest = divmod(nbytes, hidden * hidden * elem)
-    weights = [torch.randn(hidden, hidden, device=device, dtype=dtype).mul_(hidden ** -0.5) for _ in range(count)]
-    if rest >= elem:
-        weights.append(torch.randn(rest // elem, device=device, dtype=dtype))
-    _sync(torch, device)
-    return weights
+def device_footprint(torch: Any, device: Any) -> tuple[int | None, str]:
+    """This process's device memory as the driver lists it (raw NVML), and where the figure came from."""
+    if device.type == "cpu" or torch.version.hip:
+        return None, "no driver figure read on this device"
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        bus = torch.cuda.get_device_properties(device).pci_bus_id
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId_v2(bus.encode() if isinstance(bus, str) else bus)
+        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+    finally:
+        pynvml.nvmlShutdown()
+    return (used[0], "nvmlDeviceGetComputeRunningProcesses") if used else (None, "this PID is not listed by NVML")
 
 
-def profile_pass(torch: Any, device: Any, dtype: Any, hidden: int, weights: list[Any], peak_bytes: int) -> int:
-    """A forward pass through the first layers whose two live activations total ``peak_bytes``, then a decode
-    step over a small zeroed dummy cache, so every kernel the engine runs later is loaded (its code takes device
-    memory on first use) before memory is measured. Returns the activation peak."""
-    layers = [w for w in weights if w.dim() == 2][:PROFILE_LAYERS]
-    elem = torch.empty((), dtype=dtype).element_size()
-    dummy_cache = torch.zeros(DECODE_BATCH * hidden * elem, dtype=torch.uint8, device=device)
-    decode(torch, device, dtype, hidden, dummy_cache, 1)
-    tokens = peak_bytes // (2 * hidden * elem)
-    if tokens == 0 or not layers:
-        return 0
-    x = torch.randn(tokens, hidden, device=device, dtype=dtype)
-    for w in layers:
-        x = (x @ w).relu_()
-    _sync(torch, device)
-    return 2 * tokens * hidden * elem
+class Engine:
+    """One run: the model, the KV cache and the figures it reports."""
 
+    def __init__(self, args: argparse.Namespace, torch: Any, platform: Any, device: Any):
+        self.args, self.torch, self.platform, self.device = args, torch, platform, device
+        self.dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        self.batch_tokens = args.batch_tokens or (256 if device.type == "cpu" else 8192)
+        if self.batch_tokens % args.sequences or (self.batch_tokens // args.sequences) % args.block_size:
+            raise Failure("startup", "bad_input", f"--batch-tokens {self.batch_tokens} must split into "
+                          f"--sequences {args.sequences} of whole blocks of {args.block_size} tokens")
+        self.model: Any = None
+        self.kv: Any = None
+        self.kv_shapes: list[tuple[int, int, int, int]] = []
+        self.out: dict[str, Any] = {"batch_tokens": self.batch_tokens, "dtype": str(self.dtype).replace("torch.", "")}
+        self.timings: dict[str, float] = {}
+        self.stage = "startup"
+        self.next_block = 0
 
-def decode(torch: Any, device: Any, dtype: Any, hidden: int, kv: Any, steps: int) -> list[float]:
-    """``steps`` decode steps: a batch of queries against every row of the cache; seconds per step."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    rows = kv.numel() // (hidden * elem)
-    if rows == 0:
-        return []
-    cache = kv[: rows * hidden * elem].view(dtype).view(rows, hidden)
-    queries = torch.randn(hidden, DECODE_BATCH, device=device, dtype=dtype)
-    times = []
-    for _ in range(steps):
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        self.stage = name.removesuffix("_s")
         start = time.perf_counter()
-        for part in cache.split(DECODE_CHUNK_ROWS):
-            (part @ queries).amax()
-        _sync(torch, device)
-        times.append(time.perf_counter() - start)
-    return times
+        try:
+            return fn()
+        finally:
+            self.timings[name] = time.perf_counter() - start
+
+    def step(self, pool: Any = None) -> int:
+        """One serving step: prefill ``batch_tokens`` tokens, decode, write the prompt's K/V into ``pool``."""
+        t, a = self.torch, self.args
+        length = self.batch_tokens // a.sequences
+        ids = t.randint(0, self.model.config.vocab_size, (a.sequences, length), device=self.device)
+        with t.inference_mode():
+            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            cache, generated = out.past_key_values, 0
+            if pool is not None:
+                self._write(pool, cache)
+            token = out.logits[:, -1:].argmax(-1)
+            del out
+            for _ in range(a.decode_steps):
+                out = self.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                token, generated = out.logits[:, -1:].argmax(-1), generated + a.sequences
+                del out
+            del cache
+        _sync(t, self.device)
+        return generated
+
+    def _write(self, pool: Any, cache: Any) -> None:
+        """Copy every layer's prompt keys and values into the next blocks of the pool, round-robin."""
+        bs = self.args.block_size
+        blocks = self.batch_tokens // bs
+        start = self.next_block if self.next_block + blocks <= pool.num_blocks else 0
+        self.next_block = (start + blocks) % pool.num_blocks
+        for layer, (k, v) in zip(pool.layers, layer_kv(cache)):
+            elems = layer.view(self.dtype)
+            split = bs * k.shape[1] * k.shape[3]
+            for part, src in ((elems[:, :split], k), (elems[:, split:], v)):
+                heads, dim = src.shape[1], src.shape[3]
+                dst = part[start:start + blocks].view(blocks, bs, heads, dim)
+                dst.copy_(src[:, :, : self.batch_tokens // self.args.sequences].permute(0, 2, 1, 3)
+                          .reshape(blocks, bs, heads, dim))
+
+    def page_size(self) -> int:
+        """Bytes of one block on one layer: ``block_size`` tokens of K and V, from the tensors the model made."""
+        elem = self.torch.empty((), dtype=self.dtype).element_size()
+        pages = {self.args.block_size * (kh * kd + vh * vd) * elem for kh, kd, vh, vd in self.kv_shapes}
+        if len(pages) != 1:
+            raise Failure("plan", "unsupported_model", f"layers differ in K/V shape ({sorted(pages)} bytes a page); "
+                          "this engine pages uniform layers only")
+        return pages.pop()
+
+    def size(self, during_profile: Callable[[], None] | None) -> KvCachePlan:
+        a, out, t = self.args, self.out, self.torch
+        baseline = MemorySnapshot.measure(a.device, self.platform)
+        requested = requested_memory(baseline.total, a.utilization)
+        out.update(total=baseline.total, requested=requested, init_free=baseline.free, init_process=baseline.process)
+        try:
+            check_startup_memory(baseline, requested, self.platform)
+        except NotEnoughMemoryError as exc:
+            raise Failure("startup", "not_enough_memory", str(exc)) from exc
+        self.model = self._timed("model_s", lambda: build_model(a, t, self.device, self.dtype))
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        out.update(weights=weights, model_type=self.model.config.model_type,
+                   layers=self.model.config.num_hidden_layers)
+        self.stage, start = "profile", time.perf_counter()
+        with memory_profiling(baseline, weights_memory=weights, platform=self.platform) as profile:
+            self.step()
+            with t.inference_mode():
+                probe = self.model(input_ids=t.zeros((1, 1), dtype=t.long, device=self.device), use_cache=True)
+                self.kv_shapes = [(k.shape[1], k.shape[3], v.shape[1], v.shape[3])
+                                  for k, v in layer_kv(probe.past_key_values)]
+                del probe
+            if during_profile is not None:
+                during_profile()
+        self.timings["profile_s"] = time.perf_counter() - start
+        page = self.page_size()
+        layers = len(self.kv_shapes)
+        out.update(page_size=page, kv_layers=layers, block_size=a.block_size,
+                   profile={k: v for k, v in profile.as_dict().items() if k != "weights_memory"},
+                   after_profile_free=profile.after_profile.free, after_profile_process=profile.after_profile.process)
+        shape = {"page_size_bytes": page, "num_layers": layers, "allocation_granularity": ALLOCATOR_GRANULARITY}
+        if a.pinned is not None:
+            return plan_kv_cache(pinned_bytes=a.pinned, **shape)
+        plans = {
+            "process": _budget(lambda: plan_kv_cache(total=baseline.total, utilization=a.utilization,
+                                                     **shape, **profile.plan_inputs())),
+            "device": _budget(lambda: device_wide_plan(a, profile, weights, shape)),
+        }
+        out["budgets"] = {name: figures for name, (_, figures) in plans.items()}
+        plan, figures = plans[a.accounting]
+        if plan is None:
+            failure = figures["failure"]
+            raise Failure(failure["stage"], failure["kind"], failure["message"])
+        return plan
+
+    def _cached(self) -> int | None:
+        """Bytes torch's allocator holds cached and unused (``None`` on the CPU, where it keeps no cache)."""
+        if self.device.type == "cpu":
+            return None
+        return self.torch.cuda.memory_reserved(self.device) - self.torch.cuda.memory_allocated(self.device)
+
+    def allocate_and_serve(self, plan: KvCachePlan) -> None:
+        a, t, d, out = self.args, self.torch, self.device, self.out
+        out.update(plan=plan.as_dict(), explain=plan.explain(), kv_cache_bytes=plan.kv_cache_bytes,
+                   num_blocks=plan.num_blocks, block_bytes=plan.block_bytes, kv_tokens=plan.num_blocks * a.block_size)
+        if plan.num_blocks * a.block_size < self.batch_tokens:
+            raise Failure("plan", "not_enough_memory", f"{plan.num_blocks} blocks of {a.block_size} tokens cannot "
+                          f"hold one prefill of {self.batch_tokens} tokens")
+        out["allocator_cache_before_release"] = self._cached()
+        out["released_before_kv"] = None if a.no_release else self._timed(
+            "release_s", lambda: release_allocator_cache(a.device))
+        out["allocator_cache_at_kv_alloc"] = self._cached()
+        self.kv = self._timed("kv_alloc_s", lambda: allocate_kv_cache(plan, len(self.kv_shapes), d))
+        _sync(t, d)
+        out["kv_allocated_bytes"] = self.kv.nbytes
+        start, generated = time.perf_counter(), 0
+        for _ in range(a.rounds):
+            generated += self.step(self.kv)
+        self.timings["serve_s"] = time.perf_counter() - start
+        out.update(prefill_tokens=a.rounds * self.batch_tokens, generated_tokens=generated)
+        after = MemorySnapshot.measure(a.device, self.platform)
+        footprint, source = device_footprint(t, d)
+        out.update(process_after_serve=after.process, free_after_serve=after.free, footprint=footprint,
+                   footprint_source=source, torch_reserved_after_serve=after.torch_reserved
+                   if after.torch_measured else None)
+        if a.hold > 0:
+            time.sleep(a.hold)
+
+    def release(self) -> None:
+        """Give back everything this run holds (so a process can run the engine again)."""
+        self.kv, self.model = None, None
+        if self.device.type != "cpu":
+            self.torch.cuda.synchronize(self.device)
+            self.torch.cuda.empty_cache()
 
 
-def device_wide_plan(args: argparse.Namespace, profile: Any, weights: int, peak: int) -> KvCachePlan:
+def device_wide_plan(args: argparse.Namespace, profile: Any, weights: int, shape: dict[str, int]) -> KvCachePlan:
     """The device-wide method of today's engines (vLLM's ``determine_available_memory``), reproduced.
 
-    Non-KV memory is the drop of free memory since the init snapshot, whoever caused it, plus the activation
+    Non-KV memory is the drop of free memory since the init snapshot, whoever caused it, plus torch's allocated
     peak; vLLM asserts ``init_free >= free`` after profiling, so a co-tenant's release aborts start-up.
     """
     init_free, free = profile.baseline.free, profile.after_profile.free
@@ -199,16 +343,9 @@ def device_wide_plan(args: argparse.Namespace, profile: Any, weights: int, peak:
                       "(vLLM's assertion, reproduced by the device-wide method)")
     consumed = init_free - free
     torch_growth = profile.after_profile.torch_reserved - profile.baseline.torch_reserved
-    return plan_kv_cache(page_size_bytes=args.page_size, num_layers=args.layers, total=profile.baseline.total,
-                         utilization=args.utilization, consumed=consumed, weights=weights, activation_peak=peak,
-                         non_torch=max(0, consumed - torch_growth))
-
-
-def process_plan(args: argparse.Namespace, profile: Any, peak: int) -> KvCachePlan:
-    """devmem's budget: this process's own growth since the init snapshot plus the activation peak."""
-    inputs = {**profile.plan_inputs(), "activation_peak": peak}
-    return plan_kv_cache(page_size_bytes=args.page_size, num_layers=args.layers, total=profile.baseline.total,
-                         utilization=args.utilization, **inputs)
+    return plan_kv_cache(total=profile.baseline.total, utilization=args.utilization, consumed=consumed,
+                         weights=weights, activation_peak=profile.transient_allocated_bytes,
+                         non_torch=max(0, consumed - torch_growth), **shape)
 
 
 def _budget(make: Callable[[], KvCachePlan]) -> tuple[KvCachePlan | None, dict[str, object]]:
@@ -227,122 +364,6 @@ def _is_oom(torch: Any, exc: BaseException) -> bool:
         isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
 
 
-class Engine:
-    """One run: the state an engine holds (weights, workspaces, KV cache) and the figures it reports."""
-
-    def __init__(self, args: argparse.Namespace, torch: Any, platform: Any, device: Any):
-        self.args, self.torch, self.platform, self.device = args, torch, platform, device
-        self.dtype = torch.float32 if device.type == "cpu" else torch.float16
-        self.hidden = args.hidden or (256 if device.type == "cpu" else 4096)
-        self.weights: list[Any] = []
-        self.raw: RawMemory | None = None
-        self.kv: Any = None
-        self.out: dict[str, Any] = {"hidden": self.hidden, "dtype": str(self.dtype).replace("torch.", "")}
-        self.timings: dict[str, float] = {}
-        self.stage = "startup"
-
-    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
-        self.stage = name.removesuffix("_s")
-        start = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.timings[name] = time.perf_counter() - start
-
-    def _profile_body(self, during_profile: Callable[[], None] | None) -> int:
-        t, d = self.torch, self.device
-        peak = profile_pass(t, d, self.dtype, self.hidden, self.weights, self.args.activation_peak)
-        self.raw = RawMemory(t, d, self.args.non_torch)
-        if during_profile is not None:
-            during_profile()
-        return peak
-
-    def size(self, during_profile: Callable[[], None] | None) -> KvCachePlan:
-        a, out = self.args, self.out
-        baseline = MemorySnapshot.measure(a.device, self.platform)
-        requested = requested_memory(baseline.total, a.utilization)
-        out.update(total=baseline.total, requested=requested, init_free=baseline.free, init_process=baseline.process)
-        try:
-            check_startup_memory(baseline, requested, self.platform)
-        except NotEnoughMemoryError as exc:
-            raise Failure("startup", "not_enough_memory", str(exc)) from exc
-        if self.device.type != "cpu":
-            # The CUDA context, created after the init snapshot (which creates none), so that this process's
-            # whole footprint, context included, is inside its requested share.
-            self.torch.cuda.set_device(self.device)
-            self.torch.empty(1, device=self.device)
-            self.torch.cuda.synchronize(self.device)
-            with_context = self.platform.get_process_memory_usage(a.device)
-            if with_context is not None and baseline.process is not None:
-                out["context_bytes"] = with_context - baseline.process
-        self.weights = self._timed("weights_s", lambda: load_weights(
-            self.torch, self.device, self.dtype, self.hidden, a.weights))
-        weights = sum(w.numel() * w.element_size() for w in self.weights)
-        out["weights_allocated"] = weights
-        if a.pinned is not None:  # engines skip the memory profile when the size is given
-            own_peak = self._timed("profile_s", lambda: self._profile_body(during_profile))
-            out.update(activation_peak=own_peak, activation_peak_source="engine's own count (not profiled)")
-            return plan_kv_cache(page_size_bytes=a.page_size, num_layers=a.layers, pinned_bytes=a.pinned,
-                                 weights=weights, activation_peak=own_peak, non_torch=a.non_torch)
-        self.stage, start = "profile", time.perf_counter()
-        with memory_profiling(baseline, weights_memory=weights, platform=self.platform) as profile:
-            own_peak = self._profile_body(during_profile)
-        self.timings["profile_s"] = time.perf_counter() - start
-        peak = profile.transient_peak_bytes if profile.torch_measured else own_peak
-        out.update(activation_peak=peak, activation_peak_source="torch allocator" if profile.torch_measured else
-                   "engine's own count (torch's CPU allocator keeps no statistics)",
-                   profile={k: v for k, v in profile.as_dict().items() if k != "weights_memory"},
-                   after_profile_free=profile.after_profile.free, after_profile_process=profile.after_profile.process)
-        plans = {"process": _budget(lambda: process_plan(a, profile, peak)),
-                 "device": _budget(lambda: device_wide_plan(a, profile, weights, peak))}
-        out["budgets"] = {name: figures for name, (_, figures) in plans.items()}
-        plan, figures = plans[a.accounting]
-        if plan is None:
-            failure = figures["failure"]
-            raise Failure(failure["stage"], failure["kind"], failure["message"])
-        return plan
-
-    def _cached(self) -> int | None:
-        """Bytes torch's allocator holds cached and unused (``None`` on the CPU, where it keeps no cache)."""
-        if self.device.type == "cpu":
-            return None
-        return self.torch.cuda.memory_reserved(self.device) - self.torch.cuda.memory_allocated(self.device)
-
-    def allocate_and_serve(self, plan: KvCachePlan) -> None:
-        a, t, d, out = self.args, self.torch, self.device, self.out
-        out.update(plan=plan.as_dict(), explain=plan.explain(), kv_cache_bytes=plan.kv_cache_bytes,
-                   num_blocks=plan.num_blocks, block_bytes=plan.block_bytes)
-        out["allocator_cache_before_release"] = self._cached()
-        out["released_before_kv"] = None if a.no_release else self._timed(
-            "release_s", lambda: release_allocator_cache(a.device))
-        out["allocator_cache_at_kv_alloc"] = self._cached()
-        nbytes = plan.num_blocks * plan.block_bytes
-
-        def allocate() -> Any:
-            kv = t.zeros(nbytes, dtype=t.uint8, device=d)
-            _sync(t, d)
-            return kv
-
-        self.kv = self._timed("kv_alloc_s", allocate)
-        after = MemorySnapshot.measure(a.device, self.platform)
-        out.update(kv_allocated_bytes=nbytes, process_after_kv=after.process, free_after_kv=after.free,
-                   torch_reserved_after_kv=after.torch_reserved if after.torch_measured else None)
-        steps = self._timed("decode_s", lambda: decode(t, d, self.dtype, self.hidden, self.kv, a.decode_steps))
-        self.timings["decode_step_median_s"] = statistics.median(steps) if steps else 0.0
-        if a.hold > 0:
-            time.sleep(a.hold)
-
-    def release(self) -> None:
-        """Give back everything this run holds (so a process can run the engine again)."""
-        self.kv, self.weights = None, []
-        if self.raw is not None:
-            self.raw.free()
-            self.raw = None
-        if self.device.type != "cpu":
-            self.torch.cuda.synchronize(self.device)
-            self.torch.cuda.empty_cache()
-
-
 def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run the engine once and return its figures (what ``main`` prints as JSON).
 
@@ -351,23 +372,32 @@ def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | N
     """
     start = time.perf_counter()
     args = parse_args(argv)
+    if args.expandable_segments:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     import torch
 
+    if args.expandable_segments and torch.cuda.is_available():
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
     platform = devmem.current_platform()
     device = torch.device("cpu") if platform.name == "cpu" else torch.device("cuda", args.device)
     out: dict[str, Any] = {
         "pid": os.getpid(), "accounting": "pinned" if args.pinned is not None else args.accounting,
         "platform": platform.name, "device": args.device, "torch_device": str(device), "torch": torch.__version__,
-        "weights": args.weights, "activation_peak_target": args.activation_peak, "non_torch": args.non_torch,
-        "utilization": args.utilization, "pinned": args.pinned, "page_size": args.page_size, "layers": args.layers,
-        "decode_steps": args.decode_steps, "release": not args.no_release, "start_at": args.start_at,
+        "model": args.config or args.model, "utilization": args.utilization, "pinned": args.pinned,
+        "sequences": args.sequences, "decode_steps": args.decode_steps, "rounds": args.rounds,
+        "expandable_segments": args.expandable_segments, "release": not args.no_release, "start_at": args.start_at,
         "ok": False, "failure": None,
     }
-    engine = Engine(args, torch, platform, device)
+    try:
+        engine = Engine(args, torch, platform, device)
+    except Failure as exc:
+        return {**out, "failure": exc.as_dict()}
     engine.timings["ready_s"] = time.perf_counter() - start
     if args.start_at is not None:
         time.sleep(max(0.0, args.start_at - time.time()))
         out["late_s"] = max(0.0, time.time() - args.start_at)
+    if device.type != "cpu":
+        torch.cuda.set_device(device)
     try:
         try:
             engine.allocate_and_serve(engine.size(during_profile))

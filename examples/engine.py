@@ -165,12 +165,12 @@ def device_footprint(torch: Any, device: Any) -> tuple[int | None, str]:
 
     pynvml.nvmlInit()
     try:
-        bus = torch.cuda.get_device_properties(device).pci_bus_id
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId_v2(bus.encode() if isinstance(bus, str) else bus)
-        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+        used = [p.usedGpuMemory for i in range(pynvml.nvmlDeviceGetCount())
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))
+                if p.pid == os.getpid() and p.usedGpuMemory is not None]
     finally:
         pynvml.nvmlShutdown()
-    return (used[0], "nvmlDeviceGetComputeRunningProcesses") if used else (None, "this PID is not listed by NVML")
+    return (sum(used), "nvmlDeviceGetComputeRunningProcesses") if used else (None, "this PID is not listed by NVML")
 
 
 class Engine:

@@ -252,6 +252,14 @@ class Engine:
             check_startup_memory(baseline, requested, self.platform)
         except NotEnoughMemoryError as exc:
             raise Failure("startup", "not_enough_memory", str(exc)) from exc
+        if self.device.type != "cpu":
+            # The device context exists only from here on, after the init snapshot (which creates none), so the
+            # whole footprint, context included, is inside the requested share.
+            t.cuda.set_device(self.device)
+            t.empty(1, device=self.device)
+            context = self.platform.get_process_memory_usage(a.device)
+            if context is not None and baseline.process is not None:
+                out["context_bytes"] = context - baseline.process
         self.model = self._timed("model_s", lambda: build_model(a, t, self.device, self.dtype))
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         out.update(weights=weights, model_type=self.model.config.model_type,
@@ -396,8 +404,6 @@ def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | N
     if args.start_at is not None:
         time.sleep(max(0.0, args.start_at - time.time()))
         out["late_s"] = max(0.0, time.time() - args.start_at)
-    if device.type != "cpu":
-        torch.cuda.set_device(device)
     try:
         try:
             engine.allocate_and_serve(engine.size(during_profile))

@@ -7,7 +7,8 @@ for each accounting method ``--repetitions`` engines run one after another besid
 platform), and no failure. The device-wide method's spread and failures (vLLM's assertion when the co-tenant
 frees memory inside the profile window) are reported beside it.
 
-GPU defaults: utilization 0.5, 4 GiB of weights, a 2 GiB activation peak, 512 MiB outside torch, 8 GiB of churn,
+Each engine serves a real transformer (examples/engine.py). GPU defaults: utilization 0.5, the llama-1b model,
+prefills of 8192 tokens, 8 GiB of churn,
 5 repetitions. On the cpu platform: a few MiB, about 64 MiB requested and 128 MiB of churn.
 
 Usage: python benchmarks/churn.py [--repetitions 5] [--churn 8GiB] [--out DIR_OR_FILE.json] [--quick]
@@ -39,10 +40,8 @@ from common import (
     write_outputs,
 )
 
-GPU = {"utilization": 0.5, "weights": 4 * GiB, "activation_peak": 2 * GiB, "non_torch": 512 * MiB,
-       "churn": 8 * GiB, "page_size": 64 * KiB, "layers": 32, "repetitions": 5, "slack": 256 * MiB, "settle": 20.0}
-CPU = {"request": 64 * MiB, "weights": 4 * MiB, "activation_peak": 2 * MiB, "non_torch": 1 * MiB,
-       "churn": 128 * MiB, "page_size": 4 * KiB, "layers": 4, "repetitions": 3, "slack": 64 * MiB, "settle": 1.0}
+GPU = {"utilization": 0.5, "model": "llama-1b", "batch_tokens": 8192, "churn": 8 * GiB, "repetitions": 5, "slack": 256 * MiB, "settle": 20.0}
+CPU = {"request": 512 * MiB, "model": "tiny", "batch_tokens": 256, "churn": 128 * MiB, "repetitions": 3, "slack": 64 * MiB, "settle": 1.0}
 METHODS = ("process", "device")
 
 
@@ -51,9 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--utilization", type=float, default=None)
-    p.add_argument("--weights", type=devmem.parse_size, default=None)
-    p.add_argument("--activation-peak", type=devmem.parse_size, default=None)
-    p.add_argument("--non-torch", type=devmem.parse_size, default=None)
+    p.add_argument("--model", default=None, help="the engine's model (GPU: llama-1b, CPU: tiny)")
     p.add_argument("--churn", type=devmem.parse_size, default=None, help="bytes the co-tenant allocates and frees")
     p.add_argument("--repetitions", type=int, default=None, help="engines per method beside the churn")
     p.add_argument("--seed", type=int, default=0)
@@ -78,8 +75,7 @@ def render(result: dict[str, Any]) -> str:
     cfg, m = result["config"], result["machine"]
     head = (f"# churn on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB: a co-tenant allocates "
             f"and frees {mib(cfg['churn'])} MiB ({result['churn_cycles']} cycles) while engines profile; "
-            f"utilization {cfg['utilization']}, weights {mib(cfg['weights'])} MiB, activation peak "
-            f"{mib(cfg['activation_peak'])} MiB, non-torch {mib(cfg['non_torch'])} MiB")
+            f"utilization {cfg['utilization']}, model {cfg['model']}, prefill {cfg['batch_tokens']} tokens")
     quiet = result["quiet"].get("budgets", {})
     quiet_line = "quiet run (no co-tenant): " + ", ".join(
         f"{name} {gib(b.get('kv_cache_bytes'))} GiB" for name, b in quiet.items())
@@ -104,14 +100,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start_info = platform.device_memory_info(args.device)
     methods = [m.strip() for m in args.methods.split(",")]
     cfg = {"utilization": args.utilization or d.get("utilization") or utilization_for(d["request"], start_info.total),
-           "weights": args.weights or d["weights"], "activation_peak": args.activation_peak or d["activation_peak"],
-           "non_torch": args.non_torch if args.non_torch is not None else d["non_torch"],
-           "churn": args.churn or d["churn"], "page_size": d["page_size"], "layers": d["layers"],
+           "model": args.model or d["model"], "batch_tokens": d["batch_tokens"],
+           "churn": args.churn or d["churn"],
            "repetitions": 1 if args.quick else (args.repetitions or d["repetitions"]), "methods": methods,
            "tolerance": same_budget(platform)}
-    common = engine_argv(device=args.device, utilization=cfg["utilization"], weights=cfg["weights"],
-                         activation_peak=cfg["activation_peak"], non_torch=cfg["non_torch"],
-                         page_size=cfg["page_size"], layers=cfg["layers"], decode_steps=1)
+    common = engine_argv(device=args.device, utilization=cfg["utilization"], model=cfg["model"],
+                         batch_tokens=cfg["batch_tokens"], decode_steps=1)
     settle(platform, args.device, start_info.free, d["slack"], d["settle"])
     (quiet,) = run_engines([common])
     rows = []

@@ -6,8 +6,9 @@ every ratio 1.000 (within 2 MiB; 8 MiB of RSS on the cpu platform) and no failur
 (vLLM's) runs the same way beside it. The alone runs report both methods' budgets from one profile window
 (nothing else is on the device then).
 
-GPU defaults: share 0.9, per engine 4 GiB of weights, a 2 GiB activation peak and 512 MiB outside torch.
-On the cpu platform: a few MiB each, and the share requests about 128 MiB of host memory.
+Each engine serves a real transformer (examples/engine.py). GPU defaults: share 0.9, the llama-1b model
+(1.1B parameters, bf16), prefills of 8192 tokens. On the cpu platform: the tiny model, and the share requests
+about 640 MiB of host memory.
 
 Usage: python benchmarks/cotenants.py [--counts 1,2,4,8] [--out DIR_OR_FILE.json] [--quick]
 """
@@ -38,10 +39,8 @@ from common import (
     write_outputs,
 )
 
-GPU = {"share": 0.9, "weights": 4 * GiB, "activation_peak": 2 * GiB, "non_torch": 512 * MiB,
-       "page_size": 64 * KiB, "layers": 32, "decode_steps": 3, "hold": 2.0, "slack": 256 * MiB, "settle": 20.0}
-CPU = {"request": 128 * MiB, "weights": 4 * MiB, "activation_peak": 2 * MiB, "non_torch": 1 * MiB,
-       "page_size": 4 * KiB, "layers": 4, "decode_steps": 1, "hold": 0.3, "slack": 64 * MiB, "settle": 1.0}
+GPU = {"share": 0.9, "model": "llama-1b", "batch_tokens": 8192, "decode_steps": 3, "hold": 2.0, "slack": 256 * MiB, "settle": 20.0}
+CPU = {"request": 640 * MiB, "model": "tiny", "batch_tokens": 256, "decode_steps": 1, "hold": 0.3, "slack": 64 * MiB, "settle": 1.0}
 METHODS = ("process", "device")
 
 
@@ -51,9 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--counts", default="1,2,4,8", help="engine counts, comma-separated")
     p.add_argument("--methods", default=",".join(METHODS), help="accounting methods, comma-separated")
     p.add_argument("--share", type=float, default=None, help="utilization shared by the N engines (GPU: 0.9)")
-    p.add_argument("--weights", type=devmem.parse_size, default=None)
-    p.add_argument("--activation-peak", type=devmem.parse_size, default=None)
-    p.add_argument("--non-torch", type=devmem.parse_size, default=None)
+    p.add_argument("--model", default=None, help="the engine's model (GPU: llama-1b, CPU: tiny)")
     p.add_argument("--hold", type=float, default=None, help="seconds each engine keeps its cache")
     p.add_argument("--quick", action="store_true", help="N = 2 only (for CI)")
     p.add_argument("--out", default=None, help="a .json file, or a folder to write cotenants.json/.txt into")
@@ -95,8 +92,8 @@ def _ratio(value: float | None) -> str:
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
     head = (f"# co-tenants on {result['machine']['device_name']} ({result['machine']['platform']}), total "
-            f"{gib(result['machine']['total'])} GiB; per engine: weights {mib(cfg['weights'])} MiB, activation "
-            f"peak {mib(cfg['activation_peak'])} MiB, non-torch {mib(cfg['non_torch'])} MiB; "
+            f"{gib(result['machine']['total'])} GiB; per engine: model {cfg['model']}, prefill "
+            f"{cfg['batch_tokens']} tokens; "
             f"utilization {cfg['share']} / N")
     engines = format_table(
         ["method", "N", "u", "engine", "KV GiB", "alone GiB", "ratio", "diff MiB", "late s", "failure"],
@@ -128,11 +125,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     counts = [2] if args.quick else [int(c) for c in args.counts.split(",")]
     methods = [m.strip() for m in args.methods.split(",")]
     cfg = {"share": share, "counts": counts, "methods": methods,
-           "weights": args.weights or d["weights"], "activation_peak": args.activation_peak or d["activation_peak"],
-           "non_torch": args.non_torch if args.non_torch is not None else d["non_torch"],
-           "page_size": d["page_size"], "layers": d["layers"], "decode_steps": d["decode_steps"],
+           "model": args.model or d["model"], "batch_tokens": d["batch_tokens"],
+           "decode_steps": d["decode_steps"],
            "hold": args.hold if args.hold is not None else d["hold"], "tolerance": same_budget(platform)}
-    common = {k: cfg[k] for k in ("weights", "activation_peak", "non_torch", "page_size", "layers", "decode_steps")}
+    common = {k: cfg[k] for k in ("model", "batch_tokens", "decode_steps")}
     common["device"] = args.device
     result: dict[str, Any] = {"benchmark": "cotenants", "command": ["python", "benchmarks/cotenants.py",
                                                                    *(argv if argv is not None else sys.argv[1:])],

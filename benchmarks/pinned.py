@@ -6,7 +6,7 @@ engine runs twice with the same ``--pinned`` size: once without releasing the ca
 with ``devmem.release_allocator_cache()`` right before the allocation. Goal: 0 bytes cached at the allocation
 with the release, and the KV cache the same size both times.
 
-GPU defaults: 8 GiB of weights, an 8 GiB activation peak, 32 GiB pinned. On the cpu platform torch keeps no
+GPU defaults: the llama-1b model of examples/engine.py, a warm-up prefill of 32768 tokens, 32 GiB pinned. On the cpu platform torch keeps no
 allocator cache, so the cached bytes are not measured there.
 
 Usage: python benchmarks/pinned.py [--pinned 32GiB] [--out DIR_OR_FILE.json]
@@ -35,17 +35,14 @@ from common import (
     write_outputs,
 )
 
-GPU = {"weights": 8 * GiB, "activation_peak": 8 * GiB, "pinned": 32 * GiB, "non_torch": 512 * MiB,
-       "page_size": 64 * KiB, "layers": 32, "slack": 256 * MiB, "settle": 20.0}
-CPU = {"weights": 4 * MiB, "activation_peak": 8 * MiB, "pinned": 16 * MiB, "non_torch": 1 * MiB,
-       "page_size": 4 * KiB, "layers": 4, "slack": 64 * MiB, "settle": 1.0}
+GPU = {"model": "llama-1b", "batch_tokens": 32768, "pinned": 32 * GiB, "slack": 256 * MiB, "settle": 20.0}
+CPU = {"model": "tiny", "batch_tokens": 256, "pinned": 16 * MiB, "slack": 64 * MiB, "settle": 1.0}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", type=int, default=0)
-    p.add_argument("--weights", type=devmem.parse_size, default=None)
-    p.add_argument("--activation-peak", type=devmem.parse_size, default=None)
+    p.add_argument("--model", default=None, help="the engine's model (GPU: llama-1b, CPU: tiny)")
     p.add_argument("--pinned", type=devmem.parse_size, default=None, help="the KV cache size both runs pin")
     p.add_argument("--out", default=None, help="a .json file, or a folder to write pinned.json/.txt into")
     return p.parse_args(argv)
@@ -53,13 +50,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def render(result: dict[str, Any]) -> str:
     m, cfg = result["machine"], result["config"]
-    head = (f"# pinned KV cache of {gib(cfg['pinned'])} GiB on {m['device_name']} ({m['platform']}): weights "
-            f"{gib(cfg['weights'])} GiB, activation peak {gib(cfg['activation_peak'])} GiB")
+    head = (f"# pinned KV cache of {gib(cfg['pinned'])} GiB on {m['device_name']} ({m['platform']}): model "
+            f"{cfg['model']}, warm-up prefill of {cfg['batch_tokens']} tokens")
     table = format_table(
         ["release", "cached before MiB", "released MiB", "cached at KV alloc MiB", "KV GiB", "blocks",
-         "process after KV GiB", "failure"],
+         "process after serving GiB", "failure"],
         [[r["release"], mib(r["cache_before_release"]), mib(r["released"]), mib(r["cache_at_kv_alloc"]),
-          gib(r["kv_allocated_bytes"]), r["num_blocks"], gib(r["process_after_kv"]), r["failure"]]
+          gib(r["kv_allocated_bytes"]), r["num_blocks"], gib(r["process_after_serve"]), r["failure"]]
          for r in result["rows"]])
     goal = result["goal_met"]
     verdict = ("devmem goal (0 bytes cached at the KV allocation with the release, KV size unchanged): "
@@ -73,9 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     platform = devmem.current_platform()
     d = GPU if on_accelerator(platform) else CPU
     start_info = platform.device_memory_info(args.device)
-    cfg = {"weights": args.weights or d["weights"], "activation_peak": args.activation_peak or d["activation_peak"],
-           "pinned": args.pinned or d["pinned"], "non_torch": d["non_torch"], "page_size": d["page_size"],
-           "layers": d["layers"]}
+    cfg = {"model": args.model or d["model"], "batch_tokens": d["batch_tokens"], "pinned": args.pinned or d["pinned"]}
     rows = []
     for release in (False, True):
         settle(platform, args.device, start_info.free, d["slack"], d["settle"])
@@ -83,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows.append({"release": release, "cache_before_release": r.get("allocator_cache_before_release"),
                      "released": r.get("released_before_kv"), "cache_at_kv_alloc": r.get("allocator_cache_at_kv_alloc"),
                      "kv_allocated_bytes": r.get("kv_allocated_bytes"), "num_blocks": r.get("num_blocks"),
-                     "process_after_kv": r.get("process_after_kv"), "failure": failure_text(r), "engine": r})
+                     "process_after_serve": r.get("process_after_serve"), "failure": failure_text(r), "engine": r})
     without, with_release = rows
     measured = with_release["cache_at_kv_alloc"] is not None
     same_size = (with_release["kv_allocated_bytes"] is not None

@@ -32,6 +32,7 @@ On the ``cpu`` platform the device is host memory and torch runs on the CPU.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -145,6 +146,17 @@ def build_model(args: argparse.Namespace, torch: Any, device: Any, dtype: Any) -
     return model.eval()
 
 
+def cache_argument(model: Any) -> str:
+    """The forward argument that takes the per-step KV cache: ``cache`` (transformers >= 5.2x) or
+    ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The per-step KV cache a forward returned, under either name."""
+    return out["cache"] if "cache" in out else out["past_key_values"]
+
+
 def layer_kv(cache: Any) -> list[tuple[Any, Any]]:
     """(keys, values) of every layer of a transformers cache, ``[batch, heads, tokens, head_dim]`` each."""
     if hasattr(cache, "layers"):
@@ -206,13 +218,13 @@ class Engine:
         ids = t.randint(0, self.model.config.vocab_size, (a.sequences, length), device=self.device)
         with t.inference_mode():
             out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            cache, generated = out.past_key_values, 0
+            cache, generated = output_cache(out), 0
             if pool is not None:
                 self._write(pool, cache)
             token = out.logits[:, -1:].argmax(-1)
             del out
             for _ in range(a.decode_steps):
-                out = self.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = self.model(input_ids=token, use_cache=True, logits_to_keep=1, **{cache_argument(self.model): cache})
                 token, generated = out.logits[:, -1:].argmax(-1), generated + a.sequences
                 del out
             del cache
@@ -233,6 +245,18 @@ class Engine:
                 dst = part[start:start + blocks].view(blocks, bs, heads, dim)
                 dst.copy_(src[:, :, : self.batch_tokens // self.args.sequences].permute(0, 2, 1, 3)
                           .reshape(blocks, bs, heads, dim))
+
+    def _warm_up(self, during_profile: Callable[[], None] | None) -> None:
+        """One serving step without the cache, then a one-token probe for every layer's K and V shapes."""
+        t = self.torch
+        self.step()
+        with t.inference_mode():
+            probe = self.model(input_ids=t.zeros((1, 1), dtype=t.long, device=self.device), use_cache=True)
+            self.kv_shapes = [(k.shape[1], k.shape[3], v.shape[1], v.shape[3])
+                              for k, v in layer_kv(output_cache(probe))]
+            del probe
+        if during_profile is not None:
+            during_profile()
 
     def page_size(self) -> int:
         """Bytes of one block on one layer: ``block_size`` tokens of K and V, from the tensors the model made."""
@@ -264,16 +288,13 @@ class Engine:
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         out.update(weights=weights, model_type=self.model.config.model_type,
                    layers=self.model.config.num_hidden_layers)
+        if a.pinned is not None:  # engines skip the memory profile when the size is given
+            self._timed("profile_s", lambda: self._warm_up(during_profile))
+            return plan_kv_cache(pinned_bytes=a.pinned, page_size_bytes=self.page_size(),
+                                 num_layers=len(self.kv_shapes), allocation_granularity=ALLOCATOR_GRANULARITY)
         self.stage, start = "profile", time.perf_counter()
         with memory_profiling(baseline, weights_memory=weights, platform=self.platform) as profile:
-            self.step()
-            with t.inference_mode():
-                probe = self.model(input_ids=t.zeros((1, 1), dtype=t.long, device=self.device), use_cache=True)
-                self.kv_shapes = [(k.shape[1], k.shape[3], v.shape[1], v.shape[3])
-                                  for k, v in layer_kv(probe.past_key_values)]
-                del probe
-            if during_profile is not None:
-                during_profile()
+            self._warm_up(during_profile)
         self.timings["profile_s"] = time.perf_counter() - start
         page = self.page_size()
         layers = len(self.kv_shapes)
@@ -281,8 +302,6 @@ class Engine:
                    profile={k: v for k, v in profile.as_dict().items() if k != "weights_memory"},
                    after_profile_free=profile.after_profile.free, after_profile_process=profile.after_profile.process)
         shape = {"page_size_bytes": page, "num_layers": layers, "allocation_granularity": ALLOCATOR_GRANULARITY}
-        if a.pinned is not None:
-            return plan_kv_cache(pinned_bytes=a.pinned, **shape)
         plans = {
             "process": _budget(lambda: plan_kv_cache(total=baseline.total, utilization=a.utilization,
                                                      **shape, **profile.plan_inputs())),

@@ -1,4 +1,5 @@
-"""examples/engine.py on the cpu platform: the figures it reports, and the failures it reports instead of crashing.
+"""examples/engine.py on the cpu platform, serving a tiny transformers model: the figures it reports, and the
+failures it reports instead of crashing.
 
 The engine runs in this process (``run``), except for the one test of its command line. The co-tenant that
 frees memory inside the profile window is a real child process holding 1 GiB of touched host memory, far more
@@ -21,8 +22,10 @@ from devmem import GiB, MiB
 from devmem.testing.allocations import allocate_host_in_subprocess
 
 ENGINE = Path(__file__).resolve().parents[1] / "examples" / "engine.py"
-SMALL = ["--weights", "4MiB", "--activation-peak", "2MiB", "--non-torch", "1MiB", "--page-size", "4KiB",
-         "--layers", "4", "--decode-steps", "1"]
+SMALL = ["--model", "tiny", "--batch-tokens", "128", "--sequences", "4", "--decode-steps", "2"]
+REQUEST = 512 * MiB
+
+pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
@@ -45,29 +48,54 @@ def requesting(nbytes: int) -> list[str]:
 
 
 def test_command_line_prints_one_json_line_with_every_figure():
-    done = subprocess.run([sys.executable, str(ENGINE), *SMALL, *requesting(64 * MiB)], capture_output=True,
+    done = subprocess.run([sys.executable, str(ENGINE), *SMALL, *requesting(REQUEST)], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "DEVMEM_PLATFORM": "cpu"})
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and len(lines) == 1, done.stderr
     result = json.loads(lines[0])
-    for key in ("weights", "activation_peak", "utilization", "total", "requested", "kv_cache_bytes", "num_blocks",
-                "process_after_kv", "free_after_kv", "timings_s", "accounting", "budgets", "failure"):
+    for key in ("weights", "utilization", "total", "requested", "kv_cache_bytes", "num_blocks", "kv_tokens",
+                "page_size", "process_after_serve", "free_after_serve", "footprint", "timings_s", "accounting",
+                "budgets", "failure", "generated_tokens"):
         assert key in result, key
     assert result["ok"] and result["platform"] == "cpu"
 
 
 def test_process_accounting_allocates_whole_blocks_of_its_budget(engine):
-    result = engine.run(SMALL + requesting(64 * MiB))
+    result = engine.run(SMALL + requesting(REQUEST))
     assert result["ok"]
     assert result["kv_allocated_bytes"] == result["num_blocks"] * result["block_bytes"] <= result["kv_cache_bytes"]
     assert result["budgets"]["process"]["kv_cache_bytes"] == result["kv_cache_bytes"]
+
+
+def test_block_bytes_are_block_size_tokens_of_keys_and_values_on_every_layer(engine):
+    """tiny: 2 layers, 2 KV heads of dim 16 (64 / 4 heads), float32 on the CPU: 16 tokens x 2 x 2 x 16 x 4 bytes."""
+    result = engine.run(SMALL + requesting(REQUEST))
+    assert result["page_size"] == 16 * 2 * 2 * 16 * 4
+    assert result["block_bytes"] == 2 * result["page_size"]
+    assert result["kv_tokens"] == 16 * result["num_blocks"]
+
+
+def test_engine_serves_every_round_with_the_cache_in_place(engine):
+    result = engine.run(SMALL + requesting(REQUEST) + ["--rounds", "3"])
+    assert result["ok"] and result["prefill_tokens"] == 3 * 128
+    assert result["generated_tokens"] == 3 * 4 * 2
+
+
+def test_moe_model_is_served_too(engine):
+    result = engine.run([*SMALL[2:], "--model", "tiny-moe", *requesting(REQUEST)])
+    assert result["ok"] and result["model_type"] == "mixtral"
+
+
+def test_batch_that_does_not_split_into_whole_blocks_is_reported(engine):
+    result = engine.run(SMALL + requesting(REQUEST) + ["--batch-tokens", "100"])
+    assert not result["ok"] and result["failure"]["kind"] == "bad_input"
 
 
 def test_device_accounting_fails_like_vllm_when_a_cotenant_frees_memory(engine):
     """vLLM asserts ``init_free >= free`` after profiling: the device-wide method fails exactly when free memory
     grew over the window, which the co-tenant's release makes happen (unless others on the host outgrow it)."""
     cotenant = allocate_host_in_subprocess(GiB)
-    result = engine.run(SMALL + requesting(64 * MiB) + ["--accounting", "device"], during_profile=cotenant.free)
+    result = engine.run(SMALL + requesting(REQUEST) + ["--accounting", "device"], during_profile=cotenant.free)
     grew = result["after_profile_free"] > result["init_free"]
     failure = result["failure"] or {}
     assert ((failure.get("stage"), failure.get("kind")) == ("profile", "assertion")) == grew
@@ -75,14 +103,14 @@ def test_device_accounting_fails_like_vllm_when_a_cotenant_frees_memory(engine):
 
 def test_process_accounting_survives_a_cotenant_that_frees_memory(engine):
     cotenant = allocate_host_in_subprocess(GiB)
-    result = engine.run(SMALL + requesting(64 * MiB), during_profile=cotenant.free)
+    result = engine.run(SMALL + requesting(REQUEST), during_profile=cotenant.free)
     assert result["ok"] and result["failure"] is None
 
 
 def test_pinned_size_is_allocated_as_given(engine):
-    result = engine.run(SMALL + requesting(64 * MiB) + ["--pinned", "8MiB"])
+    result = engine.run(SMALL + requesting(REQUEST) + ["--pinned", "8MiB"])
     assert result["ok"] and result["accounting"] == "pinned"
-    assert result["kv_allocated_bytes"] == 8 * MiB
+    assert result["kv_allocated_bytes"] == 8 * MiB // result["block_bytes"] * result["block_bytes"]
 
 
 def test_free_memory_below_the_request_at_start_is_reported(engine):
@@ -92,6 +120,17 @@ def test_free_memory_below_the_request_at_start_is_reported(engine):
 
 
 def test_budget_below_one_block_is_reported(engine):
-    result = engine.run(SMALL + requesting(8 * MiB) + ["--weights", "16MiB"])
+    result = engine.run(SMALL + requesting(REQUEST) + ["--model", "tiny", "--config", str(_wide_config())])
     assert not result["ok"]
     assert (result["failure"]["stage"], result["failure"]["kind"]) == ("plan", "not_enough_memory")
+
+
+def _wide_config():
+    """A config whose weights (a 1M-token vocabulary: 2 x 256 MiB of embeddings in float32) outgrow the request."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                "vocab_size": 1 << 20}))
+    return path

@@ -273,7 +273,8 @@ class Engine:
         requested = requested_memory(baseline.total, a.utilization)
         out.update(total=baseline.total, requested=requested, init_free=baseline.free, init_process=baseline.process)
         try:
-            check_startup_memory(baseline, requested, self.platform)
+            if a.pinned is None:  # a pinned cache asks for its size, not for a share of the device
+                check_startup_memory(baseline, requested, self.platform)
         except NotEnoughMemoryError as exc:
             raise Failure("startup", "not_enough_memory", str(exc)) from exc
         if self.device.type != "cpu":
@@ -314,11 +315,15 @@ class Engine:
             raise Failure(failure["stage"], failure["kind"], failure["message"])
         return plan
 
-    def _cached(self) -> int | None:
-        """Bytes torch's allocator holds cached and unused (``None`` on the CPU, where it keeps no cache)."""
+    def _cached(self) -> tuple[int | None, int | None]:
+        """Bytes torch's allocator holds cached and unused, and of them the bytes in segments holding no live
+        tensor (the part a release can give back); ``None`` on the CPU, where it keeps no cache."""
         if self.device.type == "cpu":
-            return None
-        return self.torch.cuda.memory_reserved(self.device) - self.torch.cuda.memory_allocated(self.device)
+            return None, None
+        cuda = self.torch.cuda
+        idle = sum(s["total_size"] for s in cuda.memory_snapshot()
+                   if s["device"] == self.device.index and s["allocated_size"] == 0)
+        return cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device), idle
 
     def allocate_and_serve(self, plan: KvCachePlan) -> None:
         a, t, d, out = self.args, self.torch, self.device, self.out
@@ -327,10 +332,10 @@ class Engine:
         if plan.num_blocks * a.block_size < self.batch_tokens:
             raise Failure("plan", "not_enough_memory", f"{plan.num_blocks} blocks of {a.block_size} tokens cannot "
                           f"hold one prefill of {self.batch_tokens} tokens")
-        out["allocator_cache_before_release"] = self._cached()
+        out["allocator_cache_before_release"], out["idle_segments_before_release"] = self._cached()
         out["released_before_kv"] = None if a.no_release else self._timed(
             "release_s", lambda: release_allocator_cache(a.device))
-        out["allocator_cache_at_kv_alloc"] = self._cached()
+        out["allocator_cache_at_kv_alloc"], out["idle_segments_at_kv_alloc"] = self._cached()
         self.kv = self._timed("kv_alloc_s", lambda: allocate_kv_cache(plan, len(self.kv_shapes), d))
         _sync(t, d)
         out["kv_allocated_bytes"] = self.kv.nbytes

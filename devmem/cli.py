@@ -130,12 +130,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from devmem.sizing import plan_kv_cache
     from devmem.types import NotEnoughMemoryError
 
+    if args.model is not None:
+        return cmd_plan_model(args)
+    _refuse_model_flags(args)
     total = args.total
     if total is None and args.pinned is None:
         total = current_platform().device_memory_info(args.device).total
     try:
         plan = plan_kv_cache(
-            total=total, utilization=args.utilization, pinned_bytes=args.pinned, weights=args.weights,
+            total=total, utilization=args.utilization, pinned_bytes=args.pinned,
+            weights=0 if args.weights is None else args.weights,
             activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph,
             page_size_bytes=args.page_size, num_layers=args.layers,
         )
@@ -149,6 +153,117 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(plan.explain())
     return 0
+
+
+# --- model-aware planning: `devmem plan --model` and `devmem fit` ---------------------------------------------
+
+_MODEL_FLAGS = ("tp", "kv_dtype", "dtype", "block_size", "context", "sequences")
+
+
+def _positive(what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) == 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give a whole number > 0")
+        return int(text)
+
+    return parse
+
+
+def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    from devmem.capacity import DEFAULT_BLOCK_SIZE
+    from devmem.models import KV_DTYPES
+
+    parser.add_argument("--model", default=None, required=required, metavar="PATH",
+                        help="a model folder holding config.json (and its safetensors), or a config.json")
+    parser.add_argument("--tp", type=_positive("tensor-parallel size"), default=None,
+                        help="tensor-parallel ranks the model is split over (default 1)")
+    parser.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV-cache dtype (default auto: the model's)")
+    parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
+                        help="the dtype the model is served in (default: the config's torch_dtype)")
+    parser.add_argument("--block-size", type=_positive("block size"), default=None,
+                        help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE})")
+
+
+def _refuse_model_flags(args: argparse.Namespace) -> None:
+    given = [name for name in _MODEL_FLAGS if getattr(args, name, None) is not None]
+    if given:
+        args.parser.error(f"--{given[0].replace('_', '-')} describes a model: give --model PATH with it")
+    if args.page_size is None or args.layers is None:
+        args.parser.error("give --page-size and --layers, or --model PATH to take them from a model's config")
+
+
+def _load_model(args: argparse.Namespace):
+    from devmem.models import load_model
+
+    return load_model(args.model, kv_dtype=args.kv_dtype or "auto", tp=args.tp or 1, dtype=args.dtype)
+
+
+def cmd_plan_model(args: argparse.Namespace) -> int:
+    """``devmem plan --model``: the byte plan for this model's blocks, then what it holds in tokens."""
+    from devmem.capacity import DEFAULT_BLOCK_SIZE, capacity, plan_for_model
+    from devmem.types import NotEnoughMemoryError
+
+    if args.page_size is not None or args.layers is not None:
+        args.parser.error("--page-size and --layers come from the model's config with --model: leave them out")
+    model = _load_model(args)
+    block_size = args.block_size or DEFAULT_BLOCK_SIZE
+    total = args.total
+    if total is None and args.pinned is None:
+        total = current_platform().device_memory_info(args.device).total
+    sizing = {"total": total, "utilization": args.utilization, "pinned_bytes": args.pinned,
+              "activation_peak": args.activation_peak, "non_torch": args.non_torch, "cuda_graph": args.cuda_graph}
+    if args.weights is not None:
+        sizing["weights"] = args.weights
+    try:
+        plan = plan_for_model(model, block_size=block_size, **sizing)
+    except NotEnoughMemoryError as exc:
+        if not args.json:
+            raise
+        _emit_json({"model": model.as_dict(), "error": str(exc), "breakdown": exc.breakdown})
+        return 1
+    context, sequences = args.context, args.sequences
+    if context is None and sequences is None:
+        context, sequences = model.max_context, 1
+    answer = capacity(model, plan.kv_cache_bytes, block_size=block_size, context=context, sequences=sequences)
+    if args.json:
+        _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
+    else:
+        print("\n".join([*model.explain(), plan.explain(), *answer.lines()]))
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """``devmem fit``: does (context, sequences) fit this machine's device? Exit 0 when it does, 1 when not."""
+    from devmem.capacity import DEFAULT_BLOCK_SIZE, fit
+
+    model = _load_model(args)
+    platform = current_platform()
+    info = platform.device_memory_info(args.device)
+    result = fit(model, context=args.context, sequences=args.sequences, total=info.total, free=info.free,
+                 utilization=args.utilization, block_size=args.block_size or DEFAULT_BLOCK_SIZE,
+                 activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph)
+    if args.json:
+        _emit_json({"platform": platform.name, "device": args.device, "model": model.as_dict(),
+                    "fit": result.as_dict()})
+    else:
+        print(f"device {args.device} ({platform.name}): total {gib(info.total)}, free {gib(info.free)}")
+        print("\n".join([*model.explain(), *result.lines()]))
+    return 0 if result.fits else 1
+
+
+def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
+    fit = sub.add_parser("fit", help="do N sequences of a context fit this machine's device? (exit 0 yes, 1 no)")
+    _add_model_flags(fit, required=True)
+    fit.add_argument("--context", type=_positive("context length"), required=True, help="tokens per sequence")
+    fit.add_argument("--sequences", type=_positive("sequence count"), required=True,
+                     help="sequences running at once")
+    fit.add_argument("--utilization", type=_fraction, default=0.9, help="share of the device to use (default 0.9)")
+    fit.add_argument("--device", type=int, default=0, help="device index of the resolved platform (default 0)")
+    for flag, what in (("--activation-peak", "peak activation memory of a forward pass, from profiling"),
+                       ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
+        fit.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
+    fit.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
+    fit.set_defaults(handler=cmd_fit, parser=fit)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,11 +297,20 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--device", type=int, default=0, help="device whose total is used without --total")
     for flag, what in (("--weights", "model weights"), ("--activation-peak", "peak activation memory of a forward pass"),
                        ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
-        plan.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
-    plan.add_argument("--page-size", type=_size, required=True, metavar="SIZE", help="KV bytes of one page on one layer")
-    plan.add_argument("--layers", type=_count, required=True, help="layers holding a KV cache")
+        plan.add_argument(flag, type=_size, default=None if flag == "--weights" else 0, metavar="SIZE",
+                          help=f"{what} (default 0" + (", or the model's weights per rank with --model)"
+                                                        if flag == "--weights" else ")"))
+    plan.add_argument("--page-size", type=_size, default=None, metavar="SIZE",
+                      help="KV bytes of one page on one layer (required without --model)")
+    plan.add_argument("--layers", type=_count, default=None, help="layers holding a KV cache (required without --model)")
+    _add_model_flags(plan)
+    plan.add_argument("--context", type=_positive("context length"), default=None,
+                      help="with --model: how many sequences of this many tokens fit")
+    plan.add_argument("--sequences", type=_positive("sequence count"), default=None,
+                      help="with --model: the longest context this many sequences can have at once")
     plan.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    plan.set_defaults(handler=cmd_plan)
+    plan.set_defaults(handler=cmd_plan, parser=plan)
+    _add_fit_parser(sub)
     return parser
 
 

@@ -1,0 +1,303 @@
+"""Tokens, not bytes: what a KV-cache budget holds for a model, and what a (context, sequences) target needs.
+
+Pure arithmetic on a :class:`~devmem.models.ModelMemory`, in exact ints. The cache is paged in blocks of
+``block_size`` tokens; one block holds those tokens on every attention layer (``block_size x KV bytes per
+token``), which is the block of :func:`devmem.sizing.plan_kv_cache` with ``page_size_bytes = block_size x one
+layer's bytes per token`` and ``num_layers`` = the attention layers. Per sequence at a context of ``c`` tokens:
+
+- a full-attention layer holds ``ceil(c / block_size)`` blocks;
+- a sliding-window layer holds ``min(ceil(c / block_size), ceil(window / block_size) + 1)`` blocks: its window,
+  plus one block because the window need not start on a block boundary;
+- recurrent layers hold their fixed state once per sequence.
+
+The byte budget always comes from :func:`devmem.sizing.plan_kv_cache`; nothing here re-derives it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from fractions import Fraction
+
+from devmem.models import ModelConfigError, ModelMemory
+from devmem.sizing import KvCachePlan, plan_kv_cache
+from devmem.types import NotEnoughMemoryError
+from devmem.units import format_size
+
+DEFAULT_BLOCK_SIZE = 16
+
+
+def _whole(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ModelConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def block_bytes(model: ModelMemory, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """Bytes of one block: ``block_size`` tokens on every attention layer, on one rank."""
+    return _whole("block_size", block_size) * model.kv_bytes_per_token
+
+
+def plan_for_model(model: ModelMemory, *, block_size: int = DEFAULT_BLOCK_SIZE, **sizing: object) -> KvCachePlan:
+    """:func:`devmem.sizing.plan_kv_cache` with this model's block; ``weights`` default to its weights per rank."""
+    sizing.setdefault("weights", model.weights_bytes_per_rank)
+    return plan_kv_cache(page_size_bytes=_whole("block_size", block_size) * model.kv_layer_bytes_per_token,
+                         num_layers=model.attention_layers, **sizing)
+
+
+@dataclass(frozen=True)
+class SequenceCost:
+    """What one sequence of ``context`` tokens holds on one rank: blocks per layer kind, KV bytes, state bytes."""
+
+    context: int
+    block_size: int
+    full_blocks: int
+    sliding_blocks: int
+    kv_bytes: int
+    state_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.kv_bytes + self.state_bytes
+
+    def formula(self, model: ModelMemory) -> str:
+        page = self.block_size * model.kv_layer_bytes_per_token
+        parts = []
+        if model.full_attention_layers:
+            parts.append(f"{model.full_attention_layers} full layers x {self.full_blocks} blocks")
+        if model.sliding_attention_layers:
+            parts.append(f"{model.sliding_attention_layers} sliding layers x {self.sliding_blocks} blocks")
+        text = f"({' + '.join(parts)}) x {page} B per layer-block"
+        if self.state_bytes:
+            text += f" + state {self.state_bytes} B"
+        return f"{text} = {self.total} B"
+
+    def as_dict(self) -> dict[str, int]:
+        return {"context": self.context, "block_size": self.block_size, "full_blocks": self.full_blocks,
+                "sliding_blocks": self.sliding_blocks, "kv_bytes": self.kv_bytes, "state_bytes": self.state_bytes,
+                "total_bytes": self.total}
+
+
+def _window_blocks(model: ModelMemory, block_size: int) -> int:
+    return _cdiv(model.sliding_window or 0, block_size) + 1
+
+
+def sequence_cost(model: ModelMemory, context: int, block_size: int = DEFAULT_BLOCK_SIZE) -> SequenceCost:
+    """The bytes one sequence of ``context`` tokens holds (sliding layers capped at their window)."""
+    context, block_size = _whole("context", context), _whole("block_size", block_size)
+    full = _cdiv(context, block_size)
+    sliding = min(full, _window_blocks(model, block_size)) if model.sliding_attention_layers else 0
+    page = block_size * model.kv_layer_bytes_per_token
+    kv = (model.full_attention_layers * full + model.sliding_attention_layers * sliding) * page
+    return SequenceCost(context, block_size, full, sliding, kv, model.state_bytes_per_sequence)
+
+
+def tokens_in_pool(model: ModelMemory, kv_cache_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """Tokens the pool holds on every attention layer: whole blocks x ``block_size``."""
+    return _whole("kv_cache_bytes", kv_cache_bytes, 0) // block_bytes(model, block_size) * block_size
+
+
+def sequences_at(model: ModelMemory, kv_cache_bytes: int, context: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """How many sequences of ``context`` tokens the pool holds at once."""
+    return _whole("kv_cache_bytes", kv_cache_bytes, 0) // sequence_cost(model, context, block_size).total
+
+
+def longest_context(model: ModelMemory, kv_cache_bytes: int, sequences: int,
+                    block_size: int = DEFAULT_BLOCK_SIZE) -> int | None:
+    """The longest context (whole blocks of tokens) each of ``sequences`` sequences can have at once.
+
+    0 when not even one block each fits; ``None`` when memory sets no limit (every attention layer slides, so
+    a sequence stops growing at its window).
+    """
+    kv_cache_bytes, sequences = _whole("kv_cache_bytes", kv_cache_bytes, 0), _whole("sequences", sequences)
+    block_size = _whole("block_size", block_size)
+    page = block_size * model.kv_layer_bytes_per_token
+    full, sliding = model.full_attention_layers, model.sliding_attention_layers
+    each = kv_cache_bytes // sequences - model.state_bytes_per_sequence
+    if each < 0:
+        return 0
+    blocks = each // ((full + sliding) * page)
+    window = _window_blocks(model, block_size)
+    if sliding and blocks > window:
+        if not full:
+            return None
+        blocks = window + (each - (full + sliding) * window * page) // (full * page)
+    return blocks * block_size
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a KV-cache budget holds for a model: blocks, tokens, and the answers to the questions asked."""
+
+    model: ModelMemory
+    kv_cache_bytes: int
+    block_size: int
+    block_bytes: int
+    num_blocks: int
+    tokens: int
+    context: int | None = None
+    cost: SequenceCost | None = None
+    sequences_at_context: int | None = None
+    sequences: int | None = None
+    longest_context: int | None = None
+
+    def lines(self) -> list[str]:
+        """The arithmetic, one line per answer."""
+        m, budget = self.model, format_size(self.kv_cache_bytes)
+        out = [f"tokens: {self.kv_cache_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
+               f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens"]
+        if m.state_bytes_per_sequence:
+            out.append(f"  every running sequence also holds {m.state_bytes_per_sequence} B of recurrent state "
+                       "from the same pool")
+        if self.cost is not None:
+            out.append(f"sequences at {self.context} tokens: each holds {self.cost.formula(m)}; "
+                       f"{budget} holds {self.sequences_at_context}")
+        if self.sequences is not None:
+            if self.longest_context is None:
+                limit = "no limit from memory (every attention layer slides)"
+            else:
+                limit = (f"({self.kv_cache_bytes} B // {self.sequences}"
+                         + (f" - state {m.state_bytes_per_sequence} B" if m.state_bytes_per_sequence else "")
+                         + f") in whole blocks = {self.longest_context} tokens")
+            out.append(f"longest context for {self.sequences} sequence(s): {limit}")
+            if m.max_context is not None and (self.longest_context is None or self.longest_context > m.max_context):
+                out.append(f"  the model's max_position_embeddings {m.max_context} is the lower limit")
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kv_cache_bytes": self.kv_cache_bytes, "block_size": self.block_size, "block_bytes": self.block_bytes,
+                "num_blocks": self.num_blocks, "tokens": self.tokens, "context": self.context,
+                "sequence": self.cost.as_dict() if self.cost else None,
+                "sequences_at_context": self.sequences_at_context, "sequences": self.sequences,
+                "longest_context": self.longest_context,
+                "longest_context_unbounded": self.sequences is not None and self.longest_context is None,
+                "max_context": self.model.max_context}
+
+
+def capacity(model: ModelMemory, kv_cache_bytes: int, *, block_size: int = DEFAULT_BLOCK_SIZE,
+             context: int | None = None, sequences: int | None = None) -> Capacity:
+    """Blocks and tokens in ``kv_cache_bytes``; sequences at ``context``; the longest context for ``sequences``."""
+    kv_cache_bytes = _whole("kv_cache_bytes", kv_cache_bytes, 0)
+    block = block_bytes(model, block_size)
+    cost = None if context is None else sequence_cost(model, context, block_size)
+    return Capacity(
+        model=model, kv_cache_bytes=kv_cache_bytes, block_size=block_size, block_bytes=block,
+        num_blocks=kv_cache_bytes // block, tokens=kv_cache_bytes // block * block_size, context=context, cost=cost,
+        sequences_at_context=None if cost is None else kv_cache_bytes // cost.total, sequences=sequences,
+        longest_context=None if sequences is None else longest_context(model, kv_cache_bytes, sequences, block_size),
+    )
+
+
+def _budget(model: ModelMemory, block_size: int, total: int, utilization: float, extra: dict[str, int]) -> tuple[int, int]:
+    """``(requested, KV budget)`` by :func:`plan_for_model`; the budget may be below one block or negative."""
+    try:
+        plan = plan_for_model(model, block_size=block_size, total=total, utilization=utilization, **extra)
+    except NotEnoughMemoryError as exc:
+        return int(exc.breakdown["requested"]), int(exc.breakdown["kv_cache"])
+    return int(plan.breakdown["requested"]), plan.kv_cache_bytes
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether ``sequences`` sequences of ``context`` tokens fit a device at ``utilization``, and what they need."""
+
+    model: ModelMemory
+    context: int
+    sequences: int
+    block_size: int
+    cost: SequenceCost
+    needed_kv_bytes: int
+    total: int
+    utilization: float
+    requested: int
+    non_kv: dict[str, int]
+    kv_budget: int
+    free: int | None
+    needed_utilization: float | None
+    gpus: int | None
+
+    @property
+    def fits_memory(self) -> bool:
+        return self.kv_budget >= max(self.needed_kv_bytes, block_bytes(self.model, self.block_size))
+
+    @property
+    def fits_free(self) -> bool | None:
+        """Whether free memory now covers the request, as an engine checks at start; ``None`` when unknown."""
+        return None if self.free is None else self.free >= self.requested
+
+    @property
+    def fits_context(self) -> bool | None:
+        return None if self.model.max_context is None else self.context <= self.model.max_context
+
+    @property
+    def fits(self) -> bool:
+        return self.fits_memory and self.fits_free is not False and self.fits_context is not False
+
+    def lines(self) -> list[str]:
+        f = format_size
+        non_kv = " + ".join(f"{k.replace('_', ' ')} {f(v)}" for k, v in self.non_kv.items() if v) or "0 B"
+        out = [
+            f"fits: {'yes' if self.fits else 'no'}: {self.sequences} sequence(s) of {self.context} tokens need "
+            f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
+            f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)",
+            f"  per sequence: {self.cost.formula(self.model)}; x {self.sequences} = {self.needed_kv_bytes} B",
+            f"  budget: requested ceil({f(self.total)} x {self.utilization}) = {f(self.requested)} - non-KV {non_kv}",
+            "  utilization needed: " + (f"{self.needed_utilization:.4f}" if self.needed_utilization is not None else
+                                        "more than 1: the target does not fit one device of this size"),
+            "  GPUs of this kind needed (tensor parallel, same utilization): "
+            + (str(self.gpus) if self.gpus is not None else "none up to the model's attention heads"),
+        ]
+        if self.fits_free is not None:
+            out.append(f"  free now {f(self.free)} {'>=' if self.fits_free else '<'} requested {f(self.requested)}"
+                       + ("" if self.fits_free else ": an engine at this utilization fails to start"))
+        if self.fits_context is not None:
+            out.append(f"  context {self.context} {'<=' if self.fits_context else '>'} the model's "
+                       f"max_position_embeddings {self.model.max_context}")
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {"fits": self.fits, "fits_memory": self.fits_memory, "fits_free": self.fits_free,
+                "fits_context": self.fits_context, "context": self.context, "sequences": self.sequences,
+                "block_size": self.block_size, "sequence": self.cost.as_dict(),
+                "needed_kv_bytes": self.needed_kv_bytes, "total": self.total, "utilization": self.utilization,
+                "requested": self.requested, "non_kv": dict(self.non_kv), "kv_budget": self.kv_budget,
+                "free": self.free, "needed_utilization": self.needed_utilization, "gpus": self.gpus,
+                "tp": self.model.tp}
+
+
+def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utilization: float = 0.9,
+        free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, activation_peak: int = 0, non_torch: int = 0,
+        cuda_graph: int = 0) -> Fit:
+    """Whether ``sequences`` x ``context`` fits a device of ``total`` bytes at ``utilization``, and what it needs.
+
+    The budget is :func:`plan_for_model` (weights = the model's weights per rank, plus the activation peak and
+    other non-KV memory given: they come from profiling, not from the config). ``needed_utilization`` is the
+    smallest utilization, rounded up to 4 decimals, whose budget holds the target (``None`` above 1); ``gpus``
+    the smallest tensor-parallel size whose ranks each hold their share at ``utilization``.
+    """
+    sequences = _whole("sequences", sequences)
+    cost = sequence_cost(model, context, block_size)
+    extra = {"activation_peak": activation_peak, "non_torch": non_torch, "cuda_graph": cuda_graph}
+    requested, budget = _budget(model, block_size, total, utilization, extra)
+    needed = sequences * cost.total
+    non_kv = {"weights": model.weights_bytes_per_rank, **extra}
+    share = Fraction(max(needed, block_bytes(model, block_size)) + sum(non_kv.values()), total)
+    needed_u = None if share > 1 else math.ceil(share * 10_000) / 10_000
+    gpus = None
+    for tp in range(1, model.num_attention_heads + 1):
+        try:
+            split = model.at_tp(tp)
+        except ModelConfigError:
+            continue
+        want = max(sequences * sequence_cost(split, context, block_size).total, block_bytes(split, block_size))
+        if _budget(split, block_size, total, utilization, extra)[1] >= want:
+            gpus = tp
+            break
+    return Fit(model=model, context=cost.context, sequences=sequences, block_size=block_size, cost=cost,
+               needed_kv_bytes=needed, total=total, utilization=utilization, requested=requested, non_kv=non_kv,
+               kv_budget=budget, free=free, needed_utilization=needed_u, gpus=gpus)

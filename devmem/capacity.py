@@ -236,13 +236,27 @@ class Fit:
 
     @property
     def fits(self) -> bool:
-        return self.fits_memory and self.fits_free is not False and self.fits_context is not False
+        return not self.reasons
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the target does not fit (empty when it does)."""
+        out = []
+        if not self.fits_memory:
+            short = max(self.needed_kv_bytes, block_bytes(self.model, self.block_size)) - self.kv_budget
+            out.append(f"the KV budget is {format_size(short)} ({short} B) short")
+        if self.fits_free is False:
+            out.append("free memory is below the request")
+        if self.fits_context is False:
+            out.append("the context exceeds the model's max_position_embeddings")
+        return out
 
     def lines(self) -> list[str]:
         f = format_size
         non_kv = " + ".join(f"{k.replace('_', ' ')} {f(v)}" for k, v in self.non_kv.items() if v) or "0 B"
+        verdict = "yes" if self.fits else f"no ({'; '.join(self.reasons)})"
         out = [
-            f"fits: {'yes' if self.fits else 'no'}: {self.sequences} sequence(s) of {self.context} tokens need "
+            f"fits: {verdict}: {self.sequences} sequence(s) of {self.context} tokens need "
             f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
             f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)",
             f"  per sequence: {self.cost.formula(self.model)}; x {self.sequences} = {self.needed_kv_bytes} B",
@@ -261,7 +275,7 @@ class Fit:
         return out
 
     def as_dict(self) -> dict[str, object]:
-        return {"fits": self.fits, "fits_memory": self.fits_memory, "fits_free": self.fits_free,
+        return {"fits": self.fits, "reasons": self.reasons, "fits_memory": self.fits_memory, "fits_free": self.fits_free,
                 "fits_context": self.fits_context, "context": self.context, "sequences": self.sequences,
                 "block_size": self.block_size, "sequence": self.cost.as_dict(),
                 "needed_kv_bytes": self.needed_kv_bytes, "total": self.total, "utilization": self.utilization,

@@ -590,6 +590,8 @@ def _build(raw: Mapping[str, Any], *, kv_dtype: str, tp: int, dtype: str | None,
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(refused)}: "
             f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model", c.model_type, tuple(refused))
+    c.require("num_hidden_layers", "num_attention_heads", *([] if c.has("head_dim") or c.has("kv_lora_rank") else
+                                                             ["hidden_size"]), why="the KV cache per token")
     layers = c.int("num_hidden_layers")
     given_dtype = dtype if dtype is not None else c.values.get("torch_dtype", c.values.get("dtype"))
     if given_dtype is None:

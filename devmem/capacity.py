@@ -34,6 +34,12 @@ def _whole(name: str, value: object, minimum: int = 1) -> int:
     return int(value)
 
 
+def _amount(nbytes: int) -> str:
+    """``'1.42 GiB (1523568230 B)'``, or ``'197017 B'`` where the two would say the same."""
+    text = format_size(nbytes)
+    return text if text == f"{nbytes} B" else f"{text} ({nbytes} B)"
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -244,7 +250,7 @@ class Fit:
         out = []
         if not self.fits_memory:
             short = max(self.needed_kv_bytes, block_bytes(self.model, self.block_size)) - self.kv_budget
-            out.append(f"the KV budget is {format_size(short)} ({short} B) short")
+            out.append(f"the KV budget is {_amount(short)} short")
         if self.fits_free is False:
             out.append("free memory is below the request")
         if self.fits_context is False:

@@ -1,0 +1,163 @@
+"""``devmem plan --model`` and ``devmem fit``: human output, ``--json`` with exact ints, exit codes 0/1/2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from model_configs import QWEN3_8B, TINY_LLAMA, write_model
+
+from devmem import GiB
+from devmem.cli import main
+
+
+@pytest.fixture
+def qwen3(tmp_path):
+    return str(write_model(tmp_path / "Qwen3-8B", QWEN3_8B))
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def usage_error(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+# --- devmem plan --model ---------------------------------------------------------------------------------------
+
+
+def test_plan_model_prints_the_model_the_byte_plan_and_the_tokens(capsys, qwen3):
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768",
+                       "--sequences", "4")
+    lines = out.splitlines()
+    assert code == 0
+    assert "KV per token: 36 attention layers x 4096 B = 147456 B" in lines
+    assert "KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks of 2.25 MiB" in lines
+    assert ("tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
+            in lines)
+    assert "longest context for 4 sequence(s): (21474836480 B // 4) in whole blocks = 36400 tokens" in lines
+
+
+def test_plan_model_json_gives_exact_ints(capsys, qwen3):
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768",
+                       "--sequences", "4", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["model"]["kv_bytes_per_token"] == 147_456
+    assert (data["plan"]["num_blocks"], data["capacity"]["tokens"]) == (9102, 145_632)
+    assert (data["capacity"]["sequences_at_context"], data["capacity"]["longest_context"]) == (4, 36_400)
+
+
+def test_plan_model_takes_the_weights_from_the_checkpoint(capsys, tmp_path):
+    folder = write_model(tmp_path / "q", QWEN3_8B, total_size=16_000_000_000)
+    code, out, _ = run(capsys, "plan", "--model", str(folder / "config.json"), "--total", "80GiB", "--json")
+    assert code == 0 and json.loads(out)["plan"]["breakdown"]["weights"] == 16_000_000_000
+
+
+def test_plan_model_weights_given_on_the_command_line_win(capsys, qwen3):
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--total", "80GiB", "--weights", "1GiB", "--json")
+    assert code == 0 and json.loads(out)["plan"]["breakdown"]["weights"] == GiB
+
+
+def test_plan_model_without_questions_answers_at_the_models_max_context(capsys, qwen3):
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--json")
+    answer = json.loads(out)["capacity"]
+    assert code == 0 and (answer["context"], answer["sequences"]) == (40_960, 1)
+
+
+def test_plan_model_splits_over_ranks_at_fp8(capsys, qwen3):
+    """--tp 2 --kv-dtype fp8: 36 layers x 2 x 4 KV heads x 128 x 1 B = 36,864 B per token."""
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "1GiB", "--tp", "2", "--kv-dtype", "fp8", "--json")
+    assert code == 0 and json.loads(out)["model"]["kv_bytes_per_token"] == 36_864
+
+
+def test_plan_model_block_size_sets_the_block(capsys, qwen3):
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "1GiB", "--block-size", "32", "--json")
+    assert code == 0 and json.loads(out)["plan"]["block_bytes"] == 32 * 147_456
+
+
+def test_plan_model_not_enough_memory_exits_1_with_the_model_in_json(capsys, qwen3):
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--total", "8GiB", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["model"]["model_type"] == "qwen3"
+    assert data["error"].startswith("not enough memory for the KV cache")
+
+
+def test_plan_model_unknown_architecture_exits_1_naming_the_missing_keys(capsys, tmp_path):
+    folder = write_model(tmp_path / "odd", {"model_type": "mystery", "torch_dtype": "bfloat16", "n_layer": 12})
+    code, out, err = run(capsys, "plan", "--model", str(folder), "--pinned", "1GiB")
+    assert code == 1 and out == ""
+    assert err.startswith("devmem: error: config of model_type 'mystery' lacks num_hidden_layers, "
+                          "num_attention_heads, hidden_size")
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["--model", "M", "--page-size", "64KiB"], "--page-size and --layers come from the model's config"),
+    (["--context", "4096", "--page-size", "64KiB", "--layers", "36"], "--context describes a model"),
+    (["--model", "M", "--kv-dtype", "int4"], "invalid choice: 'int4'"),
+    (["--model", "M", "--tp", "0"], "'0' is not a tensor-parallel size"),
+    (["--model", "M", "--block-size", "x"], "'x' is not a block size"),
+    (["--model", "M", "--sequences", "-1"], "'-1' is not a sequence count"),
+])
+def test_bad_plan_model_flags_are_usage_errors(capsys, qwen3, args, complaint):
+    args = [qwen3 if a == "M" else a for a in args]
+    assert complaint in usage_error(capsys, "plan", "--pinned", "1GiB", *args)
+
+
+# --- devmem fit ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    return str(write_model(tmp_path / "tiny-llama", TINY_LLAMA))
+
+
+def test_fit_that_fits_exits_0(capsys, tiny):
+    code, out, _ = run(capsys, "fit", "--model", tiny, "--context", "4096", "--sequences", "4", "--utilization", "0.01")
+    assert code == 0 and out.splitlines()[0].startswith("device 0 (cpu): total ")
+    assert any(line.startswith("fits: yes: 4 sequence(s) of 4096 tokens") for line in out.splitlines())
+
+
+def test_fit_that_does_not_fit_exits_1_with_the_reason(capsys, tiny):
+    """4096 tokens x 512 B x 10^7 sequences = 20 TB: more than any host."""
+    code, out, _ = run(capsys, "fit", "--model", tiny, "--context", "4096", "--sequences", "10000000", "--json")
+    data = json.loads(out)["fit"]
+    assert code == 1 and data["fits"] is False and data["needed_kv_bytes"] == 20_971_520_000_000
+    assert data["reasons"][0].startswith("the KV budget is ")
+
+
+def test_fit_json_gives_the_platform_device_and_exact_ints(capsys, tiny):
+    code, out, _ = run(capsys, "fit", "--model", tiny, "--context", "100", "--sequences", "3", "--utilization", "0.01",
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["platform"], data["device"]) == ("cpu", 0)
+    assert data["fit"]["sequence"] == {"context": 100, "block_size": 16, "full_blocks": 7, "sliding_blocks": 0,
+                                       "kv_bytes": 7 * 16 * 512, "state_bytes": 0, "total_bytes": 7 * 16 * 512}
+    assert data["fit"]["needed_kv_bytes"] == 3 * 7 * 16 * 512
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["--sequences", "1"], "the following arguments are required: --context"),
+    (["--context", "1", "--sequences", "1", "--utilization", "1.5"], "'1.5' is not a utilization"),
+    (["--context", "0", "--sequences", "1"], "'0' is not a context length"),
+])
+def test_bad_fit_flags_are_usage_errors(capsys, tiny, args, complaint):
+    assert complaint in usage_error(capsys, "fit", "--model", tiny, *args)
+
+
+def test_fit_runs_as_a_command(tiny):
+    env = {**os.environ, "DEVMEM_PLATFORM": "cpu"}
+    result = subprocess.run([sys.executable, "-m", "devmem", "fit", "--model", tiny, "--context", "64",
+                             "--sequences", "1", "--utilization", "0.01", "--json"], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["fit"]["fits"] is True

@@ -77,3 +77,14 @@ def test_pidns_observations_describe_the_recorded_h200_run(monkeypatch):
     assert seen["mount-proc: platform figure equals NVML's figure for this process"]
     assert seen["mount-proc: figure includes the 512 MiB tensor"]
     assert not seen["host-proc: ran"] and "Error 304" in seen["host-proc: error"]
+
+
+def test_fit_check_accepts_the_target_that_just_fits_and_refuses_one_block_more(bench):
+    result = bench("fit_check", "--quick")
+    assert [(r["expected"], r["exit_code"]) for r in result["runs"]] == [(0, 0), (1, 1)] and result["goal_met"]
+    assert result["runs"][1]["context"] == result["runs"][0]["context"] + 16
+
+
+def test_fit_check_converts_an_engines_kv_budget_into_tokens(bench):
+    """The tiny Llama holds 512 B per token: 1 MiB + 5 B is 128 whole blocks of 16 tokens (8,192 B each)."""
+    assert bench("fit_check", "--quick", "--kv-bytes", str(2**20 + 5))["planner_tokens_for_engine"] == 2048

@@ -83,7 +83,7 @@ def render(result: dict[str, Any]) -> str:
     head = (f"# fit check on {m['device_name']} ({m['platform']}), total {m['total']} B, utilization "
             f"{result['utilization']}: {result['model']['model_type']}, {result['model']['kv_bytes_per_token']} B per "
             f"token, KV budget {plan['kv_cache_bytes']} B = {plan['num_blocks']} blocks = {plan['tokens']} tokens")
-    rows = [[run["what"], run["context"], run["sequences"], run["exit_code"], run["expected"]] for run in result["runs"]]
+    rows = [[r["what"], r["context"], r["sequences"], r["exit_code"], r["expected"]] for r in result["runs"]]
     lines = [head, format_table(["target", "context", "sequences", "exit code", "expected"], rows)]
     if result.get("engine_kv_bytes") is not None:
         lines.append(f"engine KV budget {result['engine_kv_bytes']} B holds {result['planner_tokens_for_engine']} "
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         common = ["--model", folder, "--utilization", str(utilization), "--device", str(args.device),
                   "--block-size", str(args.block_size), "--activation-peak", str(args.activation_peak)]
         runs = []
-        for what, ctx, expected in (("just fits", context, 0), ("one block more per sequence", context + args.block_size, 1)):
+        targets = (("just fits", context, 0), ("one block more per sequence", context + args.block_size, 1))
+        for what, ctx, expected in targets:
             run = devmem_command("fit", *common, "--context", str(ctx), "--sequences", str(sequences))
             runs.append({"what": what, "context": ctx, "sequences": sequences, "expected": expected, **run})
         planned = devmem_command("plan", "--model", folder, "--utilization", str(utilization), "--device",

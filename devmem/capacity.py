@@ -155,8 +155,8 @@ class Capacity:
     def lines(self) -> list[str]:
         """The arithmetic, one line per answer."""
         m, budget = self.model, format_size(self.kv_cache_bytes)
-        out = [f"tokens: {self.kv_cache_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
-               f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens"]
+        out = [(f"tokens: {self.kv_cache_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
+                f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens")]
         if m.state_bytes_per_sequence:
             out.append(f"  every running sequence also holds {m.state_bytes_per_sequence} B of recurrent state "
                        "from the same pool")
@@ -199,7 +199,8 @@ def capacity(model: ModelMemory, kv_cache_bytes: int, *, block_size: int = DEFAU
     )
 
 
-def _budget(model: ModelMemory, block_size: int, total: int, utilization: float, extra: dict[str, int]) -> tuple[int, int]:
+def _budget(model: ModelMemory, block_size: int, total: int, utilization: float,
+            extra: dict[str, int]) -> tuple[int, int]:
     """``(requested, KV budget)`` by :func:`plan_for_model`; the budget may be below one block or negative."""
     try:
         plan = plan_for_model(model, block_size=block_size, total=total, utilization=utilization, **extra)
@@ -261,16 +262,17 @@ class Fit:
         f = format_size
         non_kv = " + ".join(f"{k.replace('_', ' ')} {f(v)}" for k, v in self.non_kv.items() if v) or "0 B"
         verdict = "yes" if self.fits else f"no ({'; '.join(self.reasons)})"
+        needed_u = (f"{self.needed_utilization:.4f}" if self.needed_utilization is not None else
+                    "more than 1: the target does not fit one device of this size")
+        gpus = str(self.gpus) if self.gpus is not None else "none up to the model's attention heads"
         out = [
-            f"fits: {verdict}: {self.sequences} sequence(s) of {self.context} tokens need "
-            f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
-            f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)",
+            (f"fits: {verdict}: {self.sequences} sequence(s) of {self.context} tokens need "
+             f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
+             f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)"),
             f"  per sequence: {self.cost.formula(self.model)}; x {self.sequences} = {self.needed_kv_bytes} B",
             f"  budget: requested ceil({f(self.total)} x {self.utilization}) = {f(self.requested)} - non-KV {non_kv}",
-            "  utilization needed: " + (f"{self.needed_utilization:.4f}" if self.needed_utilization is not None else
-                                        "more than 1: the target does not fit one device of this size"),
-            "  GPUs of this kind needed (tensor parallel, same utilization): "
-            + (str(self.gpus) if self.gpus is not None else "none up to the model's attention heads"),
+            f"  utilization needed: {needed_u}",
+            f"  GPUs of this kind needed (tensor parallel, same utilization): {gpus}",
         ]
         if self.fits_free is not None:
             out.append(f"  free now {f(self.free)} {'>=' if self.fits_free else '<'} requested {f(self.requested)}"
@@ -281,9 +283,9 @@ class Fit:
         return out
 
     def as_dict(self) -> dict[str, object]:
-        return {"fits": self.fits, "reasons": self.reasons, "fits_memory": self.fits_memory, "fits_free": self.fits_free,
-                "fits_context": self.fits_context, "context": self.context, "sequences": self.sequences,
-                "block_size": self.block_size, "sequence": self.cost.as_dict(),
+        return {"fits": self.fits, "reasons": self.reasons, "fits_memory": self.fits_memory,
+                "fits_free": self.fits_free, "fits_context": self.fits_context, "context": self.context,
+                "sequences": self.sequences, "block_size": self.block_size, "sequence": self.cost.as_dict(),
                 "needed_kv_bytes": self.needed_kv_bytes, "total": self.total, "utilization": self.utilization,
                 "requested": self.requested, "non_kv": dict(self.non_kv), "kv_budget": self.kv_budget,
                 "free": self.free, "needed_utilization": self.needed_utilization, "gpus": self.gpus,

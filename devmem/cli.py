@@ -177,7 +177,8 @@ def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False)
                         help="a model folder holding config.json (and its safetensors), or a config.json")
     parser.add_argument("--tp", type=_positive("tensor-parallel size"), default=None,
                         help="tensor-parallel ranks the model is split over (default 1)")
-    parser.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV-cache dtype (default auto: the model's)")
+    parser.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
+                        help="KV-cache dtype (default auto: the model's)")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
                         help="the dtype the model is served in (default: the config's torch_dtype)")
     parser.add_argument("--block-size", type=_positive("block size"), default=None,
@@ -302,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                         if flag == "--weights" else ")"))
     plan.add_argument("--page-size", type=_size, default=None, metavar="SIZE",
                       help="KV bytes of one page on one layer (required without --model)")
-    plan.add_argument("--layers", type=_count, default=None, help="layers holding a KV cache (required without --model)")
+    plan.add_argument("--layers", type=_count, default=None,
+                      help="layers holding a KV cache (required without --model)")
     _add_model_flags(plan)
     plan.add_argument("--context", type=_positive("context length"), default=None,
                       help="with --model: how many sequences of this many tokens fit")

@@ -24,9 +24,10 @@ import math
 import numbers
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from devmem.types import DevmemError
 from devmem.units import format_size
@@ -98,7 +99,7 @@ def _dtype(name: object, what: str) -> tuple[str, int]:
     key = str(name).removeprefix("torch.").lower() if isinstance(name, str) else None
     if key not in _DTYPES:
         raise ModelConfigError(f"{what} {name!r} is not a dtype devmem knows: use one of "
-                               f"{', '.join(sorted(set(k for k in _DTYPES)))}")
+                               f"{', '.join(sorted(_DTYPES))}")
     return _DTYPES[key]
 
 
@@ -107,8 +108,8 @@ class RecurrentState:
     """The fixed per-sequence state of one kind of recurrent layer, in elements, before tensor parallelism.
 
     ``conv_elements`` is the convolution state of one layer (``channels x (kernel - 1)``), ``ssm_elements`` its
-    SSM or linear-attention state; both are split evenly across ranks, each of which must divide every count
-    in ``split``.
+    SSM or linear-attention state (``conv_text`` and ``ssm_text`` say how); both are split evenly across
+    ranks, each of which must divide every count in ``split``.
     """
 
     kind: str
@@ -116,7 +117,12 @@ class RecurrentState:
     conv_elements: int
     ssm_elements: int
     split: tuple[tuple[str, int], ...]
-    formula: str
+    conv_text: str
+    ssm_text: str
+
+    def bytes_per_sequence(self, tp: int, conv_bytes: int, ssm_bytes: int) -> int:
+        """Bytes one sequence holds in these layers on one of ``tp`` ranks."""
+        return self.layers * (self.conv_elements // tp * conv_bytes + self.ssm_elements // tp * ssm_bytes)
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ class ModelMemory:
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, *, kv_dtype: str = "auto", tp: int = 1,
                     dtype: str | None = None, state_dtype: str = "auto",
-                    weights_bytes: int | None = None, weights_source: str | None = None) -> "ModelMemory":
+                    weights_bytes: int | None = None, weights_source: str | None = None) -> ModelMemory:
         """The memory shape of the model a config describes (a dict, a config.json, or a folder holding one).
 
         ``dtype`` overrides the config's ``torch_dtype``/``dtype`` (engines serve float32 checkpoints in 16 bits);
@@ -188,7 +194,7 @@ class ModelMemory:
                       weights_bytes=weights_bytes, weights_source=weights_source)
 
     @classmethod
-    def from_pretrained_dir(cls, path: str | os.PathLike, **options: Any) -> "ModelMemory":
+    def from_pretrained_dir(cls, path: str | os.PathLike, **options: Any) -> ModelMemory:
         """:meth:`from_config` on ``path/config.json``, with the weights read from the checkpoint when present:
         ``model.safetensors.index.json``'s ``metadata.total_size``, else the tensor bytes of the safetensors
         files; otherwise estimated from the config, and said so."""
@@ -200,7 +206,7 @@ class ModelMemory:
             options["weights_bytes"], options["weights_source"] = found
         return cls.from_config(folder / "config.json", **options)
 
-    def at_tp(self, tp: int) -> "ModelMemory":
+    def at_tp(self, tp: int) -> ModelMemory:
         """The same model split over ``tp`` ranks (raises :class:`ModelConfigError` where it cannot be)."""
         return replace(self, tp=tp)
 
@@ -235,8 +241,8 @@ class ModelMemory:
     @property
     def state_bytes_per_sequence(self) -> int:
         """Fixed bytes each sequence holds in recurrent layers on one rank, whatever its length."""
-        return sum(s.layers * (s.conv_elements // self.tp * self.conv_state_dtype_bytes
-                               + s.ssm_elements // self.tp * self.ssm_state_dtype_bytes) for s in self.states)
+        return sum(s.bytes_per_sequence(self.tp, self.conv_state_dtype_bytes, self.ssm_state_dtype_bytes)
+                   for s in self.states)
 
     @property
     def weights_bytes_per_rank(self) -> int:
@@ -249,32 +255,34 @@ class ModelMemory:
 
     def explain(self) -> list[str]:
         """Lines for people: the layers, the per-token and per-sequence arithmetic, the weights."""
-        kv = (f"{self.head_dim} latent (kv_lora_rank + qk_rope_head_dim), the same on every rank"
-              if self.attention == "mla" else
-              f"2 x {self.kv_heads_per_rank} KV heads per rank"
-              + (f" ({self.num_kv_heads} // tp {self.tp}" + (", replicated" if self.num_kv_heads < self.tp else "")
-                 + ")" if self.tp > 1 else "")
-              + f" x head dim {self.head_dim}")
-        layers = [f"{n} {what}" for n, what in ((self.full_attention_layers, "full-attention"),
-                                                 (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"))
-                  if n]
-        layers += [f"{s.layers} {s.kind}" for s in self.states]
+        if self.attention == "mla":
+            kv = f"{self.head_dim} latent (kv_lora_rank + qk_rope_head_dim), the same on every rank"
+        else:
+            split = "" if self.tp == 1 else f" (max(1, {self.num_kv_heads} // tp {self.tp}))"
+            kv = f"2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim {self.head_dim}"
+        kinds = ((self.full_attention_layers, "full-attention"),
+                 (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"),
+                 *((s.layers, s.kind) for s in self.states))
+        summary = ", ".join(f"{n} {k}" for n, k in kinds if n)
+        source = f" (from {self.layer_source})" if self.layer_source else ""
+        capped = (f"; the {self.sliding_attention_layers} sliding layers hold at most {self.sliding_window} tokens "
+                  "per sequence" if self.sliding_attention_layers else "")
         lines = [
-            f"model: {self.model_type}, {self.num_layers} layers: {', '.join(layers)}"
-            + (f" (from {self.layer_source})" if self.layer_source else ""),
+            f"model: {self.model_type}, {self.num_layers} layers: {summary}{source}",
             f"attention: {self.attention.upper()}, {self.num_attention_heads} heads; tensor parallel {self.tp}",
-            f"KV per token per layer: {kv} x {self.kv_dtype} {self.kv_dtype_bytes} B = "
-            f"{self.kv_layer_bytes_per_token} B",
-            f"KV per token: {self.attention_layers} attention layers x {self.kv_layer_bytes_per_token} B = "
-            f"{self.kv_bytes_per_token} B" + (f"; the {self.sliding_attention_layers} sliding layers hold at most "
-                                              f"{self.sliding_window} tokens per sequence"
-                                              if self.sliding_attention_layers else ""),
+            (f"KV per token per layer: {kv} x {self.kv_dtype} {self.kv_dtype_bytes} B = "
+             f"{self.kv_layer_bytes_per_token} B"),
+            (f"KV per token: {self.attention_layers} attention layers x {self.kv_layer_bytes_per_token} B = "
+             f"{self.kv_bytes_per_token} B{capped}"),
         ]
         for s in self.states:
-            lines.append(f"state per sequence, {s.kind}: {s.layers} layers x ({s.formula}) / tp {self.tp} = "
-                         f"{s.layers * (s.conv_elements // self.tp * self.conv_state_dtype_bytes + s.ssm_elements // self.tp * self.ssm_state_dtype_bytes)} B")
+            each = s.bytes_per_sequence(self.tp, self.conv_state_dtype_bytes, self.ssm_state_dtype_bytes)
+            lines.append(f"state per sequence, {s.kind}: {s.layers} layers x ({s.conv_text} x "
+                         f"{self.conv_state_dtype_bytes} B + {s.ssm_text} x {self.ssm_state_dtype_bytes} B) / tp "
+                         f"{self.tp} = {each} B")
+        per_rank = f"; per rank {format_size(self.weights_bytes_per_rank)}" if self.tp > 1 else ""
         lines.append(f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source})"
-                     + (f"; per rank {format_size(self.weights_bytes_per_rank)}" if self.tp > 1 else ""))
+                     f"{per_rank}")
         lines += [f"note: {note}" for note in self.notes]
         return lines
 
@@ -312,7 +320,8 @@ def _read_config(path: str | os.PathLike) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text())
     except FileNotFoundError:
-        raise ModelConfigError(f"no model config at {str(file)!r}: give a config.json or a folder holding one") from None
+        raise ModelConfigError(f"no model config at {str(file)!r}: give a config.json or a folder holding "
+                               "one") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelConfigError(f"{str(file)!r} is not a readable JSON config: {exc}") from None
     if not isinstance(data, dict):
@@ -383,7 +392,7 @@ class _Config:
         self.require(key, why=why)
         value = self.values[key]
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < (1 if positive else 0):
-            raise ModelConfigError(f"config key {key}={value!r} must be a whole number {'>= 1' if positive else '>= 0'}")
+            raise ModelConfigError(f"config key {key}={value!r} must be a whole number >= {1 if positive else 0}")
         return int(value)
 
     def get_int(self, key: str, default: int, *, positive: bool = False) -> int:
@@ -439,7 +448,7 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
         d_state, d_conv = c.int("mamba_d_state"), c.int("mamba_d_conv")
         states.append(RecurrentState(
             MAMBA, kinds.count(MAMBA), inner * (d_conv - 1), inner * d_state, (("Mamba inner size", inner),),
-            f"conv {inner} x (d_conv {d_conv} - 1) + ssm {inner} x d_state {d_state}"))
+            f"conv {inner} x (d_conv {d_conv} - 1)", f"ssm {inner} x d_state {d_state}"))
     if LINEAR in kinds:
         keys = ("linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim",
                 "linear_conv_kernel_dim")
@@ -449,7 +458,7 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
         states.append(RecurrentState(
             LINEAR, kinds.count(LINEAR), conv * (kernel - 1), nv * dk * dv,
             (("linear key heads", nk), ("linear value heads", nv)),
-            f"conv (2 x {nk} x {dk} + {nv} x {dv}) x (kernel {kernel} - 1) + state {nv} x {dk} x {dv}"))
+            f"conv (2 x {nk} x {dk} + {nv} x {dv}) x (kernel {kernel} - 1)", f"state {nv} x {dk} x {dv}"))
     return tuple(states)
 
 
@@ -473,7 +482,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         kv = c.int("num_key_value_heads")
     else:
         kv = heads
-        notes.append("num_key_value_heads is absent: every attention head has its own K and V (as transformers reads it)")
+        notes.append("num_key_value_heads is absent: every attention head has its own K and V (as transformers "
+                     "reads it)")
     if heads % kv:
         raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
@@ -522,13 +532,15 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         return mlp + matrices, router + norms + inner * (d_conv + 1) + inner * (d_state + 2) + rank + 2 * d_state
     if kind == LINEAR:
         nk, dk = c.int("linear_num_key_heads"), c.int("linear_key_head_dim")
-        nv, dv, kernel = c.int("linear_num_value_heads"), c.int("linear_value_head_dim"), c.int("linear_conv_kernel_dim")
+        nv, dv = c.int("linear_num_value_heads"), c.int("linear_value_head_dim")
+        kernel = c.int("linear_conv_kernel_dim")
         matrices = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv + nv * dv * hidden
         return mlp + matrices, router + norms + (2 * nk * dk + nv * dv) * kernel + 2 * nv + dv
     style, heads, kv, head_dim = attention
     if style == "mla":
         rank, rope = c.int("kv_lora_rank"), c.int("qk_rope_head_dim")
-        nope, v_dim = c.int("qk_nope_head_dim", why="the weights estimate"), c.int("v_head_dim", why="the weights estimate")
+        nope = c.int("qk_nope_head_dim", why="the weights estimate")
+        v_dim = c.int("v_head_dim", why="the weights estimate")
         q_rank = c.values.get("q_lora_rank")
         query = heads * (nope + rope) * (hidden if q_rank is None else c.int("q_lora_rank"))
         query += 0 if q_rank is None else hidden * c.int("q_lora_rank")

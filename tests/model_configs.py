@@ -165,6 +165,7 @@ def write_model(folder: Path, config: dict, *, total_size: int | None = None) ->
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
     if total_size is not None:
-        index = {"metadata": {"total_size": total_size}, "weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"}}
+        index = {"metadata": {"total_size": total_size},
+                 "weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"}}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     return folder

@@ -1,6 +1,6 @@
 """devmem: how much device memory an inference engine may give its KV cache, on every kind of machine.
 
-``import devmem`` imports neither torch nor any vendor library, and the sizing, profiling and distributed
+``import devmem`` imports neither torch nor any vendor library, and the sizing, model, profiling and distributed
 helpers only on first use; resolving a platform imports a vendor library only where its driver is loaded.
 """
 
@@ -30,6 +30,10 @@ _LAZY = {
     "ALLOCATOR_GRANULARITY": "devmem.kvcache",
     "KvCacheTensors": "devmem.kvcache",
     "allocate_kv_cache": "devmem.kvcache",
+    "ModelMemory": "devmem.models",
+    "ModelConfigError": "devmem.models",
+    "UnknownArchitectureError": "devmem.models",
+    "load_model": "devmem.models",
     "KvCachePlan": "devmem.sizing",
     "SizingError": "devmem.sizing",
     "blocks_for_bytes": "devmem.sizing",
@@ -59,6 +63,8 @@ __all__ = [
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",
+    "ModelConfigError",
+    "ModelMemory",
     "NotEnoughMemoryError",
     "Platform",
     "PlatformBase",
@@ -66,6 +72,7 @@ __all__ = [
     "PluginError",
     "ProfileResult",
     "SizingError",
+    "UnknownArchitectureError",
     "__version__",
     "agree_on_minimum",
     "allocate_kv_cache",
@@ -76,6 +83,7 @@ __all__ = [
     "describe",
     "format_size",
     "hookimpl",
+    "load_model",
     "measure_kv_cache_bytes",
     "memory_profiling",
     "parse_size",

@@ -10,7 +10,9 @@ layer's bytes per token`` and ``num_layers`` = the attention layers. Per sequenc
   plus one block because the window need not start on a block boundary;
 - recurrent layers hold their fixed state once per sequence.
 
-The byte budget always comes from :func:`devmem.sizing.plan_kv_cache`; nothing here re-derives it.
+The byte budget always comes from :func:`devmem.sizing.plan_kv_cache`; nothing here re-derives it. With an
+``allocation_granularity`` (an engine allocating the cache as one allocation rounded up to it, as
+:func:`devmem.kvcache.allocate_kv_cache` does with 2 MiB) only whole units of it are usable.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def _amount(nbytes: int) -> str:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _usable(kv_bytes: int, granularity: int) -> int:
+    """The bytes of ``kv_bytes`` an allocation rounded up to ``granularity`` can use (negative stays as it is)."""
+    return kv_bytes if kv_bytes < 0 else kv_bytes // granularity * granularity
 
 
 def block_bytes(model: ModelMemory, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
@@ -146,6 +153,8 @@ class Capacity:
     block_bytes: int
     num_blocks: int
     tokens: int
+    usable_bytes: int
+    allocation_granularity: int = 1
     context: int | None = None
     cost: SequenceCost | None = None
     sequences_at_context: int | None = None
@@ -154,9 +163,13 @@ class Capacity:
 
     def lines(self) -> list[str]:
         """The arithmetic, one line per answer."""
-        m, budget = self.model, format_size(self.kv_cache_bytes)
-        out = [(f"tokens: {self.kv_cache_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
-                f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens")]
+        m, budget = self.model, format_size(self.usable_bytes)
+        out = []
+        if self.allocation_granularity > 1:
+            out.append(f"usable: {self.kv_cache_bytes} B in whole allocation units of {self.allocation_granularity} B "
+                       f"= {self.usable_bytes} B")
+        out.append(f"tokens: {self.usable_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
+                   f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens")
         if m.state_bytes_per_sequence:
             out.append(f"  every running sequence also holds {m.state_bytes_per_sequence} B of recurrent state "
                        "from the same pool")
@@ -167,7 +180,7 @@ class Capacity:
             if self.longest_context is None:
                 limit = "no limit from memory (every attention layer slides)"
             else:
-                limit = (f"({self.kv_cache_bytes} B // {self.sequences}"
+                limit = (f"({self.usable_bytes} B // {self.sequences}"
                          + (f" - state {m.state_bytes_per_sequence} B" if m.state_bytes_per_sequence else "")
                          + f") in whole blocks = {self.longest_context} tokens")
             out.append(f"longest context for {self.sequences} sequence(s): {limit}")
@@ -176,7 +189,8 @@ class Capacity:
         return out
 
     def as_dict(self) -> dict[str, object]:
-        return {"kv_cache_bytes": self.kv_cache_bytes, "block_size": self.block_size, "block_bytes": self.block_bytes,
+        return {"kv_cache_bytes": self.kv_cache_bytes, "allocation_granularity": self.allocation_granularity,
+                "usable_bytes": self.usable_bytes, "block_size": self.block_size, "block_bytes": self.block_bytes,
                 "num_blocks": self.num_blocks, "tokens": self.tokens, "context": self.context,
                 "sequence": self.cost.as_dict() if self.cost else None,
                 "sequences_at_context": self.sequences_at_context, "sequences": self.sequences,
@@ -186,16 +200,23 @@ class Capacity:
 
 
 def capacity(model: ModelMemory, kv_cache_bytes: int, *, block_size: int = DEFAULT_BLOCK_SIZE,
-             context: int | None = None, sequences: int | None = None) -> Capacity:
-    """Blocks and tokens in ``kv_cache_bytes``; sequences at ``context``; the longest context for ``sequences``."""
+             context: int | None = None, sequences: int | None = None, allocation_granularity: int = 1) -> Capacity:
+    """Blocks and tokens in ``kv_cache_bytes``; sequences at ``context``; the longest context for ``sequences``.
+
+    With ``allocation_granularity`` only its whole units of the budget are used (the cache is one allocation
+    rounded up to it), so ``num_blocks`` is the one :func:`plan_for_model` gives with the same granularity.
+    """
     kv_cache_bytes = _whole("kv_cache_bytes", kv_cache_bytes, 0)
+    granularity = _whole("allocation_granularity", allocation_granularity)
+    usable = _usable(kv_cache_bytes, granularity)
     block = block_bytes(model, block_size)
     cost = None if context is None else sequence_cost(model, context, block_size)
     return Capacity(
         model=model, kv_cache_bytes=kv_cache_bytes, block_size=block_size, block_bytes=block,
-        num_blocks=kv_cache_bytes // block, tokens=kv_cache_bytes // block * block_size, context=context, cost=cost,
-        sequences_at_context=None if cost is None else kv_cache_bytes // cost.total, sequences=sequences,
-        longest_context=None if sequences is None else longest_context(model, kv_cache_bytes, sequences, block_size),
+        num_blocks=usable // block, tokens=usable // block * block_size, usable_bytes=usable,
+        allocation_granularity=granularity, context=context, cost=cost,
+        sequences_at_context=None if cost is None else usable // cost.total, sequences=sequences,
+        longest_context=None if sequences is None else longest_context(model, usable, sequences, block_size),
     )
 
 
@@ -224,13 +245,15 @@ class Fit:
     requested: int
     non_kv: dict[str, int]
     kv_budget: int
+    usable_kv_bytes: int
+    allocation_granularity: int
     free: int | None
     needed_utilization: float | None
     gpus: int | None
 
     @property
     def fits_memory(self) -> bool:
-        return self.kv_budget >= max(self.needed_kv_bytes, block_bytes(self.model, self.block_size))
+        return self.usable_kv_bytes >= max(self.needed_kv_bytes, block_bytes(self.model, self.block_size))
 
     @property
     def fits_free(self) -> bool | None:
@@ -250,7 +273,7 @@ class Fit:
         """Why the target does not fit (empty when it does)."""
         out = []
         if not self.fits_memory:
-            short = max(self.needed_kv_bytes, block_bytes(self.model, self.block_size)) - self.kv_budget
+            short = max(self.needed_kv_bytes, block_bytes(self.model, self.block_size)) - self.usable_kv_bytes
             out.append(f"the KV budget is {_amount(short)} short")
         if self.fits_free is False:
             out.append("free memory is below the request")
@@ -270,7 +293,9 @@ class Fit:
              f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
              f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)"),
             f"  per sequence: {self.cost.formula(self.model)}; x {self.sequences} = {self.needed_kv_bytes} B",
-            f"  budget: requested ceil({f(self.total)} x {self.utilization}) = {f(self.requested)} - non-KV {non_kv}",
+            f"  budget: requested ceil({f(self.total)} x {self.utilization}) = {f(self.requested)} - non-KV {non_kv}"
+            + (f"; usable in whole units of {self.allocation_granularity} B: {self.usable_kv_bytes} B"
+               if self.allocation_granularity > 1 else ""),
             f"  utilization needed: {needed_u}",
             f"  GPUs of this kind needed (tensor parallel, same utilization): {gpus}",
         ]
@@ -288,27 +313,33 @@ class Fit:
                 "sequences": self.sequences, "block_size": self.block_size, "sequence": self.cost.as_dict(),
                 "needed_kv_bytes": self.needed_kv_bytes, "total": self.total, "utilization": self.utilization,
                 "requested": self.requested, "non_kv": dict(self.non_kv), "kv_budget": self.kv_budget,
+                "allocation_granularity": self.allocation_granularity, "usable_kv_bytes": self.usable_kv_bytes,
                 "free": self.free, "needed_utilization": self.needed_utilization, "gpus": self.gpus,
                 "tp": self.model.tp}
 
 
 def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utilization: float = 0.9,
         free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, activation_peak: int = 0, non_torch: int = 0,
-        cuda_graph: int = 0) -> Fit:
+        cuda_graph: int = 0, allocation_granularity: int = 1) -> Fit:
     """Whether ``sequences`` x ``context`` fits a device of ``total`` bytes at ``utilization``, and what it needs.
 
     The budget is :func:`plan_for_model` (weights = the model's weights per rank, plus the activation peak and
     other non-KV memory given: they come from profiling, not from the config). ``needed_utilization`` is the
     smallest utilization, rounded up to 4 decimals, whose budget holds the target (``None`` above 1); ``gpus``
-    the smallest tensor-parallel size whose ranks each hold their share at ``utilization``.
+    the smallest tensor-parallel size whose ranks each hold their share at ``utilization``. With an
+    ``allocation_granularity`` only whole units of it count (see :func:`capacity`).
     """
     sequences = _whole("sequences", sequences)
+    granularity = _whole("allocation_granularity", allocation_granularity)
     cost = sequence_cost(model, context, block_size)
-    extra = {"activation_peak": activation_peak, "non_torch": non_torch, "cuda_graph": cuda_graph}
+    extra = {"activation_peak": activation_peak, "non_torch": non_torch, "cuda_graph": cuda_graph,
+             "allocation_granularity": granularity}
     requested, budget = _budget(model, block_size, total, utilization, extra)
     needed = sequences * cost.total
-    non_kv = {"weights": model.weights_bytes_per_rank, **extra}
-    share = Fraction(max(needed, block_bytes(model, block_size)) + sum(non_kv.values()), total)
+    non_kv = {"weights": model.weights_bytes_per_rank, "activation_peak": activation_peak, "non_torch": non_torch,
+              "cuda_graph": cuda_graph}
+    share = Fraction(_cdiv(max(needed, block_bytes(model, block_size)), granularity) * granularity
+                     + sum(non_kv.values()), total)
     needed_u = None if share > 1 else math.ceil(share * 10_000) / 10_000
     gpus = None
     for tp in range(1, model.num_attention_heads + 1):
@@ -317,9 +348,10 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
         except ModelConfigError:
             continue
         want = max(sequences * sequence_cost(split, context, block_size).total, block_bytes(split, block_size))
-        if _budget(split, block_size, total, utilization, extra)[1] >= want:
+        if _usable(_budget(split, block_size, total, utilization, extra)[1], granularity) >= want:
             gpus = tp
             break
     return Fit(model=model, context=cost.context, sequences=sequences, block_size=block_size, cost=cost,
                needed_kv_bytes=needed, total=total, utilization=utilization, requested=requested, non_kv=non_kv,
-               kv_budget=budget, free=free, needed_utilization=needed_u, gpus=gpus)
+               kv_budget=budget, usable_kv_bytes=_usable(budget, granularity), allocation_granularity=granularity,
+               free=free, needed_utilization=needed_u, gpus=gpus)

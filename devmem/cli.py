@@ -142,6 +142,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             weights=0 if args.weights is None else args.weights,
             activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph,
             page_size_bytes=args.page_size, num_layers=args.layers,
+            allocation_granularity=args.allocation_granularity or 1,
         )
     except NotEnoughMemoryError as exc:
         if not args.json:
@@ -185,6 +186,13 @@ def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False)
                         help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE})")
 
 
+def _add_granularity_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allocation-granularity", type=_size, default=None, metavar="SIZE",
+                        help="what the cache's one allocation is rounded up to (2MiB for PyTorch's caching "
+                             "allocator, as devmem.allocate_kv_cache allocates it); only whole units are used "
+                             "(default 1 byte)")
+
+
 def _refuse_model_flags(args: argparse.Namespace) -> None:
     given = [name for name in _MODEL_FLAGS if getattr(args, name, None) is not None]
     if given:
@@ -211,8 +219,10 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     total = args.total
     if total is None and args.pinned is None:
         total = current_platform().device_memory_info(args.device).total
+    granularity = args.allocation_granularity or 1
     sizing = {"total": total, "utilization": args.utilization, "pinned_bytes": args.pinned,
-              "activation_peak": args.activation_peak, "non_torch": args.non_torch, "cuda_graph": args.cuda_graph}
+              "activation_peak": args.activation_peak, "non_torch": args.non_torch, "cuda_graph": args.cuda_graph,
+              "allocation_granularity": granularity}
     if args.weights is not None:
         sizing["weights"] = args.weights
     try:
@@ -225,7 +235,8 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     context, sequences = args.context, args.sequences
     if context is None and sequences is None:
         context, sequences = model.max_context, 1
-    answer = capacity(model, plan.kv_cache_bytes, block_size=block_size, context=context, sequences=sequences)
+    answer = capacity(model, plan.kv_cache_bytes, block_size=block_size, context=context, sequences=sequences,
+                      allocation_granularity=granularity)
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
@@ -242,7 +253,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     info = platform.device_memory_info(args.device)
     result = fit(model, context=args.context, sequences=args.sequences, total=info.total, free=info.free,
                  utilization=args.utilization, block_size=args.block_size or DEFAULT_BLOCK_SIZE,
-                 activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph)
+                 activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph,
+                 allocation_granularity=args.allocation_granularity or 1)
     if args.json:
         _emit_json({"platform": platform.name, "device": args.device, "model": model.as_dict(),
                     "fit": result.as_dict()})
@@ -263,6 +275,7 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
     for flag, what in (("--activation-peak", "peak activation memory of a forward pass, from profiling"),
                        ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
         fit.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
+    _add_granularity_flag(fit)
     fit.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
     fit.set_defaults(handler=cmd_fit, parser=fit)
 
@@ -296,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--total", type=_size, default=None, metavar="SIZE",
                       help="device memory (default: this machine's device --device)")
     plan.add_argument("--device", type=int, default=0, help="device whose total is used without --total")
-    for flag, what in (("--weights", "model weights"), ("--activation-peak", "peak activation memory of a forward pass"),
+    for flag, what in (("--weights", "model weights"),
+                       ("--activation-peak", "peak activation memory of a forward pass"),
                        ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
         plan.add_argument(flag, type=_size, default=None if flag == "--weights" else 0, metavar="SIZE",
                           help=f"{what} (default 0" + (", or the model's weights per rank with --model)"
@@ -305,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="KV bytes of one page on one layer (required without --model)")
     plan.add_argument("--layers", type=_count, default=None,
                       help="layers holding a KV cache (required without --model)")
+    _add_granularity_flag(plan)
     _add_model_flags(plan)
     plan.add_argument("--context", type=_positive("context length"), default=None,
                       help="with --model: how many sequences of this many tokens fit")

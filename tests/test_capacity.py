@@ -27,6 +27,7 @@ from devmem.capacity import (
     sequences_at,
     tokens_in_pool,
 )
+from devmem.kvcache import ALLOCATOR_GRANULARITY
 from devmem.models import ModelConfigError, ModelMemory
 from devmem.sizing import plan_kv_cache
 
@@ -198,3 +199,23 @@ def test_fit_lines_say_why_not():
     result = fit(QWEN3, context=4096, sequences=1, total=16 * GiB)
     assert result.lines()[0].startswith("fits: no (the KV budget is ")
     assert "  GPUs of this kind needed (tensor parallel, same utilization): 2" in result.lines()
+
+
+# --- one allocation, rounded up to the allocator's granularity -------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from([QWEN3, GEMMA3, JAMBA]), budget=st.integers(64 * MiB, 200 * GiB))
+def test_capacity_in_allocation_units_has_the_blocks_the_planner_allocates(model, budget):
+    expected = plan_for_model(model, pinned_bytes=budget, allocation_granularity=ALLOCATOR_GRANULARITY).num_blocks
+    assert capacity(model, budget, allocation_granularity=ALLOCATOR_GRANULARITY).num_blocks == expected
+
+
+def test_fit_counts_only_whole_allocation_units():
+    """A budget of 9,103 blocks of 2,359,296 B = 21,476,261,888 B is 10,240 whole 2 MiB units = 21,474,836,480 B:
+    9,102 blocks. One sequence of 9,103 x 16 tokens fits byte for byte, not in whole units."""
+    total, options = 32 * GiB, {"context": 9103 * 16, "sequences": 1}
+    weights = plan_for_model(QWEN3, total=total, utilization=0.9, weights=0).kv_cache_bytes - 9103 * 2_359_296
+    model = ModelMemory.from_config({**QWEN3_8B, "max_position_embeddings": 10 ** 6}, weights_bytes=weights)
+    assert fit(model, total=total, **options).fits
+    assert not fit(model, total=total, allocation_granularity=ALLOCATOR_GRANULARITY, **options).fits_memory

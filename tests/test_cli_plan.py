@@ -91,3 +91,10 @@ def test_plan_runs_as_a_command():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["num_blocks"] == GiB // (64 * 1024 * 36)
+
+
+def test_allocation_granularity_keeps_only_whole_units(capsys):
+    """9,103 blocks of 2,359,296 B pinned: 10,240 whole 2 MiB units hold 9,102 of them."""
+    code, out, _ = plan(capsys, "--pinned", str(9103 * 2_359_296), "--allocation-granularity", "2MiB", "--json",
+                        *QWEN3_8B)
+    assert code == 0 and json.loads(out)["num_blocks"] == 9102

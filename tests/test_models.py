@@ -92,6 +92,11 @@ def test_mixtral_moe_has_the_kv_cache_of_its_dense_shape():
     assert model(MIXTRAL_8X7B).kv_bytes_per_token == model(MISTRAL_7B_V0_1).kv_bytes_per_token == 131_072
 
 
+def test_qwen3_moe_caches_only_its_attention():
+    """Qwen3-30B-A3B: 128 experts change the weights only: 48 x 2 x 4 KV heads x 128 x 2 B = 98,304 B per token."""
+    assert model(QWEN3_30B_A3B).kv_bytes_per_token == 98_304
+
+
 def test_jamba_has_attention_every_eighth_layer_and_mamba_state_per_sequence():
     """attn_layer_period 8, offset 4: layers 4, 12, 20, 28 attend: 4 x 2 x 8 x 128 x 2 B = 16,384 B per token.
     28 Mamba layers, inner 2 x 4096 = 8192: conv 8192 x (4 - 1) + ssm 8192 x 16 = 155,648 elements x 2 B =

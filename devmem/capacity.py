@@ -22,7 +22,7 @@ import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
-from devmem.models import ModelConfigError, ModelMemory
+from devmem.models import MAX_TP, ModelConfigError, ModelMemory
 from devmem.sizing import KvCachePlan, plan_kv_cache
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
@@ -342,11 +342,8 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
                      + sum(non_kv.values()), total)
     needed_u = None if share > 1 else math.ceil(share * 10_000) / 10_000
     gpus = None
-    for tp in range(1, model.num_attention_heads + 1):
-        try:
-            split = model.at_tp(tp)
-        except ModelConfigError:
-            continue
+    for tp in filter(model.splits_over, range(1, min(model.num_attention_heads, MAX_TP) + 1)):
+        split = model.at_tp(tp)
         want = max(sequences * sequence_cost(split, context, block_size).total, block_bytes(split, block_size))
         if _usable(_budget(split, block_size, total, utilization, extra)[1], granularity) >= want:
             gpus = tp

@@ -79,6 +79,9 @@ _UNMODELLED = {
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
 }
+#: Bounds past any real model, so a hostile config cannot make devmem build huge lists or loop for ever.
+MAX_LAYERS = 10_000
+MAX_TP = 1024
 #: Top-level keys a nested ``text_config`` inherits when it does not set them.
 _INHERITED = ("torch_dtype", "dtype", "tie_word_embeddings", "quantization_config", "model_type")
 
@@ -162,7 +165,7 @@ class ModelMemory:
             raise ModelConfigError(f"tp must be a whole number >= 1 (tensor-parallel ranks), got {self.tp!r}")
         problems = self._tp_problems(self.tp)
         if problems:
-            valid = [t for t in range(1, self.num_attention_heads + 1) if not self._tp_problems(t)]
+            valid = [t for t in range(1, min(self.num_attention_heads, MAX_TP) + 1) if not self._tp_problems(t)]
             raise ModelConfigError(f"tp={self.tp} cannot split {self.model_type}: {'; '.join(problems)}. "
                                    f"Tensor-parallel sizes this model allows: {', '.join(map(str, valid))}")
 
@@ -205,6 +208,10 @@ class ModelMemory:
         if found is not None and options.get("weights_bytes") is None:
             options["weights_bytes"], options["weights_source"] = found
         return cls.from_config(folder / "config.json", **options)
+
+    def splits_over(self, tp: int) -> bool:
+        """Whether ``tp`` ranks can split this model (heads, KV heads and recurrent heads)."""
+        return not self._tp_problems(tp)
 
     def at_tp(self, tp: int) -> ModelMemory:
         """The same model split over ``tp`` ranks (raises :class:`ModelConfigError` where it cannot be)."""
@@ -405,10 +412,10 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         values = c.values[key]
         if not isinstance(values, list) or len(values) != layers:
             raise ModelConfigError(f"config key {key} must list one entry per layer ({layers}), got {values!r:.200}")
-        unknown = sorted({str(v) for v in values if v not in table})
+        unknown = sorted({repr(v) for v in values if not isinstance(v, str) or v not in table})
         if unknown:
             raise UnknownArchitectureError(
-                f"config of model_type {c.model_type!r}: {key} holds {', '.join(map(repr, unknown))}, layers devmem "
+                f"config of model_type {c.model_type!r}: {key} holds {', '.join(unknown)}, layers devmem "
                 f"does not model (known: {', '.join(table)})", c.model_type, (key,))
         return [table[v] for v in values]
 
@@ -495,7 +502,7 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     def dense() -> int:
         return 3 * hidden * c.int("intermediate_size", why="the weights estimate")
 
-    if c.has("num_local_experts"):  # Mixtral: every layer
+    if c.get_int("num_local_experts", 0):  # Mixtral: every layer
         experts = c.int("num_local_experts")
         return experts * dense(), hidden * experts
     if c.has("n_routed_experts"):  # DeepSeek-V2/V3
@@ -505,14 +512,16 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
         experts, inner = c.int("n_routed_experts"), c.int("moe_intermediate_size", why="the weights estimate")
         shared = c.get_int("n_shared_experts", 0)
         return (experts + shared) * 3 * hidden * inner, hidden * experts + experts
-    if c.has("num_experts") and c.has("expert_layer_period"):  # Jamba
+    if c.get_int("num_experts", 0) and c.has("expert_layer_period"):  # Jamba
         period, offset = c.int("expert_layer_period"), c.get_int("expert_layer_offset", 0)
         experts = c.int("num_experts")
         return (experts * dense(), hidden * experts) if experts > 1 and layer % period == offset else (dense(), 0)
-    if c.has("num_experts") and c.has("moe_intermediate_size"):  # Qwen2/3-MoE, Qwen3-Next
-        step, dense_layers = c.get_int("decoder_sparse_step", 1, positive=True), c.values.get("mlp_only_layers") or []
+    if c.get_int("num_experts", 0) and c.has("moe_intermediate_size"):  # Qwen2/3-MoE, Qwen3-Next
+        step, dense_layers = c.get_int("decoder_sparse_step", 1, positive=True), c.values.get("mlp_only_layers", [])
+        if not isinstance(dense_layers, list):
+            raise ModelConfigError(f"config key mlp_only_layers must list layer indices, got {dense_layers!r:.200}")
         experts = c.int("num_experts")
-        if experts == 0 or layer in dense_layers or (layer + 1) % step:
+        if layer in dense_layers or (layer + 1) % step:
             return dense(), 0
         shared = c.get_int("shared_expert_intermediate_size", 0)
         return (experts * 3 * hidden * c.int("moe_intermediate_size") + 3 * hidden * shared,
@@ -605,12 +614,16 @@ def _build(raw: Mapping[str, Any], *, kv_dtype: str, tp: int, dtype: str | None,
     c.require("num_hidden_layers", "num_attention_heads", *([] if c.has("head_dim") or c.has("kv_lora_rank") else
                                                              ["hidden_size"]), why="the KV cache per token")
     layers = c.int("num_hidden_layers")
+    if layers > MAX_LAYERS:
+        raise ModelConfigError(f"config key num_hidden_layers={layers} is more layers than devmem sizes "
+                               f"(at most {MAX_LAYERS})")
     given_dtype = dtype if dtype is not None else c.values.get("torch_dtype", c.values.get("dtype"))
     if given_dtype is None:
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} names no dtype (torch_dtype or dtype): give one (dtype=, "
             "--dtype)", c.model_type, ("torch_dtype",))
-    model_dtype, model_bytes = _dtype(given_dtype, "model dtype")
+    model_dtype, model_bytes = _dtype(given_dtype, "model dtype" if dtype is not None else
+                                      "the config's dtype (give another with dtype= or --dtype)")
     if kv_dtype not in KV_DTYPES:
         raise ModelConfigError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
     kv_name, kv_bytes = (model_dtype, model_bytes) if kv_dtype == "auto" else _dtype(kv_dtype, "kv_dtype")

@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from model_configs import (
     DEEPSEEK_V3,
     GEMMA_2_9B_IT,
@@ -238,6 +240,41 @@ def test_transformers_5_dtype_key_is_read():
 def test_non_integer_layer_count_is_refused_naming_the_key():
     with pytest.raises(ModelConfigError, match=r"num_hidden_layers='32' must be a whole number"):
         model({**LLAMA_3_1_8B, "num_hidden_layers": "32"})
+
+
+def test_layer_list_of_the_wrong_length_is_refused():
+    with pytest.raises(ModelConfigError, match=r"layer_types must list one entry per layer \(32\)"):
+        model({**LLAMA_3_1_8B, "layer_types": ["full_attention"] * 31})
+
+
+def test_layer_list_entry_that_is_not_a_name_is_refused_naming_it():
+    with pytest.raises(UnknownArchitectureError, match=r"layer_types holds \{'kind': 'full'\}"):
+        model({**LLAMA_3_1_8B, "layer_types": [{"kind": "full"}] + ["full_attention"] * 31})
+
+
+def test_config_dtype_devmem_does_not_know_asks_for_one():
+    with pytest.raises(ModelConfigError, match=r"the config's dtype \(give another with dtype= or --dtype\) 'auto'"):
+        model({**LLAMA_3_1_8B, "torch_dtype": "auto"})
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                         max_size=3), max_leaves=8)
+FIXTURES = [LLAMA_3_1_8B, GEMMA_2_9B_IT, GEMMA_3_12B_IT, DEEPSEEK_V3, JAMBA_V0_1, QWEN3_NEXT_80B_A3B, QWEN3_30B_A3B]
+
+
+@settings(max_examples=400, deadline=None)
+@given(config=st.sampled_from(FIXTURES), data=st.data(), value=JSON_VALUES)
+def test_any_value_under_any_key_is_sized_or_refused_with_a_devmem_error(config, data, value):
+    text = "text_config" in config
+    keys = sorted((config["text_config"] if text else config).keys())
+    key = data.draw(st.sampled_from(keys))
+    hostile = {**config, "text_config": {**config["text_config"], key: value}} if text else {**config, key: value}
+    try:
+        m = model(hostile, tp=data.draw(st.sampled_from([1, 2, 8])))
+    except DevmemError:
+        return
+    assert m.kv_bytes_per_token > 0 and m.state_bytes_per_sequence >= 0 and m.weights_bytes > 0
 
 
 # --- weights ---------------------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def longest_context(model: ModelMemory, kv_cache_bytes: int, sequences: int,
         return 0
     blocks = each // ((full + sliding) * page)
     window = _window_blocks(model, block_size)
-    if sliding and blocks > window:
+    if sliding and blocks >= window:  # past the window only the full layers grow
         if not full:
             return None
         blocks = window + (each - (full + sliding) * window * page) // (full * page)

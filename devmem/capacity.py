@@ -22,8 +22,8 @@ import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
-from devmem.models import MAX_TP, ModelConfigError, ModelMemory
-from devmem.sizing import KvCachePlan, plan_kv_cache
+from devmem.models import MAX_TP, ModelMemory
+from devmem.sizing import KvCachePlan, SizingError, plan_kv_cache
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -32,7 +32,7 @@ DEFAULT_BLOCK_SIZE = 16
 
 def _whole(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ModelConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        raise SizingError(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return int(value)
 
 

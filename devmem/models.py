@@ -190,7 +190,7 @@ class ModelMemory:
         ``dtype`` overrides the config's ``torch_dtype``/``dtype`` (engines serve float32 checkpoints in 16 bits);
         ``kv_dtype`` is ``auto`` (the model dtype), ``bf16``, ``fp16``, ``fp8`` or ``fp32``; ``state_dtype``
         (``auto`` = the model dtype) is the recurrent state's. Without ``weights_bytes`` the weights are
-        estimated from the config (see :func:`estimate_weights`).
+        estimated from the config, matrix by matrix (docs/models.md says what is counted).
         """
         raw = _read_config(config) if not isinstance(config, Mapping) else dict(config)
         return _build(raw, kv_dtype=kv_dtype, tp=tp, dtype=dtype, state_dtype=state_dtype,
@@ -566,7 +566,7 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
     return mlp + matrices, router + norms + bias + qk_norm
 
 
-def estimate_weights(c: _Config, kinds: list[str], attention: tuple[str, int, int, int],
+def _estimate_weights(c: _Config, kinds: list[str], attention: tuple[str, int, int, int],
                      dtype_bytes: int) -> tuple[int, list[str]]:
     """Bytes of the weights a config describes, counted matrix by matrix, and notes on what is approximate.
 
@@ -638,7 +638,7 @@ def _build(raw: Mapping[str, Any], *, kv_dtype: str, tp: int, dtype: str | None,
     window = c.int("sliding_window") if SLIDING in kinds else None
     states = _recurrent_states(c, kinds)
     if weights_bytes is None:
-        weights_bytes, weight_notes = estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
+        weights_bytes, weight_notes = _estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
         weights_source = "estimated from config.json" + (" (text model only)" if c.nested else "")
         notes += weight_notes
     elif isinstance(weights_bytes, bool) or not isinstance(weights_bytes, int) or weights_bytes < 0:

@@ -28,8 +28,8 @@ from devmem.capacity import (
     tokens_in_pool,
 )
 from devmem.kvcache import ALLOCATOR_GRANULARITY
-from devmem.models import ModelConfigError, ModelMemory
-from devmem.sizing import plan_kv_cache
+from devmem.models import ModelMemory
+from devmem.sizing import SizingError, plan_kv_cache
 
 QWEN3 = ModelMemory.from_config(QWEN3_8B)
 MISTRAL = ModelMemory.from_config(MISTRAL_7B_V0_1)
@@ -146,7 +146,7 @@ def test_capacity_as_dict_gives_exact_ints():
 
 
 def test_zero_context_is_refused():
-    with pytest.raises(ModelConfigError, match="context must be a whole number >= 1, got 0"):
+    with pytest.raises(SizingError, match="context must be a whole number >= 1, got 0"):
         sequence_cost(QWEN3, 0)
 
 

@@ -9,8 +9,9 @@ device at ``--utilization``:
    allocated x the block size. The engine's non-KV memory beyond the weights the planner counts is then
    passed to ``devmem fit`` as the activation peak, so both budgets are the same bytes;
 2. the planner works out the sequences (``--sequences``, or the fewest whose longest context stays within the
-   model's ``max_position_embeddings``) and the longest context each can have, and the ``devmem`` command runs
-   for that (context, sequences) and for one block more per sequence. Goal: exit 0, then exit 1.
+   model's ``max_position_embeddings`` with one block to spare) and the longest context each can have, and the
+   ``devmem`` command runs for that (context, sequences) and for one block more per sequence. Goal: exit 0, then
+   exit 1 with the KV budget short as the only reason.
 
 Usage: python benchmarks/fit_check.py --engine [--model DIR_OR_SHAPE] [--utilization 0.9] [--out DIR_OR_FILE.json]
        python benchmarks/fit_check.py --quick [--engine]       # CPU-sized: the tiny shape at utilization 0.01
@@ -95,11 +96,13 @@ def devmem_command(*args: str) -> dict[str, Any]:
 
 
 def fewest_sequences(model: Any, kv_bytes: int, block_size: int) -> int:
-    """The fewest sequences whose longest context is within the model's max_position_embeddings (1 without one)."""
+    """The fewest sequences whose longest context, and one block more, are within the model's
+    max_position_embeddings (1 without one), so that one block more can fail on memory alone."""
     if model.max_context is None:
         return 1
-    sequences = max(1, math.ceil(tokens_in_pool(model, kv_bytes, block_size) / model.max_context))
-    while (longest_context(model, kv_bytes, sequences, block_size) or math.inf) > model.max_context:
+    limit = model.max_context - block_size
+    sequences = max(1, math.ceil(tokens_in_pool(model, kv_bytes, block_size) / limit))
+    while (longest_context(model, kv_bytes, sequences, block_size) or math.inf) > limit:
         sequences += 1
     return sequences
 
@@ -145,8 +148,10 @@ def render(result: dict[str, Any]) -> str:
               engine["planner_block_bytes"], engine["planner_weights"]]]))
         lines.append(f"tokens equal: {engine['tokens_equal']}; the engine served {engine['served']['prefill_tokens']} "
                      f"prefill and {engine['served']['generated_tokens']} generated tokens with the cache in place")
-    rows = [[r["what"], r["context"], r["sequences"], r["exit_code"], r["expected"]] for r in result["runs"]]
-    lines.append(format_table(["devmem fit", "context", "sequences", "exit code", "expected"], rows))
+    rows = [[r["what"], r["context"], r["sequences"], r["exit_code"], r["expected"],
+             "; ".join((r["output"] or {}).get("fit", {}).get("reasons", ["no output"])) or "-"]
+            for r in result["runs"]]
+    lines.append(format_table(["devmem fit", "context", "sequences", "exit code", "expected", "why not"], rows))
     lines.append(f"goal met: {result['goal_met']}")
     return "\n".join(lines)
 
@@ -180,7 +185,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for what, ctx, expected in targets:
             run = devmem_command("fit", *common, "--context", str(ctx), "--sequences", str(sequences))
             runs.append({"what": what, "context": ctx, "sequences": sequences, "expected": expected, **run})
-    exits_ok = [r["exit_code"] for r in runs] == [0, 1]
+    reasons = [(r["output"] or {}).get("fit", {}).get("reasons") for r in runs]
+    exits_ok = ([r["exit_code"] for r in runs] == [0, 1] and reasons[0] == []
+                and len(reasons[1] or []) == 1 and reasons[1][0].startswith("the KV budget is"))
     result = {
         "benchmark": "fit_check", "command": ["python", "benchmarks/fit_check.py",
                                               *(argv if argv is not None else sys.argv[1:])],

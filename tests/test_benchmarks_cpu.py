@@ -83,6 +83,7 @@ def test_fit_check_accepts_the_target_that_just_fits_and_refuses_one_block_more(
     result = bench("fit_check", "--quick")
     assert [(r["expected"], r["exit_code"]) for r in result["runs"]] == [(0, 0), (1, 1)] and result["goal_met"]
     assert result["runs"][1]["context"] == result["runs"][0]["context"] + 16
+    assert result["runs"][1]["output"]["fit"]["reasons"][0].startswith("the KV budget is")
 
 
 def test_fit_check_planner_tokens_equal_the_engines(bench):

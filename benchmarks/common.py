@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import devmem
-from devmem import GiB, MiB, describe
+from devmem import GiB, MiB, device_report
 from devmem.types import KiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +212,7 @@ def settle(platform: Any, device: int, free_before: int, slack: int, timeout: fl
 
 def machine(platform: Any, device: int) -> dict[str, Any]:
     """The machine and device a benchmark ran on."""
-    report = describe(platform, device)
+    report = device_report(platform, device)
     return {"platform": platform.name, "device": device, "device_name": report.name, "total": report.total,
             "free_at_start": report.free, "notes": report.notes, "devmem": devmem.__version__,
             "python": sys.version.split()[0], "host": f"{host.machine()}, {os.cpu_count()} cores"}

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result.update(skipped=how, goal_met=None)
     else:
         init_method = f"tcp://127.0.0.1:{_free_port()}"
-        hold = allocate_torch_in_subprocess(args.blocker, 0) if backend == "nccl" else nullcontext()
+        hold = allocate_torch_in_subprocess(args.blocker, 0, namespace="cuda") if backend == "nccl" else nullcontext()
         with hold:
             sent = spawn(_rank, [(r, backend, init_method, utilizations[r]) for r in range(WORLD)], timeout=300)
         ranks = [r for r, _ in sent if r is not None]

@@ -6,7 +6,16 @@ helpers only on first use; resolving a platform imports a vendor library only wh
 
 from devmem.hookspecs import hookimpl
 from devmem.lazy import lazy_exports
-from devmem.platform import DeviceReport, Platform, PlatformBase, describe
+from devmem.platform import (
+    DeviceMemory,
+    DeviceReport,
+    Platform,
+    PlatformBase,
+    ProcessMemory,
+    Reason,
+    ReasonKind,
+    device_report,
+)
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
 from devmem.types import (
     Detection,
@@ -54,6 +63,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ALLOCATOR_GRANULARITY",
     "Candidate",
+    "DeviceMemory",
     "DeviceReport",
     "Detection",
     "DevmemError",
@@ -70,7 +80,10 @@ __all__ = [
     "PlatformBase",
     "PlatformSpec",
     "PluginError",
+    "ProcessMemory",
     "ProfileResult",
+    "Reason",
+    "ReasonKind",
     "SizingError",
     "UnknownArchitectureError",
     "__version__",
@@ -80,7 +93,7 @@ __all__ = [
     "check_startup_memory",
     "clear_cache",
     "current_platform",
-    "describe",
+    "device_report",
     "format_size",
     "hookimpl",
     "load_model",

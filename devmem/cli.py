@@ -14,7 +14,7 @@ import sys
 from typing import Callable, Sequence
 
 from devmem import __version__
-from devmem.platform import DeviceReport, describe
+from devmem.platform import DeviceReport, device_report
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError, gib
 
@@ -59,7 +59,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     because = _why(chosen)
     count = platform.device_count()
     indices = [args.device] if args.device is not None else range(count)
-    reports = [describe(platform, i) for i in indices]
+    reports = [device_report(platform, i) for i in indices]
     if args.json:
         _emit_json({
             "platform": platform.name,

@@ -10,21 +10,30 @@ import numbers
 import sys
 from typing import Any
 
+from devmem.platform import Platform
+
 log = logging.getLogger("devmem.distributed")
 
 
-def _device(torch: Any, dist: Any, group: Any) -> Any:
-    """Where the group's backend wants its tensors: the current CUDA device for NCCL, the CPU otherwise."""
+def _device(torch: Any, dist: Any, group: Any, platform: Platform | None) -> Any:
+    """Where the group's backend wants its tensors: the platform's current device when the group runs the
+    platform's distributed backend (``platform.dist_backend``), the CPU otherwise."""
     backend = str(dist.get_backend(group))
-    if backend == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
+    if platform is None:
+        from devmem.plugins import current_platform
+
+        platform = current_platform()
+    namespace = platform.torch_device
+    if namespace is not None and backend == platform.dist_backend:
+        return torch.device(namespace, getattr(torch, namespace).current_device())
     return torch.device("cpu")
 
 
-def agree_on_minimum(value: int, group: Any = None) -> int:
+def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = None) -> int:
     """The minimum of ``value`` over every rank of ``group`` (the default group when ``None``).
 
-    Uses whatever backend the group has (gloo on CPU; NCCL with the tensor on the current CUDA device).
+    Uses whatever backend the group has: a CPU tensor for a host backend (gloo), a tensor on the current device
+    for the platform's own backend (``platform.dist_backend``; ``platform`` defaults to the current one).
     Returns ``value`` unchanged when torch is not imported or torch.distributed is unavailable or not initialised.
     Every rank must call it, as with any collective.
     """
@@ -37,7 +46,7 @@ def agree_on_minimum(value: int, group: Any = None) -> int:
 
     if not dist.is_available() or not dist.is_initialized():
         return int(value)
-    tensor = torch.tensor([int(value)], dtype=torch.int64, device=_device(torch, dist, group))
+    tensor = torch.tensor([int(value)], dtype=torch.int64, device=_device(torch, dist, group, platform))
     dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
     agreed = int(tensor.item())
     if agreed != value:

@@ -1,18 +1,20 @@
 """``devmem doctor``: explain this machine's device memory to an operator, finding by finding.
 
 Each :class:`Finding` says what is the case, with the numbers, and what to do about it. The checks
-use only the Platform protocol (and its optional members), so they work on every backend; the
-allocator check looks at torch only when this process has already imported it.
+use only the platform contract, so they work on every backend: advice for a missing per-process figure
+is picked by its :class:`~devmem.platform.ReasonKind`, and the allocator check looks at the torch device
+module the platform declares, only when this process has already imported torch.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
-from devmem.platform import DeviceReport, Platform, describe
+from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
 from devmem.plugins import current_platform
-from devmem.types import MiB, gib
+from devmem.torch_device import initialised_module
+from devmem.types import MiB
+from devmem.units import format_size
 
 #: Free memory below this share of total is worth a warning.
 LOW_FREE_FRACTION = 0.10
@@ -36,35 +38,39 @@ class Finding:
 
 def _pid_list(others: dict[int, int], limit: int = 5) -> str:
     ranked = sorted(others.items(), key=lambda kv: -kv[1])
-    shown = ", ".join(f"pid {pid} ({gib(used)})" for pid, used in ranked[:limit])
+    shown = ", ".join(f"pid {pid} ({format_size(used)})" for pid, used in ranked[:limit])
     return shown + (f" and {len(ranked) - limit} more" if len(ranked) > limit else "")
 
 
-def _accounting(r: DeviceReport) -> Finding:
-    if r.process == 0 and r.platform != "cpu":
+#: What to do about a missing per-process figure, by the kind of its reason.
+ADVICE = {
+    ReasonKind.DRIVER_MODEL: ("this driver model cannot attribute memory to processes: run one engine per device, "
+                              "or size with a pinned KV cache (kv_cache_memory_bytes) so co-tenants cannot skew "
+                              "the profile"),
+    ReasonKind.PID_NAMESPACE: ("the driver reports host PIDs that this container cannot see: run the container with "
+                               "--pid=host, or let devmem learn its driver-side PID (it does once the device "
+                               "runtime is initialised)"),
+}
+FALLBACK_ADVICE = ("devmem falls back to the device-wide change of free memory, which counts co-tenants' "
+                   "allocations as this engine's: avoid starting engines at the same moment on this device")
+
+
+def _accounting(r: DeviceReport, platform: Platform) -> Finding:
+    if r.process == 0 and platform.torch_device is not None:
         return Finding(r.index, "per-process-accounting", "info",
                        "this process holds no memory on this device (it has no context there), so per-process "
                        "accounting cannot be confirmed from here",
-                       "run `devmem doctor` from inside the engine (devmem.doctor.diagnose()) once its CUDA "
+                       "run `devmem doctor` from inside the engine (devmem.doctor.diagnose()) once its device "
                        "context exists, or check `devmem info` there")
     if r.process is not None:
         return Finding(r.index, "per-process-accounting", "ok",
-                       f"per-process accounting works: this process holds {gib(r.process)}",
+                       f"per-process accounting works: this process holds {format_size(r.process)}",
                        "nothing to do: KV budgets are sized from this process's own memory, so co-tenants "
                        "do not shrink them")
-    reason = r.process_reason or "unknown"
-    lowered = reason.lower()
-    if "wddm" in lowered:
-        action = ("WDDM cannot attribute memory to processes: run one engine per GPU, or size with a pinned "
-                  "KV cache (kv_cache_memory_bytes) so co-tenants cannot skew the profile")
-    elif "namespace" in lowered or "pid" in lowered:
-        action = ("the driver reports host PIDs that this container cannot see: run the container with "
-                  "--pid=host, or let devmem learn its driver-side PID (it does once CUDA is initialised)")
-    else:
-        action = ("devmem falls back to the device-wide change of free memory, which counts co-tenants' "
-                  "allocations as this engine's: avoid starting engines at the same moment on this device")
+    kind = ReasonKind(r.process_reason_kind) if r.process_reason_kind else None
     return Finding(r.index, "per-process-accounting", "warning",
-                   f"per-process accounting is unavailable: {reason}", action)
+                   f"per-process accounting is unavailable: {r.process_reason or 'unknown'}",
+                   ADVICE.get(kind, FALLBACK_ADVICE))
 
 
 def _co_tenants(r: DeviceReport) -> Finding | None:
@@ -72,7 +78,7 @@ def _co_tenants(r: DeviceReport) -> Finding | None:
         return None
     total = sum(r.other_processes.values())
     return Finding(r.index, "co-tenants", "info",
-                   f"{len(r.other_processes)} other process(es) hold {gib(total)}: {_pid_list(r.other_processes)}",
+                   f"{len(r.other_processes)} other process(es) hold {format_size(total)}: {_pid_list(r.other_processes)}",
                    "each engine's utilization is a share of the whole device: keep the shares of all engines "
                    "on this device summing to at most 1.0")
 
@@ -81,24 +87,24 @@ def _low_free(r: DeviceReport) -> Finding | None:
     if r.total <= 0 or r.free >= LOW_FREE_FRACTION * r.total:
         return None
     return Finding(r.index, "low-free-memory", "warning",
-                   f"only {gib(r.free)} of {gib(r.total)} is free ({100 * r.free / r.total:.1f}%)",
+                   f"only {format_size(r.free)} of {format_size(r.total)} is free ({100 * r.free / r.total:.1f}%)",
                    "an engine asking for utilization u needs u * total free at start: lower u, or stop "
                    "the processes holding memory")
 
 
-def _unified(r: DeviceReport) -> Finding | None:
+def _unified(r: DeviceReport, platform: Platform) -> Finding | None:
     if not r.integrated:
         return None
-    if r.platform == "cpu":
+    if platform.torch_device is None:
         return Finding(r.index, "no-accelerator", "info",
-                       f"no accelerator platform is in use: the device is host RAM, {gib(r.free)} free "
+                       f"no accelerator platform is in use: the device is host RAM, {format_size(r.free)} free "
                        f"({r.sources.get('free', 'MemAvailable')})",
                        "if this machine has an accelerator, `devmem plugins` shows which backends were found "
                        "and why each was or was not detected")
     free_source = r.sources.get("free", "what the platform reports")
     return Finding(r.index, "unified-memory", "info",
-                   f"device memory is host memory; free is {gib(r.free)} ({free_source})",
-                   "size from devmem, not torch.cuda.mem_get_info (which ignores reclaimable page cache); "
+                   f"device memory is host memory; free is {format_size(r.free)} ({free_source})",
+                   "size from devmem, not the runtime's mem_get_info (which ignores reclaimable page cache); "
                    "memory the allocator keeps cached is memory the OS does not have, so release it "
                    "(devmem.profiling.release_allocator_cache) before allocating the KV cache")
 
@@ -113,18 +119,18 @@ def _paging(r: DeviceReport) -> Finding | None:
                    "a slow engine here often means device memory is being paged")
 
 
-def _allocator_cache(device: int) -> Finding | None:
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "cuda") or not torch.cuda.is_initialized():
+def _allocator_cache(device: int, platform: Platform) -> Finding | None:
+    module, _ = initialised_module(platform)
+    if module is None:
         return None
     try:
-        cached = int(torch.cuda.memory_reserved(device)) - int(torch.cuda.memory_allocated(device))
+        cached = int(module.memory_reserved(device)) - int(module.memory_allocated(device))
     except Exception:  # a device torch does not know; nothing to say
         return None
     if cached < CACHE_WORTH_MENTIONING:
         return None
     return Finding(device, "allocator-cache", "warning",
-                   f"torch's caching allocator holds {gib(cached)} of free blocks in this process",
+                   f"torch's caching allocator holds {format_size(cached)} of free blocks in this process",
                    "call devmem.profiling.release_allocator_cache() right before allocating the KV cache")
 
 
@@ -133,13 +139,12 @@ def diagnose(platform: Platform | None = None, devices: list[int] | None = None)
     platform = platform or current_platform()
     findings: list[Finding] = []
     for device in devices if devices is not None else range(platform.device_count()):
-        report = describe(platform, device)
-        findings.append(_accounting(report))
-        for check in (_co_tenants, _low_free, _unified, _paging):
-            found = check(report)
+        report = device_report(platform, device)
+        findings.append(_accounting(report, platform))
+        for found in (_co_tenants(report), _low_free(report), _unified(report, platform), _paging(report)):
             if found is not None:
                 findings.append(found)
-        cache = _allocator_cache(device)
+        cache = _allocator_cache(device, platform)
         if cache is not None:
             findings.append(cache)
         findings += [Finding(device, "platform-note", "info", note, "") for note in report.notes]

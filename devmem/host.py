@@ -11,8 +11,9 @@ import sys
 from typing import Protocol
 
 from devmem.hookspecs import hookimpl
-from devmem.platform import PlatformBase
-from devmem.types import Detection, DevmemError, KiB, MemoryInfo, PlatformSpec, gib
+from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
+from devmem.types import Detection, DevmemError, KiB, MemoryInfo, PlatformSpec
+from devmem.units import format_size
 
 _NO_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a page-aligned LONG_MAX
 
@@ -139,6 +140,8 @@ class CpuPlatform(PlatformBase):
     """Host RAM as the device: free is MemAvailable, total is MemTotal, both within any cgroup limit."""
 
     name = "cpu"
+    torch_device = None  # host memory: torch's device allocators do not manage it
+    dist_backend = "gloo"
 
     def __init__(self, *, files: Files = REAL_FILES):
         self._files = files
@@ -154,49 +157,39 @@ class CpuPlatform(PlatformBase):
         vm = psutil.virtual_memory()
         return {"MemTotal": vm.total, "MemAvailable": vm.available, "MemFree": vm.free}, None
 
-    def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        self.check_device(device)
+    def _memory(self, device: int) -> DeviceMemory:
         meminfo, cgroup = self._figures()
         total, free = meminfo["MemTotal"], meminfo["MemAvailable"]
+        sources = {
+            "free": f"MemAvailable, includes {format_size(page_cache_bytes(meminfo))} reclaimable page cache",
+            "total": "MemTotal",
+        }
         if cgroup is not None:
             limit, used = cgroup
             total = min(total, limit)
             free = min(free, limit - used)
-        return MemoryInfo(free=max(0, min(free, total)), total=total)
+            if limit < meminfo["MemTotal"]:
+                sources["total"] = f"cgroup memory limit ({format_size(limit)}, below MemTotal)"
+                sources["free"] += ", capped by the cgroup limit"
+        return DeviceMemory(MemoryInfo(free=max(0, min(free, total)), total=total), sources)
 
-    def get_process_memory_usage(self, device: int = 0) -> int | None:
-        self.check_device(device)
+    def _process_memory(self, device: int) -> ProcessMemory:
         try:
             resident_pages = int(self._files.read_text("/proc/self/statm").split()[1])
-            return resident_pages * os.sysconf("SC_PAGE_SIZE")
+            return ProcessMemory(resident_pages * os.sysconf("SC_PAGE_SIZE"))
         except (OSError, IndexError, ValueError, AttributeError):
             import psutil
 
-            return int(psutil.Process().memory_info().rss)
+            return ProcessMemory(int(psutil.Process().memory_info().rss))
 
-    def is_integrated_gpu(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _is_integrated(self, device: int) -> bool:
         return True
 
-    def pages_instead_of_failing(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _pages_instead_of_failing(self, device: int) -> bool:
         return True
 
-    def device_name(self, device: int = 0) -> str:
-        self.check_device(device)
+    def _device_name(self, device: int) -> str:
         return "host memory"
-
-    def memory_sources(self, device: int = 0) -> dict[str, str]:
-        self.check_device(device)
-        meminfo, cgroup = self._figures()
-        sources = {
-            "free": f"MemAvailable, includes {gib(page_cache_bytes(meminfo))} reclaimable page cache",
-            "total": "MemTotal",
-        }
-        if cgroup is not None and cgroup[0] < meminfo["MemTotal"]:
-            sources["total"] = f"cgroup memory limit ({gib(cgroup[0])}, below MemTotal)"
-            sources["free"] += ", capped by the cgroup limit"
-        return sources
 
 
 def _detect_cpu() -> Detection:

@@ -1,40 +1,116 @@
-"""The Platform protocol every backend implements, a helper base class, and the per-device report.
+"""The platform contract: what every backend answers, the base class that checks indices once, and the report.
 
-Required members are the contract of DESIGN.md. Optional members let a platform explain itself
-(``devmem info`` and ``devmem doctor`` use them when present; :func:`describe` fills neutral values
-when a vendor's platform does not have them):
+A backend subclasses :class:`PlatformBase` and implements its hooks (``device_count`` and the ``_``-prefixed
+methods), which receive an index already checked. The public methods are the contract the core, the CLI and
+the conformance kit call; each returns its value together with its reason, so no answer depends on which
+call ran before. A platform also states what the core needs to know about it, instead of the core testing
+its name:
 
-- ``device_name(device) -> str``
-- ``process_memory_reason(device) -> str | None``: why ``get_process_memory_usage`` returns ``None``
-- ``other_processes_memory(device) -> dict[int, int] | None``: other processes' bytes by PID, where known
-- ``memory_sources(device) -> dict[str, str]``: where ``free`` and ``total`` came from, for people
-- ``notes(device) -> list[str]``: facts an operator should know (MIG, WDDM, PID namespace, ...)
+- ``torch_device``: torch's device namespace for this platform's devices (``"cuda"``, ``"xpu"``, ...), or
+  ``None`` where the device is host memory that torch's device allocator does not manage;
+- ``dist_backend``: the ``torch.distributed`` backend whose collectives take tensors on ``torch_device``
+  (``None`` where none does).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from enum import Enum
+from typing import Mapping, Protocol, runtime_checkable
 
 from devmem.types import DevmemError, MemoryInfo
 
 
+class ReasonKind(str, Enum):
+    """Why a platform has no per-process figure, for programs (``devmem doctor`` picks its advice by kind)."""
+
+    #: The platform never attributes device memory to processes.
+    NOT_ATTRIBUTED = "not-attributed"
+    #: The driver model itself cannot attribute memory to processes (e.g. a display driver model).
+    DRIVER_MODEL = "driver-model"
+    #: The driver lists processes under PIDs this process's PID namespace hides.
+    PID_NAMESPACE = "pid-namespace"
+    #: The driver lists this process but reports its figure as not available.
+    NOT_AVAILABLE = "not-available"
+    #: The vendor library failed to list the processes (an error, a permission).
+    QUERY_FAILED = "query-failed"
+    #: Nothing on this machine reports the figure (no library, an unknown device address).
+    NO_SOURCE = "no-source"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a figure is missing: ``kind`` for programs, ``text`` for people."""
+
+    kind: ReasonKind
+    text: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ReasonKind(self.kind))
+        if not isinstance(self.text, str) or not self.text:
+            raise TypeError(f"Reason.text must be a non-empty string, got {self.text!r}")
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """This process's device memory in bytes, or ``None`` with the :class:`Reason` it is unknown."""
+
+    used: int | None
+    reason: Reason | None = None
+
+    def __post_init__(self) -> None:
+        if self.used is None and self.reason is None:
+            raise TypeError("ProcessMemory(None) needs a Reason saying why the figure is unknown")
+
+    @classmethod
+    def unknown(cls, kind: ReasonKind, text: str) -> "ProcessMemory":
+        return cls(None, Reason(kind, text))
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One reading of a device: free/total, where each figure came from (for people), and notes on it."""
+
+    info: MemoryInfo
+    sources: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class Platform(Protocol):
-    """Device memory as an inference engine needs to see it. All figures are ``int`` bytes."""
+    """Device memory as an inference engine needs to see it. All figures are ``int`` bytes.
+
+    Every method takes a device index and raises :class:`~devmem.DevmemError` naming the valid range for a bad
+    one. :class:`PlatformBase` implements all of them over a backend's hooks.
+    """
 
     name: str
+    torch_device: str | None
+    dist_backend: str | None
 
     def device_count(self) -> int:
-        """Devices visible to this process (after CUDA/HIP/ROCR_VISIBLE_DEVICES)."""
+        """Devices visible to this process (after the runtime's ``*_VISIBLE_DEVICES`` variables)."""
+        ...
+
+    def memory(self, device: int = 0) -> DeviceMemory:
+        """One reading: free/total with where each came from and notes on it."""
         ...
 
     def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        """``free``: what a new allocation can obtain now; ``total``: what the runtime calls total."""
+        """``memory(device).info``: ``free``, what a new allocation can obtain now; ``total``, what the runtime
+        calls total."""
+        ...
+
+    def process_memory(self, device: int = 0) -> ProcessMemory:
+        """This process's device memory together with the reason where it is unknown."""
         ...
 
     def get_process_memory_usage(self, device: int = 0) -> int | None:
-        """Device memory held by this process, or ``None`` when the platform cannot attribute it."""
+        """``process_memory(device).used``."""
+        ...
+
+    def process_memory_reason(self, device: int = 0) -> str | None:
+        """The text of ``process_memory(device).reason`` (``None`` where the figure is known)."""
         ...
 
     def is_integrated_gpu(self, device: int = 0) -> bool:
@@ -45,15 +121,68 @@ class Platform(Protocol):
         """True when over-subscription is paged to host memory or taken from the OS instead of failing."""
         ...
 
+    def device_name(self, device: int = 0) -> str:
+        """A name for people."""
+        ...
+
+    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
+        """Other processes' bytes by PID, where known."""
+        ...
+
+    def memory_sources(self, device: int = 0) -> dict[str, str]:
+        """``memory(device).sources``: where ``free`` and ``total`` came from, for people."""
+        ...
+
+    def notes(self, device: int = 0) -> list[str]:
+        """Facts an operator should know about the device."""
+        ...
+
+
+#: Every member of :class:`Platform`, for error messages that name what a platform lacks.
+CONTRACT = ("name", "torch_device", "dist_backend", "device_count", "memory", "device_memory_info", "process_memory",
+            "get_process_memory_usage", "process_memory_reason", "is_integrated_gpu", "pages_instead_of_failing",
+            "device_name", "other_processes_memory", "memory_sources", "notes")
+
 
 class PlatformBase:
-    """Optional base for backends: device-index checking and neutral optional members."""
+    """The contract over a backend's hooks: every public method checks the index once, then asks a hook.
+
+    Required hooks: ``device_count()``, ``_memory(device) -> DeviceMemory``, ``_is_integrated(device)``,
+    ``_pages_instead_of_failing(device)``. Optional hooks (neutral defaults): ``_process_memory(device) ->
+    ProcessMemory``, ``_device_name``, ``_other_processes_memory``, ``_notes``. Hooks receive a valid index.
+    """
 
     name: str = "base"
+    torch_device: str | None = None
+    dist_backend: str | None = None
 
+    # ---- hooks ----------------------------------------------------------------------------------
     def device_count(self) -> int:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
 
+    def _memory(self, device: int) -> DeviceMemory:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def _is_integrated(self, device: int) -> bool:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def _pages_instead_of_failing(self, device: int) -> bool:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def _process_memory(self, device: int) -> ProcessMemory:
+        return ProcessMemory.unknown(ReasonKind.NOT_ATTRIBUTED,
+                                     f"{self.name} does not attribute device memory to processes")
+
+    def _device_name(self, device: int) -> str:
+        return f"{self.name}:{device}"
+
+    def _other_processes_memory(self, device: int) -> dict[int, int] | None:
+        return None
+
+    def _notes(self, device: int) -> list[str]:
+        return []
+
+    # ---- the contract ---------------------------------------------------------------------------
     def check_device(self, device: int) -> int:
         """Return ``device`` if it is a valid index, else raise :class:`DevmemError` naming the range."""
         count = self.device_count()
@@ -62,20 +191,40 @@ class PlatformBase:
             raise DevmemError(f"{self.name}: device index {device!r} is out of range; valid indices: {valid}")
         return device
 
-    def device_name(self, device: int = 0) -> str:
-        return f"{self.name}:{self.check_device(device)}"
+    def memory(self, device: int = 0) -> DeviceMemory:
+        return self._memory(self.check_device(device))
 
-    def process_memory_reason(self, device: int = 0) -> str | None:
-        return None
-
-    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
-        return None
+    def device_memory_info(self, device: int = 0) -> MemoryInfo:
+        return self.memory(device).info
 
     def memory_sources(self, device: int = 0) -> dict[str, str]:
-        return {}
+        return dict(self.memory(device).sources)
+
+    def process_memory(self, device: int = 0) -> ProcessMemory:
+        return self._process_memory(self.check_device(device))
+
+    def get_process_memory_usage(self, device: int = 0) -> int | None:
+        return self.process_memory(device).used
+
+    def process_memory_reason(self, device: int = 0) -> str | None:
+        reason = self.process_memory(device).reason
+        return None if reason is None else reason.text
+
+    def is_integrated_gpu(self, device: int = 0) -> bool:
+        return self._is_integrated(self.check_device(device))
+
+    def pages_instead_of_failing(self, device: int = 0) -> bool:
+        return self._pages_instead_of_failing(self.check_device(device))
+
+    def device_name(self, device: int = 0) -> str:
+        return self._device_name(self.check_device(device))
+
+    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
+        return self._other_processes_memory(self.check_device(device))
 
     def notes(self, device: int = 0) -> list[str]:
-        return []
+        device = self.check_device(device)
+        return list(self._notes(device))
 
 
 @dataclass(frozen=True)
@@ -94,6 +243,8 @@ class DeviceReport:
     pages_instead_of_failing: bool
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The :class:`ReasonKind` value of ``process_reason`` (``None`` where the figure is known).
+    process_reason_kind: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
@@ -102,29 +253,23 @@ class DeviceReport:
         return d
 
 
-def _optional(platform: object, member: str, device: int, default):
-    fn = getattr(platform, member, None)
-    return fn(device) if callable(fn) else default
-
-
-def describe(platform: Platform, device: int = 0) -> DeviceReport:
-    """Collect a :class:`DeviceReport`, calling optional members only where the platform has them."""
-    info = platform.device_memory_info(device)
-    process = platform.get_process_memory_usage(device)
-    reason = _optional(platform, "process_memory_reason", device, None)
-    if process is None and reason is None:
-        reason = f"{platform.name} does not attribute device memory to processes"
+def device_report(platform: Platform, device: int = 0) -> DeviceReport:
+    """Collect a :class:`DeviceReport` of ``device`` from every member of the contract."""
+    memory = platform.memory(device)
+    info = memory.info
+    process = platform.process_memory(device)
     return DeviceReport(
         index=device,
-        name=_optional(platform, "device_name", device, f"{platform.name}:{device}"),
+        name=platform.device_name(device),
         platform=platform.name,
         free=info.free,
         total=info.total,
-        process=process,
-        process_reason=None if process is not None else reason,
-        other_processes=_optional(platform, "other_processes_memory", device, None),
+        process=process.used,
+        process_reason=None if process.reason is None else process.reason.text,
+        process_reason_kind=None if process.reason is None else process.reason.kind.value,
+        other_processes=platform.other_processes_memory(device),
         integrated=platform.is_integrated_gpu(device),
         pages_instead_of_failing=platform.pages_instead_of_failing(device),
-        sources=dict(_optional(platform, "memory_sources", device, {})),
-        notes=list(_optional(platform, "notes", device, [])),
+        sources=dict(memory.sources),
+        notes=list(platform.notes(device)),
     )

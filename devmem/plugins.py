@@ -20,7 +20,7 @@ import pluggy
 
 from devmem import hookspecs
 from devmem.entrypoints import EntryPoint, entry_points
-from devmem.platform import Platform
+from devmem.platform import CONTRACT, Platform
 from devmem.types import Detection, PluginError, PlatformSpec
 
 LOGGER = "devmem.plugins"
@@ -55,6 +55,7 @@ class Candidate:
     reason: str
     chosen: bool = False
     description: str = ""
+    runtime_markers: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -137,7 +138,8 @@ def _candidates() -> tuple[list[Candidate], dict[str, _Registered]]:
     for reg in regs:
         det = _probe(reg)
         cands.append(Candidate(reg.spec.name, reg.spec.priority, reg.plugin, reg.distribution, reg.version,
-                               det.found, det.reason, description=reg.spec.description))
+                               det.found, det.reason, description=reg.spec.description,
+                               runtime_markers=reg.spec.runtime_markers))
         by_name.setdefault(reg.spec.name, reg)
     cands.sort(key=lambda c: (-c.priority, c.name))
     return cands, by_name
@@ -213,8 +215,10 @@ def _build(cands: list[Candidate], by_name: dict[str, _Registered]) -> Platform:
                      if c is choice else c for c in cands]
             continue
         if not isinstance(platform, Platform):
+            missing = [m for m in CONTRACT if not hasattr(platform, m)]
             raise PluginError(f"platform {choice.name!r} from distribution {choice.distribution!r}: "
-                              f"factory returned {platform!r}, which lacks members of devmem.Platform")
+                              f"factory returned {platform!r}, which lacks {', '.join(missing)} of devmem.Platform; "
+                              "subclass devmem.PlatformBase, which has every member")
         _debug("devmem: chose platform %r (%s)", choice.name, choice.reason)
         return platform
 

@@ -66,8 +66,10 @@ class Detection:
 class PlatformSpec:
     """What a backend's ``devmem_platforms`` hook yields: a named, prioritised, lazily built platform.
 
-    ``detect()`` must be cheap (no CUDA context, no torch import); ``factory()`` runs only when
-    this platform is chosen. Higher ``priority`` wins among detected candidates.
+    ``detect()`` must be cheap (no device context, no torch import); ``factory()`` runs only when
+    this platform is chosen. Higher ``priority`` wins among detected candidates. ``runtime_markers`` are
+    what ``/proc/self/maps`` shows once the platform's device runtime is loaded or initialised (a library,
+    a device node): the conformance kit checks that detection maps none of them.
     """
 
     name: str
@@ -75,6 +77,7 @@ class PlatformSpec:
     detect: Callable[[], Detection]
     factory: Callable[[], "Platform"]
     description: str = ""
+    runtime_markers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -86,3 +89,7 @@ class PlatformSpec:
             raise TypeError(f"PlatformSpec.priority must be an int, got {self.priority!r}")
         if not callable(self.detect) or not callable(self.factory):
             raise TypeError(f"PlatformSpec {self.name!r}: detect and factory must be callables")
+        if isinstance(self.runtime_markers, str) or not all(isinstance(m, str) and m for m in self.runtime_markers):
+            raise TypeError(f"PlatformSpec {self.name!r}: runtime_markers must be a tuple of non-empty strings, "
+                            f"got {self.runtime_markers!r}")
+        object.__setattr__(self, "runtime_markers", tuple(self.runtime_markers))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 
 _UNITS = {
     "": 1,
@@ -29,6 +28,8 @@ def parse_size(text: str) -> int:
 
     Raises :class:`ValueError` naming the text and what is accepted.
     """
+    from decimal import Decimal  # only here: importing decimal costs start-up time
+
     match = _SIZE.match(text) if isinstance(text, str) else None
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:

@@ -1,7 +1,14 @@
 """devmem's NVIDIA backends: the ``nvml`` platform (discrete GPUs, MIG, containers) and ``wsl2`` (WDDM).
 
-The NVML access layer (:mod:`devmem_nvidia.nvml_access`, :mod:`devmem_nvidia.visible`,
-:mod:`devmem_nvidia.pidns`) is shared with the unified-memory backend. No vendor library is imported here.
+No vendor library is imported here. The names below are this package's public surface; other backends (the
+unified-memory one) use these and nothing else:
+
+- platforms: ``NvmlPlatform``, ``WslPlatform``, ``detect_nvml``, ``detect_wsl2``;
+- the driver's files: ``driver_loaded(files)``, ``NO_DRIVER``;
+- the NVML session: ``session_for(nvml=None) -> NvmlSession``, ``NvmlUnavailable``, ``NvmlCallError``;
+- NVML readings: ``read_memory(session, handle)``, ``device_name(session, handle)``;
+- CUDA devices: ``visible_devices(session, environ) -> devmem.visible.VisibleDevices[VisibleDevice]``;
+- this process's driver-side PID: ``DeviceAllocator`` (the runtime boundary), ``CudaDriverAllocator``.
 """
 
 from devmem.lazy import lazy_exports
@@ -9,13 +16,20 @@ from devmem.lazy import lazy_exports
 #: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
 #: ``plugin`` module, which must stay cheap.
 _LAZY = {
+    "NO_DRIVER": "devmem_nvidia.driver",
+    "driver_loaded": "devmem_nvidia.driver",
     "CudaDriverAllocator": "devmem_nvidia.pidns",
+    "DeviceAllocator": "devmem_nvidia.pidns",
     "NvmlCallError": "devmem_nvidia.nvml_access",
     "NvmlSession": "devmem_nvidia.nvml_access",
     "NvmlUnavailable": "devmem_nvidia.nvml_access",
+    "device_name": "devmem_nvidia.nvml_access",
+    "read_memory": "devmem_nvidia.nvml_access",
     "session_for": "devmem_nvidia.nvml_access",
     "NvmlPlatform": "devmem_nvidia.nvml_platform",
     "detect_nvml": "devmem_nvidia.nvml_platform",
+    "VisibleDevice": "devmem_nvidia.visible",
+    "visible_devices": "devmem_nvidia.visible",
     "WslPlatform": "devmem_nvidia.wsl2",
     "detect_wsl2": "devmem_nvidia.wsl2",
 }

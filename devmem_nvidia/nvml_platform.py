@@ -18,8 +18,9 @@ import threading
 from typing import Any, Mapping
 
 from devmem.host import REAL_FILES, Files
-from devmem.platform import PlatformBase
-from devmem.types import Detection, DevmemError, MemoryInfo, gib
+from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
+from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.units import format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.nvml_access import (
     MemoryReading,
@@ -94,6 +95,8 @@ class NvmlPlatform(PlatformBase):
     """
 
     name = "nvml"
+    torch_device = "cuda"
+    dist_backend = "nccl"
 
     def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None,
                  allocator: DeviceAllocator | None = None, learn_pid: bool = True):
@@ -108,33 +111,30 @@ class NvmlPlatform(PlatformBase):
         self._learned: int | None = None
         self._learn_note: str | None = None
         self._learn_tried: set[int] = set()
-        self._reasons: dict[int, str] = {}
         self._names: dict[int, str] = {}
 
     # ---- devices -------------------------------------------------------------------------------
     def device_count(self) -> int:
         return len(self._table.devices())
 
-    def _visible(self, device: int) -> VisibleDevice:
-        devices = self._table.devices()
-        if type(device) is int and 0 <= device < len(devices):
-            return devices[device]
-        return devices[self.check_device(device)]  # raises DevmemError naming the valid range
-
     def visible_device(self, device: int = 0) -> VisibleDevice:
         """CUDA device ``device`` as NVML knows it: its handle, UUID, PCI bus id and MIG parent."""
-        return self._visible(device)
+        return self._table.devices()[self.check_device(device)]
 
-    def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        reading = device_memory(self._session, self.name, device, self._visible(device))
-        return MemoryInfo(free=reading.free, total=reading.runtime_total)
+    def _memory(self, device: int) -> DeviceMemory:
+        reading = device_memory(self._session, self.name, device, self._table.devices()[device])
+        if reading.reserved is None:
+            sources = {"free": "NVML memory info v1 free",
+                       "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)"}
+        else:
+            sources = {"free": "NVML memory info v2 free",
+                       "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}
+        return DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total), sources)
 
-    def is_integrated_gpu(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _is_integrated(self, device: int) -> bool:
         return False
 
-    def pages_instead_of_failing(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _pages_instead_of_failing(self, device: int) -> bool:
         return False
 
     # ---- this process --------------------------------------------------------------------------
@@ -146,10 +146,9 @@ class NvmlPlatform(PlatformBase):
             self._ns_pids = {(namespace_pids(self._files) or [os.getpid()])[0]}
         return self._ns_pids
 
-    def _unknown(self, device: int, reason: str) -> None:
-        self._reasons[device] = reason
-        log.debug("devmem: %s: no per-process figure for device %d: %s", self.name, device, reason)
-        return None
+    def _unknown(self, device: int, kind: ReasonKind, text: str) -> ProcessMemory:
+        log.debug("devmem: %s: no per-process figure for device %d: %s", self.name, device, text)
+        return ProcessMemory.unknown(kind, text)
 
     def _holds_context(self, dev: VisibleDevice, device: int) -> bool:
         """Whether this process may hold memory on ``dev``: it maps the device and has a context there."""
@@ -168,7 +167,7 @@ class NvmlPlatform(PlatformBase):
                 self._learn_note = f"cannot learn the driver-side PID yet: {why}"
                 return
             self._learn_tried.add(device)
-            handle = self._visible(device).handle
+            handle = self._table.devices()[device].handle
 
             def usage() -> dict[int, int | None]:
                 return {pid: e.used for pid, e in running_processes(self._session, handle).items()}
@@ -178,8 +177,8 @@ class NvmlPlatform(PlatformBase):
             except NvmlCallError as exc:
                 self._learn_note = f"cannot learn the driver-side PID: {exc}"
 
-    def get_process_memory_usage(self, device: int = 0) -> int | None:
-        dev = self._visible(device)
+    def _process_memory(self, device: int) -> ProcessMemory:
+        dev = self._table.devices()[device]
         try:
             entry = find_process(self._session, dev.handle, self._driver_pids())
             if entry is None and self._holds_context(dev, device):
@@ -187,18 +186,18 @@ class NvmlPlatform(PlatformBase):
                 if self._learned is not None:
                     entry = find_process(self._session, dev.handle, {self._learned})
                 if entry is None:
-                    return self._unknown(device, self._not_listed(dev))
+                    return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev))
         except NvmlCallError as exc:
-            return self._unknown(device, f"NVML could not list the processes on this device: {exc}")
+            return self._unknown(device, ReasonKind.QUERY_FAILED,
+                                 f"NVML could not list the processes on this device: {exc}")
         if entry is None:
-            self._reasons.pop(device, None)
-            return 0  # no mapping of this device, or no context on it: this process holds nothing there
+            return ProcessMemory(0)  # no mapping of this device, or no context on it: this process holds nothing there
         if entry.used is None:
             where = f"MIG instance {dev.uuid}" if dev.mig else "this device"
-            return self._unknown(device, f"NVML lists this process on {where} but reports its memory as not "
-                                         "available (some MIG and container setups need more privileges)")
-        self._reasons.pop(device, None)
-        return entry.used
+            return self._unknown(device, ReasonKind.NOT_AVAILABLE,
+                                 f"NVML lists this process on {where} but reports its memory as not "
+                                 "available (some MIG and container setups need more privileges)")
+        return ProcessMemory(entry.used)
 
     def _not_listed(self, dev: VisibleDevice) -> str:
         pids = namespace_pids(self._files) or [os.getpid()]
@@ -207,12 +206,8 @@ class NvmlPlatform(PlatformBase):
                 f"PIDs the driver sees (host PIDs on this driver) and this PID namespace hides them{learned}. "
                 "Run the container with --pid=host to get per-process figures")
 
-    def process_memory_reason(self, device: int = 0) -> str | None:
-        self.check_device(device)
-        return self._reasons.get(device)
-
-    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
-        dev = self._visible(device)
+    def _other_processes_memory(self, device: int) -> dict[int, int] | None:
+        dev = self._table.devices()[device]
         try:
             entries = running_processes(self._session, dev.handle)
         except NvmlCallError:
@@ -229,8 +224,8 @@ class NvmlPlatform(PlatformBase):
         return {pid: int(used) for pid, used in others.items() if used is not None}
 
     # ---- for people ----------------------------------------------------------------------------
-    def device_name(self, device: int = 0) -> str:
-        dev = self._visible(device)
+    def _device_name(self, device: int) -> str:
+        dev = self._table.devices()[device]
         if device not in self._names:
             try:
                 self._names[device] = device_name(self._session, dev.handle)
@@ -238,16 +233,8 @@ class NvmlPlatform(PlatformBase):
                 return f"NVIDIA {dev.uuid}"
         return self._names[device]
 
-    def memory_sources(self, device: int = 0) -> dict[str, str]:
-        reading = device_memory(self._session, self.name, device, self._visible(device))
-        if reading.reserved is None:
-            return {"free": "NVML memory info v1 free",
-                    "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)"}
-        return {"free": "NVML memory info v2 free",
-                "total": f"NVML memory info v2 total - reserved ({gib(reading.reserved)} kept by the driver)"}
-
-    def notes(self, device: int = 0) -> list[str]:
-        dev = self._visible(device)
+    def _notes(self, device: int) -> list[str]:
+        dev = self._table.devices()[device]
         out = []
         if dev.mig:
             out.append(f"MIG instance {dev.uuid} of {dev.parent_uuid}: memory figures are the instance's")

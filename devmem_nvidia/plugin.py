@@ -12,6 +12,10 @@ from devmem.hookspecs import hookimpl
 from devmem.types import Detection, PlatformSpec
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 
+#: What /proc/self/maps shows once the CUDA runtime is loaded or initialised (NVML may load libcuda.so without
+#: initialising it, so the driver library alone is no evidence).
+RUNTIME_MARKERS = ("libcudart", "/dev/nvidia-uvm")
+
 
 def _detect_nvml() -> Detection:
     if not driver_loaded():
@@ -48,6 +52,7 @@ def devmem_platforms():
         priority=100,
         detect=_detect_nvml,
         factory=_nvml,
+        runtime_markers=RUNTIME_MARKERS,
         description="discrete NVIDIA GPUs through NVML (whole GPUs, MIG instances, containers)",
     )
     yield PlatformSpec(
@@ -55,5 +60,6 @@ def devmem_platforms():
         priority=150,
         detect=_detect_wsl2,
         factory=_wsl2,
+        runtime_markers=RUNTIME_MARKERS,
         description="NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages instead of failing",
     )

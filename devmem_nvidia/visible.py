@@ -12,25 +12,31 @@ Rules, as the CUDA runtime applies them:
 - entries are separated by commas: an index (into the CUDA order), a ``GPU-`` UUID or a unique prefix
   of one, or a ``MIG-`` UUID (or prefix). The first entry that is invalid (unknown, ambiguous prefix,
   out of range, repeated, negative) ends the list; the entries before it stay visible.
-- ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` orders by PCI bus id. The default ``FASTEST_FIRST`` is approximated
-  as: higher compute capability first, PCI bus id among equals. CUDA's own heuristic also weighs SM count
-  and clocks, which NVML does not expose cheaply; on the usual machine (identical GPUs) both give PCI order.
+- ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` orders by PCI bus id. The default ``FASTEST_FIRST`` is the CUDA driver's
+  own order where this process has already loaded the driver (asked through ``cuDeviceGetPCIBusId``, no
+  context created). Elsewhere it is approximated as: higher compute capability first, PCI bus id among equals;
+  CUDA's own heuristic also weighs SM count and clocks, so on a machine whose GPUs differ devmem warns and
+  recommends ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. On the usual machine (identical GPUs) both give PCI order.
 - a GPU with MIG enabled is seen as its MIG instances (in NVML's MIG index order), both when the list is
   unset and when the GPU is named by index or ``GPU-`` UUID.
 
 Public names: ``VisibleDevice``, ``NvmlGpu``, ``enumerate_gpus(session)``, ``cuda_order(gpus, environ)``,
-``select_visible(gpus, environ)``, ``visible_devices(session, environ)``, ``DeviceTable(session, environ)``
-(the list, built once on first use, thread-safe).
+``select_visible(gpus, environ, driver_bus_ids)`` and ``visible_devices(session, environ, driver_bus_ids)``
+(a :class:`devmem.visible.VisibleDevices`), ``driver_bus_ids(files)``, ``DeviceTable(session, environ)``
+(the selection, built once on first use, thread-safe).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_pci_bus_id, device_uuid
+from devmem.host import REAL_FILES, Files
+from devmem.visible import VisibleDevices, dropped, pick
+from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_pci_bus_id, device_uuid, normalise_bus_id
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -97,12 +103,25 @@ def enumerate_gpus(session: NvmlSession) -> list[NvmlGpu]:
     return gpus
 
 
-def cuda_order(gpus: list[NvmlGpu], environ: Mapping[str, str]) -> list[NvmlGpu]:
-    """``gpus`` in the order the CUDA runtime numbers them (see the module docstring)."""
+def cuda_order(gpus: list[NvmlGpu], environ: Mapping[str, str],
+               driver_bus_ids: list[str] | None = None) -> list[NvmlGpu]:
+    """``gpus`` in the order the CUDA runtime numbers them (see the module docstring).
+
+    ``driver_bus_ids``: the CUDA driver's own ordinal order (PCI bus ids), where this process has the driver
+    loaded; it settles ``FASTEST_FIRST`` when it names every GPU. Otherwise ``FASTEST_FIRST`` is guessed from
+    compute capability, with a warning on a machine whose GPUs differ.
+    """
     order = environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
     by_bus = sorted(gpus, key=lambda g: g.pci_bus_id)
     if order == "PCI_BUS_ID":
         return by_bus
+    rank = {normalise_bus_id(b): i for i, b in enumerate(driver_bus_ids or ())}
+    if gpus and all(g.pci_bus_id in rank for g in gpus):
+        return sorted(gpus, key=lambda g: rank[g.pci_bus_id])
+    if len({g.compute_capability for g in gpus}) > 1:
+        log.warning("devmem: CUDA_DEVICE_ORDER=FASTEST_FIRST on a machine with different GPUs and no CUDA driver in "
+                    "this process to ask: devmem guesses CUDA's order from compute capability, which may map an index "
+                    "to the wrong GPU; set CUDA_DEVICE_ORDER=PCI_BUS_ID so indices are certain")
     return sorted(by_bus, key=lambda g: g.compute_capability, reverse=True)
 
 
@@ -112,52 +131,84 @@ def _match_uuid(token: str, devices: list[VisibleDevice]) -> list[VisibleDevice]
     return hits if len(hits) == 1 else None
 
 
-def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str]) -> list[VisibleDevice]:
+def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str],
+                   driver_bus_ids: list[str] | None = None) -> VisibleDevices[VisibleDevice]:
     """Apply ``CUDA_DEVICE_ORDER`` and ``CUDA_VISIBLE_DEVICES`` to NVML's ``gpus``."""
-    ordered = cuda_order(gpus, environ)
+    ordered = cuda_order(gpus, environ, driver_bus_ids)
+    order = f"CUDA_DEVICE_ORDER={environ.get('CUDA_DEVICE_ORDER', 'FASTEST_FIRST')}"
     raw = environ.get("CUDA_VISIBLE_DEVICES")
     if raw is None:
-        return [d for g in ordered for d in g.as_cuda_devices()]
+        return VisibleDevices(tuple(d for g in ordered for d in g.as_cuda_devices()), order)
     whole = [VisibleDevice(g.handle, g.uuid, g.pci_bus_id) for g in ordered]
     instances = [d for g in ordered for d in g.instances]
-    chosen: list[VisibleDevice] = []
-    for token in (t.strip() for t in raw.split(",")):
-        picked: list[VisibleDevice] | None = None
+
+    def match(token: str) -> list[VisibleDevice] | None:
         if token.isdigit() and int(token) < len(ordered):
-            picked = ordered[int(token)].as_cuda_devices()
-        elif token.upper().startswith("GPU-") and len(token) > 4:
+            return ordered[int(token)].as_cuda_devices()
+        if token.upper().startswith("GPU-") and len(token) > 4:
             hit = _match_uuid(token, whole)
-            picked = next(g.as_cuda_devices() for g in ordered if g.uuid == hit[0].uuid) if hit else None
-        elif token.upper().startswith("MIG-") and len(token) > 4:
-            picked = _match_uuid(token, instances)
-        if picked is None or any(p.uuid == c.uuid for p in picked for c in chosen):
-            if token:
-                log.debug("devmem: CUDA_VISIBLE_DEVICES entry %r is invalid; the list ends before it", token)
-            break
-        chosen.extend(picked)
-    return chosen
+            return next(g.as_cuda_devices() for g in ordered if g.uuid == hit[0].uuid) if hit else None
+        if token.upper().startswith("MIG-") and len(token) > 4:
+            return _match_uuid(token, instances)
+        return None
+
+    chosen, stop = pick([t.strip() for t in raw.split(",")], match, repeats_end=True)
+    conflicts: tuple[str, ...] = ()
+    if stop is not None and stop.token:
+        log.debug("devmem: CUDA_VISIBLE_DEVICES entry %r is invalid; the list ends before it", stop.token)
+        why = "repeats a device" if stop.repeat else f"names none of the {len(ordered)} GPU(s) here (or more than one)"
+        conflicts = (dropped("CUDA_VISIBLE_DEVICES", raw, stop.token, why, len(chosen)),)
+    return VisibleDevices(tuple(chosen), f"{order} then CUDA_VISIBLE_DEVICES={raw}", conflicts)
 
 
-def visible_devices(session: NvmlSession, environ: Mapping[str, str]) -> list[VisibleDevice]:
+def visible_devices(session: NvmlSession, environ: Mapping[str, str],
+                    driver_bus_ids: list[str] | None = None) -> VisibleDevices[VisibleDevice]:
     """The CUDA runtime's devices for ``environ``, each with its NVML handle."""
-    return select_visible(enumerate_gpus(session), environ)
+    return select_visible(enumerate_gpus(session), environ, driver_bus_ids)
+
+
+def driver_bus_ids(files: Files = REAL_FILES, library: str = "libcuda.so.1") -> list[str] | None:
+    """The CUDA driver's devices in its ordinal order (PCI bus ids), only where this process has already loaded
+    the driver and no ``CUDA_VISIBLE_DEVICES`` hides any (``None`` otherwise); never loads it."""
+    try:
+        if "libcuda.so" not in files.read_text("/proc/self/maps"):
+            return None
+        cuda = ctypes.CDLL(library)
+        count = ctypes.c_int()
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return None
+        out = []
+        for ordinal in range(count.value):
+            dev, buf = ctypes.c_int(), ctypes.create_string_buffer(32)
+            if cuda.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or cuda.cuDeviceGetPCIBusId(buf, 32, dev) != 0:
+                return None
+            out.append(buf.value.decode())
+        return out
+    except (OSError, AttributeError) as exc:
+        log.debug("devmem: cannot ask the CUDA driver for its device order: %s", exc)
+        return None
 
 
 class DeviceTable:
     """The CUDA devices of ``environ``, enumerated once on first use (as CUDA reads its variables once)."""
 
-    def __init__(self, session: NvmlSession, environ: Mapping[str, str]):
+    def __init__(self, session: NvmlSession, environ: Mapping[str, str],
+                 bus_order: Callable[[], list[str] | None] | None = None):
         self._session = session
         self._environ = environ
-        self._devices: list[VisibleDevice] | None = None
+        self._bus_order = bus_order if bus_order is not None else driver_bus_ids
+        self._selection: VisibleDevices[VisibleDevice] | None = None
         self._lock = threading.Lock()
 
-    def devices(self) -> list[VisibleDevice]:
+    def selection(self) -> VisibleDevices[VisibleDevice]:
         """Raises ``NvmlUnavailable``/``NvmlCallError`` (both ``DevmemError``) when NVML cannot enumerate."""
-        devices = self._devices
-        if devices is None:
+        selection = self._selection
+        if selection is None:
             with self._lock:
-                if self._devices is None:
-                    self._devices = visible_devices(self._session, self._environ)
-                devices = self._devices
-        return devices
+                if self._selection is None:
+                    self._selection = visible_devices(self._session, self._environ, self._bus_order())
+                selection = self._selection
+        return selection
+
+    def devices(self) -> tuple[VisibleDevice, ...]:
+        return self.selection().devices

@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Mapping
 
 from devmem.host import REAL_FILES, Files
-from devmem.platform import PlatformBase
+from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
 from devmem.types import Detection, DevmemError, MemoryInfo
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 from devmem_nvidia.nvml_access import NvmlCallError, device_name, driver_model, read_memory, session_for
@@ -58,6 +58,8 @@ class WslPlatform(PlatformBase):
     """NVIDIA under WDDM. ``mem_get_info(device) -> (free, total)`` is the runtime fallback (torch's by default)."""
 
     name = "wsl2"
+    torch_device = "cuda"
+    dist_backend = "nccl"
 
     def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None,
                  mem_get_info: Callable[[int], tuple[int, int]] | None = None):
@@ -65,13 +67,12 @@ class WslPlatform(PlatformBase):
         self._files = files
         self._table = DeviceTable(self._session, os.environ if environ is None else environ)
         self._mem_get_info = mem_get_info or _torch_mem_get_info
-        self._sources: dict[int, str] = {}
 
     def device_count(self) -> int:
         return len(self._table.devices())
 
-    def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        dev = self._table.devices()[self.check_device(device)]
+    def _memory(self, device: int) -> DeviceMemory:
+        dev = self._table.devices()[device]
         try:
             reading = read_memory(self._session, dev.handle)
         except NvmlCallError as exc:
@@ -81,42 +82,30 @@ class WslPlatform(PlatformBase):
             except Exception as rt_exc:  # the runtime's own error type varies (RuntimeError, torch errors)
                 raise DevmemError(f"wsl2: cannot read the memory of device {device}: NVML said {exc.error} and "
                                   f"the CUDA runtime said {type(rt_exc).__name__}: {rt_exc}") from rt_exc
-            self._sources[device] = f"the CUDA runtime's mem_get_info (NVML: {exc.error})"
-            return MemoryInfo(free=int(free), total=int(total))
-        self._sources[device] = f"NVML memory info v{reading.version}"
-        return MemoryInfo(free=reading.free, total=reading.runtime_total)
+            source = f"the CUDA runtime's mem_get_info (NVML: {exc.error})"
+            return DeviceMemory(MemoryInfo(free=int(free), total=int(total)), {"free": source, "total": source})
+        source = f"NVML memory info v{reading.version}"
+        total_source = source + (" total - reserved" if reading.reserved is not None else "")
+        return DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total),
+                            {"free": source, "total": total_source})
 
-    def get_process_memory_usage(self, device: int = 0) -> int | None:
-        self.check_device(device)
-        return None
+    def _process_memory(self, device: int) -> ProcessMemory:
+        return ProcessMemory.unknown(ReasonKind.DRIVER_MODEL, WDDM_REASON)
 
-    def process_memory_reason(self, device: int = 0) -> str | None:
-        self.check_device(device)
-        return WDDM_REASON
-
-    def is_integrated_gpu(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _is_integrated(self, device: int) -> bool:
         return False
 
-    def pages_instead_of_failing(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _pages_instead_of_failing(self, device: int) -> bool:
         return True
 
-    def device_name(self, device: int = 0) -> str:
-        dev = self._table.devices()[self.check_device(device)]
+    def _device_name(self, device: int) -> str:
+        dev = self._table.devices()[device]
         try:
             return device_name(self._session, dev.handle)
         except NvmlCallError:
             return f"NVIDIA {dev.uuid}"
 
-    def memory_sources(self, device: int = 0) -> dict[str, str]:
-        if device not in self._sources:
-            self.device_memory_info(device)
-        source = self._sources[device]
-        return {"free": source, "total": source + (" total - reserved" if "v2" in source else "")}
-
-    def notes(self, device: int = 0) -> list[str]:
-        self.check_device(device)
+    def _notes(self, device: int) -> list[str]:
         return ["WDDM: the driver pages over-subscribed memory to host RAM instead of failing an allocation; "
                 "release the allocator cache before large allocations",
                 WDDM_REASON]

@@ -22,12 +22,14 @@ import time
 from typing import Any, Callable, Mapping
 
 from devmem.host import REAL_FILES, Files
-from devmem.platform import PlatformBase
-from devmem.types import Detection, DevmemError, MemoryInfo, gib
+from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
+from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.units import format_size
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, real_session
-from devmem_rocm.visible import Selection, select_visible
+from devmem.visible import VisibleDevices
+from devmem_rocm.visible import select_visible
 
 log = logging.getLogger("devmem.rocm")
 
@@ -41,7 +43,7 @@ def _session(amdsmi: Any, clock: Callable[[], float], sleep: Callable[[float], N
     return real_session() if amdsmi is None else AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
 
 
-def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list[AmdGpu], Selection, str]:
+def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list[AmdGpu], VisibleDevices[AmdGpu], str]:
     """Every HIP-numbered GPU in HIP order, the visible ones, and how the order was decided."""
     ordered, order_rule = hip_order(read_gpus(session))
     return ordered, select_visible(ordered, environ), order_rule
@@ -57,6 +59,8 @@ class RocmPlatform(PlatformBase):
     construction) or to read VRAM. A failing process list gives ``None`` and a reason, never an error."""
 
     name = "rocm"
+    torch_device = "cuda"  # torch's ROCm builds serve HIP devices under the cuda namespace
+    dist_backend = "nccl"  # ... and RCCL under the nccl backend name
 
     def __init__(self, *, amdsmi: Any = None, environ: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
@@ -68,7 +72,6 @@ class RocmPlatform(PlatformBase):
             raise DevmemError(f"rocm: cannot list AMD GPUs through amdsmi: {exc}") from exc
         for conflict in self._selection.conflicts:
             log.warning("devmem: %s", conflict)
-        self._process_reason: dict[int, str | None] = {}
 
     # ---- required members ------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -84,43 +87,48 @@ class RocmPlatform(PlatformBase):
         used = self._smi.call("amdsmi_get_gpu_memory_usage", gpu.handle, vram)
         return int(total), int(used)
 
-    def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        gpu = self.gpu(device)
+    def _memory(self, device: int) -> DeviceMemory:
+        gpu = self._selection.devices[device]
         try:
             total, used = self._vram(gpu)
         except DevmemError as exc:
             raise DevmemError(f"rocm: cannot read the VRAM of device {device}, {gpu.label}: {exc}. "
                               "Check that `amd-smi metric -m` can read it") from exc
-        return MemoryInfo(free=max(0, total - used), total=total)
+        two_step = " + amdsmi_get_gpu_process_info" if self._smi.has("amdsmi_get_gpu_process_info") else ""
+        return DeviceMemory(MemoryInfo(free=max(0, total - used), total=total), {
+            "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
+            "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
+            "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
+        })
 
-    def get_process_memory_usage(self, device: int = 0) -> int | None:
+    def _process_memory(self, device: int) -> ProcessMemory:
         table = self._processes(device)
-        if table is None:
-            return None
+        if isinstance(table, ProcessMemory):
+            return table
         used = table.get(os.getpid(), 0)
         if used is None:
-            self._process_reason[device] = "amdsmi lists this process without a VRAM figure (N/A)"
-        return used
+            return ProcessMemory.unknown(ReasonKind.NOT_AVAILABLE,
+                                         "amdsmi lists this process without a VRAM figure (N/A)")
+        return ProcessMemory(used)
 
-    def is_integrated_gpu(self, device: int = 0) -> bool:
-        return self.gpu(device).apu
+    def _is_integrated(self, device: int) -> bool:
+        return self._selection.devices[device].apu
 
-    def pages_instead_of_failing(self, device: int = 0) -> bool:
-        return self.gpu(device).apu
+    def _pages_instead_of_failing(self, device: int) -> bool:
+        return self._selection.devices[device].apu
 
     # ---- processes -------------------------------------------------------------------------------
-    def _processes(self, device: int) -> dict[int, int | None] | None:
-        """PID -> VRAM bytes (``None`` where amdsmi has no figure); ``None`` when amdsmi cannot list them."""
-        gpu = self.gpu(device)
+    def _processes(self, device: int) -> dict[int, int | None] | ProcessMemory:
+        """PID -> VRAM bytes (``None`` where amdsmi has no figure); an unknown :class:`ProcessMemory` with the
+        reason when amdsmi cannot list them."""
+        gpu = self._selection.devices[device]
         try:
             self._smi.settle(PROCESS_FIGURES_VALID_AFTER)
-            table = self._entries(gpu, self._smi.call("amdsmi_get_gpu_process_list", gpu.handle))
+            return self._entries(gpu, self._smi.call("amdsmi_get_gpu_process_list", gpu.handle))
         except DevmemError as exc:
             hint = " (run as root, or as the user that owns the processes)" if "NO_PERM" in str(exc) else ""
-            self._process_reason[device] = f"amdsmi cannot list the processes on {gpu.label}: {exc}{hint}"
-            return None
-        self._process_reason[device] = None
-        return table
+            return ProcessMemory.unknown(ReasonKind.QUERY_FAILED,
+                                         f"amdsmi cannot list the processes on {gpu.label}: {exc}{hint}")
 
     def _entries(self, gpu: AmdGpu, raw: Any) -> dict[int, int | None]:
         table: dict[int, int | None] = {}
@@ -146,31 +154,18 @@ class RocmPlatform(PlatformBase):
         return table
 
     # ---- optional members ------------------------------------------------------------------------
-    def device_name(self, device: int = 0) -> str:
-        return self.gpu(device).market_name
+    def _device_name(self, device: int) -> str:
+        return self._selection.devices[device].market_name
 
-    def process_memory_reason(self, device: int = 0) -> str | None:
-        self.check_device(device)
-        return self._process_reason.get(device)
-
-    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
+    def _other_processes_memory(self, device: int) -> dict[int, int] | None:
         table = self._processes(device)
-        if table is None:
+        if isinstance(table, ProcessMemory):
             return None
         own = os.getpid()
         return {pid: used for pid, used in table.items() if pid != own and used is not None}
 
-    def memory_sources(self, device: int = 0) -> dict[str, str]:
-        self.check_device(device)
-        two_step = " + amdsmi_get_gpu_process_info" if self._smi.has("amdsmi_get_gpu_process_info") else ""
-        return {
-            "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
-            "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
-            "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
-        }
-
-    def notes(self, device: int = 0) -> list[str]:
-        gpu = self.gpu(device)
+    def _notes(self, device: int) -> list[str]:
+        gpu = self._selection.devices[device]
         notes = [f"gfx target {gpu.gfx_target}; HIP device {device} is {gpu.bdf} (amdsmi processor "
                  f"{gpu.smi_index}), from {self._selection.rule}; HIP order by {self._order_rule}"]
         notes += list(self._selection.conflicts)
@@ -181,14 +176,14 @@ class RocmPlatform(PlatformBase):
             notes.append("GPU_DEVICE_ORDINAL is set; devmem does not apply it: prefer ROCR_VISIBLE_DEVICES")
         unattributed = self._unattributed(device, gpu)
         if unattributed is not None and unattributed >= _UNATTRIBUTED_NOTE:
-            notes.append(f"{gib(unattributed)} in use is not attributed to any listed process: amdsmi lists "
+            notes.append(f"{format_size(unattributed)} in use is not attributed to any listed process: amdsmi lists "
                          "only processes whose /proc/<pid>/fdinfo this user can read (all of them as root), "
                          "and the driver holds some memory itself")
         return notes
 
     def _unattributed(self, device: int, gpu: AmdGpu) -> int | None:
         table = self._processes(device)
-        if table is None:
+        if isinstance(table, ProcessMemory):
             return None
         try:
             _, used = self._vram(gpu)

@@ -7,6 +7,9 @@ from devmem.hookspecs import hookimpl
 from devmem.types import Detection, PlatformSpec
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 
+#: What /proc/self/maps shows once the HIP runtime is loaded or initialised.
+RUNTIME_MARKERS = ("libamdhip64", "libhsa-runtime64", "/dev/kfd")
+
 
 def _detect() -> Detection:
     if not driver_loaded():
@@ -29,5 +32,6 @@ def devmem_platforms():
         priority=100,
         detect=_detect,
         factory=_rocm,
+        runtime_markers=RUNTIME_MARKERS,
         description="discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi; APUs are left to uma",
     )

@@ -14,32 +14,30 @@ Two layers, each as its runtime's source parses it:
 
 Disagreements are reported, not fatal: the runtime itself runs with them, so devmem follows the runtime
 (the device it reports is the one torch will use) and says what it did in a warning and in the platform's
-notes, with the fix. An engine that prefers to refuse can check :attr:`Selection.conflicts`.
+notes, with the fix. An engine that prefers to refuse can check ``VisibleDevices.conflicts``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Protocol, Sequence, TypeVar
 
-from devmem_rocm.devices import AmdGpu
+from devmem.visible import VisibleDevices, dropped, pick
 
 ROCR = "ROCR_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"
 CUDA = "CUDA_VISIBLE_DEVICES"
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The HIP devices, in index order; ``rule`` says which variables made them; ``conflicts`` are
-    sentences for people about variables that disagree or entries that were dropped."""
+class HipDevice(Protocol):
+    """What the selection needs of a GPU: the ``GPU-`` UUID keys a variable may name it by."""
 
-    devices: tuple[AmdGpu, ...]
-    rule: str
-    conflicts: tuple[str, ...] = ()
+    def uuid_keys(self) -> tuple[str, ...]: ...
 
 
-def _uuids(gpu: AmdGpu) -> list[str]:
+G = TypeVar("G", bound=HipDevice)
+
+
+def _uuids(gpu: HipDevice) -> list[str]:
     """The device's ``GPU-<serial>`` UUIDs, upper case (ROCr compares upper case)."""
     return [f"GPU-{key.zfill(16)}".upper() for key in gpu.uuid_keys()]
 
@@ -57,46 +55,42 @@ def _c_integer(token: str) -> int | None:
         return None
 
 
-def _dropped(var: str, raw: str, token: str, why: str, kept: int) -> str:
-    return (f"{var}={raw!r}: entry {token!r} {why}; the runtime ignores it and every entry after it, "
-            f"leaving {kept} GPU(s). Fix {var}")
-
-
-def _rocr(raw: str, gpus: list[AmdGpu]) -> tuple[list[AmdGpu], str | None]:
+def _rocr(raw: str, gpus: Sequence[G]) -> tuple[list[G], str | None]:
     if raw == "":
         return [], f"{ROCR} is set but empty, so no GPU is visible; unset it to see every GPU"
-    chosen: list[AmdGpu] = []
-    for token in [t.strip().upper() for t in raw.split(",")][:len(gpus)]:
+
+    def match(token: str) -> list[G] | None:
         if token.startswith("G"):
             hits = [g for g in gpus if 5 <= len(token) <= 20 and any(u.startswith(token) for u in _uuids(g))]
-            index = gpus.index(hits[0]) if len(hits) == 1 else None
-        else:
-            index = _c_integer(token)
-        if index is None or not 0 <= index < len(gpus) or gpus[index] in chosen:
-            why = "repeats a GPU" if index is not None and 0 <= index < len(gpus) else \
-                f"names none of the {len(gpus)} GPU(s) on this machine (or more than one)"
-            return chosen, _dropped(ROCR, raw, token, why, len(chosen))
-        chosen.append(gpus[index])
-    return chosen, None
+            return hits if len(hits) == 1 else None
+        index = _c_integer(token)
+        return [gpus[index]] if index is not None and 0 <= index < len(gpus) else None
+
+    chosen, stop = pick([t.strip().upper() for t in raw.split(",")][:len(gpus)], match, repeats_end=True)
+    if stop is None:
+        return chosen, None
+    why = "repeats a GPU" if stop.repeat else f"names none of the {len(gpus)} GPU(s) on this machine (or more than one)"
+    return chosen, dropped(ROCR, raw, stop.token, why, len(chosen))
 
 
-def _hip(var: str, raw: str, pool: list[AmdGpu], within: str) -> tuple[list[AmdGpu], str | None]:
-    chosen: list[AmdGpu] = []
-    for token in raw.split(","):
+def _hip(var: str, raw: str, pool: Sequence[G], within: str) -> tuple[list[G], str | None]:
+    def match(token: str) -> list[G] | None:
         if "GPU-" in token:
             gpu = next((g for g in pool if any(token.upper() in u for u in _uuids(g))), None)
         else:
             gpu = pool[int(token)] if token.isdigit() and str(int(token)) == token and int(token) < len(pool) else None
-        if gpu is None:
-            return chosen, _dropped(var, raw, token, f"names none of the {len(pool)} GPU(s) {within}", len(chosen))
-        if gpu not in chosen:
-            chosen.append(gpu)
-    return chosen, None
+        return None if gpu is None else [gpu]
+
+    chosen, stop = pick(raw.split(","), match, repeats_end=False)
+    if stop is None:
+        return chosen, None
+    return chosen, dropped(var, raw, stop.token, f"names none of the {len(pool)} GPU(s) {within}", len(chosen))
 
 
-def select_visible(gpus: list[AmdGpu], environ: Mapping[str, str]) -> Selection:
+def select_visible(gpus: Sequence[G], environ: Mapping[str, str]) -> VisibleDevices[G]:
     """Apply ``ROCR_VISIBLE_DEVICES`` then ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``) to ``gpus``,
-    which must be in HIP order (:func:`devmem_rocm.devices.hip_order`)."""
+    which must be in HIP order (:func:`devmem_rocm.devices.hip_order`). Any object with ``uuid_keys()``
+    (:class:`HipDevice`) can be selected."""
     pool, rule, conflicts = list(gpus), [], []
     rocr = environ.get(ROCR)
     if rocr is not None:
@@ -113,7 +107,7 @@ def select_visible(gpus: list[AmdGpu], environ: Mapping[str, str]) -> Selection:
         pool, problem = _hip(var, raw, pool, within)
         rule.append(f"{var}={raw}")
         conflicts += [problem] if problem else []
-    return Selection(tuple(pool), " then ".join(rule) or "every GPU (no *_VISIBLE_DEVICES set)", tuple(conflicts))
+    return VisibleDevices(tuple(pool), " then ".join(rule) or "every GPU (no *_VISIBLE_DEVICES set)", tuple(conflicts))
 
 
-__all__ = ["CUDA", "HIP", "ROCR", "Selection", "select_visible"]
+__all__ = ["CUDA", "HIP", "ROCR", "HipDevice", "select_visible"]

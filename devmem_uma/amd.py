@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from devmem.host import Files, read_int, read_stripped
-from devmem.types import KiB, MiB, gib
-from devmem_rocm.devices import CARVE_OUT_MAX, AmdGpu
-from devmem_rocm.visible import select_visible
+from devmem.units import format_size
+from devmem_rocm import CARVE_OUT_MAX, select_visible
 
 log = logging.getLogger("devmem.uma")
 
 AMD_VENDOR = "0x1002"
 DRM = "/sys/class/drm"
-FDINFO = "/proc/self/fdinfo"
+#: The DRM driver name in fdinfo, and the regions a compute allocation comes from (devmem.drm).
+DRM_DRIVER = "amdgpu"
+DRM_REGIONS = ("vram", "gtt")
 
 _CARD = re.compile(r"^card(\d+)$")
 
@@ -50,6 +51,10 @@ class AmdCard:
     reason: str
     #: The ASIC serial from ``unique_id`` (HIP names the device ``GPU-<serial>``), where amdgpu exposes it.
     unique_id: str | None = None
+
+    def uuid_keys(self) -> tuple[str, ...]:
+        """What a ``GPU-`` entry of a ``*_VISIBLE_DEVICES`` variable may name (devmem_rocm's HipDevice)."""
+        return (self.unique_id,) if self.unique_id else ()
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,11 @@ def classify(files: Files, device_dir: str) -> tuple[bool, str]:
     vram = read_int(files, f"{device_dir}/mem_info_vram_total") or 0
     gtt = read_int(files, f"{device_dir}/mem_info_gtt_total") or 0
     if _has_vddnb(files, device_dir):
-        return True, f"APU (amdgpu reports a northbridge voltage); VRAM {gib(vram)}, GTT {gib(gtt)}"
+        return True, f"APU (amdgpu reports a northbridge voltage); VRAM {format_size(vram)}, GTT {format_size(gtt)}"
     if vram <= CARVE_OUT_MAX and gtt > vram:
-        own = f"VRAM is a {gib(vram)} carve-out" if vram else "no VRAM of its own"
-        return True, f"APU ({own} beside a {gib(gtt)} GTT pool)"
-    return False, f"discrete (its own {gib(vram)} of VRAM)"
+        own = f"VRAM is a {format_size(vram)} carve-out" if vram else "no VRAM of its own"
+        return True, f"APU ({own} beside a {format_size(gtt)} GTT pool)"
+    return False, f"discrete (its own {format_size(vram)} of VRAM)"
 
 
 def amd_cards(files: Files) -> list[AmdCard]:
@@ -131,72 +136,9 @@ def read_memory(files: Files, card: AmdCard) -> ApuMemory:
     )
 
 
-# ---- this process's memory, from the DRM fdinfo the kernel keeps for each open render node ----------
-_UNIT = {"": 1, "KiB": KiB, "MiB": MiB}
-
-
-def _fdinfo_size(value: str) -> int | None:
-    parts = value.split()
-    if not parts or not parts[0].isdigit() or (len(parts) > 1 and parts[1] not in _UNIT):
-        return None
-    return int(parts[0]) * _UNIT[parts[1] if len(parts) > 1 else ""]
-
-
-def _fdinfo_fields(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-def _client_bytes(fields: dict[str, str]) -> int:
-    total = 0
-    for region in ("vram", "gtt"):
-        raw = fields.get(f"drm-total-{region}", fields.get(f"drm-memory-{region}"))
-        size = _fdinfo_size(raw) if raw is not None else None
-        total += size or 0
-    return total
-
-
-def process_memory(files: Files, pci_slot: str | None) -> tuple[int | None, str | None]:
-    """``(bytes, None)`` this process holds on the card at ``pci_slot``, or ``(None, why)``.
-
-    Sums ``drm-total-{vram,gtt}`` (older kernels: ``drm-memory-*``) over this process's amdgpu DRM
-    clients in ``/proc/self/fdinfo``, each client once (a duplicated descriptor shares its client id).
-    ROCm's allocations belong to the render node it opened, so they are counted there. A process that
-    has not opened the device holds nothing: 0.
-    """
-    if pci_slot is None:
-        return None, "the card's PCI slot is unknown (no PCI_SLOT_NAME in its uevent file)"
-    try:
-        fds = files.listdir(FDINFO)
-    except OSError as exc:
-        return None, f"{FDINFO} cannot be listed: {exc}"
-    seen: set[str] = set()
-    total = 0
-    for fd in fds:
-        try:
-            fields = _fdinfo_fields(files.read_text(f"{FDINFO}/{fd}"))
-        except OSError:
-            continue  # closed since it was listed
-        if fields.get("drm-driver") != "amdgpu" or fields.get("drm-pdev", "").lower() != pci_slot:
-            continue
-        client = fields.get("drm-client-id", f"fd{fd}")
-        if client in seen:
-            continue
-        seen.add(client)
-        total += _client_bytes(fields)
-    return total, None
-
-
 def visible_apus(cards: list[AmdCard], environ: Mapping[str, str]) -> tuple[list[AmdCard], tuple[str, ...]]:
     """The APUs the HIP runtime shows, in its order (PCI bus order), after ``ROCR_VISIBLE_DEVICES`` then
     ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``), by the rocm platform's rules; and sentences about
     variables that disagree or entries the runtime drops."""
-    gpus = [AmdGpu(handle=c, smi_index=c.card, bdf=c.pci_slot or f"card{c.card}", market_name=f"AMD APU card{c.card}",
-                   gfx_target="", serial=c.unique_id, apu_reason=c.reason)
-            for c in sorted(cards, key=lambda c: (c.pci_slot or "", c.card))]
-    selection = select_visible(gpus, environ)
-    return [g.handle for g in selection.devices], selection.conflicts
+    selection = select_visible(sorted(cards, key=lambda c: (c.pci_slot or "", c.card)), environ)
+    return list(selection.devices), selection.conflicts

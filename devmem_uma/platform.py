@@ -18,38 +18,24 @@ MemAvailable is capped by the process's cgroup memory limit, as for the ``cpu`` 
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
+import devmem_nvidia
 from devmem.host import REAL_FILES, CpuPlatform, Files
-from devmem.platform import PlatformBase
-from devmem.types import DevmemError, MemoryInfo, gib
-from devmem_nvidia.nvml_access import session_for
-from devmem_nvidia.nvml_platform import NvmlPlatform
-from devmem_nvidia.pidns import DeviceAllocator
+from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory
 from devmem_uma import amd
+from devmem_uma.devices import AmdApu, Jetson, NvidiaUnified, UmaDevice
 from devmem_uma.runtime import MemGetInfo, runtime_integrated, runtime_mem_get_info
-from devmem_uma.survey import NvidiaGpu, Survey, survey
-from devmem_uma.tegra import jetson_model
-
-log = logging.getLogger("devmem.uma")
+from devmem_uma.survey import Survey, survey
 
 RELEASE_NOTE = ("memory the allocator keeps cached is memory the OS does not have here: devmem releases the "
                 "allocator cache before every KV-cache allocation")
 
 
-@dataclass(frozen=True)
-class _Figures:
-    info: MemoryInfo
-    sources: dict[str, str]
-    notes: tuple[str, ...] = ()
-
-
 class UmaPlatform(PlatformBase):
-    """Unified-memory devices. See the module docstring.
+    """Unified-memory devices, one :mod:`devmem_uma.devices` object per device. See the module docstring.
 
     ``nvml``: the pynvml module or a scripted one (``None``: the process-wide pynvml session);
     ``files``: the /proc and sysfs boundary; ``mem_get_info(device) -> (free, total) | None``: the CUDA
@@ -60,11 +46,13 @@ class UmaPlatform(PlatformBase):
     """
 
     name = "uma"
+    torch_device = "cuda"  # CUDA and ROCm builds of torch both serve these devices under the cuda namespace
+    dist_backend = "nccl"
 
-    def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, mem_get_info: MemGetInfo | None = None,
+    def __init__(self, *, nvml: object = None, files: Files = REAL_FILES, mem_get_info: MemGetInfo | None = None,
                  cuda_integrated: Callable[[int], bool | None] | None = None,
                  environ: Mapping[str, str] | None = None,
-                 allocator: DeviceAllocator | None = None):
+                 allocator: "devmem_nvidia.DeviceAllocator | None" = None):
         self._nvml = nvml
         self._files = files
         self._mem_get_info = mem_get_info or runtime_mem_get_info
@@ -74,9 +62,9 @@ class UmaPlatform(PlatformBase):
         self._host = CpuPlatform(files=files)
         self._lock = threading.Lock()
         self._survey: Survey | None = None
-        self._devices_seen: list[Any] = []
+        self._devices_seen: list[UmaDevice] = []
         self._conflicts: tuple[str, ...] = ()
-        self._per_process: NvmlPlatform | None = None
+        self._per_process: Platform | None = None
 
     # ---- devices -------------------------------------------------------------------------------
     def survey(self) -> Survey:
@@ -91,143 +79,56 @@ class UmaPlatform(PlatformBase):
         return found
 
     def _probe(self) -> Survey:
-        found = survey(self._files, session_for(self._nvml), self._environ, self._cuda_integrated)
+        found = survey(self._files, devmem_nvidia.session_for(self._nvml), self._environ, self._cuda_integrated)
         if found.vendor == "nvidia":
-            self._devices_seen = (list(found.nvidia_integrated) if found.nvidia_integrated
-                                  else [None] if _jetson_visible(self._environ) else [])
+            if found.nvidia_integrated:
+                self._devices_seen = [NvidiaUnified(g, self._host, self._mem_get_info, self._nvml_processes)
+                                      for g in found.nvidia_integrated]
+            elif _jetson_visible(self._environ):
+                self._devices_seen = [Jetson(self._files, self._host, self._mem_get_info, str(found.jetson),
+                                             found.nvml_reason)]
         elif found.vendor == "amd":
-            self._devices_seen, self._conflicts = amd.visible_apus(found.amd_apus, self._environ)
+            cards, self._conflicts = amd.visible_apus(found.amd_apus, self._environ)
+            self._devices_seen = [AmdApu(card, self._files, self._host) for card in cards]
         return found
 
-    def _devices(self) -> list[Any]:
-        """The visible devices: ``NvidiaGpu``, ``None`` for a Jetson seen without NVML, or ``AmdCard``."""
+    def _devices(self) -> list[UmaDevice]:
         self.survey()
         return self._devices_seen
 
     def device_count(self) -> int:
         return len(self._devices())
 
-    def _device(self, device: int) -> Any:
-        return self._devices()[self.check_device(device)]
-
-    def _nvml_processes(self) -> NvmlPlatform:
+    def _nvml_processes(self) -> Platform:
         """NVIDIA's per-process lookup (NSpid, learned driver PID), over the same CUDA-visible devices."""
         with self._lock:
             if self._per_process is None:
-                self._per_process = NvmlPlatform(nvml=self._nvml, files=self._files, environ=self._environ,
-                                                 allocator=self._allocator)
+                self._per_process = devmem_nvidia.NvmlPlatform(nvml=self._nvml, files=self._files,
+                                                               environ=self._environ, allocator=self._allocator)
             return self._per_process
 
-    # ---- memory --------------------------------------------------------------------------------
-    def _host_figures(self) -> tuple[MemoryInfo, str]:
-        info = self._host.device_memory_info(0)
-        return info, self._host.memory_sources(0)["free"]
+    # ---- the contract --------------------------------------------------------------------------
+    def _memory(self, device: int) -> DeviceMemory:
+        return self._devices()[device].memory(device)
 
-    def _nvidia_figures(self, device: int) -> _Figures:
-        host, free_source = self._host_figures()
-        try:
-            runtime = self._mem_get_info(device)
-        except Exception as exc:  # the runtime's failure must not become ours: MemTotal will do
-            log.debug("devmem: the CUDA runtime's mem_get_info(%d) failed: %s", device, exc)
-            runtime = None
-        if runtime is None:
-            total = host.total
-            total_source = "MemTotal (the CUDA runtime is not initialised in this process)"
-        else:
-            total = int(runtime[1])
-            total_source = "the CUDA runtime's total (cudaMemGetInfo)"
-            free_source += (f"; the CUDA runtime's own figure, {gib(runtime[0])}, leaves the page cache out "
-                            "and is not used")
-        return _Figures(MemoryInfo(free=max(0, min(host.free, total)), total=total),
-                        {"free": free_source, "total": total_source})
-
-    def _amd_figures(self, card: amd.AmdCard) -> _Figures:
-        try:
-            mem = amd.read_memory(self._files, card)
-        except OSError as exc:
-            raise DevmemError(f"uma: cannot read the memory of AMD card{card.card}: {exc}") from exc
-        where = f"sysfs card{card.card}"
-        if mem.pool == "vram":
-            free = max(0, mem.vram_total - mem.vram_used)
-            return _Figures(MemoryInfo(free=free, total=mem.vram_total), {
-                "free": f"VRAM carve-out left (mem_info_vram_total - mem_info_vram_used, {where})",
-                "total": f"VRAM carve-out (mem_info_vram_total, {where})",
-            }, (f"the {gib(mem.vram_total)} VRAM carve-out is larger than the {gib(mem.gtt_total)} GTT pool, so "
-                "the kernel serves device allocations from the carve-out",))
-        host, free_source = self._host_figures()
-        gtt_left = max(0, mem.gtt_total - mem.gtt_used)
-        total = mem.gtt_total + mem.vram_total
-        binding = "the GTT limit binds" if gtt_left < host.free else "MemAvailable binds"
-        sources = {
-            "free": (f"min(MemAvailable {gib(host.free)}, GTT left {gib(gtt_left)} = mem_info_gtt_total - "
-                     f"mem_info_gtt_used): {binding}; {free_source}"),
-            "total": f"GTT {gib(mem.gtt_total)} + VRAM carve-out {gib(mem.vram_total)} ({where})",
-        }
-        notes = ()
-        if gtt_left < host.free:
-            notes = (f"the GTT limit ({gib(mem.gtt_total)}, ttm.pages_limit) binds before the host's memory "
-                     f"does: raise it to let the GPU use more of the {gib(host.free)} the OS could give",)
-        return _Figures(MemoryInfo(free=max(0, min(host.free, gtt_left, total)), total=total), sources, notes)
-
-    def _figures(self, device: int) -> _Figures:
-        dev = self._device(device)
-        if isinstance(dev, amd.AmdCard):
-            return self._amd_figures(dev)
-        return self._nvidia_figures(device)
-
-    def device_memory_info(self, device: int = 0) -> MemoryInfo:
-        return self._figures(device).info
-
-    def memory_sources(self, device: int = 0) -> dict[str, str]:
-        return dict(self._figures(device).sources)
-
-    def is_integrated_gpu(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _is_integrated(self, device: int) -> bool:
         return True
 
-    def pages_instead_of_failing(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _pages_instead_of_failing(self, device: int) -> bool:
         return True
 
-    # ---- this process --------------------------------------------------------------------------
-    def _process(self, device: int) -> tuple[int | None, str | None]:
-        dev = self._device(device)
-        if isinstance(dev, amd.AmdCard):
-            return amd.process_memory(self._files, dev.pci_slot)
-        if dev is None:
-            return None, (f"no NVML on this Jetson ({self.survey().nvml_reason}); Tegra's driver "
-                          "reports per-process GPU memory only in debugfs (/sys/kernel/debug/nvmap), which needs root")
-        nvml = self._nvml_processes()
-        used = nvml.get_process_memory_usage(device)
-        return used, None if used is not None else nvml.process_memory_reason(device)
+    def _process_memory(self, device: int) -> ProcessMemory:
+        return self._devices()[device].process_memory(device)
 
-    def get_process_memory_usage(self, device: int = 0) -> int | None:
-        return self._process(device)[0]
+    def _other_processes_memory(self, device: int) -> dict[int, int] | None:
+        return self._devices()[device].other_processes_memory(device)
 
-    def process_memory_reason(self, device: int = 0) -> str | None:
-        return self._process(device)[1]
+    def _device_name(self, device: int) -> str:
+        return self._devices()[device].name()
 
-    def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
-        if isinstance(self._device(device), NvidiaGpu):
-            return self._nvml_processes().other_processes_memory(device)
-        return None
-
-    # ---- for people ----------------------------------------------------------------------------
-    def device_name(self, device: int = 0) -> str:
-        dev = self._device(device)
-        if isinstance(dev, amd.AmdCard):
-            return f"AMD APU (card{dev.card}{', ' + dev.pci_slot if dev.pci_slot else ''})"
-        return dev.name if dev is not None else jetson_model(self._files)
-
-    def notes(self, device: int = 0) -> list[str]:
-        dev = self._device(device)
-        if isinstance(dev, amd.AmdCard):
-            head = f"unified memory: {dev.reason}"
-        elif dev is None:
-            head = f"unified memory: NVIDIA Jetson ({self.survey().jetson})"
-        else:
-            head = f"unified memory: {dev.evidence}"
-        return [head, *self._figures(device).notes, *self._conflicts, RELEASE_NOTE]
+    def _notes(self, device: int) -> list[str]:
+        dev = self._devices()[device]
+        return [f"unified memory: {dev.evidence()}", *dev.memory(device).notes, *self._conflicts, RELEASE_NOTE]
 
 
 def _jetson_visible(environ: Mapping[str, str]) -> bool:

@@ -13,23 +13,24 @@ from typing import Any, Mapping
 from devmem.host import REAL_FILES, Files
 from devmem.hookspecs import hookimpl
 from devmem.types import Detection, PlatformSpec
-from devmem_nvidia import driver as nvidia_driver
-from devmem_rocm import driver as amdgpu_driver
+import devmem_nvidia
+import devmem_rocm
 from devmem_uma.tegra import jetson_reason
 
 PRIORITY = 200
+#: What /proc/self/maps shows once the CUDA or HIP runtime is loaded or initialised.
+RUNTIME_MARKERS = ("libcudart", "/dev/nvidia-uvm", "libamdhip64", "libhsa-runtime64", "/dev/kfd")
 
 
 def detect_uma(*, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None) -> Detection:
     """Found when every accelerator here has unified memory (see :mod:`devmem_uma.survey`); cheap, no CUDA context."""
-    nvml_usable = nvml is not None or nvidia_driver.driver_loaded(files)
-    if not nvml_usable and not amdgpu_driver.driver_loaded(files) and jetson_reason(files) is None:
+    nvml_usable = nvml is not None or devmem_nvidia.driver_loaded(files)
+    if not nvml_usable and not devmem_rocm.driver_loaded(files) and jetson_reason(files) is None:
         return Detection(False, "no unified-memory GPU: no amdgpu driver, no Jetson files, and "
-                                + nvidia_driver.NO_DRIVER)
-    from devmem_nvidia.nvml_access import session_for
+                                + devmem_nvidia.NO_DRIVER)
     from devmem_uma.survey import survey
 
-    session = session_for(nvml) if nvml_usable else None
+    session = devmem_nvidia.session_for(nvml) if nvml_usable else None
     return survey(files, session, os.environ if environ is None else environ).detection()
 
 
@@ -46,5 +47,6 @@ def devmem_platforms():
         priority=PRIORITY,
         detect=detect_uma,
         factory=_uma,
+        runtime_markers=RUNTIME_MARKERS,
         description="unified memory (DGX Spark GB10, Jetson, AMD APUs): free is what an allocation can obtain",
     )

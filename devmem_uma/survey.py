@@ -16,11 +16,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+import devmem_nvidia
 from devmem.host import Files
 from devmem.types import DevmemError, Detection
-from devmem_nvidia.driver import NO_DRIVER
-from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_name, read_memory
-from devmem_nvidia.visible import VisibleDevice, visible_devices
+from devmem_nvidia import NvmlCallError, NvmlSession, VisibleDevice, device_name, read_memory, visible_devices
 from devmem_uma.amd import AmdCard, amd_cards
 from devmem_uma.runtime import runtime_integrated
 from devmem_uma.tegra import jetson_reason
@@ -90,7 +89,7 @@ class Survey:
 def _nvidia_gpus(session: NvmlSession, environ: Mapping[str, str],
                  integrated_attr: Callable[[int], bool | None]) -> tuple[list[NvidiaGpu], str]:
     try:
-        devices = visible_devices(session, environ)
+        devices = visible_devices(session, environ).devices
     except DevmemError as exc:
         return [], str(exc)
     gpus = []
@@ -125,7 +124,7 @@ def survey(files: Files, session: NvmlSession | None, environ: Mapping[str, str]
     """
     found = Survey(amd=amd_cards(files), jetson=jetson_reason(files))
     if session is None:
-        found.nvml_reason = NO_DRIVER
+        found.nvml_reason = devmem_nvidia.NO_DRIVER
         return found
     found.nvidia, found.nvml_reason = _nvidia_gpus(session, environ, integrated_attr)
     return found

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devmem.platform import PlatformBase
+from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
 from devmem.testing import Scenario, ScriptedDevice
 from devmem.types import GiB, KiB, MemoryInfo
 
@@ -39,13 +39,19 @@ class BrokenPlatform(PlatformBase):
     def _device(self, device):
         return self._sc.devices[device]  # no check_device: -1 wraps around, count raises IndexError
 
-    def device_memory_info(self, device=0):
+    def memory(self, device=0):
         dev = self._device(device)
-        return MemoryInfo(self._sc.device_free(device) // KiB, dev.total // KiB)  # KiB, not bytes
+        return DeviceMemory(MemoryInfo(self._sc.device_free(device) // KiB, dev.total // KiB))  # KiB, not bytes
+
+    def device_memory_info(self, device=0):
+        return self.memory(device).info
+
+    def process_memory(self, device=0):
+        self._device(device)
+        return ProcessMemory(self._sc.device_used(device))  # every process on the device, not this one
 
     def get_process_memory_usage(self, device=0):
-        self._device(device)
-        return self._sc.device_used(device)  # every process on the device, not this one
+        return self.process_memory(device).used
 
     def is_integrated_gpu(self, device=0):
         self._device(device)
@@ -129,8 +135,8 @@ def test_kit_flags_a_slow_call_by_name(kit_run):
     assert "device_name" in message and "device_memory_info" not in message
 
 
-def test_kit_flags_an_optional_member_of_the_wrong_type(kit_run):
-    assert "notes(0) returned 'runs hot'" in failure(kit_run, "test_optional_members_return_documented_types")
+def test_kit_flags_an_explaining_member_of_the_wrong_type(kit_run):
+    assert "notes(0) returned 'runs hot'" in failure(kit_run, "test_explaining_members_return_documented_types")
 
 
 def test_kit_passes_what_the_broken_backend_gets_right(kit_run):

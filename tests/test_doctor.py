@@ -53,7 +53,7 @@ def test_wsl2_warns_that_accounting_is_unavailable_and_the_driver_pages():
     found = by_code(diagnose(platform))
     assert found["per-process-accounting"].severity == "warning"
     assert "WDDM does not report per-process memory" in found["per-process-accounting"].summary
-    assert "one engine per GPU" in found["per-process-accounting"].action
+    assert "one engine per device" in found["per-process-accounting"].action
     assert found["pages-instead-of-failing"].severity == "warning"
 
 

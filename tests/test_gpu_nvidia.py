@@ -84,7 +84,7 @@ def test_process_usage_moves_by_exactly_a_tensor(platform):
 
 def test_child_allocation_does_not_move_process_usage(platform):
     before = platform.get_process_memory_usage(0)
-    with allocate_torch_in_subprocess(GiB, 0) as child:
+    with allocate_torch_in_subprocess(GiB, 0, namespace="cuda") as child:
         after = platform.get_process_memory_usage(0)
         others = platform.other_processes_memory(0)
     RESULTS["child_1gib"] = {"before": before, "after": after, "child_pid": child.pid, "others": others}
@@ -92,7 +92,7 @@ def test_child_allocation_does_not_move_process_usage(platform):
 
 
 def test_child_allocation_is_listed_as_another_process(platform):
-    with allocate_torch_in_subprocess(GiB, 0) as child:
+    with allocate_torch_in_subprocess(GiB, 0, namespace="cuda") as child:
         others = platform.other_processes_memory(0) or {}
     RESULTS["child_listed"] = {"child_pid": child.pid, "others": others}
     assert others.get(child.pid, 0) >= GiB
@@ -114,7 +114,7 @@ def test_profiling_counts_only_this_process_while_a_helper_allocates(platform):
         with memory_profiling(baseline, platform=platform) as result:
             held = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda:0")
             torch.cuda.synchronize()
-            helper = allocate_torch_in_subprocess(512 * MiB, 0)
+            helper = allocate_torch_in_subprocess(512 * MiB, 0, namespace="cuda")
     finally:
         if helper is not None:
             helper.free()

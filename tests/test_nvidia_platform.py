@@ -238,10 +238,10 @@ def test_bad_index_names_the_valid_range():
         nvml_platform(h200_scenario()).get_process_memory_usage(1)
 
 
-def test_describe_reports_the_h200():
+def test_device_report_of_the_h200():
     sc = h200_scenario(context=True)
     sc.allocate(H200_CHILD_1GIB, pid=CHILD)
-    report = devmem.describe(nvml_platform(sc), 0)
+    report = devmem.device_report(nvml_platform(sc), 0)
     assert (report.process, report.other_processes, report.total) == (H200_CONTEXT, {CHILD: H200_CHILD_1GIB},
                                                                        H200_RUNTIME_TOTAL)
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from devmem.platform import describe
+from devmem.platform import device_report
 from devmem.testing.amdsmi import (
     MI300X_IDLE_USED,
     MI300X_TOTAL,
@@ -147,7 +147,7 @@ def test_describe_reports_this_process_and_the_others():
     platform = platform_for(sc)
     sc.allocate(GiB)
     sc.allocate(2 * GiB, pid=sc.other_pid)
-    report = describe(platform, 0)
+    report = device_report(platform, 0)
     assert (report.name, report.process, report.other_processes) == ("AMD Instinct MI300X", GiB,
                                                                      {sc.other_pid: 2 * GiB})
     assert report.process_reason is None and report.sources["total"].startswith("amdsmi VRAM total")

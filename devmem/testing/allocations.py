@@ -1,7 +1,8 @@
 """Real allocations for the conformance kit: host memory and torch device memory, here or in another process.
 
 Each allocator returns an :class:`Allocation`; call ``free()`` (or leave its ``with`` block) to give the
-memory back. Memory is touched page by page, so the kernel and the driver really commit it.
+memory back. Memory is touched page by page, so the kernel and the driver really commit it. Device memory
+is allocated through the torch device namespace a platform declares (``platform.torch_device``).
 """
 
 from __future__ import annotations
@@ -65,17 +66,17 @@ sys.stdin.read()
 _TORCH_CHILD = """
 import sys
 import torch
-n, d = int(sys.argv[1]), int(sys.argv[2])
-t = torch.ones(n, dtype=torch.uint8, device=f"cuda:{d}")
-torch.cuda.synchronize(d)
+n, d, ns = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+t = torch.ones(n, dtype=torch.uint8, device=f"{ns}:{d}")
+getattr(torch, ns).synchronize(d)
 print("ready", flush=True)
 sys.stdin.read()
 """
 
 
-def _hold_in_child(code: str, nbytes: int, device: int) -> Allocation:
+def _hold_in_child(code: str, nbytes: int, device: int, *args: str) -> Allocation:
     """Start a Python child that allocates, says ``ready`` and holds the memory until its stdin closes."""
-    proc = subprocess.Popen([sys.executable, "-c", code, str(nbytes), str(device)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", code, str(nbytes), str(device), *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready, _, _ = select.select([proc.stdout], [], [], CHILD_READY_TIMEOUT)
     line = proc.stdout.readline() if ready else ""
@@ -103,24 +104,25 @@ def allocate_host_in_subprocess(nbytes: int, device: int = 0) -> Allocation:
     return _hold_in_child(_HOST_CHILD, nbytes, device)
 
 
-def allocate_torch(nbytes: int, device: int = 0) -> Allocation:
-    """Hold ``nbytes`` on ``cuda:device`` (CUDA or ROCm build of torch) in this process.
+def allocate_torch(nbytes: int, device: int = 0, *, namespace: str) -> Allocation:
+    """Hold ``nbytes`` on torch device ``namespace:device`` in this process.
 
     Freeing also empties torch's allocator cache, so the driver really gets the memory back.
     """
     import torch
 
-    holder = [torch.ones(nbytes, dtype=torch.uint8, device=f"cuda:{device}")]
-    torch.cuda.synchronize(device)
+    module = getattr(torch, namespace)
+    holder = [torch.ones(nbytes, dtype=torch.uint8, device=f"{namespace}:{device}")]
+    module.synchronize(device)
 
     def release() -> None:
         holder.clear()
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
+        module.synchronize(device)
+        module.empty_cache()
 
     return Allocation(nbytes, device, os.getpid(), release)
 
 
-def allocate_torch_in_subprocess(nbytes: int, device: int = 0) -> Allocation:
-    """Hold ``nbytes`` on ``cuda:device`` in another process (which pays for its own CUDA context)."""
-    return _hold_in_child(_TORCH_CHILD, nbytes, device)
+def allocate_torch_in_subprocess(nbytes: int, device: int = 0, *, namespace: str) -> Allocation:
+    """Hold ``nbytes`` on ``namespace:device`` in another process (which pays for its own device context)."""
+    return _hold_in_child(_TORCH_CHILD, nbytes, device, namespace)

@@ -27,7 +27,7 @@ Fixtures (override them in a subclass of :class:`PlatformFixtures`, which must c
 - ``allocate_in_other_process`` (when ``other_process_allocation``): the same, held by another process.
 
 Ready-made mixins (:mod:`devmem.testing.fixtures`): ``HostFixtures`` (host memory, real allocations),
-``TorchFixtures`` (torch.cuda allocations on a real GPU), ``ScriptedFixtures`` and
+``TorchFixtures`` (allocations in the platform's torch device namespace on a real device), ``ScriptedFixtures`` and
 ``scripted_fixtures(make_scenario, make_platform, **capabilities)`` for a backend driven by a
 :class:`~devmem.testing.Scenario`.
 
@@ -48,13 +48,15 @@ from typing import Callable, Mapping
 import pytest
 
 import devmem
-from devmem.platform import Platform, describe
+from devmem.platform import DeviceMemory, Platform, ProcessMemory, Reason, device_report
 from devmem.testing.allocations import Allocation
 from devmem.testing.probe import run_detection_probe
 from devmem.types import DevmemError, MemoryInfo, MiB, gib
 
-METHODS = ("device_memory_info", "get_process_memory_usage", "is_integrated_gpu", "pages_instead_of_failing")
-OPTIONAL = ("device_name", "process_memory_reason", "other_processes_memory", "memory_sources", "notes")
+METHODS = ("memory", "device_memory_info", "process_memory", "get_process_memory_usage", "is_integrated_gpu",
+           "pages_instead_of_failing")
+#: Members that explain a device to people; PlatformBase gives each a neutral answer.
+EXPLAINING = ("device_name", "process_memory_reason", "other_processes_memory", "memory_sources", "notes")
 BAD_INDICES = {"minus-one": -1, "count": "count", "string": "0", "float": 1.0}
 #: A device smaller than this is taken as figures in KiB or MiB instead of bytes.
 SMALLEST_PLAUSIBLE_TOTAL = 64 * MiB
@@ -131,7 +133,7 @@ def _devices(platform: Platform) -> range:
 
 
 def _warm_up(allocate: Callable[[int, int], Allocation]) -> None:
-    """The first allocation may initialise the runtime (a CUDA context); make it before measuring."""
+    """The first allocation may initialise the runtime (a device context); make it before measuring."""
     allocate(2 * MiB, 0).free()
 
 
@@ -186,12 +188,20 @@ class PlatformConformance:
                 value = getattr(platform, method)(d)
                 assert isinstance(value, bool), f"{method}({d}) returned {value!r}, not a bool"
 
-    def test_describe_gives_json_for_every_device(self, platform):
+    def test_device_report_gives_json_for_every_device(self, platform):
         for d in _devices(platform):
-            json.dumps(describe(platform, d).as_dict())
+            json.dumps(device_report(platform, d).as_dict())
+
+    def test_memory_reading_carries_its_sources(self, platform):
+        for d in _devices(platform):
+            memory = platform.memory(d)
+            assert isinstance(memory, DeviceMemory), f"memory({d}) returned {memory!r}, not a devmem.DeviceMemory"
+            assert isinstance(memory.info, MemoryInfo), f"memory({d}).info is {memory.info!r}, not a devmem.MemoryInfo"
+            assert all(isinstance(k, str) and isinstance(v, str) for k, v in memory.sources.items()), (
+                f"memory({d}).sources is {memory.sources!r}, not text for people keyed by figure")
 
     # ---- bad device indices -----------------------------------------------------------------------
-    @pytest.mark.parametrize("method", METHODS)
+    @pytest.mark.parametrize("method", METHODS + EXPLAINING)
     @pytest.mark.parametrize("bad", list(BAD_INDICES.values()), ids=list(BAD_INDICES))
     def test_bad_index_raises_devmem_error(self, platform, method, bad):
         index = platform.device_count() if bad == "count" else bad
@@ -239,12 +249,11 @@ class PlatformConformance:
             if not capabilities.process_memory:
                 assert used is None, (f"get_process_memory_usage({d}) returned {used!r} although the capabilities "
                                       "declare process_memory=False")
-                explain = getattr(platform, "process_memory_reason", None)
-                if callable(explain):
-                    reason = explain(d)
-                    assert isinstance(reason, str) and reason, (
-                        f"get_process_memory_usage({d}) is None but process_memory_reason({d}) gives no reason: "
-                        f"{reason!r}")
+                answer = platform.process_memory(d)
+                assert isinstance(answer, ProcessMemory) and isinstance(answer.reason, Reason), (
+                    f"get_process_memory_usage({d}) is None but process_memory({d}) gives no Reason: {answer!r}")
+                assert platform.process_memory_reason(d) == answer.reason.text, (
+                    f"process_memory_reason({d}) is not the text of process_memory({d}).reason")
                 continue
             assert used is not None, (f"get_process_memory_usage({d}) returned None although the capabilities declare "
                                       "process_memory=True")
@@ -252,7 +261,7 @@ class PlatformConformance:
             total = platform.device_memory_info(d).total
             assert 0 <= used <= total, f"get_process_memory_usage({d}) = {used} bytes is outside 0..total ({total})"
 
-    def test_optional_members_return_documented_types(self, platform):
+    def test_explaining_members_return_documented_types(self, platform):
         checks = {
             "device_name": lambda v: isinstance(v, str) and v,
             "process_memory_reason": lambda v: v is None or isinstance(v, str),
@@ -264,10 +273,8 @@ class PlatformConformance:
         }
         for d in _devices(platform):
             for member, ok in checks.items():
-                fn = getattr(platform, member, None)
-                if callable(fn):
-                    value = fn(d)
-                    assert ok(value), f"{member}({d}) returned {value!r}, which is not of its documented type"
+                value = getattr(platform, member)(d)
+                assert ok(value), f"{member}({d}) returned {value!r}, which is not of its documented type"
 
     # ---- allocations --------------------------------------------------------------------------------
     def test_process_usage_rises_by_an_allocation(self, platform, capabilities, request):
@@ -315,9 +322,9 @@ class PlatformConformance:
 
     def test_other_processes_memory_counts_the_other_allocation(self, platform, capabilities, request):
         capabilities.require("other_process_allocation")
-        listing = getattr(platform, "other_processes_memory", None)
-        if not callable(listing) or listing(0) is None:
-            pytest.skip("the platform does not list other processes' memory (other_processes_memory is absent or None)")
+        listing = platform.other_processes_memory
+        if listing(0) is None:
+            pytest.skip("the platform does not list other processes' memory (other_processes_memory gives None)")
         allocate_elsewhere = request.getfixturevalue("allocate_in_other_process")
         n = capabilities.allocation_size
         before = sum(listing(0).values())
@@ -360,10 +367,8 @@ class PlatformConformance:
 
     def test_every_call_is_cheap(self, platform, capabilities, request):
         calls: dict[str, Callable[[], object]] = {"device_count": platform.device_count}
-        for member in METHODS + OPTIONAL:
-            fn = getattr(platform, member, None)
-            if callable(fn):
-                calls[member] = lambda fn=fn: fn(0)
+        for member in METHODS + EXPLAINING:
+            calls[member] = lambda fn=getattr(platform, member): fn(0)
         seconds: dict[str, float] = {}
         for member, call in calls.items():
             call()  # a first call may initialise lazily
@@ -387,9 +392,10 @@ class PlatformConformance:
         request.node.user_properties.append(("devmem_detect_seconds", probe["seconds"]))
         assert platform.name in [c["name"] for c in probe["candidates"]], (
             f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}")
-        assert not probe["torch"], "detection imported torch; detect() must be a cheap probe (no torch, no CUDA context)"
-        assert not probe["runtimes"], (f"detection loaded or initialised {probe['runtimes']} (the CUDA/HIP runtime): it must "
-                                       "create no CUDA context; probe with NVML, amdsmi or sysfs instead")
+        assert not probe["torch"], "detection imported torch; detect() must be a cheap probe (no torch, no device context)"
+        assert not probe["runtimes"], (f"detection loaded or initialised {probe['runtimes']} (the device runtime, by the "
+                                       "markers the platform declares): it must create no device context; probe "
+                                       "with the vendor's management library or sysfs instead")
         assert probe["seconds"] <= capabilities.max_detect_seconds, (
             f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "
             f"than {capabilities.max_detect_seconds} s: detection must stay cheap")

@@ -2,15 +2,16 @@
 
 A scripted backend's conformance file is one class::
 
-    class TestNvmlConformance(PlatformConformance, scripted_fixtures(
+    class TestMineConformance(PlatformConformance, scripted_fixtures(
             lambda: Scenario(),
-            lambda sc: NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ),
+            lambda sc: MyPlatform(lib=ScriptedLib(sc), files=sc.fs, environ=sc.environ),
             integrated=False, pages_instead_of_failing=False)):
         pass
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable
 
@@ -72,20 +73,24 @@ def installed_platform(name: str) -> Platform:
 
 def torch_device_reason(platform: Platform) -> str | None:
     """Why torch cannot allocate on ``platform``'s devices here, or ``None`` when it can."""
+    namespace = platform.torch_device
+    if namespace is None:
+        return f"the {platform.name} platform declares no torch device namespace (torch_device is None)"
     try:
         import torch
     except ImportError:
         return "torch is not installed, so the kit cannot allocate device memory"
-    if not torch.cuda.is_available():
-        return "torch.cuda is not available (no CUDA/ROCm device or a CPU-only torch build)"
-    if torch.cuda.device_count() != platform.device_count():
-        return (f"torch sees {torch.cuda.device_count()} devices but {platform.name} sees "
+    module = getattr(torch, namespace, None)
+    if module is None or not module.is_available():
+        return f"torch.{namespace} is not available (no such device here, or a torch build without it)"
+    if module.device_count() != platform.device_count():
+        return (f"torch sees {module.device_count()} {namespace} devices but {platform.name} sees "
                 f"{platform.device_count()}, so their indices cannot be matched")
     return None
 
 
 class TorchFixtures(PlatformFixtures):
-    """Real device memory through torch.cuda (CUDA or ROCm builds), here and in a child process."""
+    """Real device memory through the torch namespace the platform declares, here and in a child process."""
 
     @pytest.fixture
     def capabilities(self, platform) -> Capabilities:
@@ -97,12 +102,12 @@ class TorchFixtures(PlatformFixtures):
                             granularity=TORCH_GRANULARITY, reasons=reasons)
 
     @pytest.fixture
-    def allocate(self) -> Callable[[int, int], Allocation]:
-        return allocate_torch
+    def allocate(self, platform) -> Callable[[int, int], Allocation]:
+        return functools.partial(allocate_torch, namespace=platform.torch_device)
 
     @pytest.fixture
-    def allocate_in_other_process(self) -> Callable[[int, int], Allocation]:
-        return allocate_torch_in_subprocess
+    def allocate_in_other_process(self, platform) -> Callable[[int, int], Allocation]:
+        return functools.partial(allocate_torch_in_subprocess, namespace=platform.torch_device)
 
 
 def scenario_allocation(scenario: Scenario, nbytes: int, device: int = 0, pid: int | None = None) -> Allocation:
@@ -128,7 +133,7 @@ class ScriptedFixtures(PlatformFixtures):
     def make_platform(self) -> Callable[[Scenario], Platform]:
         raise NotImplementedError(
             "Provide a `make_platform` fixture returning a callable that builds the platform under test from the "
-            "Scenario, e.g. `lambda sc: NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)`.")
+            "Scenario, e.g. `lambda sc: MyPlatform(lib=ScriptedLib(sc), files=sc.fs, environ=sc.environ)`.")
 
     @pytest.fixture
     def platform(self, scenario, make_platform) -> Platform:

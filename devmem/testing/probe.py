@@ -1,8 +1,8 @@
 """Resolution in a fresh interpreter, with one plugin loaded: what it costs and what it drags in.
 
-The conformance kit uses it to check that detection stays cheap: no torch import, no CUDA or HIP
-runtime loaded or initialised (no runtime library, no ``/dev/nvidia-uvm`` or ``/dev/kfd`` mapped), and a
-bounded time.
+The conformance kit uses it to check that detection stays cheap: no torch import, no device runtime loaded
+or initialised (none of the ``runtime_markers`` each platform declares in its ``PlatformSpec`` appears in
+``/proc/self/maps``), and a bounded time.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ try:
         maps = f.read()
 except OSError:
     maps = ""
-# A runtime library, or the device node a runtime opens when it initialises (NVML itself may load
-# libcuda.so on recent drivers without initialising it, so the driver library alone is no evidence).
-runtimes = sorted({lib for lib in ("libcudart", "libamdhip64", "libhsa-runtime64", "/dev/nvidia-uvm", "/dev/kfd")
-                   if lib in maps})
+# A runtime library, or the device node a runtime opens when it initialises, as each platform declares them.
+markers = {m for c in candidates for m in c.runtime_markers}
+runtimes = sorted(m for m in markers if m in maps)
 print(json.dumps({"seconds": seconds, "torch": "torch" in sys.modules, "runtimes": runtimes,
                   "candidates": [c.as_dict() for c in candidates]}))
 """

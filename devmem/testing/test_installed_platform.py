@@ -1,13 +1,14 @@
 """Certify a platform installed on this machine: ``pytest --pyargs devmem.testing --devmem-platform NAME``.
 
-The platform is built as ``DEVMEM_PLATFORM=NAME`` would build it. Allocations are real: host memory
-for ``cpu``, torch.cuda device memory for every other platform (when torch reaches its devices;
-otherwise those tests skip with the reason). Capabilities are read from the platform itself, so the
+The platform is built as ``DEVMEM_PLATFORM=NAME`` would build it. Allocations are real: host memory for a
+platform that declares no torch device namespace, torch device memory in the namespace it declares for every
+other platform (when torch reaches its devices; otherwise those tests skip with the reason). Capabilities are read from the platform itself, so the
 kit checks what it says against what it does. Without ``--devmem-platform`` every test here skips.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import pytest
@@ -25,7 +26,7 @@ from devmem.testing.fixtures import HOST_GRANULARITY, TORCH_GRANULARITY, install
 
 
 def _on_host(platform: Platform) -> bool:
-    return platform.name == "cpu"
+    return platform.torch_device is None
 
 
 class InstalledPlatformFixtures(PlatformFixtures):
@@ -37,10 +38,10 @@ class InstalledPlatformFixtures(PlatformFixtures):
     @pytest.fixture
     def capabilities(self, platform) -> Capabilities:
         reasons: dict[str, str] = {}
-        explain = getattr(platform, "process_memory_reason", None)
-        process = platform.get_process_memory_usage(0) is not None
-        if not process and callable(explain):
-            reasons["process_memory"] = explain(0) or ""
+        answer = platform.process_memory(0)
+        process = answer.used is not None
+        if answer.reason is not None:
+            reasons["process_memory"] = answer.reason.text
         if _on_host(platform):
             reason, granularity = None, HOST_GRANULARITY
         else:
@@ -53,11 +54,14 @@ class InstalledPlatformFixtures(PlatformFixtures):
 
     @pytest.fixture
     def allocate(self, platform) -> Callable[[int, int], Allocation]:
-        return allocate_host if _on_host(platform) else allocate_torch
+        return allocate_host if _on_host(platform) else functools.partial(allocate_torch,
+                                                                           namespace=platform.torch_device)
 
     @pytest.fixture
     def allocate_in_other_process(self, platform) -> Callable[[int, int], Allocation]:
-        return allocate_host_in_subprocess if _on_host(platform) else allocate_torch_in_subprocess
+        if _on_host(platform):
+            return allocate_host_in_subprocess
+        return functools.partial(allocate_torch_in_subprocess, namespace=platform.torch_device)
 
 
 class TestInstalledPlatform(PlatformConformance, InstalledPlatformFixtures):

@@ -10,10 +10,12 @@ import devmem
 class AcmePlatform(devmem.PlatformBase):
     """One device whose memory is host RAM: free is what psutil calls available, usage is this process's RSS.
 
-    ``psutil`` is the vendor library; tests may pass another object with the same calls.
+    ``psutil`` is the vendor library; tests pass a scripted one (:mod:`devmem_acme.testing`).
     """
 
     name = "acme"
+    torch_device = None  # host memory: torch's device allocators do not manage it
+    dist_backend = "gloo"
 
     def __init__(self, *, psutil: ModuleType | None = None):
         if psutil is None:
@@ -23,27 +25,20 @@ class AcmePlatform(devmem.PlatformBase):
     def device_count(self) -> int:
         return 1
 
-    def device_memory_info(self, device: int = 0) -> devmem.MemoryInfo:
-        self.check_device(device)
+    def _memory(self, device: int) -> devmem.DeviceMemory:
         vm = self._psutil.virtual_memory()
-        return devmem.MemoryInfo(free=int(vm.available), total=int(vm.total))
+        return devmem.DeviceMemory(devmem.MemoryInfo(free=int(vm.available), total=int(vm.total)),
+                                   {"free": "psutil.virtual_memory().available",
+                                    "total": "psutil.virtual_memory().total"})
 
-    def get_process_memory_usage(self, device: int = 0) -> int | None:
-        self.check_device(device)
-        return int(self._psutil.Process().memory_info().rss)
+    def _process_memory(self, device: int) -> devmem.ProcessMemory:
+        return devmem.ProcessMemory(int(self._psutil.Process().memory_info().rss))
 
-    def is_integrated_gpu(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _is_integrated(self, device: int) -> bool:
         return True
 
-    def pages_instead_of_failing(self, device: int = 0) -> bool:
-        self.check_device(device)
+    def _pages_instead_of_failing(self, device: int) -> bool:
         return True
 
-    def device_name(self, device: int = 0) -> str:
-        self.check_device(device)
+    def _device_name(self, device: int) -> str:
         return "ACME reference accelerator (host memory)"
-
-    def memory_sources(self, device: int = 0) -> dict[str, str]:
-        self.check_device(device)
-        return {"free": "psutil.virtual_memory().available", "total": "psutil.virtual_memory().total"}

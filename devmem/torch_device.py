@@ -1,0 +1,46 @@
+"""torch's device module for a platform (``torch.<platform.torch_device>``), found without importing torch.
+
+A process that has not imported torch holds no torch memory, and importing it would itself grow the process,
+so every helper here answers from ``sys.modules`` alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from devmem.platform import Platform
+
+
+def device_module(platform: Platform) -> tuple[Any, str | None]:
+    """``(torch.<namespace>, None)`` when torch manages ``platform``'s device memory in this process, else
+    ``(None, why not)``. The namespace is the one the platform declares (``platform.torch_device``)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None, "torch is not imported in this process, so it holds no device memory"
+    namespace = platform.torch_device
+    if namespace is None:
+        return None, (f"the {platform.name} platform's device is host memory, which torch's device allocator does "
+                      "not manage: its allocator figures (allocated, reserved, peak) are 0, not measured")
+    module = getattr(torch, namespace, None)
+    if module is None or not _call(module, "is_available", False):
+        return None, (f"torch {torch.__version__} sees no {namespace} device (a build without it, or no device "
+                      "visible): its allocator figures (allocated, reserved, peak) are 0, not measured")
+    return module, None
+
+
+def initialised_module(platform: Platform) -> tuple[Any, str | None]:
+    """:func:`device_module`, and only where torch has already initialised that device runtime in this process."""
+    module, why = device_module(platform)
+    if module is not None and not _call(module, "is_initialized", True):
+        return None, f"torch has not initialised its {platform.torch_device} runtime in this process"
+    return module, why
+
+
+def _call(module: Any, name: str, default: bool) -> bool:
+    """``module.<name>()``, or ``default`` where this torch device module lacks it; never raises."""
+    fn = getattr(module, name, None)
+    try:
+        return bool(fn()) if callable(fn) else default
+    except Exception:  # a half-initialised or CPU-only torch
+        return False

@@ -1,8 +1,9 @@
 """Memory snapshots, the profile window and the release of the allocator cache (DESIGN.md, "Profiling").
 
 torch is never imported here: a process that has not imported torch holds no torch memory, and importing it
-would itself grow the process. The torch figures come from ``torch.cuda`` (CUDA and ROCm builds) when the
-process has imported torch and it sees a device; otherwise they are 0 and the results say why.
+would itself grow the process. The torch figures come from the torch device module the platform declares
+(``platform.torch_device``) when the process has imported torch and it sees a device; otherwise they are 0 and
+the results say why.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from devmem.platform import Platform
 from devmem.plugins import current_platform
+from devmem.torch_device import device_module, initialised_module
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -26,19 +27,6 @@ log = logging.getLogger("devmem.profiling")
 
 #: A device-wide change that differs from this process's own by this much is logged as a warning.
 WARN_DIFFERENCE = 128 * MiB
-
-
-def _torch_cuda(platform: Platform) -> tuple[Any, str | None]:
-    """``(torch.cuda, None)`` when torch manages this platform's device memory here, else ``(None, why not)``."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None, "torch is not imported in this process, so it holds no device memory"
-    if not torch.cuda.is_available():
-        return None, (f"torch {torch.__version__} sees no CUDA/ROCm device (CPU-only build or no device visible): "
-                      "its allocator figures (allocated, reserved, peak) are 0, not measured")
-    if platform.name == "cpu":
-        return None, "the cpu platform's device is host memory, which torch's CUDA allocator does not manage"
-    return torch.cuda, None
 
 
 @dataclass(frozen=True)
@@ -72,20 +60,20 @@ class MemorySnapshot:
         process = platform.get_process_memory_usage(device)
         notes = []
         if process is None:
-            why = getattr(platform, "process_memory_reason", lambda d: None)(device)
+            why = platform.process_memory_reason(device)
             notes.append(f"{platform.name} cannot attribute device memory to processes"
                          + (f": {why}" if why else ""))
-        cuda, why_not = _torch_cuda(platform)
+        module, why_not = device_module(platform)
         allocated = reserved = peak = reserved_peak = 0
-        if cuda is not None:
-            allocated = cuda.memory_allocated(device)
-            reserved = cuda.memory_reserved(device)
-            peak = cuda.max_memory_allocated(device)
-            reserved_peak = cuda.max_memory_reserved(device)
+        if module is not None:
+            allocated = module.memory_allocated(device)
+            reserved = module.memory_reserved(device)
+            peak = module.max_memory_allocated(device)
+            reserved_peak = module.max_memory_reserved(device)
         else:
             notes.append(why_not)
         return cls(device, info.free, info.total, process, allocated, reserved, peak, reserved_peak, time.time(),
-                   cuda is not None, tuple(notes))
+                   module is not None, tuple(notes))
 
     @property
     def used(self) -> int:
@@ -107,23 +95,21 @@ class MemorySnapshot:
         )
 
 
-def release_allocator_cache(device: int = 0) -> int:
+def release_allocator_cache(device: int = 0, platform: Platform | None = None) -> int:
     """Collect garbage, then give torch's cached, unused device blocks back to the driver; return the bytes released.
 
     Engines call it right before allocating the KV cache, on every path (pinned included). Returns 0, and logs
-    why, when torch is not imported, sees no device, or has not initialised CUDA in this process.
+    why, when torch is not imported, sees no device of ``platform`` (the current one by default), or has not
+    initialised that device's runtime in this process.
     """
     gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        why = ("torch is not imported" if torch is None else
-               "torch sees no CUDA/ROCm device" if not torch.cuda.is_available() else
-               "torch has not initialised CUDA in this process")
+    module, why = initialised_module(platform if platform is not None else current_platform())
+    if module is None:
         log.info("devmem: no allocator cache to release on device %d: %s; released bytes not measured", device, why)
         return 0
-    before = torch.cuda.memory_reserved(device)
-    torch.cuda.empty_cache()
-    released = max(0, before - torch.cuda.memory_reserved(device))
+    before = module.memory_reserved(device)
+    module.empty_cache()
+    released = max(0, before - module.memory_reserved(device))
     log.info("devmem: released %s of cached allocator blocks on device %d", format_size(released), device)
     return released
 
@@ -137,7 +123,7 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     if snapshot.free >= requested:
         return
     platform = platform if platform is not None else current_platform()
-    name = getattr(platform, "device_name", lambda d: f"{platform.name}:{d}")(snapshot.device)
+    name = platform.device_name(snapshot.device)
     fits = snapshot.free / snapshot.total
     held = (f"other processes hold {format_size(snapshot.used - snapshot.process)}" if snapshot.process is not None
             else f"{format_size(snapshot.used)} is in use")
@@ -301,15 +287,15 @@ class _OpenWindows:
         self._lock = threading.Lock()
         self._carried: dict[int, list[list[int]]] = {}
 
-    def open(self, cuda: Any, device: int) -> list[int]:
+    def open(self, module: Any, device: int) -> list[int]:
         carried = [0, 0]
         with self._lock:
             stack = self._carried.setdefault(device, [])
-            if cuda is not None and cuda.is_initialized():
-                now = [cuda.max_memory_allocated(device), cuda.max_memory_reserved(device)]
+            if module is not None:
+                now = [module.max_memory_allocated(device), module.max_memory_reserved(device)]
                 for outer in stack:
                     outer[0], outer[1] = max(outer[0], now[0]), max(outer[1], now[1])
-                cuda.reset_peak_memory_stats(device)
+                module.reset_peak_memory_stats(device)
             stack.append(carried)
         return carried
 
@@ -339,8 +325,8 @@ def memory_profiling(baseline: MemorySnapshot, weights_memory: int = 0,
     """
     platform = platform if platform is not None else current_platform()
     device = baseline.device
-    cuda, _ = _torch_cuda(platform)
-    carried = _WINDOWS.open(cuda, device)
+    module, _ = initialised_module(platform)
+    carried = _WINDOWS.open(module, device)
     try:
         before = MemorySnapshot.measure(device, platform)
         result = ProfileResult(baseline, weights_memory, before_profile=before)
@@ -350,7 +336,7 @@ def memory_profiling(baseline: MemorySnapshot, weights_memory: int = 0,
             result.error = f"{type(exc).__name__}: {exc}"
             raise
         gc.collect()
-        result.released_cache_bytes = release_allocator_cache(device)
+        result.released_cache_bytes = release_allocator_cache(device, platform)
         after = MemorySnapshot.measure(device, platform)
         peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
         _finish(result, before, after, peaks, platform)

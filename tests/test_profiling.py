@@ -359,18 +359,31 @@ def test_start_with_enough_free_memory_passes():
 
 # ---- without CUDA ----------------------------------------------------------------------------------------
 
-@no_cuda
-def test_profiling_without_cuda_says_torch_figures_were_not_measured(quiet_run):
+def test_profiling_host_memory_says_torch_figures_were_not_measured(quiet_run):
     result = quiet_run.result
     assert result.torch_measured is False and result.torch_peak_increase == 0 and result.released_cache_bytes == 0
-    assert any("no CUDA/ROCm device" in note and "not measured" in note for note in result.notes)
+    assert any("host memory, which torch's device allocator does not manage" in note and "not measured" in note
+               for note in result.notes)
 
 
 @no_cuda
-def test_release_without_cuda_returns_zero_and_says_why(caplog):
+def test_snapshot_without_the_declared_torch_device_says_torch_figures_were_not_measured():
+    snapshot = MemorySnapshot.measure(0, _h200(h200_scenario()))
+    assert snapshot.torch_measured is False
+    assert any("sees no cuda device" in note and "not measured" in note for note in snapshot.notes)
+
+
+@no_cuda
+def test_release_without_the_declared_torch_device_returns_zero_and_says_why(caplog):
     with caplog.at_level(logging.INFO, logger="devmem.profiling"):
-        assert release_allocator_cache(0) == 0
-    assert "torch sees no CUDA/ROCm device; released bytes not measured" in caplog.text
+        assert release_allocator_cache(0, _h200(h200_scenario())) == 0
+    assert "sees no cuda device" in caplog.text and "released bytes not measured" in caplog.text
+
+
+def test_release_on_host_memory_returns_zero_and_says_why(caplog):
+    with caplog.at_level(logging.INFO, logger="devmem.profiling"):
+        assert release_allocator_cache(0, CpuPlatform()) == 0
+    assert "host memory" in caplog.text and "released bytes not measured" in caplog.text
 
 
 def test_profiling_never_imports_torch():

@@ -171,14 +171,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         model = load_model(folder, dtype=dtype)
         total = platform.device_memory_info(args.device).total
         plan = plan_for_model(model, block_size=args.block_size, total=total, utilization=utilization,
-                              activation_peak=activation, allocation_granularity=granularity)
+                              transient_peak_bytes=activation, allocation_granularity=granularity)
         usable = plan.kv_cache_bytes // granularity * granularity
         sequences = args.sequences or fewest_sequences(model, usable, args.block_size)
         context = longest_context(model, usable, sequences, args.block_size)
         if not context:
             raise SystemExit(f"the KV budget of {plan.kv_cache_bytes} B holds no block for {sequences} sequence(s)")
         common = ["--model", str(folder), "--utilization", str(utilization), "--device", str(args.device),
-                  "--block-size", str(args.block_size), "--activation-peak", str(activation),
+                  "--block-size", str(args.block_size), "--transient-peak", str(activation),
                   "--allocation-granularity", str(granularity), *(["--dtype", dtype] if dtype else [])]
         runs = []
         targets = (("just fits", context, 0), ("one block more per sequence", context + args.block_size, 1))

@@ -319,8 +319,8 @@ class Fit:
 
 
 def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utilization: float = 0.9,
-        free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, activation_peak: int = 0, non_torch: int = 0,
-        cuda_graph: int = 0, allocation_granularity: int = 1) -> Fit:
+        free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, transient_peak_bytes: int = 0, non_torch: int = 0,
+        graph_capture: int = 0, allocation_granularity: int = 1) -> Fit:
     """Whether ``sequences`` x ``context`` fits a device of ``total`` bytes at ``utilization``, and what it needs.
 
     The budget is :func:`plan_for_model` (weights = the model's weights per rank, plus the activation peak and
@@ -332,12 +332,12 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
     sequences = _whole("sequences", sequences)
     granularity = _whole("allocation_granularity", allocation_granularity)
     cost = sequence_cost(model, context, block_size)
-    extra = {"activation_peak": activation_peak, "non_torch": non_torch, "cuda_graph": cuda_graph,
+    extra = {"transient_peak_bytes": transient_peak_bytes, "non_torch": non_torch, "graph_capture": graph_capture,
              "allocation_granularity": granularity}
     requested, budget = _budget(model, block_size, total, utilization, extra)
     needed = sequences * cost.total
-    non_kv = {"weights": model.weights_bytes_per_rank, "activation_peak": activation_peak, "non_torch": non_torch,
-              "cuda_graph": cuda_graph}
+    non_kv = {"weights": model.weights_bytes_per_rank, "transient_peak_bytes": transient_peak_bytes, "non_torch": non_torch,
+              "graph_capture": graph_capture}
     share = Fraction(_cdiv(max(needed, block_bytes(model, block_size)), granularity) * granularity
                      + sum(non_kv.values()), total)
     needed_u = None if share > 1 else math.ceil(share * 10_000) / 10_000

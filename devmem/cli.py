@@ -136,11 +136,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     total = args.total
     if total is None and args.pinned is None:
         total = current_platform().device_memory_info(args.device).total
+    growable = args.init_free is not None or args.free is not None
+    if growable and args.pinned is not None:
+        raise DevmemError("--pinned selects the pinned path and --init-free/--free the growable path; give one")
+    if (args.init_free is None) != (args.free is None):
+        raise DevmemError("the growable path needs both --init-free (free memory before the model loaded) and "
+                          "--free (free memory now)")
+    if args.committed and not growable:
+        raise DevmemError("--committed applies to the growable path: give --init-free and --free with it")
     try:
         plan = plan_kv_cache(
             total=total, utilization=args.utilization, pinned_bytes=args.pinned,
             weights=0 if args.weights is None else args.weights,
-            activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph,
+            transient_peak_bytes=args.transient_peak, non_torch=args.non_torch, graph_capture=args.graph_capture,
+            init_free_memory=args.init_free, free_memory=args.free, committed_bytes=args.committed,
             page_size_bytes=args.page_size, num_layers=args.layers,
             allocation_granularity=args.allocation_granularity or 1,
         )
@@ -221,7 +230,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
         total = current_platform().device_memory_info(args.device).total
     granularity = args.allocation_granularity or 1
     sizing = {"total": total, "utilization": args.utilization, "pinned_bytes": args.pinned,
-              "activation_peak": args.activation_peak, "non_torch": args.non_torch, "cuda_graph": args.cuda_graph,
+              "transient_peak_bytes": args.transient_peak, "non_torch": args.non_torch, "graph_capture": args.graph_capture,
               "allocation_granularity": granularity}
     if args.weights is not None:
         sizing["weights"] = args.weights
@@ -253,7 +262,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     info = platform.device_memory_info(args.device)
     result = fit(model, context=args.context, sequences=args.sequences, total=info.total, free=info.free,
                  utilization=args.utilization, block_size=args.block_size or DEFAULT_BLOCK_SIZE,
-                 activation_peak=args.activation_peak, non_torch=args.non_torch, cuda_graph=args.cuda_graph,
+                 transient_peak_bytes=args.transient_peak, non_torch=args.non_torch, graph_capture=args.graph_capture,
                  allocation_granularity=args.allocation_granularity or 1)
     if args.json:
         _emit_json({"platform": platform.name, "device": args.device, "model": model.as_dict(),
@@ -272,8 +281,9 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
                      help="sequences running at once")
     fit.add_argument("--utilization", type=_fraction, default=0.9, help="share of the device to use (default 0.9)")
     fit.add_argument("--device", type=int, default=0, help="device index of the resolved platform (default 0)")
-    for flag, what in (("--activation-peak", "peak activation memory of a forward pass, from profiling"),
-                       ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
+    for flag, what in (("--transient-peak", "memory a forward pass needs beyond what stays allocated, from profiling"),
+                       ("--non-torch", "memory outside torch's allocator"),
+                       ("--graph-capture", "memory of captured device graphs")):
         fit.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
     _add_granularity_flag(fit)
     fit.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
@@ -310,11 +320,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="device memory (default: this machine's device --device)")
     plan.add_argument("--device", type=int, default=0, help="device whose total is used without --total")
     for flag, what in (("--weights", "model weights"),
-                       ("--activation-peak", "peak activation memory of a forward pass"),
-                       ("--non-torch", "memory outside torch's allocator"), ("--cuda-graph", "CUDA graph estimate")):
+                       ("--transient-peak", "memory a forward pass needs beyond what stays allocated (activations)"),
+                       ("--non-torch", "memory outside torch's allocator"),
+                       ("--graph-capture", "memory of captured device graphs (utilization path)"),
+                       ("--committed", "growable path: bytes already committed to the KV cache")):
         plan.add_argument(flag, type=_size, default=None if flag == "--weights" else 0, metavar="SIZE",
                           help=f"{what} (default 0" + (", or the model's weights per rank with --model)"
                                                         if flag == "--weights" else ")"))
+    for flag, what in (("--init-free", "free device memory before the model loaded"),
+                       ("--free", "free device memory now, after the profile run")):
+        plan.add_argument(flag, type=_size, default=None, metavar="SIZE",
+                          help=f"growable path (with the other): {what}")
     plan.add_argument("--page-size", type=_size, default=None, metavar="SIZE",
                       help="KV bytes of one page on one layer (required without --model)")
     plan.add_argument("--layers", type=_count, default=None,

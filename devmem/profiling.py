@@ -202,7 +202,7 @@ class ProfileResult:
         return {
             "consumed": self.total_consumed,
             "weights": self.weights_memory,
-            "activation_peak": self.transient_peak_bytes,
+            "transient_peak_bytes": self.transient_peak_bytes,
             "non_torch": self.non_torch_increase,
             "other_processes": None if others is None else max(0, others),
             "released_cache": self.released_cache_bytes,

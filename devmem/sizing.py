@@ -1,13 +1,16 @@
-"""Pure KV-cache arithmetic (DESIGN.md, "Sizing"): int bytes in, int bytes and an explanation out.
+"""Pure KV-cache arithmetic (docs/sizing.md): int bytes in, int bytes and an explanation out.
 
-No torch, no platform, no I/O. Three paths:
+No torch, no platform, no I/O. Three paths, one function each, over the same shared terms (the block, the
+figures that explain the memory that is not KV cache):
 
-- ``utilization``: ``kv = ceil(total * utilization) - (consumed + activation peak + CUDA graphs)``;
-- ``pinned``: ``kv = pinned_bytes`` (the engine releases the allocator cache before allocating it);
-- ``growable``: ``kv = min(requested - non_kv_used, free + committed - margin) - transient peak``, floored at 0.
+- :func:`plan_utilization`: ``kv = ceil(total * utilization) - (consumed + transient peak + graph capture)``;
+- :func:`plan_pinned`: ``kv = pinned_bytes`` (the engine releases the allocator cache before allocating it);
+- :func:`plan_growable`: ``kv = min(requested - non_kv_used, free + committed - margin) - transient peak``,
+  floored at 0, with ``margin = max(margin_floor, ceil(margin_fraction * transient peak))``.
 
-:func:`plan_kv_cache` chooses the path from its arguments and raises :class:`~devmem.NotEnoughMemoryError`
-with the numbers when the budget does not hold one block.
+:func:`plan_kv_cache` chooses the path from its arguments (the engine-facing entry:
+``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=..., num_layers=...)``). Each raises
+:class:`~devmem.NotEnoughMemoryError` with the numbers when the budget does not hold one block.
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from devmem.types import DevmemError, GiB, NotEnoughMemoryError
 from devmem.units import format_size
 
-PATHS = ("utilization", "pinned", "growable")
+#: Share of the device an engine asks for when it names none.
+DEFAULT_UTILIZATION = 0.9
+#: The growable path keeps at least this much free beside the transient peak ...
+MARGIN_FLOOR_BYTES = GiB
+#: ... or this share of the transient peak, whichever is larger.
+MARGIN_FRACTION = 0.75
 
 
 class SizingError(DevmemError, ValueError):
@@ -62,53 +70,59 @@ def requested_memory(total: int, utilization: float) -> int:
 
 
 def profiled_kv_cache_bytes(requested: int, total_consumed: int, transient_peak_bytes: int = 0,
-                            cuda_graph_bytes: int = 0) -> int:
-    """``requested - (total_consumed + transient_peak_bytes + cuda_graph_bytes)``.
+                            graph_capture: int = 0) -> int:
+    """``requested - (total_consumed + transient_peak_bytes + graph_capture)``: the utilization path's budget.
 
     ``total_consumed`` is what the process holds after the profile run beyond what it held before the model
     was created; ``transient_peak_bytes`` is the part of the activation peak it no longer holds. The result
-    may be zero or negative (by how much the budget falls short); :func:`plan_kv_cache` raises on it.
+    may be zero or negative (by how much the budget falls short); :func:`plan_utilization` raises on it.
     """
     return _bytes("requested", requested) - (
         _bytes("total_consumed", total_consumed)
         + _bytes("transient_peak_bytes", transient_peak_bytes)
-        + _bytes("cuda_graph_bytes", cuda_graph_bytes)
+        + _bytes("graph_capture", graph_capture)
     )
 
 
-def _growable_terms(requested_memory: int, init_free_memory: int, free_memory: int, committed_bytes: int,
+def _margin_fraction(value: object) -> Fraction:
+    fraction = _real("margin_fraction", value)
+    if fraction < 0:
+        raise SizingError(f"margin_fraction must be >= 0, got {value!r}")
+    return fraction
+
+
+def _growable_terms(requested: int, init_free_memory: int, free_memory: int, committed_bytes: int,
                     transient_peak_bytes: int, margin_floor_bytes: int, margin_fraction: float) -> dict[str, int]:
-    requested = _bytes("requested_memory", requested_memory)
+    """Every term of the growable formula; ``unfloored`` is the budget before it is floored at 0."""
     init_free = _bytes("init_free_memory", init_free_memory)
     free = _bytes("free_memory", free_memory)
     committed = _bytes("committed_bytes", committed_bytes)
     transient = _bytes("transient_peak_bytes", transient_peak_bytes)
-    fraction = _real("margin_fraction", margin_fraction)
-    if fraction < 0:
-        raise SizingError(f"margin_fraction must be >= 0, got {margin_fraction!r}")
-    margin = max(_bytes("margin_floor_bytes", margin_floor_bytes), math.ceil(fraction * transient))
+    margin = max(_bytes("margin_floor_bytes", margin_floor_bytes),
+                 math.ceil(_margin_fraction(margin_fraction) * transient))
     non_kv_used = max(0, init_free - free - committed)
     requested_cap = requested - non_kv_used
     free_cap = free + committed - margin
+    unfloored = min(requested_cap, free_cap) - transient
     return {
         "requested": requested, "init_free": init_free, "free": free, "committed": committed,
         "transient_peak": transient, "margin": margin, "non_kv_used": non_kv_used,
-        "requested_cap": requested_cap, "free_cap": free_cap,
-        "kv_cache": max(0, min(requested_cap, free_cap) - transient),
+        "requested_cap": requested_cap, "free_cap": free_cap, "unfloored": unfloored, "kv_cache": max(0, unfloored),
     }
 
 
-def measure_kv_cache_bytes(*, requested_memory: int, init_free_memory: int, free_memory: int,
-                           committed_bytes: int = 0, transient_peak_bytes: int = 0,
-                           margin_floor_bytes: int = GiB, margin_fraction: float = 0.75) -> int:
-    """Budget of a growable (extensible) KV cache, floored at 0.
+def growable_kv_cache_bytes(*, requested_memory: int, init_free_memory: int, free_memory: int,
+                            committed_bytes: int = 0, transient_peak_bytes: int = 0,
+                            margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
+                            margin_fraction: float = MARGIN_FRACTION) -> int:
+    """Budget of a growable (extensible) KV cache from two free-memory readings, floored at 0.
 
     ``non_kv_used = init_free - free - committed`` (at least 0: memory that others released does not raise the
     cap), ``margin = max(margin_floor, ceil(margin_fraction * transient_peak))`` and
     ``kv = min(requested - non_kv_used, free + committed - margin) - transient_peak``.
     """
-    return _growable_terms(requested_memory, init_free_memory, free_memory, committed_bytes, transient_peak_bytes,
-                           margin_floor_bytes, margin_fraction)["kv_cache"]
+    return _growable_terms(_bytes("requested_memory", requested_memory), init_free_memory, free_memory,
+                           committed_bytes, transient_peak_bytes, margin_floor_bytes, margin_fraction)["kv_cache"]
 
 
 def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> int:
@@ -126,12 +140,18 @@ def _layers(num_layers: object) -> int:
 
 _LABELS = {
     "total": "total", "requested": "requested", "pinned": "pinned", "weights": "weights",
-    "activation_peak": "activation peak", "non_torch": "non-torch", "cuda_graph": "CUDA graphs",
+    "transient_peak": "transient peak", "non_torch": "non-torch", "graph_capture": "graph capture",
     "consumed": "consumed", "non_kv": "non-KV", "other_processes": "other processes",
     "released_cache": "released allocator cache", "init_free": "free at start", "free": "free now",
     "committed": "committed to the cache", "non_kv_used": "non-KV used", "margin": "margin",
     "requested_cap": "requested - non-KV used", "free_cap": "free + committed - margin",
     "block": "one block", "kv_cache": "KV cache", "granularity": "allocation granularity",
+}
+
+_PATHS = {
+    "utilization": "path: utilization {utilization} of the total, minus memory that is not KV cache",
+    "pinned": "path: pinned (the size was given; the allocator cache is released before allocating it)",
+    "growable": "path: growable (min(requested - non-KV used, free + committed - margin) - transient peak)",
 }
 
 
@@ -153,18 +173,53 @@ class KvCachePlan:
         """Lines for people: the result, then each figure that went into it."""
         head = (f"KV cache: {format_size(self.kv_cache_bytes)} ({self.kv_cache_bytes} bytes) = {self.num_blocks} "
                 f"blocks of {format_size(self.block_bytes)}")
-        how = {
-            "utilization": f"path: utilization {self.utilization} of the total, minus memory that is not KV cache",
-            "pinned": "path: pinned (the size was given; the allocator cache is released before allocating it)",
-            "growable": "path: growable (min(requested - non-KV used, free + committed - margin) - transient peak)",
-        }[self.path]
         width = max((len(_LABELS[k]) for k in self.breakdown), default=0)
         rows = [f"  {_LABELS[k]:<{width}}  {format_size(v)}" for k, v in self.breakdown.items()]
-        return "\n".join([head, how, *rows])
+        return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *rows])
 
     def as_dict(self) -> dict[str, object]:
         return {"path": self.path, "kv_cache_bytes": self.kv_cache_bytes, "num_blocks": self.num_blocks,
                 "block_bytes": self.block_bytes, "utilization": self.utilization, "breakdown": dict(self.breakdown)}
+
+
+class _Shared(NamedTuple):
+    """The terms every path shares: the block, and the figures that explain the memory that is not KV cache."""
+
+    block: int
+    weights: int
+    transient_peak: int
+    non_torch: int
+    other_processes: int | None
+    released_cache: int
+    granularity: int
+
+    def parts(self) -> dict[str, int]:
+        return {"weights": self.weights, "transient_peak": self.transient_peak, "non_torch": self.non_torch}
+
+    def reported(self) -> dict[str, int]:
+        """Figures reported, never subtracted: other processes' memory, the released cache and the allocation
+        granularity, where known (and not 1 byte)."""
+        return {k: v for k, v in (("other_processes", self.other_processes),
+                                  ("released_cache", self.released_cache or None),
+                                  ("granularity", self.granularity if self.granularity > 1 else None))
+                if v is not None}
+
+    def blocks(self, kv: int) -> int:
+        """The most whole blocks whose allocation, rounded up to the granularity, fits in ``kv`` bytes."""
+        return kv // self.granularity * self.granularity // self.block
+
+
+def _shared(page_size_bytes: int, num_layers: int, weights: int, transient_peak_bytes: int, non_torch: int,
+            other_processes: int | None, released_cache: int, allocation_granularity: int) -> _Shared:
+    return _Shared(
+        block=_bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers),
+        weights=_bytes("weights", weights),
+        transient_peak=_bytes("transient_peak_bytes", transient_peak_bytes),
+        non_torch=_bytes("non_torch", non_torch),
+        other_processes=None if other_processes is None else _bytes("other_processes", other_processes),
+        released_cache=_bytes("released_cache", released_cache),
+        granularity=_bytes("allocation_granularity", allocation_granularity, positive=True),
+    )
 
 
 def _figure(name: str, value: int) -> str:
@@ -179,29 +234,94 @@ def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, st
                       "quantized model, shard it over more devices, or shorten the context or batch")
     rounded = math.ceil(needed * 1000) / 1000
     return rounded, (f"a utilization of at least {rounded:.3f} would hold one block: raise it, or shorten the "
-                     "context or batch so the activation peak shrinks, or free memory that other processes hold")
+                     "context or batch so the transient peak shrinks, or free memory that other processes hold")
 
 
-def _shortfall(path: str, figures: dict[str, int], kv: int, block: int, total: int, arithmetic: str,
-               other_processes: int | None) -> NotEnoughMemoryError:
-    if path == "growable" and figures["free_cap"] - figures["activation_peak"] < block:
-        short = block - (figures["free_cap"] - figures["activation_peak"])
-        needed = None
-        advice = (f"free memory binds, so no utilization is enough: the device needs {format_size(short)} more "
-                  "free memory (stop or shrink other processes on it), or a smaller transient peak")
-    else:
-        used = figures["non_kv"] if path == "utilization" else figures["non_kv_used"] + figures["activation_peak"]
-        needed, advice = _utilization_advice(total, used + block)
-    parts = [_figure(k, figures[k]) for k in ("requested", "weights", "activation_peak", "non_torch")]
-    if figures.get("cuda_graph"):
-        parts.append(_figure("cuda_graph", figures["cuda_graph"]))
-    if other_processes is not None:
-        parts.append(_figure("other_processes", other_processes))
+def _shortfall(path: str, figures: dict[str, int], kv: int, shared: _Shared, arithmetic: str,
+               needed: float | None, advice: str) -> NotEnoughMemoryError:
+    parts = [_figure(k, figures[k]) for k in ("requested", "weights", "transient_peak", "non_torch")]
+    if figures.get("graph_capture"):
+        parts.append(_figure("graph_capture", figures["graph_capture"]))
+    if shared.other_processes is not None:
+        parts.append(_figure("other_processes", shared.other_processes))
     message = (f"not enough memory for the KV cache ({path} path): {arithmetic} = {format_size(kv)}, less than one "
-               f"block ({format_size(block)}). {', '.join(parts)}. Advice: {advice}.")
-    breakdown: dict[str, int | float | None] = {**figures, "kv_cache": kv, "block": block,
-                                                "other_processes": other_processes, "needed_utilization": needed}
+               f"block ({format_size(shared.block)}). {', '.join(parts)}. Advice: {advice}.")
+    breakdown: dict[str, int | float | None] = {**figures, "kv_cache": kv, "block": shared.block,
+                                                "other_processes": shared.other_processes,
+                                                "needed_utilization": needed}
     return NotEnoughMemoryError(message, breakdown)
+
+
+# ---- the three paths ------------------------------------------------------------------------------------
+def plan_utilization(*, page_size_bytes: int, num_layers: int, total: int, utilization: float = DEFAULT_UTILIZATION,
+                     consumed: int | None = None, weights: int = 0, transient_peak_bytes: int = 0,
+                     non_torch: int = 0, graph_capture: int = 0, other_processes: int | None = None,
+                     released_cache: int = 0, allocation_granularity: int = 1) -> KvCachePlan:
+    """``requested - (consumed + transient_peak_bytes + graph_capture)``; ``consumed`` (the process's measured
+    growth) defaults to ``weights + non_torch``."""
+    shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
+                     released_cache, allocation_granularity)
+    requested = requested_memory(total, utilization)
+    used = shared.weights + shared.non_torch if consumed is None else _bytes("consumed", consumed)
+    graphs = _bytes("graph_capture", graph_capture)
+    kv = profiled_kv_cache_bytes(requested, used, shared.transient_peak, graphs)
+    non_kv = requested - kv
+    figures = {"total": total, "requested": requested, **shared.parts(), "graph_capture": graphs, "consumed": used,
+               "non_kv": non_kv}
+    if kv < shared.block or shared.blocks(kv) == 0:
+        needed, advice = _utilization_advice(total, non_kv + shared.block)
+        raise _shortfall("utilization", figures, kv, shared,
+                         f"requested {format_size(requested)} - non-KV {format_size(non_kv)}", needed, advice)
+    return KvCachePlan(kv, shared.blocks(kv), "utilization", shared.block, float(utilization),
+                       {**figures, **shared.reported()})
+
+
+def plan_pinned(*, page_size_bytes: int, num_layers: int, pinned_bytes: int, weights: int = 0,
+                transient_peak_bytes: int = 0, non_torch: int = 0, other_processes: int | None = None,
+                released_cache: int = 0, allocation_granularity: int = 1) -> KvCachePlan:
+    """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block."""
+    shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
+                     released_cache, allocation_granularity)
+    pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
+    if shared.blocks(pinned) == 0:
+        least = -(-shared.block // shared.granularity) * shared.granularity
+        raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
+                          f"{shared.block} bytes (page_size_bytes x num_layers) allocated in units of "
+                          f"{shared.granularity} bytes; pin at least {least} bytes")
+    figures = {"pinned": pinned, **{k: v for k, v in shared.parts().items() if v}, **shared.reported()}
+    return KvCachePlan(pinned, shared.blocks(pinned), "pinned", shared.block, None, figures)
+
+
+def plan_growable(*, page_size_bytes: int, num_layers: int, total: int, init_free_memory: int, free_memory: int,
+                  utilization: float = DEFAULT_UTILIZATION, committed_bytes: int = 0, weights: int = 0,
+                  transient_peak_bytes: int = 0, non_torch: int = 0, other_processes: int | None = None,
+                  released_cache: int = 0, margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
+                  margin_fraction: float = MARGIN_FRACTION, allocation_granularity: int = 1) -> KvCachePlan:
+    """:func:`growable_kv_cache_bytes` with ``requested = ceil(total * utilization)``; ``weights`` and
+    ``non_torch`` only explain (the free-memory readings already count them)."""
+    shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
+                     released_cache, allocation_granularity)
+    requested = requested_memory(total, utilization)
+    t = _growable_terms(requested, init_free_memory, free_memory, committed_bytes, shared.transient_peak,
+                        margin_floor_bytes, margin_fraction)
+    figures = {"total": total, "requested": requested, **shared.parts(),
+               **{k: t[k] for k in ("init_free", "free", "committed", "non_kv_used", "margin", "requested_cap",
+                                    "free_cap")}}
+    if t["unfloored"] < shared.block or shared.blocks(t["unfloored"]) == 0:
+        f = {k: format_size(v) for k, v in t.items()}
+        arithmetic = (f"min(requested {f['requested']} - non-KV used {f['non_kv_used']}, free {f['free']} + committed "
+                      f"{f['committed']} - margin {f['margin']}) - transient peak {f['transient_peak']}")
+        headroom = t["free_cap"] - t["transient_peak"]
+        if headroom < shared.block:
+            needed, advice = None, (f"free memory binds, so no utilization is enough: the device needs "
+                                    f"{format_size(shared.block - headroom)} more free memory (stop or shrink other "
+                                    "processes on it), or a smaller transient peak")
+        else:
+            needed, advice = _utilization_advice(total, t["non_kv_used"] + t["transient_peak"] + shared.block)
+        raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
+    kv = t["kv_cache"]
+    return KvCachePlan(kv, shared.blocks(kv), "growable", shared.block, float(utilization),
+                       {**figures, **shared.reported()})
 
 
 def plan_kv_cache(
@@ -209,95 +329,53 @@ def plan_kv_cache(
     page_size_bytes: int,
     num_layers: int,
     total: int | None = None,
-    utilization: float = 0.9,
+    utilization: float = DEFAULT_UTILIZATION,
     pinned_bytes: int | None = None,
     init_free_memory: int | None = None,
     free_memory: int | None = None,
     committed_bytes: int = 0,
     consumed: int | None = None,
     weights: int = 0,
-    activation_peak: int = 0,
+    transient_peak_bytes: int = 0,
     non_torch: int = 0,
-    cuda_graph: int = 0,
+    graph_capture: int = 0,
     other_processes: int | None = None,
     released_cache: int = 0,
-    margin_floor_bytes: int = GiB,
-    margin_fraction: float = 0.75,
+    margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
+    margin_fraction: float = MARGIN_FRACTION,
     allocation_granularity: int = 1,
 ) -> KvCachePlan:
-    """Size the KV cache by one of three paths, chosen by the arguments given.
-
-    - ``pinned_bytes`` -> ``pinned``: the cache is that size (``total`` is not needed).
-    - ``init_free_memory`` and ``free_memory`` -> ``growable``: :func:`measure_kv_cache_bytes` with
-      ``activation_peak`` as the transient peak; ``weights`` and ``non_torch`` only explain.
-    - otherwise ``utilization``: ``requested - (consumed + activation_peak + cuda_graph)`` where ``consumed``
-      (the process's measured growth; used on this path only) defaults to ``weights + non_torch``.
+    """Size the KV cache by the path its arguments choose: ``pinned_bytes`` -> :func:`plan_pinned`;
+    ``init_free_memory`` and ``free_memory`` -> :func:`plan_growable`; otherwise :func:`plan_utilization`.
 
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
-    cache gave back before the KV allocation) are reported, never subtracted. ``allocation_granularity`` is what
-    the allocator rounds the cache's one allocation up to (2 MiB for PyTorch's caching allocator, see
-    :func:`devmem.kvcache.allocate_kv_cache`): ``num_blocks`` is the most whole blocks whose rounded allocation
-    still fits the budget. Raises
+    cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is used on the
+    utilization path only, ``graph_capture`` on the utilization path only (the growable readings are taken after
+    graph capture). ``allocation_granularity`` is what the allocator rounds the cache's one allocation up to
+    (2 MiB for PyTorch's caching allocator, see :func:`devmem.kvcache.allocate_kv_cache`): ``num_blocks`` is the
+    most whole blocks whose rounded allocation still fits the budget. Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input.
     """
-    block = _bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers)
-    granularity = _bytes("allocation_granularity", allocation_granularity, positive=True)
-    parts = {name: _bytes(name, value) for name, value in
-             (("weights", weights), ("activation_peak", activation_peak), ("non_torch", non_torch))}
-    graphs = _bytes("cuda_graph", cuda_graph)
-    measured = None if consumed is None else _bytes("consumed", consumed)
-    others = None if other_processes is None else _bytes("other_processes", other_processes)
-    released = _bytes("released_cache", released_cache)
-    extra = {k: v for k, v in (("other_processes", others), ("released_cache", released or None)) if v is not None}
+    explain = dict(page_size_bytes=page_size_bytes, num_layers=num_layers, weights=weights,
+                   transient_peak_bytes=transient_peak_bytes, non_torch=non_torch, other_processes=other_processes,
+                   released_cache=released_cache, allocation_granularity=allocation_granularity)
     growable = init_free_memory is not None or free_memory is not None
     if pinned_bytes is not None:
         if growable:
             raise SizingError("pinned_bytes selects the pinned path and init_free_memory/free_memory the growable "
                               "path; give one of them")
-        pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
-        if _whole_blocks(pinned, block, granularity) == 0:
-            raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
-                              f"{block} bytes (page_size_bytes x num_layers) allocated in units of {granularity} bytes; pin at least "
-                              f"{-(-block // granularity) * granularity} bytes")
-        figures = {"pinned": pinned, **{k: v for k, v in parts.items() if v}, **extra}
-        if granularity > 1:
-            figures["granularity"] = granularity
-        return KvCachePlan(pinned, _whole_blocks(pinned, block, granularity), "pinned", block, None, figures)
+        return plan_pinned(pinned_bytes=pinned_bytes, **explain)
     path = "growable" if growable else "utilization"
     if total is None:
         raise SizingError(f"the {path} path needs total (the device's total memory in bytes)")
-    requested = requested_memory(total, utilization)
-    if growable:
-        if init_free_memory is None or free_memory is None:
-            raise SizingError("the growable path needs both init_free_memory and free_memory")
-        if graphs:
-            raise SizingError("cuda_graph applies to the utilization path; on the growable path the free-memory "
-                              "readings are taken after graph capture and already count it")
-        terms = _growable_terms(requested, init_free_memory, free_memory, committed_bytes, parts["activation_peak"],
-                                margin_floor_bytes, margin_fraction)
-        figures = {"total": total, "requested": requested, **parts, "init_free": terms["init_free"],
-                   "free": terms["free"], "committed": terms["committed"], "non_kv_used": terms["non_kv_used"],
-                   "margin": terms["margin"], "requested_cap": terms["requested_cap"], "free_cap": terms["free_cap"]}
-        raw = min(terms["requested_cap"], terms["free_cap"]) - terms["transient_peak"]
-        kv = terms["kv_cache"]
-        t = {k: format_size(v) for k, v in terms.items()}
-        arithmetic = (f"min(requested {t['requested']} - non-KV used {t['non_kv_used']}, free {t['free']} + committed "
-                      f"{t['committed']} - margin {t['margin']}) - transient peak {t['transient_peak']}")
-    else:
-        used = parts["weights"] + parts["non_torch"] if measured is None else measured
-        non_kv = used + parts["activation_peak"] + graphs
-        figures = {"total": total, "requested": requested, **parts, "cuda_graph": graphs, "consumed": used,
-                   "non_kv": non_kv}
-        raw = kv = requested - non_kv
-        arithmetic = f"requested {format_size(requested)} - non-KV {format_size(non_kv)}"
-    if raw < block or _whole_blocks(raw, block, granularity) == 0:
-        raise _shortfall(path, figures, raw, block, total, arithmetic, others)
-    if granularity > 1:
-        extra["granularity"] = granularity
-    return KvCachePlan(kv, _whole_blocks(kv, block, granularity), path, block, float(utilization),
-                       {**figures, **extra})
-
-
-def _whole_blocks(kv: int, block: int, granularity: int) -> int:
-    """The most whole blocks whose allocation, rounded up to ``granularity``, fits in ``kv`` bytes."""
-    return kv // granularity * granularity // block
+    if not growable:
+        return plan_utilization(total=total, utilization=utilization, consumed=consumed, graph_capture=graph_capture,
+                                **explain)
+    if init_free_memory is None or free_memory is None:
+        raise SizingError("the growable path needs both init_free_memory and free_memory")
+    if _bytes("graph_capture", graph_capture):
+        raise SizingError("graph_capture applies to the utilization path; on the growable path the free-memory "
+                          "readings are taken after graph capture and already count it")
+    return plan_growable(total=total, utilization=utilization, init_free_memory=init_free_memory,
+                         free_memory=free_memory, committed_bytes=committed_bytes, margin_floor_bytes=margin_floor_bytes,
+                         margin_fraction=margin_fraction, **explain)

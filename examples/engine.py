@@ -376,7 +376,7 @@ def device_wide_plan(args: argparse.Namespace, profile: Any, weights: int, shape
     consumed = init_free - free
     torch_growth = profile.after_profile.torch_reserved - profile.baseline.torch_reserved
     return plan_kv_cache(total=profile.baseline.total, utilization=args.utilization, consumed=consumed,
-                         weights=weights, activation_peak=profile.transient_allocated_bytes,
+                         weights=weights, transient_peak_bytes=profile.transient_allocated_bytes,
                          non_torch=max(0, consumed - torch_growth), **shape)
 
 

@@ -154,9 +154,9 @@ def test_zero_context_is_refused():
 
 
 def test_fit_budget_is_the_planners():
-    result = fit(QWEN3, context=32_768, sequences=8, total=80 * GiB, utilization=0.9, activation_peak=2 * GiB)
+    result = fit(QWEN3, context=32_768, sequences=8, total=80 * GiB, utilization=0.9, transient_peak_bytes=2 * GiB)
     assert result.kv_budget == plan_for_model(QWEN3, total=80 * GiB, utilization=0.9,
-                                              activation_peak=2 * GiB).kv_cache_bytes
+                                              transient_peak_bytes=2 * GiB).kv_cache_bytes
 
 
 def test_fit_needed_utilization_is_the_smallest_that_holds_the_target():
@@ -169,9 +169,9 @@ def test_fit_needed_utilization_is_the_smallest_that_holds_the_target():
 
 
 def test_fit_just_fits_and_one_block_more_does_not():
-    budget = plan_for_model(QWEN3, total=24 * GiB, utilization=0.9, activation_peak=GiB).kv_cache_bytes
+    budget = plan_for_model(QWEN3, total=24 * GiB, utilization=0.9, transient_peak_bytes=GiB).kv_cache_bytes
     longest = longest_context(QWEN3, budget, 1)
-    options = {"sequences": 1, "total": 24 * GiB, "utilization": 0.9, "activation_peak": GiB}
+    options = {"sequences": 1, "total": 24 * GiB, "utilization": 0.9, "transient_peak_bytes": GiB}
     assert fit(QWEN3, context=longest, **options).fits
     more = fit(QWEN3, context=longest + 16, **options)
     assert not more.fits and 0 < more.needed_kv_bytes - more.kv_budget <= 2_359_296

@@ -23,7 +23,7 @@ def plan(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_plan_prints_the_result_path_and_figures_in_gib(capsys):
-    code, out, _ = plan(capsys, "--total", "80GiB", "--weights", "16GiB", "--activation-peak", "2GiB", *QWEN3_8B)
+    code, out, _ = plan(capsys, "--total", "80GiB", "--weights", "16GiB", "--transient-peak", "2GiB", *QWEN3_8B)
     lines = out.splitlines()
     assert code == 0
     assert lines[0].startswith("KV cache: 54.00 GiB (57982058496 bytes) = 24576 blocks of 2.25 MiB")
@@ -33,9 +33,9 @@ def test_plan_prints_the_result_path_and_figures_in_gib(capsys):
 
 def test_plan_json_gives_the_planners_exact_bytes(capsys):
     code, out, _ = plan(capsys, "--total", "1.5GB", "--utilization", "0.8", "--weights", "512MiB",
-                        "--non-torch", "1000000", "--cuda-graph", "16MiB", "--json", *QWEN3_8B)
+                        "--non-torch", "1000000", "--graph-capture", "16MiB", "--json", *QWEN3_8B)
     expected = plan_kv_cache(total=1_500_000_000, utilization=0.8, weights=512 * MiB, non_torch=1_000_000,
-                             cuda_graph=16 * MiB, page_size_bytes=65536, num_layers=36)
+                             graph_capture=16 * MiB, page_size_bytes=65536, num_layers=36)
     assert code == 0 and json.loads(out) == expected.as_dict()
 
 
@@ -54,11 +54,11 @@ def test_plan_without_total_uses_this_machines_device(capsys, monkeypatch):
 
 def test_not_enough_memory_exits_1_with_one_line_naming_the_figures(capsys):
     code, out, err = plan(capsys, "--total", "24GiB", "--utilization", "0.5", "--weights", "11GiB",
-                          "--activation-peak", "2GiB", *QWEN3_8B)
+                          "--transient-peak", "2GiB", *QWEN3_8B)
     assert code == 1 and out == ""
     [line] = err.splitlines()
     assert line.startswith("devmem: error: not enough memory for the KV cache (utilization path)")
-    assert "weights 11.00 GiB" in line and "activation peak 2.00 GiB" in line and "at least 0.542" in line
+    assert "weights 11.00 GiB" in line and "transient peak 2.00 GiB" in line and "at least 0.542" in line
 
 
 def test_not_enough_memory_with_json_prints_the_breakdown_and_exits_1(capsys):
@@ -98,3 +98,24 @@ def test_allocation_granularity_keeps_only_whole_units(capsys):
     code, out, _ = plan(capsys, "--pinned", str(9103 * 2_359_296), "--allocation-granularity", "2MiB", "--json",
                         *QWEN3_8B)
     assert code == 0 and json.loads(out)["num_blocks"] == 9102
+
+
+def test_plan_reaches_the_growable_path_with_init_free_and_free(capsys):
+    code, out, _ = plan(capsys, "--total", "120GiB", "--init-free", "100GiB", "--free", "80GiB", "--committed", "2GiB",
+                        "--transient-peak", "4GiB", "--json", *QWEN3_8B)
+    expected = plan_kv_cache(total=120 * GiB, init_free_memory=100 * GiB, free_memory=80 * GiB,
+                             committed_bytes=2 * GiB, transient_peak_bytes=4 * GiB, page_size_bytes=65536,
+                             num_layers=36)
+    data = json.loads(out)
+    assert code == 0 and data == expected.as_dict() and data["path"] == "growable"
+    assert data["kv_cache_bytes"] == 75 * GiB  # min(108 - 18, 80 + 2 - 3) - 4
+
+
+def test_growable_path_needs_both_free_readings_on_the_command_line(capsys):
+    code, _, err = plan(capsys, "--total", "120GiB", "--free", "80GiB", *QWEN3_8B)
+    assert code == 1 and "needs both --init-free" in err
+
+
+def test_committed_without_the_growable_path_is_refused(capsys):
+    code, _, err = plan(capsys, "--total", "120GiB", "--committed", "2GiB", *QWEN3_8B)
+    assert code == 1 and "--committed applies to the growable path" in err

@@ -52,7 +52,7 @@ def test_transient_is_what_the_allocator_reserved_over_what_it_kept(torch_rt, pl
     assert profile.transient_source == "reserved"
     assert profile.transient_peak_bytes == 6 * MiB
     assert profile.transient_allocated_bytes == 4 * MiB + 1
-    assert profile.plan_inputs()["activation_peak"] == 6 * MiB
+    assert profile.plan_inputs()["transient_peak_bytes"] == 6 * MiB
     torch_rt.free(weights)
 
 

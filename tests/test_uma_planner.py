@@ -10,7 +10,7 @@ page cache and the block size are chosen to reproduce those outcomes.
 from __future__ import annotations
 
 from devmem.profiling import MemorySnapshot, check_startup_memory
-from devmem.sizing import blocks_for_bytes, measure_kv_cache_bytes, plan_kv_cache, requested_memory
+from devmem.sizing import blocks_for_bytes, growable_kv_cache_bytes, plan_kv_cache, requested_memory
 from devmem.testing import ScriptedNvml
 from devmem.testing.uma import gb10_scenario
 from devmem.types import GiB, KiB
@@ -45,7 +45,7 @@ def test_gb10_growable_cache_gets_the_classic_paths_budget_not_a_sixth():
     end, raw_end = MemorySnapshot.measure(platform=platform), sc.mem_get_info(0)[0]
     peak = 4 * GiB
     common = {"page_size_bytes": PAGE, "num_layers": LAYERS, "total": start.total, "utilization": UTILIZATION,
-              "activation_peak": peak}
+              "transient_peak_bytes": peak}
 
     growable = plan_kv_cache(init_free_memory=start.free, free_memory=end.free, **common)
     classic = plan_kv_cache(consumed=(end - start).process, **common)
@@ -64,9 +64,9 @@ def test_prefill_decode_readings_no_longer_end_at_zero_blocks():
     end, raw_end = platform.device_memory_info(), sc.mem_get_info(0)[0]
     requested = requested_memory(start.total, UTILIZATION)
 
-    raw_kv = measure_kv_cache_bytes(requested_memory=requested, init_free_memory=raw_start, free_memory=raw_end,
+    raw_kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=raw_start, free_memory=raw_end,
                                     committed_bytes=committed, transient_peak_bytes=peak)
-    kv = measure_kv_cache_bytes(requested_memory=requested, init_free_memory=start.free, free_memory=end.free,
+    kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=start.free, free_memory=end.free,
                                 committed_bytes=committed, transient_peak_bytes=peak)
 
     assert raw_end == _kib(10.46) and raw_kv == 0

@@ -21,8 +21,9 @@ from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
-import devmem
 from common import GiB, MiB, format_table, gib, machine, on_accelerator, spawn, utilization_for, write_outputs
+
+import devmem
 from devmem.testing.allocations import allocate_torch_in_subprocess
 
 WORLD = 2

@@ -21,7 +21,7 @@ import pluggy
 from devmem import hookspecs
 from devmem.entrypoints import EntryPoint, entry_points
 from devmem.platform import CONTRACT, Platform
-from devmem.types import Detection, PluginError, PlatformSpec
+from devmem.types import Detection, PlatformSpec, PluginError
 
 LOGGER = "devmem.plugins"
 

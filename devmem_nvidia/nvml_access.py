@@ -1,7 +1,7 @@
 """NVML access shared by devmem's NVIDIA backends (nvml, wsl2, uma): no platform policy here.
 
 Everything takes an :class:`NvmlSession`, which wraps the ``pynvml`` module (or a scripted one from
-``devmem.testing.nvml``), initialises NVML once (thread-safe) and turns NVML errors into
+``devmem_nvidia.testing``), initialises NVML once (thread-safe) and turns NVML errors into
 :class:`NvmlCallError`, a :class:`~devmem.DevmemError`.
 
 Public names:

@@ -33,7 +33,13 @@ from devmem_nvidia.nvml_access import (
     running_processes,
     session_for,
 )
-from devmem_nvidia.pidns import CudaDriverAllocator, DeviceAllocator, learn_driver_pid, maps_nvidia_device, namespace_pids
+from devmem_nvidia.pidns import (
+    CudaDriverAllocator,
+    DeviceAllocator,
+    learn_driver_pid,
+    maps_nvidia_device,
+    namespace_pids,
+)
 from devmem_nvidia.visible import DeviceTable, VisibleDevice
 
 log = logging.getLogger("devmem.nvidia")

@@ -25,10 +25,10 @@ from devmem.host import REAL_FILES, Files
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
 from devmem.types import Detection, DevmemError, MemoryInfo
 from devmem.units import format_size
+from devmem.visible import VisibleDevices
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, real_session
-from devmem.visible import VisibleDevices
 from devmem_rocm.visible import select_visible
 
 log = logging.getLogger("devmem.rocm")

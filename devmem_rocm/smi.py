@@ -8,7 +8,7 @@ imports it once per process with ``sys.stdout``/``sys.stderr`` captured and turn
 by Python, so capturing ``sys.stdout`` is enough; redirecting file descriptor 1 would also swallow what
 other threads of an engine write meanwhile.
 
-:class:`AmdsmiSession` wraps one amdsmi module (the real one or ``devmem.testing.amdsmi.ScriptedAmdsmi``):
+:class:`AmdsmiSession` wraps one amdsmi module (the real one or ``devmem_rocm.testing.ScriptedAmdsmi``):
 ``amdsmi_init`` runs once, under a lock, on first use; every call is serialised; amdsmi's exceptions
 become :class:`AmdsmiCallError`; live sessions are shut down at interpreter exit. The real module has
 one shared session (:func:`real_session`).

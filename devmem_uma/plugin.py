@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from devmem.host import REAL_FILES, Files
-from devmem.hookspecs import hookimpl
-from devmem.types import Detection, PlatformSpec
 import devmem_nvidia
 import devmem_rocm
+from devmem.hookspecs import hookimpl
+from devmem.host import REAL_FILES, Files
+from devmem.types import Detection, PlatformSpec
 from devmem_uma.tegra import jetson_reason
 
 PRIORITY = 200

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 
 import devmem_nvidia
 from devmem.host import Files
-from devmem.types import DevmemError, Detection
+from devmem.types import Detection, DevmemError
 from devmem_nvidia import NvmlCallError, NvmlSession, VisibleDevice, device_name, read_memory, visible_devices
 from devmem_uma.amd import AmdCard, amd_cards
 from devmem_uma.runtime import runtime_integrated

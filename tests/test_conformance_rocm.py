@@ -4,9 +4,9 @@ Radeon behind the older two-step process API."""
 
 from __future__ import annotations
 
-from devmem.testing import PlatformConformance, Scenario, scripted_fixtures
-from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, mi300x_scenario, radeon_scenario
+from devmem.testing import PlatformConformance, Scenario, ScriptedClock, scripted_fixtures
 from devmem_rocm import RocmPlatform
+from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario, radeon_scenario
 
 
 def rocm_platform(sc: Scenario, api: str = "list") -> RocmPlatform:

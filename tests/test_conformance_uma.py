@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from devmem.testing import PlatformConformance, ScriptedAllocator, ScriptedNvml, scripted_fixtures
-from devmem.testing.uma import gb10_scenario, jetson_orin_scenario, mi300a_scenario, strix_halo_scenario
+from devmem.testing import PlatformConformance, scripted_fixtures
+from devmem_nvidia.testing import ScriptedAllocator, ScriptedNvml
 from devmem_uma import UmaPlatform
+from devmem_uma.testing import gb10_scenario, jetson_orin_scenario, mi300a_scenario, strix_halo_scenario
 
 
 def uma(sc):

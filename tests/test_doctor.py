@@ -8,21 +8,18 @@ import sys
 
 from devmem.doctor import diagnose, render
 from devmem.host import CpuPlatform
-from devmem.testing.nvml import ScriptedAllocator, ScriptedNvml, h200_scenario, wsl2_scenario
-from devmem.testing.uma import gb10_scenario
 from devmem.types import GiB
-from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform
 from devmem_uma.platform import UmaPlatform
+from devmem_uma.testing import gb10_scenario
 
 
 def by_code(findings):
     return {f.code: f for f in findings}
 
 
-def nvml_platform(sc, **kwargs):
-    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, allocator=ScriptedAllocator(sc),
-                        **kwargs)
+nvml_platform = scripted_platform
 
 
 def test_cotenants_are_listed_with_pids_and_bytes():

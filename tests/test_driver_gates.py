@@ -9,9 +9,13 @@ import sys
 
 import pytest
 
-from devmem.testing import Scenario, h200_scenario, mi300x_scenario, wsl2_scenario
-from devmem_nvidia import detect_nvml, detect_wsl2, driver as nvidia_driver
-from devmem_rocm import detect, driver as amdgpu_driver
+from devmem.testing import Scenario
+from devmem_nvidia import detect_nvml, detect_wsl2
+from devmem_nvidia import driver as nvidia_driver
+from devmem_nvidia.testing import h200_scenario, wsl2_scenario
+from devmem_rocm import detect
+from devmem_rocm import driver as amdgpu_driver
+from devmem_rocm.testing import mi300x_scenario
 from devmem_uma import detect_uma
 
 NO_GPU = Scenario(devices=[])
@@ -69,7 +73,7 @@ def test_uma_without_any_driver_says_so():
 
 
 def test_uma_on_an_amd_machine_does_not_ask_nvml():
-    from devmem.testing import strix_halo_scenario
+    from devmem_uma.testing import strix_halo_scenario
 
     sc = strix_halo_scenario()
     found = detect_uma(files=sc.fs, environ={})

@@ -7,8 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from devmem import DevmemError, GiB
-from devmem.testing import ScriptedNvml, h200_scenario
-from devmem.testing.nvml import H200_CONTEXT
 from devmem_nvidia.nvml_access import (
     NvmlCallError,
     NvmlSession,
@@ -19,6 +17,7 @@ from devmem_nvidia.nvml_access import (
     running_processes,
     session_for,
 )
+from devmem_nvidia.testing import H200_CONTEXT, ScriptedNvml, h200_scenario
 
 
 def test_nvml_is_initialised_once_across_threads():

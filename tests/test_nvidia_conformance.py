@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from devmem.testing import (
-    PlatformConformance,
-    ScriptedAllocator,
-    ScriptedNvml,
-    h200_scenario,
-    mig_scenario,
-    scripted_fixtures,
-    wsl2_scenario,
-)
-from devmem_nvidia import NvmlPlatform, WslPlatform
+from devmem.testing import PlatformConformance, scripted_fixtures
+from devmem_nvidia import WslPlatform
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario, mig_scenario, scripted_platform, wsl2_scenario
 
 
 def nvml(sc):
-    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, allocator=ScriptedAllocator(sc))
+    return scripted_platform(sc)
 
 
 def contained_h200():

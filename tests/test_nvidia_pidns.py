@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from devmem import MiB
-from devmem.testing import ScriptedAllocator, ScriptedNvml, h200_scenario
-from devmem.testing.nvml import H200_CONTEXT
-from devmem_nvidia import NvmlPlatform
 from devmem_nvidia.pidns import LEARN_SIZES, learn_driver_pid, maps_nvidia_device, namespace_pids
+from devmem_nvidia.testing import H200_CONTEXT, ScriptedAllocator, h200_scenario, scripted_platform
 
 HOST_PID = 81234
 CHILD = 5151
@@ -20,8 +18,7 @@ def contained(*, nspid_visible: bool, **kwargs):
 
 
 def platform_for(sc, allocator=None, **kwargs):
-    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ,
-                        allocator=allocator or ScriptedAllocator(sc), **kwargs)
+    return scripted_platform(sc, allocator=allocator or ScriptedAllocator(sc), **kwargs)
 
 
 def test_nspid_lists_outer_pid_first():

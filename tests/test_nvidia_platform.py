@@ -6,16 +6,23 @@ import pytest
 
 import devmem
 from devmem import DevmemError, GiB, MemoryInfo, MiB
-from devmem.testing import ScriptedAllocator, ScriptedNvml, h200_scenario, mig_scenario, wsl2_scenario
-from devmem.testing.nvml import H200_CHILD_1GIB, H200_CONTEXT, H200_CONTEXT_PLUS_512MIB, H200_RUNTIME_TOTAL
 from devmem_nvidia import NvmlPlatform
+from devmem_nvidia.testing import (
+    H200_CHILD_1GIB,
+    H200_CONTEXT,
+    H200_CONTEXT_PLUS_512MIB,
+    H200_RUNTIME_TOTAL,
+    ScriptedNvml,
+    h200_scenario,
+    mig_scenario,
+    scripted_platform,
+    wsl2_scenario,
+)
 
 CHILD = 5151
 
 
-def nvml_platform(sc, **kwargs):
-    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ,
-                        allocator=ScriptedAllocator(sc), **kwargs)
+nvml_platform = scripted_platform
 
 
 # ---- device memory -------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 from devmem import GiB
-from devmem.testing import Scenario, ScriptedDevice, ScriptedNvml, h200_scenario
-from devmem_nvidia import detect_nvml
-from devmem_nvidia import plugin
+from devmem.testing import Scenario, ScriptedDevice
+from devmem_nvidia import detect_nvml, plugin
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 
 GB10 = ScriptedDevice(name="NVIDIA GB10", total=128 * GiB, reserved=0, integrated=True, compute_capability=(12, 1),
                       uuid="GPU-0e1f2a3b-4c5d-4e6f-8a7b-9c0d1e2f3a4b", pci_bus_id="0000000F:01:00.0")

@@ -7,8 +7,7 @@ import inspect
 import pynvml
 import pytest
 
-from devmem.testing import ScriptedNvml, h200_scenario
-from devmem.testing.nvml import nvml_error
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario, nvml_error
 
 PUBLIC = sorted(n for n in dir(ScriptedNvml) if n.startswith(("nvml", "NVML")))
 FUNCTIONS = [n for n in PUBLIC if callable(getattr(ScriptedNvml, n)) and n.startswith("nvml") and n != "nvmlMemory_v2"]

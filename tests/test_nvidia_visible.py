@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB
-from devmem.testing import Scenario, ScriptedDevice, ScriptedNvml, mig_scenario
-from devmem_nvidia import NvmlPlatform
+from devmem.testing import Scenario, ScriptedDevice
+from devmem_nvidia.testing import mig_scenario, scripted_platform
 
 # NVML index 0 is the H200 at bus 0x41, NVML index 1 the A4000 at bus 0x19: NVML's order is not PCI order here,
 # so a mapping that assumed equal indices, or NVML's order, would pick the wrong card.
@@ -18,7 +18,7 @@ H200_B = ScriptedDevice(uuid="GPU-aaaaaaaa-3333-4333-8333-333333333333", pci_bus
 
 def names(environ, devices=(H200, A4000)):
     sc = Scenario(devices=list(devices))
-    platform = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=environ)
+    platform = scripted_platform(sc, environ=environ)
     return [platform.device_memory_info(d).total for d in range(platform.device_count())]
 
 
@@ -80,28 +80,28 @@ def test_spaces_around_entries_are_ignored():
 
 def test_bad_index_after_filtering_names_the_range():
     sc = Scenario(devices=[H200, A4000])
-    platform = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ={"CUDA_VISIBLE_DEVICES": "1"})
+    platform = scripted_platform(sc, environ={"CUDA_VISIBLE_DEVICES": "1"})
     with pytest.raises(DevmemError, match=r"valid indices: 0\.\.0"):
         platform.device_memory_info(1)
 
 
 def test_no_visible_device_says_none_is_visible():
     sc = Scenario(devices=[H200])
-    platform = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ={"CUDA_VISIBLE_DEVICES": ""})
+    platform = scripted_platform(sc, environ={"CUDA_VISIBLE_DEVICES": ""})
     with pytest.raises(DevmemError, match="no device is visible"):
         platform.device_memory_info(0)
 
 
 def test_remapped_device_is_named_in_the_notes():
     sc = Scenario(devices=[H200, A4000])
-    platform = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ={"CUDA_VISIBLE_DEVICES": "1"})
+    platform = scripted_platform(sc, environ={"CUDA_VISIBLE_DEVICES": "1"})
     assert f"CUDA device 0 is {A4000.uuid} at PCI 00000000:19:00.0" in platform.notes(0)
 
 
 # ---- MIG -------------------------------------------------------------------------------------------
 def mig_totals(environ):
     sc = mig_scenario()
-    platform = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=environ)
+    platform = scripted_platform(sc, environ=environ)
     return [platform.device_memory_info(d).total for d in range(platform.device_count())]
 
 

@@ -27,9 +27,9 @@ from devmem.profiling import (
     release_allocator_cache,
 )
 from devmem.sizing import plan_kv_cache, requested_memory
-from devmem.testing.nvml import ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem.units import format_size
 from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform
 
 try:

@@ -10,10 +10,10 @@ import pytest
 
 import devmem
 from devmem.testing import Scenario, ScriptedDevice
-from devmem.testing.amdsmi import ScriptedAmdsmi, mi300x_scenario, radeon_scenario
-from devmem.testing.uma import mi300a_scenario, strix_halo_scenario
 from devmem.types import GiB, MiB
 from devmem_rocm import detect
+from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario, radeon_scenario
+from devmem_uma.testing import mi300a_scenario, strix_halo_scenario
 
 
 def test_discrete_gpus_are_detected_by_name():

@@ -8,7 +8,9 @@ import os
 import pytest
 
 from devmem.platform import device_report
-from devmem.testing.amdsmi import (
+from devmem.types import DevmemError, GiB, MiB
+from devmem_rocm import RocmPlatform
+from devmem_rocm.testing import (
     MI300X_IDLE_USED,
     MI300X_TOTAL,
     RX7900XTX_TOTAL,
@@ -17,8 +19,6 @@ from devmem.testing.amdsmi import (
     mi300x_scenario,
     radeon_scenario,
 )
-from devmem.types import DevmemError, GiB, MiB
-from devmem_rocm import RocmPlatform
 
 
 def platform_for(sc, **amdsmi_options) -> RocmPlatform:

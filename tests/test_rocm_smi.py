@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, mi300x_scenario
+from devmem.testing import ScriptedClock
 from devmem.types import DevmemError
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 from devmem_rocm.smi import (
@@ -24,6 +24,7 @@ from devmem_rocm.smi import (
     import_silently,
     shut_down_all,
 )
+from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario
 
 
 def _rocm_library_present() -> bool:
@@ -61,7 +62,7 @@ def test_resolution_with_the_real_wheel_and_no_rocm_prints_nothing():
 def test_detection_with_the_real_wheel_where_amdgpu_is_loaded_but_rocm_is_not_prints_nothing():
     probe = textwrap.dedent("""
         import sys
-        from devmem.testing.amdsmi import mi300x_scenario
+        from devmem_rocm.testing import mi300x_scenario
         from devmem_rocm.platform import detect
         sys.stderr.write("RESULT " + detect(files=mi300x_scenario(1).fs, environ={}).reason + "\\n")
     """)
@@ -145,7 +146,7 @@ def test_shut_down_at_exit_releases_amdsmi_and_a_later_call_initialises_again():
 def test_amdsmi_is_shut_down_when_the_interpreter_exits():
     code = textwrap.dedent("""
         import atexit
-        from devmem.testing.amdsmi import ScriptedAmdsmi, mi300x_scenario
+        from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario
         from devmem_rocm.smi import AmdsmiSession
         fake = ScriptedAmdsmi(mi300x_scenario())
         atexit.register(lambda: print("shut down", fake.calls["amdsmi_shut_down"], "initialised", fake.initialised))

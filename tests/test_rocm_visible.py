@@ -7,9 +7,10 @@ import logging
 
 import pytest
 
-from devmem.testing.amdsmi import ScriptedAmdsmi, ScriptedClock, asic_serial, mi300x_scenario, radeon_rx7900xtx
+from devmem.testing import ScriptedClock
 from devmem.types import DevmemError, GiB
 from devmem_rocm import RocmPlatform
+from devmem_rocm.testing import ScriptedAmdsmi, asic_serial, mi300x_scenario, radeon_rx7900xtx
 
 COUNT = 4
 

@@ -109,6 +109,18 @@ def test_growable_margin_is_a_gib_below_a_small_transient_peak():
                                    committed_bytes=2 * GiB, transient_peak_bytes=GiB) == 80 * GiB
 
 
+def test_growable_budget_without_a_transient_peak_keeps_exactly_a_gib_free():
+    # min(100 - 0, 50 - 1) - 0 = 49 GiB
+    assert growable_kv_cache_bytes(requested_memory=100 * GiB, init_free_memory=50 * GiB,
+                                   free_memory=50 * GiB) == 49 * GiB
+
+
+def test_growable_plan_margin_is_the_gib_floor_for_a_small_transient_peak():
+    plan = plan_growable(total=100 * GiB, init_free_memory=50 * GiB, free_memory=50 * GiB,
+                         transient_peak_bytes=256 * MiB, page_size_bytes=MiB, num_layers=1)
+    assert plan.breakdown["margin"] == GiB and plan.kv_cache_bytes == 48 * GiB + 768 * MiB
+
+
 def test_growable_budget_binds_on_requested_minus_what_others_took():
     # min(50 - (90 - 60 - 0), 60 - 1) - 0 = 20 GiB
     assert growable_kv_cache_bytes(requested_memory=50 * GiB, init_free_memory=90 * GiB,

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from devmem.testing import HostMemory, Scenario, ScriptedDevice, ScriptedNvml
-from devmem.testing.uma import STRIX_HALO_GTT, STRIX_HALO_HIP_MEM_GET_INFO, STRIX_HALO_VRAM, mi300a_scenario, strix_halo_scenario
+from devmem.testing import HostMemory, Scenario, ScriptedDevice
 from devmem.types import GiB, MiB
+from devmem_nvidia.testing import ScriptedNvml
 from devmem_uma import UmaPlatform, amd_cards
 from devmem_uma.amd import classify
+from devmem_uma.testing import (
+    STRIX_HALO_GTT,
+    STRIX_HALO_HIP_MEM_GET_INFO,
+    STRIX_HALO_VRAM,
+    mi300a_scenario,
+    strix_halo_scenario,
+)
 
 
 def uma(sc: Scenario, **kwargs) -> UmaPlatform:

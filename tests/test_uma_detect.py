@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from devmem.testing import Scenario, ScriptedDevice, ScriptedNvml, h200_scenario
-from devmem.testing.uma import gb10_scenario, jetson_orin_scenario, strix_halo_scenario
+from devmem.testing import Scenario, ScriptedDevice
 from devmem.types import GiB
+from devmem_nvidia import session_for
 from devmem_nvidia.plugin import devmem_platforms as nvidia_platforms
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 from devmem_rocm.plugin import devmem_platforms as rocm_platforms
 from devmem_uma import UmaPlatform, detect_uma
 from devmem_uma.plugin import devmem_platforms as uma_platforms
 from devmem_uma.survey import survey
-from devmem_nvidia import session_for
+from devmem_uma.testing import gb10_scenario, jetson_orin_scenario, strix_halo_scenario
 
 
 def detect(sc: Scenario):

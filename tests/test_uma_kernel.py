@@ -18,10 +18,10 @@ import time
 import pytest
 
 from devmem.host import cgroup_memory, read_meminfo
-from devmem.testing import ScriptedNvml
-from devmem.testing.uma import GB10_CONTEXT, gb10_scenario
 from devmem.types import GiB, MiB, gib
+from devmem_nvidia.testing import ScriptedNvml
 from devmem_uma import UmaPlatform
+from devmem_uma.testing import GB10_CONTEXT, gb10_scenario
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc/meminfo")
 

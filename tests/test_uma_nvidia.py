@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from devmem.testing import ScriptedNvml
-from devmem.testing.uma import (
+from devmem.types import GiB, MiB
+from devmem_nvidia.testing import ScriptedNvml
+from devmem_uma import UmaPlatform
+from devmem_uma.testing import (
     GB10_CONTEXT,
     GB10_CONTEXT_PLUS_512MIB,
     GB10_PAGE_CACHE,
@@ -12,8 +14,6 @@ from devmem.testing.uma import (
     gb10_scenario,
     jetson_orin_scenario,
 )
-from devmem.types import GiB, MiB
-from devmem_uma import UmaPlatform
 
 
 def gb10(sc=None, *, runtime: bool = True, **kwargs) -> tuple[UmaPlatform, ScriptedNvml]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from devmem.profiling import MemorySnapshot, check_startup_memory
 from devmem.sizing import blocks_for_bytes, growable_kv_cache_bytes, plan_kv_cache, requested_memory
-from devmem.testing import ScriptedNvml
-from devmem.testing.uma import gb10_scenario
 from devmem.types import GiB, KiB
 from devmem.units import format_size
+from devmem_nvidia.testing import ScriptedNvml
 from devmem_uma import UmaPlatform
+from devmem_uma.testing import gb10_scenario
 
 #: One block is 36 layers of 1512 KiB pages (53.16 MiB), as 1302 blocks in 67.6 GiB imply.
 PAGE, LAYERS = 1512 * KiB, 36

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo
-from devmem.testing import ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem_nvidia import WslPlatform, detect_wsl2
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem_nvidia.wsl2 import WDDM_REASON
 
 

@@ -53,6 +53,28 @@ class ScriptedDevice:
     processes: dict[int, int] = field(default_factory=dict)
 
 
+class ScriptedClock:
+    """A monotonic clock that moves only when something sleeps on it or calls :meth:`advance`.
+
+    Pass the same one to the scripted library and to the platform (``clock=clk, sleep=clk.sleep``);
+    ``slept`` records every wait.
+    """
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += max(0.0, seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @dataclass
 class HostMemory:
     """Host RAM as /proc/meminfo reports it: ``available = free + page_cache`` unless set."""

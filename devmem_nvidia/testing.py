@@ -510,8 +510,20 @@ def wsl2_scenario(**kwargs: Any) -> Scenario:
     return sc
 
 
+def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
+    """``NvmlPlatform`` on ``scenario``: its scripted NVML, files, environment and runtime boundary (the one
+    construction the tests share; ``kwargs`` go to :class:`~devmem_nvidia.NvmlPlatform`)."""
+    from devmem_nvidia.nvml_platform import NvmlPlatform
+
+    kwargs.setdefault("nvml", ScriptedNvml(scenario))
+    kwargs.setdefault("allocator", ScriptedAllocator(scenario))
+    kwargs.setdefault("files", scenario.fs)
+    kwargs.setdefault("environ", scenario.environ)
+    return NvmlPlatform(**kwargs)
+
+
 __all__ = [
     "H200_CHILD_1GIB", "H200_CONTEXT", "H200_CONTEXT_PLUS_512MIB", "H200_RUNTIME_TOTAL", "NVMLError",
     "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedNvml", "h200_scenario",
-    "mig_scenario", "nvml_error", "wsl2_scenario",
+    "mig_scenario", "nvml_error", "scripted_platform", "wsl2_scenario",
 ]

@@ -2,7 +2,7 @@
 answering from a :class:`~devmem.testing.Scenario`.
 
 Inject it where a backend takes its amdsmi module (``RocmPlatform(amdsmi=ScriptedAmdsmi(sc))``); it answers
-for every ``vendor="amd"`` device of any scenario, including the APU presets of :mod:`devmem.testing.uma`. It
+for every ``vendor="amd"`` device of any scenario, including the APU presets of :mod:`devmem_uma.testing`. It
 mirrors amdsmi 7.0.2 (checked against its ``amdsmi_interface.py`` and ``amdsmi_exception.py``):
 
 - ``amdsmi_init(flag=AmdSmiInitFlags.INIT_AMD_GPUS)`` / ``amdsmi_shut_down()``; every other call before
@@ -22,7 +22,7 @@ mirrors amdsmi 7.0.2 (checked against its ``amdsmi_interface.py`` and ``amdsmi_e
   the caller's PID namespace, so this process is listed as ``scenario.pid``.
 - ``settle_s``: amdsmi documents that process figures are valid only once 1 s has passed since the
   program started using it; with ``settle_s=1.0`` every ``vram_mem`` reads 0 before then, by ``clock``
-  (a :class:`ScriptedClock` shared with the platform keeps tests from really waiting).
+  (a :class:`devmem.testing.ScriptedClock` shared with the platform keeps tests from really waiting).
 - ``Scenario.failures`` maps a function name (or a glob such as ``"amdsmi_get_gpu_*"``) to an error:
   an amdsmi status (``"NO_PERM"``, ``"AMDSMI_STATUS_NOT_SUPPORTED"``) or a shared name (``"NotSupported"``,
   ``"NoPermission"``, ``"Unknown"``, ``"GpuIsLost"``, ``"Retry"``, ``"Timeout"``).
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Callable, Iterable, Sequence
 
-from devmem.testing.scenario import HostMemory, Scenario, ScriptedDevice
+from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice
 from devmem.types import GiB, MiB
 
 # ---- statuses and exceptions, as amdsmi_wrapper.py / amdsmi_exception.py define them -------------------
@@ -146,28 +146,6 @@ class AmdSmiProcessorType(IntEnum):
     AMDSMI_PROCESSOR_TYPE_AMD_CPU = 2
     AMDSMI_PROCESSOR_TYPE_NON_AMD_GPU = 3
     AMDSMI_PROCESSOR_TYPE_NON_AMD_CPU = 4
-
-
-class ScriptedClock:
-    """A monotonic clock that moves only when something sleeps on it or calls :meth:`advance`.
-
-    Pass the same one to the scripted library and to the platform (``clock=clk, sleep=clk.sleep``);
-    ``slept`` records every wait.
-    """
-
-    def __init__(self, start: float = 1000.0):
-        self.now = start
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += max(0.0, seconds)
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass(frozen=True)

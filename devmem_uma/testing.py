@@ -3,7 +3,7 @@
 Drive them with the scripted vendor boundaries like any scenario::
 
     sc = gb10_scenario()
-    platform = UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, mem_get_info=sc.mem_get_info)
+    platform = UmaPlatform(nvml=devmem_nvidia.testing.ScriptedNvml(sc), files=sc.fs, mem_get_info=sc.mem_get_info)
 
 On these devices ``Scenario.mem_get_info`` answers as ``cudaMemGetInfo`` does on unified memory (MemFree,
 not counting the page cache), and an allocation takes host memory (reclaiming page cache when MemFree

@@ -19,7 +19,10 @@ _KIT = {
     "TorchFixtures": "devmem.testing.fixtures",
     "scripted_fixtures": "devmem.testing.fixtures",
 }
-__all__ = sorted(["HostMemory", "Scenario", "ScriptedClock", "ScriptedDevice", "ScriptedFiles", *_KIT])
+__all__ = [
+    "Allocation", "Capabilities", "HostFixtures", "HostMemory", "PlatformConformance", "PlatformFixtures", "Scenario",
+    "ScriptedClock", "ScriptedDevice", "ScriptedFiles", "ScriptedFixtures", "TorchFixtures", "scripted_fixtures",
+]
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _KIT)

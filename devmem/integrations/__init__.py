@@ -1,0 +1,8 @@
+"""Integrations of devmem with serving engines that size their own KV cache.
+
+Each integration is a module that imports its engine only when it is used, so importing ``devmem`` or this
+package imports neither the engine nor torch:
+
+- :mod:`devmem.integrations.transformers`: Hugging Face transformers' continuous batching
+  (``model.generate_batch``, ``init_continuous_batching``), ``pip install "devmem[transformers]"``.
+"""

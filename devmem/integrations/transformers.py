@@ -1,0 +1,428 @@
+"""Hugging Face transformers' continuous batching (``model.generate_batch``, ``init_continuous_batching``) sized by
+devmem: one call returns the ``ContinuousBatchingConfig`` whose ``num_blocks`` fits this process's share.
+
+transformers sizes its paged cache from the device's free memory after the model is loaded, so engines started
+together split a device by start order. :func:`size_continuous_batching` measures this engine instead:
+
+1. The baseline is the snapshot the engine took BEFORE it created the CUDA context and loaded the model
+   (``MemorySnapshot.measure()``), so that both count as this process's own growth.
+2. The engine runs twice at small cache sizes, ``N_a = ceil(max_batch_tokens / block tokens) + 1`` and
+   ``N_b = 2 N_a`` blocks, through transformers' own lifecycle: ``init_continuous_batching`` (the model switched
+   to the paged attention continuous batching uses: ``paged|sdpa``, ``paged|eager`` or ``paged|flash_*``),
+   ``warmup()`` (CUDA graph capture where graphs are on), the engine's own worst-case warm-up forward
+   (``max_batch_tokens`` query tokens reading the whole cache, with as many logit rows as a batch holds) and
+   decode-sized forwards (so that the kernels of decode steps are loaded). The run at ``N_a`` is the profile window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph capture
+   inside it; the run at ``N_b`` is a window of its own just before.
+3. One block costs what grows with the block count from one run to the other: the allocator's peak where it
+   keeps statistics (CUDA and ROCm: the cache, the attention masks and read indices of the batch, the keys and
+   values the forward reads back from the cache, the graph pool), else the bytes of the tensors the engine holds
+   (the cache and the batch's static tensors, summed over transformers' own objects).
+4. ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=block_bytes, num_layers=1)``, the activation peak
+   less the ``N_a`` blocks the window held (they are counted per block) plus the allocator's 2 MiB rounding of
+   each allocation that grows with the cache. After each run cuBLAS's workspace for the run's compute stream is
+   dropped (the engine's next stream gets its own) and ``release_allocator_cache()`` gives back the cache.
+
+Profiled, not sized: what does not grow with the block count: weights and CUDA context (growth since the
+baseline), the batch's static tensors sized by ``max_batch_tokens`` and ``max_requests_per_batch`` (inputs,
+outputs, block table, the ``max_batch_tokens`` part of the masks), the worst-case forward's activations and
+logits, and the CUDA graph pool. transformers and torch are imported when a function here runs, never before.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+import math
+import numbers
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from devmem.kvcache import ALLOCATOR_GRANULARITY
+from devmem.platform import Platform
+from devmem.plugins import current_platform
+from devmem.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
+from devmem.sizing import KvCachePlan, SizingError, plan_kv_cache, requested_memory
+from devmem.units import format_size
+
+if TYPE_CHECKING:
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+log = logging.getLogger("devmem.integrations.transformers")
+
+#: transformers' own default when ``max_batch_tokens`` is unset, read from transformers when it has one.
+FALLBACK_MAX_BATCH_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One run of the engine at ``num_blocks`` blocks: the device bytes it held and what its forward covered.
+
+    ``cache_bytes`` and ``static_bytes`` are summed over the storages of transformers' own objects (the paged
+    cache; the batch's inputs and outputs, attention masks and read indices included); ``allocations`` counts
+    them. ``peak_bytes`` is torch's allocated peak over the run's window (``None`` where torch keeps no figure).
+    """
+
+    num_blocks: int
+    cache_bytes: int
+    static_bytes: int
+    allocations: int
+    forward_tokens: int
+    attn_implementation: str
+    cuda_graphs: tuple[bool, ...]
+    async_batching: bool
+    peak_bytes: int | None = None
+
+    @property
+    def held_bytes(self) -> int:
+        return self.cache_bytes + self.static_bytes
+
+
+@dataclass(frozen=True)
+class SizedConfig:
+    """The sized ``config`` (hand it to ``generate_batch`` / ``init_continuous_batching``), the plan and its figures.
+
+    ``block_bytes`` is what one block costs the engine in all (the plan's block); ``kv_block_bytes`` the part of
+    it in the cache tensors, ``static_block_bytes`` the batch's static tensors (attention masks, read indices),
+    ``read_back_block_bytes`` what the worst-case forward reads back from the cache per block (0 where the
+    allocator keeps no peak statistics).
+    """
+
+    config: Any
+    plan: KvCachePlan
+    block_bytes: int
+    kv_block_bytes: int
+    static_block_bytes: int
+    read_back_block_bytes: int
+    block_tokens: int
+    max_batch_tokens: int
+    profile: ProfileResult
+    runs: tuple[EngineRun, EngineRun]
+    activation_peak: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.plan.num_blocks
+
+    def explain(self) -> str:
+        """Lines for people: the blocks, what one costs and how it was measured, then the plan's figures."""
+        small, large = self.runs
+        graphs = "on" if any(small.cuda_graphs) else "off"
+        measured = ("the allocator's peak" if large.peak_bytes is not None else
+                    "the tensors the engine holds; this allocator keeps no peak statistics")
+        lines = [
+            f"transformers continuous batching: {self.num_blocks} blocks of {self.block_tokens} tokens "
+            f"(max_batch_tokens {self.max_batch_tokens}, {small.attn_implementation}, CUDA graphs {graphs})",
+            f"one block costs {format_size(self.block_bytes)}: KV cache "
+            f"{format_size(self.kv_block_bytes)}, batch tensors {format_size(self.static_block_bytes)} (attention "
+            f"masks, read indices), forward read-back {format_size(self.read_back_block_bytes)}; measured as the "
+            f"growth of {measured} from {small.num_blocks} to {large.num_blocks} blocks",
+            f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
+            f"{small.forward_tokens} query tokens; activation peak {format_size(self.activation_peak)} = transient "
+            f"{format_size(self.profile.transient_peak_bytes)} less the window's {small.num_blocks} blocks, plus "
+            "the allocator's rounding of what grows with the cache",
+            self.plan.explain(),
+        ]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+
+    def as_dict(self) -> dict[str, object]:
+        return {"num_blocks": self.num_blocks, "block_bytes": self.block_bytes, "kv_block_bytes": self.kv_block_bytes,
+                "static_block_bytes": self.static_block_bytes, "read_back_block_bytes": self.read_back_block_bytes,
+                "block_tokens": self.block_tokens, "max_batch_tokens": self.max_batch_tokens,
+                "activation_peak": self.activation_peak, "plan": self.plan.as_dict(),
+                "profile": self.profile.as_dict(), "runs": [vars(r) for r in self.runs], "notes": list(self.notes)}
+
+
+def block_tokens(config: ContinuousBatchingConfig) -> int:
+    """Tokens in one block of ``config``: ``page_size`` (transformers >= 5.18) or ``block_size`` (5.17)."""
+    tokens = getattr(config, "page_size", None)
+    return int(tokens if tokens is not None else config.block_size)
+
+
+def default_max_batch_tokens() -> int:
+    """transformers' ``max_batch_tokens`` when the config leaves it unset."""
+    from transformers.generation.continuous_batching import cache
+
+    handler = getattr(cache, "PagedAttentionMemoryHandler", None)
+    return int(getattr(handler, "_default_max_batch_tokens", FALLBACK_MAX_BATCH_TOKENS))
+
+
+def _check_request(utilization: float | None, pinned_bytes: int | None) -> float | None:
+    """The utilization to plan at (``None`` on the pinned path); raises :class:`SizingError` naming a bad value."""
+    if utilization is not None and pinned_bytes is not None:
+        raise SizingError(f"give utilization or pinned_bytes, not both (got utilization={utilization!r}, "
+                          f"pinned_bytes={pinned_bytes!r})")
+    if pinned_bytes is not None:
+        if isinstance(pinned_bytes, bool) or not isinstance(pinned_bytes, numbers.Integral) or pinned_bytes <= 0:
+            raise SizingError(f"pinned_bytes must be a whole number of bytes > 0, got {pinned_bytes!r}")
+        return None
+    utilization = 0.9 if utilization is None else utilization
+    requested_memory(1, utilization)  # raises SizingError naming a utilization outside (0, 1]
+    return utilization
+
+
+def _check_config(config: Any) -> Any:
+    from transformers import ContinuousBatchingConfig
+
+    if config is None:
+        return ContinuousBatchingConfig()
+    if not isinstance(config, ContinuousBatchingConfig):
+        raise TypeError(f"config must be a transformers ContinuousBatchingConfig or None, got {type(config).__name__}")
+    if config.num_blocks is not None:
+        raise SizingError(f"config.num_blocks={config.num_blocks!r} is already set; devmem sizes num_blocks: pass "
+                          "the config without it")
+    tokens = config.max_batch_tokens
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens <= 0):
+        raise SizingError(f"config.max_batch_tokens must be an int > 0 or None, got {tokens!r}")
+    return config
+
+
+def _with(config: Any, **values: Any) -> Any:
+    """A copy of ``config`` with ``values`` set (the caller's object is never changed)."""
+    out = copy.deepcopy(config)
+    for name, value in values.items():
+        setattr(out, name, value)
+    return out
+
+
+def _storage_bytes(roots: list[Any], device: Any, seen: set[int]) -> tuple[int, int]:
+    """Bytes and count of the distinct ``device`` storages reachable from ``roots`` through transformers' objects,
+    lists, tuples and dicts (modules are not entered); ``seen`` holds storages already counted."""
+    import torch
+
+    total = count = 0
+    visited: set[int] = set()
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in visited:
+            continue
+        visited.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.device != device:
+                continue
+            storage = obj.untyped_storage()
+            if storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+            count += 1
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif not isinstance(obj, torch.nn.Module) and type(obj).__module__.startswith("transformers.") \
+                and hasattr(obj, "__dict__"):
+            stack.extend(vars(obj).values())
+    return total, count
+
+
+def model_bytes(model: Any) -> int:
+    """Bytes of the model's parameters and buffers on its device (each storage once)."""
+    return _storage_bytes([list(model.parameters()), list(model.buffers())], model.device, set())[0]
+
+
+#: Query tokens of the small forwards run beside the worst case, so that the kernels decode steps use are
+#: loaded (their code takes device memory on first use) before memory is measured.
+DECODE_TOKENS = (1, 8, 64, 512)
+
+
+def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block: int) -> None:
+    """Run continuous batching's own worst-case warm-up (``max_batch_tokens`` query tokens reading the whole
+    cache) where ``warmup()`` did not because neither CUDA graphs nor compile pad the inputs, then forwards
+    of decode-sized batches."""
+    runner = getattr(manager.batch_processor, "model_runner", None)
+    if runner is None or not hasattr(runner, "pad_inputs") or not hasattr(runner, "run_one_warmup"):
+        import transformers
+
+        raise RuntimeError(f"transformers {transformers.__version__}: continuous batching has no model runner with "
+                           "pad_inputs and run_one_warmup; devmem's integration supports transformers 5.17 to 5.24")
+    if not runner.pad_inputs:
+        runner.pad_inputs = True
+        try:
+            runner.warmup(model)
+        finally:
+            runner.pad_inputs = False
+    for tokens in DECODE_TOKENS:
+        if tokens < max_batch_tokens:
+            runner.run_one_warmup(model=model, num_q_tokens=tokens, max_kv_read=tokens_per_block)
+
+
+def _synchronize(device: Any) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def _release_engine_memory(device: Any, index: int) -> None:
+    """Give back what a finished run leaves behind: cuBLAS's workspace for the engine's compute stream (the next
+    engine's stream gets its own) and the allocator's cached blocks."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+    release_allocator_cache(index)
+
+
+def _close(manager: Any, model: Any, attn_implementation: str) -> None:
+    """Drop the manager's cache and batch tensors and give the model its attention implementation back."""
+    manager.batch_processor = None
+    manager.destroy()
+    if model.config._attn_implementation != attn_implementation:
+        model.set_attn_implementation(attn_implementation)
+    gc.collect()
+
+
+def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int) -> EngineRun:
+    """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward, and take it down again.
+
+    Raises :class:`RuntimeError` when no forward over ``config.max_batch_tokens`` query tokens completed
+    (transformers logs why: its warm-up catches the error, out of memory included).
+    """
+    config = _with(config, num_blocks=num_blocks)
+    attn_implementation = model.config._attn_implementation
+    tokens: list[int] = [0]
+
+    def count(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            tokens.append(int(ids.shape[-1]))
+
+    hook = model.register_forward_hook(count, with_kwargs=True)
+    manager = model.init_continuous_batching(generation_config=copy.deepcopy(generation_config),
+                                             continuous_batching_config=config)
+    try:
+        manager.warmup()
+        _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
+        _synchronize(model.device)
+        processor = manager.batch_processor
+        seen: set[int] = set()
+        cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
+        static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
+        resolved = manager.continuous_batching_config
+        run = EngineRun(num_blocks, cache_bytes, static_bytes, cache_count + static_count, max(tokens),
+                        model.config._attn_implementation, tuple(bool(g) for g in resolved.use_cuda_graph),
+                        bool(resolved.use_async_batching))
+    finally:
+        hook.remove()
+        _close(manager, model, attn_implementation)
+    if run.forward_tokens < config.max_batch_tokens:
+        raise RuntimeError(f"the engine's worst-case forward over {config.max_batch_tokens} query tokens did not "
+                           f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens); "
+                           "transformers logged why ('Failed to warm up')")
+    return run
+
+
+def _profiled_run(model: Any, generation_config: Any, config: Any, num_blocks: int, baseline: MemorySnapshot,
+                  weights: int, platform: Platform) -> tuple[EngineRun, ProfileResult]:
+    with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
+        run = run_engine(model, generation_config, config, num_blocks)
+    _release_engine_memory(model.device, baseline.device)
+    peak = profile.torch_peak_increase if profile.torch_measured else None
+    return replace(run, peak_bytes=peak), profile
+
+
+def _platform_and_device(model: Any, device: int | None, platform: Platform | None) -> tuple[Platform, int]:
+    where = model.device
+    if platform is None:
+        platform = current_platform()
+        if where.type == "cpu" and platform.name != "cpu":
+            from devmem.host import CpuPlatform
+
+            platform = CpuPlatform()
+    if (where.type == "cpu") != (platform.name == "cpu"):
+        raise ValueError(f"the model is on {where} but devmem's platform is {platform.name!r}: the KV cache goes "
+                         "where the model is; move the model or give the platform of its device")
+    if device is None:
+        device = where.index if where.index is not None else 0
+    return platform, device
+
+
+def size_continuous_batching(
+    model: Any,
+    *,
+    utilization: float | None = None,
+    pinned_bytes: int | None = None,
+    config: ContinuousBatchingConfig | None = None,
+    generation_config: GenerationConfig | None = None,
+    device: int | None = None,
+    baseline: MemorySnapshot | None = None,
+    weights_memory: int | None = None,
+    platform: Platform | None = None,
+) -> SizedConfig:
+    """Size transformers' paged KV cache for ``model`` at ``utilization`` of the device (default 0.9) or at
+    ``pinned_bytes``; returns a :class:`SizedConfig` whose ``config`` has ``num_blocks`` set.
+
+    ``config`` (default ``ContinuousBatchingConfig()``) keeps every field the caller gave; ``max_batch_tokens``
+    becomes transformers' default (8192) when unset and ``max_memory_percent`` 1.0 (with both sizes fixed,
+    transformers only checks its own estimate against free memory with it). Hand the same ``generation_config``
+    (default ``model.generation_config``) to ``generate_batch``. ``baseline`` is the snapshot taken BEFORE the
+    CUDA context and the model existed; without one, one is taken now, a warning is logged and this process's
+    whole device memory (or, where the platform has no per-process figure, ``weights_memory``) counts as
+    consumed. ``weights_memory`` defaults to the model's parameters and buffers; ``device`` (devmem's index) to
+    the model's device. On the pinned path ``pinned_bytes`` is what every block-proportional tensor may take:
+    the cache, the batch's attention masks and read indices, and the forward's read-back.
+
+    Raises :class:`~devmem.sizing.SizingError` naming a bad value, :class:`~devmem.NotEnoughMemoryError` when
+    the budget holds no block, ``TypeError``/``ValueError`` for a model or config that cannot be sized.
+    """
+    u = _check_request(utilization, pinned_bytes)
+    config = _check_config(config)
+    if not hasattr(model, "init_continuous_batching"):
+        raise TypeError(f"model must be a transformers model with continuous batching (init_continuous_batching), "
+                        f"got {type(model).__name__}")
+    if getattr(model, "_cached_continuous_batching_manager", None) is not None:
+        raise ValueError("the model keeps a persistent continuous batching manager with its own cache; call "
+                         "model.destroy_cached_continuous_batching_manager() before sizing")
+    platform, device = _platform_and_device(model, device, platform)
+    generation_config = model.generation_config if generation_config is None else generation_config
+    notes: list[str] = []
+    held_before = 0
+    if baseline is None:
+        baseline = MemorySnapshot.measure(device, platform)
+        held_before = baseline.process if baseline.process is not None else 0
+        message = ("no baseline taken before the model was given: one was taken now, and " + (
+            f"this process's device memory now, {format_size(held_before)}, counts as consumed"
+            if baseline.process is not None else "only the weights count as consumed; the CUDA context does not") +
+                   "; take MemorySnapshot.measure() before creating the model")
+        log.warning("devmem: %s", message)
+        notes.append(message)
+    weights = model_bytes(model) if weights_memory is None else weights_memory
+    tokens = block_tokens(config)
+    max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
+    profile_config = _with(config, max_batch_tokens=max_batch_tokens,
+                           max_memory_percent=1.0 if config.max_memory_percent is None else config.max_memory_percent)
+    small = math.ceil(max_batch_tokens / tokens) + 1
+    large, _ = _profiled_run(model, generation_config, profile_config, 2 * small, baseline, weights, platform)
+    small_run, profile = _profiled_run(model, generation_config, profile_config, small, baseline, weights, platform)
+    step = large.num_blocks - small_run.num_blocks
+    kv_block = math.ceil((large.cache_bytes - small_run.cache_bytes) / step)
+    static_block = math.ceil((large.static_bytes - small_run.static_bytes) / step)
+    block = kv_block + static_block
+    rounding = 0
+    if large.peak_bytes is not None and small_run.peak_bytes is not None:
+        block = max(block, math.ceil((large.peak_bytes - small_run.peak_bytes) / step))
+        rounding = large.allocations * ALLOCATOR_GRANULARITY
+    inputs = profile.plan_inputs()
+    activation = max(0, profile.transient_peak_bytes - small_run.num_blocks * block) + rounding
+    inputs["activation_peak"] = activation
+    if held_before:
+        inputs["consumed"] = max(inputs["consumed"], profile.after_profile.process)
+    if u is None:
+        plan = plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
+    else:
+        plan = plan_kv_cache(page_size_bytes=block, num_layers=1, total=baseline.total, utilization=u, **inputs)
+    percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
+    sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+    notes.extend(profile.notes)
+    return SizedConfig(sized, plan, block, kv_block, static_block, block - kv_block - static_block, tokens,
+                       max_batch_tokens, profile, (small_run, large), activation, tuple(notes))
+
+
+__all__ = ["EngineRun", "SizedConfig", "block_tokens", "default_max_batch_tokens", "model_bytes", "run_engine",
+           "size_continuous_batching"]

@@ -1,0 +1,215 @@
+"""devmem.integrations.transformers on the CPU: a tiny Llama (random weights from a config) served by transformers'
+continuous batching with a devmem-sized ``ContinuousBatchingConfig``.
+
+On the cpu platform the device is host memory, the per-process figure is RSS and torch's CPU allocator keeps no
+peak statistics, so one block costs the tensors the engine holds per block: the paged cache and the batch's
+static tensors. The cache is checked against a ``PagedAttentionCache`` built here with transformers' own
+constructor, and against the Llama layout (keys and values of every layer for every token of the block).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E402
+from devmem.host import CpuPlatform  # noqa: E402
+from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
+
+TOKENS = 16  # tokens in a block
+BATCH = 64  # max_batch_tokens
+LLAMA = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+#: What the engine may use in all on the utilization path: the model, the run's leftovers and a few MiB of cache.
+REQUEST = 160 * MiB
+
+
+def cb_config(**fields):
+    """A ContinuousBatchingConfig with blocks of TOKENS tokens (``page_size`` from 5.18 on, ``block_size`` in 5.17)."""
+    name = "page_size" if "page_size" in inspect.signature(transformers.ContinuousBatchingConfig).parameters \
+        else "block_size"
+    return transformers.ContinuousBatchingConfig(**{name: TOKENS, "max_batch_tokens": BATCH, **fields})
+
+
+def build_model():
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval()
+
+
+@pytest.fixture
+def baseline():
+    """The engine's snapshot, taken before the model exists."""
+    return MemorySnapshot.measure(0, CpuPlatform())
+
+
+@pytest.fixture
+def model(baseline):
+    return build_model()
+
+
+@pytest.fixture(scope="module")
+def generation():
+    return transformers.GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=0)
+
+
+@pytest.fixture(scope="module")
+def engine(generation):
+    """(model, baseline, sized): an engine sized at REQUEST bytes of host memory, as an engine does it."""
+    baseline = MemorySnapshot.measure(0, CpuPlatform())
+    model = build_model()
+    sized = size_continuous_batching(model, utilization=utilization(baseline), config=cb_config(),
+                                     generation_config=generation, baseline=baseline)
+    return model, baseline, sized
+
+
+def utilization(baseline, nbytes=REQUEST):
+    return nbytes / baseline.total
+
+
+def llama_kv_block_bytes(dtype=torch.float32):
+    """Keys and values of every layer for every token of one block, from the model's config."""
+    head_dim = LLAMA["hidden_size"] // LLAMA["num_attention_heads"]
+    return 2 * LLAMA["num_hidden_layers"] * TOKENS * LLAMA["num_key_value_heads"] * head_dim * dtype.itemsize
+
+
+def cache_nbytes(model, num_blocks):
+    """Bytes of the paged cache transformers allocates for ``num_blocks`` blocks, built with its own constructor."""
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+    from transformers.generation.continuous_batching.distributed import DistributedHelper
+
+    wanted = {"config": model.config, "continuous_batching_config": cb_config(num_blocks=num_blocks,
+                                                                               max_memory_percent=1.0),
+              "device": torch.device("cpu"), "distributed_helper": DistributedHelper(None, None), "tp_plan": {},
+              "dtype": model.dtype}
+    accepted = inspect.signature(PagedAttentionCache.__init__).parameters
+    cache = PagedAttentionCache(**{k: v for k, v in wanted.items() if k in accepted})
+    tensors = [cache.cache_tensor] if hasattr(cache, "cache_tensor") else [*cache.key_cache, *cache.value_cache]
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def test_generate_batch_with_the_sized_config_serves_every_request(engine, generation):
+    model, _, sized = engine
+    prompts = [[(7 * i + j) % 250 + 1 for j in range(20 + 3 * i)] for i in range(8)]
+    outputs = model.generate_batch(prompts, generation_config=generation, continuous_batching_config=sized.config,
+                                   persistent_manager=True)
+    try:
+        used = model._cached_continuous_batching_manager.continuous_batching_config.num_blocks
+    finally:
+        model.destroy_cached_continuous_batching_manager()
+    assert len(outputs) == len(prompts)
+    assert all(o.error is None and len(o.generated_tokens) == generation.max_new_tokens for o in outputs.values())
+    assert used == sized.num_blocks == sized.config.num_blocks > 0
+
+
+def test_planned_blocks_follow_from_the_budget_and_the_block_bytes(engine):
+    _, baseline, sized = engine
+    plan = sized.plan
+    assert plan.path == "utilization"
+    assert plan.breakdown["requested"] == requested_memory(baseline.total, utilization(baseline))
+    assert plan.kv_cache_bytes == plan.breakdown["requested"] - plan.breakdown["non_kv"]
+    assert plan.block_bytes == sized.block_bytes
+    assert sized.num_blocks == plan.kv_cache_bytes // sized.block_bytes
+
+
+def test_a_block_costs_the_cache_and_the_batch_tensors_transformers_allocates_for_it(engine):
+    model, _, sized = engine
+    assert sized.kv_block_bytes == cache_nbytes(model, 9) - cache_nbytes(model, 8) == llama_kv_block_bytes()
+    # one attention mask [max_batch_tokens, cached tokens + max_batch_tokens] in the model's dtype and one row of
+    # int64 read indices per cached token: both grow with every block
+    assert sized.static_block_bytes == TOKENS * (BATCH * model.dtype.itemsize + 8)
+    assert sized.block_bytes == sized.kv_block_bytes + sized.static_block_bytes
+
+
+def test_pinned_bytes_give_the_whole_blocks_they_hold(model, generation):
+    block = llama_kv_block_bytes() + TOKENS * (BATCH * model.dtype.itemsize + 8)
+    sized = size_continuous_batching(model, pinned_bytes=7 * block + block // 2, config=cb_config(),
+                                     generation_config=generation)
+    assert (sized.plan.path, sized.num_blocks, sized.config.num_blocks) == ("pinned", 7, 7)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, 1.5, float("nan")])
+def test_utilization_outside_zero_to_one_is_refused_naming_it(model, bad):
+    with pytest.raises(SizingError, match=rf"utilization .*{bad!r}"):
+        size_continuous_batching(model, utilization=bad, config=cb_config())
+
+
+def test_pinned_bytes_below_one_block_are_refused_naming_both(model, generation):
+    block = llama_kv_block_bytes() + TOKENS * (BATCH * model.dtype.itemsize + 8)
+    with pytest.raises(SizingError, match=rf"pinned_bytes=1000 .*smaller than one block of {block} bytes"):
+        size_continuous_batching(model, pinned_bytes=1000, config=cb_config(), generation_config=generation)
+
+
+@pytest.mark.parametrize("bad", [0, -4096, 1.5, True, "1GiB"])
+def test_pinned_bytes_that_are_not_a_positive_whole_number_are_refused(model, bad):
+    with pytest.raises(SizingError, match=rf"pinned_bytes must be a whole number of bytes > 0, got {bad!r}"):
+        size_continuous_batching(model, pinned_bytes=bad, config=cb_config())
+
+
+def test_utilization_and_pinned_bytes_together_are_refused(model):
+    with pytest.raises(SizingError, match="utilization or pinned_bytes, not both"):
+        size_continuous_batching(model, utilization=0.5, pinned_bytes=1 << 20, config=cb_config())
+
+
+def test_a_config_whose_num_blocks_is_set_is_refused_naming_it(model):
+    with pytest.raises(SizingError, match=r"config.num_blocks=12 is already set"):
+        size_continuous_batching(model, utilization=0.5, config=cb_config(num_blocks=12))
+
+
+def test_the_callers_config_fields_are_kept_and_the_callers_object_is_left_alone(model, baseline, generation):
+    given = cb_config(scheduler_type="prefill_first", allow_block_sharing=False, max_memory_percent=0.7)
+    sized = size_continuous_batching(model, utilization=utilization(baseline), config=given,
+                                     generation_config=generation, baseline=baseline)
+    out = sized.config
+    assert given.num_blocks is None and out.num_blocks == sized.num_blocks
+    assert block_tokens(out) == TOKENS and out.max_batch_tokens == BATCH
+    assert (out.scheduler_type, out.allow_block_sharing, out.max_memory_percent) == ("prefill_first", False, 0.7)
+
+
+def test_sizing_gives_the_model_its_attention_back_and_keeps_no_manager(model, baseline, generation):
+    before = model.config._attn_implementation
+    size_continuous_batching(model, utilization=utilization(baseline), config=cb_config(),
+                             generation_config=generation, baseline=baseline)
+    assert model.config._attn_implementation == before
+    assert getattr(model, "_cached_continuous_batching_manager", None) is None
+
+
+def test_a_model_with_a_persistent_manager_is_refused(model, generation):
+    model.generate_batch([[1, 2, 3]], generation_config=generation,
+                         continuous_batching_config=cb_config(num_blocks=4), persistent_manager=True)
+    try:
+        with pytest.raises(ValueError, match="destroy_cached_continuous_batching_manager"):
+            size_continuous_batching(model, utilization=0.5, config=cb_config())
+    finally:
+        model.destroy_cached_continuous_batching_manager()
+
+
+def test_without_a_baseline_the_whole_process_counts_as_consumed(model, generation, caplog):
+    held = CpuPlatform().get_process_memory_usage(0)
+    with caplog.at_level(logging.WARNING, logger="devmem.integrations.transformers"):
+        sized = size_continuous_batching(model, utilization=(held + REQUEST) / CpuPlatform().device_memory_info(0).total,
+                                         config=cb_config(), generation_config=generation)
+    assert sized.plan.breakdown["consumed"] >= held
+    assert "take MemorySnapshot.measure() before creating the model" in caplog.text
+
+
+def test_explain_names_the_blocks_what_one_costs_and_the_plan(engine):
+    _, _, sized = engine
+    text = sized.explain()
+    assert f"{sized.num_blocks} blocks of {TOKENS} tokens (max_batch_tokens {BATCH}" in text
+    assert "one block costs" in text and "KV cache" in text and "path: utilization" in text
+    assert json.loads(json.dumps(sized.as_dict(), default=str))["num_blocks"] == sized.num_blocks
+
+
+def test_importing_the_integration_imports_neither_transformers_nor_torch():
+    code = ("import sys, json, devmem.integrations.transformers\n"
+            "print(json.dumps([m for m in ('transformers', 'torch') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []

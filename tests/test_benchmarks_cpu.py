@@ -90,3 +90,12 @@ def test_fit_check_planner_tokens_equal_the_engines(bench):
     pytest.importorskip("transformers")
     engine = bench("fit_check", "--quick", "--engine")["engine"]
     assert engine["tokens_equal"] and engine["planner_tokens"] == engine["engine_tokens"] > 0
+
+
+def test_transformers_cb_serves_with_devmem_and_stock_configs_side_by_side(bench):
+    pytest.importorskip("transformers", minversion="5.17")
+    result = bench("transformers_cb", "--quick")
+    assert {(s["mode"], s["n"]) for s in result["summary"]} == {("devmem", 2), ("stock", 2)}
+    devmem_rows = [r for r in result["rows"] if r["mode"] == "devmem"]
+    assert devmem_rows and all(r["served"] and r["failure"] == "" and r["blocks"] for r in devmem_rows)
+    assert all(r["within_request"] for r in devmem_rows)

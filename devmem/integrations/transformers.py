@@ -18,8 +18,8 @@ together split a device by start order. :func:`size_continuous_batching` measure
    values the forward reads back from the cache, the graph pool), else the bytes of the tensors the engine holds
    (the cache and the batch's static tensors, summed over transformers' own objects).
 4. ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=block_bytes, num_layers=1)``, the activation peak
-   less the ``N_a`` blocks the window held (they are counted per block) plus the allocator's 2 MiB rounding of
-   each allocation that grows with the cache. After each run cuBLAS's workspace for the run's compute stream is
+   being the window's transient (at least the tensors its engine held) less its ``N_a`` blocks (they are counted
+   per block) plus the allocator's 2 MiB rounding of each allocation that grows with the cache. After each run cuBLAS's workspace for the run's compute stream is
    dropped (the engine's next stream gets its own) and ``release_allocator_cache()`` gives back the cache.
 
 Profiled, not sized: what does not grow with the block count: weights and CUDA context (growth since the
@@ -31,7 +31,6 @@ logits, and the CUDA graph pool. transformers and torch are imported when a func
 from __future__ import annotations
 
 import copy
-import gc
 import logging
 import math
 import numbers
@@ -120,8 +119,8 @@ class SizedConfig:
             f"growth of {measured} from {small.num_blocks} to {large.num_blocks} blocks",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
             f"{small.forward_tokens} query tokens; activation peak {format_size(self.activation_peak)} = transient "
-            f"{format_size(self.profile.transient_peak_bytes)} less the window's {small.num_blocks} blocks, plus "
-            "the allocator's rounding of what grows with the cache",
+            f"{format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors it held) "
+            f"less its {small.num_blocks} blocks, plus the allocator's rounding of what grows with the cache",
             self.plan.explain(),
         ]
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
@@ -257,15 +256,16 @@ def _synchronize(device: Any) -> None:
 
 
 def _release_engine_memory(device: Any, index: int) -> None:
-    """Give back what a finished run leaves behind: cuBLAS's workspace for the engine's compute stream (the next
-    engine's stream gets its own) and the allocator's cached blocks."""
-    if device.type == "cuda":
-        import torch
+    """On a GPU, give back what a finished run leaves behind: cuBLAS's workspace for the run's compute stream
+    (the engine's next stream gets its own) and the allocator's cached blocks."""
+    if device.type != "cuda":
+        return
+    import torch
 
-        torch.cuda.synchronize(device)
-        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-        if clear is not None:
-            clear()
+    torch.cuda.synchronize(device)
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
     release_allocator_cache(index)
 
 
@@ -275,7 +275,6 @@ def _close(manager: Any, model: Any, attn_implementation: str) -> None:
     manager.destroy()
     if model.config._attn_implementation != attn_implementation:
         model.set_attn_implementation(attn_implementation)
-    gc.collect()
 
 
 def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int) -> EngineRun:
@@ -409,7 +408,10 @@ def size_continuous_batching(
         block = max(block, math.ceil((large.peak_bytes - small_run.peak_bytes) / step))
         rounding = large.allocations * ALLOCATOR_GRANULARITY
     inputs = profile.plan_inputs()
-    activation = max(0, profile.transient_peak_bytes - small_run.num_blocks * block) + rounding
+    # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps no
+    # statistics); its blocks are counted per block
+    transient = max(profile.transient_peak_bytes, small_run.held_bytes)
+    activation = max(0, transient - small_run.num_blocks * block) + rounding
     inputs["activation_peak"] = activation
     if held_before:
         inputs["consumed"] = max(inputs["consumed"], profile.after_profile.process)

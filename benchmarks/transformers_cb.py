@@ -168,7 +168,7 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     import transformers
 
-    from devmem.integrations.transformers import size_continuous_batching
+    from devmem.integrations.transformers import cuda_graph_flags, size_continuous_batching
 
     logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
     out: dict[str, Any] = {**{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")},
@@ -222,7 +222,7 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
             if manager is not None:
                 resolved = manager.continuous_batching_config
                 out.update(blocks=resolved.num_blocks, max_batch_tokens=resolved.max_batch_tokens,
-                           cuda_graphs=list(resolved.use_cuda_graph or ()))
+                           cuda_graphs=list(cuda_graph_flags(resolved.use_cuda_graph)))
             after = footprint.read()
             out["footprint_after"] = None if after is None else after - start_figure
             time.sleep(spec["hold"])

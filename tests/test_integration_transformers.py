@@ -20,9 +20,9 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E402
-from devmem.host import CpuPlatform  # noqa: E402
-from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
+from devmem import MemorySnapshot, MiB, SizingError, requested_memory
+from devmem.host import CpuPlatform
+from devmem.integrations.transformers import block_tokens, size_continuous_batching
 
 TOKENS = 16  # tokens in a block
 BATCH = 64  # max_batch_tokens

@@ -139,6 +139,15 @@ def block_tokens(config: ContinuousBatchingConfig) -> int:
     return int(tokens if tokens is not None else config.block_size)
 
 
+def cuda_graph_flags(value: Any) -> tuple[bool, ...]:
+    """``ContinuousBatchingConfig.use_cuda_graph`` (a bool, a (varlen, decode) pair, or None) as a tuple."""
+    if value is None:
+        return ()
+    if isinstance(value, bool):
+        return (value, value)
+    return tuple(bool(v) for v in value)
+
+
 def default_max_batch_tokens() -> int:
     """transformers' ``max_batch_tokens`` when the config leaves it unset."""
     from transformers.generation.continuous_batching import cache
@@ -305,7 +314,7 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
         static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
         resolved = manager.continuous_batching_config
         run = EngineRun(num_blocks, cache_bytes, static_bytes, cache_count + static_count, max(tokens),
-                        model.config._attn_implementation, tuple(bool(g) for g in resolved.use_cuda_graph),
+                        model.config._attn_implementation, cuda_graph_flags(resolved.use_cuda_graph),
                         bool(resolved.use_async_batching))
     finally:
         hook.remove()
@@ -426,5 +435,5 @@ def size_continuous_batching(
                        max_batch_tokens, profile, (small_run, large), activation, tuple(notes))
 
 
-__all__ = ["EngineRun", "SizedConfig", "block_tokens", "default_max_batch_tokens", "model_bytes", "run_engine",
-           "size_continuous_batching"]
+__all__ = ["EngineRun", "SizedConfig", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens", "model_bytes",
+           "run_engine", "size_continuous_batching"]

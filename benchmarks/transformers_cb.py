@@ -332,7 +332,8 @@ def _summary(rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, An
                 continue
             ratios = [r["block_ratio"] for r in mine if r["block_ratio"] is not None]
             s = {"mode": mode, "n": n, "engines": len(mine), "served": sum(bool(r["served"]) for r in mine),
-                 "blocks": [r["blocks"] for r in mine], "failures": sorted({r["failure"] for r in mine if r["failure"]}),
+                 "blocks": [r["blocks"] for r in mine],
+                 "failures": sorted({r["failure"] for r in mine if r["failure"]}),
                  "min_ratio": min(ratios, default=None), "max_ratio": max(ratios, default=None),
                  "within_request": sum(bool(r["within_request"]) for r in mine)}
             if mode == "devmem":

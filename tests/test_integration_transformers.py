@@ -20,9 +20,9 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from devmem import MemorySnapshot, MiB, SizingError, requested_memory
-from devmem.host import CpuPlatform
-from devmem.integrations.transformers import block_tokens, size_continuous_batching
+from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E402
+from devmem.host import CpuPlatform  # noqa: E402
+from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
 
 TOKENS = 16  # tokens in a block
 BATCH = 64  # max_batch_tokens
@@ -192,9 +192,10 @@ def test_a_model_with_a_persistent_manager_is_refused(model, generation):
 
 
 def test_without_a_baseline_the_whole_process_counts_as_consumed(model, generation, caplog):
-    held = CpuPlatform().get_process_memory_usage(0)
+    host = CpuPlatform()
+    held = host.get_process_memory_usage(0)
     with caplog.at_level(logging.WARNING, logger="devmem.integrations.transformers"):
-        sized = size_continuous_batching(model, utilization=(held + REQUEST) / CpuPlatform().device_memory_info(0).total,
+        sized = size_continuous_batching(model, utilization=(held + REQUEST) / host.device_memory_info(0).total,
                                          config=cb_config(), generation_config=generation)
     assert sized.plan.breakdown["consumed"] >= held
     assert "take MemorySnapshot.measure() before creating the model" in caplog.text

@@ -11,16 +11,18 @@ together split a device by start order. :func:`size_continuous_batching` measure
    to the paged attention continuous batching uses: ``paged|sdpa``, ``paged|eager`` or ``paged|flash_*``),
    ``warmup()`` (CUDA graph capture where graphs are on), the engine's own worst-case warm-up forward
    (``max_batch_tokens`` query tokens reading the whole cache, with as many logit rows as a batch holds) and
-   decode-sized forwards (so that the kernels of decode steps are loaded). The run at ``N_a`` is the profile window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph capture
-   inside it; the run at ``N_b`` is a window of its own just before.
+   decode-sized forwards (so that the kernels of decode steps are loaded). The run at ``N_a`` is the profile
+   window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph capture inside it; the run at
+   ``N_b`` is a window of its own just before.
 3. One block costs what grows with the block count from one run to the other: the allocator's peak where it
    keeps statistics (CUDA and ROCm: the cache, the attention masks and read indices of the batch, the keys and
    values the forward reads back from the cache, the graph pool), else the bytes of the tensors the engine holds
    (the cache and the batch's static tensors, summed over transformers' own objects).
 4. ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=block_bytes, num_layers=1)``, the activation peak
    being the window's transient (at least the tensors its engine held) less its ``N_a`` blocks (they are counted
-   per block) plus the allocator's 2 MiB rounding of each allocation that grows with the cache. After each run cuBLAS's workspace for the run's compute stream is
-   dropped (the engine's next stream gets its own) and ``release_allocator_cache()`` gives back the cache.
+   per block) plus the allocator's 2 MiB rounding of each allocation that grows with the cache. After each run,
+   cuBLAS's workspace for the run's compute stream is dropped (the engine's next stream gets its own) and
+   ``release_allocator_cache()`` gives back the allocator cache.
 
 Profiled, not sized: what does not grow with the block count: weights and CUDA context (growth since the
 baseline), the batch's static tensors sized by ``max_batch_tokens`` and ``max_requests_per_batch`` (inputs,

@@ -214,3 +214,22 @@ def test_importing_the_integration_imports_neither_transformers_nor_torch():
             "print(json.dumps([m for m in ('transformers', 'torch') if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_the_worst_case_forward_reads_every_token_the_cache_holds(model, generation):
+    # 1026 blocks of 16 tokens: with the past padded to transformers' kv_padding_interval_size (16384 tokens), the
+    # read would be 16384 + 64 tokens, not the 16416 the cache holds
+    from devmem.integrations.transformers import run_engine
+
+    reads = []
+
+    def record(module, args, kwargs, output):
+        reads.append(max(int(index.numel()) for index in kwargs["read_index"]))
+
+    hook = model.register_forward_hook(record, with_kwargs=True)
+    try:
+        run = run_engine(model, generation, cb_config(max_memory_percent=1.0), 1026)
+    finally:
+        hook.remove()
+    assert run.forward_tokens == BATCH
+    assert max(reads) == 1026 * TOKENS

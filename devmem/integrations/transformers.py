@@ -9,7 +9,7 @@ together split a device by start order. :func:`size_continuous_batching` measure
 2. The engine runs twice at small cache sizes, ``N_a = ceil(max_batch_tokens / block tokens) + 1`` and
    ``N_b = 2 N_a`` blocks, through transformers' own lifecycle: ``init_continuous_batching`` (the model switched
    to the paged attention continuous batching uses: ``paged|sdpa``, ``paged|eager`` or ``paged|flash_*``),
-   ``warmup()`` (CUDA graph capture where graphs are on), the engine's own worst-case warm-up forward
+   ``warmup()`` (CUDA graph capture where graphs are on), the engine's own worst-case warm-up forward, unpadded
    (``max_batch_tokens`` query tokens reading the whole cache, with as many logit rows as a batch holds) and
    decode-sized forwards (so that the kernels of decode steps are loaded). The run at ``N_a`` is the profile
    window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph capture inside it; the run at
@@ -239,24 +239,29 @@ DECODE_TOKENS = (1, 8, 64, 512)
 
 
 def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block: int) -> None:
-    """Run continuous batching's own worst-case warm-up (``max_batch_tokens`` query tokens reading the whole
-    cache) where ``warmup()`` did not because neither CUDA graphs nor compile pad the inputs, then forwards
-    of decode-sized batches."""
+    """Run continuous batching's own worst-case warm-up (``max_batch_tokens`` query tokens reading every token
+    the cache holds) unpadded, so that it reads exactly the whole cache at any size, then decode-sized forwards.
+
+    transformers runs that warm-up only where CUDA graphs or compile pad the inputs, and there with the reads
+    padded to ``kv_padding_interval_size`` and capped at the cache: the read then grows by steps with the cache.
+    """
     runner = getattr(manager.batch_processor, "model_runner", None)
-    if runner is None or not hasattr(runner, "pad_inputs") or not hasattr(runner, "run_one_warmup"):
+    config = getattr(runner, "cb_config", None)
+    if not all(hasattr(runner, name) for name in ("pad_inputs", "warmup", "run_one_warmup")) or config is None:
         import transformers
 
         raise RuntimeError(f"transformers {transformers.__version__}: continuous batching has no model runner with "
-                           "pad_inputs and run_one_warmup; devmem's integration supports transformers 5.17 to 5.24")
-    if not runner.pad_inputs:
-        runner.pad_inputs = True
-        try:
-            runner.warmup(model)
-        finally:
-            runner.pad_inputs = False
-    for tokens in DECODE_TOKENS:
-        if tokens < max_batch_tokens:
-            runner.run_one_warmup(model=model, num_q_tokens=tokens, max_kv_read=tokens_per_block)
+                           "pad_inputs, warmup and run_one_warmup; devmem's integration supports transformers 5.17 "
+                           "to 5.24")
+    saved = runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size
+    runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = True, 1, 1
+    try:
+        runner.warmup(model)
+        for tokens in DECODE_TOKENS:
+            if tokens < max_batch_tokens:
+                runner.run_one_warmup(model=model, num_q_tokens=tokens, max_kv_read=tokens_per_block)
+    finally:
+        runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = saved
 
 
 def _synchronize(device: Any) -> None:

@@ -6,14 +6,15 @@ together split a device by start order. :func:`size_continuous_batching` measure
 
 1. The baseline is the snapshot the engine took BEFORE it created the CUDA context and loaded the model
    (``MemorySnapshot.measure()``), so that both count as this process's own growth.
-2. The engine runs twice at small cache sizes, ``N_a = ceil(max_batch_tokens / block tokens) + 1`` and
-   ``N_b = 2 N_a`` blocks, through transformers' own lifecycle: ``init_continuous_batching`` (the model switched
-   to the paged attention continuous batching uses: ``paged|sdpa``, ``paged|eager`` or ``paged|flash_*``),
-   ``warmup()`` (CUDA graph capture where graphs are on), the engine's own worst-case warm-up forward, unpadded
-   (``max_batch_tokens`` query tokens reading the whole cache, with as many logit rows as a batch holds) and
-   decode-sized forwards (so that the kernels of decode steps are loaded). The run at ``N_a`` is the profile
-   window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph capture inside it; the run at
-   ``N_b`` is a window of its own just before.
+2. The engine runs twice at small cache sizes, ``N_a = ceil(max_batch_tokens / block tokens) + 1`` (rounded up
+   to whole ``kv_padding_interval_size`` where CUDA graphs or compile pad the reads, so that transformers' own
+   padded warm-up reads alike at both sizes) and ``N_b = 2 N_a`` blocks, through transformers' own lifecycle:
+   ``init_continuous_batching`` (the model switched to the attention continuous batching uses: ``paged|sdpa``,
+   ``paged|eager``, ``paged|flash_*``), ``warmup()`` (CUDA graph capture where graphs are on), the engine's own
+   worst-case warm-up forward, unpadded (``max_batch_tokens`` query tokens reading the whole cache, with as many
+   logit rows as a batch holds) and decode-sized forwards (so that the kernels of decode steps are loaded). The
+   run at ``N_a`` is the profile window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph
+   capture inside it; the run at ``N_b`` is a window of its own just before.
 3. One block costs what grows with the block count from one run to the other: the allocator's peak where it
    keeps statistics (CUDA and ROCm: the cache, the attention masks and read indices of the batch, the keys and
    values the forward reads back from the cache, the graph pool), else the bytes of the tensors the engine holds
@@ -333,6 +334,22 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
     return run
 
 
+def kv_padding_interval(model: Any, generation_config: Any, config: Any) -> int | None:
+    """The tokens transformers pads a batch's cache reads to with ``config`` (CUDA graphs or compile on), or
+    ``None`` where it pads nothing. Resolved by transformers itself; no cache is created."""
+    attn_implementation = model.config._attn_implementation
+    manager = model.init_continuous_batching(generation_config=copy.deepcopy(generation_config),
+                                             continuous_batching_config=config)
+    try:
+        resolved = manager.continuous_batching_config
+        pads = any(cuda_graph_flags(resolved.use_cuda_graph)) or resolved.varlen_compile_config is not None \
+            or resolved.decode_compile_config is not None
+        interval = int(resolved.kv_padding_interval_size or 0)
+        return interval if pads and interval > 0 else None
+    finally:
+        _close(manager, model, attn_implementation)
+
+
 def _profiled_run(model: Any, generation_config: Any, config: Any, num_blocks: int, baseline: MemorySnapshot,
                   weights: int, platform: Platform) -> tuple[EngineRun, ProfileResult]:
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
@@ -413,6 +430,10 @@ def size_continuous_batching(
     profile_config = _with(config, max_batch_tokens=max_batch_tokens,
                            max_memory_percent=1.0 if config.max_memory_percent is None else config.max_memory_percent)
     small = math.ceil(max_batch_tokens / tokens) + 1
+    interval = kv_padding_interval(model, generation_config, profile_config)
+    if interval:
+        per_interval = math.lcm(interval, tokens) // tokens
+        small = per_interval * math.ceil(small / per_interval)
     large, _ = _profiled_run(model, generation_config, profile_config, 2 * small, baseline, weights, platform)
     small_run, profile = _profiled_run(model, generation_config, profile_config, small, baseline, weights, platform)
     step = large.num_blocks - small_run.num_blocks
@@ -442,5 +463,5 @@ def size_continuous_batching(
                        max_batch_tokens, profile, (small_run, large), activation, tuple(notes))
 
 
-__all__ = ["EngineRun", "SizedConfig", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens", "model_bytes",
-           "run_engine", "size_continuous_batching"]
+__all__ = ["EngineRun", "SizedConfig", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens",
+           "kv_padding_interval", "model_bytes", "run_engine", "size_continuous_batching"]

@@ -17,7 +17,7 @@ import devmem
 from devmem import GiB, MemorySnapshot
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", minversion="5.17")
 
 
 def _why_not() -> str | None:

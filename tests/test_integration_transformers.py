@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
 
 from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E402

@@ -19,7 +19,7 @@ together split a device by start order. :func:`size_continuous_batching` measure
    keeps statistics (CUDA and ROCm: the cache, the attention masks and read indices of the batch, the keys and
    values the forward reads back from the cache, the graph pool), else the bytes of the tensors the engine holds
    (the cache and the batch's static tensors, summed over transformers' own objects).
-4. ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=block_bytes, num_layers=1)``, the activation peak
+4. ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=block_bytes, num_layers=1)``, the transient peak
    being the window's transient (at least the tensors its engine held) less its ``N_a`` blocks (they are counted
    per block) plus the allocator's 2 MiB rounding of each allocation that grows with the cache. After each run,
    cuBLAS's workspace for the run's compute stream is dropped (the engine's next stream gets its own) and
@@ -100,7 +100,7 @@ class SizedConfig:
     max_batch_tokens: int
     profile: ProfileResult
     runs: tuple[EngineRun, EngineRun]
-    activation_peak: int
+    transient_peak_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -121,7 +121,7 @@ class SizedConfig:
             f"masks, read indices), forward read-back {format_size(self.read_back_block_bytes)}; measured as the "
             f"growth of {measured} from {small.num_blocks} to {large.num_blocks} blocks",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
-            f"{small.forward_tokens} query tokens; activation peak {format_size(self.activation_peak)} = transient "
+            f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its transient "
             f"{format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors it held) "
             f"less its {small.num_blocks} blocks, plus the allocator's rounding of what grows with the cache",
             self.plan.explain(),
@@ -132,7 +132,7 @@ class SizedConfig:
         return {"num_blocks": self.num_blocks, "block_bytes": self.block_bytes, "kv_block_bytes": self.kv_block_bytes,
                 "static_block_bytes": self.static_block_bytes, "read_back_block_bytes": self.read_back_block_bytes,
                 "block_tokens": self.block_tokens, "max_batch_tokens": self.max_batch_tokens,
-                "activation_peak": self.activation_peak, "plan": self.plan.as_dict(),
+                "transient_peak_bytes": self.transient_peak_bytes, "plan": self.plan.as_dict(),
                 "profile": self.profile.as_dict(), "runs": [vars(r) for r in self.runs], "notes": list(self.notes)}
 
 
@@ -272,7 +272,7 @@ def _synchronize(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _release_engine_memory(device: Any, index: int) -> None:
+def _release_engine_memory(device: Any, index: int, platform: Platform) -> None:
     """On a GPU, give back what a finished run leaves behind: cuBLAS's workspace for the run's compute stream
     (the engine's next stream gets its own) and the allocator's cached blocks."""
     if device.type != "cuda":
@@ -283,7 +283,7 @@ def _release_engine_memory(device: Any, index: int) -> None:
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear is not None:
         clear()
-    release_allocator_cache(index)
+    release_allocator_cache(index, platform)
 
 
 def _close(manager: Any, model: Any, attn_implementation: str) -> None:
@@ -354,7 +354,7 @@ def _profiled_run(model: Any, generation_config: Any, config: Any, num_blocks: i
                   weights: int, platform: Platform) -> tuple[EngineRun, ProfileResult]:
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
         run = run_engine(model, generation_config, config, num_blocks)
-    _release_engine_memory(model.device, baseline.device)
+    _release_engine_memory(model.device, baseline.device, platform)
     peak = profile.torch_peak_increase if profile.torch_measured else None
     return replace(run, peak_bytes=peak), profile
 
@@ -448,8 +448,7 @@ def size_continuous_batching(
     # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps no
     # statistics); its blocks are counted per block
     transient = max(profile.transient_peak_bytes, small_run.held_bytes)
-    activation = max(0, transient - small_run.num_blocks * block) + rounding
-    inputs["activation_peak"] = activation
+    inputs["transient_peak_bytes"] = max(0, transient - small_run.num_blocks * block) + rounding
     if held_before:
         inputs["consumed"] = max(inputs["consumed"], profile.after_profile.process)
     if u is None:
@@ -460,7 +459,7 @@ def size_continuous_batching(
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
     notes.extend(profile.notes)
     return SizedConfig(sized, plan, block, kv_block, static_block, block - kv_block - static_block, tokens,
-                       max_batch_tokens, profile, (small_run, large), activation, tuple(notes))
+                       max_batch_tokens, profile, (small_run, large), inputs["transient_peak_bytes"], tuple(notes))
 
 
 __all__ = ["EngineRun", "SizedConfig", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens",

@@ -121,9 +121,9 @@ class SizedConfig:
             f"masks, read indices), forward read-back {format_size(self.read_back_block_bytes)}; measured as the "
             f"growth of {measured} from {small.num_blocks} to {large.num_blocks} blocks",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
-            f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its transient "
-            f"{format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors it held) "
-            f"less its {small.num_blocks} blocks, plus the allocator's rounding of what grows with the cache",
+            f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its "
+            f"transient {format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors "
+            f"it held) less its {small.num_blocks} blocks, plus the allocator's rounding of what grows with the cache",
             self.plan.explain(),
         ]
         return "\n".join(lines + [f"note: {n}" for n in self.notes])

@@ -280,15 +280,16 @@ def _phase(name: str, mode: str, n: int, u: float | None, graphs: bool | None, c
 
 
 def _phases(counts: list[int], share: float, graphs_run: bool) -> list[tuple[str, str, int, Any, Any]]:
-    """(name, mode, N, u, graphs) in the order they run: the largest N first, in case the budget runs out."""
+    """(name, mode, N, u, graphs) in the order they run: the largest N first, its run alone with CUDA graphs on
+    right after its run alone with them off, in case the budget runs out."""
     order: list[tuple[str, str, int, Any, Any]] = []
     for n in sorted(counts, reverse=True):
         u = round(share / n, 6)
         if n > 1:
             order.append(("devmem alone", "devmem", 1, u, None))
+        if graphs_run and n == max(counts):
+            order.append(("devmem alone, CUDA graphs on", "devmem", 1, u, True))
         order += [("devmem together", "devmem", n, u, None), ("stock together", "stock", n, None, None)]
-    if graphs_run:
-        order.append(("devmem alone, CUDA graphs on", "devmem", 1, round(share / max(counts), 6), True))
     return order
 
 

@@ -93,3 +93,35 @@ def test_a_sized_engine_that_fills_its_cache_stays_within_its_request():
           f"requested {sized.plan.breakdown['requested']} bytes")
     assert all(o.error is None and len(o.generated_tokens) == NEW for o in outputs.values())
     assert grown <= sized.plan.breakdown["requested"]
+
+
+def test_the_forward_waits_for_the_batch_inputs_on_a_busy_device(monkeypatch):
+    """transformers writes a batch's inputs on the current stream and runs the forward on its compute stream. With
+    the inputs' fresh memory holding out-of-range token ids and cache indices and the current stream held back
+    (engines started together keep the device busy), a forward that does not wait reads them: a device assert."""
+    from transformers.generation.continuous_batching import input_outputs
+
+    from devmem.integrations.transformers import size_continuous_batching
+
+    setup = input_outputs.ContinuousBatchingIOs._setup_static_tensors
+
+    def poisoned(self, *args, **kwargs):
+        setup(self, *args, **kwargs)
+        self._bulk_input_tensor.fill_(2**30)  # token ids and positions past any table
+        self.read_index_storage.fill_(2**40)  # cache indices past any cache
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)  # what the current stream writes next comes late
+
+    monkeypatch.setattr(input_outputs.ContinuousBatchingIOs, "_setup_static_tensors", poisoned)
+    baseline = MemorySnapshot.measure(0, devmem.current_platform())
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=8, num_key_value_heads=2, vocab_size=1024)
+    with torch.device("cuda", 0):
+        model = transformers.LlamaForCausalLM(config).eval()
+    generation = transformers.GenerationConfig(max_new_tokens=NEW, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    sized = size_continuous_batching(model, utilization=REQUEST / baseline.total, baseline=baseline,
+                                     config=transformers.ContinuousBatchingConfig(max_batch_tokens=512),
+                                     generation_config=generation)
+    torch.cuda.synchronize()
+    assert sized.num_blocks > 0

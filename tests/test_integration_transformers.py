@@ -233,3 +233,53 @@ def test_the_worst_case_forward_reads_every_token_the_cache_holds(model, generat
         hook.remove()
     assert run.forward_tokens == BATCH
     assert max(reads) == 1026 * TOKENS
+
+
+def _run(num_blocks, peak, held_per_block=100, base=1000):
+    """An EngineRun at ``num_blocks`` whose tensors hold ``held_per_block`` bytes a block and whose window's
+    allocated and reserved peaks are ``peak`` (``None``: an allocator with no peak statistics)."""
+    from devmem.integrations.transformers import EngineRun
+
+    return EngineRun(num_blocks, held_per_block * num_blocks, base, 4, BATCH, "paged|sdpa", (False, False), False,
+                     peak_bytes=peak, reserved_peak_bytes=peak)
+
+
+def _peak(num_blocks, flat=10_000, read_back=50):
+    """A forward's peak: the held tensors (100 B a block) plus the larger of a step that reads nothing of the cache
+    (``flat``) and the attention's, which reads ``read_back`` bytes a block back."""
+    return 1000 + 100 * num_blocks + max(flat, read_back * num_blocks)
+
+
+def test_a_peak_that_grows_only_by_the_held_tensors_is_not_taken_as_its_linear_growth():
+    from devmem.integrations.transformers import block_cost, grows_linearly
+
+    runs = [_run(n, _peak(n)) for n in (33, 66, 132)]  # the flat step sets the peak in all three
+    assert block_cost(runs[-2], runs[-1])[0] == 100
+    assert not grows_linearly(runs)
+
+
+def test_a_block_is_charged_the_read_back_once_the_cache_reading_step_sets_the_peak():
+    from devmem.integrations.transformers import block_cost, grows_linearly
+
+    runs = [_run(n, _peak(n)) for n in (33, 66, 132, 264, 528, 1056)]
+    assert not grows_linearly(runs[:5])  # from 132 to 264 the attention's step takes over: not yet linear
+    assert grows_linearly(runs)
+    assert block_cost(runs[-2], runs[-1]) == (150, 100, 0)
+
+
+def test_the_reserved_peaks_growth_is_charged_where_it_outgrows_the_allocated_one():
+    from dataclasses import replace
+
+    from devmem.integrations.transformers import block_cost
+
+    before, after = _run(400, _peak(400)), _run(800, _peak(800))
+    after = replace(after, reserved_peak_bytes=after.peak_bytes + 400 * 70)  # a graph pool keeps 70 B a block
+    assert block_cost(before, after)[0] == 150 + 70
+
+
+def test_without_peak_statistics_the_held_tensors_grow_linearly_from_the_first_two_runs():
+    from devmem.integrations.transformers import block_cost, grows_linearly
+
+    runs = [_run(33, None), _run(66, None)]
+    assert grows_linearly(runs)
+    assert block_cost(*runs)[0] == 100

@@ -62,7 +62,9 @@ class EngineRun:
 
     ``cache_bytes`` and ``static_bytes`` are summed over the storages of transformers' own objects (the paged
     cache; the batch's inputs and outputs, attention masks and read indices included); ``allocations`` counts
-    them. ``peak_bytes`` is torch's allocated peak over the run's window (``None`` where torch keeps no figure).
+    them. ``peak_bytes`` and ``reserved_peak_bytes`` are torch's allocated and reserved peaks over the run's
+    window above what it held when the window opened (``None`` where torch keeps no figure): the reserved one
+    also holds what the allocator rounds and what a CUDA graph pool keeps of its captured forwards.
     """
 
     num_blocks: int
@@ -74,6 +76,7 @@ class EngineRun:
     cuda_graphs: tuple[bool, ...]
     async_batching: bool
     peak_bytes: int | None = None
+    reserved_peak_bytes: int | None = None
 
     @property
     def held_bytes(self) -> int:
@@ -99,7 +102,7 @@ class SizedConfig:
     block_tokens: int
     max_batch_tokens: int
     profile: ProfileResult
-    runs: tuple[EngineRun, EngineRun]
+    runs: tuple[EngineRun, ...]
     transient_peak_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -109,7 +112,7 @@ class SizedConfig:
 
     def explain(self) -> str:
         """Lines for people: the blocks, what one costs and how it was measured, then the plan's figures."""
-        small, large = self.runs
+        small, before, large = self.runs[0], self.runs[-2], self.runs[-1]
         graphs = "on" if any(small.cuda_graphs) else "off"
         measured = ("the allocator's peak" if large.peak_bytes is not None else
                     "the tensors the engine holds; this allocator keeps no peak statistics")
@@ -119,7 +122,8 @@ class SizedConfig:
             f"one block costs {format_size(self.block_bytes)}: KV cache "
             f"{format_size(self.kv_block_bytes)}, batch tensors {format_size(self.static_block_bytes)} (attention "
             f"masks, read indices), forward read-back {format_size(self.read_back_block_bytes)}; measured as the "
-            f"growth of {measured} from {small.num_blocks} to {large.num_blocks} blocks",
+            f"growth of {measured} from {before.num_blocks} to {large.num_blocks} blocks (runs at "
+            f"{', '.join(str(r.num_blocks) for r in self.runs)} blocks)",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
             f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its "
             f"transient {format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors "
@@ -265,6 +269,30 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
         runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = saved
 
 
+def _order_streams(runner: Any) -> None:
+    """Order the batch's compute stream after the stream that wrote the batch's inputs, and back.
+
+    transformers writes a batch's static tensors (input ids, read and write indices, attention masks) on the
+    current stream and runs the forward on the compute stream of its inputs and outputs, with no wait between
+    the two. Where the device is busy (engines started together) the forward can then read tensors not yet
+    written: memory the previous, larger profiled run left behind, whose cache indices are out of range for this
+    cache (a device-side assert). The next batch's writes wait for the forward in turn."""
+    stream = getattr(runner.inputs_and_outputs, "compute_stream", None)
+    if stream is None:
+        return
+    import torch
+
+    compute_batch = runner.compute_batch
+
+    def ordered(model: Any, batch_data: Any) -> None:
+        current = torch.cuda.current_stream(stream.device)
+        stream.wait_stream(current)
+        compute_batch(model, batch_data)
+        current.wait_stream(stream)
+
+    runner.compute_batch = ordered
+
+
 def _synchronize(device: Any) -> None:
     if device.type == "cuda":
         import torch
@@ -313,6 +341,8 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
     manager = model.init_continuous_batching(generation_config=copy.deepcopy(generation_config),
                                              continuous_batching_config=config)
     try:
+        manager.batch_processor = manager._create_batch_processor()
+        _order_streams(manager.batch_processor.model_runner)
         manager.warmup()
         _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
         _synchronize(model.device)
@@ -355,8 +385,59 @@ def _profiled_run(model: Any, generation_config: Any, config: Any, num_blocks: i
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
         run = run_engine(model, generation_config, config, num_blocks)
     _release_engine_memory(model.device, baseline.device, platform)
-    peak = profile.torch_peak_increase if profile.torch_measured else None
-    return replace(run, peak_bytes=peak), profile
+    if not profile.torch_measured:
+        return run, profile
+    before, after = profile.before_profile, profile.after_profile
+    reserved = profile.transient_peak_bytes + after.torch_reserved - before.torch_reserved
+    return replace(run, peak_bytes=profile.torch_peak_increase, reserved_peak_bytes=reserved), profile
+
+
+#: Relative difference of the peak's growth per block between two successive doublings of the cache under which
+#: the worst-case forward's peak is taken to grow linearly with the block count (and over the held tensors'
+#: growth above which the cache-reading step sets the peak).
+LINEAR_GROWTH = 0.02
+#: Most profiled runs: the cache doubles from one to the next until the peak grows linearly.
+MAX_PROFILE_RUNS = 8
+
+
+def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
+    """(all, KV cache, batch tensors): bytes one block costs, as what grows from ``before`` to ``after``.
+
+    The whole cost is the largest of the held tensors' growth and the growths of the windows' allocated and
+    reserved peaks (where torch measures them): the peaks also hold what the worst-case forward reads back from
+    the cache and the graph pool keeps."""
+    step = after.num_blocks - before.num_blocks
+    if step <= 0:
+        raise ValueError(f"runs must grow in blocks, got {before.num_blocks} then {after.num_blocks}")
+    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
+    static_block = math.ceil((after.static_bytes - before.static_bytes) / step)
+    block = kv_block + static_block
+    for peak in ("peak_bytes", "reserved_peak_bytes"):
+        if getattr(before, peak) is not None and getattr(after, peak) is not None:
+            block = max(block, math.ceil((getattr(after, peak) - getattr(before, peak)) / step))
+    return block, kv_block, static_block
+
+
+def grows_linearly(runs: list[EngineRun]) -> bool:
+    """Whether the allocated peak of ``runs`` (ascending block counts) has reached its linear growth: its last two
+    growths per block agree within :data:`LINEAR_GROWTH`, both above the held tensors' growth by more than that
+    (the allocated peak is exact; the reserved one moves by the allocator's 2 MiB rounding).
+
+    A forward's peak is the largest of its steps'. At small caches a step that does not read the cache (the MLP
+    over ``max_batch_tokens`` tokens) sets it and the peak grows only by the held tensors, which would charge a
+    block nothing of what the attention reads back from the cache; once the attention's step sets it, the peak
+    grows by the whole cost of a block. Without peak statistics only the held tensors are known, and they grow
+    linearly from the start.
+    """
+    if runs[-1].peak_bytes is None:
+        return True
+    if len(runs) < 3:
+        return False
+    a, b, c = runs[-3:]
+    previous, last = (b.peak_bytes - a.peak_bytes) / (b.num_blocks - a.num_blocks), \
+        (c.peak_bytes - b.peak_bytes) / (c.num_blocks - b.num_blocks)
+    held = (c.held_bytes - b.held_bytes) / (c.num_blocks - b.num_blocks)
+    return min(previous, last) > held * (1 + LINEAR_GROWTH) and abs(last - previous) <= previous * LINEAR_GROWTH
 
 
 def _platform_and_device(model: Any, device: int | None, platform: Platform | None) -> tuple[Platform, int]:
@@ -434,33 +515,40 @@ def size_continuous_batching(
     if interval:
         per_interval = math.lcm(interval, tokens) // tokens
         small = per_interval * math.ceil(small / per_interval)
-    large, _ = _profiled_run(model, generation_config, profile_config, 2 * small, baseline, weights, platform)
-    small_run, profile = _profiled_run(model, generation_config, profile_config, small, baseline, weights, platform)
-    step = large.num_blocks - small_run.num_blocks
-    kv_block = math.ceil((large.cache_bytes - small_run.cache_bytes) / step)
-    static_block = math.ceil((large.static_bytes - small_run.static_bytes) / step)
-    block = kv_block + static_block
-    rounding = 0
-    if large.peak_bytes is not None and small_run.peak_bytes is not None:
-        block = max(block, math.ceil((large.peak_bytes - small_run.peak_bytes) / step))
-        rounding = large.allocations * ALLOCATOR_GRANULARITY
+
+    def profile_run(blocks: int) -> tuple[EngineRun, ProfileResult]:
+        return _profiled_run(model, generation_config, profile_config, blocks, baseline, weights, platform)
+
+    large, _ = profile_run(2 * small)
+    small_run, profile = profile_run(small)
+    runs = [small_run, large]
     inputs = profile.plan_inputs()
-    # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps no
-    # statistics); its blocks are counted per block
-    transient = max(profile.transient_peak_bytes, small_run.held_bytes)
-    inputs["transient_peak_bytes"] = max(0, transient - small_run.num_blocks * block) + rounding
     if held_before:
         inputs["consumed"] = max(inputs["consumed"], profile.after_profile.process)
-    if u is None:
-        plan = plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
-    else:
-        plan = plan_kv_cache(page_size_bytes=block, num_layers=1, total=baseline.total, utilization=u, **inputs)
+    while True:
+        block, kv_block, static_block = block_cost(runs[-2], runs[-1])
+        # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps
+        # no statistics); its blocks are counted per block
+        transient = max(profile.transient_peak_bytes, small_run.held_bytes)
+        rounding = runs[-1].allocations * ALLOCATOR_GRANULARITY if runs[-1].peak_bytes is not None else 0
+        inputs["transient_peak_bytes"] = max(0, transient - small_run.num_blocks * block) + rounding
+        if u is None:
+            plan = plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
+        else:
+            plan = plan_kv_cache(page_size_bytes=block, num_layers=1, total=baseline.total, utilization=u, **inputs)
+        if grows_linearly(runs) or plan.num_blocks <= runs[-1].num_blocks:
+            break
+        if len(runs) >= MAX_PROFILE_RUNS:
+            notes.append(f"after {len(runs)} runs up to {runs[-1].num_blocks} blocks the peak did not yet grow "
+                         "linearly with the cache; one block is charged its last growth")
+            break
+        runs.append(profile_run(min(2 * runs[-1].num_blocks, plan.num_blocks))[0])
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
     notes.extend(profile.notes)
     return SizedConfig(sized, plan, block, kv_block, static_block, block - kv_block - static_block, tokens,
-                       max_batch_tokens, profile, (small_run, large), inputs["transient_peak_bytes"], tuple(notes))
+                       max_batch_tokens, profile, tuple(runs), inputs["transient_peak_bytes"], tuple(notes))
 
 
-__all__ = ["EngineRun", "SizedConfig", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens",
-           "kv_padding_interval", "model_bytes", "run_engine", "size_continuous_batching"]
+__all__ = ["EngineRun", "SizedConfig", "block_cost", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens",
+           "grows_linearly", "kv_padding_interval", "model_bytes", "run_engine", "size_continuous_batching"]

@@ -6,19 +6,21 @@ together split a device by start order. :func:`size_continuous_batching` measure
 
 1. The baseline is the snapshot the engine took BEFORE it created the CUDA context and loaded the model
    (``MemorySnapshot.measure()``), so that both count as this process's own growth.
-2. The engine runs twice at small cache sizes, ``N_a = ceil(max_batch_tokens / block tokens) + 1`` (rounded up
-   to whole ``kv_padding_interval_size`` where CUDA graphs or compile pad the reads, so that transformers' own
-   padded warm-up reads alike at both sizes) and ``N_b = 2 N_a`` blocks, through transformers' own lifecycle:
-   ``init_continuous_batching`` (the model switched to the attention continuous batching uses: ``paged|sdpa``,
-   ``paged|eager``, ``paged|flash_*``), ``warmup()`` (CUDA graph capture where graphs are on), the engine's own
-   worst-case warm-up forward, unpadded (``max_batch_tokens`` query tokens reading the whole cache, with as many
-   logit rows as a batch holds) and decode-sized forwards (so that the kernels of decode steps are loaded). The
+2. The engine runs at growing cache sizes, ``N_b = 2 N_a`` blocks, then ``N_a = ceil(max_batch_tokens / block
+   tokens) + 1`` (rounded up to whole ``kv_padding_interval_size`` where CUDA graphs or compile pad the reads, so
+   that transformers' own padded warm-up reads alike at every size), then ``4 N_a``, ``8 N_a``, ... through
+   transformers' own lifecycle: ``init_continuous_batching`` (the model switched to the attention continuous
+   batching uses: ``paged|sdpa``, ``paged|eager``, ``paged|flash_*``), ``warmup()`` (CUDA graph capture where
+   graphs are on), the engine's own worst-case warm-up forward, unpadded (``max_batch_tokens`` query tokens
+   reading the whole cache, with as many logit rows as a batch holds) and decode-sized forwards (so that the
+   kernels of decode steps are loaded), the compute stream ordered after the writes of the batch's inputs. The
    run at ``N_a`` is the profile window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph
-   capture inside it; the run at ``N_b`` is a window of its own just before.
-3. One block costs what grows with the block count from one run to the other: the allocator's peak where it
-   keeps statistics (CUDA and ROCm: the cache, the attention masks and read indices of the batch, the keys and
-   values the forward reads back from the cache, the graph pool), else the bytes of the tensors the engine holds
-   (the cache and the batch's static tensors, summed over transformers' own objects).
+   capture inside it; every other run is a window of its own.
+3. One block costs what grows with the block count between the last two runs: the largest of the held tensors'
+   growth (the cache and the batch's static tensors, summed over transformers' own objects) and the growths of
+   the allocator's allocated and reserved peaks where it keeps statistics (CUDA and ROCm: also the keys and
+   values the forward reads back from the cache, the graph pool). The cache doubles until the allocated peak
+   grows linearly (:func:`grows_linearly`) or the runs reach the planned block count.
 4. ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=block_bytes, num_layers=1)``, the transient peak
    being the window's transient (at least the tensors its engine held) less its ``N_a`` blocks (they are counted
    per block) plus the allocator's 2 MiB rounding of each allocation that grows with the cache. After each run,

@@ -41,7 +41,8 @@ def test_plan_model_prints_the_model_the_byte_plan_and_the_tokens(capsys, qwen3)
     lines = out.splitlines()
     assert code == 0
     assert "KV per token: 36 attention layers x 4096 B = 147456 B" in lines
-    assert "KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks of 2.25 MiB" in lines
+    assert ("KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left "
+            "over") in lines
     assert ("tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
             in lines)
     assert "longest context for 4 sequence(s): (21474836480 B // 4) in whole blocks = 36400 tokens" in lines

@@ -26,7 +26,7 @@ def test_plan_prints_the_result_path_and_figures_in_gib(capsys):
     code, out, _ = plan(capsys, "--total", "80GiB", "--weights", "16GiB", "--transient-peak", "2GiB", *QWEN3_8B)
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].startswith("KV cache: 54.00 GiB (57982058496 bytes) = 24576 blocks of 2.25 MiB")
+    assert lines[0] == "KV cache: 54.00 GiB (57982058496 bytes) holds exactly 24576 blocks x 2.25 MiB (2359296 bytes)"
     assert lines[1].startswith("path: utilization 0.9")
     assert ["weights", "16.00", "GiB"] in [line.split() for line in lines]
 

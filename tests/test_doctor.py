@@ -8,7 +8,7 @@ import sys
 
 from devmem.doctor import diagnose, render
 from devmem.host import CpuPlatform
-from devmem.types import GiB
+from devmem.types import GiB, MiB
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform
 from devmem_uma.platform import UmaPlatform
@@ -16,7 +16,7 @@ from devmem_uma.testing import gb10_scenario
 
 
 def by_code(findings):
-    return {f.code: f for f in findings}
+    return {f.kind: f for f in findings}
 
 
 nvml_platform = scripted_platform
@@ -35,7 +35,8 @@ def test_working_per_process_accounting_is_reported_ok():
     sc = h200_scenario(context=True)
     found = by_code(diagnose(nvml_platform(sc)))
     assert found["per-process-accounting"].severity == "ok"
-    assert "0.51 GiB" in found["per-process-accounting"].summary
+    assert "520.00 MiB" in found["per-process-accounting"].summary
+    assert found["per-process-accounting"].figures == {"process": 520 * MiB}
 
 
 def test_process_without_a_context_cannot_confirm_accounting():
@@ -95,4 +96,4 @@ def test_doctor_json_runs_as_a_command():
     out = subprocess.run([sys.executable, "-m", "devmem", "doctor", "--json"], capture_output=True, text=True,
                          env={**__import__("os").environ, "DEVMEM_PLATFORM": "cpu"}, check=True).stdout
     data = json.loads(out)
-    assert data["platform"] == "cpu" and {f["code"] for f in data["findings"]} >= {"per-process-accounting"}
+    assert data["platform"] == "cpu" and {f["kind"] for f in data["findings"]} >= {"per-process-accounting"}

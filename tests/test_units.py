@@ -23,8 +23,9 @@ def test_text_that_is_not_a_size_is_refused_with_the_accepted_forms(text):
 
 
 @pytest.mark.parametrize("nbytes, text", [
-    (125 * GiB + GiB // 2, "125.50 GiB"), (GiB // 4, "0.25 GiB"), (2 * MiB + MiB // 4, "2.25 MiB"),
-    (-1664342241, "-1.55 GiB"), (0, "0 B"), (512, "512 B"),
+    (125 * GiB + GiB // 2, "125.50 GiB"), (GiB // 4, "256.00 MiB"), (2 * MiB + MiB // 4, "2.25 MiB"),
+    (-1664342241, "-1.55 GiB"), (0, "0 B"), (512, "512 B"), (1023, "1023 B"), (1536, "1.50 KiB"),
+    (3 * (1 << 40) // 2, "1.50 TiB"), (GiB - 1, "1024.00 MiB"),
 ])
-def test_format_size_picks_gib_mib_or_bytes(nbytes, text):
+def test_format_size_scales_from_bytes_to_tib(nbytes, text):
     assert format_size(nbytes) == text

@@ -15,6 +15,7 @@ import sys
 from typing import Callable, Sequence
 
 from devmem import __version__
+from devmem.host import REAL_FILES, Files
 from devmem.platform import DeviceReport, Platform, device_report
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
@@ -42,14 +43,14 @@ def _why(chosen: Candidate | None) -> str:
 
 # --- devmem info ---------------------------------------------------------------------------------------------
 
-def _sample(platform: Platform, indices: Sequence[int]) -> list[dict[str, object]]:
+def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
     """One reading of every device in ``indices``: its report, with the processes on it."""
     from devmem.processes import process_rows
 
     devices = []
     for index in indices:
         report = device_report(platform, index)
-        rows = None if report.other_processes is None else process_rows(report.other_processes)
+        rows = None if report.other_processes is None else process_rows(report.other_processes, files)
         devices.append({"report": report, "processes": rows})
     return devices
 
@@ -109,15 +110,16 @@ def _screen(platform: Platform, because: str, devices: list[dict[str, object]], 
     return "\n".join(lines)
 
 
-def cmd_info(args: argparse.Namespace) -> int:
-    platform = current_platform()
+def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: Files = REAL_FILES) -> int:
+    """``devmem info`` on ``platform`` (the resolved one by default); ``files`` is where /proc is read."""
+    platform = platform or current_platform()
     chosen = _chosen(platform.name, platform_candidates())
     because = _why(chosen)
     count = platform.device_count()
     indices = [args.device] if args.device is not None else list(range(count))
     if args.watch is not None:
-        return _watch(args, platform, because, indices)
-    devices = _sample(platform, indices)
+        return _watch(args, platform, because, indices, files)
+    devices = _sample(platform, indices, files)
     if args.json:
         _emit_json({"platform": platform.name, "chosen_because": because,
                     "distribution": chosen.distribution if chosen else None, "device_count": count,
@@ -133,7 +135,7 @@ class _Stop(Exception):
     """SIGTERM during ``--watch``: stop as Ctrl-C does."""
 
 
-def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int]) -> int:
+def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int], files: Files) -> int:
     """Sample every ``args.watch`` seconds until Ctrl-C or SIGTERM (exit 0): one JSON line per sample with
     ``--json``, else the screen, redrawn in place on a terminal."""
     import signal
@@ -151,7 +153,7 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
     try:
         while True:
             started = time.monotonic()
-            devices = _sample(platform, indices)
+            devices = _sample(platform, indices, files)
             stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
             if args.json:
                 line = {"time": stamp, "platform": platform.name, "devices": [_device_json(d) for d in devices]}
@@ -182,12 +184,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """Findings for people or programs; exit 1 when any finding is a warning."""
+def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> int:
+    """Findings on ``platform`` (the resolved one by default) for people or programs; 1 when any is a warning."""
     from devmem.cli_format import Painter, terminal_width, wants_colour
     from devmem.doctor import diagnose, render
 
-    platform = current_platform()
+    platform = platform or current_platform()
     findings = diagnose(platform, [args.device] if args.device is not None else None)
     warnings = sum(f.severity == "warning" for f in findings)
     if args.json:

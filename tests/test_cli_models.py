@@ -162,3 +162,8 @@ def test_fit_runs_as_a_command(tiny):
                             env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["fit"]["fits"] is True
+
+
+def test_plan_model_pinned_larger_than_the_total_with_the_models_weights_exits_1(capsys, qwen3):
+    code, _, err = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--total", "20GiB")
+    assert code == 1 and "more than --total 20.00 GiB" in err and "weights" in err

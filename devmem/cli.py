@@ -25,6 +25,16 @@ def _emit_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
 
+def _print_wrapped(*lines: str) -> None:
+    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two)."""
+    from devmem.cli_format import terminal_width, wrap
+
+    width = terminal_width()
+    for line in "\n".join(lines).splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        print("\n".join(wrap(line.lstrip(), width, indent, indent + "  ")))
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -230,12 +240,11 @@ def _sizes_read(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     return read
 
 
-def _print_sizes_read(read: dict[str, dict[str, object]]) -> None:
+def _sizes_read_lines(read: dict[str, dict[str, object]]) -> list[str]:
     """How each size that people read two ways was read: vLLM's letters (``80G``) and powers of 10 (``80GB``);
     ``GiB`` and plain bytes say it themselves."""
-    for flag, r in read.items():
-        if not str(r["text"]).strip().lower().endswith("ib"):
-            print(f"{flag} {r['text']} read as {r['read_as']}")
+    return [f"{flag} {r['text']} read as {r['read_as']}" for flag, r in read.items()
+            if not str(r["text"]).strip().lower().endswith("ib")]
 
 
 def _check_pinned(args: argparse.Namespace, weights: int) -> None:
@@ -313,8 +322,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(plan.as_dict())
     else:
-        print(plan.explain())
-        _print_sizes_read(read)
+        _print_wrapped(plan.explain(), *_sizes_read_lines(read))
     return 0
 
 
@@ -404,8 +412,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        print("\n".join([*model.explain(), plan.explain(), *answer.lines()]))
-        _print_sizes_read(read)
+        _print_wrapped(*model.explain(), plan.explain(), *answer.lines(), *_sizes_read_lines(read))
     return 0
 
 
@@ -424,8 +431,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         _emit_json({"platform": platform.name, "device": args.device, "model": model.as_dict(),
                     "fit": result.as_dict()})
     else:
-        print(f"device {args.device} ({platform.name}): total {format_size(info.total)}, free {format_size(info.free)}")
-        print("\n".join([*model.explain(), *result.lines()]))
+        _print_wrapped(f"device {args.device} ({platform.name}): total {format_size(info.total)}, free "
+                       f"{format_size(info.free)}", *model.explain(), *result.lines())
     return 0 if result.fits else 1
 
 

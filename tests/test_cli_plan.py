@@ -16,6 +16,12 @@ from devmem.sizing import plan_kv_cache
 QWEN3_8B = ["--page-size", "64KiB", "--layers", "36"]
 
 
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    """Lines checked whole: a terminal wide enough that none wraps."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 def plan(capsys, *args: str) -> tuple[int, str, str]:
     code = main(["plan", *args])
     out, err = capsys.readouterr()

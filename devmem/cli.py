@@ -1,7 +1,8 @@
 """The ``devmem`` command: what this machine really has, and why an engine's KV cache is the size it is.
 
-Exit codes: 0 success, 1 a :class:`~devmem.DevmemError` (one line, no traceback), 2 a usage error.
-Human output shows GiB; ``--json`` output shows exact bytes.
+Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback),
+a plan that does not fit, or ``doctor`` warnings, 2 a usage error. Human output scales its units (B..TiB) and
+wraps to the terminal's width; ``--json`` output shows exact bytes.
 """
 
 from __future__ import annotations
@@ -14,13 +15,24 @@ import sys
 from typing import Callable, Sequence
 
 from devmem import __version__
-from devmem.platform import DeviceReport, device_report
+from devmem.host import REAL_FILES, Files
+from devmem.platform import DeviceReport, Platform, device_report
 from devmem.plugins import Candidate, current_platform, platform_candidates
-from devmem.types import DevmemError, gib
-
+from devmem.types import DevmemError
+from devmem.units import format_size
 
 def _emit_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def _print_wrapped(*lines: str) -> None:
+    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two)."""
+    from devmem.cli_format import terminal_width, wrap
+
+    width = terminal_width()
+    for line in "\n".join(lines).splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        print("\n".join(wrap(line.lstrip(), width, indent, indent + "  ")))
 
 
 def _yes(flag: bool) -> str:
@@ -39,40 +51,133 @@ def _why(chosen: Candidate | None) -> str:
     return f"highest-priority detected platform ({chosen.priority}): {chosen.reason}"
 
 
-def _device_lines(r: DeviceReport) -> list[str]:
+# --- devmem info ---------------------------------------------------------------------------------------------
+
+def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
+    """One reading of every device in ``indices``: its report, with the processes on it."""
+    from devmem.processes import process_rows
+
+    devices = []
+    for index in indices:
+        report = device_report(platform, index)
+        rows = None if report.other_processes is None else process_rows(report.other_processes, files)
+        devices.append({"report": report, "processes": rows})
+    return devices
+
+
+def _device_json(device: dict[str, object]) -> dict[str, object]:
+    report: DeviceReport = device["report"]  # type: ignore[assignment]
+    rows = device["processes"]
+    return {**report.as_dict(), "available_to_new_process": report.free,
+            "processes": None if rows is None else [row.as_dict() for row in rows]}  # type: ignore[attr-defined]
+
+
+def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
+    from devmem.cli_format import key_values, table
+
+    r: DeviceReport = device["report"]  # type: ignore[assignment]
+    rows_: list = device["processes"]  # type: ignore[assignment]
+    used = r.total - r.free
     rows: list[tuple[str, str]] = [
-        ("free / total", f"{gib(r.free)} / {gib(r.total)}"),
-        ("this process", gib(r.process) if r.process is not None else f"unknown ({r.process_reason})"),
+        ("free / total", f"{format_size(r.free)} free of {format_size(r.total)} ({format_size(used)} in use)"),
+        ("a new process", f"can allocate up to {format_size(r.free)} (free now)"),
     ]
-    if r.other_processes is not None:
-        rows.append(("other processes", f"{gib(sum(r.other_processes.values()))} in {len(r.other_processes)} process(es)"))
+    if r.process:  # the CLI's own figure means something only where it holds memory (host RAM, not a GPU)
+        rows.append(("this process", format_size(r.process)))
+    elif r.process is None and platform.torch_device is not None:
+        rows.append(("per-process figures", f"unavailable: {r.process_reason}"))
+    if rows_ is not None:
+        held = sum(row.used for row in rows_)
+        rows.append(("processes", f"{len(rows_)} hold {format_size(held)}" if rows_ else "none hold memory"))
+    else:
+        rows.append(("processes", f"not listed by the {r.platform} platform"))
     rows += [("integrated", _yes(r.integrated)), ("pages instead of failing", _yes(r.pages_instead_of_failing))]
     rows += [(f"{key} from", text) for key, text in r.sources.items()]
     rows += [("note", note) for note in r.notes]
-    width = max(len(k) for k, _ in rows)
-    return [f"device {r.index}: {r.name}"] + [f"  {k:<{width}}  {v}" for k, v in rows]
+    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows, width)]
+    if rows_:
+        with_ns = any(row.namespace_pid is not None for row in rows_)
+        header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
+        cells = []
+        for row in rows_:
+            command = row.command or "-"
+            if row.mps_server:
+                command = f"[MPS server] {command}"
+            ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
+            cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
+        right = frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
+        lines += table(header, cells, width, right=right)
+    return lines
 
 
-def cmd_info(args: argparse.Namespace) -> int:
-    platform = current_platform()
+def _screen(platform: Platform, because: str, devices: list[dict[str, object]], paint) -> str:
+    from devmem.cli_format import terminal_width, wrap
+
+    width = terminal_width()
+    lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
+    for device in devices:
+        lines += _device_screen(device, platform, width, paint)
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: Files = REAL_FILES) -> int:
+    """``devmem info`` on ``platform`` (the resolved one by default); ``files`` is where /proc is read."""
+    platform = platform or current_platform()
     chosen = _chosen(platform.name, platform_candidates())
     because = _why(chosen)
     count = platform.device_count()
-    indices = [args.device] if args.device is not None else range(count)
-    reports = [device_report(platform, i) for i in indices]
+    indices = [args.device] if args.device is not None else list(range(count))
+    if args.watch is not None:
+        return _watch(args, platform, because, indices, files)
+    devices = _sample(platform, indices, files)
     if args.json:
-        _emit_json({
-            "platform": platform.name,
-            "chosen_because": because,
-            "distribution": chosen.distribution if chosen else None,
-            "device_count": count,
-            "devices": [r.as_dict() for r in reports],
-        })
+        _emit_json({"platform": platform.name, "chosen_because": because,
+                    "distribution": chosen.distribution if chosen else None, "device_count": count,
+                    "devices": [_device_json(d) for d in devices]})
         return 0
-    print(f"platform: {platform.name} ({because})")
-    for r in reports:
-        print("\n".join(_device_lines(r)))
+    from devmem.cli_format import Painter, wants_colour
+
+    print(_screen(platform, because, devices, Painter(wants_colour(sys.stdout))))
     return 0
+
+
+class _Stop(Exception):
+    """SIGTERM during ``--watch``: stop as Ctrl-C does."""
+
+
+def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int], files: Files) -> int:
+    """Sample every ``args.watch`` seconds until Ctrl-C or SIGTERM (exit 0): one JSON line per sample with
+    ``--json``, else the screen, redrawn in place on a terminal."""
+    import signal
+    import time
+    from datetime import datetime, timezone
+
+    from devmem.cli_format import Painter, wants_colour
+
+    def stop(signum, frame):
+        raise _Stop
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    in_place = not args.json and sys.stdout.isatty()
+    paint = Painter(wants_colour(sys.stdout))
+    try:
+        while True:
+            started = time.monotonic()
+            devices = _sample(platform, indices, files)
+            stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+            if args.json:
+                line = {"time": stamp, "platform": platform.name, "devices": [_device_json(d) for d in devices]}
+                sys.stdout.write(json.dumps(line) + "\n")
+            else:
+                screen = f"{stamp}  every {args.watch:g} s, Ctrl-C to stop\n" + _screen(platform, because, devices,
+                                                                                         paint)
+                sys.stdout.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
+            sys.stdout.flush()
+            time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+    except (KeyboardInterrupt, _Stop):
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -80,34 +185,88 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
+    from devmem.cli_format import table, terminal_width
+
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows = [("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected), c.reason)
             for c in cands]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    print("\n".join(table(header, rows, terminal_width(), indent="")))
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> int:
+    """Findings on ``platform`` (the resolved one by default) for people or programs; 1 when any is a warning."""
+    from devmem.cli_format import Painter, terminal_width, wants_colour
     from devmem.doctor import diagnose, render
 
-    platform = current_platform()
+    platform = platform or current_platform()
     findings = diagnose(platform, [args.device] if args.device is not None else None)
+    warnings = sum(f.severity == "warning" for f in findings)
     if args.json:
-        _emit_json({"platform": platform.name, "findings": [f.as_dict() for f in findings]})
+        _emit_json({"platform": platform.name, "warnings": warnings, "findings": [f.as_dict() for f in findings]})
     else:
-        print(render(findings, platform.name))
-    return 0
+        print(render(findings, platform.name, terminal_width(), Painter(wants_colour(sys.stdout))))
+    return 1 if warnings else 0
+
+
+class _ReadSize(int):
+    """A size flag's bytes that remember how the text was read (``80G`` -> ``80 GiB = 85899345920 bytes``)."""
+
+    text: str
+    how: str
 
 
 def _size(text: str) -> int:
-    from devmem.units import parse_size
+    from devmem.units import read_size
 
     try:
-        return parse_size(text)
+        nbytes, how = read_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    size = _ReadSize(nbytes)
+    size.text, size.how = text, how
+    return size
+
+
+def _sizes_read(args: argparse.Namespace) -> dict[str, dict[str, object]]:
+    """Every size flag given with a unit, by flag: the text, how it was read, the bytes (for the human output);
+    the flags' values become plain ints."""
+    read = {}
+    for name, value in vars(args).items():
+        if isinstance(value, _ReadSize):
+            setattr(args, name, int(value))
+            if not value.text.strip().isdigit():
+                read[f"--{name.replace('_', '-')}"] = {"text": value.text, "read_as": value.how, "bytes": int(value)}
+    return read
+
+
+def _sizes_read_lines(read: dict[str, dict[str, object]]) -> list[str]:
+    """How each size that people read two ways was read: vLLM's letters (``80G``) and powers of 10 (``80GB``);
+    ``GiB`` and plain bytes say it themselves."""
+    return [f"{flag} {r['text']} read as {r['read_as']}" for flag, r in read.items()
+            if not str(r["text"]).strip().lower().endswith("ib")]
+
+
+def _check_pinned(args: argparse.Namespace, weights: int) -> None:
+    """On the pinned path with ``--total``: the pinned cache and what else stays on the device must fit in it."""
+    from devmem.types import NotEnoughMemoryError
+
+    if args.pinned is None or args.total is None:
+        return
+    parts = {"pinned": args.pinned, "weights": weights, "transient_peak": args.transient_peak,
+             "non_torch": args.non_torch}
+    breakdown = {"total": args.total, **parts, "needed": sum(parts.values())}
+    if args.pinned > args.total:
+        raise NotEnoughMemoryError(f"--pinned {format_size(args.pinned)} ({args.pinned} bytes) is larger than "
+                                   f"--total {format_size(args.total)} ({args.total} bytes)", breakdown)
+    if weights > args.total:
+        raise NotEnoughMemoryError(f"the weights, {format_size(weights)} ({weights} bytes), are larger than --total "
+                                   f"{format_size(args.total)} ({args.total} bytes)", breakdown)
+    if breakdown["needed"] > args.total:
+        shown = " + ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in parts.items() if v)
+        raise NotEnoughMemoryError(f"the pinned plan needs {shown} = {format_size(breakdown['needed'])} "
+                                   f"({breakdown['needed']} bytes), more than --total {format_size(args.total)} "
+                                   f"({args.total} bytes)", breakdown)
 
 
 def _fraction(text: str) -> float:
@@ -133,6 +292,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.model is not None:
         return cmd_plan_model(args)
     _refuse_model_flags(args)
+    read = _sizes_read(args)
     total = args.total
     if total is None and args.pinned is None:
         total = current_platform().device_memory_info(args.device).total
@@ -145,6 +305,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.committed and not growable:
         raise DevmemError("--committed applies to the growable path: give --init-free and --free with it")
     try:
+        _check_pinned(args, args.weights or 0)
         plan = plan_kv_cache(
             total=total, utilization=args.utilization, pinned_bytes=args.pinned,
             weights=0 if args.weights is None else args.weights,
@@ -161,7 +322,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(plan.as_dict())
     else:
-        print(plan.explain())
+        _print_wrapped(plan.explain(), *_sizes_read_lines(read))
     return 0
 
 
@@ -223,6 +384,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
 
     if args.page_size is not None or args.layers is not None:
         args.parser.error("--page-size and --layers come from the model's config with --model: leave them out")
+    read = _sizes_read(args)
     model = _load_model(args)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
     total = args.total
@@ -235,6 +397,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.weights is not None:
         sizing["weights"] = args.weights
     try:
+        _check_pinned(args, model.weights_bytes_per_rank if args.weights is None else args.weights)
         plan = plan_for_model(model, block_size=block_size, **sizing)
     except NotEnoughMemoryError as exc:
         if not args.json:
@@ -249,7 +412,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        print("\n".join([*model.explain(), plan.explain(), *answer.lines()]))
+        _print_wrapped(*model.explain(), plan.explain(), *answer.lines(), *_sizes_read_lines(read))
     return 0
 
 
@@ -268,13 +431,84 @@ def cmd_fit(args: argparse.Namespace) -> int:
         _emit_json({"platform": platform.name, "device": args.device, "model": model.as_dict(),
                     "fit": result.as_dict()})
     else:
-        print(f"device {args.device} ({platform.name}): total {gib(info.total)}, free {gib(info.free)}")
-        print("\n".join([*model.explain(), *result.lines()]))
+        _print_wrapped(f"device {args.device} ({platform.name}): total {format_size(info.total)}, free "
+                       f"{format_size(info.free)}", *model.explain(), *result.lines())
     return 0 if result.fits else 1
 
 
+ENVIRONMENT = """environment:
+  DEVMEM_PLATFORM=NAME       use this platform (cpu, nvml, wsl2, rocm, uma, ...; `devmem plugins` lists them)
+  DEVMEM_LOAD_PLUGINS=A,B    load only these plugins' entry points (cpu is always loaded)
+  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
+                             which devices a process sees, and their order, as the device runtime applies them
+  NO_COLOR=1                 no colour (colour is used only on a terminal)
+  COLUMNS=N                  wrap human output to N columns (default: the terminal's width, else 80)"""
+
+EXIT_CODES = """exit codes:
+  0  success
+  1  an error devmem explains in one line (a bad device index, a plan that does not fit)
+  2  a usage error (an unknown flag, a value that is not a size)"""
+
+
+def _sub(sub: argparse._SubParsersAction, name: str, summary: str, description: str, examples: str,
+         exit_codes: str = EXIT_CODES, **kwargs: object) -> argparse.ArgumentParser:
+    """A sub-command whose help has a description, examples, the environment variables and the exit codes."""
+    parser = sub.add_parser(name, help=summary, description=description, parents=[_common()],
+                            epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+    parser.set_defaults(parser=parser)
+    return parser
+
+
+def _common() -> argparse.ArgumentParser:
+    """``-v`` after a sub-command too (``devmem info -v``); SUPPRESS keeps ``devmem -v info`` working."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log debug details of platform resolution")
+    return common
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.05 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a watch interval: give seconds from 0.05 to 86400, "
+                                         "e.g. 2 or 0.5")
+    return value
+
+
+def _add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | None) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output with exact bytes (one line per sample with --watch)")
+    parser.add_argument("--device", type=int, default=None, help="only this device index")
+    if watch_default is None:
+        parser.add_argument("--watch", type=_interval, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a "
+                                 "terminal")
+    else:
+        parser.add_argument("--watch", "--interval", type=_interval, default=watch_default, metavar="SECONDS",
+                            help=f"seconds between samples (default {watch_default:g})")
+    parser.set_defaults(handler=cmd_info)
+
+
+INFO_DESCRIPTION = """\
+Per device: free and total memory, what a new process can allocate, every process holding memory on it
+(PID, user, command and bytes as the driver reports them; NS PID is the PID inside the process's own
+container where it differs; an MPS server is marked), and where each figure came from.
+User and command are "-" for a PID this PID namespace cannot see. Sizes scale from B to TiB; --json
+gives exact bytes. `devmem` alone is `devmem info`, so `devmem --json` works too."""
+
+
 def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
-    fit = sub.add_parser("fit", help="do N sequences of a context fit this machine's device? (exit 0 yes, 1 no)")
+    fit = _sub(sub, "fit", "do N sequences of a context fit this machine's device? (exit 0 yes, 1 no)",
+               "Whether SEQUENCES sequences of CONTEXT tokens of a model fit in this machine's device at the given "
+               "utilization, read from the model's config.json (no weights are loaded).",
+               "  devmem fit --model ./Qwen3-8B --context 32768 --sequences 8\n"
+               "  devmem fit --model ./Qwen3-8B/config.json --context 131072 --sequences 1 --tp 2 --json",
+               "exit codes:\n  0  it fits\n  1  it does not fit (or an error devmem explains in one line)\n"
+               "  2  a usage error")
     _add_model_flags(fit, required=True)
     fit.add_argument("--context", type=_positive("context length"), required=True, help="tokens per sequence")
     fit.add_argument("--sequences", type=_positive("sequence count"), required=True,
@@ -287,35 +521,75 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
         fit.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
     _add_granularity_flag(fit)
     fit.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    fit.set_defaults(handler=cmd_fit, parser=fit)
+    fit.set_defaults(handler=cmd_fit)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devmem",
-        description="Show what this machine's accelerators really have, and size KV caches from it.",
+        description="Show what this machine's accelerators really have, and size KV caches from it. "
+                    "Without a command, `devmem` runs `devmem info` (and takes its options).",
+        epilog=f"{ENVIRONMENT}\n\n{EXIT_CODES}\n\n`devmem COMMAND --help` shows each command's examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"devmem {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of resolution")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of platform resolution")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    info = sub.add_parser("info", help="device memory per device (the default command)")
-    info.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    info.add_argument("--device", type=int, default=None, help="only this device index")
-    info.set_defaults(handler=cmd_info)
+    info = _sub(sub, "info", "device memory and the processes holding it, per device (the default command)",
+                INFO_DESCRIPTION,
+                "  devmem                       # the same as devmem info\n"
+                "  devmem info --device 0\n"
+                "  devmem info --watch 1        # redraw every second until Ctrl-C\n"
+                "  devmem --json | jq '.devices[0].processes'\n"
+                "  DEVMEM_PLATFORM=cpu devmem info")
+    _add_info_flags(info, watch_default=None)
+    top = _sub(sub, "top", "devmem info --watch: memory and processes, redrawn every SECONDS until Ctrl-C",
+               INFO_DESCRIPTION + "\nRedrawn in place on a terminal; Ctrl-C or SIGTERM stops it with exit 0.",
+               "  devmem top\n  devmem top --watch 0.5\n  devmem top --json > samples.jsonl   # one line per sample")
+    _add_info_flags(top, watch_default=2.0)
 
-    plugins = sub.add_parser("plugins", help="every registered platform, detected or not, and why")
+    plugins = _sub(sub, "plugins", "every registered platform, detected or not, and why",
+                   "Every platform the installed plugins offer, its priority, whether it was detected here and why, "
+                   "and which one `devmem info` uses (*). DEVMEM_PLATFORM overrides the choice.",
+                   "  devmem plugins\n  devmem plugins --json\n  DEVMEM_LOAD_PLUGINS=nvidia devmem plugins")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(handler=cmd_plugins)
-    doctor = sub.add_parser("doctor", help="explain this machine's device memory, with what to do")
-    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+
+    doctor = _sub(sub, "doctor", "explain this machine's device memory, with what to do (exit 1 on warnings)",
+                  "Checks each device (per-process accounting, co-tenants, low free memory, unified memory, paging, "
+                  "torch's allocator cache) and says, once per finding, what is the case and what to do. "
+                  "--json gives each finding a machine-readable kind, a severity and its figures in bytes.",
+                  "  devmem doctor\n  devmem doctor --device 1\n"
+                  "  devmem doctor --json | jq '.findings[] | select(.severity == \"warning\")'",
+                  "exit codes:\n  0  nothing to fix (ok and info findings only)\n  1  at least one warning "
+                  "(or an error devmem explains in one line)\n  2  a usage error")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
     doctor.add_argument("--device", type=int, default=None, help="only this device index")
     doctor.set_defaults(handler=cmd_doctor)
 
-    plan = sub.add_parser("plan", help="size a KV cache from figures you give (sizes like 16GiB, 1.5GB, 4096)")
+    plan = _sub(sub, "plan", "size a KV cache from figures you give, or from a model's config",
+                "The KV-cache size an engine would choose, with the arithmetic: the utilization path (default: "
+                "a share of the total minus what else stays on the device), the pinned path (--pinned: a fixed "
+                "size, checked against --total when given) or the growable path (--init-free and --free).\n\n"
+                "The page size is the KV bytes of one block on one layer: 2 (K and V) x block size x KV heads x "
+                "head dim x dtype bytes, e.g. 2 x 16 x 8 x 128 x 2 = 65536 for Qwen3-8B in bf16. Or give "
+                "--model DIR (a folder with config.json) and devmem reads it from the config, with the layers "
+                "and the weights per rank.\n\n"
+                "Sizes: 4096 (bytes), 16GiB / 512MiB (powers of 2), 1.5GB (powers of 10), and vLLM's spellings: "
+                "80G = 80 GiB and 80g = 80 GB (upper case is a power of 2, lower case a power of 10, as vLLM "
+                "reads them). Each size given with a unit is echoed with how it was read.",
+                "  devmem plan --total 80G --weights 16GiB --page-size 65536 --layers 36\n"
+                "  devmem plan --pinned 20GiB --total 80GiB --page-size 64KiB --layers 36\n"
+                "  devmem plan --model ./Qwen3-8B --total 80GiB --context 32768\n"
+                "  devmem plan --model ./Qwen3-8B --pinned 20GiB --json\n"
+                "  devmem plan --total 120GiB --init-free 100GiB --free 80GiB --page-size 65536 --layers 36",
+                "exit codes:\n  0  a plan\n  1  the figures leave no room for a KV cache, or the pinned plan "
+                "does not fit --total (the message shows the arithmetic)\n  2  a usage error")
     how = plan.add_mutually_exclusive_group()
     how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")
-    how.add_argument("--pinned", type=_size, default=None, metavar="SIZE", help="a fixed KV-cache size")
+    how.add_argument("--pinned", type=_size, default=None, metavar="SIZE",
+                     help="a fixed KV-cache size (checked against --total when given)")
     plan.add_argument("--total", type=_size, default=None, metavar="SIZE",
                       help="device memory (default: this machine's device --device)")
     plan.add_argument("--device", type=int, default=0, help="device whose total is used without --total")
@@ -332,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
         plan.add_argument(flag, type=_size, default=None, metavar="SIZE",
                           help=f"growable path (with the other): {what}")
     plan.add_argument("--page-size", type=_size, default=None, metavar="SIZE",
-                      help="KV bytes of one page on one layer (required without --model)")
+                      help="KV bytes of one page on one layer (required without --model; see above)")
     plan.add_argument("--layers", type=_count, default=None,
                       help="layers holding a KV cache (required without --model)")
     _add_granularity_flag(plan)
@@ -342,21 +616,31 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--sequences", type=_positive("sequence count"), default=None,
                       help="with --model: the longest context this many sequences can have at once")
     plan.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    plan.set_defaults(handler=cmd_plan, parser=plan)
+    plan.set_defaults(handler=cmd_plan)
     _add_fit_parser(sub)
     return parser
 
 
+def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with ``info`` in front where it names no command: ``devmem --json`` is ``devmem info --json``.
+
+    Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
+    nor a value (argparse then names the valid commands)."""
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    if any(a in commands for a in argv) or any(a in ("-h", "--help", "--version") for a in argv):
+        return argv
+    words = [a for a in argv if not a.startswith("-")]
+    if words and not words[0].replace(".", "", 1).isdigit():
+        return argv
+    return ["info", *argv]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
-    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
-    if handler is None:  # bare `devmem` is `devmem info`
-        args = parser.parse_args([*(argv if argv is not None else sys.argv[1:]), "info"])
-        handler = args.handler
     try:
-        return handler(args)
+        return args.handler(args)
     except DevmemError as exc:
         print(f"devmem: error: {exc}", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ module the platform declares, only when this process has already imported torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
 from devmem.plugins import current_platform
@@ -27,13 +27,16 @@ class Finding:
     """One thing an operator should know about one device."""
 
     device: int
-    code: str
+    #: What the finding is about, for programs (``"co-tenants"``, ``"low-free-memory"``, ...).
+    kind: str
     severity: str  # "ok", "info" or "warning"
     summary: str
     action: str
+    #: The figures of ``summary`` in exact bytes (``{"free": ..., "total": ...}``; co-tenants by PID).
+    figures: dict[str, object] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "figures": dict(self.figures)}
 
 
 def _pid_list(others: dict[int, int], limit: int = 5) -> str:
@@ -66,7 +69,7 @@ def _accounting(r: DeviceReport, platform: Platform) -> Finding:
         return Finding(r.index, "per-process-accounting", "ok",
                        f"per-process accounting works: this process holds {format_size(r.process)}",
                        "nothing to do: KV budgets are sized from this process's own memory, so co-tenants "
-                       "do not shrink them")
+                       "do not shrink them", {"process": r.process})
     kind = ReasonKind(r.process_reason_kind) if r.process_reason_kind else None
     return Finding(r.index, "per-process-accounting", "warning",
                    f"per-process accounting is unavailable: {r.process_reason or 'unknown'}",
@@ -80,7 +83,8 @@ def _co_tenants(r: DeviceReport) -> Finding | None:
     return Finding(r.index, "co-tenants", "info",
                    f"{len(r.other_processes)} other process(es) hold {format_size(total)}: {_pid_list(r.other_processes)}",
                    "each engine's utilization is a share of the whole device: keep the shares of all engines "
-                   "on this device summing to at most 1.0")
+                   "on this device summing to at most 1.0",
+                   {"held": total, "processes": {str(pid): used for pid, used in r.other_processes.items()}})
 
 
 def _low_free(r: DeviceReport) -> Finding | None:
@@ -89,7 +93,7 @@ def _low_free(r: DeviceReport) -> Finding | None:
     return Finding(r.index, "low-free-memory", "warning",
                    f"only {format_size(r.free)} of {format_size(r.total)} is free ({100 * r.free / r.total:.1f}%)",
                    "an engine asking for utilization u needs u * total free at start: lower u, or stop "
-                   "the processes holding memory")
+                   "the processes holding memory", {"free": r.free, "total": r.total})
 
 
 def _unified(r: DeviceReport, platform: Platform) -> Finding | None:
@@ -100,13 +104,14 @@ def _unified(r: DeviceReport, platform: Platform) -> Finding | None:
                        f"no accelerator platform is in use: the device is host RAM, {format_size(r.free)} free "
                        f"({r.sources.get('free', 'MemAvailable')})",
                        "if this machine has an accelerator, `devmem plugins` shows which backends were found "
-                       "and why each was or was not detected")
+                       "and why each was or was not detected", {"free": r.free, "total": r.total})
     free_source = r.sources.get("free", "what the platform reports")
     return Finding(r.index, "unified-memory", "info",
                    f"device memory is host memory; free is {format_size(r.free)} ({free_source})",
                    "size from devmem, not the runtime's mem_get_info (which ignores reclaimable page cache); "
                    "memory the allocator keeps cached is memory the OS does not have, so release it "
-                   "(devmem.profiling.release_allocator_cache) before allocating the KV cache")
+                   "(devmem.profiling.release_allocator_cache) before allocating the KV cache",
+                   {"free": r.free, "total": r.total})
 
 
 def _paging(r: DeviceReport) -> Finding | None:
@@ -131,33 +136,46 @@ def _allocator_cache(device: int, platform: Platform) -> Finding | None:
         return None
     return Finding(device, "allocator-cache", "warning",
                    f"torch's caching allocator holds {format_size(cached)} of free blocks in this process",
-                   "call devmem.profiling.release_allocator_cache() right before allocating the KV cache")
+                   "call devmem.profiling.release_allocator_cache() right before allocating the KV cache",
+                   {"cached": cached})
+
+
+#: Words by which a platform note restates a finding's fact (the finding already says it, with what to do).
+RESTATED_BY = {"pages-instead-of-failing": "over-subscribed"}
+
+
+def _restates(note: str, report: DeviceReport, found: list[Finding]) -> bool:
+    """True when ``note`` repeats a finding: the reason of the per-process figure, or a fact in RESTATED_BY."""
+    return note == report.process_reason or any(RESTATED_BY.get(f.kind, "\0") in note for f in found)
 
 
 def diagnose(platform: Platform | None = None, devices: list[int] | None = None) -> list[Finding]:
-    """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default)."""
+    """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once."""
     platform = platform or current_platform()
     findings: list[Finding] = []
     for device in devices if devices is not None else range(platform.device_count()):
         report = device_report(platform, device)
-        findings.append(_accounting(report, platform))
-        for found in (_co_tenants(report), _low_free(report), _unified(report, platform), _paging(report)):
-            if found is not None:
-                findings.append(found)
-        cache = _allocator_cache(device, platform)
-        if cache is not None:
-            findings.append(cache)
-        findings += [Finding(device, "platform-note", "info", note, "") for note in report.notes]
+        found = [_accounting(report, platform)]
+        found += [f for f in (_co_tenants(report), _low_free(report), _unified(report, platform), _paging(report),
+                              _allocator_cache(device, platform)) if f is not None]
+        found += [Finding(device, "platform-note", "info", note, "") for note in dict.fromkeys(report.notes)
+                  if not _restates(note, report, found)]
+        findings += found
     return findings
 
 
-def render(findings: list[Finding], platform_name: str) -> str:
-    """Findings as text for people."""
-    marks = {"ok": "ok  ", "info": "info", "warning": "WARN"}
+def render(findings: list[Finding], platform_name: str, width: int = 80, paint=None) -> str:
+    """Findings as text for people, wrapped to ``width`` columns; ``paint(text, style)`` colours the marks."""
+    from devmem.cli_format import wrap
+
+    marks = {"ok": ("ok  ", "green"), "info": ("info", "dim"), "warning": ("WARN", "yellow")}
     lines = [f"platform: {platform_name}"]
     for f in findings:
-        lines.append(f"[{marks.get(f.severity, f.severity)}] device {f.device}: {f.summary}")
+        mark, style = marks.get(f.severity, (f.severity, "bold"))
+        head = wrap(f"[{mark}] device {f.device}: {f.summary}", width, "", "       ")
+        if paint is not None:
+            head[0] = head[0].replace(f"[{mark}]", f"[{paint(mark, style)}]", 1)
+        lines += head
         if f.action:
-            lines.append(f"       what to do: {f.action}")
+            lines += wrap(f"what to do: {f.action}", width, "       ", "       ")
     return "\n".join(lines)
-

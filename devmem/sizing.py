@@ -171,8 +171,13 @@ class KvCachePlan:
 
     def explain(self) -> str:
         """Lines for people: the result, then each figure that went into it."""
-        head = (f"KV cache: {format_size(self.kv_cache_bytes)} ({self.kv_cache_bytes} bytes) = {self.num_blocks} "
-                f"blocks of {format_size(self.block_bytes)}")
+        held = self.num_blocks * self.block_bytes
+        left = self.kv_cache_bytes - held
+        head = (f"KV cache: {format_size(self.kv_cache_bytes)} ({self.kv_cache_bytes} bytes) "
+                + (f"holds exactly {self.num_blocks} blocks x {format_size(self.block_bytes)} ({self.block_bytes} "
+                   f"bytes)" if left == 0 else
+                   f"= {self.num_blocks} blocks x {format_size(self.block_bytes)} = {held} bytes, {left} bytes "
+                   "left over"))
         width = max((len(_LABELS[k]) for k in self.breakdown), default=0)
         rows = [f"  {_LABELS[k]:<{width}}  {format_size(v)}" for k, v in self.breakdown.items()]
         return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *rows])

@@ -1,4 +1,5 @@
-"""Sizes as people write them (``16GiB``, ``512MiB``, ``1.5GB``, ``4096``) turned into int bytes."""
+"""Sizes as people write them (``16GiB``, ``512MiB``, ``1.5GB``, ``80G``, ``4096``) turned into int bytes, and
+bytes turned back into sizes people read (:func:`format_size`)."""
 
 from __future__ import annotations
 
@@ -16,34 +17,55 @@ _UNITS = {
     "gib": 1 << 30,
     "tib": 1 << 40,
 }
+#: vLLM's one-letter suffixes (``human_readable_int`` in vLLM's engine arguments): lower case is a power of
+#: 10, upper case a power of 2, so ``80G`` is 80 GiB and ``80g`` is 80 GB, there and here.
+_LETTERS = {"k": "KB", "m": "MB", "g": "GB", "t": "TB", "K": "KiB", "M": "MiB", "G": "GiB", "T": "TiB"}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str) -> int:
-    """Bytes from a size: a plain byte count, or a number with ``B``, ``KB``..``TB`` (powers of 10) or
-    ``KiB``..``TiB`` (powers of 2), case-insensitive. Fractions of a byte are dropped.
+def read_size(text: str) -> tuple[int, str]:
+    """Bytes from a size, with how it was read for people (``(85899345920, '80 GiB = 85899345920 bytes')``).
 
-    >>> parse_size("1.5GB"), parse_size("16GiB"), parse_size("4096")
-    (1500000000, 17179869184, 4096)
-
-    Raises :class:`ValueError` naming the text and what is accepted.
+    Accepted: a plain byte count; a number with ``B``, ``KB``..``TB`` (powers of 10) or ``KiB``..``TiB``
+    (powers of 2), case-insensitive; or vLLM's one-letter ``k m g t`` (powers of 10) and ``K M G T`` (powers
+    of 2). Fractions of a byte are dropped. Raises :class:`ValueError` naming the text and what is accepted.
     """
     from decimal import Decimal  # only here: importing decimal costs start-up time
 
     match = _SIZE.match(text) if isinstance(text, str) else None
-    unit = match.group(2).lower() if match else None
+    suffix = match.group(2) if match else ""
+    unit = _LETTERS.get(suffix, suffix).lower() if match else None
     if match is None or unit not in _UNITS:
         raise ValueError(
             f"{text!r} is not a size: write a byte count (4096) or a number with a unit: "
-            "B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2), e.g. 16GiB or 1.5GB"
+            "B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2), e.g. 16GiB or 1.5GB, "
+            "or vLLM's k, m, g, t (powers of 10) and K, M, G, T (powers of 2), e.g. 80G = 80 GiB"
         )
-    return int(Decimal(match.group(1)) * _UNITS[unit])
+    nbytes = int(Decimal(match.group(1)) * _UNITS[unit])
+    if not unit:
+        return nbytes, f"{nbytes} bytes"
+    spelled = _LETTERS.get(suffix) or next(k for k in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
+                                          if k.lower() == unit)
+    return nbytes, f"{match.group(1)} {spelled} = {nbytes} bytes"
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size (see :func:`read_size` for the spellings accepted).
+
+    >>> parse_size("1.5GB"), parse_size("16GiB"), parse_size("80G"), parse_size("4096")
+    (1500000000, 17179869184, 85899345920, 4096)
+    """
+    return read_size(text)[0]
+
+
+#: The units :func:`format_size` scales through, largest first.
+_SCALE = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def format_size(nbytes: int | float) -> str:
-    """Bytes for people: GiB from 0.1 GiB up, MiB from 1 MiB up, else bytes (``'0.73 GiB'``, ``'2.25 MiB'``)."""
-    if abs(nbytes) >= _UNITS["gib"] // 10:
-        return f"{nbytes / _UNITS['gib']:.2f} GiB"
-    if abs(nbytes) >= _UNITS["mib"]:
-        return f"{nbytes / _UNITS['mib']:.2f} MiB"
-    return f"{nbytes} B"
+    """Bytes for people in the largest binary unit the size reaches (``'512 B'``, ``'2.25 MiB'``,
+    ``'125.50 GiB'``, ``'1.50 TiB'``); exact bytes belong in JSON."""
+    for name, size in _SCALE:
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.2f} {name}"
+    return f"{int(nbytes)} B"

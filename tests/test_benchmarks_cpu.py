@@ -99,3 +99,18 @@ def test_transformers_cb_serves_with_devmem_and_stock_configs_side_by_side(bench
     devmem_rows = [r for r in result["rows"] if r["mode"] == "devmem"]
     assert devmem_rows and all(r["served"] and r["failure"] == "" and r["blocks"] for r in devmem_rows)
     assert all(r["within_request"] for r in devmem_rows)
+
+
+def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: benchmarks/info_screen.sh runs for real there")
+    result = subprocess.run(["bash", str(BENCHMARKS / "info_screen.sh"), str(tmp_path)], capture_output=True,
+                            text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    assert result.returncode == 0 and "a no-op" in result.stdout
+    assert json.loads((tmp_path / "verdict.json").read_text()) == {
+        "ran": False, "reason": "no CUDA GPU on this machine: a no-op"}

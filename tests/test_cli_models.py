@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import re
 import sys
 
 import pytest
@@ -12,6 +13,12 @@ from model_configs import QWEN3_8B, TINY_LLAMA, write_model
 
 from devmem import GiB
 from devmem.cli import main
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    """Lines checked whole: a terminal wide enough that none wraps (the 80-column test sets its own)."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.fixture
@@ -41,7 +48,8 @@ def test_plan_model_prints_the_model_the_byte_plan_and_the_tokens(capsys, qwen3)
     lines = out.splitlines()
     assert code == 0
     assert "KV per token: 36 attention layers x 4096 B = 147456 B" in lines
-    assert "KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks of 2.25 MiB" in lines
+    assert ("KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left "
+            "over") in lines
     assert ("tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
             in lines)
     assert "longest context for 4 sequence(s): (21474836480 B // 4) in whole blocks = 36400 tokens" in lines
@@ -161,3 +169,18 @@ def test_fit_runs_as_a_command(tiny):
                             env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["fit"]["fits"] is True
+
+
+def test_plan_model_pinned_larger_than_the_total_with_the_models_weights_exits_1(capsys, qwen3):
+    code, _, err = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--total", "20GiB")
+    assert code == 1 and "more than --total 20.00 GiB" in err and "weights" in err
+
+
+def test_plan_model_output_fits_80_columns_without_cutting_a_size(capsys, qwen3, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768", "--sequences", "8")
+    lines = out.splitlines()
+    assert code == 0 and all(len(line) <= 80 for line in lines)
+    assert not any(re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB|bytes)\b", nxt)
+                   for line, nxt in zip(lines, lines[1:]))
+    assert "= 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over" in " ".join(out.split())

@@ -16,6 +16,12 @@ from devmem.sizing import plan_kv_cache
 QWEN3_8B = ["--page-size", "64KiB", "--layers", "36"]
 
 
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    """Lines checked whole: a terminal wide enough that none wraps."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 def plan(capsys, *args: str) -> tuple[int, str, str]:
     code = main(["plan", *args])
     out, err = capsys.readouterr()
@@ -26,7 +32,7 @@ def test_plan_prints_the_result_path_and_figures_in_gib(capsys):
     code, out, _ = plan(capsys, "--total", "80GiB", "--weights", "16GiB", "--transient-peak", "2GiB", *QWEN3_8B)
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].startswith("KV cache: 54.00 GiB (57982058496 bytes) = 24576 blocks of 2.25 MiB")
+    assert lines[0] == "KV cache: 54.00 GiB (57982058496 bytes) holds exactly 24576 blocks x 2.25 MiB (2359296 bytes)"
     assert lines[1].startswith("path: utilization 0.9")
     assert ["weights", "16.00", "GiB"] in [line.split() for line in lines]
 
@@ -119,3 +125,53 @@ def test_growable_path_needs_both_free_readings_on_the_command_line(capsys):
 def test_committed_without_the_growable_path_is_refused(capsys):
     code, _, err = plan(capsys, "--total", "120GiB", "--committed", "2GiB", *QWEN3_8B)
     assert code == 1 and "--committed applies to the growable path" in err
+
+
+def test_plan_reads_vllms_upper_case_g_as_gib_and_says_so(capsys):
+    code, out, _ = plan(capsys, "--total", "80G", *QWEN3_8B)
+    assert code == 0 and "--total 80G read as 80 GiB = 85899345920 bytes" in out.splitlines()
+
+
+def test_plan_reads_vllms_lower_case_g_as_gb_and_says_so(capsys):
+    code, out, _ = plan(capsys, "--total", "80g", "--json", *QWEN3_8B)
+    assert code == 0 and json.loads(out)["breakdown"]["total"] == 80 * 10**9
+    assert "--total 80g read as 80 GB = 80000000000 bytes" in plan(capsys, "--total", "80g", *QWEN3_8B)[1]
+
+
+def test_plan_says_how_a_decimal_unit_was_read(capsys):
+    out = plan(capsys, "--total", "80GB", *QWEN3_8B)[1]
+    assert "--total 80GB read as 80 GB = 80000000000 bytes" in out.splitlines()
+
+
+def test_plan_does_not_echo_binary_units_or_plain_bytes(capsys):
+    out = plan(capsys, "--total", "80GiB", "--weights", "1000", *QWEN3_8B)[1]
+    assert "read as" not in out
+
+
+def test_plan_shows_the_bytes_left_over_when_blocks_do_not_fill_the_cache(capsys):
+    code, out, _ = plan(capsys, "--pinned", "20GiB", "--page-size", "65536", "--layers", "36")
+    assert code == 0
+    assert out.splitlines()[0] == ("KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 "
+                                   "bytes, 524288 bytes left over")
+
+
+def test_pinned_larger_than_the_total_exits_1_naming_both(capsys):
+    code, _, err = plan(capsys, "--pinned", "90GiB", "--total", "80GiB", *QWEN3_8B)
+    assert code == 1 and "--pinned 90.00 GiB (96636764160 bytes) is larger than --total 80.00 GiB" in err
+
+
+def test_pinned_plan_with_weights_larger_than_the_total_exits_1(capsys):
+    code, out, _ = plan(capsys, "--pinned", "1GiB", "--total", "24GiB", "--weights", "30GiB", "--json", *QWEN3_8B)
+    data = json.loads(out)
+    assert code == 1 and "weights, 30.00 GiB (32212254720 bytes), are larger than --total" in data["error"]
+    assert data["breakdown"]["weights"] == 30 * GiB and data["breakdown"]["total"] == 24 * GiB
+
+
+def test_pinned_plan_that_does_not_fit_with_the_weights_exits_1_with_the_sum(capsys):
+    code, _, err = plan(capsys, "--pinned", "20GiB", "--total", "24GiB", "--weights", "16GiB", *QWEN3_8B)
+    assert code == 1 and "pinned 20.00 GiB + weights 16.00 GiB = 36.00 GiB (38654705664 bytes)" in err
+
+
+def test_pinned_plan_that_fits_the_total_is_planned(capsys):
+    code, out, _ = plan(capsys, "--pinned", "20GiB", "--total", "80GiB", "--weights", "16GiB", "--json", *QWEN3_8B)
+    assert code == 0 and json.loads(out)["kv_cache_bytes"] == 20 * GiB

@@ -8,7 +8,7 @@ import sys
 
 from devmem.doctor import diagnose, render
 from devmem.host import CpuPlatform
-from devmem.types import GiB
+from devmem.types import GiB, MiB
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform
 from devmem_uma.platform import UmaPlatform
@@ -16,7 +16,7 @@ from devmem_uma.testing import gb10_scenario
 
 
 def by_code(findings):
-    return {f.code: f for f in findings}
+    return {f.kind: f for f in findings}
 
 
 nvml_platform = scripted_platform
@@ -35,7 +35,8 @@ def test_working_per_process_accounting_is_reported_ok():
     sc = h200_scenario(context=True)
     found = by_code(diagnose(nvml_platform(sc)))
     assert found["per-process-accounting"].severity == "ok"
-    assert "0.51 GiB" in found["per-process-accounting"].summary
+    assert "520.00 MiB" in found["per-process-accounting"].summary
+    assert found["per-process-accounting"].figures == {"process": 520 * MiB}
 
 
 def test_process_without_a_context_cannot_confirm_accounting():
@@ -95,4 +96,66 @@ def test_doctor_json_runs_as_a_command():
     out = subprocess.run([sys.executable, "-m", "devmem", "doctor", "--json"], capture_output=True, text=True,
                          env={**__import__("os").environ, "DEVMEM_PLATFORM": "cpu"}, check=True).stdout
     data = json.loads(out)
-    assert data["platform"] == "cpu" and {f["code"] for f in data["findings"]} >= {"per-process-accounting"}
+    assert data["platform"] == "cpu" and {f["kind"] for f in data["findings"]} >= {"per-process-accounting"}
+
+
+def doctor(capsys, platform, *argv: str) -> tuple[int, str]:
+    from devmem.cli import build_parser, cmd_doctor
+
+    code = cmd_doctor(build_parser().parse_args(["doctor", *argv]), platform)
+    return code, capsys.readouterr().out
+
+
+def wsl2_platform():
+    sc = wsl2_scenario()
+    return WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+
+
+def test_doctor_exits_1_when_a_finding_is_a_warning(capsys):
+    assert doctor(capsys, wsl2_platform())[0] == 1
+
+
+def test_doctor_exits_0_when_nothing_needs_fixing(capsys):
+    sc = h200_scenario(context=True)
+    sc.allocate(GiB, pid=4242)
+    code, out = doctor(capsys, nvml_platform(sc))
+    assert code == 0 and "[info] device 0: 1 other process(es) hold 1.00 GiB" in out
+
+
+def test_doctor_says_each_finding_once(capsys):
+    _, out = doctor(capsys, wsl2_platform())
+    text = " ".join(out.split())
+    assert text.count("WDDM does not report per-process memory") == 1
+    assert text.count("over-subscribed") == 1 and "[info]" not in text
+
+
+def test_doctor_json_gives_each_finding_a_kind_and_its_bytes(capsys):
+    sc = h200_scenario(context=True)
+    sc.allocate(8 * GiB, pid=4242)
+    code, out = doctor(capsys, nvml_platform(sc), "--json")
+    data = json.loads(out)
+    found = {f["kind"]: f for f in data["findings"]}
+    assert code == 0 and data["warnings"] == 0
+    assert found["co-tenants"]["figures"] == {"held": 8 * GiB, "processes": {"4242": 8 * GiB}}
+    assert found["per-process-accounting"]["figures"] == {"process": 545259520}
+
+
+def test_doctor_json_counts_the_warnings_and_exits_1(capsys):
+    code, out = doctor(capsys, wsl2_platform(), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["warnings"] == 2
+    assert {f["kind"] for f in data["findings"] if f["severity"] == "warning"} == {
+        "per-process-accounting", "pages-instead-of-failing"}
+
+
+def test_low_free_memory_figures_are_exact_bytes():
+    sc = h200_scenario()
+    sc.allocate(135 * GiB, pid=4242)
+    found = by_code(diagnose(nvml_platform(sc)))
+    assert found["low-free-memory"].figures == {"free": sc.device_free(0), "total": 150109880320}
+
+
+def test_doctor_wraps_to_80_columns_without_cutting_a_size(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out = doctor(capsys, wsl2_platform())
+    assert all(len(line) <= 80 for line in out.splitlines())

@@ -22,3 +22,9 @@ def test_import_devmem_imports_no_torch_or_vendor_library():
 def test_import_devmem_prints_nothing():
     result = subprocess.run([sys.executable, "-c", "import devmem"], capture_output=True, text=True, check=True)
     assert result.stdout == "" and result.stderr == ""
+
+
+def test_import_devmem_loads_none_of_the_command_line_modules():
+    cli = ("devmem.cli", "devmem.cli_format", "devmem.processes", "psutil")
+    probe = f"import sys, devmem; print([m for m in {cli!r} if m in sys.modules])"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "[]\n"

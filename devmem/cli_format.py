@@ -1,0 +1,73 @@
+"""Text for a terminal: lines wrapped at word boundaries to its width, and colour only where it belongs.
+
+A size (``22.79 GiB``) is never split from its unit and no word is ever cut. Colour is used only when the
+stream is a terminal and ``NO_COLOR`` is unset or empty (https://no-color.org); a pipe gets plain text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import textwrap
+from typing import IO, Iterable
+
+_NBSP = "\u00a0"
+_NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|bytes|blocks)\b")
+_STYLES = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "dim": "2"}
+
+
+def terminal_width() -> int:
+    """Columns to fit: ``COLUMNS``, else the terminal's width, else 80."""
+    return max(20, shutil.get_terminal_size((80, 24)).columns)
+
+
+def wants_colour(stream: IO[str]) -> bool:
+    """True only for a terminal, and never with ``NO_COLOR`` set to a non-empty value."""
+    if os.environ.get("NO_COLOR", ""):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class Painter:
+    """Wraps text in ANSI styles, or returns it unchanged where colour is off."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, text: str, style: str) -> str:
+        return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if self.enabled and text else text
+
+
+def wrap(text: str, width: int, indent: str = "", hanging: str | None = None) -> list[str]:
+    """``text`` as lines of at most ``width`` columns (a single word longer than that stays whole), the first
+    prefixed by ``indent`` and the rest by ``hanging`` (``indent`` by default)."""
+    glued = _NUMBER_UNIT.sub(lambda m: f"{m.group(1)}{_NBSP}{m.group(2)}", text)
+    lines = textwrap.wrap(glued, width=width, initial_indent=indent,
+                          subsequent_indent=indent if hanging is None else hanging,
+                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+    return [line.replace(_NBSP, " ") for line in lines]
+
+
+def key_values(rows: Iterable[tuple[str, str]], width: int, indent: str = "  ") -> list[str]:
+    """``key  value`` rows with the values in one column, each wrapped under its own start."""
+    rows = list(rows)
+    key_width = max((len(k) for k, _ in rows), default=0)
+    out = []
+    for key, value in rows:
+        head = f"{indent}{key:<{key_width}}  "
+        out += wrap(value, width, head, " " * len(head))
+    return out
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, indent: str = "  ",
+          right: frozenset[int] = frozenset()) -> list[str]:
+    """Columns sized to their contents; the last column wraps under its own start to fit ``width``."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    out = []
+    for row in [header, *rows]:
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        head = indent + "  ".join(cells) + "  "
+        out += wrap(row[-1], width, head, " " * len(head))
+    return out

@@ -1,0 +1,72 @@
+"""The processes holding memory on a device, as an operator reads them in nvitop: PID, user, command, bytes.
+
+The platform says which PIDs hold how many bytes (``other_processes_memory``); who they are comes from this
+machine's process table (psutil) for PIDs visible in this PID namespace, and ``None`` otherwise. A process
+in a container shows the PID it has inside its own namespace (the last ``NSpid`` entry) where that differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from devmem.host import REAL_FILES, Files
+
+#: Commands of the servers that hold memory on behalf of other processes (the MPS control daemon's server).
+SERVER_COMMANDS = frozenset({"nvidia-cuda-mps-server"})
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One process on a device. ``user``/``command`` are ``None`` where this PID namespace cannot see it."""
+
+    pid: int
+    used: int
+    user: str | None
+    command: str | None
+    namespace_pid: int | None
+    mps_server: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _namespace_pid(files: Files, pid: int) -> int | None:
+    try:
+        status = files.read_text(f"/proc/{pid}/status")
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            pids = line.split()[1:]
+            return int(pids[-1]) if len(pids) > 1 and pids[-1].isdigit() else None
+    return None
+
+
+def _who(pid: int) -> tuple[str | None, str | None, str | None]:
+    """(user, command line, executable name) of ``pid`` as psutil sees it; ``None`` for what it cannot."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            name = proc.name()
+            try:
+                user = proc.username()
+            except (KeyError, psutil.Error):  # a UID with no passwd entry (common in containers)
+                user = str(proc.uids().real)
+            try:
+                argv = proc.cmdline()
+            except psutil.Error:
+                argv = []
+            return user, " ".join(argv) or name, name
+    except psutil.Error:
+        return None, None, None
+
+
+def process_rows(others: dict[int, int], files: Files = REAL_FILES) -> list[ProcessRow]:
+    """Rows for ``others`` (PID -> device bytes), largest first."""
+    rows = []
+    for pid, used in sorted(others.items(), key=lambda kv: (-kv[1], kv[0])):
+        user, command, name = _who(pid)
+        rows.append(ProcessRow(pid, used, user, command, _namespace_pid(files, pid), name in SERVER_COMMANDS))
+    return rows

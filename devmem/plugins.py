@@ -1,50 +1,52 @@
-"""Finding backends through the ``devmem`` entry-point group and choosing one platform.
+"""Choosing one platform among those the ``devmem`` entry-point group registers, once per process.
 
-Rules (DESIGN.md, "Resolution"):
-- ``DEVMEM_LOAD_PLUGINS=a,b`` loads only those entry points (the built-in ``cpu`` is always loaded).
-- ``DEVMEM_PLATFORM=name`` forces a platform; unknown or undetected -> :class:`PluginError`.
+Rules:
+- ``DEVMEM_LOAD_PLUGINS=a,b`` names what takes part in resolution: a plugin (entry-point name, such as
+  ``nvidia``) with all its platforms, or a platform (such as ``nvml``) alone; the built-in ``cpu`` always takes
+  part. A name that is neither is warned about, with the names it could be.
+- ``DEVMEM_PLATFORM=name`` forces a platform; unknown, excluded or undetected -> :class:`PluginError`.
 - Otherwise the detected candidate with the highest priority; a tie is an error naming both providers.
-- A plugin that fails to import, raises in ``detect``, or yields something that is not a
-  :class:`PlatformSpec` is skipped with one log line naming it and its distribution.
+- Two distributions may provide the same platform name (a vendor overriding ``nvml``, say): each is a candidate
+  of its own, the higher priority is preferred, and equal priorities are an error naming both distributions.
+- Only the chosen candidate's ``factory`` runs; one that raises passes the choice to the next candidate.
+- Detection runs once per process (``detect`` bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds, see
+  :mod:`devmem.discovery`); :func:`current_platform` and :func:`platform_candidates` share it, and
+  :func:`clear_cache` forgets it. A forked child starts afresh (its parent's lock may be held mid-resolution).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
-import pluggy
-
-from devmem import hookspecs
-from devmem.entrypoints import EntryPoint, entry_points
+from devmem.discovery import (
+    BUILTIN,
+    AllowList,
+    Registration,
+    admitted,
+    collect,
+    debug,
+    described,
+    detect_timeout,
+    isolated,
+    load_plugins,
+    probe,
+    warn,
+)
+from devmem.entrypoints import entry_points
 from devmem.platform import CONTRACT, Platform
-from devmem.types import Detection, PlatformSpec, PluginError
-
-LOGGER = "devmem.plugins"
-
-
-def _warn(message: str, *args: object) -> None:
-    import logging  # only when something went wrong: resolution itself stays clear of logging's import
-
-    logging.getLogger(LOGGER).warning(message, *args)
-
-
-def _debug(message: str, *args: object) -> None:
-    logging = sys.modules.get("logging")
-    if logging is not None:  # never imported: no handler is configured that could show a debug line
-        logging.getLogger(LOGGER).debug(message, *args)
-
+from devmem.types import PluginError
 
 ENTRY_POINT_GROUP = "devmem"
-BUILTIN = "cpu"
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A registered platform and what resolution found out about it."""
+    """A registered platform and what resolution found out about it.
+
+    ``note`` explains what else bears on it: another distribution providing the same name.
+    """
 
     name: str
     priority: int
@@ -56,93 +58,57 @@ class Candidate:
     chosen: bool = False
     description: str = ""
     runtime_markers: tuple[str, ...] = ()
+    note: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
-class _Registered(NamedTuple):
-    spec: PlatformSpec
-    plugin: str
-    distribution: str
-    version: str
+@dataclass
+class _Resolution:
+    """What this process found: every candidate (with the registration it came from), and what was excluded."""
+
+    probed: list[tuple[Candidate, Registration]]
+    excluded: list[str]
+    allow: AllowList | None
 
 
-def _allow_list() -> set[str] | None:
-    raw = os.environ.get("DEVMEM_LOAD_PLUGINS", "").strip()
-    if not raw:
-        return None
-    return {name.strip() for name in raw.split(",") if name.strip()} | {BUILTIN}
-
-
-def _load_plugins(eps: list[EntryPoint]) -> pluggy.PluginManager:
-    """Register every allowed entry point's module; log and skip those that fail to import."""
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    allowed = _allow_list()
-    for ep in eps:
-        if allowed is not None and ep.name not in allowed:
+def _duplicate_notes(regs: list[Registration]) -> dict[int, str]:
+    notes: dict[int, str] = {}
+    for i, reg in enumerate(regs):
+        others = [r for r in regs if r is not reg and r.spec.name == reg.spec.name]
+        if not others:
             continue
-        if pm.has_plugin(ep.name):
-            continue
-        try:
-            plugin = ep.load()
-            pm.register(plugin, name=ep.name)
-        except Exception as exc:  # a broken vendor wheel must never break devmem
-            _warn("devmem: skipping plugin %r from distribution %r: %s: %s", ep.name, ep.distribution,
-                  type(exc).__name__, exc)
-    return pm
+        providers = ", ".join(f"{r.distribution} (plugin {r.plugin!r}, priority {r.spec.priority})" for r in others)
+        if any(r.spec.priority == reg.spec.priority for r in others):
+            notes[i] = (f"platform {reg.spec.name!r} is also provided by {providers} at the same priority: "
+                        "an error if chosen; uninstall one")
+        elif all(r.spec.priority < reg.spec.priority for r in others):
+            notes[i] = (f"platform {reg.spec.name!r} is also provided by {providers}: this one wins where detected "
+                        "(higher priority)")
+        else:
+            notes[i] = (f"platform {reg.spec.name!r} is also provided by {providers}: the higher priority wins "
+                        "where detected")
+    return notes
 
 
-def _collect(pm: pluggy.PluginManager, eps: list[EntryPoint]) -> list[_Registered]:
-    """Call each plugin's hook on its own, so a failure is attributed to that plugin alone."""
-    dists = {ep.name: (ep.distribution, ep.version) for ep in eps}
-    found: list[_Registered] = []
-    for impl in pm.hook.devmem_platforms.get_hookimpls():
-        name = impl.plugin_name
-        dist, version = dists.get(name, ("unknown", "unknown"))
-        try:
-            specs = list(impl.function() or ())
-        except Exception as exc:
-            _warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s: %s",
-                  name, dist, type(exc).__name__, exc)
-            continue
-        bad = [s for s in specs if not isinstance(s, PlatformSpec)]
-        if bad:
-            _warn("devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "
-                  "not a devmem.PlatformSpec", name, dist, bad[0])
-            continue
-        found.extend(_Registered(s, name, dist, version) for s in specs)
-    return found
-
-
-def _probe(reg: _Registered) -> Detection:
-    try:
-        detection = reg.spec.detect()
-    except Exception as exc:
-        _warn("devmem: skipping platform %r of plugin %r from distribution %r: detect raised %s: %s",
-              reg.spec.name, reg.plugin, reg.distribution, type(exc).__name__, exc)
-        return Detection(False, f"detect raised {type(exc).__name__}: {exc}")
-    if not isinstance(detection, Detection):
-        _warn("devmem: skipping platform %r of plugin %r from distribution %r: detect returned %r, "
-              "not a devmem.Detection", reg.spec.name, reg.plugin, reg.distribution, detection)
-        return Detection(False, f"detect returned {detection!r}, not a devmem.Detection")
-    return detection
-
-
-def _candidates() -> tuple[list[Candidate], dict[str, _Registered]]:
+def _resolve_candidates() -> _Resolution:
     eps = entry_points(ENTRY_POINT_GROUP)
-    regs = _collect(_load_plugins(eps), eps)
-    cands: list[Candidate] = []
-    by_name: dict[str, _Registered] = {}
-    for reg in regs:
-        det = _probe(reg)
-        cands.append(Candidate(reg.spec.name, reg.spec.priority, reg.plugin, reg.distribution, reg.version,
-                               det.found, det.reason, description=reg.spec.description,
-                               runtime_markers=reg.spec.runtime_markers))
-        by_name.setdefault(reg.spec.name, reg)
-    cands.sort(key=lambda c: (-c.priority, c.name))
-    return cands, by_name
+    allow = AllowList.from_environ()
+    plugins = load_plugins(eps, allow)
+    regs = admitted(collect(plugins), eps, allow)
+    excluded = sorted({ep.name for ep in eps} - {r.plugin for r in regs})
+    timeout = detect_timeout()
+    notes = _duplicate_notes(regs)
+    probed = []
+    for i, reg in enumerate(regs):
+        det = probe(reg, timeout)
+        cand = Candidate(reg.spec.name, reg.spec.priority, reg.plugin, reg.distribution, reg.version,
+                         det.detected, det.reason, description=reg.spec.description,
+                         runtime_markers=reg.spec.runtime_markers, note=notes.get(i, ""))
+        probed.append((cand, reg))
+    probed.sort(key=lambda pair: (-pair[0].priority, pair[0].name, pair[0].distribution))
+    return _Resolution(probed, excluded, allow)
 
 
 def _listing(cands: list[Candidate]) -> str:
@@ -151,93 +117,135 @@ def _listing(cands: list[Candidate]) -> str:
     ) or "none"
 
 
-def _choose(cands: list[Candidate]) -> Candidate:
-    duplicates = {c.name for c in cands if sum(d.name == c.name for d in cands) > 1}
+def _same_name_tie(top: Candidate, cands: list[Candidate]) -> None:
+    rivals = [c for c in cands if c.name == top.name and c.priority == top.priority]
+    if len(rivals) > 1:
+        raise PluginError(f"platform {top.name!r} is provided with priority {top.priority} by "
+                          f"{' and '.join(repr(c.distribution) for c in rivals)}: devmem cannot tell which to use; "
+                          "uninstall one of them")
+
+
+def _unknown_forced(forced: str, res: _Resolution) -> PluginError:
+    cands = [c for c, _ in res.probed]
+    message = f"DEVMEM_PLATFORM={forced!r} names no registered platform. Registered: {_listing(cands)}."
+    if res.allow is not None and res.excluded:
+        return PluginError(f"{message} DEVMEM_LOAD_PLUGINS={res.allow.text()!r} excludes the installed plugins "
+                           f"{', '.join(res.excluded)}: add {forced!r} (or the plugin providing it) to "
+                           "DEVMEM_LOAD_PLUGINS, or unset it.")
+    return PluginError(f"{message} Install the backend that provides it, or unset DEVMEM_PLATFORM.")
+
+
+def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
+    """The candidate resolution builds (``cands`` is highest priority first)."""
     forced = os.environ.get("DEVMEM_PLATFORM", "").strip()
     if forced:
         matches = [c for c in cands if c.name == forced]
         if not matches:
-            raise PluginError(
-                f"DEVMEM_PLATFORM={forced!r} names no registered platform. Registered: {_listing(cands)}. "
-                "Install the backend that provides it, or unset DEVMEM_PLATFORM."
-            )
-        if forced in duplicates:
-            raise PluginError(f"platform {forced!r} is provided by several distributions: "
-                              f"{', '.join(c.distribution for c in matches)}; uninstall all but one")
-        if not matches[0].detected:
+            raise _unknown_forced(forced, res)
+        detected = [c for c in matches if c.detected]
+        if not detected:
             raise PluginError(
                 f"DEVMEM_PLATFORM={forced!r} is registered but not detected: {matches[0].reason}. "
                 f"Registered: {_listing(cands)}. Name another platform or unset DEVMEM_PLATFORM."
             )
-        return matches[0]
+        _same_name_tie(detected[0], matches)
+        return detected[0]
     detected = [c for c in cands if c.detected]
     if not detected:
         raise PluginError(f"no platform was detected. Registered: {_listing(cands)}")
-    top = [c for c in detected if c.priority == detected[0].priority]
-    if len(top) > 1:
-        who = " and ".join(f"{c.name!r} (from {c.distribution})" for c in top)
-        raise PluginError(f"platforms {who} are both detected with priority {top[0].priority}; "
+    top = detected[0]
+    _same_name_tie(top, cands)
+    tied = [c for c in detected if c.priority == top.priority]
+    if len(tied) > 1:
+        who = " and ".join(f"{c.name!r} (from {c.distribution})" for c in tied)
+        raise PluginError(f"platforms {who} are both detected with priority {top.priority}; "
                           "set DEVMEM_PLATFORM to the one you want, or uninstall the other")
-    return top[0]
-
-
-def platform_candidates() -> list[Candidate]:
-    """Every registered platform, highest priority first, with detection results and the choice.
-
-    Probes afresh on each call (the cached platform of :func:`current_platform` is not changed).
-    """
-    cands, _ = _candidates()
-    try:
-        chosen = _choose(cands)
-    except PluginError:
-        return cands
-    return [replace(c, chosen=c is chosen) for c in cands]
+    return top
 
 
 _lock = threading.Lock()
+_resolution: _Resolution | None = None
 _current: Platform | None = None
 
 
-def _build(cands: list[Candidate], by_name: dict[str, _Registered]) -> Platform:
+def _resolved() -> _Resolution:
+    """This process's detection, run on first need (call with ``_lock`` held)."""
+    global _resolution
+    if _resolution is None:
+        _resolution = _resolve_candidates()
+    return _resolution
+
+
+def platform_candidates() -> list[Candidate]:
+    """Every registered platform that takes part, highest priority first, with detection results and the choice.
+
+    Shares this process's one detection with :func:`current_platform` (a factory that failed there shows here as
+    not detected, with its error).
+    """
+    with _lock:
+        res = _resolved()
+        cands = [c for c, _ in res.probed]
+        try:
+            chosen = _choose(res, cands)
+        except PluginError:
+            return cands
+        return [replace(c, chosen=c is chosen) for c in cands]
+
+
+def _build(res: _Resolution) -> Platform:
+    """Build the chosen candidate from its own registration; a factory that raises marks it undetected in ``res``
+    and passes the choice on (unless the platform was forced or is the built-in)."""
     forced = bool(os.environ.get("DEVMEM_PLATFORM", "").strip())
     while True:
-        choice = _choose(cands)
-        reg = by_name[choice.name]
-        try:
-            platform = reg.spec.factory()
-        except Exception as exc:
+        choice = _choose(res, [c for c, _ in res.probed])
+        index = next(i for i, (c, _) in enumerate(res.probed) if c is choice)
+        reg = res.probed[index][1]
+        platform, exc = isolated(reg.spec.factory)
+        if exc is not None:
             message = (f"platform {choice.name!r} from distribution {choice.distribution!r} was detected "
-                       f"but could not be built: {type(exc).__name__}: {exc}")
+                       f"but could not be built: {described(exc)}")
             if forced or choice.name == BUILTIN:
                 raise PluginError(message + ". Name another platform with DEVMEM_PLATFORM.") from exc
-            _warn("devmem: %s; trying the next candidate", message)
-            cands = [replace(c, detected=False, reason=f"factory raised {type(exc).__name__}: {exc}")
-                     if c is choice else c for c in cands]
+            warn("devmem: %s; trying the next candidate", message)
+            res.probed[index] = (replace(choice, detected=False, reason=f"factory raised {described(exc)}"), reg)
             continue
         if not isinstance(platform, Platform):
             missing = [m for m in CONTRACT if not hasattr(platform, m)]
             raise PluginError(f"platform {choice.name!r} from distribution {choice.distribution!r}: "
                               f"factory returned {platform!r}, which lacks {', '.join(missing)} of devmem.Platform; "
                               "subclass devmem.PlatformBase, which has every member")
-        _debug("devmem: chose platform %r (%s)", choice.name, choice.reason)
+        debug("devmem: chose platform %r from %r (%s)", choice.name, choice.distribution, choice.reason)
         return platform
 
 
 def current_platform() -> Platform:
-    """The platform of this machine: resolved on first call, then cached. Thread-safe."""
+    """The platform of this machine: resolved on first call, then cached. Thread-safe and fork-safe."""
     global _current
     platform = _current
     if platform is not None:
         return platform
     with _lock:
         if _current is None:
-            cands, by_name = _candidates()
-            _current = _build(cands, by_name)
+            _current = _build(_resolved())
         return _current
 
 
 def clear_cache() -> None:
-    """Forget the cached platform, so the next :func:`current_platform` resolves again."""
-    global _current
+    """Forget this process's detection and platform, so the next call resolves again."""
+    global _current, _resolution
     with _lock:
         _current = None
+        _resolution = None
+
+
+def _start_afresh_in_child() -> None:
+    """After ``fork()``: the parent's lock may have been held by a thread that does not exist here, and its
+    platform's vendor sessions belong to the parent, so the child gets a new lock and resolves again."""
+    global _lock, _current, _resolution
+    _lock = threading.Lock()
+    _current = None
+    _resolution = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_start_afresh_in_child)

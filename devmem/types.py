@@ -52,12 +52,12 @@ class MemoryInfo(NamedTuple):
 class Detection:
     """The outcome of a backend's cheap probe: whether its hardware is here, and why (not)."""
 
-    found: bool
+    detected: bool
     reason: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.found, bool):
-            raise TypeError(f"Detection.found must be a bool, got {self.found!r}")
+        if not isinstance(self.detected, bool):
+            raise TypeError(f"Detection.detected must be a bool, got {self.detected!r}")
         if not isinstance(self.reason, str) or not self.reason:
             raise TypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
 

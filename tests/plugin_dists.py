@@ -49,3 +49,50 @@ def platform_dist(site: Path, dist: str, name: str, priority: int, found: bool =
     """A well-behaved backend providing platform ``name`` (host memory under another name)."""
     cls = f"Platform_{name.replace('-', '_')}"
     return write_dist(site, dist, SPEC_SOURCE.format(cls=cls, name=name, priority=priority, found=found, reason=reason))
+
+
+MEMORY_SOURCE = """
+import devmem
+from pathlib import Path
+
+class Platform_{serial}(devmem.PlatformBase):
+    name = {name!r}
+    torch_device = None
+    dist_backend = None
+
+    def device_count(self):
+        return 1
+
+    def _memory(self, device):
+        return devmem.DeviceMemory(devmem.MemoryInfo(free={total} // 2, total={total}), {{"total": {dist!r}}})
+
+    def _is_integrated(self, device):
+        return True
+
+    def _pages_instead_of_failing(self, device):
+        return True
+
+def build():
+    with open({calls!r}, "a") as f:
+        f.write("factory\\n")
+    return Platform_{serial}()
+
+def detect():
+    with open({calls!r}, "a") as f:
+        f.write("detect\\n")
+    return devmem.Detection({found}, "scripted")
+
+@devmem.hookimpl
+def devmem_platforms():
+    yield devmem.PlatformSpec(name={name!r}, priority={priority}, detect=detect, factory=build)
+"""
+
+
+def memory_dist(site: Path, dist: str, name: str, priority: int, total: int, found: bool = True) -> tuple[str, Path]:
+    """A backend providing platform ``name`` with one device of ``total`` bytes; returns the entry-point name and
+    a file where each ``detect`` and ``factory`` call appends a line."""
+    calls = site / f"{dist}-{next(_serial)}.calls"
+    calls.touch()
+    body = MEMORY_SOURCE.format(serial=next(_serial), name=name, priority=priority, total=total, dist=dist,
+                                calls=str(calls), found=found)
+    return write_dist(site, dist, body), calls

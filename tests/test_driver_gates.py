@@ -60,7 +60,7 @@ def test_nvml_without_a_driver_says_which_files_are_missing():
 def test_wsl2_kernel_without_dev_dxg_says_no_driver():
     sc = Scenario(devices=[], files={"/proc/sys/kernel/osrelease": "5.15.167.4-microsoft-standard-WSL2\n"})
     found = detect_wsl2(files=sc.fs, system="linux")
-    assert not found.found and found.reason.endswith(nvidia_driver.NO_DRIVER)
+    assert not found.detected and found.reason.endswith(nvidia_driver.NO_DRIVER)
 
 
 def test_rocm_without_a_driver_says_which_files_are_missing():
@@ -69,7 +69,7 @@ def test_rocm_without_a_driver_says_which_files_are_missing():
 
 def test_uma_without_any_driver_says_so():
     found = detect_uma(files=NO_GPU.fs, environ={})
-    assert not found.found and nvidia_driver.NO_DRIVER in found.reason
+    assert not found.detected and nvidia_driver.NO_DRIVER in found.reason
 
 
 def test_uma_on_an_amd_machine_does_not_ask_nvml():
@@ -77,7 +77,7 @@ def test_uma_on_an_amd_machine_does_not_ask_nvml():
 
     sc = strix_halo_scenario()
     found = detect_uma(files=sc.fs, environ={})
-    assert found.found and "card" in found.reason
+    assert found.detected and "card" in found.reason
 
 
 def test_detection_without_drivers_imports_no_vendor_library():

@@ -28,7 +28,7 @@ def test_wsl2_outranks_nvml():
 
 
 def test_discrete_h200_is_detected():
-    assert detect_nvml(ScriptedNvml(h200_scenario())).found
+    assert detect_nvml(ScriptedNvml(h200_scenario())).detected
 
 
 def test_detection_names_the_driver():
@@ -39,16 +39,16 @@ def test_missing_library_is_not_detected():
     sc = h200_scenario()
     sc.libraries.discard("nvml")
     detection = detect_nvml(ScriptedNvml(sc))
-    assert not detection.found and "LibraryNotFound" in detection.reason
+    assert not detection.detected and "LibraryNotFound" in detection.reason
 
 
 def test_no_nvidia_device_is_not_detected():
-    assert not detect_nvml(ScriptedNvml(Scenario(devices=[ScriptedDevice(vendor="amd")]))).found
+    assert not detect_nvml(ScriptedNvml(Scenario(devices=[ScriptedDevice(vendor="amd")]))).detected
 
 
 def test_integrated_gb10_is_left_to_uma():
     detection = detect_nvml(ScriptedNvml(Scenario(devices=[GB10])))
-    assert not detection.found and detection.reason.startswith("integrated: left to the uma platform")
+    assert not detection.detected and detection.reason.startswith("integrated: left to the uma platform")
 
 
 def test_detection_creates_no_context_and_imports_nothing_heavy():

@@ -1,14 +1,20 @@
-"""Resolution of a platform from real entry points (DESIGN.md, "Resolution")."""
+"""Resolution of a platform from real entry points (devmem/plugins.py, devmem/discovery.py)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 import devmem
-from plugin_dists import platform_dist, write_dist
+from devmem.types import MiB
+from plugin_dists import memory_dist, platform_dist, write_dist
 
 
 def only(monkeypatch, *entries: str) -> None:
@@ -159,3 +165,276 @@ def test_current_platform_resolves_once_under_concurrent_first_calls():
 def test_platform_spec_rejects_a_bad_name():
     with pytest.raises(ValueError, match="'Bad Name'"):
         devmem.PlatformSpec(name="Bad Name", priority=1, detect=lambda: None, factory=object)
+
+
+# ---- two distributions providing the same platform name ---------------------------------------------------------
+
+def test_same_platform_name_resolves_to_the_higher_priority_distribution_and_its_memory(site, monkeypatch):
+    low, _ = memory_dist(site, "alpha-vendor", "dup", priority=10, total=1000 * MiB)  # first on sys.path
+    high, _ = memory_dist(site, "zeta-vendor", "dup", priority=90, total=9000 * MiB)
+    only(monkeypatch, low, high)
+    platform = devmem.current_platform()
+    assert platform.device_memory_info(0).total == 9000 * MiB
+    assert platform.memory_sources(0) == {"total": "zeta-vendor"}
+
+
+def test_lower_priority_duplicate_factory_is_never_called(site, monkeypatch):
+    low, low_calls = memory_dist(site, "alpha-vendor", "dup", priority=10, total=1000 * MiB)
+    high, high_calls = memory_dist(site, "zeta-vendor", "dup", priority=90, total=9000 * MiB)
+    only(monkeypatch, low, high)
+    devmem.current_platform()
+    assert "factory" not in low_calls.read_text() and "factory" in high_calls.read_text()
+
+
+def test_undetected_higher_priority_duplicate_leaves_the_name_to_the_detected_one(site, monkeypatch):
+    low, _ = memory_dist(site, "alpha-vendor", "dup", priority=10, total=1000 * MiB)
+    high, high_calls = memory_dist(site, "zeta-vendor", "dup", priority=90, total=9000 * MiB, found=False)
+    only(monkeypatch, low, high)
+    assert devmem.current_platform().device_memory_info(0).total == 1000 * MiB
+    assert "factory" not in high_calls.read_text()
+
+
+def test_forced_duplicate_name_builds_the_higher_priority_distribution(site, monkeypatch):
+    low, _ = memory_dist(site, "alpha-vendor", "dup", priority=10, total=1000 * MiB)
+    high, _ = memory_dist(site, "zeta-vendor", "dup", priority=90, total=9000 * MiB)
+    only(monkeypatch, low, high)
+    monkeypatch.setenv("DEVMEM_PLATFORM", "dup")
+    assert devmem.current_platform().device_memory_info(0).total == 9000 * MiB
+
+
+def test_same_platform_name_at_equal_priority_is_an_error_naming_both_distributions(site, monkeypatch):
+    a, _ = memory_dist(site, "alpha-vendor", "dup", priority=50, total=1000 * MiB)
+    b, _ = memory_dist(site, "zeta-vendor", "dup", priority=50, total=9000 * MiB)
+    only(monkeypatch, a, b)
+    with pytest.raises(devmem.PluginError, match="'dup' is provided with priority 50 by 'alpha-vendor' and "
+                                                 "'zeta-vendor'"):
+        devmem.current_platform()
+
+
+def test_candidates_list_both_providers_of_a_name_and_which_one_wins(site, monkeypatch):
+    low, _ = memory_dist(site, "alpha-vendor", "dup", priority=10, total=1000 * MiB)
+    high, _ = memory_dist(site, "zeta-vendor", "dup", priority=90, total=9000 * MiB)
+    only(monkeypatch, low, high)
+    dups = {c.distribution: c for c in devmem.platform_candidates() if c.name == "dup"}
+    assert set(dups) == {"alpha-vendor", "zeta-vendor"}
+    assert dups["zeta-vendor"].chosen and not dups["alpha-vendor"].chosen
+    assert "alpha-vendor" in dups["zeta-vendor"].note and "this one wins" in dups["zeta-vendor"].note
+    assert "zeta-vendor" in dups["alpha-vendor"].note and "priority 90" in dups["alpha-vendor"].note
+
+
+# ---- the allow-list ---------------------------------------------------------------------------------------------
+
+def test_allow_list_accepts_a_platform_name(site, monkeypatch):
+    platform_dist(site, "vendor-high", "high", priority=20)
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", "high")
+    assert devmem.current_platform().name == "high"
+
+
+def test_allow_list_naming_one_platform_leaves_out_its_plugins_other_platforms(site, monkeypatch):
+    body = """
+    import devmem
+    from devmem.host import CpuPlatform
+    class One(CpuPlatform):
+        name = "one"
+    @devmem.hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="one", priority=10, detect=lambda: devmem.Detection(True, "here"), factory=One)
+        yield devmem.PlatformSpec(name="two", priority=20, detect=lambda: devmem.Detection(True, "here"),
+                                  factory=CpuPlatform)
+    """
+    write_dist(site, "vendor-pair", body)
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", "one")
+    assert [c.name for c in devmem.platform_candidates()] == ["one", "cpu"]
+    assert devmem.current_platform().name == "one"
+
+
+def test_allow_list_warns_about_a_name_it_does_not_know_with_the_known_names(site, monkeypatch, caplog):
+    entry = platform_dist(site, "vendor-high", "high", priority=20)
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", "nope")
+    assert devmem.current_platform().name == "cpu"
+    _one_warning(caplog, "'nope'", "neither a plugin nor a platform", entry, "high")
+
+
+def test_forced_platform_excluded_by_the_allow_list_says_it_is_excluded(site, monkeypatch):
+    entry = platform_dist(site, "vendor-high", "high", priority=20)
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", "cpu")
+    monkeypatch.setenv("DEVMEM_PLATFORM", "high")
+    with pytest.raises(devmem.PluginError, match="DEVMEM_LOAD_PLUGINS='cpu' excludes") as err:
+        devmem.current_platform()
+    assert entry in str(err.value) and "Install the backend" not in str(err.value)
+
+
+# ---- detection: once per process, bounded in time ---------------------------------------------------------------
+
+def test_detection_runs_once_for_the_platform_and_the_candidate_list(site, monkeypatch):
+    entry, calls = memory_dist(site, "vendor-counted", "counted", priority=20, total=1000 * MiB)
+    only(monkeypatch, entry)
+    devmem.current_platform()
+    devmem.platform_candidates()
+    devmem.platform_candidates()
+    assert calls.read_text().splitlines().count("detect") == 1
+
+
+SLOW_DETECT = """
+import threading
+import devmem
+from devmem.host import CpuPlatform
+RELEASE = threading.Event()
+def detect():
+    RELEASE.wait(10)
+    return devmem.Detection(True, "slow but here")
+@devmem.hookimpl
+def devmem_platforms():
+    yield devmem.PlatformSpec(name="slow", priority=50, detect=detect, factory=CpuPlatform)
+"""
+
+
+def test_slow_detect_counts_as_not_detected_after_the_timeout(site, monkeypatch):
+    only(monkeypatch, write_dist(site, "vendor-slow", SLOW_DETECT))
+    monkeypatch.setenv("DEVMEM_DETECT_TIMEOUT", "0.2")
+    start = time.monotonic()
+    try:
+        cands = {c.name: c for c in devmem.platform_candidates()}
+        elapsed = time.monotonic() - start
+    finally:
+        sys.modules[[m for m in sys.modules if m.startswith("devmem_testdist_")][-1]].RELEASE.set()
+    assert elapsed < 5
+    assert not cands["slow"].detected and cands["slow"].reason.startswith("detection took longer than 0.2 s")
+    assert cands["cpu"].chosen
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan"])
+def test_detect_timeout_that_is_not_a_positive_number_is_an_error_naming_it(monkeypatch, value):
+    monkeypatch.setenv("DEVMEM_DETECT_TIMEOUT", value)
+    with pytest.raises(devmem.PluginError, match=f"DEVMEM_DETECT_TIMEOUT='{value}' is not a positive number"):
+        devmem.current_platform()
+
+
+# ---- a plugin's BaseException -----------------------------------------------------------------------------------
+
+def test_plugin_raising_system_exit_at_import_is_skipped_with_one_log_line(site, monkeypatch, caplog):
+    only(monkeypatch, write_dist(site, "vendor-exit", "raise SystemExit(3)\n"))
+    assert devmem.current_platform().name == "cpu"
+    _one_warning(caplog, "'vendor-exit'", "SystemExit")
+
+
+def test_plugin_raising_system_exit_in_detect_is_skipped_with_one_log_line(site, monkeypatch, caplog):
+    body = """
+    import sys
+    import devmem
+    @devmem.hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="quitter", priority=50, detect=lambda: sys.exit(3), factory=object)
+    """
+    only(monkeypatch, write_dist(site, "vendor-quitter", body))
+    cands = {c.name: c for c in devmem.platform_candidates()}
+    assert not cands["quitter"].detected and "SystemExit" in cands["quitter"].reason
+    _one_warning(caplog, "'quitter'", "'vendor-quitter'", "SystemExit")
+
+
+def test_plugin_raising_system_exit_in_its_factory_passes_the_choice_on(site, monkeypatch, caplog):
+    body = """
+    import sys
+    import devmem
+    @devmem.hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="quitter", priority=50, detect=lambda: devmem.Detection(True, "here"),
+                                  factory=lambda: sys.exit(3))
+    """
+    only(monkeypatch, write_dist(site, "vendor-quitter", body))
+    assert devmem.current_platform().name == "cpu"
+    _one_warning(caplog, "'quitter'", "SystemExit")
+
+
+def test_keyboard_interrupt_in_detect_reaches_the_caller(site, monkeypatch):
+    body = """
+    import devmem
+    def detect():
+        raise KeyboardInterrupt
+    @devmem.hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="interrupted", priority=50, detect=detect, factory=object)
+    """
+    only(monkeypatch, write_dist(site, "vendor-interrupted", body))
+    with pytest.raises(KeyboardInterrupt):
+        devmem.current_platform()
+
+
+def test_misspelt_hook_is_reported_with_the_known_hooks(site, monkeypatch, caplog):
+    body = """
+    import devmem
+    @devmem.hookimpl
+    def devmem_platfroms():
+        yield devmem.PlatformSpec(name="typo", priority=50, detect=lambda: devmem.Detection(True, "x"), factory=object)
+    """
+    only(monkeypatch, write_dist(site, "vendor-typo", body))
+    assert devmem.current_platform().name == "cpu"
+    _one_warning(caplog, "'devmem_platfroms'", "devmem_platforms")
+
+
+# ---- fork -------------------------------------------------------------------------------------------------------
+
+BLOCKING_DETECT = """
+import threading
+import devmem
+from devmem.host import CpuPlatform
+ENTERED = threading.Event()
+RELEASE = threading.Event()
+class Gate(CpuPlatform):
+    name = "gate"
+def detect():
+    if not ENTERED.is_set():  # the parent's first detection blocks; the forked child's does not
+        ENTERED.set()
+        RELEASE.wait(30)
+    return devmem.Detection(True, "here")
+@devmem.hookimpl
+def devmem_platforms():
+    yield devmem.PlatformSpec(name="gate", priority=50, detect=detect, factory=Gate)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_child_forked_while_another_thread_resolves_resolves_on_its_own(site, monkeypatch):
+    entry = write_dist(site, "vendor-gate", BLOCKING_DETECT)
+    only(monkeypatch, entry)
+    resolver = threading.Thread(target=devmem.current_platform, daemon=True)
+    resolver.start()
+    gate = None
+    for _ in range(500):
+        gate = next((m for name, m in list(sys.modules.items()) if name.startswith("devmem_testdist_")
+                     and hasattr(m, "ENTERED") and m.ENTERED.is_set()), None)
+        if gate is not None:
+            break
+        time.sleep(0.01)
+    assert gate is not None, "the resolving thread never reached detection"
+    pid = os.fork()
+    if pid == 0:  # the child: resolve, report by exit status, never return into pytest
+        code = 1
+        try:
+            code = 0 if devmem.current_platform().name == "gate" else 2
+        finally:
+            os._exit(code)
+    try:
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not resolve within 20 s: it waited on the parent's resolution lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        gate.RELEASE.set()
+        resolver.join(10)
+
+
+# ---- cost ---------------------------------------------------------------------------------------------------------
+
+def test_resolution_imports_no_plugin_framework():
+    probe = "import sys, devmem; devmem.current_platform(); print('pluggy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -30,7 +30,7 @@ ALLOCATION = GiB
 @pytest.fixture(scope="module")
 def platform() -> RocmPlatform:
     found = detect()
-    if not found.found:
+    if not found.detected:
         pytest.skip(f"the rocm platform is not detected here: {found.reason}")
     return RocmPlatform()
 

@@ -23,7 +23,7 @@ def test_gb10_is_detected_because_nvml_has_no_device_memory_for_it():
 
 
 def test_jetson_is_detected_without_nvml():
-    assert detect(jetson_orin_scenario()).found
+    assert detect(jetson_orin_scenario()).detected
 
 
 def test_strix_halo_is_detected_from_sysfs():
@@ -32,7 +32,7 @@ def test_strix_halo_is_detected_from_sysfs():
 
 def test_a_discrete_nvidia_gpu_is_not_claimed():
     found = detect(h200_scenario())
-    assert not found.found
+    assert not found.detected
     assert "NVIDIA H200 (CUDA device 0, NVML reports its own device memory)" in found.reason
 
 
@@ -42,7 +42,7 @@ def test_an_apu_beside_a_discrete_rtx_card_is_left_to_the_rtx_platform():
                                      pci_bus_id="00000000:01:00.0", compute_capability=(8, 9)))
     sc.libraries.add("nvml")
     found = detect(sc)
-    assert not found.found and "NVIDIA GeForce RTX 4090" in found.reason
+    assert not found.detected and "NVIDIA GeForce RTX 4090" in found.reason
 
 
 def test_a_discrete_radeon_beside_an_apu_is_not_claimed():
@@ -50,13 +50,13 @@ def test_a_discrete_radeon_beside_an_apu_is_not_claimed():
     sc.devices.append(ScriptedDevice(name="AMD Radeon PRO W7900", vendor="amd", total=48 * GiB, reserved=0,
                                      gtt_total=56 * GiB, card=2, pci_bus_id="00000000:03:00.0"))
     found = detect(sc)
-    assert not found.found and "AMD card2 (discrete (its own 48.00 GiB of VRAM))" in found.reason
+    assert not found.detected and "AMD card2 (discrete (its own 48.00 GiB of VRAM))" in found.reason
 
 
 def test_the_cuda_integrated_attribute_wins_over_nvmls_answer():
     sc = gb10_scenario()
     found = survey(sc.fs, session_for(ScriptedNvml(sc)), sc.environ, integrated_attr=lambda device: False)
-    assert not found.detection().found
+    assert not found.detection().detected
 
 
 def test_cuda_integrated_attribute_is_the_evidence_where_the_runtime_is_up():
@@ -67,7 +67,7 @@ def test_cuda_integrated_attribute_is_the_evidence_where_the_runtime_is_up():
 
 def test_no_accelerator_means_not_detected_and_no_device():
     sc = Scenario(devices=[], libraries=set())
-    assert not detect(sc).found
+    assert not detect(sc).detected
     assert UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ).device_count() == 0
 
 

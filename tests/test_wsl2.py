@@ -17,37 +17,37 @@ def wsl2(sc, **kwargs):
 def test_detected_by_dev_dxg():
     sc = wsl2_scenario()
     del sc.files["/proc/sys/kernel/osrelease"]
-    assert detect_wsl2(ScriptedNvml(sc), sc.fs, "linux").found
+    assert detect_wsl2(ScriptedNvml(sc), sc.fs, "linux").detected
 
 
 def test_detected_by_microsoft_kernel_release():
     sc = wsl2_scenario()
     del sc.files["/dev/dxg"]
-    assert detect_wsl2(ScriptedNvml(sc), sc.fs, "linux").found
+    assert detect_wsl2(ScriptedNvml(sc), sc.fs, "linux").detected
 
 
 def test_plain_linux_is_not_wsl2():
     sc = h200_scenario()
     sc.files["/proc/sys/kernel/osrelease"] = "6.8.0-49-generic\n"
-    assert not detect_wsl2(ScriptedNvml(sc), sc.fs, "linux").found
+    assert not detect_wsl2(ScriptedNvml(sc), sc.fs, "linux").detected
 
 
 def test_wsl2_without_an_nvidia_gpu_is_not_claimed():
     sc = wsl2_scenario()
     sc.libraries.discard("nvml")
     detection = detect_wsl2(ScriptedNvml(sc), sc.fs, "linux")
-    assert not detection.found and "LibraryNotFound" in detection.reason
+    assert not detection.detected and "LibraryNotFound" in detection.reason
 
 
 def test_native_windows_with_wddm_is_detected():
     sc = wsl2_scenario()
     sc.files.clear()
-    assert detect_wsl2(ScriptedNvml(sc), sc.fs, "win32").found
+    assert detect_wsl2(ScriptedNvml(sc), sc.fs, "win32").detected
 
 
 def test_native_windows_with_tcc_is_left_to_nvml():
     sc = h200_scenario()
-    assert not detect_wsl2(ScriptedNvml(sc), sc.fs, "win32").found
+    assert not detect_wsl2(ScriptedNvml(sc), sc.fs, "win32").detected
 
 
 def test_process_usage_is_none():

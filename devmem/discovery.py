@@ -1,0 +1,209 @@
+"""Finding the registered platforms and probing each one, every plugin's failure isolated to that plugin.
+
+- :func:`load_plugins` imports each allowed entry point of the ``devmem`` group (``DEVMEM_LOAD_PLUGINS``).
+- :func:`collect` calls each plugin's ``devmem_platforms`` hook on its own and keeps the specs of allowed platforms.
+- :func:`probe` runs one platform's ``detect`` in a daemon thread, bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds.
+
+Whatever a plugin raises there, ``SystemExit`` included, is logged with the plugin's name and distribution and
+the plugin or platform is skipped; only ``KeyboardInterrupt`` propagates, because the user asked to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Callable, NamedTuple, TypeVar
+
+from devmem import hookspecs
+from devmem.entrypoints import EntryPoint
+from devmem.types import Detection, PlatformSpec, PluginError
+
+LOGGER = "devmem.plugins"
+BUILTIN = "cpu"
+DEFAULT_DETECT_TIMEOUT = 10.0
+
+T = TypeVar("T")
+
+
+def warn(message: str, *args: object) -> None:
+    import logging  # only when something went wrong: resolution itself stays clear of logging's import
+
+    logging.getLogger(LOGGER).warning(message, *args)
+
+
+def debug(message: str, *args: object) -> None:
+    logging = sys.modules.get("logging")
+    if logging is not None:  # never imported: no handler is configured that could show a debug line
+        logging.getLogger(LOGGER).debug(message, *args)
+
+
+def described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def isolated(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:
+    """``(call(), None)``, or ``(None, exc)`` for anything it raised except ``KeyboardInterrupt``."""
+    try:
+        return call(), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: B036 - a plugin's SystemExit must not end the host
+        return None, exc
+
+
+class AllowList(NamedTuple):
+    """``DEVMEM_LOAD_PLUGINS``: names of plugins (entry points) or platforms that take part in resolution."""
+
+    names: frozenset[str]
+
+    @classmethod
+    def from_environ(cls) -> "AllowList | None":
+        raw = os.environ.get("DEVMEM_LOAD_PLUGINS", "").strip()
+        if not raw:
+            return None
+        return cls(frozenset(n.strip() for n in raw.split(",") if n.strip()) | {BUILTIN})
+
+    def admits_plugin(self, plugin: str) -> bool:
+        return plugin in self.names
+
+    def admits(self, plugin: str, platform: str) -> bool:
+        return plugin in self.names or platform in self.names
+
+    def text(self) -> str:
+        return os.environ.get("DEVMEM_LOAD_PLUGINS", "").strip()
+
+
+class Plugin(NamedTuple):
+    """An imported entry point."""
+
+    entry: EntryPoint
+    module: object
+
+
+class Registration(NamedTuple):
+    """A platform a plugin provides, with the plugin and distribution it comes from."""
+
+    spec: PlatformSpec
+    plugin: str
+    distribution: str
+    version: str
+
+
+def load_plugins(eps: list[EntryPoint], allow: AllowList | None) -> list[Plugin]:
+    """Import the entry points that may take part: all of them without an allow-list, else those it names, or
+    all of them when it names something that is no entry point (it may be a platform name, known only once the
+    plugin providing it is imported). A plugin that fails to import is logged and skipped."""
+    entry_names = {ep.name for ep in eps}
+    load_all = allow is None or not allow.names <= entry_names
+    plugins: list[Plugin] = []
+    seen: set[str] = set()
+    for ep in eps:
+        if ep.name in seen or not (load_all or allow.admits_plugin(ep.name)):
+            continue
+        seen.add(ep.name)
+        module, exc = isolated(ep.load)
+        if exc is not None:
+            warn("devmem: skipping plugin %r from distribution %r: importing it raised %s", ep.name, ep.distribution,
+                 described(exc))
+            continue
+        plugins.append(Plugin(ep, module))
+    return plugins
+
+
+def _hook_impls(plugin: Plugin) -> list[Callable[[], object]]:
+    impls = []
+    for attr in dir(plugin.module):
+        function = getattr(plugin.module, attr, None)
+        marker = getattr(function, hookspecs.IMPL_ATTRIBUTE, None)
+        if not isinstance(marker, dict) or not callable(function):
+            continue
+        hook = marker.get("specname") or attr
+        if hook not in hookspecs.SPECS:
+            warn("devmem: plugin %r from distribution %r marks %r as a hook implementation, but devmem has no hook "
+                 "%r (its hooks: %s)", plugin.entry.name, plugin.entry.distribution, attr, hook,
+                 ", ".join(sorted(hookspecs.SPECS)))
+            continue
+        impls.append(function)
+    return impls
+
+
+def collect(plugins: list[Plugin]) -> list[Registration]:
+    """Every platform the plugins provide, each plugin's hook called on its own so a failure is its alone."""
+    found: list[Registration] = []
+    for plugin in plugins:
+        ep = plugin.entry
+        for impl in _hook_impls(plugin):
+            specs, exc = isolated(lambda: list(impl() or ()))
+            if exc is not None:
+                warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s", ep.name,
+                     ep.distribution, described(exc))
+                continue
+            bad = [s for s in specs if not isinstance(s, PlatformSpec)]
+            if bad:
+                warn("devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "
+                     "not a devmem.PlatformSpec", ep.name, ep.distribution, bad[0])
+                continue
+            found.extend(Registration(s, ep.name, ep.distribution, ep.version) for s in specs)
+    return found
+
+
+def admitted(regs: list[Registration], eps: list[EntryPoint], allow: AllowList | None) -> list[Registration]:
+    """The registrations the allow-list admits; names it holds that are neither an installed plugin nor a
+    platform are warned about with the names it could hold."""
+    if allow is None:
+        return regs
+    plugin_names = {ep.name for ep in eps}
+    platform_names = {r.spec.name for r in regs}
+    unknown = sorted(allow.names - plugin_names - platform_names)
+    if unknown:
+        warn("devmem: DEVMEM_LOAD_PLUGINS=%r names %s, which is neither a plugin nor a platform here; plugins: %s; "
+             "platforms: %s", allow.text(), ", ".join(map(repr, unknown)), ", ".join(sorted(plugin_names)),
+             ", ".join(sorted(platform_names)))
+    return [r for r in regs if allow.admits(r.plugin, r.spec.name)]
+
+
+def detect_timeout() -> float:
+    """``DEVMEM_DETECT_TIMEOUT`` in seconds (default :data:`DEFAULT_DETECT_TIMEOUT`)."""
+    raw = os.environ.get("DEVMEM_DETECT_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_DETECT_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise PluginError(f"DEVMEM_DETECT_TIMEOUT={raw!r} is not a positive number of seconds; "
+                          f"give one such as {DEFAULT_DETECT_TIMEOUT:g}, or unset it")
+    return seconds
+
+
+def probe(reg: Registration, timeout: float) -> Detection:
+    """``reg``'s detection, run in a daemon thread: a detect still running after ``timeout`` seconds counts as
+    not detected (the thread is left to finish on its own); anything it raises is logged and counts as not
+    detected."""
+    outcome: list[tuple[object, BaseException | None]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((reg.spec.detect(), None))
+        except BaseException as exc:  # noqa: B036 - handed to the resolving thread below
+            outcome.append((None, exc))
+
+    where = f"platform {reg.spec.name!r} of plugin {reg.plugin!r} from distribution {reg.distribution!r}"
+    worker = threading.Thread(target=run, name=f"devmem-detect-{reg.spec.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        warn("devmem: skipping %s: detect took longer than %g s (DEVMEM_DETECT_TIMEOUT)", where, timeout)
+        return Detection(False, f"detection took longer than {timeout:g} s (DEVMEM_DETECT_TIMEOUT)")
+    detection, exc = outcome[0]
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    if exc is not None:
+        warn("devmem: skipping %s: detect raised %s", where, described(exc))
+        return Detection(False, f"detect raised {described(exc)}")
+    if not isinstance(detection, Detection):
+        warn("devmem: skipping %s: detect returned %r, not a devmem.Detection", where, detection)
+        return Detection(False, f"detect returned {detection!r}, not a devmem.Detection")
+    return detection

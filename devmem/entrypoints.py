@@ -10,11 +10,12 @@ on ``sys.path`` wins.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import sys
 from typing import NamedTuple
+
+from devmem.lazy import load_object
 
 
 class EntryPoint(NamedTuple):
@@ -27,11 +28,7 @@ class EntryPoint(NamedTuple):
     version: str
 
     def load(self) -> object:
-        module, _, attr = self.value.partition(":")
-        obj = importlib.import_module(module.strip())
-        for part in filter(None, attr.strip().split(".")):
-            obj = getattr(obj, part)
-        return obj
+        return load_object(self.value)
 
 
 def _normalise(name: str) -> str:

@@ -1,9 +1,17 @@
-"""Module attributes that load on first use (PEP 562), so importing a package stays cheap."""
+"""Things that load on first use, so importing a package or registering a platform stays cheap.
+
+- :func:`lazy_exports`: module attributes imported on first access (PEP 562).
+- :func:`deferred`: a callable that imports ``"module:attr"`` on its first call (a ``PlatformSpec.factory``).
+- :func:`gated_detect`: a ``PlatformSpec.detect`` that answers from a cheap check (driver files) and imports the
+  backend's real probe only where that check passes.
+"""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any, Callable, Mapping
+
+from devmem.types import Detection
 
 
 def lazy_exports(namespace: dict[str, Any], names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
@@ -22,3 +30,35 @@ def lazy_exports(namespace: dict[str, Any], names: Mapping[str, str]) -> tuple[C
         return sorted(set(namespace) | set(names))
 
     return __getattr__, __dir__
+
+
+def load_object(target: str) -> Any:
+    """The object ``"package.module:attr.sub"`` names (the module itself without ``:attr``), imported now."""
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module.strip())
+    for part in filter(None, attr.strip().split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def deferred(target: str) -> Callable[[], Any]:
+    """A callable that imports ``target`` (``"module:attr"``) when called and returns ``attr()``."""
+
+    def call() -> Any:
+        return load_object(target)()
+
+    call.__qualname__ = call.__name__ = f"deferred({target!r})"
+    return call
+
+
+def gated_detect(present: Callable[[], bool], absent: str, target: str) -> Callable[[], Detection]:
+    """A detect that is ``Detection(False, absent)`` while ``present()`` is false (a cheap check such as "is the
+    driver loaded"), and otherwise what the probe ``target`` (``"module:attr"``, imported only then) returns."""
+
+    def detect() -> Detection:
+        if not present():
+            return Detection(False, absent)
+        return load_object(target)()
+
+    detect.__qualname__ = detect.__name__ = f"gated_detect({target!r})"
+    return detect

@@ -14,6 +14,7 @@ import devmem_nvidia
 import devmem_rocm
 from devmem.hookspecs import hookimpl
 from devmem.host import REAL_FILES, Files
+from devmem.lazy import deferred
 from devmem.types import Detection, PlatformSpec
 from devmem_uma.tegra import jetson_reason
 
@@ -34,19 +35,13 @@ def detect_uma(*, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[
     return survey(files, session, os.environ if environ is None else environ).detection()
 
 
-def _uma():
-    from devmem_uma.platform import UmaPlatform
-
-    return UmaPlatform()
-
-
 @hookimpl
 def devmem_platforms():
     yield PlatformSpec(
         name="uma",
         priority=PRIORITY,
         detect=detect_uma,
-        factory=_uma,
+        factory=deferred("devmem_uma.platform:UmaPlatform"),
         runtime_markers=RUNTIME_MARKERS,
         description="unified memory (DGX Spark GB10, Jetson, AMD APUs): free is what an allocation can obtain",
     )

@@ -13,6 +13,7 @@ import time
 import pytest
 
 import devmem
+from devmem.lazy import deferred, gated_detect
 from devmem.types import MiB
 from plugin_dists import memory_dist, platform_dist, write_dist
 
@@ -438,3 +439,22 @@ def test_resolution_imports_no_plugin_framework():
     probe = "import sys, devmem; devmem.current_platform(); print('pluggy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+# ---- registration helpers every backend's plugin module uses ----------------------------------------------------
+
+def test_gated_detect_answers_the_absent_reason_without_importing_the_probe():
+    detect = gated_detect(lambda: False, "no driver here", "devmem_no_such_module:probe")
+    assert detect() == devmem.Detection(False, "no driver here")
+
+
+def test_gated_detect_asks_the_probe_where_the_check_passes(site):
+    (site / "devmem_gate_probe.py").write_text("import devmem\ndef probe():\n    return devmem.Detection(True, 'card')\n")
+    assert gated_detect(lambda: True, "absent", "devmem_gate_probe:probe")() == devmem.Detection(True, "card")
+
+
+def test_deferred_factory_imports_its_target_only_when_called(site):
+    (site / "devmem_deferred_target.py").write_text("class Built:\n    pass\n")
+    factory = deferred("devmem_deferred_target:Built")
+    assert "devmem_deferred_target" not in sys.modules
+    assert type(factory()).__name__ == "Built"

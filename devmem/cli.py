@@ -40,7 +40,8 @@ def _yes(flag: bool) -> str:
 
 
 def _chosen(platform_name: str, cands: list[Candidate]) -> Candidate | None:
-    return next((c for c in cands if c.name == platform_name and c.detected), None)
+    """The candidate resolution chose, where ``platform_name`` is the resolved platform's."""
+    return next((c for c in cands if c.chosen and c.name == platform_name), None)
 
 
 def _why(chosen: Candidate | None) -> str:
@@ -188,8 +189,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from devmem.cli_format import table, terminal_width
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
-    rows = [("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected), c.reason)
-            for c in cands]
+    rows = [("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected),
+             "; ".join(filter(None, (c.reason, c.note)))) for c in cands]
     print("\n".join(table(header, rows, terminal_width(), indent="")))
     return 0
 

@@ -1,65 +1,106 @@
 """How much `import devmem; devmem.current_platform()` adds to a bare interpreter start.
 
-Median wall time over repeated fresh processes, side by side with `python -c pass` in one run.
-Usage: python benchmarks/import_time.py [--runs 30] [--out benchmarks/results/import_time.json]
+Median wall time over fresh processes, side by side with `python -c pass` in one run (the cases alternate round by
+round, so machine noise hits them alike).
+
+- default: in the current environment (an editable install, say).
+- `--wheel`: the way users run it: builds devmem's wheel (`pip wheel --no-deps --no-build-isolation`), installs it
+  with `--no-deps` into a throwaway `python -m venv` together with its runtime dependencies (psutil, pluggy,
+  nvidia-ml-py, by name through pip's configured index), and times the cases with that venv's interpreter.
+
+Usage: python benchmarks/import_time.py [--wheel] [--runs 30] [--out benchmarks/results/import_time.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+BASELINE = "python -c pass"
 CASES = {
-    "python -c pass": "pass",
+    BASELINE: "pass",
     "import devmem": "import devmem",
     "import devmem; current_platform()": "import devmem; devmem.current_platform()",
     "... and device_memory_info()": "import devmem; devmem.current_platform().device_memory_info()",
 }
+#: Installed next to the wheel in --wheel mode: devmem's runtime dependencies and the NVIDIA backend's library.
+RUNTIME_DEPENDENCIES = ("psutil", "pluggy", "nvidia-ml-py")
 
 
-def median_ms(code: str, runs: int) -> float:
-    times = []
+def _quiet_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS")}
+
+
+def wheel_venv(root: Path) -> Path:
+    """A fresh venv under ``root`` with devmem installed from its wheel (not editable); returns its python."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    wheels = root / "wheels"
+    subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)], check=True,
+                   env=_quiet_env(), cwd=root)
+    (wheel,) = wheels.glob("devmem-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(pip + ["--python", str(python), "install", "--no-deps", str(wheel)], check=True, env=_quiet_env())
+    subprocess.run(pip + ["--python", str(python), "install", *RUNTIME_DEPENDENCIES], check=True, env=_quiet_env())
+    return python
+
+
+def elapsed_ms(python: str, code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([python, "-c", code], check=True, capture_output=True, env=_quiet_env(), cwd=tempfile.gettempdir())
+    return (time.perf_counter() - start) * 1e3
+
+
+def measure(python: str, runs: int) -> dict[str, float]:
+    """Median milliseconds of each case over ``runs`` rounds, the cases alternating within each round."""
+    for _ in range(3):  # warm the file cache
+        elapsed_ms(python, CASES["import devmem; current_platform()"])
+    samples: dict[str, list[float]] = {name: [] for name in CASES}
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for name, code in CASES.items():
+            samples[name].append(elapsed_ms(python, code))
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--wheel", action="store_true", help="time a clean wheel install in a throwaway venv")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
-    median_ms("import devmem; devmem.current_platform()", 3)  # warm the file cache
-    # Interleave the cases round by round so machine noise hits them alike.
-    samples: dict[str, list[float]] = {name: [] for name in CASES}
-    for _ in range(args.runs):
-        for name, code in CASES.items():
-            samples[name].append(median_ms(code, 1))
-    medians = {name: statistics.median(v) for name, v in samples.items()}
-    base = medians["python -c pass"]
+    with tempfile.TemporaryDirectory(prefix="devmem-import-time-") as tmp:
+        python = str(wheel_venv(Path(tmp))) if args.wheel else sys.executable
+        medians = measure(python, args.runs)
+        chosen = subprocess.run([python, "-c", "import devmem; print(devmem.current_platform().name)"], check=True,
+                                capture_output=True, text=True, env=_quiet_env()).stdout.strip()
+    base = medians[BASELINE]
     print(f"{'case':<40}{'median ms':>10}{'added ms':>10}")
     for name, value in medians.items():
         print(f"{name:<40}{value:>10.1f}{value - base:>10.1f}")
-    import devmem
-
     result = {
+        "install": "wheel, non-editable, throwaway venv" if args.wheel else "current environment",
         "runs": args.runs,
         "python": sys.version.split()[0],
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
-        "platform": devmem.current_platform().name,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "platform": chosen,
         "median_ms": medians,
         "added_ms": {name: value - base for name, value in medians.items()},
     }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ its name:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping, Protocol, runtime_checkable
 
+from devmem.records import Record
 from devmem.types import DevmemError, MemoryInfo
 
 
@@ -38,8 +38,7 @@ class ReasonKind(str, Enum):
     NO_SOURCE = "no-source"
 
 
-@dataclass(frozen=True)
-class Reason:
+class Reason(Record):
     """Why a figure is missing: ``kind`` for programs, ``text`` for people."""
 
     kind: ReasonKind
@@ -51,8 +50,7 @@ class Reason:
             raise TypeError(f"Reason.text must be a non-empty string, got {self.text!r}")
 
 
-@dataclass(frozen=True)
-class ProcessMemory:
+class ProcessMemory(Record):
     """This process's device memory in bytes, or ``None`` with the :class:`Reason` it is unknown."""
 
     used: int | None
@@ -67,12 +65,11 @@ class ProcessMemory:
         return cls(None, Reason(kind, text))
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+class DeviceMemory(Record):
     """One reading of a device: free/total, where each figure came from (for people), and notes on it."""
 
     info: MemoryInfo
-    sources: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = {}
     notes: tuple[str, ...] = ()
 
 
@@ -227,8 +224,7 @@ class PlatformBase:
         return list(self._notes(device))
 
 
-@dataclass(frozen=True)
-class DeviceReport:
+class DeviceReport(Record):
     """Everything a platform can say about one device, for people and for JSON."""
 
     index: int
@@ -241,8 +237,8 @@ class DeviceReport:
     other_processes: dict[int, int] | None
     integrated: bool
     pages_instead_of_failing: bool
-    sources: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = {}
+    notes: list[str] = []
     #: The :class:`ReasonKind` value of ``process_reason`` (``None`` where the figure is known).
     process_reason_kind: str | None = None
 

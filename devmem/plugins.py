@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, replace
 
 from devmem.discovery import (
     BUILTIN,
@@ -36,13 +35,13 @@ from devmem.discovery import (
 )
 from devmem.entrypoints import entry_points
 from devmem.platform import CONTRACT, Platform
+from devmem.records import Record
 from devmem.types import PluginError
 
 ENTRY_POINT_GROUP = "devmem"
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(Record):
     """A registered platform and what resolution found out about it.
 
     ``note`` explains what else bears on it: another distribution providing the same name.
@@ -64,13 +63,11 @@ class Candidate:
         return dict(self.__dict__)
 
 
-@dataclass
 class _Resolution:
     """What this process found: every candidate (with the registration it came from), and what was excluded."""
 
-    probed: list[tuple[Candidate, Registration]]
-    excluded: list[str]
-    allow: AllowList | None
+    def __init__(self, probed: list[tuple[Candidate, Registration]], excluded: list[str], allow: AllowList | None):
+        self.probed, self.excluded, self.allow = probed, excluded, allow
 
 
 def _duplicate_notes(regs: list[Registration]) -> dict[int, str]:
@@ -189,7 +186,7 @@ def platform_candidates() -> list[Candidate]:
             chosen = _choose(res, cands)
         except PluginError:
             return cands
-        return [replace(c, chosen=c is chosen) for c in cands]
+        return [c.replace(chosen=c is chosen) for c in cands]
 
 
 def _build(res: _Resolution) -> Platform:
@@ -207,7 +204,7 @@ def _build(res: _Resolution) -> Platform:
             if forced or choice.name == BUILTIN:
                 raise PluginError(message + ". Name another platform with DEVMEM_PLATFORM.") from exc
             warn("devmem: %s; trying the next candidate", message)
-            res.probed[index] = (replace(choice, detected=False, reason=f"factory raised {described(exc)}"), reg)
+            res.probed[index] = (choice.replace(detected=False, reason=f"factory raised {described(exc)}"), reg)
             continue
         if not isinstance(platform, Platform):
             missing = [m for m in CONTRACT if not hasattr(platform, m)]

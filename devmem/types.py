@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+
+from devmem.records import Record
 
 if TYPE_CHECKING:
     from devmem.platform import Platform
@@ -48,8 +49,7 @@ class MemoryInfo(NamedTuple):
     total: int
 
 
-@dataclass(frozen=True)
-class Detection:
+class Detection(Record):
     """The outcome of a backend's cheap probe: whether its hardware is here, and why (not)."""
 
     detected: bool
@@ -62,8 +62,7 @@ class Detection:
             raise TypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
 
 
-@dataclass(frozen=True)
-class PlatformSpec:
+class PlatformSpec(Record):
     """What a backend's ``devmem_platforms`` hook yields: a named, prioritised, lazily built platform.
 
     ``detect()`` must be cheap (no device context, no torch import); ``factory()`` runs only when

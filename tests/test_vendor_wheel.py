@@ -90,3 +90,10 @@ def test_vendor_conformance_file_passes_where_the_wheel_is_installed(vendor_env)
                  "tests/test_acme_conformance.py"], cwd=vendor_env["source"])
     assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout
     assert "not registered" not in done.stdout, "the kit did not find acme through its entry point: " + done.stdout
+
+
+def test_vendor_scripted_library_runs_the_kit_on_the_neutral_scenario(vendor_env):
+    done = _run([vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                 "tests/test_acme_scripted.py"], cwd=vendor_env["source"])
+    assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout
+    assert "TestAcmeScripted" in done.stdout, "the kit's per-call timings name the scripted class: " + done.stdout

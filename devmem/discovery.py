@@ -48,7 +48,7 @@ def isolated(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:
         return call(), None
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # noqa: B036 - a plugin's SystemExit must not end the host
+    except BaseException as exc:  # noqa: BLE001 - a plugin's SystemExit must not end the host
         return None, exc
 
 
@@ -58,7 +58,7 @@ class AllowList(NamedTuple):
     names: frozenset[str]
 
     @classmethod
-    def from_environ(cls) -> "AllowList | None":
+    def from_environ(cls) -> AllowList | None:
         raw = os.environ.get("DEVMEM_LOAD_PLUGINS", "").strip()
         if not raw:
             return None
@@ -187,7 +187,7 @@ def probe(reg: Registration, timeout: float) -> Detection:
     def run() -> None:
         try:
             outcome.append((reg.spec.detect(), None))
-        except BaseException as exc:  # noqa: B036 - handed to the resolving thread below
+        except BaseException as exc:  # noqa: BLE001 - handed to the resolving thread below
             outcome.append((None, exc))
 
     where = f"platform {reg.spec.name!r} of plugin {reg.plugin!r} from distribution {reg.distribution!r}"

@@ -25,8 +25,6 @@ nvidia-ml-py 13.x (checked against its source):
 from __future__ import annotations
 
 import ctypes
-import fnmatch
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,6 +33,7 @@ from devmem.testing.scenario import (
     H200_TOTAL,
     Scenario,
     ScriptedDevice,
+    ScriptedLibrary,
 )
 from devmem.types import GiB, MiB
 
@@ -167,7 +166,7 @@ def _bus_key(bus_id: str) -> str:
     return f"{domain.zfill(8)}:{rest}"
 
 
-class ScriptedNvml:
+class ScriptedNvml(ScriptedLibrary):
     """``pynvml`` answering from ``scenario`` (read live on every call). See the module docstring."""
 
     nvmlMemory_v2 = nvmlMemory_v2
@@ -183,19 +182,12 @@ class ScriptedNvml:
     NVMLLibraryMismatchError = NVMLLibraryMismatchError
 
     def __init__(self, scenario: Scenario, *, convert_not_available: bool = True):
-        self.scenario = scenario
+        super().__init__(scenario)
         self.convert_not_available = convert_not_available
-        self.calls: Counter[str] = Counter()
-        self.initialised = 0
 
     # ---- plumbing ------------------------------------------------------------------------------
-    def _enter(self, name: str, *, needs_init: bool = True) -> None:
-        self.calls[name] += 1
-        for pattern, error in self.scenario.failures.items():
-            if pattern == name or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern)):
-                raise nvml_error(error)
-        if needs_init and self.initialised <= 0:
-            raise nvml_error("Uninitialized")
+    def error(self, name: str) -> Exception:
+        return nvml_error(name)
 
     def _nvidia(self) -> list[int]:
         return [i for i, d in enumerate(self.scenario.devices) if d.vendor == "nvidia"]

@@ -34,14 +34,12 @@ mirrors amdsmi 7.0.2 (checked against its ``amdsmi_interface.py`` and ``amdsmi_e
 from __future__ import annotations
 
 import ctypes
-import fnmatch
 import time
-from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Callable, Iterable, Sequence
 
-from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice
+from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedLibrary
 from devmem.types import GiB, MiB
 
 # ---- statuses and exceptions, as amdsmi_wrapper.py / amdsmi_exception.py define them -------------------
@@ -166,7 +164,7 @@ def asic_serial(dev: ScriptedDevice) -> str:
     return dev.uuid.replace("-", "")[-16:].lower()
 
 
-class ScriptedAmdsmi:
+class ScriptedAmdsmi(ScriptedLibrary):
     """``amdsmi`` answering from ``scenario`` (read live on every call). See the module docstring."""
 
     AmdSmiInitFlags = AmdSmiInitFlags
@@ -183,14 +181,12 @@ class ScriptedAmdsmi:
                  missing: Iterable[str] = (), settle_s: float = 0.0, clock: Callable[[], float] = time.monotonic):
         if api not in ("list", "handles"):
             raise ValueError(f"api must be 'list' (amdsmi >= 6.2) or 'handles' (amdsmi 6.0/6.1), not {api!r}")
-        self.scenario = scenario
+        super().__init__(scenario)
         self.api = api
         self.handle_order = list(handle_order) if handle_order is not None else None
         self.missing = set(missing) | ({"amdsmi_get_gpu_process_info"} if api == "list" else set())
         self.settle_s = settle_s
         self.clock = clock
-        self.calls: Counter[str] = Counter()
-        self.initialised = 0
         self.initialised_at: float | None = None
 
     def __getattribute__(self, name: str) -> Any:
@@ -199,13 +195,10 @@ class ScriptedAmdsmi:
         return object.__getattribute__(self, name)
 
     # ---- plumbing ------------------------------------------------------------------------------
-    def _enter(self, name: str, *, needs_init: bool = True) -> None:
-        self.calls[name] += 1
-        for pattern, error in self.scenario.failures.items():
-            if pattern == name or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern)):
-                raise amdsmi_error(error)
-        if needs_init and self.initialised <= 0:
-            raise amdsmi_error("NOT_INIT")
+    NOT_INITIALISED = "NOT_INIT"
+
+    def error(self, name: str) -> Exception:
+        return amdsmi_error(name)
 
     def _amd(self) -> list[int]:
         amd = [i for i, d in enumerate(self.scenario.devices) if d.vendor == "amd"]

@@ -6,7 +6,7 @@ A vendor package owns its scripted library and machine presets (``devmem_nvidia.
 """
 
 from devmem.lazy import lazy_exports
-from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedFiles
+from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedFiles, ScriptedLibrary
 
 # The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.
 _KIT = {
@@ -21,7 +21,7 @@ _KIT = {
 }
 __all__ = [
     "Allocation", "Capabilities", "HostFixtures", "HostMemory", "PlatformConformance", "PlatformFixtures", "Scenario",
-    "ScriptedClock", "ScriptedDevice", "ScriptedFiles", "ScriptedFixtures", "TorchFixtures", "scripted_fixtures",
+    "ScriptedClock", "ScriptedDevice", "ScriptedFiles", "ScriptedFixtures", "ScriptedLibrary", "TorchFixtures", "scripted_fixtures",
 ]
 
 

@@ -13,7 +13,9 @@ Mutate it through its methods or attributes at any time; every fake reads it liv
 
 from __future__ import annotations
 
+import fnmatch
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 
 from devmem.types import GiB, KiB
@@ -51,6 +53,33 @@ class ScriptedDevice:
     card: int = 0
     #: MIG instances only: PID -> bytes the driver attributes to it inside this instance.
     processes: dict[int, int] = field(default_factory=dict)
+
+
+class ScriptedLibrary:
+    """What every scripted vendor library shares: it answers from ``scenario``, counts calls by name in ``calls``,
+    raises the failures the scenario scripts, and refuses calls before its init.
+
+    A vendor's library subclasses it, sets :attr:`NOT_INITIALISED` to its error name for that, implements
+    :meth:`error` (an error name -> the vendor's exception) and starts each call with ``self._enter("fn_name")``.
+    """
+
+    NOT_INITIALISED = "Uninitialized"
+
+    def __init__(self, scenario: "Scenario"):
+        self.scenario = scenario
+        self.calls: Counter[str] = Counter()
+        self.initialised = 0
+
+    def error(self, name: str) -> Exception:  # pragma: no cover - every vendor library overrides it
+        raise NotImplementedError("a scripted library maps an error name to its vendor's exception")
+
+    def _enter(self, name: str, *, needs_init: bool = True) -> None:
+        self.calls[name] += 1
+        error = self.scenario.failure(name)
+        if error is not None:
+            raise self.error(error)
+        if needs_init and self.initialised <= 0:
+            raise self.error(self.NOT_INITIALISED)
 
 
 class ScriptedClock:
@@ -277,10 +306,18 @@ class Scenario:
             return self.host.free, self.host.total
         return self.device_free(device), dev.total - dev.reserved
 
+    def failure(self, call: str) -> str | None:
+        """The error name :attr:`failures` scripts for ``call``: by its name, or by a glob (``"nvmlDevice*"``)."""
+        for pattern, error in self.failures.items():
+            if pattern == call or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(call, pattern)):
+                return error
+        return None
+
     def check(self, call: str) -> None:
         """Raise the scripted failure of ``call``, if any (as a plain RuntimeError for the runtime)."""
-        if call in self.failures:
-            raise RuntimeError(f"{call}: {self.failures[call]}")
+        error = self.failure(call)
+        if error is not None:
+            raise RuntimeError(f"{call}: {error}")
 
     # ---- files --------------------------------------------------------------------------------
     def proc_self_status(self) -> str:

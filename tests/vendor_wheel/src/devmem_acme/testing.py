@@ -36,8 +36,9 @@ class ScriptedPsutil:
         self.scenario = scenario
 
     def _check(self, call: str) -> None:
-        if call in self.scenario.failures:
-            raise Error(f"{call}: {self.scenario.failures[call]}")
+        error = self.scenario.failure(call)
+        if error is not None:
+            raise Error(f"{call}: {error}")
 
     def virtual_memory(self) -> SimpleNamespace:
         self._check("virtual_memory")

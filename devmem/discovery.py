@@ -48,7 +48,7 @@ def isolated(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:
         return call(), None
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # noqa: BLE001 - a plugin's SystemExit must not end the host
+    except BaseException as exc:
         return None, exc
 
 
@@ -134,7 +134,7 @@ def collect(plugins: list[Plugin]) -> list[Registration]:
     for plugin in plugins:
         ep = plugin.entry
         for impl in _hook_impls(plugin):
-            specs, exc = isolated(lambda: list(impl() or ()))
+            specs, exc = isolated(lambda impl=impl: list(impl() or ()))
             if exc is not None:
                 warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s", ep.name,
                      ep.distribution, described(exc))
@@ -187,7 +187,7 @@ def probe(reg: Registration, timeout: float) -> Detection:
     def run() -> None:
         try:
             outcome.append((reg.spec.detect(), None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the resolving thread below
+        except BaseException as exc:
             outcome.append((None, exc))
 
     where = f"platform {reg.spec.name!r} of plugin {reg.plugin!r} from distribution {reg.distribution!r}"

@@ -11,11 +11,11 @@ import threading
 import time
 
 import pytest
+from plugin_dists import memory_dist, platform_dist, write_dist
 
 import devmem
 from devmem.lazy import deferred, gated_detect
 from devmem.types import MiB
-from plugin_dists import memory_dist, platform_dist, write_dist
 
 
 def only(monkeypatch, *entries: str) -> None:

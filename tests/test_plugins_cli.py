@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-from devmem.types import MiB
 from plugin_dists import memory_dist, write_dist
+
+from devmem.types import MiB
 
 
 def devmem(site, *args: str, **env: str) -> subprocess.CompletedProcess:

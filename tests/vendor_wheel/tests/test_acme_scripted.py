@@ -1,9 +1,10 @@
 """devmem's conformance kit against ACME's scripted psutil: the same facilities a built-in backend uses."""
 
-from devmem.testing import PlatformConformance, scripted_fixtures
-from devmem.types import GiB
 from devmem_acme.platform import AcmePlatform
 from devmem_acme.testing import BASE_RSS, ScriptedPsutil, acme_scenario
+
+from devmem.testing import PlatformConformance, scripted_fixtures
+from devmem.types import GiB
 
 
 class TestAcmeScripted(PlatformConformance, scripted_fixtures(

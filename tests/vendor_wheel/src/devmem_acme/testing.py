@@ -45,7 +45,7 @@ class ScriptedPsutil:
         host = self.scenario.host
         return SimpleNamespace(total=host.total, available=host.available, free=host.free)
 
-    def Process(self, pid: int | None = None) -> SimpleNamespace:  # noqa: N802 - psutil's name
+    def Process(self, pid: int | None = None) -> SimpleNamespace:
         sc = self.scenario
         owner = sc.own_driver_pid if pid is None else pid
 

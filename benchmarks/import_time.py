@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,21 +57,30 @@ def wheel_venv(root: Path) -> Path:
     return python
 
 
-def elapsed_ms(python: str, code: str) -> float:
+def elapsed_ms(python: str, code: str) -> tuple[float, float]:
+    """Wall and CPU (user + system) milliseconds of one fresh ``python -c code``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([python, "-c", code], check=True, capture_output=True, env=_quiet_env(), cwd=tempfile.gettempdir())
-    return (time.perf_counter() - start) * 1e3
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall * 1e3, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
 
 
-def measure(python: str, runs: int) -> dict[str, float]:
-    """Median milliseconds of each case over ``runs`` rounds, the cases alternating within each round."""
+def measure(python: str, runs: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU milliseconds of each case over ``runs`` rounds, the cases alternating within each round
+    (CPU time is what a loaded machine's contention does not inflate)."""
     for _ in range(3):  # warm the file cache
         elapsed_ms(python, CASES["import devmem; current_platform()"])
-    samples: dict[str, list[float]] = {name: [] for name in CASES}
+    wall: dict[str, list[float]] = {name: [] for name in CASES}
+    cpu: dict[str, list[float]] = {name: [] for name in CASES}
     for _ in range(runs):
         for name, code in CASES.items():
-            samples[name].append(elapsed_ms(python, code))
-    return {name: statistics.median(values) for name, values in samples.items()}
+            w, c = elapsed_ms(python, code)
+            wall[name].append(w)
+            cpu[name].append(c)
+    return ({name: statistics.median(v) for name, v in wall.items()},
+            {name: statistics.median(v) for name, v in cpu.items()})
 
 
 def main() -> None:
@@ -81,13 +91,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="devmem-import-time-") as tmp:
         python = str(wheel_venv(Path(tmp))) if args.wheel else sys.executable
-        medians = measure(python, args.runs)
+        load = os.getloadavg()[0]
+        medians, cpu = measure(python, args.runs)
         chosen = subprocess.run([python, "-c", "import devmem; print(devmem.current_platform().name)"], check=True,
                                 capture_output=True, text=True, env=_quiet_env()).stdout.strip()
-    base = medians[BASELINE]
-    print(f"{'case':<40}{'median ms':>10}{'added ms':>10}")
+    base, cpu_base = medians[BASELINE], cpu[BASELINE]
+    print(f"{'case':<40}{'median ms':>10}{'added ms':>10}{'cpu ms':>10}{'added':>10}")
     for name, value in medians.items():
-        print(f"{name:<40}{value:>10.1f}{value - base:>10.1f}")
+        print(f"{name:<40}{value:>10.1f}{value - base:>10.1f}{cpu[name]:>10.1f}{cpu[name] - cpu_base:>10.1f}")
+    print(f"load average at the start: {load:.2f} on {os.cpu_count()} cores")
     result = {
         "install": "wheel, non-editable, throwaway venv" if args.wheel else "current environment",
         "runs": args.runs,
@@ -96,6 +108,9 @@ def main() -> None:
         "platform": chosen,
         "median_ms": medians,
         "added_ms": {name: value - base for name, value in medians.items()},
+        "cpu_median_ms": cpu,
+        "cpu_added_ms": {name: value - cpu_base for name, value in cpu.items()},
+        "load_average_at_start": load,
     }
     if args.out:
         with open(args.out, "w") as f:

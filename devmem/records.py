@@ -32,13 +32,16 @@ class Record:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fields, defaults = list(cls._fields), dict(cls._defaults)
-        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        own = vars(cls)
+        # Python 3.14 keeps a class's annotations behind __annotate__ (PEP 649) until they are asked for.
+        annotations = own.get("__annotations__") or (cls.__annotations__ if "__annotate__" in own else {})
+        for name, annotation in annotations.items():
             if name.startswith("_") or str(annotation).startswith(("ClassVar", "typing.ClassVar")):
                 continue
             if name not in fields:
                 fields.append(name)
-            if name in cls.__dict__:
-                defaults[name] = cls.__dict__[name]
+            if name in own:
+                defaults[name] = own[name]
             elif defaults and name not in defaults:
                 raise TypeError(f"{cls.__name__}: field {name!r} without a default follows one with a default")
         cls._fields, cls._defaults = tuple(fields), defaults

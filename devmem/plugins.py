@@ -94,7 +94,8 @@ def _resolve_candidates() -> _Resolution:
     allow = AllowList.from_environ()
     plugins = load_plugins(eps, allow)
     regs = admitted(collect(plugins), eps, allow)
-    excluded = sorted({ep.name for ep in eps} - {r.plugin for r in regs})
+    excluded = sorted({ep.name for ep in eps if allow is not None and not allow.admits_plugin(ep.name)}
+                      - {r.plugin for r in regs})
     timeout = detect_timeout()
     notes = _duplicate_notes(regs)
     probed = []

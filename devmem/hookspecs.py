@@ -23,8 +23,11 @@ from devmem.types import PlatformSpec
 
 F = TypeVar("F", bound=Callable[..., object])
 
-#: The attribute :func:`hookimpl` sets on a hook implementation: ``{"specname": name or None}``.
+#: The attributes the markers set, as pluggy's markers for the project name ``devmem`` do: a plugin may use
+#: ``pluggy.HookimplMarker("devmem")`` instead of :func:`hookimpl`, and ``pluggy.PluginManager("devmem")`` accepts
+#: this module's specs and devmem-marked plugins.
 IMPL_ATTRIBUTE = "devmem_impl"
+SPEC_ATTRIBUTE = "devmem_spec"
 #: Every hook a plugin may implement, by name.
 SPECS: dict[str, Callable[..., object]] = {}
 
@@ -32,6 +35,8 @@ SPECS: dict[str, Callable[..., object]] = {}
 def hookspec(function: F) -> F:
     """Declare ``function`` (its name, signature and docstring) as a devmem hook."""
     SPECS[function.__name__] = function
+    setattr(function, SPEC_ATTRIBUTE, {"firstresult": False, "historic": False, "warn_on_impl": None,
+                                       "warn_on_impl_args": None})
     return function
 
 
@@ -42,7 +47,8 @@ def hookimpl(function: F | None = None, *, specname: str | None = None):
     """
 
     def mark(impl: F) -> F:
-        setattr(impl, IMPL_ATTRIBUTE, {"specname": specname})
+        setattr(impl, IMPL_ATTRIBUTE, {"wrapper": False, "hookwrapper": False, "optionalhook": False,
+                                       "tryfirst": False, "trylast": False, "specname": specname})
         return impl
 
     return mark if function is None else mark(function)

@@ -458,3 +458,44 @@ def test_deferred_factory_imports_its_target_only_when_called(site):
     factory = deferred("devmem_deferred_target:Built")
     assert "devmem_deferred_target" not in sys.modules
     assert type(factory()).__name__ == "Built"
+
+
+def test_plugin_marked_with_pluggys_own_marker_is_a_devmem_plugin(site, monkeypatch):
+    """devmem's markers are pluggy's protocol under the project name ``devmem``: a plugin written for pluggy
+    (``pluggy.HookimplMarker("devmem")``) is found and resolved like one using ``devmem.hookimpl``."""
+    body = """
+    import pluggy
+    import devmem
+    from devmem.host import CpuPlatform
+
+    hookimpl = pluggy.HookimplMarker("devmem")
+
+    class PluggyPlatform(CpuPlatform):
+        name = "viapluggy"
+
+    @hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="viapluggy", priority=60, description="written for pluggy",
+                                  detect=lambda: devmem.Detection(True, "always"), factory=PluggyPlatform)
+    """
+    only(monkeypatch, write_dist(site, "vendor-pluggy", body))
+    assert devmem.current_platform().name == "viapluggy"
+
+
+def test_devmem_hookspecs_validate_under_a_pluggy_plugin_manager():
+    """The hook specs are a pluggy spec module: a PluginManager("devmem") accepts them and a devmem-marked
+    implementation, and calls it."""
+    import pluggy
+
+    from devmem import hookspecs
+
+    pm = pluggy.PluginManager("devmem")
+    pm.add_hookspecs(hookspecs)
+
+    class Plugin:
+        @devmem.hookimpl
+        def devmem_platforms(self):
+            return []
+
+    pm.register(Plugin())
+    assert pm.hook.devmem_platforms() == [[]]

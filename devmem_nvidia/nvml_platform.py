@@ -15,13 +15,16 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
+from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
+from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
 from devmem.types import Detection, DevmemError, MemoryInfo
 from devmem.units import format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
+from devmem_nvidia.limits import env_limits
 from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
@@ -40,7 +43,7 @@ from devmem_nvidia.pidns import (
     maps_nvidia_device,
     namespace_pids,
 )
-from devmem_nvidia.visible import DeviceTable, VisibleDevice
+from devmem_nvidia.visible import DeviceTable, VisibleDevice, mig_instances
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -54,18 +57,36 @@ def device_memory(session: NvmlSession, platform: str, device: int, dev: Visible
                           "Check the GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
 
 
-def integrated_devices(session: NvmlSession) -> list[str]:
-    """Names of the NVML devices whose memory info is not supported: integrated parts (GB10, Jetson Thor)."""
-    out = []
-    for index in range(session.device_count()):
+class DeviceSurvey(NamedTuple):
+    """What detection learns from reading every NVML device's memory once."""
+
+    integrated: list[str]  # names of devices whose memory info is not supported (GB10, Jetson Thor)
+    restricted: list[str]  # GPUs whose own memory is denied while their MIG instances are readable, for people
+    count: int
+
+
+def survey_devices(session: NvmlSession) -> DeviceSurvey:
+    """Read each NVML device's memory: ``NotSupported`` marks an integrated part; any other refusal is
+    tolerated on a GPU whose MIG instances can be read (a MIG container, where NVML answers ``NoPermission``
+    for the parent GPU), and raised otherwise."""
+    integrated, restricted = [], []
+    count = session.device_count()
+    for index in range(count):
         handle = session.handle_by_index(index)
         try:
             read_memory(session, handle)
         except NvmlCallError as exc:
-            if exc.error != "NotSupported":
+            if exc.error == "NotSupported":
+                integrated.append(device_name(session, handle))
+                continue
+            instances = mig_instances(session, handle, "", "")
+            if not instances:
                 raise
-            out.append(device_name(session, handle))
-    return out
+            for instance in instances:
+                read_memory(session, instance.handle)
+            restricted.append(f"GPU {index}'s own memory is not readable ({exc.error}); its {len(instances)} MIG "
+                              "instance(s) are sized from their own readings")
+    return DeviceSurvey(integrated, restricted, count)
 
 
 def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.platform) -> Detection:
@@ -80,15 +101,20 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     if not found:
         return Detection(False, reason)
     try:
-        integrated = integrated_devices(session)
-        count = session.device_count()
+        survey = survey_devices(session)
     except DevmemError as exc:
         return Detection(False, f"{reason}, but {exc}")
-    if integrated and len(integrated) == count:
-        return Detection(False, f"integrated: left to the uma platform ({', '.join(integrated)}: "
+    if survey.integrated and len(survey.integrated) == survey.count:
+        return Detection(False, f"integrated: left to the uma platform ({', '.join(survey.integrated)}: "
                                 "NVML reports no device memory)")
     driver = session.driver_version()
-    return Detection(True, reason + (f", driver {driver}" if driver else ""))
+    return Detection(True, "; ".join([reason + (f", driver {driver}" if driver else ""), *survey.restricted]))
+
+
+def kernel_slot(bus_id: str) -> str:
+    """NVML's ``00000000:19:00.0`` -> the kernel's ``0000:19:00.0`` (what cgroup ``dmem`` regions name)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain[-4:].zfill(4)}:{rest}"
 
 
 class NvmlPlatform(PlatformBase):
@@ -135,7 +161,13 @@ class NvmlPlatform(PlatformBase):
         else:
             sources = {"free": "NVML memory info v2 free",
                        "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}
-        return DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total), sources)
+        memory = DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total), sources)
+        dev = self._table.devices()[device]
+        limits = env_limits(self._environ, device) + dmem_limits(kernel_slot(dev.pci_bus_id), files=self._files)
+        if not limits:
+            return memory
+        process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
+        return apply_limits(memory, limits, process)
 
     def _is_integrated(self, device: int) -> bool:
         return False
@@ -244,6 +276,11 @@ class NvmlPlatform(PlatformBase):
         out = []
         if dev.mig:
             out.append(f"MIG instance {dev.uuid} of {dev.parent_uuid}: memory figures are the instance's")
+            try:
+                read_memory(self._session, dev.parent_handle)
+            except NvmlCallError as exc:
+                out.append(f"the parent GPU's memory is not readable here ({exc.error}; usual inside a container "
+                           "given a MIG instance): devmem sizes the instance from its own reading")
         if "CUDA_VISIBLE_DEVICES" in self._environ or "CUDA_DEVICE_ORDER" in self._environ:
             out.append(f"CUDA device {device} is {dev.uuid} at PCI {dev.pci_bus_id}")
         ns = namespace_pids(self._files)
@@ -251,6 +288,7 @@ class NvmlPlatform(PlatformBase):
             out.append(f"PID namespace: the driver sees this process as PID {self._learned} ({self._learn_note})")
         elif len(ns) > 1:
             out.append(f"PID namespace: this process is PID {ns[-1]} here and PID {ns[0]} outside (NSpid)")
+        out += self._memory(device).notes
         driver = self._session.driver_version()
         if driver:
             out.append(f"NVIDIA driver {driver}")

@@ -16,6 +16,9 @@ nvidia-ml-py 13.x (checked against its source):
 - ``Scenario.failures`` maps a pynvml function name (``"nvmlDeviceGetMemoryInfo_v2"`` names the v2 memory
   call) or a glob of names (``"nvmlDevice*"``) to an error name (``"NotSupported"``, ``"Unknown"``,
   ``"GpuIsLost"``, ``"FunctionNotFound"`` for a symbol the driver lacks, ...).
+- a failure key ``"<name or glob>@<uuid>"`` fails the memory-info calls only for the device with that UUID
+  (``"nvmlDeviceGetMemoryInfo*@GPU-..."``: a MIG container, where the parent GPU is denied and its instances
+  are readable; see :func:`mig_container_scenario`).
 - integrated parts (``ScriptedDevice.integrated``, e.g. GB10) raise ``NotSupported`` from memory info,
   as the GB10's driver does.
 
@@ -189,9 +192,12 @@ class ScriptedNvml:
         self.initialised = 0
 
     # ---- plumbing ------------------------------------------------------------------------------
-    def _enter(self, name: str, *, needs_init: bool = True) -> None:
+    def _enter(self, name: str, *, needs_init: bool = True, handle: Any = None) -> None:
         self.calls[name] += 1
         for pattern, error in self.scenario.failures.items():
+            pattern, _, uuid = pattern.partition("@")
+            if uuid and (handle is None or self._device(handle).uuid != uuid):
+                continue
             if pattern == name or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern)):
                 raise nvml_error(error)
         if needs_init and self.initialised <= 0:
@@ -303,7 +309,7 @@ class ScriptedNvml:
 
     # ---- memory --------------------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, handle: ScriptedHandle, version: int | None = None):
-        self._enter("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo")
+        self._enter("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo", handle=handle)
         dev = self._device(handle)
         if dev.integrated:
             raise nvml_error("NotSupported")
@@ -495,6 +501,14 @@ def mig_scenario(**kwargs: Any) -> Scenario:
     return Scenario(devices=[parent], **kwargs)
 
 
+def mig_container_scenario(error: str = "NoPermission", **kwargs: Any) -> Scenario:
+    """:func:`mig_scenario` as a container given one MIG instance sees it: NVML refuses the parent GPU's memory
+    info with ``error`` (``NoPermission``, as on the H200 of vLLM issue #55381) while the instances answer."""
+    sc = mig_scenario(**kwargs)
+    sc.failures[f"nvmlDeviceGetMemoryInfo*@{sc.devices[0].uuid}"] = error
+    return sc
+
+
 def wsl2_scenario(**kwargs: Any) -> Scenario:
     """A GeForce RTX 4090 under WSL2: WDDM driver model, ``/dev/dxg`` present, a microsoft kernel.
 
@@ -525,5 +539,5 @@ def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
 __all__ = [
     "H200_CHILD_1GIB", "H200_CONTEXT", "H200_CONTEXT_PLUS_512MIB", "H200_RUNTIME_TOTAL", "NVMLError",
     "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedNvml", "h200_scenario",
-    "mig_scenario", "nvml_error", "scripted_platform", "wsl2_scenario",
+    "mig_container_scenario", "mig_scenario", "nvml_error", "scripted_platform", "wsl2_scenario",
 ]

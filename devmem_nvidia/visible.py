@@ -69,7 +69,8 @@ class NvmlGpu:
         return [VisibleDevice(self.handle, self.uuid, self.pci_bus_id)]
 
 
-def _mig_instances(session: NvmlSession, gpu: Any, uuid: str, bus_id: str) -> tuple[VisibleDevice, ...]:
+def mig_instances(session: NvmlSession, gpu: Any, uuid: str, bus_id: str) -> tuple[VisibleDevice, ...]:
+    """The MIG instances of ``gpu`` (whose UUID and PCI bus id they carry), or ``()`` where MIG is off."""
     try:
         mode = session.call("nvmlDeviceGetMigMode", gpu)
     except NvmlCallError:
@@ -99,7 +100,7 @@ def enumerate_gpus(session: NvmlSession) -> list[NvmlGpu]:
             cc = tuple(int(x) for x in session.call("nvmlDeviceGetCudaComputeCapability", handle))
         except NvmlCallError:
             cc = (0, 0)
-        gpus.append(NvmlGpu(handle, uuid, bus_id, cc, _mig_instances(session, handle, uuid, bus_id)))
+        gpus.append(NvmlGpu(handle, uuid, bus_id, cc, mig_instances(session, handle, uuid, bus_id)))
     return gpus
 
 

@@ -261,6 +261,33 @@ class NvmlPlatform(PlatformBase):
             return None
         return {pid: int(used) for pid, used in others.items() if used is not None}
 
+    def _mps_notes(self, dev: VisibleDevice) -> list[str]:
+        """Under MPS NVML lists the clients in its MPS list and the server (``nvidia-cuda-mps-server``, which
+        holds the clients' shared context) in the compute list only; say which PID is which."""
+        try:
+            entries = running_processes(self._session, dev.handle)
+        except NvmlCallError:
+            return []
+        clients = sorted(pid for pid, e in entries.items() if "mps" in e.lists)
+        if not clients:
+            return []
+        servers = [e for pid, e in sorted(entries.items()) if e.lists == ("compute",) and self._is_mps_server(pid)]
+        own = self._driver_pids() & set(clients)
+        text = (f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})"
+                + (", this process among them" if own else ""))
+        for e in servers:
+            held = "memory not available" if e.used is None else format_size(e.used)
+            text += f"; PID {e.pid} is the MPS server ({held}, shared by its clients)"
+        return [text]
+
+    def _is_mps_server(self, pid: int) -> bool:
+        """A compute-only entry while MPS clients exist is the server; ``/proc/<pid>/comm`` confirms it where
+        this PID namespace shows the process."""
+        try:
+            return self._files.read_text(f"/proc/{pid}/comm").strip() == "nvidia-cuda-mps-server"
+        except OSError:
+            return True
+
     # ---- for people ----------------------------------------------------------------------------
     def _device_name(self, device: int) -> str:
         dev = self._table.devices()[device]
@@ -289,6 +316,7 @@ class NvmlPlatform(PlatformBase):
         elif len(ns) > 1:
             out.append(f"PID namespace: this process is PID {ns[-1]} here and PID {ns[0]} outside (NSpid)")
         out += self._memory(device).notes
+        out += self._mps_notes(dev)
         driver = self._session.driver_version()
         if driver:
             out.append(f"NVIDIA driver {driver}")

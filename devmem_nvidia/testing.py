@@ -651,6 +651,21 @@ def mig_scenario(**kwargs: Any) -> Scenario:
     return Scenario(devices=[parent], **kwargs)
 
 
+#: PID of the MPS server in :func:`mps_scenario`, and what it held on the H200 under an MPS daemon without a limit.
+MPS_SERVER_PID = 3131
+MPS_SERVER_BYTES = 69 * MiB
+
+
+def mps_scenario(**kwargs: Any) -> Scenario:
+    """The H200 under an MPS daemon: this process is a client with its context (NVML's MPS list, nvidia-smi type
+    "M+C"), the server ``nvidia-cuda-mps-server`` is in the compute list only with 69 MiB (as measured)."""
+    sc = h200_scenario(context=True, **kwargs)
+    sc.allocate(MPS_SERVER_BYTES, pid=MPS_SERVER_PID)
+    sc.process_kinds.update({sc.own_driver_pid: "M", MPS_SERVER_PID: "C"})
+    sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "nvidia-cuda-mps-server\n"
+    return sc
+
+
 def mig_container_scenario(error: str = "NoPermission", **kwargs: Any) -> Scenario:
     """:func:`mig_scenario` as a container given one MIG instance sees it: NVML refuses the parent GPU's memory
     info with ``error`` (``NoPermission``, as on the H200 of vLLM issue #55381) while the instances answer."""
@@ -689,5 +704,5 @@ def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
 __all__ = [
     "H200_CHILD_1GIB", "H200_CONTEXT", "H200_CONTEXT_PLUS_512MIB", "H200_RUNTIME_TOTAL", "NVMLError",
     "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedLibcuda", "ScriptedNvml", "h200_scenario",
-    "mig_container_scenario", "mig_scenario", "nvml_error", "scripted_cuda_platform", "scripted_platform", "wsl2_scenario",
+    "MPS_SERVER_BYTES", "MPS_SERVER_PID", "mig_container_scenario", "mig_scenario", "mps_scenario", "nvml_error", "scripted_cuda_platform", "scripted_platform", "wsl2_scenario",
 ]

@@ -10,9 +10,12 @@ from devmem_nvidia.limits import mps_limits, parse_size
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     H200_RUNTIME_TOTAL,
+    MPS_SERVER_BYTES,
+    MPS_SERVER_PID,
     ScriptedNvml,
     h200_scenario,
     mig_container_scenario,
+    mps_scenario,
     scripted_platform,
 )
 
@@ -184,3 +187,35 @@ def test_dmem_limit_of_an_ancestor_binds():
 def test_dmem_over_the_limit_leaves_nothing_free():
     sc = dmem_scenario(f"drm/{SLOT}/vram0 {GiB}\n", f"drm/{SLOT}/vram0 {GiB + 4 * MiB}\n")
     assert scripted_platform(sc).device_memory_info(0).free == 0
+
+
+# ---- MPS ----------------------------------------------------------------------------------------------
+def test_mps_client_figure_is_its_mps_list_entry():
+    assert scripted_platform(mps_scenario()).get_process_memory_usage(0) == H200_CONTEXT
+
+
+def test_mps_server_is_another_process_with_its_memory():
+    assert scripted_platform(mps_scenario()).other_processes_memory(0) == {MPS_SERVER_PID: MPS_SERVER_BYTES}
+
+
+def test_mps_note_names_the_server_and_this_client():
+    sc = mps_scenario()
+    notes = scripted_platform(sc).notes(0)
+    assert f"MPS: 1 client(s) on this device (PIDs {sc.pid}), this process among them; PID {MPS_SERVER_PID} is the " \
+           "MPS server (69.00 MiB, shared by its clients)" in notes
+
+
+def test_compute_process_that_is_not_the_server_is_not_called_one():
+    sc = mps_scenario()
+    sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "python3\n"
+    assert not any("MPS server" in n for n in scripted_platform(sc).notes(0))
+
+
+def test_no_mps_note_without_clients():
+    assert not any(n.startswith("MPS:") for n in scripted_platform(h200_scenario(context=True)).notes(0))
+
+
+def test_mps_client_under_a_limit_gets_the_limit_less_its_context():
+    sc = mps_scenario()
+    sc.environ["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=8G"
+    assert scripted_platform(sc).device_memory_info(0) == MemoryInfo(8 * GiB - H200_CONTEXT, 8 * GiB)

@@ -14,7 +14,6 @@ A container without ``libnvidia-ml``, or one where NVML is denied outright, stil
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import sys
 from typing import Any, Callable, Mapping
@@ -32,12 +31,17 @@ NO_PROCESS_FIGURE = ("the cuda platform reads device-wide figures from the CUDA 
                      "attributes device memory to processes")
 
 
-def detect_cuda(files: Files = REAL_FILES, find: Callable[[str], str | None] = ctypes.util.find_library,
+def detect_cuda(files: Files = REAL_FILES, find: Callable[[str], str | None] | None = None,
                 system: str = sys.platform) -> Detection:
-    """An NVIDIA driver is loaded and the CUDA driver library is installed. Loads nothing (``find`` looks the
-    library up by name); whether CUDA answers is learnt when the platform is built."""
+    """An NVIDIA driver is loaded and the CUDA driver library is installed. Loads nothing (``find``, by default
+    ``ctypes.util.find_library``, looks the library up by name); whether CUDA answers is learnt when the
+    platform is built."""
     if system == "win32" or not driver_loaded(files, system):
         return Detection(False, NO_DRIVER if system != "win32" else "Windows: left to the wsl2 platform")
+    if find is None:
+        import ctypes.util
+
+        find = ctypes.util.find_library
     path = find("cuda")
     if path is None:
         return Detection(False, "the CUDA driver library (libcuda) is not installed")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from devmem.hookspecs import hookimpl
 from devmem.types import Detection, PlatformSpec
+from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.plugin import RUNTIME_MARKERS
 
 
 def _detect() -> Detection:
+    if not driver_loaded():
+        return Detection(False, NO_DRIVER)
     from devmem_nvidia.cuda_platform import detect_cuda
 
     return detect_cuda()

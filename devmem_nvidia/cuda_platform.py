@@ -22,6 +22,7 @@ from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
+from devmem.readings import checked_memory
 from devmem.types import Detection, DevmemError, MemoryInfo
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
@@ -78,9 +79,8 @@ class CudaPlatform(PlatformBase):
                 "total": "CUDA driver cuDeviceTotalMem_v2"})
         else:
             free, total = reading
-            memory = DeviceMemory(MemoryInfo(free=min(free, total), total=total),
-                                  {"free": "CUDA driver cuMemGetInfo_v2 free (this process's context)",
-                                   "total": "CUDA driver cuMemGetInfo_v2 total"})
+            memory = checked_memory(free, total, {"free": "CUDA driver cuMemGetInfo_v2 free (this process's context)",
+                                                  "total": "CUDA driver cuMemGetInfo_v2 total"}, "cuMemGetInfo_v2")
         limits = env_limits(self._environ, device) + dmem_limits(self._driver.pci_bus_id(device), files=self._files)
         return apply_limits(memory, limits, None) if limits else memory
 

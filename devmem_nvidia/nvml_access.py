@@ -147,9 +147,8 @@ class NvmlSession:
             self._functions[name] = fn
         try:
             return fn(*args)
-        except Exception as exc:
-            if not _is_nvml_error(self._module, exc):
-                raise
+        except Exception as exc:  # the vendor boundary: NVML errors by name, anything else (a RuntimeError from a
+            # broken binding, a ctypes TypeError/ValueError, an OSError) as its type, never raw
             raise NvmlCallError(name, error_name(exc), str(exc)) from exc
 
     def call_newest(self, names: tuple[str, ...], *args: Any) -> Any:
@@ -211,12 +210,6 @@ def session_for(nvml: Any = None) -> NvmlSession:
         return _shared
 
 
-def _is_nvml_error(module: Any, exc: BaseException) -> bool:
-    classes = tuple(c for c in (getattr(module, "NVMLError", None), getattr(module, "NVMLLibraryMismatchError", None))
-                    if isinstance(c, type))
-    return isinstance(exc, classes) if classes else False
-
-
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -272,10 +265,20 @@ class ProcessEntry(NamedTuple):
     lists: tuple[str, ...] = ("compute",)
 
 
+def process_bytes(value: Any) -> int | None:
+    """A per-process ``usedGpuMemory`` as bytes, or ``None`` where NVML means "not available": ``None`` (converted
+    by nvidia-ml-py), the unsigned sentinel ``2**64 - 1`` or anything at or above ``2**63`` (a sentinel seen
+    through a signed type), a negative number (``-1``), or something that is not a whole number."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if not (isinstance(value, float) and value.is_integer()):
+            return None
+        value = int(value)
+    return value if 0 <= value < (1 << 63) else None
+
+
 def _entry(p: Any, kind: str) -> ProcessEntry | None:
     try:
-        used = p.usedGpuMemory
-        used = None if used is None or used == NOT_AVAILABLE else int(used)
+        used = process_bytes(p.usedGpuMemory)
         gi = getattr(p, "gpuInstanceId", None)
         ci = getattr(p, "computeInstanceId", None)
         return ProcessEntry(int(p.pid), used, None if gi in (None, 0xFFFFFFFF) else int(gi),
@@ -383,6 +386,6 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 __all__ = [
     "COMPUTE_CALLS", "GRAPHICS_CALLS", "MPS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
     "NvmlUnavailable", "PROCESS_LISTS", "ProcessEntry", "session_for", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
-    "driver_model", "error_name", "find_process", "normalise_bus_id",
+    "driver_model", "error_name", "find_process", "normalise_bus_id", "process_bytes",
     "read_memory", "running_processes",
 ]

@@ -21,7 +21,8 @@ from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.readings import checked_memory
+from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
@@ -161,7 +162,7 @@ class NvmlPlatform(PlatformBase):
         else:
             sources = {"free": "NVML memory info v2 free",
                        "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}
-        memory = DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total), sources)
+        memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
         limits = env_limits(self._environ, device) + dmem_limits(kernel_slot(dev.pci_bus_id), files=self._files)
         if not limits:

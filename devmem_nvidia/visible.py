@@ -36,7 +36,13 @@ from typing import Any, Callable, Mapping
 
 from devmem.host import REAL_FILES, Files
 from devmem.visible import VisibleDevices, dropped, pick
-from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_pci_bus_id, device_uuid, normalise_bus_id
+from devmem_nvidia.nvml_access import (
+    NvmlCallError,
+    NvmlSession,
+    device_pci_bus_id,
+    device_uuid,
+    normalise_bus_id,
+)
 
 log = logging.getLogger("devmem.nvidia")
 

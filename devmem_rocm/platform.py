@@ -25,7 +25,8 @@ from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.readings import checked_memory, whole_bytes
+from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem.visible import VisibleDevices
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
@@ -90,7 +91,7 @@ class RocmPlatform(PlatformBase):
         vram = self._smi.module.AmdSmiMemoryType.VRAM
         total = self._smi.call("amdsmi_get_gpu_memory_total", gpu.handle, vram)
         used = self._smi.call("amdsmi_get_gpu_memory_usage", gpu.handle, vram)
-        return int(total), int(used)
+        return whole_bytes(total, "amdsmi VRAM total"), whole_bytes(used, "amdsmi VRAM used")
 
     def _memory(self, device: int) -> DeviceMemory:
         gpu = self._selection.devices[device]
@@ -100,11 +101,11 @@ class RocmPlatform(PlatformBase):
             raise DevmemError(f"rocm: cannot read the VRAM of device {device}, {gpu.label}: {exc}. "
                               "Check that `amd-smi metric -m` can read it") from exc
         two_step = " + amdsmi_get_gpu_process_info" if self._smi.has("amdsmi_get_gpu_process_info") else ""
-        memory = DeviceMemory(MemoryInfo(free=max(0, total - used), total=total), {
+        memory = checked_memory(total - used, total, {
             "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
             "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
             "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
-        })
+        }, "amdsmi VRAM total minus used")
         limits = dmem_limits(gpu.bdf, ("vram",), self._files)
         return apply_limits(memory, limits, None) if limits else memory
 

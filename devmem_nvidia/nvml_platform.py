@@ -226,6 +226,11 @@ class NvmlPlatform(PlatformBase):
                     entry = find_process(self._session, dev.handle, {self._learned})
                 if entry is None:
                     return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev))
+            elif entry is None and self._hidden_by_namespace(dev):
+                return self._unknown(device, ReasonKind.PID_NAMESPACE, (
+                    "this process maps the device without an active primary CUDA context (a context of its own, or "
+                    "another runtime), and NVML lists PIDs this PID namespace does not show: one of them may be "
+                    "this process, so its figure is unknown rather than 0. Run the container with --pid=host"))
         except NvmlCallError as exc:
             return self._unknown(device, ReasonKind.QUERY_FAILED,
                                  f"NVML could not list the processes on this device: {exc}")
@@ -237,6 +242,15 @@ class NvmlPlatform(PlatformBase):
                                  f"NVML lists this process on {where} but reports its memory as not "
                                  "available (some MIG and container setups need more privileges)")
         return ProcessMemory(entry.used)
+
+    def _hidden_by_namespace(self, dev: VisibleDevice) -> bool:
+        """This process maps the device, and NVML lists PIDs that ``/proc`` here does not show (the driver's PID
+        namespace is another one): this process may be among them under a PID it cannot know."""
+        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
+        if maps_nvidia_device(self._files, minor) is not True:
+            return False
+        listed = running_processes(self._session, dev.handle)
+        return any(not self._files.exists(f"/proc/{pid}") for pid in listed)
 
     def _not_listed(self, dev: VisibleDevice) -> str:
         pids = namespace_pids(self._files) or [os.getpid()]

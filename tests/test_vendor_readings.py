@@ -7,8 +7,16 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo, ReasonKind
+from devmem.drm import client_memory
 from devmem.testing import ScriptedClock
-from devmem_nvidia.testing import ScriptedNvml, c_nvmlMemory_v2_t, h200_scenario, nvmlMemory_v2, scripted_platform
+from devmem_nvidia.testing import (
+    ScriptedAllocator,
+    ScriptedNvml,
+    c_nvmlMemory_v2_t,
+    h200_scenario,
+    nvmlMemory_v2,
+    scripted_platform,
+)
 from devmem_rocm import RocmPlatform
 from devmem_rocm.testing import MI300X_TOTAL, ScriptedAmdsmi, mi300x_scenario
 
@@ -129,3 +137,34 @@ def test_amdsmi_unusable_vram_used_is_an_error_naming_it(used):
     with pytest.raises(DevmemError, match="amdsmi VRAM used is"):
         rocm_memory(used)
 
+
+
+# ---- DRM fdinfo ------------------------------------------------------------------------------------
+def fdinfo_memory(vram: str):
+    sc = mi300x_scenario()
+    sc.files["/proc/self/fdinfo/7"] = (f"drm-driver:\tamdgpu\ndrm-pdev:\t0000:c6:00.0\ndrm-client-id:\t9\n"
+                                       f"drm-memory-vram:\t{vram}\n")
+    return client_memory(sc.fs, "amdgpu", "0000:c6:00.0", ("vram",))
+
+
+def test_unparseable_fdinfo_figure_is_none_not_zero():
+    process = fdinfo_memory("lots KiB")
+    assert process.used is None and "drm-memory-vram: lots KiB" in process.reason.text
+
+
+def test_parseable_fdinfo_figure_is_counted():
+    assert fdinfo_memory("2048 KiB").used == 2 * 1024 * 1024
+
+
+# ---- PID namespaces -------------------------------------------------------------------------------
+def test_inactive_primary_context_in_a_pid_namespace_is_none_not_zero():
+    sc = h200_scenario(context=True, driver_pid=81234, nspid_visible=False)
+    platform = scripted_platform(sc, allocator=ScriptedAllocator(sc, available=False))
+    process = platform.process_memory(0)
+    assert process.used is None and process.reason.kind is ReasonKind.PID_NAMESPACE
+
+
+def test_process_that_maps_no_device_holds_nothing_even_beside_hidden_pids():
+    sc = h200_scenario()
+    sc.allocate(GiB, pid=81234)
+    assert scripted_platform(sc, allocator=ScriptedAllocator(sc, available=False)).process_memory(0).used == 0

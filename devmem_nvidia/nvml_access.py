@@ -8,9 +8,10 @@ Public names:
 
 - ``session_for(nvml=None) -> NvmlSession``: the process-wide session of the real pynvml, or a new one
   around an injected module
-- ``NvmlSession(nvml=None)``: ``.nvml`` (the initialised module; ``None`` imports ``pynvml`` lazily),
-  ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
-  ``.driver_version()``, ``.shutdown()``
+- ``NvmlSession(nvml=None)``: ``.module`` (the initialised module; ``None`` imports ``pynvml`` lazily),
+  ``.has(name)``, ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``,
+  ``.device_count()``, ``.handle_by_index(i)``, ``.driver_version()``, ``.shutdown()``, ``.renew_locks()``; the
+  same pattern as ``devmem_rocm.smi.AmdsmiSession``, shut down at exit and fork-safe through :mod:`devmem.sessions`
 - ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed
 - ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
 - ``error_name(exc) -> str``
@@ -29,9 +30,11 @@ Public names:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Iterable, NamedTuple
 
+from devmem.sessions import track
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.nvidia")
@@ -101,9 +104,10 @@ class NvmlSession:
         self._variants: dict[tuple[str, ...], str] = {}
         self._functions: dict[str, Any] = {}
         self.memory_v1_only = False  # set once the driver has refused memory info v2
+        track(self)
 
     @property
-    def nvml(self) -> Any:
+    def module(self) -> Any:
         """The initialised NVML module; raises :class:`NvmlUnavailable` with the reason otherwise."""
         if self._ready:
             return self._module
@@ -129,6 +133,14 @@ class NvmlSession:
             return
         self._ready = True
 
+    def has(self, name: str) -> bool:
+        """Whether this NVML binding offers the function ``name`` (initialises NVML)."""
+        return callable(getattr(self.module, name, None))
+
+    def renew_locks(self) -> None:
+        """A fresh lock (in a forked child, where another thread may have held this one at the fork)."""
+        self._lock = threading.Lock()
+
     def probe(self) -> tuple[bool, str]:
         """``(True, "N device(s)")`` when NVML initialises and counts devices, else ``(False, why)``."""
         try:
@@ -141,7 +153,7 @@ class NvmlSession:
         """``nvml.<name>(*args)``, with NVML's errors raised as :class:`NvmlCallError`."""
         fn = self._functions.get(name)
         if fn is None:
-            fn = getattr(self.nvml, name, None)
+            fn = getattr(self.module, name, None)
             if fn is None:
                 raise NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
             self._functions[name] = fn
@@ -198,6 +210,15 @@ _shared: NvmlSession | None = None
 _shared_lock = threading.Lock()
 
 
+def _renew_shared_lock() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_shared_lock)
+
+
 def session_for(nvml: Any = None) -> NvmlSession:
     """The process-wide session of the real ``pynvml`` when ``nvml`` is None (NVML initialised once for
     every backend and probe), else a new session around the injected module."""
@@ -237,7 +258,7 @@ class MemoryReading(NamedTuple):
 def read_memory(session: NvmlSession, handle: Any) -> MemoryReading:
     """NVML memory info, v2 first (it separates the driver's reservation), v1 where v2 is missing."""
     if not session.memory_v1_only:
-        version = getattr(session.nvml, "nvmlMemory_v2", None)
+        version = getattr(session.module, "nvmlMemory_v2", None)
         if version is None:
             session.memory_v1_only = True
         else:

@@ -43,7 +43,14 @@ _UNATTRIBUTED_NOTE = 1 << 30
 
 
 def _session(amdsmi: Any, clock: Callable[[], float], sleep: Callable[[float], None]) -> AmdsmiSession:
-    return real_session() if amdsmi is None else AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
+    """A session on ``amdsmi`` timed by ``clock``/``sleep``; without ``amdsmi``, the process's shared session on
+    the real module, or, where a clock or sleep is given, a session of their own on that module."""
+    if amdsmi is not None:
+        return AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
+    shared = real_session()
+    if clock is time.monotonic and sleep is time.sleep:
+        return shared
+    return AmdsmiSession(shared.module, clock=clock, sleep=sleep)
 
 
 def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list[AmdGpu], VisibleDevices[AmdGpu], str]:

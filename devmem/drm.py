@@ -38,11 +38,19 @@ def fields(text: str) -> dict[str, str]:
     return out
 
 
-def _client_bytes(client: dict[str, str], regions: Iterable[str]) -> int:
+def _client_bytes(client: dict[str, str], regions: Iterable[str]) -> int | str:
+    """The client's bytes over ``regions`` (a region it does not list holds 0), or, for a value that is not a
+    DRM size, the offending line (the figure is unknown then, not 0)."""
     total = 0
     for region in regions:
-        raw = client.get(f"drm-total-{region}", client.get(f"drm-memory-{region}"))
-        total += (size(raw) if raw is not None else None) or 0
+        key = f"drm-total-{region}" if f"drm-total-{region}" in client else f"drm-memory-{region}"
+        raw = client.get(key)
+        if raw is None:
+            continue
+        value = size(raw)
+        if value is None:
+            return f"{key}: {raw}"
+        total += value
     return total
 
 
@@ -71,5 +79,9 @@ def client_memory(files: Files, driver: str, pci_slot: str | None, regions: Iter
         if key in seen:
             continue
         seen.add(key)
-        total += _client_bytes(client, regions)
+        held = _client_bytes(client, regions)
+        if isinstance(held, str):
+            return ProcessMemory.unknown(ReasonKind.NOT_AVAILABLE, f"{FDINFO}/{fd} has {held!r}, which is not a DRM "
+                                         "size (a number of bytes, KiB or MiB): this process's figure is unknown")
+        total += held
     return ProcessMemory(total)

@@ -1,9 +1,10 @@
-"""devmem's NVIDIA backends: the ``nvml`` platform (discrete GPUs, MIG, containers) and ``wsl2`` (WDDM).
+"""devmem's NVIDIA backends: ``nvml`` (discrete GPUs, MIG, containers), ``wsl2`` (WDDM) and ``cuda`` (no NVML).
 
 No vendor library is imported here. The names below are this package's public surface; other backends (the
 unified-memory one) use these and nothing else:
 
-- platforms: ``NvmlPlatform``, ``WslPlatform``, ``detect_nvml``, ``detect_wsl2``;
+- platforms: ``NvmlPlatform``, ``WslPlatform``, ``CudaPlatform`` (the CUDA driver API where NVML cannot serve),
+  ``detect_nvml``, ``detect_wsl2``, ``detect_cuda``;
 - the driver's files: ``driver_loaded(files)``, ``NO_DRIVER``;
 - the NVML session: ``session_for(nvml=None) -> NvmlSession``, ``NvmlUnavailable``, ``NvmlCallError``;
 - NVML readings: ``read_memory(session, handle)``, ``device_name(session, handle)``;
@@ -26,6 +27,8 @@ _LAZY = {
     "device_name": "devmem_nvidia.nvml_access",
     "read_memory": "devmem_nvidia.nvml_access",
     "session_for": "devmem_nvidia.nvml_access",
+    "CudaPlatform": "devmem_nvidia.cuda_platform",
+    "detect_cuda": "devmem_nvidia.cuda_platform",
     "NvmlPlatform": "devmem_nvidia.nvml_platform",
     "detect_nvml": "devmem_nvidia.nvml_platform",
     "VisibleDevice": "devmem_nvidia.visible",

@@ -8,9 +8,10 @@ Public names:
 
 - ``session_for(nvml=None) -> NvmlSession``: the process-wide session of the real pynvml, or a new one
   around an injected module
-- ``NvmlSession(nvml=None)``: ``.nvml`` (the initialised module; ``None`` imports ``pynvml`` lazily),
-  ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
-  ``.driver_version()``, ``.shutdown()``
+- ``NvmlSession(nvml=None)``: ``.module`` (the initialised module; ``None`` imports ``pynvml`` lazily),
+  ``.has(name)``, ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``,
+  ``.device_count()``, ``.handle_by_index(i)``, ``.driver_version()``, ``.shutdown()``, ``.renew_locks()``; the
+  same pattern as ``devmem_rocm.smi.AmdsmiSession``, shut down at exit and fork-safe through :mod:`devmem.sessions`
 - ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed
 - ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
 - ``error_name(exc) -> str``
@@ -29,9 +30,11 @@ Public names:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Iterable, NamedTuple
 
+from devmem.sessions import track
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.nvidia")
@@ -101,9 +104,10 @@ class NvmlSession:
         self._variants: dict[tuple[str, ...], str] = {}
         self._functions: dict[str, Any] = {}
         self.memory_v1_only = False  # set once the driver has refused memory info v2
+        track(self)
 
     @property
-    def nvml(self) -> Any:
+    def module(self) -> Any:
         """The initialised NVML module; raises :class:`NvmlUnavailable` with the reason otherwise."""
         if self._ready:
             return self._module
@@ -129,6 +133,14 @@ class NvmlSession:
             return
         self._ready = True
 
+    def has(self, name: str) -> bool:
+        """Whether this NVML binding offers the function ``name`` (initialises NVML)."""
+        return callable(getattr(self.module, name, None))
+
+    def renew_locks(self) -> None:
+        """A fresh lock (in a forked child, where another thread may have held this one at the fork)."""
+        self._lock = threading.Lock()
+
     def probe(self) -> tuple[bool, str]:
         """``(True, "N device(s)")`` when NVML initialises and counts devices, else ``(False, why)``."""
         try:
@@ -141,15 +153,14 @@ class NvmlSession:
         """``nvml.<name>(*args)``, with NVML's errors raised as :class:`NvmlCallError`."""
         fn = self._functions.get(name)
         if fn is None:
-            fn = getattr(self.nvml, name, None)
+            fn = getattr(self.module, name, None)
             if fn is None:
                 raise NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
             self._functions[name] = fn
         try:
             return fn(*args)
-        except Exception as exc:
-            if not _is_nvml_error(self._module, exc):
-                raise
+        except Exception as exc:  # the vendor boundary: NVML errors by name, anything else (a RuntimeError from a
+            # broken binding, a ctypes TypeError/ValueError, an OSError) as its type, never raw
             raise NvmlCallError(name, error_name(exc), str(exc)) from exc
 
     def call_newest(self, names: tuple[str, ...], *args: Any) -> Any:
@@ -199,6 +210,15 @@ _shared: NvmlSession | None = None
 _shared_lock = threading.Lock()
 
 
+def _renew_shared_lock() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_shared_lock)
+
+
 def session_for(nvml: Any = None) -> NvmlSession:
     """The process-wide session of the real ``pynvml`` when ``nvml`` is None (NVML initialised once for
     every backend and probe), else a new session around the injected module."""
@@ -209,12 +229,6 @@ def session_for(nvml: Any = None) -> NvmlSession:
         if _shared is None:
             _shared = NvmlSession()
         return _shared
-
-
-def _is_nvml_error(module: Any, exc: BaseException) -> bool:
-    classes = tuple(c for c in (getattr(module, "NVMLError", None), getattr(module, "NVMLLibraryMismatchError", None))
-                    if isinstance(c, type))
-    return isinstance(exc, classes) if classes else False
 
 
 def _text(value: Any) -> str:
@@ -244,7 +258,7 @@ class MemoryReading(NamedTuple):
 def read_memory(session: NvmlSession, handle: Any) -> MemoryReading:
     """NVML memory info, v2 first (it separates the driver's reservation), v1 where v2 is missing."""
     if not session.memory_v1_only:
-        version = getattr(session.nvml, "nvmlMemory_v2", None)
+        version = getattr(session.module, "nvmlMemory_v2", None)
         if version is None:
             session.memory_v1_only = True
         else:
@@ -272,10 +286,20 @@ class ProcessEntry(NamedTuple):
     lists: tuple[str, ...] = ("compute",)
 
 
+def process_bytes(value: Any) -> int | None:
+    """A per-process ``usedGpuMemory`` as bytes, or ``None`` where NVML means "not available": ``None`` (converted
+    by nvidia-ml-py), the unsigned sentinel ``2**64 - 1`` or anything at or above ``2**63`` (a sentinel seen
+    through a signed type), a negative number (``-1``), or something that is not a whole number."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if not (isinstance(value, float) and value.is_integer()):
+            return None
+        value = int(value)
+    return value if 0 <= value < (1 << 63) else None
+
+
 def _entry(p: Any, kind: str) -> ProcessEntry | None:
     try:
-        used = p.usedGpuMemory
-        used = None if used is None or used == NOT_AVAILABLE else int(used)
+        used = process_bytes(p.usedGpuMemory)
         gi = getattr(p, "gpuInstanceId", None)
         ci = getattr(p, "computeInstanceId", None)
         return ProcessEntry(int(p.pid), used, None if gi in (None, 0xFFFFFFFF) else int(gi),
@@ -383,6 +407,6 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 __all__ = [
     "COMPUTE_CALLS", "GRAPHICS_CALLS", "MPS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
     "NvmlUnavailable", "PROCESS_LISTS", "ProcessEntry", "session_for", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
-    "driver_model", "error_name", "find_process", "normalise_bus_id",
+    "driver_model", "error_name", "find_process", "normalise_bus_id", "process_bytes",
     "read_memory", "running_processes",
 ]

@@ -15,13 +15,17 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
+from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
+from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.readings import checked_memory
+from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
+from devmem_nvidia.limits import env_limits
 from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
@@ -40,7 +44,7 @@ from devmem_nvidia.pidns import (
     maps_nvidia_device,
     namespace_pids,
 )
-from devmem_nvidia.visible import DeviceTable, VisibleDevice
+from devmem_nvidia.visible import DeviceTable, VisibleDevice, mig_instances
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -54,18 +58,36 @@ def device_memory(session: NvmlSession, platform: str, device: int, dev: Visible
                           "Check the GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
 
 
-def integrated_devices(session: NvmlSession) -> list[str]:
-    """Names of the NVML devices whose memory info is not supported: integrated parts (GB10, Jetson Thor)."""
-    out = []
-    for index in range(session.device_count()):
+class DeviceSurvey(NamedTuple):
+    """What detection learns from reading every NVML device's memory once."""
+
+    integrated: list[str]  # names of devices whose memory info is not supported (GB10, Jetson Thor)
+    restricted: list[str]  # GPUs whose own memory is denied while their MIG instances are readable, for people
+    count: int
+
+
+def survey_devices(session: NvmlSession) -> DeviceSurvey:
+    """Read each NVML device's memory: ``NotSupported`` marks an integrated part; any other refusal is
+    tolerated on a GPU whose MIG instances can be read (a MIG container, where NVML answers ``NoPermission``
+    for the parent GPU), and raised otherwise."""
+    integrated, restricted = [], []
+    count = session.device_count()
+    for index in range(count):
         handle = session.handle_by_index(index)
         try:
             read_memory(session, handle)
         except NvmlCallError as exc:
-            if exc.error != "NotSupported":
+            if exc.error == "NotSupported":
+                integrated.append(device_name(session, handle))
+                continue
+            instances = mig_instances(session, handle, "", "")
+            if not instances:
                 raise
-            out.append(device_name(session, handle))
-    return out
+            for instance in instances:
+                read_memory(session, instance.handle)
+            restricted.append(f"GPU {index}'s own memory is not readable ({exc.error}); its {len(instances)} MIG "
+                              "instance(s) are sized from their own readings")
+    return DeviceSurvey(integrated, restricted, count)
 
 
 def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.platform) -> Detection:
@@ -80,15 +102,20 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     if not found:
         return Detection(False, reason)
     try:
-        integrated = integrated_devices(session)
-        count = session.device_count()
+        survey = survey_devices(session)
     except DevmemError as exc:
         return Detection(False, f"{reason}, but {exc}")
-    if integrated and len(integrated) == count:
-        return Detection(False, f"integrated: left to the uma platform ({', '.join(integrated)}: "
+    if survey.integrated and len(survey.integrated) == survey.count:
+        return Detection(False, f"integrated: left to the uma platform ({', '.join(survey.integrated)}: "
                                 "NVML reports no device memory)")
     driver = session.driver_version()
-    return Detection(True, reason + (f", driver {driver}" if driver else ""))
+    return Detection(True, "; ".join([reason + (f", driver {driver}" if driver else ""), *survey.restricted]))
+
+
+def kernel_slot(bus_id: str) -> str:
+    """NVML's ``00000000:19:00.0`` -> the kernel's ``0000:19:00.0`` (what cgroup ``dmem`` regions name)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain[-4:].zfill(4)}:{rest}"
 
 
 class NvmlPlatform(PlatformBase):
@@ -135,7 +162,13 @@ class NvmlPlatform(PlatformBase):
         else:
             sources = {"free": "NVML memory info v2 free",
                        "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}
-        return DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total), sources)
+        memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
+        dev = self._table.devices()[device]
+        limits = env_limits(self._environ, device) + dmem_limits(kernel_slot(dev.pci_bus_id), files=self._files)
+        if not limits:
+            return memory
+        process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
+        return apply_limits(memory, limits, process)
 
     def _is_integrated(self, device: int) -> bool:
         return False
@@ -193,6 +226,11 @@ class NvmlPlatform(PlatformBase):
                     entry = find_process(self._session, dev.handle, {self._learned})
                 if entry is None:
                     return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev))
+            elif entry is None and self._hidden_by_namespace(dev):
+                return self._unknown(device, ReasonKind.PID_NAMESPACE, (
+                    "this process maps the device without an active primary CUDA context (a context of its own, or "
+                    "another runtime), and NVML lists PIDs this PID namespace does not show: one of them may be "
+                    "this process, so its figure is unknown rather than 0. Run the container with --pid=host"))
         except NvmlCallError as exc:
             return self._unknown(device, ReasonKind.QUERY_FAILED,
                                  f"NVML could not list the processes on this device: {exc}")
@@ -204,6 +242,15 @@ class NvmlPlatform(PlatformBase):
                                  f"NVML lists this process on {where} but reports its memory as not "
                                  "available (some MIG and container setups need more privileges)")
         return ProcessMemory(entry.used)
+
+    def _hidden_by_namespace(self, dev: VisibleDevice) -> bool:
+        """This process maps the device, and NVML lists PIDs that ``/proc`` here does not show (the driver's PID
+        namespace is another one): this process may be among them under a PID it cannot know."""
+        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
+        if maps_nvidia_device(self._files, minor) is not True:
+            return False
+        listed = running_processes(self._session, dev.handle)
+        return any(not self._files.exists(f"/proc/{pid}") for pid in listed)
 
     def _not_listed(self, dev: VisibleDevice) -> str:
         pids = namespace_pids(self._files) or [os.getpid()]
@@ -229,6 +276,33 @@ class NvmlPlatform(PlatformBase):
             return None
         return {pid: int(used) for pid, used in others.items() if used is not None}
 
+    def _mps_notes(self, dev: VisibleDevice) -> list[str]:
+        """Under MPS NVML lists the clients in its MPS list and the server (``nvidia-cuda-mps-server``, which
+        holds the clients' shared context) in the compute list only; say which PID is which."""
+        try:
+            entries = running_processes(self._session, dev.handle)
+        except NvmlCallError:
+            return []
+        clients = sorted(pid for pid, e in entries.items() if "mps" in e.lists)
+        if not clients:
+            return []
+        servers = [e for pid, e in sorted(entries.items()) if e.lists == ("compute",) and self._is_mps_server(pid)]
+        own = self._driver_pids() & set(clients)
+        text = (f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})"
+                + (", this process among them" if own else ""))
+        for e in servers:
+            held = "memory not available" if e.used is None else format_size(e.used)
+            text += f"; PID {e.pid} is the MPS server ({held}, shared by its clients)"
+        return [text]
+
+    def _is_mps_server(self, pid: int) -> bool:
+        """A compute-only entry while MPS clients exist is the server; ``/proc/<pid>/comm`` confirms it where
+        this PID namespace shows the process."""
+        try:
+            return self._files.read_text(f"/proc/{pid}/comm").strip() == "nvidia-cuda-mps-server"
+        except OSError:
+            return True
+
     # ---- for people ----------------------------------------------------------------------------
     def _device_name(self, device: int) -> str:
         dev = self._table.devices()[device]
@@ -244,6 +318,11 @@ class NvmlPlatform(PlatformBase):
         out = []
         if dev.mig:
             out.append(f"MIG instance {dev.uuid} of {dev.parent_uuid}: memory figures are the instance's")
+            try:
+                read_memory(self._session, dev.parent_handle)
+            except NvmlCallError as exc:
+                out.append(f"the parent GPU's memory is not readable here ({exc.error}; usual inside a container "
+                           "given a MIG instance): devmem sizes the instance from its own reading")
         if "CUDA_VISIBLE_DEVICES" in self._environ or "CUDA_DEVICE_ORDER" in self._environ:
             out.append(f"CUDA device {device} is {dev.uuid} at PCI {dev.pci_bus_id}")
         ns = namespace_pids(self._files)
@@ -251,6 +330,8 @@ class NvmlPlatform(PlatformBase):
             out.append(f"PID namespace: the driver sees this process as PID {self._learned} ({self._learn_note})")
         elif len(ns) > 1:
             out.append(f"PID namespace: this process is PID {ns[-1]} here and PID {ns[0]} outside (NSpid)")
+        out += self._memory(device).notes
+        out += self._mps_notes(dev)
         driver = self._session.driver_version()
         if driver:
             out.append(f"NVIDIA driver {driver}")

@@ -16,6 +16,9 @@ nvidia-ml-py 13.x (checked against its source):
 - ``Scenario.failures`` maps a pynvml function name (``"nvmlDeviceGetMemoryInfo_v2"`` names the v2 memory
   call) or a glob of names (``"nvmlDevice*"``) to an error name (``"NotSupported"``, ``"Unknown"``,
   ``"GpuIsLost"``, ``"FunctionNotFound"`` for a symbol the driver lacks, ...).
+- a failure key ``"<name or glob>@<uuid>"`` fails the memory-info calls only for the device with that UUID
+  (``"nvmlDeviceGetMemoryInfo*@GPU-..."``: a MIG container, where the parent GPU is denied and its instances
+  are readable; see :func:`mig_container_scenario`).
 - integrated parts (``ScriptedDevice.integrated``, e.g. GB10) raise ``NotSupported`` from memory info,
   as the GB10's driver does.
 
@@ -25,6 +28,7 @@ nvidia-ml-py 13.x (checked against its source):
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -189,6 +193,18 @@ class ScriptedNvml(ScriptedLibrary):
     def error(self, name: str) -> Exception:
         return nvml_error(name)
 
+    def _enter(self, name: str, *, needs_init: bool = True, handle: Any = None) -> None:
+        """The shared plumbing, with failures scripted for one device too: ``"call@UUID"``."""
+        self.calls[name] += 1
+        for pattern, error in self.scenario.failures.items():
+            pattern, _, uuid = pattern.partition("@")
+            if uuid and (handle is None or self._device(handle).uuid != uuid):
+                continue
+            if pattern == name or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern)):
+                raise self.error(error)
+        if needs_init and self.initialised <= 0:
+            raise self.error(self.NOT_INITIALISED)
+
     def _nvidia(self) -> list[int]:
         return [i for i, d in enumerate(self.scenario.devices) if d.vendor == "nvidia"]
 
@@ -295,7 +311,7 @@ class ScriptedNvml(ScriptedLibrary):
 
     # ---- memory --------------------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, handle: ScriptedHandle, version: int | None = None):
-        self._enter("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo")
+        self._enter("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo", handle=handle)
         dev = self._device(handle)
         if dev.integrated:
             raise nvml_error("NotSupported")
@@ -451,6 +467,156 @@ class ScriptedAllocator:
         self.scenario.release(shown, device)
 
 
+class ScriptedLibcuda:
+    """The CUDA driver library (``libcuda``) answering from ``scenario``, called as devmem calls the real one
+    through ctypes: each function returns a ``CUresult`` and writes its results through ``ctypes.byref``.
+
+    Devices are the scenario's NVIDIA devices, after integer entries of ``CUDA_VISIBLE_DEVICES`` in
+    ``scenario.environ``. This process's primary context on a device is active while it holds memory there.
+    ``Scenario.failures`` maps a function name to a ``CUresult`` name (``"CUDA_ERROR_UNKNOWN"``). ``contexts_created``
+    counts primary contexts a caller brought into being (retaining one that was not active).
+    """
+
+    CODES = {"CUDA_SUCCESS": 0, "CUDA_ERROR_INVALID_VALUE": 1, "CUDA_ERROR_NOT_INITIALIZED": 3,
+             "CUDA_ERROR_NO_DEVICE": 100, "CUDA_ERROR_INVALID_DEVICE": 101, "CUDA_ERROR_INVALID_CONTEXT": 201,
+             "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH": 803, "CUDA_ERROR_UNKNOWN": 999}
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.initialised = False
+        self.contexts_created = 0
+        self.calls: Counter[str] = Counter()
+        self._stack: list[int] = []
+        self._names = {code: name for name, code in self.CODES.items()}
+
+    def _enter(self, name: str) -> int:
+        self.calls[name] += 1
+        error = self.scenario.failures.get(name)
+        if error is not None:
+            return self.CODES[error]
+        if name != "cuInit" and not self.initialised:
+            return self.CODES["CUDA_ERROR_NOT_INITIALIZED"]
+        return 0
+
+    def _ordinals(self) -> list[int]:
+        nvidia = [i for i, d in enumerate(self.scenario.devices) if d.vendor == "nvidia"]
+        raw = self.scenario.environ.get("CUDA_VISIBLE_DEVICES")
+        if raw is None:
+            return nvidia
+        out = []
+        for token in (t.strip() for t in raw.split(",")):
+            if not token.isdigit() or int(token) >= len(nvidia) or nvidia[int(token)] in out:
+                break
+            out.append(nvidia[int(token)])
+        return out
+
+    def _active(self, dev: int) -> bool:
+        return bool(self.scenario.usage.get(self.scenario.own_driver_pid, {}).get(dev))
+
+    def cuInit(self, flags: int) -> int:
+        code = self._enter("cuInit")
+        if code == 0 and "cuda" not in self.scenario.libraries:
+            code = self.CODES["CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"]
+        if code == 0 and not self._ordinals():
+            code = self.CODES["CUDA_ERROR_NO_DEVICE"]
+        self.initialised = code == 0
+        return code
+
+    def cuGetErrorName(self, code: int, out: Any) -> int:
+        if code not in self._names:
+            return self.CODES["CUDA_ERROR_INVALID_VALUE"]
+        out._obj.value = self._names[code].encode()
+        return 0
+
+    def cuDeviceGetCount(self, count: Any) -> int:
+        code = self._enter("cuDeviceGetCount")
+        if code == 0:
+            count._obj.value = len(self._ordinals())
+        return code
+
+    def cuDeviceGet(self, dev: Any, ordinal: int) -> int:
+        code = self._enter("cuDeviceGet")
+        if code == 0 and not 0 <= ordinal < len(self._ordinals()):
+            code = self.CODES["CUDA_ERROR_INVALID_DEVICE"]
+        if code == 0:
+            dev._obj.value = self._ordinals()[ordinal]
+        return code
+
+    def cuDeviceTotalMem_v2(self, size: Any, dev: int) -> int:
+        code = self._enter("cuDeviceTotalMem_v2")
+        if code == 0:
+            size._obj.value = self.scenario.devices[dev].total - self.scenario.devices[dev].reserved
+        return code
+
+    def cuDeviceGetName(self, buf: Any, length: int, dev: int) -> int:
+        code = self._enter("cuDeviceGetName")
+        if code == 0:
+            buf.value = self.scenario.devices[dev].name.encode()[: length - 1]
+        return code
+
+    def cuDeviceGetPCIBusId(self, buf: Any, length: int, dev: int) -> int:
+        code = self._enter("cuDeviceGetPCIBusId")
+        if code == 0:
+            domain, _, rest = self.scenario.devices[dev].pci_bus_id.partition(":")
+            buf.value = f"{int(domain, 16):04X}:{rest}".encode()
+        return code
+
+    def cuDeviceGetAttribute(self, value: Any, attribute: int, dev: int) -> int:
+        code = self._enter("cuDeviceGetAttribute")
+        if code == 0:
+            value._obj.value = int(self.scenario.devices[dev].integrated) if attribute == 18 else 0
+        return code
+
+    def cuDevicePrimaryCtxGetState(self, dev: int, flags: Any, active: Any) -> int:
+        code = self._enter("cuDevicePrimaryCtxGetState")
+        if code == 0:
+            flags._obj.value, active._obj.value = 0, int(self._active(dev))
+        return code
+
+    def cuDevicePrimaryCtxRetain(self, ctx: Any, dev: int) -> int:
+        code = self._enter("cuDevicePrimaryCtxRetain")
+        if code == 0:
+            if not self._active(dev):
+                self.contexts_created += 1
+            ctx._obj.value = 0x1000 + dev
+        return code
+
+    def cuDevicePrimaryCtxRelease_v2(self, dev: int) -> int:
+        return self._enter("cuDevicePrimaryCtxRelease_v2")
+
+    def cuCtxPushCurrent_v2(self, ctx: Any) -> int:
+        code = self._enter("cuCtxPushCurrent_v2")
+        if code == 0:
+            self._stack.append(int(ctx.value) - 0x1000)
+        return code
+
+    def cuCtxPopCurrent_v2(self, ctx: Any) -> int:
+        code = self._enter("cuCtxPopCurrent_v2")
+        if code == 0 and not self._stack:
+            code = self.CODES["CUDA_ERROR_INVALID_CONTEXT"]
+        if code == 0:
+            ctx._obj.value = 0x1000 + self._stack.pop()
+        return code
+
+    def cuMemGetInfo_v2(self, free: Any, total: Any) -> int:
+        code = self._enter("cuMemGetInfo_v2")
+        if code == 0 and not self._stack:
+            code = self.CODES["CUDA_ERROR_INVALID_CONTEXT"]
+        if code == 0:
+            free._obj.value, total._obj.value = self.scenario.mem_get_info(self._stack[-1])
+        return code
+
+
+def scripted_cuda_platform(scenario: Scenario, **kwargs: Any) -> Any:
+    """``CudaPlatform`` on ``scenario``: its scripted libcuda, files and environment."""
+    from devmem_nvidia.cuda_platform import CudaPlatform
+
+    kwargs.setdefault("library", ScriptedLibcuda(scenario))
+    kwargs.setdefault("files", scenario.fs)
+    kwargs.setdefault("environ", scenario.environ)
+    return CudaPlatform(**kwargs)
+
+
 # ---- presets from real readings ---------------------------------------------------------------------
 #: This process's ``usedGpuMemory`` on the H200 after creating its CUDA context (driver 580.159.04).
 H200_CONTEXT = 545259520
@@ -487,6 +653,29 @@ def mig_scenario(**kwargs: Any) -> Scenario:
     return Scenario(devices=[parent], **kwargs)
 
 
+#: PID of the MPS server in :func:`mps_scenario`, and what it held on the H200 under an MPS daemon without a limit.
+MPS_SERVER_PID = 3131
+MPS_SERVER_BYTES = 69 * MiB
+
+
+def mps_scenario(**kwargs: Any) -> Scenario:
+    """The H200 under an MPS daemon: this process is a client with its context (NVML's MPS list, nvidia-smi type
+    "M+C"), the server ``nvidia-cuda-mps-server`` is in the compute list only with 69 MiB (as measured)."""
+    sc = h200_scenario(context=True, **kwargs)
+    sc.allocate(MPS_SERVER_BYTES, pid=MPS_SERVER_PID)
+    sc.process_kinds.update({sc.own_driver_pid: "M", MPS_SERVER_PID: "C"})
+    sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "nvidia-cuda-mps-server\n"
+    return sc
+
+
+def mig_container_scenario(error: str = "NoPermission", **kwargs: Any) -> Scenario:
+    """:func:`mig_scenario` as a container given one MIG instance sees it: NVML refuses the parent GPU's memory
+    info with ``error`` (``NoPermission``, as on the H200 of vLLM issue #55381) while the instances answer."""
+    sc = mig_scenario(**kwargs)
+    sc.failures[f"nvmlDeviceGetMemoryInfo*@{sc.devices[0].uuid}"] = error
+    return sc
+
+
 def wsl2_scenario(**kwargs: Any) -> Scenario:
     """A GeForce RTX 4090 under WSL2: WDDM driver model, ``/dev/dxg`` present, a microsoft kernel.
 
@@ -516,6 +705,6 @@ def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
 
 __all__ = [
     "H200_CHILD_1GIB", "H200_CONTEXT", "H200_CONTEXT_PLUS_512MIB", "H200_RUNTIME_TOTAL", "NVMLError",
-    "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedNvml", "h200_scenario",
-    "mig_scenario", "nvml_error", "scripted_platform", "wsl2_scenario",
+    "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedLibcuda", "ScriptedNvml", "h200_scenario",
+    "MPS_SERVER_BYTES", "MPS_SERVER_PID", "mig_container_scenario", "mig_scenario", "mps_scenario", "nvml_error", "scripted_cuda_platform", "scripted_platform", "wsl2_scenario",
 ]

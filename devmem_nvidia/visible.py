@@ -36,7 +36,13 @@ from typing import Any, Callable, Mapping
 
 from devmem.host import REAL_FILES, Files
 from devmem.visible import VisibleDevices, dropped, pick
-from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_pci_bus_id, device_uuid, normalise_bus_id
+from devmem_nvidia.nvml_access import (
+    NvmlCallError,
+    NvmlSession,
+    device_pci_bus_id,
+    device_uuid,
+    normalise_bus_id,
+)
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -69,7 +75,8 @@ class NvmlGpu:
         return [VisibleDevice(self.handle, self.uuid, self.pci_bus_id)]
 
 
-def _mig_instances(session: NvmlSession, gpu: Any, uuid: str, bus_id: str) -> tuple[VisibleDevice, ...]:
+def mig_instances(session: NvmlSession, gpu: Any, uuid: str, bus_id: str) -> tuple[VisibleDevice, ...]:
+    """The MIG instances of ``gpu`` (whose UUID and PCI bus id they carry), or ``()`` where MIG is off."""
     try:
         mode = session.call("nvmlDeviceGetMigMode", gpu)
     except NvmlCallError:
@@ -99,7 +106,7 @@ def enumerate_gpus(session: NvmlSession) -> list[NvmlGpu]:
             cc = tuple(int(x) for x in session.call("nvmlDeviceGetCudaComputeCapability", handle))
         except NvmlCallError:
             cc = (0, 0)
-        gpus.append(NvmlGpu(handle, uuid, bus_id, cc, _mig_instances(session, handle, uuid, bus_id)))
+        gpus.append(NvmlGpu(handle, uuid, bus_id, cc, mig_instances(session, handle, uuid, bus_id)))
     return gpus
 
 

@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping
 
 from devmem.host import REAL_FILES, Files
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.readings import checked_memory
+from devmem.types import Detection, DevmemError
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 from devmem_nvidia.nvml_access import NvmlCallError, device_name, driver_model, read_memory, session_for
 from devmem_nvidia.visible import DeviceTable
@@ -83,11 +84,11 @@ class WslPlatform(PlatformBase):
                 raise DevmemError(f"wsl2: cannot read the memory of device {device}: NVML said {exc.error} and "
                                   f"the CUDA runtime said {type(rt_exc).__name__}: {rt_exc}") from rt_exc
             source = f"the CUDA runtime's mem_get_info (NVML: {exc.error})"
-            return DeviceMemory(MemoryInfo(free=int(free), total=int(total)), {"free": source, "total": source})
+            return checked_memory(free, total, {"free": source, "total": source}, "the CUDA runtime's mem_get_info")
         source = f"NVML memory info v{reading.version}"
         total_source = source + (" total - reserved" if reading.reserved is not None else "")
-        return DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total),
-                            {"free": source, "total": total_source})
+        return checked_memory(reading.free, reading.runtime_total, {"free": source, "total": total_source},
+                              "NVML memory info")
 
     def _process_memory(self, device: int) -> ProcessMemory:
         return ProcessMemory.unknown(ReasonKind.DRIVER_MODEL, WDDM_REASON)

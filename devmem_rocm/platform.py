@@ -21,9 +21,12 @@ import os
 import time
 from typing import Any, Callable, Mapping
 
+from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
+from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem.readings import checked_memory, whole_bytes
+from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem.visible import VisibleDevices
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
@@ -40,7 +43,14 @@ _UNATTRIBUTED_NOTE = 1 << 30
 
 
 def _session(amdsmi: Any, clock: Callable[[], float], sleep: Callable[[float], None]) -> AmdsmiSession:
-    return real_session() if amdsmi is None else AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
+    """A session on ``amdsmi`` timed by ``clock``/``sleep``; without ``amdsmi``, the process's shared session on
+    the real module, or, where a clock or sleep is given, a session of their own on that module."""
+    if amdsmi is not None:
+        return AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
+    shared = real_session()
+    if clock is time.monotonic and sleep is time.sleep:
+        return shared
+    return AmdsmiSession(shared.module, clock=clock, sleep=sleep)
 
 
 def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list[AmdGpu], VisibleDevices[AmdGpu], str]:
@@ -51,7 +61,8 @@ def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list
 
 class RocmPlatform(PlatformBase):
     """AMD GPUs through amdsmi. ``amdsmi`` is the amdsmi module (default: the real one, imported silently),
-    ``environ`` the environment holding the ``*_VISIBLE_DEVICES`` variables (default ``os.environ``);
+    ``environ`` the environment holding the ``*_VISIBLE_DEVICES`` variables (default ``os.environ``); ``files`` the
+    /proc and cgroup boundary (a cgroup ``dmem.max`` on the GPU's VRAM caps free and total);
     ``clock``/``sleep`` time the wait for valid process figures (with a scripted amdsmi, pass a
     ``devmem.testing.ScriptedClock``'s ``clock=clk, sleep=clk.sleep`` so tests never really wait).
 
@@ -63,9 +74,11 @@ class RocmPlatform(PlatformBase):
     dist_backend = "nccl"  # ... and RCCL under the nccl backend name
 
     def __init__(self, *, amdsmi: Any = None, environ: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 files: Files = REAL_FILES):
         self._smi = _session(amdsmi, clock, sleep)
         self._environ = os.environ if environ is None else environ
+        self._files = files
         try:
             _, self._selection, self._order_rule = _inventory(self._smi, self._environ)
         except DevmemError as exc:
@@ -85,7 +98,7 @@ class RocmPlatform(PlatformBase):
         vram = self._smi.module.AmdSmiMemoryType.VRAM
         total = self._smi.call("amdsmi_get_gpu_memory_total", gpu.handle, vram)
         used = self._smi.call("amdsmi_get_gpu_memory_usage", gpu.handle, vram)
-        return int(total), int(used)
+        return whole_bytes(total, "amdsmi VRAM total"), whole_bytes(used, "amdsmi VRAM used")
 
     def _memory(self, device: int) -> DeviceMemory:
         gpu = self._selection.devices[device]
@@ -95,11 +108,13 @@ class RocmPlatform(PlatformBase):
             raise DevmemError(f"rocm: cannot read the VRAM of device {device}, {gpu.label}: {exc}. "
                               "Check that `amd-smi metric -m` can read it") from exc
         two_step = " + amdsmi_get_gpu_process_info" if self._smi.has("amdsmi_get_gpu_process_info") else ""
-        return DeviceMemory(MemoryInfo(free=max(0, total - used), total=total), {
+        memory = checked_memory(total - used, total, {
             "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
             "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
             "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
-        })
+        }, "amdsmi VRAM total minus used")
+        limits = dmem_limits(gpu.bdf, ("vram",), self._files)
+        return apply_limits(memory, limits, None) if limits else memory
 
     def _process_memory(self, device: int) -> ProcessMemory:
         table = self._processes(device)
@@ -169,6 +184,7 @@ class RocmPlatform(PlatformBase):
         notes = [f"gfx target {gpu.gfx_target}; HIP device {device} is {gpu.bdf} (amdsmi processor "
                  f"{gpu.smi_index}), from {self._selection.rule}; HIP order by {self._order_rule}"]
         notes += list(self._selection.conflicts)
+        notes += self._memory(device).notes
         if gpu.apu:
             notes.append(f"integrated GPU (APU: {gpu.apu_reason}): its memory is host memory and these VRAM "
                          "figures are only its carve-out; the uma platform reports it (DEVMEM_PLATFORM=uma)")

@@ -16,17 +16,17 @@ one shared session (:func:`real_session`).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import io
 import logging
+import os
 import threading
 import time
-import weakref
 from types import ModuleType
 from typing import Any, Callable
 
+from devmem.sessions import track
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.rocm")
@@ -103,25 +103,6 @@ def load_amdsmi() -> ModuleType:
 
 
 # ---- sessions ------------------------------------------------------------------------------------
-_live: "weakref.WeakSet[AmdsmiSession]" = weakref.WeakSet()
-_atexit_lock = threading.Lock()
-_atexit_registered = False
-
-
-def shut_down_all() -> None:
-    """Shut down every initialised session (registered with :mod:`atexit` on the first ``amdsmi_init``)."""
-    for session in list(_live):
-        session.shut_down()
-
-
-def _register_atexit() -> None:
-    global _atexit_registered
-    with _atexit_lock:
-        if not _atexit_registered:
-            atexit.register(shut_down_all)
-            _atexit_registered = True
-
-
 class AmdsmiSession:
     """One amdsmi module: initialised once (thread-safe) on first use, calls serialised, shut down at exit.
 
@@ -134,7 +115,7 @@ class AmdsmiSession:
         self._clock, self._sleep = clock, sleep
         self._lock = threading.RLock()
         self._initialised_at: float | None = None
-        _live.add(self)
+        track(self)
 
     @property
     def initialised(self) -> bool:
@@ -151,7 +132,6 @@ class AmdsmiSession:
             except Exception as exc:  # AmdSmiLibraryException, or OSError from a broken library
                 raise AmdsmiUnavailable(f"amdsmi_init failed: {describe(exc)[1]}") from exc
             self._initialised_at = self._clock()
-            _register_atexit()
         return self._initialised_at
 
     def has(self, name: str) -> bool:
@@ -180,7 +160,11 @@ class AmdsmiSession:
             log.debug("devmem: waiting %.2f s for amdsmi's process figures to become valid", wait)
             self._sleep(wait)
 
-    def shut_down(self) -> None:
+    def renew_locks(self) -> None:
+        """A fresh lock (in a forked child, where another thread may have held this one at the fork)."""
+        self._lock = threading.RLock()
+
+    def shutdown(self) -> None:
         """``amdsmi_shut_down`` if this session initialised amdsmi; the next call initialises it again."""
         with self._lock:
             if self._initialised_at is None:
@@ -193,6 +177,15 @@ class AmdsmiSession:
 
 
 _real_lock = threading.Lock()
+
+
+def _renew_real_lock() -> None:
+    global _real_lock
+    _real_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_real_lock)
 _real: AmdsmiSession | None = None
 
 
@@ -208,5 +201,5 @@ def real_session() -> AmdsmiSession:
 
 __all__ = [
     "LIBRARY_MISSING", "AmdsmiCallError", "AmdsmiSession", "AmdsmiUnavailable", "describe", "import_silently",
-    "load_amdsmi", "real_session", "shut_down_all",
+    "load_amdsmi", "real_session",
 ]

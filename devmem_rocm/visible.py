@@ -50,7 +50,7 @@ def _c_integer(token: str) -> int | None:
             return sign * int(digits[2:], 16)
         if digits.startswith("0") and len(digits) > 1:
             return sign * int(digits[1:], 8)
-        return sign * int(digits) if digits else 0
+        return sign * int(digits) if digits.isdigit() else None  # a bare sign consumes nothing: invalid
     except ValueError:
         return None
 

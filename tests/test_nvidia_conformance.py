@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from devmem.testing import PlatformConformance, scripted_fixtures
 from devmem_nvidia import WslPlatform
-from devmem_nvidia.testing import ScriptedNvml, h200_scenario, mig_scenario, scripted_platform, wsl2_scenario
+from devmem_nvidia.testing import (
+    ScriptedNvml,
+    h200_scenario,
+    mig_scenario,
+    scripted_cuda_platform,
+    scripted_platform,
+    wsl2_scenario,
+)
 
 
 def nvml(sc):
@@ -37,4 +44,17 @@ class TestWsl2Conformance(PlatformConformance, scripted_fixtures(
         wsl2_scenario, lambda sc: WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ),
         integrated=False, pages_instead_of_failing=True, process_memory=False,
         reasons={"process_memory": "WDDM does not report per-process memory"})):
+    pass
+
+
+def no_nvml_h200():
+    """An H200 in a container without libnvidia-ml, this process holding its CUDA context."""
+    sc = h200_scenario(context=True)
+    sc.libraries.discard("nvml")
+    return sc
+
+
+class TestCudaConformance(PlatformConformance, scripted_fixtures(
+        no_nvml_h200, scripted_cuda_platform, integrated=False, pages_instead_of_failing=False, process_memory=False,
+        reasons={"process_memory": "without NVML nothing attributes device memory to processes"})):
     pass

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from devmem.sessions import shutdown_all
 from devmem.testing import ScriptedClock
 from devmem.types import DevmemError
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
@@ -22,7 +23,6 @@ from devmem_rocm.smi import (
     AmdsmiSession,
     AmdsmiUnavailable,
     import_silently,
-    shut_down_all,
 )
 from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario
 
@@ -133,11 +133,11 @@ def test_amdsmi_is_initialised_for_gpus_only():
     assert seen == [fake.AmdSmiInitFlags.INIT_AMD_GPUS]
 
 
-def test_shut_down_at_exit_releases_amdsmi_and_a_later_call_initialises_again():
+def test_shutdown_at_exit_releases_amdsmi_and_a_later_call_initialises_again():
     fake = ScriptedAmdsmi(mi300x_scenario())
     session = AmdsmiSession(fake)
     session.call("amdsmi_get_processor_handles")
-    shut_down_all()
+    shutdown_all()
     assert fake.initialised == 0 and fake.calls["amdsmi_shut_down"] == 1
     session.call("amdsmi_get_processor_handles")
     assert fake.initialised == 1

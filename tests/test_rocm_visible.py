@@ -165,3 +165,8 @@ def test_an_apu_beside_a_discrete_gpu_keeps_its_hip_index():
     platform = RocmPlatform(amdsmi=ScriptedAmdsmi(sc), environ={"HIP_VISIBLE_DEVICES": "2,1"})
     assert [platform.device_name(i) for i in range(2)] == ["AMD Radeon RX 7900 XTX", "AMD Radeon Graphics"]
     assert [platform.is_integrated_gpu(i) for i in range(2)] == [False, True]
+
+
+@pytest.mark.parametrize("raw", ["-", "+"])
+def test_rocr_visible_devices_bare_sign_makes_no_gpu_visible(raw):
+    assert physical(machine({"ROCR_VISIBLE_DEVICES": raw})[0]) == []

@@ -1,0 +1,154 @@
+"""The CUDA driver API through ctypes, for machines where NVML cannot serve: device-wide figures only.
+
+:class:`CudaDriver` is the session: ``libcuda.so.1`` loaded and ``cuInit`` called once under a lock on first
+use (never at import or detection), one :meth:`CudaDriver.call` every call goes through, and a failing call
+raised as :class:`CudaCallError` (a :class:`~devmem.DevmemError`) with the driver's error name.
+
+It never creates a CUDA context: free memory is asked (``cuMemGetInfo_v2``) only where this process's primary
+context on the device is already active (``cuDevicePrimaryCtxGetState``), by retaining that context, making
+it current for the one call and releasing it. ``cuInit`` does initialise the driver in this process, as any
+CUDA program's first call does: a process that forks workers afterwards should start them with ``spawn``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from typing import Any
+
+from devmem.types import DevmemError
+
+log = logging.getLogger("devmem.nvidia")
+
+LIBRARY = "libcuda.so.1"
+CUDA_SUCCESS = 0
+CU_DEVICE_ATTRIBUTE_INTEGRATED = 18
+
+
+class CudaCallError(DevmemError):
+    """A CUDA driver call failed; ``error`` is the driver's name for the code (``"CUDA_ERROR_NO_DEVICE"``)."""
+
+    def __init__(self, call: str, error: str):
+        self.call = call
+        self.error = error
+        super().__init__(f"{call} failed: {error}")
+
+
+class CudaDriver:
+    """One CUDA driver library for the process. ``library``: a loaded ``libcuda`` (or a scripted one from
+    ``devmem_nvidia.testing``); ``None`` loads :data:`LIBRARY` on first use."""
+
+    def __init__(self, library: Any = None):
+        self._library = library
+        self._ready = False
+        self._failure: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def library(self) -> Any:
+        """The initialised library; raises :class:`DevmemError` with the reason where it cannot be."""
+        if not self._ready:
+            with self._lock:
+                if not self._ready and self._failure is None:
+                    self._initialise()
+        if self._failure is not None:
+            raise DevmemError(f"the CUDA driver is unavailable: {self._failure}")
+        return self._library
+
+    def _initialise(self) -> None:
+        if self._library is None:
+            try:
+                self._library = ctypes.CDLL(LIBRARY)
+            except OSError as exc:
+                self._failure = f"{LIBRARY} cannot be loaded: {exc}"
+                return
+        try:
+            code = self._library.cuInit(0)
+        except (AttributeError, OSError) as exc:
+            self._failure = f"cuInit cannot be called: {exc}"
+            return
+        if code != CUDA_SUCCESS:
+            self._failure = f"cuInit failed: {self._name(code)}"
+            return
+        self._ready = True
+
+    def _name(self, code: int) -> str:
+        text = ctypes.c_char_p()
+        try:
+            if self._library.cuGetErrorName(code, ctypes.byref(text)) == CUDA_SUCCESS and text.value:
+                return text.value.decode()
+        except (AttributeError, OSError):
+            pass
+        return f"CUresult {code}"
+
+    def call(self, name: str, *args: Any) -> None:
+        """``libcuda.<name>(*args)``; a non-zero result raises :class:`CudaCallError`."""
+        library = self.library
+        try:
+            code = getattr(library, name)(*args)
+        except (AttributeError, OSError, ctypes.ArgumentError) as exc:
+            raise CudaCallError(name, f"cannot be called ({exc})") from exc
+        if code != CUDA_SUCCESS:
+            raise CudaCallError(name, self._name(code))
+
+    # ---- devices -------------------------------------------------------------------------------
+    def device_count(self) -> int:
+        """Devices the driver shows this process (it applies ``CUDA_VISIBLE_DEVICES`` itself)."""
+        count = ctypes.c_int()
+        self.call("cuDeviceGetCount", ctypes.byref(count))
+        return count.value
+
+    def device(self, ordinal: int) -> int:
+        dev = ctypes.c_int()
+        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
+        return dev.value
+
+    def total_memory(self, ordinal: int) -> int:
+        size = ctypes.c_size_t()
+        self.call("cuDeviceTotalMem_v2", ctypes.byref(size), self.device(ordinal))
+        return size.value
+
+    def name(self, ordinal: int) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self.call("cuDeviceGetName", buf, 256, self.device(ordinal))
+        return buf.value.decode(errors="replace")
+
+    def pci_bus_id(self, ordinal: int) -> str:
+        """The kernel-form PCI address (``0000:19:00.0``)."""
+        buf = ctypes.create_string_buffer(32)
+        self.call("cuDeviceGetPCIBusId", buf, 32, self.device(ordinal))
+        return buf.value.decode().lower()
+
+    def integrated(self, ordinal: int) -> bool:
+        value = ctypes.c_int()
+        self.call("cuDeviceGetAttribute", ctypes.byref(value), CU_DEVICE_ATTRIBUTE_INTEGRATED, self.device(ordinal))
+        return bool(value.value)
+
+    def context_active(self, ordinal: int) -> bool:
+        """Whether this process's primary context on the device exists (asking creates nothing)."""
+        flags, active = ctypes.c_uint(), ctypes.c_int()
+        self.call("cuDevicePrimaryCtxGetState", self.device(ordinal), ctypes.byref(flags), ctypes.byref(active))
+        return bool(active.value)
+
+    def mem_get_info(self, ordinal: int) -> tuple[int, int] | None:
+        """``(free, total)`` as the runtime reports them, or ``None`` where this process has no context on the
+        device (asking would create one)."""
+        if not self.context_active(ordinal):
+            return None
+        dev = self.device(ordinal)
+        ctx = ctypes.c_void_p()
+        self.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+        try:
+            self.call("cuCtxPushCurrent_v2", ctx)
+            try:
+                free, total = ctypes.c_size_t(), ctypes.c_size_t()
+                self.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+                return free.value, total.value
+            finally:
+                self.call("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
+        finally:
+            self.call("cuDevicePrimaryCtxRelease_v2", dev)
+
+
+__all__ = ["CU_DEVICE_ATTRIBUTE_INTEGRATED", "CUDA_SUCCESS", "CudaCallError", "CudaDriver", "LIBRARY"]

@@ -1,0 +1,68 @@
+"""Limits a CUDA process is given through its environment, read where NVML cannot see them.
+
+- MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` holds ``<ordinal>=<size>`` pairs separated by commas
+  (``"0=8G,1=4G"``), the ordinal being the client's CUDA device index; a bare ``<size>`` (``"8G"``) is taken
+  for every device. The MPS control daemon's ``set_default_device_pinned_mem_limit`` sets a default that
+  the client's environment does not show; export the variable to the client as well so devmem reads it.
+- HAMi-style vGPU limits (HAMi-core's ``libvgpu.so``): ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` for CUDA device ``i``,
+  else ``CUDA_DEVICE_MEMORY_LIMIT`` for every device.
+
+A size is a whole number with an optional binary unit: ``8G``/``8GB``/``8GiB``, ``8192m``, ``512K``, or bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from devmem.limits import MemoryLimit
+from devmem.types import DevmemError
+
+MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+VGPU_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str, variable: str) -> int:
+    """``"8G"`` -> 8589934592; raises :class:`DevmemError` naming ``variable`` and the allowed forms."""
+    m = _SIZE.match(text)
+    if m is None or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
+        raise DevmemError(f"{variable}: {text!r} is not a size; use a whole number of bytes or one with a unit "
+                          "K, M, G or T (binary: 8G = 8 GiB; 8192M, 8GB and 8GiB also work)")
+    return int(m.group(1)) * _SCALE[m.group(2).lower()]
+
+
+def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
+    """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` as ``{ordinal: bytes}``; the key ``None`` holds a bare size (every device)."""
+    raw = environ.get(MPS_LIMIT, "").strip()
+    out: dict[int | None, int] = {}
+    for entry in (e.strip() for e in raw.split(",") if e.strip()):
+        ordinal, sep, size = entry.partition("=")
+        if not sep:
+            out[None] = parse_size(entry, MPS_LIMIT)
+            continue
+        if not ordinal.strip().isdigit():
+            raise DevmemError(f"{MPS_LIMIT}={raw!r}: {ordinal.strip()!r} is not a device ordinal; "
+                              "use <ordinal>=<size> pairs separated by commas, e.g. 0=8G,1=4G")
+        out[int(ordinal)] = parse_size(size, MPS_LIMIT)
+    return out
+
+
+def env_limits(environ: Mapping[str, str], device: int) -> list[MemoryLimit]:
+    """The environment's limits on CUDA device ``device`` (MPS first, then a vGPU limit)."""
+    out = []
+    mps = mps_limits(environ)
+    key = device if device in mps else None if None in mps else -1
+    if key != -1:
+        out.append(MemoryLimit(mps[key], "MPS pinned device memory limit", f"{MPS_LIMIT}={environ[MPS_LIMIT]}"))
+    for name in (f"{VGPU_LIMIT}_{device}", VGPU_LIMIT):
+        raw = environ.get(name, "").strip()
+        if raw:
+            out.append(MemoryLimit(parse_size(raw, name), "vGPU memory limit (HAMi-style)", f"{name}={raw}"))
+            break
+    return out
+
+
+__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_size"]

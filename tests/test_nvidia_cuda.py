@@ -1,0 +1,110 @@
+"""The cuda platform: NVIDIA GPUs through the CUDA driver API where NVML cannot serve."""
+
+from __future__ import annotations
+
+import pytest
+
+from devmem import DevmemError, GiB, MemoryInfo, ReasonKind
+from devmem.testing import Scenario, ScriptedDevice
+from devmem_nvidia import cuda_plugin, detect_cuda, detect_nvml, plugin
+from devmem_nvidia.testing import (
+    H200_CONTEXT,
+    H200_RUNTIME_TOTAL,
+    ScriptedLibcuda,
+    ScriptedNvml,
+    h200_scenario,
+    scripted_cuda_platform,
+)
+
+
+def no_nvml_scenario(**kwargs):
+    """An H200 in a container without libnvidia-ml: the CUDA driver library is there, NVML is not."""
+    sc = h200_scenario(**kwargs)
+    sc.libraries.discard("nvml")
+    return sc
+
+
+def find_in(sc):
+    return lambda name: "libcuda.so.1" if name in sc.libraries else None
+
+
+def test_cuda_ranks_below_nvml_and_above_cpu():
+    nvml = next(s for s in plugin.devmem_platforms() if s.name == "nvml")
+    (cuda,) = cuda_plugin.devmem_platforms()
+    assert nvml.priority > cuda.priority > 0
+
+
+def test_machine_without_nvml_detects_cuda_instead():
+    sc = no_nvml_scenario()
+    assert not detect_nvml(ScriptedNvml(sc), files=sc.fs).found
+    assert detect_cuda(sc.fs, find_in(sc), "linux").found
+
+
+def test_no_cuda_library_is_not_detected():
+    sc = no_nvml_scenario()
+    sc.libraries.discard("cuda")
+    assert "not installed" in detect_cuda(sc.fs, find_in(sc), "linux").reason
+
+
+def test_no_driver_is_not_detected():
+    assert not detect_cuda(Scenario(devices=[]).fs, lambda name: "libcuda.so.1", "linux").found
+
+
+def test_free_and_total_are_the_runtime_figures_with_a_context():
+    info = scripted_cuda_platform(no_nvml_scenario(context=True)).device_memory_info(0)
+    assert info == MemoryInfo(H200_RUNTIME_TOTAL - H200_CONTEXT, H200_RUNTIME_TOTAL)
+
+
+def test_reading_creates_no_context():
+    sc = no_nvml_scenario()
+    library = ScriptedLibcuda(sc)
+    scripted_cuda_platform(sc, library=library).memory(0)
+    assert library.contexts_created == 0 and library.calls["cuMemGetInfo_v2"] == 0
+
+
+def test_without_a_context_free_is_total_and_says_it_was_not_readable():
+    memory = scripted_cuda_platform(no_nvml_scenario()).memory(0)
+    assert memory.info == MemoryInfo(H200_RUNTIME_TOTAL, H200_RUNTIME_TOTAL)
+    assert memory.sources["free"].startswith("not readable: this process has no CUDA context")
+
+
+def test_the_context_is_left_as_it_was():
+    sc = no_nvml_scenario(context=True)
+    library = ScriptedLibcuda(sc)
+    scripted_cuda_platform(sc, library=library).memory(0)
+    assert library.calls["cuDevicePrimaryCtxRetain"] == library.calls["cuDevicePrimaryCtxRelease_v2"] == 1
+    assert library.calls["cuCtxPushCurrent_v2"] == library.calls["cuCtxPopCurrent_v2"] == 1
+
+
+def test_process_memory_is_none_with_no_source():
+    reason = scripted_cuda_platform(no_nvml_scenario()).process_memory(0).reason
+    assert reason.kind is ReasonKind.NO_SOURCE
+
+
+def test_mps_limit_caps_the_cuda_figures():
+    sc = no_nvml_scenario(context=True)
+    sc.environ["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=8G"
+    assert scripted_cuda_platform(sc).device_memory_info(0).total == 8 * GiB
+
+
+def test_visible_devices_are_the_driver_s():
+    sc = Scenario(devices=[ScriptedDevice(), ScriptedDevice(name="NVIDIA H100", pci_bus_id="00000000:1A:00.0")],
+                  libraries={"cuda"}, environ={"CUDA_VISIBLE_DEVICES": "1"})
+    platform = scripted_cuda_platform(sc)
+    assert (platform.device_count(), platform.device_name(0)) == (1, "NVIDIA H100")
+
+
+def test_driver_that_fails_to_initialise_is_a_devmem_error():
+    sc = no_nvml_scenario(failures={"cuInit": "CUDA_ERROR_UNKNOWN"})
+    with pytest.raises(DevmemError, match="cuInit failed: CUDA_ERROR_UNKNOWN"):
+        scripted_cuda_platform(sc)
+
+
+def test_failing_memory_call_is_a_devmem_error_naming_it():
+    sc = no_nvml_scenario(context=True, failures={"cuMemGetInfo_v2": "CUDA_ERROR_UNKNOWN"})
+    with pytest.raises(DevmemError, match="cuMemGetInfo_v2 failed: CUDA_ERROR_UNKNOWN"):
+        scripted_cuda_platform(sc).memory(0)
+
+
+def test_device_name_is_the_driver_s():
+    assert scripted_cuda_platform(no_nvml_scenario()).device_name(0) == "NVIDIA H200"

@@ -40,13 +40,14 @@ class Painter:
         return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if self.enabled and text else text
 
 
-def wrap(text: str, width: int, indent: str = "", hanging: str | None = None) -> list[str]:
-    """``text`` as lines of at most ``width`` columns (a single word longer than that stays whole), the first
-    prefixed by ``indent`` and the rest by ``hanging`` (``indent`` by default)."""
+def wrap(text: str, width: int, indent: str = "", hanging: str | None = None, *, break_long: bool = False) -> list[str]:
+    """``text`` as lines of at most ``width`` columns, the first prefixed by ``indent`` and the rest by
+    ``hanging`` (``indent`` by default). A single word longer than a line stays whole unless ``break_long``
+    (for free text such as a command line, never for figures)."""
     glued = _NUMBER_UNIT.sub(lambda m: f"{m.group(1)}{_NBSP}{m.group(2)}", text)
     lines = textwrap.wrap(glued, width=width, initial_indent=indent,
                           subsequent_indent=indent if hanging is None else hanging,
-                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+                          break_long_words=break_long, break_on_hyphens=False) or [indent.rstrip()]
     return [line.replace(_NBSP, " ") for line in lines]
 
 
@@ -63,11 +64,12 @@ def key_values(rows: Iterable[tuple[str, str]], width: int, indent: str = "  ") 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, indent: str = "  ",
           right: frozenset[int] = frozenset()) -> list[str]:
-    """Columns sized to their contents; the last column wraps under its own start to fit ``width``."""
+    """Columns sized to their contents; the last column (free text) wraps under its own start to fit ``width``,
+    breaking a word longer than the room it has."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     out = []
     for row in [header, *rows]:
         cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         head = indent + "  ".join(cells) + "  "
-        out += wrap(row[-1], width, head, " " * len(head))
+        out += wrap(row[-1], width, head, " " * len(head), break_long=True)
     return out

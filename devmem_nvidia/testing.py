@@ -28,6 +28,7 @@ nvidia-ml-py 13.x (checked against its source):
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 import fnmatch
 from dataclasses import dataclass
 from typing import Any, Callable

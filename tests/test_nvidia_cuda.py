@@ -36,8 +36,8 @@ def test_cuda_ranks_below_nvml_and_above_cpu():
 
 def test_machine_without_nvml_detects_cuda_instead():
     sc = no_nvml_scenario()
-    assert not detect_nvml(ScriptedNvml(sc), files=sc.fs).found
-    assert detect_cuda(sc.fs, find_in(sc), "linux").found
+    assert not detect_nvml(ScriptedNvml(sc), files=sc.fs).detected
+    assert detect_cuda(sc.fs, find_in(sc), "linux").detected
 
 
 def test_no_cuda_library_is_not_detected():
@@ -47,7 +47,7 @@ def test_no_cuda_library_is_not_detected():
 
 
 def test_no_driver_is_not_detected():
-    assert not detect_cuda(Scenario(devices=[]).fs, lambda name: "libcuda.so.1", "linux").found
+    assert not detect_cuda(Scenario(devices=[]).fs, lambda name: "libcuda.so.1", "linux").detected
 
 
 def test_free_and_total_are_the_runtime_figures_with_a_context():

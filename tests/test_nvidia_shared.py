@@ -25,7 +25,7 @@ SLOT = "0000:19:00.0"  # the scripted H200's PCI slot in the kernel's form
 # ---- a MIG container: the parent GPU denied, the instances readable ----------------------------------
 def test_mig_container_with_denied_parent_is_detected():
     sc = mig_container_scenario()
-    assert detect_nvml(ScriptedNvml(sc), files=sc.fs).found
+    assert detect_nvml(ScriptedNvml(sc), files=sc.fs).detected
 
 
 def test_mig_container_detection_says_the_parent_is_denied():
@@ -45,7 +45,7 @@ def test_mig_container_note_explains_the_denied_parent():
 def test_denied_gpu_without_mig_is_not_detected():
     sc = h200_scenario(failures={"nvmlDeviceGetMemoryInfo*": "NoPermission"})
     detection = detect_nvml(ScriptedNvml(sc), files=sc.fs)
-    assert not detection.found and "NoPermission" in detection.reason
+    assert not detection.detected and "NoPermission" in detection.reason
 
 
 # ---- sizes in the environment -------------------------------------------------------------------------

@@ -75,7 +75,7 @@ PY
 }
 
 suite_install() {
-    if python3 -c "import importlib.metadata as m; m.distribution('devmem')" 2> /dev/null; then
+    if python3 -c "import importlib.metadata as m; m.distribution('devmem-kv')" 2> /dev/null; then
         echo "devmem is installed: $(python3 -c 'import devmem; print(devmem.__version__, devmem.__file__)')"
     else
         python3 -m pip install --no-deps --no-build-isolation -e .

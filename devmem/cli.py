@@ -188,8 +188,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from devmem.cli_format import table, terminal_width
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
-    rows = [("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected), c.reason)
-            for c in cands]
+    rows = [("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected),
+             c.reason + (f"; to use it: {c.action}" if c.action else "")) for c in cands]
     print("\n".join(table(header, rows, terminal_width(), indent="")))
     return 0
 

@@ -56,6 +56,8 @@ class Candidate:
     chosen: bool = False
     description: str = ""
     runtime_markers: tuple[str, ...] = ()
+    #: What would make this platform usable where it is not detected and its backend knows (``Detection.action``).
+    action: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -139,7 +141,7 @@ def _candidates() -> tuple[list[Candidate], dict[str, _Registered]]:
         det = _probe(reg)
         cands.append(Candidate(reg.spec.name, reg.spec.priority, reg.plugin, reg.distribution, reg.version,
                                det.found, det.reason, description=reg.spec.description,
-                               runtime_markers=reg.spec.runtime_markers))
+                               runtime_markers=reg.spec.runtime_markers, action=det.action))
         by_name.setdefault(reg.spec.name, reg)
     cands.sort(key=lambda c: (-c.priority, c.name))
     return cands, by_name
@@ -165,8 +167,9 @@ def _choose(cands: list[Candidate]) -> Candidate:
             raise PluginError(f"platform {forced!r} is provided by several distributions: "
                               f"{', '.join(c.distribution for c in matches)}; uninstall all but one")
         if not matches[0].detected:
+            fix = f" To use it: {matches[0].action}." if matches[0].action else ""
             raise PluginError(
-                f"DEVMEM_PLATFORM={forced!r} is registered but not detected: {matches[0].reason}. "
+                f"DEVMEM_PLATFORM={forced!r} is registered but not detected: {matches[0].reason}.{fix} "
                 f"Registered: {_listing(cands)}. Name another platform or unset DEVMEM_PLATFORM."
             )
         return matches[0]

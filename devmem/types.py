@@ -50,16 +50,24 @@ class MemoryInfo(NamedTuple):
 
 @dataclass(frozen=True)
 class Detection:
-    """The outcome of a backend's cheap probe: whether its hardware is here, and why (not)."""
+    """The outcome of a backend's cheap probe: whether its hardware is here, and why (not).
+
+    ``action`` is what the user can do to make a platform that is not found usable, where the backend
+    knows it: its driver is loaded but its Python library is missing, say ("pip install ..."). ``devmem
+    plugins`` shows it beside the reason and ``devmem doctor`` reports it as a warning.
+    """
 
     found: bool
     reason: str
+    action: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.found, bool):
             raise TypeError(f"Detection.found must be a bool, got {self.found!r}")
         if not isinstance(self.reason, str) or not self.reason:
             raise TypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
+        if not isinstance(self.action, str):
+            raise TypeError(f"Detection.action must be a string, got {self.action!r}")
 
 
 @dataclass(frozen=True)

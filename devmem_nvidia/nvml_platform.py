@@ -71,13 +71,16 @@ def integrated_devices(session: NvmlSession) -> list[str]:
 def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.platform) -> Detection:
     """NVML loads and lists at least one discrete GPU; integrated parts are left to the uma platform.
 
-    Without ``nvml``, pynvml is imported only where an NVIDIA driver is loaded (:mod:`devmem_nvidia.driver`).
+    Without ``nvml``, pynvml is imported only where an NVIDIA driver is loaded (:mod:`devmem_nvidia.driver`);
+    where it is loaded but pynvml is missing, the detection's ``action`` says what to install.
     """
     if nvml is None and not driver_loaded(files, system):
         return Detection(False, NO_DRIVER)
     session = session_for(nvml)
     found, reason = session.probe()
     if not found:
+        if session.action:  # pynvml failed to import, which is tried only where the driver is loaded
+            return Detection(False, f"an NVIDIA driver is loaded, but {reason}", action=session.action)
         return Detection(False, reason)
     try:
         integrated = integrated_devices(session)

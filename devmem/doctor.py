@@ -75,7 +75,7 @@ def _accounting(r: DeviceReport, platform: Platform) -> Finding:
     kind = ReasonKind(r.process_reason_kind) if r.process_reason_kind else None
     return Finding(r.index, "per-process-accounting", "warning",
                    f"per-process accounting is unavailable: {r.process_reason or 'unknown'}",
-                   ADVICE.get(kind, FALLBACK_ADVICE))
+                   ADVICE.get(kind, FALLBACK_ADVICE) if kind is not None else FALLBACK_ADVICE)
 
 
 def _co_tenants(r: DeviceReport) -> Finding | None:
@@ -83,7 +83,8 @@ def _co_tenants(r: DeviceReport) -> Finding | None:
         return None
     total = sum(r.other_processes.values())
     return Finding(r.index, "co-tenants", "info",
-                   f"{len(r.other_processes)} other process(es) hold {format_size(total)}: {_pid_list(r.other_processes)}",
+                   f"{len(r.other_processes)} other process(es) hold {format_size(total)}: "
+                   f"{_pid_list(r.other_processes)}",
                    "each engine's utilization is a share of the whole device: keep the shares of all engines "
                    "on this device summing to at most 1.0",
                    {"held": total, "processes": {str(pid): used for pid, used in r.other_processes.items()}})

@@ -14,7 +14,7 @@ whose module defines::
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pluggy
 
@@ -34,3 +34,4 @@ def devmem_platforms() -> Iterable[PlatformSpec]:
     cheap: import vendor libraries inside ``detect``/``factory``, not here. Returning ``None`` or an
     empty iterable means the plugin provides no platform on this machine.
     """
+    raise NotImplementedError("a hook specification: pluggy calls the plugins' implementations, never this")

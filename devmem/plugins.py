@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -104,7 +104,8 @@ def _collect(pm: pluggy.PluginManager, eps: list[EntryPoint]) -> list[_Registere
         name = impl.plugin_name
         dist, version = dists.get(name, ("unknown", "unknown"))
         try:
-            specs = list(impl.function() or ())
+            returned: Any = impl.function()
+            specs = list(returned or ())
         except Exception as exc:
             _warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s: %s",
                   name, dist, type(exc).__name__, exc)

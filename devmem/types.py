@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from devmem.platform import Platform
@@ -83,7 +84,7 @@ class PlatformSpec:
     name: str
     priority: int
     detect: Callable[[], Detection]
-    factory: Callable[[], "Platform"]
+    factory: Callable[[], Platform]
     description: str = ""
     runtime_markers: tuple[str, ...] = ()
 

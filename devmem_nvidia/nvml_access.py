@@ -9,8 +9,8 @@ Public names:
 - ``session_for(nvml=None) -> NvmlSession``: the process-wide session of the real pynvml, or a new one
   around an injected module
 - ``NvmlSession(nvml=None)``: ``.nvml`` (the initialised module; ``None`` imports ``pynvml`` lazily),
-  ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
-  ``.driver_version()``, ``.shutdown()``
+  ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``,
+  ``.handle_by_index(i)``, ``.driver_version()``, ``.shutdown()``
 - ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed; ``.action`` says what to install
   where pynvml is missing (``NvmlSession.action`` too)
 - ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from devmem.types import DevmemError
 
@@ -63,7 +64,8 @@ PROCESS_LISTS = (("compute", COMPUTE_CALLS), ("graphics", GRAPHICS_CALLS), ("mps
 
 
 NOT_INSTALLED = "the Python package nvidia-ml-py (module pynvml) is not installed"
-INSTALL_PYNVML = "pip install nvidia-ml-py (a dependency of devmem-kv: it is missing only after an install with --no-deps)"
+INSTALL_PYNVML = ("pip install nvidia-ml-py (a dependency of devmem-kv: it is missing only after an install with "
+                  "--no-deps)")
 
 
 class NvmlUnavailable(DevmemError):

@@ -15,7 +15,8 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from devmem.host import REAL_FILES, Files
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
@@ -50,8 +51,8 @@ def device_memory(session: NvmlSession, platform: str, device: int, dev: Visible
     try:
         return read_memory(session, dev.handle)
     except NvmlCallError as exc:
-        raise DevmemError(f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. "
-                          "Check the GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
+        raise DevmemError(f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. Check the "
+                          "GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
 
 
 def integrated_devices(session: NvmlSession) -> list[str]:
@@ -134,10 +135,12 @@ class NvmlPlatform(PlatformBase):
         reading = device_memory(self._session, self.name, device, self._table.devices()[device])
         if reading.reserved is None:
             sources = {"free": "NVML memory info v1 free",
-                       "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)"}
+                       "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's "
+                                "reservation)"}
         else:
             sources = {"free": "NVML memory info v2 free",
-                       "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}
+                       "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the "
+                                "driver)"}
         return DeviceMemory(MemoryInfo(free=reading.free, total=reading.runtime_total), sources)
 
     def _is_integrated(self, device: int) -> bool:

@@ -24,8 +24,9 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from devmem.types import DevmemError
 
@@ -118,7 +119,7 @@ def load_amdsmi() -> ModuleType:
 
 
 # ---- sessions ------------------------------------------------------------------------------------
-_live: "weakref.WeakSet[AmdsmiSession]" = weakref.WeakSet()
+_live: weakref.WeakSet[AmdsmiSession] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
 _atexit_registered = False
 
@@ -222,6 +223,6 @@ def real_session() -> AmdsmiSession:
 
 
 __all__ = [
-    "ACTIONS", "LIBRARY_MISSING", "NOT_INSTALLED", "ROCM_OWN_AMDSMI", "AmdsmiCallError", "AmdsmiSession", "AmdsmiUnavailable", "describe", "import_silently",
-    "load_amdsmi", "real_session", "shut_down_all",
+    "ACTIONS", "LIBRARY_MISSING", "NOT_INSTALLED", "ROCM_OWN_AMDSMI", "AmdsmiCallError", "AmdsmiSession",
+    "AmdsmiUnavailable", "describe", "import_silently", "load_amdsmi", "real_session", "shut_down_all",
 ]

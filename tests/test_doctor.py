@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from plugin_dists import platform_dist
+
 from devmem.doctor import diagnose, render
 from devmem.host import CpuPlatform
 from devmem.types import GiB, MiB
@@ -13,7 +15,6 @@ from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform
 from devmem_nvidia.wsl2 import WslPlatform
 from devmem_uma.platform import UmaPlatform
 from devmem_uma.testing import gb10_scenario
-from plugin_dists import platform_dist
 
 
 def by_code(findings):

@@ -6,9 +6,9 @@ import logging
 import threading
 
 import pytest
+from plugin_dists import platform_dist, write_dist
 
 import devmem
-from plugin_dists import platform_dist, write_dist
 
 
 def only(monkeypatch, *entries: str) -> None:
@@ -62,7 +62,8 @@ def test_forced_platform_that_is_not_detected_says_why(site, monkeypatch):
 
 def test_forced_platform_whose_library_is_missing_says_what_to_install(site, monkeypatch):
     absent = platform_dist(site, "vendor-absent", "absent", priority=99, found=False,
-                           reason="the acme driver is loaded, but acmelib is not installed", action="pip install acmelib")
+                           reason="the acme driver is loaded, but acmelib is not installed",
+                           action="pip install acmelib")
     only(monkeypatch, absent)
     monkeypatch.setenv("DEVMEM_PLATFORM", "absent")
     with pytest.raises(devmem.PluginError, match="acmelib is not installed. To use it: pip install acmelib."):
@@ -71,7 +72,8 @@ def test_forced_platform_whose_library_is_missing_says_what_to_install(site, mon
 
 def test_candidates_carry_what_would_make_a_platform_usable(site, monkeypatch):
     absent = platform_dist(site, "vendor-absent", "absent", priority=99, found=False,
-                           reason="the acme driver is loaded, but acmelib is not installed", action="pip install acmelib")
+                           reason="the acme driver is loaded, but acmelib is not installed",
+                           action="pip install acmelib")
     only(monkeypatch, absent)
     (cand,) = [c for c in devmem.platform_candidates() if c.name == "absent"]
     assert (cand.detected, cand.action) == (False, "pip install acmelib")

@@ -71,7 +71,7 @@ def _rises_only_where_torch_allocates(platform: RocmPlatform) -> dict[int, list[
         after = [platform.get_process_memory_usage(i) for i in range(platform.device_count())]
         del block
         torch.cuda.empty_cache()
-        changes[d] = [a - b for a, b in zip(after, before)]
+        changes[d] = [a - b for a, b in zip(after, before, strict=True)]
     return changes
 
 

@@ -1,9 +1,9 @@
 """devmem's conformance kit, run by ACME's CI against the installed ``acme`` platform."""
 
 import pytest
+from devmem_acme.platform import AcmePlatform
 
 from devmem.testing import HostFixtures, PlatformConformance
-from devmem_acme.platform import AcmePlatform
 
 
 class AcmeFixtures(HostFixtures):

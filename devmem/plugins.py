@@ -1,6 +1,6 @@
 """Finding backends through the ``devmem`` entry-point group and choosing one platform.
 
-Rules (DESIGN.md, "Resolution"):
+Rules (docs/design.md, "Resolution"):
 - ``DEVMEM_LOAD_PLUGINS=a,b`` loads only those entry points (the built-in ``cpu`` is always loaded).
 - ``DEVMEM_PLATFORM=name`` forces a platform; unknown or undetected -> :class:`PluginError`.
 - Otherwise the detected candidate with the highest priority; a tie is an error naming both providers.

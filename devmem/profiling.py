@@ -1,4 +1,4 @@
-"""Memory snapshots, the profile window and the release of the allocator cache (DESIGN.md, "Profiling").
+"""Memory snapshots, the profile window and the release of the allocator cache (docs/design.md, "Profiling").
 
 torch is never imported here: a process that has not imported torch holds no torch memory, and importing it
 would itself grow the process. The torch figures come from the torch device module the platform declares

@@ -1,4 +1,4 @@
-"""Resolution of a platform from real entry points (DESIGN.md, "Resolution")."""
+"""Resolution of a platform from real entry points (docs/design.md, "Resolution")."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(not ON_ROCM, reason="needs a ROCm build of torch and an AMD GPU"),
 ]
 
-#: DESIGN.md: on discrete GPUs, free and total agree with the runtime's own view within 64 MiB.
+#: docs/design.md: on discrete GPUs, free and total agree with the runtime's own view within 64 MiB.
 AGREEMENT = 64 * MiB
 ALLOCATION = GiB
 

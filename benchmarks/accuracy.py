@@ -18,7 +18,6 @@ import argparse
 import sys
 from typing import Any
 
-import devmem
 from common import (
     MiB,
     engine_argv,
@@ -33,6 +32,8 @@ from common import (
     utilization_for,
     write_outputs,
 )
+
+import devmem
 
 GPU = {"models": "llama-1b,moe", "utilizations": "0.1,0.5,0.9", "allocators": "default,expandable",
        "batch_tokens": 8192, "slack": 256 * MiB, "settle": 20.0}

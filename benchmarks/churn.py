@@ -20,11 +20,9 @@ import argparse
 import sys
 from typing import Any
 
-import devmem
 from common import (
     Churner,
     GiB,
-    KiB,
     MiB,
     engine_argv,
     failure_text,
@@ -40,8 +38,12 @@ from common import (
     write_outputs,
 )
 
-GPU = {"utilization": 0.5, "model": "llama-1b", "batch_tokens": 8192, "churn": 8 * GiB, "repetitions": 5, "slack": 256 * MiB, "settle": 20.0}
-CPU = {"request": 512 * MiB, "model": "tiny", "batch_tokens": 256, "churn": 128 * MiB, "repetitions": 3, "slack": 64 * MiB, "settle": 1.0}
+import devmem
+
+GPU = {"utilization": 0.5, "model": "llama-1b", "batch_tokens": 8192, "churn": 8 * GiB, "repetitions": 5,
+       "slack": 256 * MiB, "settle": 20.0}
+CPU = {"request": 512 * MiB, "model": "tiny", "batch_tokens": 256, "churn": 128 * MiB, "repetitions": 3,
+       "slack": 64 * MiB, "settle": 1.0}
 METHODS = ("process", "device")
 
 

@@ -19,8 +19,9 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import devmem
 from devmem import GiB, MiB, device_report
@@ -133,7 +134,7 @@ def run_engines(argvs: Sequence[list[str]], timeout: float = 300.0) -> list[dict
                 del first[first.index(option):first.index(option) + 2]
         run_engines([first], timeout)
     out = []
-    for argv, (result, code) in zip(argvs, spawn(_engine_child, [(list(a),) for a in argvs], timeout)):
+    for argv, (result, code) in zip(argvs, spawn(_engine_child, [(list(a),) for a in argvs], timeout), strict=True):
         if result is None:
             result = {"ok": False, "failure": {"stage": "engine", "kind": "died",
                                                "message": f"the engine process ended with exit code {code} "
@@ -185,7 +186,7 @@ class Churner:
         self.device, self.nbytes, self.hold, self.gap, self.seed = device, nbytes, hold, gap, seed
         self.cycles: int | None = None
 
-    def __enter__(self) -> "Churner":
+    def __enter__(self) -> Churner:
         self._stop, ready = _CTX.Event(), _CTX.Event()
         self._recv, send = _CTX.Pipe(duplex=False)
         self._proc = _CTX.Process(target=_churn, daemon=True, args=(
@@ -246,7 +247,8 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     numeric = [all(_is_number(r[i]) for r in cells if r[i] not in ("", "-")) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
+        cells = zip(values, widths, numeric, strict=True)
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in cells).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 

@@ -20,10 +20,7 @@ import sys
 import time
 from typing import Any
 
-import devmem
 from common import (
-    GiB,
-    KiB,
     MiB,
     engine_argv,
     failure_text,
@@ -39,8 +36,12 @@ from common import (
     write_outputs,
 )
 
-GPU = {"share": 0.9, "model": "llama-1b", "batch_tokens": 8192, "decode_steps": 3, "hold": 2.0, "slack": 256 * MiB, "settle": 20.0}
-CPU = {"request": 640 * MiB, "model": "tiny", "batch_tokens": 256, "decode_steps": 1, "hold": 0.3, "slack": 64 * MiB, "settle": 1.0}
+import devmem
+
+GPU = {"share": 0.9, "model": "llama-1b", "batch_tokens": 8192, "decode_steps": 3, "hold": 2.0, "slack": 256 * MiB,
+       "settle": 20.0}
+CPU = {"request": 640 * MiB, "model": "tiny", "batch_tokens": 256, "decode_steps": 1, "hold": 0.3, "slack": 64 * MiB,
+       "settle": 1.0}
 METHODS = ("process", "device")
 
 

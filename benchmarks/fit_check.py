@@ -30,8 +30,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import devmem
 from common import ENGINE_PATH, engine_argv, format_table, machine, on_accelerator, run_engines, write_outputs
+
+import devmem
 from devmem.capacity import DEFAULT_BLOCK_SIZE, longest_context, plan_for_model, tokens_in_pool
 from devmem.kvcache import ALLOCATOR_GRANULARITY
 from devmem.models import load_model

@@ -102,7 +102,8 @@ def observations(results: dict) -> dict:
         figure = variant["with_learning"]["process"]
         nvml = nvml_figure(variant)
         seen[f"{name}: ran"] = True
-        seen[f"{name}: NVML lists the namespace PID"] = variant["pid_here"] in {int(p) for p in variant["nvml_processes"]}
+        listed = {int(p) for p in variant["nvml_processes"]}
+        seen[f"{name}: NVML lists the namespace PID"] = variant["pid_here"] in listed
         seen[f"{name}: NSpid shows an outer PID"] = len(variant["nspid"]) > 1
         seen[f"{name}: found without learning"] = variant["without_learning"]["process"] is not None
         seen[f"{name}: platform figure equals NVML's figure for this process"] = nvml is not None and figure == nvml

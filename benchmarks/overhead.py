@@ -22,10 +22,12 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from common import format_table, machine, write_outputs
 
 import devmem
-from common import format_table, machine, write_outputs
 from devmem import MemorySnapshot
 
 Cases = dict[str, Callable[[], object]]

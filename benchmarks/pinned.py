@@ -7,8 +7,8 @@ with ``devmem.release_allocator_cache()`` right before the allocation. Goal: 0 b
 in segments that hold no live tensor with the release (the rest of what stays cached is free space inside
 segments that do, which no release can give back), and the KV cache the same size both times.
 
-GPU defaults: the llama-1b model of examples/engine.py, a warm-up prefill of 32768 tokens, 32 GiB pinned. On the cpu platform torch keeps no
-allocator cache, so the cached bytes are not measured there.
+GPU defaults: the llama-1b model of examples/engine.py, a warm-up prefill of 32768 tokens, 32 GiB pinned. On the cpu
+platform torch keeps no allocator cache, so the cached bytes are not measured there.
 
 Usage: python benchmarks/pinned.py [--pinned 32GiB] [--out DIR_OR_FILE.json]
 """
@@ -19,10 +19,8 @@ import argparse
 import sys
 from typing import Any
 
-import devmem
 from common import (
     GiB,
-    KiB,
     MiB,
     engine_argv,
     failure_text,
@@ -35,6 +33,8 @@ from common import (
     settle,
     write_outputs,
 )
+
+import devmem
 
 GPU = {"model": "llama-1b", "batch_tokens": 32768, "pinned": 32 * GiB, "slack": 256 * MiB, "settle": 20.0}
 CPU = {"model": "tiny", "batch_tokens": 256, "pinned": 16 * MiB, "slack": 64 * MiB, "settle": 1.0}

@@ -75,10 +75,14 @@ PY
 }
 
 suite_install() {
-    if python3 -c "import importlib.metadata as m; m.distribution('devmem')" 2> /dev/null; then
+    if python3 -c "import importlib.metadata as m; m.distribution('devmem-kv')" 2> /dev/null; then
         echo "devmem is installed: $(python3 -c 'import devmem; print(devmem.__version__, devmem.__file__)')"
     else
-        python3 -m pip install --no-deps --no-build-isolation -e .
+        python3 -m pip install --no-deps --no-build-isolation -e . || {
+            echo "building devmem-kv without isolation needs setuptools >= 77 (PEP 639 licence metadata) in" \
+                "python3; it has $(python3 -c 'import setuptools; print(setuptools.__version__)' 2>&1)" >&2
+            return 1
+        }
     fi
 }
 

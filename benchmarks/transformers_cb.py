@@ -37,7 +37,6 @@ import time
 import traceback
 from typing import Any
 
-import devmem
 from common import (
     MiB,
     failure_text,
@@ -52,6 +51,8 @@ from common import (
     utilization_for,
     write_outputs,
 )
+
+import devmem
 
 TINYLLAMA = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
              "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 4096}
@@ -125,7 +126,7 @@ class Footprint:
             if value is not None and (self.peak is None or value > self.peak):
                 self.peak = value
 
-    def __enter__(self) -> "Footprint":
+    def __enter__(self) -> Footprint:
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -269,7 +270,7 @@ def _phase(name: str, mode: str, n: int, u: float | None, graphs: bool | None, c
               "start_at": start_at} for i in range(n)]
     began = time.monotonic()
     engines = []
-    for spec, (result, code) in zip(specs, spawn(_engine, [(s,) for s in specs], timeout)):
+    for spec, (result, code) in zip(specs, spawn(_engine, [(s,) for s in specs], timeout), strict=True):
         if result is None:
             result = {**{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")}, "ok": False,
                       "failure": {"stage": "engine", "kind": "died", "message": f"the engine process ended with "

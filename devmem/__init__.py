@@ -4,6 +4,8 @@
 helpers only on first use; resolving a platform imports a vendor library only where its driver is loaded.
 """
 
+from typing import TYPE_CHECKING
+
 from devmem.hookspecs import hookimpl
 from devmem.lazy import lazy_exports
 from devmem.platform import (
@@ -28,6 +30,32 @@ from devmem.types import (
     PluginError,
 )
 
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem.distributed import agree_on_minimum
+    from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
+    from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
+    from devmem.profiling import (
+        MemorySnapshot,
+        ProfileResult,
+        check_startup_memory,
+        memory_profiling,
+        release_allocator_cache,
+    )
+    from devmem.sizing import (
+        KvCachePlan,
+        PlanInputs,
+        SizingError,
+        blocks_for_bytes,
+        growable_kv_cache_bytes,
+        plan_growable,
+        plan_kv_cache,
+        plan_pinned,
+        plan_utilization,
+        profiled_kv_cache_bytes,
+        requested_memory,
+    )
+    from devmem.units import format_size, parse_size
+
 #: Public names imported on first use (PEP 562), so ``import devmem`` stays cheap.
 _LAZY = {
     "agree_on_minimum": "devmem.distributed",
@@ -44,6 +72,7 @@ _LAZY = {
     "UnknownArchitectureError": "devmem.models",
     "load_model": "devmem.models",
     "KvCachePlan": "devmem.sizing",
+    "PlanInputs": "devmem.sizing",
     "SizingError": "devmem.sizing",
     "blocks_for_bytes": "devmem.sizing",
     "growable_kv_cache_bytes": "devmem.sizing",
@@ -66,9 +95,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ALLOCATOR_GRANULARITY",
     "Candidate",
+    "Detection",
     "DeviceMemory",
     "DeviceReport",
-    "Detection",
     "DevmemError",
     "GiB",
     "KvCachePlan",
@@ -79,6 +108,7 @@ __all__ = [
     "ModelConfigError",
     "ModelMemory",
     "NotEnoughMemoryError",
+    "PlanInputs",
     "Platform",
     "PlatformBase",
     "PlatformSpec",
@@ -98,8 +128,8 @@ __all__ = [
     "current_platform",
     "device_report",
     "format_size",
-    "hookimpl",
     "growable_kv_cache_bytes",
+    "hookimpl",
     "load_model",
     "memory_profiling",
     "parse_size",

@@ -21,6 +21,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from devmem.models import MAX_TP, ModelMemory
 from devmem.sizing import KvCachePlan, SizingError, plan_kv_cache
@@ -56,7 +57,7 @@ def block_bytes(model: ModelMemory, block_size: int = DEFAULT_BLOCK_SIZE) -> int
     return _whole("block_size", block_size) * model.kv_bytes_per_token
 
 
-def plan_for_model(model: ModelMemory, *, block_size: int = DEFAULT_BLOCK_SIZE, **sizing: object) -> KvCachePlan:
+def plan_for_model(model: ModelMemory, *, block_size: int = DEFAULT_BLOCK_SIZE, **sizing: Any) -> KvCachePlan:
     """:func:`devmem.sizing.plan_kv_cache` with this model's block; ``weights`` default to its weights per rank."""
     sizing.setdefault("weights", model.weights_bytes_per_rank)
     return plan_kv_cache(page_size_bytes=_whole("block_size", block_size) * model.kv_layer_bytes_per_token,
@@ -226,7 +227,7 @@ def _budget(model: ModelMemory, block_size: int, total: int, utilization: float,
     try:
         plan = plan_for_model(model, block_size=block_size, total=total, utilization=utilization, **extra)
     except NotEnoughMemoryError as exc:
-        return int(exc.breakdown["requested"]), int(exc.breakdown["kv_cache"])
+        return int(exc.breakdown["requested"] or 0), int(exc.breakdown["kv_cache"] or 0)
     return int(plan.breakdown["requested"]), plan.kv_cache_bytes
 
 
@@ -299,7 +300,7 @@ class Fit:
             f"  utilization needed: {needed_u}",
             f"  GPUs of this kind needed (tensor parallel, same utilization): {gpus}",
         ]
-        if self.fits_free is not None:
+        if self.fits_free is not None and self.free is not None:
             out.append(f"  free now {f(self.free)} {'>=' if self.fits_free else '<'} requested {f(self.requested)}"
                        + ("" if self.fits_free else ": an engine at this utilization fails to start"))
         if self.fits_context is not None:
@@ -319,8 +320,8 @@ class Fit:
 
 
 def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utilization: float = 0.9,
-        free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, transient_peak_bytes: int = 0, non_torch: int = 0,
-        graph_capture: int = 0, allocation_granularity: int = 1) -> Fit:
+        free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, transient_peak_bytes: int = 0,
+        non_torch: int = 0, graph_capture: int = 0, allocation_granularity: int = 1) -> Fit:
     """Whether ``sequences`` x ``context`` fits a device of ``total`` bytes at ``utilization``, and what it needs.
 
     The budget is :func:`plan_for_model` (weights = the model's weights per rank, plus the activation peak and
@@ -336,8 +337,8 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
              "allocation_granularity": granularity}
     requested, budget = _budget(model, block_size, total, utilization, extra)
     needed = sequences * cost.total
-    non_kv = {"weights": model.weights_bytes_per_rank, "transient_peak_bytes": transient_peak_bytes, "non_torch": non_torch,
-              "graph_capture": graph_capture}
+    non_kv = {"weights": model.weights_bytes_per_rank, "transient_peak_bytes": transient_peak_bytes,
+              "non_torch": non_torch, "graph_capture": graph_capture}
     share = Fraction(_cdiv(max(needed, block_bytes(model, block_size)), granularity) * granularity
                      + sum(non_kv.values()), total)
     needed_u = None if share > 1 else math.ceil(share * 10_000) / 10_000

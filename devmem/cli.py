@@ -12,7 +12,8 @@ import json
 import logging
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from devmem import __version__
 from devmem.host import REAL_FILES, Files
@@ -20,6 +21,7 @@ from devmem.platform import DeviceReport, Platform, device_report
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
 from devmem.units import format_size
+
 
 def _emit_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
@@ -58,7 +60,7 @@ def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[di
     """One reading of every device in ``indices``: its report, with the processes on it."""
     from devmem.processes import process_rows
 
-    devices = []
+    devices: list[dict[str, object]] = []
     for index in indices:
         report = device_report(platform, index)
         rows = None if report.other_processes is None else process_rows(report.other_processes, files)
@@ -189,8 +191,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from devmem.cli_format import table, terminal_width
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
-    rows = [("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected),
-             "; ".join(filter(None, (c.reason, c.note)))) for c in cands]
+    rows: list[tuple[str, ...]] = [
+        ("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected),
+         "; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else ""))))
+        for c in cands]
     print("\n".join(table(header, rows, terminal_width(), indent="")))
     return 0
 
@@ -393,8 +397,8 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
         total = current_platform().device_memory_info(args.device).total
     granularity = args.allocation_granularity or 1
     sizing = {"total": total, "utilization": args.utilization, "pinned_bytes": args.pinned,
-              "transient_peak_bytes": args.transient_peak, "non_torch": args.non_torch, "graph_capture": args.graph_capture,
-              "allocation_granularity": granularity}
+              "transient_peak_bytes": args.transient_peak, "non_torch": args.non_torch,
+              "graph_capture": args.graph_capture, "allocation_granularity": granularity}
     if args.weights is not None:
         sizing["weights"] = args.weights
     try:
@@ -452,7 +456,7 @@ EXIT_CODES = """exit codes:
 
 
 def _sub(sub: argparse._SubParsersAction, name: str, summary: str, description: str, examples: str,
-         exit_codes: str = EXIT_CODES, **kwargs: object) -> argparse.ArgumentParser:
+         exit_codes: str = EXIT_CODES, **kwargs: Any) -> argparse.ArgumentParser:
     """A sub-command whose help has a description, examples, the environment variables and the exit codes."""
     parser = sub.add_parser(name, help=summary, description=description, parents=[_common()],
                             epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
@@ -627,7 +631,7 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
 
     Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
     nor a value (argparse then names the valid commands)."""
-    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
     if any(a in commands for a in argv) or any(a in ("-h", "--help", "--version") for a in argv):
         return argv
     words = [a for a in argv if not a.startswith("-")]

@@ -10,7 +10,8 @@ import os
 import re
 import shutil
 import textwrap
-from typing import IO, Iterable
+from collections.abc import Iterable
+from typing import IO
 
 _NBSP = "\u00a0"
 _NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|bytes|blocks)\b")
@@ -69,7 +70,8 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, inde
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     out = []
     for row in [header, *rows]:
-        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        padded = enumerate(zip(row, widths, strict=False))  # the last cell has no width: it wraps
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in padded]
         head = indent + "  ".join(cells) + "  "
         out += wrap(row[-1], width, head, " " * len(head), break_long=True)
     return out

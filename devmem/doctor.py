@@ -3,7 +3,9 @@
 Each :class:`Finding` says what is the case, with the numbers, and what to do about it. The checks
 use only the platform contract, so they work on every backend: advice for a missing per-process figure
 is picked by its :class:`~devmem.platform.ReasonKind`, and the allocator check looks at the torch device
-module the platform declares, only when this process has already imported torch.
+module the platform declares, only when this process has already imported torch. Findings about the
+machine rather than one device (a backend whose driver is loaded but whose library is missing) have
+``device`` ``None``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
-from devmem.plugins import current_platform
+from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.torch_device import initialised_module
 from devmem.types import MiB
 from devmem.units import format_size
@@ -24,9 +26,9 @@ CACHE_WORTH_MENTIONING = 64 * MiB
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing an operator should know about one device."""
+    """One thing an operator should know about one device (``device`` ``None``: about the machine)."""
 
-    device: int
+    device: int | None
     #: What the finding is about, for programs (``"co-tenants"``, ``"low-free-memory"``, ...).
     kind: str
     severity: str  # "ok", "info" or "warning"
@@ -73,7 +75,7 @@ def _accounting(r: DeviceReport, platform: Platform) -> Finding:
     kind = ReasonKind(r.process_reason_kind) if r.process_reason_kind else None
     return Finding(r.index, "per-process-accounting", "warning",
                    f"per-process accounting is unavailable: {r.process_reason or 'unknown'}",
-                   ADVICE.get(kind, FALLBACK_ADVICE))
+                   ADVICE.get(kind, FALLBACK_ADVICE) if kind is not None else FALLBACK_ADVICE)
 
 
 def _co_tenants(r: DeviceReport) -> Finding | None:
@@ -81,7 +83,8 @@ def _co_tenants(r: DeviceReport) -> Finding | None:
         return None
     total = sum(r.other_processes.values())
     return Finding(r.index, "co-tenants", "info",
-                   f"{len(r.other_processes)} other process(es) hold {format_size(total)}: {_pid_list(r.other_processes)}",
+                   f"{len(r.other_processes)} other process(es) hold {format_size(total)}: "
+                   f"{_pid_list(r.other_processes)}",
                    "each engine's utilization is a share of the whole device: keep the shares of all engines "
                    "on this device summing to at most 1.0",
                    {"held": total, "processes": {str(pid): used for pid, used in r.other_processes.items()}})
@@ -149,10 +152,20 @@ def _restates(note: str, report: DeviceReport, found: list[Finding]) -> bool:
     return note == report.process_reason or any(RESTATED_BY.get(f.kind, "\0") in note for f in found)
 
 
-def diagnose(platform: Platform | None = None, devices: list[int] | None = None) -> list[Finding]:
-    """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once."""
+def _unusable(candidates: list[Candidate]) -> list[Finding]:
+    """A warning for each platform that is not detected although its backend knows what would make it usable."""
+    return [Finding(None, "platform-unusable", "warning",
+                    f"platform {c.name!r} (from {c.distribution}) cannot be used: {c.reason}", c.action)
+            for c in candidates if not c.detected and c.action]
+
+
+def diagnose(platform: Platform | None = None, devices: list[int] | None = None,
+             candidates: list[Candidate] | None = None) -> list[Finding]:
+    """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once,
+    after those about the registered platforms ``candidates`` (by default this machine's,
+    :func:`devmem.platform_candidates`)."""
     platform = platform or current_platform()
-    findings: list[Finding] = []
+    findings = _unusable(platform_candidates() if candidates is None else candidates)
     for device in devices if devices is not None else range(platform.device_count()):
         report = device_report(platform, device)
         found = [_accounting(report, platform)]
@@ -172,7 +185,8 @@ def render(findings: list[Finding], platform_name: str, width: int = 80, paint=N
     lines = [f"platform: {platform_name}"]
     for f in findings:
         mark, style = marks.get(f.severity, (f.severity, "bold"))
-        head = wrap(f"[{mark}] device {f.device}: {f.summary}", width, "", "       ")
+        where = "machine" if f.device is None else f"device {f.device}"
+        head = wrap(f"[{mark}] {where}: {f.summary}", width, "", "       ")
         if paint is not None:
             head[0] = head[0].replace(f"[{mark}]", f"[{paint(mark, style)}]", 1)
         lines += head

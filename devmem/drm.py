@@ -9,7 +9,7 @@ Linux keeps, for every open DRM file descriptor, key-value lines in ``/proc/<pid
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from devmem.host import Files
 from devmem.platform import ProcessMemory, ReasonKind

@@ -17,7 +17,8 @@ resolving a platform at engine start-up imports no plugin framework (see :mod:`d
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from devmem.types import PlatformSpec
 
@@ -62,3 +63,4 @@ def devmem_platforms() -> Iterable[PlatformSpec]:
     vendor libraries inside ``detect``/``factory``, not here. Returning ``None`` or an empty iterable means the
     plugin provides no platform on this machine.
     """
+    raise NotImplementedError("a hook specification: pluggy calls the plugins' implementations, never this")

@@ -9,12 +9,15 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from devmem.types import Detection
 
 
-def lazy_exports(namespace: dict[str, Any], names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    namespace: dict[str, Any], names: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for the module owning ``namespace``, whose ``names`` map each lazily
     exported attribute to the module that defines it. A loaded attribute is cached in ``namespace``."""
 

@@ -19,6 +19,7 @@ divide the attention heads and the recurrent heads too. A config devmem cannot r
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import numbers
@@ -375,7 +376,7 @@ class _Config:
     def __init__(self, raw: Mapping[str, Any]):
         text = raw.get("text_config")
         self.nested = isinstance(text, Mapping)
-        merged = dict(text) if self.nested else dict(raw)
+        merged = dict(text) if isinstance(text, Mapping) else dict(raw)
         if self.nested:
             merged.update({k: raw[k] for k in _INHERITED if k in raw and merged.get(k) is None})
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
@@ -402,7 +403,7 @@ class _Config:
             raise ModelConfigError(f"config key {key}={value!r} must be a whole number >= {1 if positive else 0}")
         return int(value)
 
-    def get_int(self, key: str, default: int, *, positive: bool = False) -> int:
+    def get_int(self, key: str, default: builtins.int, *, positive: bool = False) -> builtins.int:
         return self.int(key, positive=positive) if key in self.values else default
 
 

@@ -15,7 +15,7 @@ its name:
 from __future__ import annotations
 
 from enum import Enum
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from devmem.records import Record
 from devmem.types import DevmemError, MemoryInfo
@@ -61,7 +61,7 @@ class ProcessMemory(Record):
             raise TypeError("ProcessMemory(None) needs a Reason saying why the figure is unknown")
 
     @classmethod
-    def unknown(cls, kind: ReasonKind, text: str) -> "ProcessMemory":
+    def unknown(cls, kind: ReasonKind, text: str) -> ProcessMemory:
         return cls(None, Reason(kind, text))
 
 
@@ -82,8 +82,16 @@ class Platform(Protocol):
     """
 
     name: str
-    torch_device: str | None
-    dist_backend: str | None
+
+    @property
+    def torch_device(self) -> str | None:
+        """torch's device namespace for this platform's devices (a class attribute in implementations)."""
+        ...
+
+    @property
+    def dist_backend(self) -> str | None:
+        """The torch.distributed backend for tensors on ``torch_device`` (a class attribute in implementations)."""
+        ...
 
     def device_count(self) -> int:
         """Devices visible to this process (after the runtime's ``*_VISIBLE_DEVICES`` variables)."""

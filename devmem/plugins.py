@@ -58,6 +58,8 @@ class Candidate(Record):
     description: str = ""
     runtime_markers: tuple[str, ...] = ()
     note: str = ""
+    #: What would make this platform usable where it is not detected and its backend knows (``Detection.action``).
+    action: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -103,7 +105,8 @@ def _resolve_candidates() -> _Resolution:
         det = probe(reg, timeout)
         cand = Candidate(reg.spec.name, reg.spec.priority, reg.plugin, reg.distribution, reg.version,
                          det.detected, det.reason, description=reg.spec.description,
-                         runtime_markers=reg.spec.runtime_markers, note=notes.get(i, ""))
+                         runtime_markers=reg.spec.runtime_markers, note=notes.get(i, ""),
+                         action=det.action)
         probed.append((cand, reg))
     probed.sort(key=lambda pair: (-pair[0].priority, pair[0].name, pair[0].distribution))
     return _Resolution(probed, excluded, allow)
@@ -142,8 +145,9 @@ def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
             raise _unknown_forced(forced, res)
         detected = [c for c in matches if c.detected]
         if not detected:
+            fix = f" To use it: {matches[0].action}." if matches[0].action else ""
             raise PluginError(
-                f"DEVMEM_PLATFORM={forced!r} is registered but not detected: {matches[0].reason}. "
+                f"DEVMEM_PLATFORM={forced!r} is registered but not detected: {matches[0].reason}.{fix} "
                 f"Registered: {_listing(cands)}. Name another platform or unset DEVMEM_PLATFORM."
             )
         _same_name_tie(detected[0], matches)

@@ -1,4 +1,4 @@
-"""Memory snapshots, the profile window and the release of the allocator cache (DESIGN.md, "Profiling").
+"""Memory snapshots, the profile window and the release of the allocator cache (docs/design.md, "Profiling").
 
 torch is never imported here: a process that has not imported torch holds no torch memory, and importing it
 would itself grow the process. The torch figures come from the torch device module the platform declares
@@ -13,15 +13,19 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from devmem.platform import Platform
 from devmem.plugins import current_platform
 from devmem.torch_device import device_module, initialised_module
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
+
+if TYPE_CHECKING:
+    from devmem.sizing import PlanInputs
 
 log = logging.getLogger("devmem.profiling")
 
@@ -53,7 +57,7 @@ class MemorySnapshot:
     notes: tuple[str, ...] = ()
 
     @classmethod
-    def measure(cls, device: int = 0, platform: Platform | None = None) -> "MemorySnapshot":
+    def measure(cls, device: int = 0, platform: Platform | None = None) -> MemorySnapshot:
         """Read the platform's free/total/process figures and torch's allocated/reserved/peak for ``device``."""
         platform = platform if platform is not None else current_platform()
         info = platform.device_memory_info(device)
@@ -70,7 +74,7 @@ class MemorySnapshot:
             reserved = module.memory_reserved(device)
             peak = module.max_memory_allocated(device)
             reserved_peak = module.max_memory_reserved(device)
-        else:
+        elif why_not:
             notes.append(why_not)
         return cls(device, info.free, info.total, process, allocated, reserved, peak, reserved_peak, time.time(),
                    module is not None, tuple(notes))
@@ -80,7 +84,7 @@ class MemorySnapshot:
         """Device memory in use by anyone: ``total - free``."""
         return self.total - self.free
 
-    def __sub__(self, other: "MemorySnapshot") -> "MemorySnapshot":
+    def __sub__(self, other: MemorySnapshot) -> MemorySnapshot:
         if not isinstance(other, MemorySnapshot):
             return NotImplemented
         if other.device != self.device:
@@ -185,7 +189,7 @@ class ProfileResult:
         """True once the block ran to its end and the window was measured."""
         return self.after_profile is not None and self.error is None
 
-    def plan_inputs(self) -> dict[str, int | None]:
+    def plan_inputs(self) -> PlanInputs:
         """Keyword arguments for :func:`devmem.sizing.plan_kv_cache` from what was measured.
 
         Raises :class:`~devmem.DevmemError` when the window is still open or its block raised: a profile of
@@ -238,7 +242,7 @@ def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot
     result.after_profile = after
     result.device_wide_consumed = baseline.free - after.free
     result.process_scoped = baseline.process is not None and after.process is not None
-    if result.process_scoped:
+    if baseline.process is not None and after.process is not None:
         own = after.process - baseline.process
         result.other_processes_delta = result.device_wide_consumed - own
         if abs(result.other_processes_delta) >= WARN_DIFFERENCE:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from devmem.types import DevmemError, GiB, NotEnoughMemoryError
 from devmem.units import format_size
@@ -281,6 +282,18 @@ def plan_utilization(*, page_size_bytes: int, num_layers: int, total: int, utili
                        {**figures, **shared.reported()})
 
 
+class PlanInputs(TypedDict):
+    """What a profile window measured, as keyword arguments of :func:`plan_kv_cache`
+    (:meth:`devmem.profiling.ProfileResult.plan_inputs` returns one)."""
+
+    consumed: int
+    weights: int
+    transient_peak_bytes: int
+    non_torch: int
+    other_processes: int | None
+    released_cache: int
+
+
 def plan_pinned(*, page_size_bytes: int, num_layers: int, pinned_bytes: int, weights: int = 0,
                 transient_peak_bytes: int = 0, non_torch: int = 0, other_processes: int | None = None,
                 released_cache: int = 0, allocation_granularity: int = 1) -> KvCachePlan:
@@ -361,7 +374,7 @@ def plan_kv_cache(
     most whole blocks whose rounded allocation still fits the budget. Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input.
     """
-    explain = dict(page_size_bytes=page_size_bytes, num_layers=num_layers, weights=weights,
+    explain: dict[str, Any] = dict(page_size_bytes=page_size_bytes, num_layers=num_layers, weights=weights,
                    transient_peak_bytes=transient_peak_bytes, non_torch=non_torch, other_processes=other_processes,
                    released_cache=released_cache, allocation_granularity=allocation_granularity)
     growable = init_free_memory is not None or free_memory is not None
@@ -382,5 +395,5 @@ def plan_kv_cache(
         raise SizingError("graph_capture applies to the utilization path; on the growable path the free-memory "
                           "readings are taken after graph capture and already count it")
     return plan_growable(total=total, utilization=utilization, init_free_memory=init_free_memory,
-                         free_memory=free_memory, committed_bytes=committed_bytes, margin_floor_bytes=margin_floor_bytes,
-                         margin_fraction=margin_fraction, **explain)
+                         free_memory=free_memory, committed_bytes=committed_bytes,
+                         margin_floor_bytes=margin_floor_bytes, margin_fraction=margin_fraction, **explain)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
 from devmem.records import Record
 
@@ -50,16 +51,24 @@ class MemoryInfo(NamedTuple):
 
 
 class Detection(Record):
-    """The outcome of a backend's cheap probe: whether its hardware is here, and why (not)."""
+    """The outcome of a backend's cheap probe: whether its hardware is here, and why (not).
+
+    ``action`` is what the user can do to make a platform that is not found usable, where the backend
+    knows it: its driver is loaded but its Python library is missing, say ("pip install ..."). ``devmem
+    plugins`` shows it beside the reason and ``devmem doctor`` reports it as a warning.
+    """
 
     detected: bool
     reason: str
+    action: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.detected, bool):
             raise TypeError(f"Detection.detected must be a bool, got {self.detected!r}")
         if not isinstance(self.reason, str) or not self.reason:
             raise TypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
+        if not isinstance(self.action, str):
+            raise TypeError(f"Detection.action must be a string, got {self.action!r}")
 
 
 class PlatformSpec(Record):
@@ -74,7 +83,7 @@ class PlatformSpec(Record):
     name: str
     priority: int
     detect: Callable[[], Detection]
-    factory: Callable[[], "Platform"]
+    factory: Callable[[], Platform]
     description: str = ""
     runtime_markers: tuple[str, ...] = ()
 

@@ -7,8 +7,9 @@ A backend gives :func:`pick` its matching rule and reports the outcome as a :cla
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterable, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

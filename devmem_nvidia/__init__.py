@@ -12,7 +12,24 @@ unified-memory one) use these and nothing else:
 - this process's driver-side PID: ``DeviceAllocator`` (the runtime boundary), ``CudaDriverAllocator``.
 """
 
+from typing import TYPE_CHECKING
+
 from devmem.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from devmem_nvidia.driver import NO_DRIVER, driver_loaded
+    from devmem_nvidia.nvml_access import (
+        NvmlCallError,
+        NvmlSession,
+        NvmlUnavailable,
+        device_name,
+        read_memory,
+        session_for,
+    )
+    from devmem_nvidia.nvml_platform import NvmlPlatform, detect_nvml
+    from devmem_nvidia.pidns import CudaDriverAllocator, DeviceAllocator
+    from devmem_nvidia.visible import VisibleDevice, visible_devices
+    from devmem_nvidia.wsl2 import WslPlatform, detect_wsl2
 
 #: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
 #: ``plugin`` module, which must stay cheap.
@@ -37,7 +54,24 @@ _LAZY = {
     "detect_wsl2": "devmem_nvidia.wsl2",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "CudaDriverAllocator",
+    "DeviceAllocator",
+    "NO_DRIVER",
+    "NvmlCallError",
+    "NvmlPlatform",
+    "NvmlSession",
+    "NvmlUnavailable",
+    "VisibleDevice",
+    "WslPlatform",
+    "detect_nvml",
+    "detect_wsl2",
+    "device_name",
+    "driver_loaded",
+    "read_memory",
+    "session_for",
+    "visible_devices",
+]
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY)

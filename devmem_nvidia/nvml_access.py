@@ -12,7 +12,8 @@ Public names:
   ``.has(name)``, ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``,
   ``.device_count()``, ``.handle_by_index(i)``, ``.driver_version()``, ``.shutdown()``, ``.renew_locks()``; the
   same pattern as ``devmem_rocm.smi.AmdsmiSession``, shut down at exit and fork-safe through :mod:`devmem.sessions`
-- ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed
+- ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed; ``.action`` says what to install
+  where pynvml is missing (``NvmlSession.action`` too)
 - ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
 - ``error_name(exc) -> str``
 - ``MemoryReading(total, free, used, reserved, version)`` and ``read_memory(session, handle) -> MemoryReading``
@@ -32,7 +33,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from devmem.sessions import track
 from devmem.types import DevmemError
@@ -64,8 +66,18 @@ MPS_CALLS = (
 PROCESS_LISTS = (("compute", COMPUTE_CALLS), ("graphics", GRAPHICS_CALLS), ("mps", MPS_CALLS))
 
 
+NOT_INSTALLED = "the Python package nvidia-ml-py (module pynvml) is not installed"
+INSTALL_PYNVML = ("pip install nvidia-ml-py (a dependency of devmem-kv: it is missing only after an install with "
+                  "--no-deps)")
+
+
 class NvmlUnavailable(DevmemError):
-    """pynvml cannot be imported or NVML cannot be initialised (no driver, no library)."""
+    """pynvml cannot be imported or NVML cannot be initialised (no driver, no library). ``action`` is what to do
+    about it where that is known (:data:`INSTALL_PYNVML` where pynvml is missing)."""
+
+    def __init__(self, reason: str, action: str = ""):
+        super().__init__(reason)
+        self.action = action
 
 
 class NvmlCallError(DevmemError):
@@ -100,6 +112,8 @@ class NvmlSession:
         self._module = nvml
         self._ready = False
         self._failure: str | None = None
+        #: What would make NVML usable where it is not and that is known (pynvml missing), else "".
+        self.action = ""
         self._lock = threading.Lock()
         self._variants: dict[tuple[str, ...], str] = {}
         self._functions: dict[str, Any] = {}
@@ -115,7 +129,7 @@ class NvmlSession:
             if not self._ready and self._failure is None:
                 self._initialise()
             if self._failure is not None:
-                raise NvmlUnavailable(self._failure)
+                raise NvmlUnavailable(self._failure, self.action)
             return self._module
 
     def _initialise(self) -> None:
@@ -123,7 +137,9 @@ class NvmlSession:
             try:
                 import pynvml
             except ImportError as exc:
-                self._failure = f"pynvml (nvidia-ml-py) is not installed: {exc}"
+                missing = isinstance(exc, ModuleNotFoundError) and exc.name == "pynvml"
+                self._failure = NOT_INSTALLED if missing else f"import pynvml failed: {exc}"
+                self.action = INSTALL_PYNVML if missing else ""
                 return
             self._module = pynvml
         try:
@@ -405,7 +421,7 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 
 
 __all__ = [
-    "COMPUTE_CALLS", "GRAPHICS_CALLS", "MPS_CALLS", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
+    "COMPUTE_CALLS", "GRAPHICS_CALLS", "INSTALL_PYNVML", "MPS_CALLS", "NOT_INSTALLED", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
     "NvmlUnavailable", "PROCESS_LISTS", "ProcessEntry", "session_for", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
     "driver_model", "error_name", "find_process", "normalise_bus_id", "process_bytes",
     "read_memory", "running_processes",

@@ -15,7 +15,8 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
@@ -54,8 +55,8 @@ def device_memory(session: NvmlSession, platform: str, device: int, dev: Visible
     try:
         return read_memory(session, dev.handle)
     except NvmlCallError as exc:
-        raise DevmemError(f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. "
-                          "Check the GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
+        raise DevmemError(f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. Check the "
+                          "GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
 
 
 class DeviceSurvey(NamedTuple):
@@ -93,13 +94,16 @@ def survey_devices(session: NvmlSession) -> DeviceSurvey:
 def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.platform) -> Detection:
     """NVML loads and lists at least one discrete GPU; integrated parts are left to the uma platform.
 
-    Without ``nvml``, pynvml is imported only where an NVIDIA driver is loaded (:mod:`devmem_nvidia.driver`).
+    Without ``nvml``, pynvml is imported only where an NVIDIA driver is loaded (:mod:`devmem_nvidia.driver`);
+    where it is loaded but pynvml is missing, the detection's ``action`` says what to install.
     """
     if nvml is None and not driver_loaded(files, system):
         return Detection(False, NO_DRIVER)
     session = session_for(nvml)
     found, reason = session.probe()
     if not found:
+        if session.action:  # pynvml failed to import, which is tried only where the driver is loaded
+            return Detection(False, f"an NVIDIA driver is loaded, but {reason}", action=session.action)
         return Detection(False, reason)
     try:
         survey = survey_devices(session)
@@ -158,7 +162,8 @@ class NvmlPlatform(PlatformBase):
         reading = device_memory(self._session, self.name, device, self._table.devices()[device])
         if reading.reserved is None:
             sources = {"free": "NVML memory info v1 free",
-                       "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)"}
+                       "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's "
+                                "reservation)"}
         else:
             sources = {"free": "NVML memory info v2 free",
                        "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}

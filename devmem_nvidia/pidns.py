@@ -23,7 +23,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from devmem.host import REAL_FILES, Files
 from devmem.types import MiB

@@ -31,7 +31,7 @@ import ctypes
 from collections import Counter
 import fnmatch
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from devmem.testing.scenario import (
     H200_RESERVED,
@@ -72,6 +72,7 @@ class NVMLError(Exception):
 
     _valClassMapping: dict[int, type] = {}
     _errcode_to_string: dict[int, str] = {}
+    value: int
 
     def __new__(cls, value: int):
         if cls is NVMLError:
@@ -110,7 +111,8 @@ def _error_class(const: str, code: int) -> type:
     return type(_class_name(const), (NVMLError,), {"__new__": __new__, "__init__": __init__, "__module__": __name__})
 
 
-_ERROR_CLASSES: dict[str, type] = {}
+#: NVMLError subclasses by short name, made here at import (their constructors take no code, hence ``Any``).
+_ERROR_CLASSES: dict[str, Any] = {}
 for _const, _code in _ERRORS.items():
     _cls = _error_class(_const, _code)
     globals()[_cls.__name__] = _cls
@@ -218,7 +220,8 @@ class ScriptedNvml(ScriptedLibrary):
     def _usage(self, handle: ScriptedHandle) -> dict[int, int]:
         if handle.mig is None:
             return self.scenario.processes(handle.device)
-        return {pid: used for pid, used in self.scenario.devices[handle.device].mig[handle.mig].processes.items() if used}
+        instance = self.scenario.devices[handle.device].mig[handle.mig]
+        return {pid: used for pid, used in instance.processes.items() if used}
 
     def _used(self, handle: ScriptedHandle) -> int:
         dev = self._device(handle)
@@ -308,7 +311,8 @@ class ScriptedNvml(ScriptedLibrary):
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: ScriptedHandle) -> tuple[int, int]:
         self._enter("nvmlDeviceGetCudaComputeCapability")
-        return tuple(self.scenario.devices[handle.device].compute_capability)
+        major, minor = self.scenario.devices[handle.device].compute_capability
+        return major, minor
 
     # ---- memory --------------------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, handle: ScriptedHandle, version: int | None = None):

@@ -31,8 +31,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from devmem.host import REAL_FILES, Files
 from devmem.visible import VisibleDevices, dropped, pick
@@ -103,7 +104,8 @@ def enumerate_gpus(session: NvmlSession) -> list[NvmlGpu]:
         uuid = device_uuid(session, handle)
         bus_id = device_pci_bus_id(session, handle)
         try:
-            cc = tuple(int(x) for x in session.call("nvmlDeviceGetCudaComputeCapability", handle))
+            major, minor = session.call("nvmlDeviceGetCudaComputeCapability", handle)
+            cc = (int(major), int(minor))
         except NvmlCallError:
             cc = (0, 0)
         gpus.append(NvmlGpu(handle, uuid, bus_id, cc, mig_instances(session, handle, uuid, bus_id)))

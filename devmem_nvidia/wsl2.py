@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from devmem.host import REAL_FILES, Files
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind

@@ -11,7 +11,15 @@ is imported here. The names below are this package's public surface; other backe
   ``uuid_keys()`` (:class:`~devmem_rocm.visible.HipDevice`), in HIP order.
 """
 
+from typing import TYPE_CHECKING
+
 from devmem.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from devmem_rocm.devices import CARVE_OUT_MAX
+    from devmem_rocm.driver import NO_DRIVER, driver_loaded
+    from devmem_rocm.platform import RocmPlatform, detect
+    from devmem_rocm.visible import HipDevice, select_visible
 
 #: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
 #: ``plugin`` module, which must stay cheap.
@@ -25,7 +33,15 @@ _LAZY = {
     "select_visible": "devmem_rocm.visible",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "CARVE_OUT_MAX",
+    "HipDevice",
+    "NO_DRIVER",
+    "RocmPlatform",
+    "detect",
+    "driver_loaded",
+    "select_visible",
+]
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -137,13 +137,13 @@ def read_gpus(session: AmdsmiSession) -> list[AmdGpu]:
 
 def hip_order(gpus: list[AmdGpu]) -> tuple[list[AmdGpu], str]:
     """``gpus`` as the HIP runtime numbers them (before any ``*_VISIBLE_DEVICES``), and how that was decided."""
-    with_id = [g for g in gpus if g.hip_id is not None]
-    if with_id and len({g.hip_id for g in with_id}) == len(with_id):
+    by_id = [(g.hip_id, g) for g in gpus if g.hip_id is not None]
+    if by_id and len({hip_id for hip_id, _ in by_id}) == len(by_id):
         hidden = [g for g in gpus if g.hip_id is None]
         if hidden:
             log.debug("devmem: amdsmi reports no HIP id for %s; HIP does not number them",
                       ", ".join(g.label for g in hidden))
-        return sorted(with_id, key=lambda g: g.hip_id), "HIP ids reported by amdsmi"
+        return [g for _, g in sorted(by_id, key=lambda pair: pair[0])], "HIP ids reported by amdsmi"
     return sorted(gpus, key=lambda g: g.bdf), "PCI bus order (this amdsmi reports no HIP ids; ROCm >= 6.4 does)"
 
 

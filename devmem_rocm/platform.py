@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
@@ -31,7 +32,7 @@ from devmem.units import format_size
 from devmem.visible import VisibleDevices
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
-from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, real_session
+from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, AmdsmiUnavailable, real_session
 from devmem_rocm.visible import select_visible
 
 log = logging.getLogger("devmem.rocm")
@@ -211,13 +212,18 @@ class RocmPlatform(PlatformBase):
 def detect(*, amdsmi: Any = None, environ: Mapping[str, str] | None = None, files: Files = REAL_FILES) -> Detection:
     """Found when amdsmi loads and reports at least one visible AMD GPU that is not an APU.
 
-    Without ``amdsmi``, amdsmi is imported only where the amdgpu driver is loaded (:mod:`devmem_rocm.driver`).
+    Without ``amdsmi``, amdsmi is imported only where the amdgpu driver is loaded (:mod:`devmem_rocm.driver`);
+    where it is loaded but amdsmi cannot be imported, the detection's ``action`` says what to install.
     """
     if amdsmi is None and not driver_loaded(files):
         return Detection(False, NO_DRIVER)
     try:
         session = _session(amdsmi, time.monotonic, time.sleep)
         everything, selection, _ = _inventory(session, os.environ if environ is None else environ)
+    except AmdsmiUnavailable as exc:
+        if exc.action:  # amdsmi failed to import, which is tried only where the driver is loaded
+            return Detection(False, f"the amdgpu driver is loaded, but {exc}", action=exc.action)
+        return Detection(False, str(exc))
     except DevmemError as exc:
         return Detection(False, str(exc))
     if not everything:

@@ -23,19 +23,35 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from devmem.sessions import track
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.rocm")
 
-LIBRARY_MISSING = "amdsmi: libamd_smi.so not found (ROCm is not installed)"
+NOT_INSTALLED = "the Python package amdsmi is not installed"
+LIBRARY_MISSING = "amdsmi cannot find libamd_smi.so (ROCm's amd-smi-lib is not installed)"
+#: ROCm's own amdsmi package, which always matches its libamd_smi.so.
+ROCM_OWN_AMDSMI = "/opt/rocm/share/amd_smi"
+#: What to do about an import failure, by its reason (amdsmi is the extra ``devmem-kv[rocm]``, not a dependency).
+ACTIONS = {
+    NOT_INSTALLED: f"pip install 'devmem-kv[rocm]' (amdsmi from PyPI: pick the release of your ROCm version), "
+                   f"or use your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
+    LIBRARY_MISSING: f"install ROCm's amd-smi-lib with your package manager (then `amd-smi list` works), or use "
+                     f"your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
+}
 
 
 class AmdsmiUnavailable(DevmemError):
-    """amdsmi cannot be imported or initialised; the message is the reason, for people."""
+    """amdsmi cannot be imported or initialised; the message is the reason, for people, and ``action`` what to
+    do about it where that is known (see :data:`ACTIONS`)."""
+
+    def __init__(self, reason: str, action: str = ""):
+        super().__init__(reason)
+        self.action = action
 
 
 class AmdsmiCallError(DevmemError):
@@ -64,7 +80,7 @@ _imported: tuple[ModuleType | None, str] | None = None
 
 def _why(exc: BaseException, said: str, name: str) -> str:
     if isinstance(exc, ModuleNotFoundError) and exc.name == name:
-        return "amdsmi is not installed (pip install amdsmi, the version matching ROCm)"
+        return NOT_INSTALLED
     if "libamd_smi.so" in said or (isinstance(exc, KeyError) and "libamd_smi.so" in str(exc)):
         return LIBRARY_MISSING
     if "undefined symbol" in str(exc):
@@ -98,7 +114,7 @@ def load_amdsmi() -> ModuleType:
             _imported = import_silently("amdsmi")
         module, reason = _imported
     if module is None:
-        raise AmdsmiUnavailable(reason)
+        raise AmdsmiUnavailable(reason, ACTIONS.get(reason, ""))
     return module
 
 
@@ -200,6 +216,6 @@ def real_session() -> AmdsmiSession:
 
 
 __all__ = [
-    "LIBRARY_MISSING", "AmdsmiCallError", "AmdsmiSession", "AmdsmiUnavailable", "describe", "import_silently",
+    "ACTIONS", "LIBRARY_MISSING", "NOT_INSTALLED", "ROCM_OWN_AMDSMI", "AmdsmiCallError", "AmdsmiSession", "AmdsmiUnavailable", "describe", "import_silently",
     "load_amdsmi", "real_session",
 ]

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedLibrary
 from devmem.types import GiB, MiB
@@ -138,6 +140,11 @@ class AmdSmiMemoryType(IntEnum):
     GTT = 2
 
 
+#: The enums under names that ScriptedAmdsmi's class attributes (amdsmi's names) do not shadow in annotations.
+_InitFlags = AmdSmiInitFlags
+_MemoryType = AmdSmiMemoryType
+
+
 class AmdSmiProcessorType(IntEnum):
     UNKNOWN = 0
     AMDSMI_PROCESSOR_TYPE_AMD_GPU = 1
@@ -212,7 +219,7 @@ class ScriptedAmdsmi(ScriptedLibrary):
         return handle.device, self.scenario.devices[handle.device]
 
     # ---- library -------------------------------------------------------------------------------
-    def amdsmi_init(self, flag: AmdSmiInitFlags = AmdSmiInitFlags.INIT_AMD_GPUS) -> None:
+    def amdsmi_init(self, flag: _InitFlags = _InitFlags.INIT_AMD_GPUS) -> None:
         self._enter("amdsmi_init", needs_init=False)
         if not isinstance(flag, AmdSmiInitFlags):
             raise AmdSmiParameterException(flag, AmdSmiInitFlags)
@@ -273,18 +280,18 @@ class ScriptedAmdsmi(ScriptedLibrary):
                 "hip_uuid": "GPU-" + asic_serial(dev)}
 
     # ---- memory --------------------------------------------------------------------------------
-    def _memory_type(self, mem_type: Any) -> AmdSmiMemoryType:
+    def _memory_type(self, mem_type: Any) -> _MemoryType:
         if not isinstance(mem_type, AmdSmiMemoryType):
             raise AmdSmiParameterException(mem_type, AmdSmiMemoryType)
         return mem_type
 
-    def amdsmi_get_gpu_memory_total(self, handle: Any, mem_type: AmdSmiMemoryType) -> int:
+    def amdsmi_get_gpu_memory_total(self, handle: Any, mem_type: _MemoryType) -> int:
         self._enter("amdsmi_get_gpu_memory_total")
         _, dev = self._device(handle)
         kind = self._memory_type(mem_type)
         return dev.gtt_total if kind == AmdSmiMemoryType.GTT else dev.total
 
-    def amdsmi_get_gpu_memory_usage(self, handle: Any, mem_type: AmdSmiMemoryType) -> int:
+    def amdsmi_get_gpu_memory_usage(self, handle: Any, mem_type: _MemoryType) -> int:
         self._enter("amdsmi_get_gpu_memory_usage")
         index, dev = self._device(handle)
         kind = self._memory_type(mem_type)

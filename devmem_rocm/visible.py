@@ -19,7 +19,8 @@ notes, with the fix. An engine that prefers to refuse can check ``VisibleDevices
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from devmem.visible import VisibleDevices, dropped, pick
 

@@ -3,7 +3,15 @@
 No vendor library is imported here; see :mod:`devmem_uma.platform` for what the figures mean.
 """
 
+from typing import TYPE_CHECKING
+
 from devmem.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from devmem_uma.amd import AmdCard, ApuMemory, amd_cards
+    from devmem_uma.platform import UmaPlatform
+    from devmem_uma.plugin import detect_uma
+    from devmem_uma.survey import Survey
 
 #: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
 #: ``plugin`` module, which must stay cheap. ``devmem_uma.survey`` is the module (its function is
@@ -17,7 +25,14 @@ _LAZY = {
     "Survey": "devmem_uma.survey",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "AmdCard",
+    "ApuMemory",
+    "Survey",
+    "UmaPlatform",
+    "amd_cards",
+    "detect_uma",
+]
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from devmem.host import Files, read_int, read_stripped
 from devmem.units import format_size

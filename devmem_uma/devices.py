@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from devmem import drm
 from devmem.host import CpuPlatform, Files

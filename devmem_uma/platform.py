@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import devmem_nvidia
 from devmem.host import REAL_FILES, CpuPlatform, Files
@@ -52,7 +52,7 @@ class UmaPlatform(PlatformBase):
     def __init__(self, *, nvml: object = None, files: Files = REAL_FILES, mem_get_info: MemGetInfo | None = None,
                  cuda_integrated: Callable[[int], bool | None] | None = None,
                  environ: Mapping[str, str] | None = None,
-                 allocator: "devmem_nvidia.DeviceAllocator | None" = None):
+                 allocator: devmem_nvidia.DeviceAllocator | None = None):
         self._nvml = nvml
         self._files = files
         self._mem_get_info = mem_get_info or runtime_mem_get_info

@@ -8,7 +8,8 @@ amdgpu driver nor a Jetson is found.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import devmem_nvidia
 import devmem_rocm

@@ -13,8 +13,8 @@ memory query (GB10: ``nvidia-smi`` shows ``[N/A]`` for total), or by the Jetson 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import devmem_nvidia
 from devmem.host import Files

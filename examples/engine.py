@@ -37,7 +37,8 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import devmem
 from devmem import (
@@ -161,7 +162,7 @@ def layer_kv(cache: Any) -> list[tuple[Any, Any]]:
     """(keys, values) of every layer of a transformers cache, ``[batch, heads, tokens, head_dim]`` each."""
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
 def _sync(torch: Any, device: Any) -> None:
@@ -224,7 +225,8 @@ class Engine:
             token = out.logits[:, -1:].argmax(-1)
             del out
             for _ in range(a.decode_steps):
-                out = self.model(input_ids=token, use_cache=True, logits_to_keep=1, **{cache_argument(self.model): cache})
+                out = self.model(input_ids=token, use_cache=True, logits_to_keep=1,
+                                 **{cache_argument(self.model): cache})
                 token, generated = out.logits[:, -1:].argmax(-1), generated + a.sequences
                 del out
             del cache
@@ -237,7 +239,7 @@ class Engine:
         blocks = self.batch_tokens // bs
         start = self.next_block if self.next_block + blocks <= pool.num_blocks else 0
         self.next_block = (start + blocks) % pool.num_blocks
-        for layer, (k, v) in zip(pool.layers, layer_kv(cache)):
+        for layer, (k, v) in zip(pool.layers, layer_kv(cache), strict=True):
             elems = layer.view(self.dtype)
             split = bs * k.shape[1] * k.shape[3]
             for part, src in ((elems[:, :split], k), (elems[:, split:], v)):

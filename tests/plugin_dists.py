@@ -23,7 +23,7 @@ class {cls}(CpuPlatform):
 def devmem_platforms():
     yield devmem.PlatformSpec(
         name={name!r}, priority={priority}, description="test platform",
-        detect=lambda: devmem.Detection({found}, {reason!r}), factory={cls},
+        detect=lambda: devmem.Detection({found}, {reason!r}, {action!r}), factory={cls},
     )
 """
 
@@ -45,10 +45,11 @@ def write_dist(site: Path, dist: str, body: str, entry_name: str | None = None, 
 
 
 def platform_dist(site: Path, dist: str, name: str, priority: int, found: bool = True,
-                  reason: str = "test hardware present") -> str:
+                  reason: str = "test hardware present", action: str = "") -> str:
     """A well-behaved backend providing platform ``name`` (host memory under another name)."""
     cls = f"Platform_{name.replace('-', '_')}"
-    return write_dist(site, dist, SPEC_SOURCE.format(cls=cls, name=name, priority=priority, found=found, reason=reason))
+    return write_dist(site, dist, SPEC_SOURCE.format(cls=cls, name=name, priority=priority, found=found, reason=reason,
+                                                     action=action))
 
 
 MEMORY_SOURCE = """

@@ -38,7 +38,7 @@ def test_plugins_json_lists_every_candidate_with_its_status():
     result = devmem("plugins", "--json", env_platform=None)
     assert result.returncode == 0, result.stderr
     cands = {c["name"]: c for c in json.loads(result.stdout)}
-    assert cands["cpu"]["detected"] is True and cands["cpu"]["distribution"] == "devmem"
+    assert cands["cpu"]["detected"] is True and cands["cpu"]["distribution"] == "devmem-kv"
     assert sum(c["chosen"] for c in cands.values()) == 1
     assert {"priority", "version", "reason", "plugin"} <= set(cands["cpu"])
 

@@ -59,7 +59,7 @@ def test_info_lists_other_processes_with_user_command_and_bytes(capsys, machine,
     code, out = info(capsys, platform=scripted_platform(machine))
     rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0].isdigit()}
     assert code == 0
-    for n, (pid, size) in enumerate(zip(sleepers, ("2.00 GiB", "3.00 GiB")), 1):
+    for n, (pid, size) in enumerate(zip(sleepers, ("2.00 GiB", "3.00 GiB"), strict=True), 1):
         assert rows[str(pid)].split()[1:5] == [getpass.getuser(), *size.split(), sys.executable]
         assert f"-c import time; time.sleep(60) # holder {n}" in " ".join(out.split())
 
@@ -143,7 +143,7 @@ def test_info_fits_the_terminal_width_without_cutting_a_size(capsys, monkeypatch
     lines = out.splitlines()
     assert all(len(line) <= columns for line in lines), [line for line in lines if len(line) > columns]
     assert not any(re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB)\b", nxt)
-                   for line, nxt in zip(lines, lines[1:]))
+                   for line, nxt in zip(lines, lines[1:], strict=False))
 
 
 def run_on_a_terminal(argv: list[str], env: dict[str, str], seconds: float = 30) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import re
+import subprocess
 import sys
 
 import pytest
@@ -182,5 +182,5 @@ def test_plan_model_output_fits_80_columns_without_cutting_a_size(capsys, qwen3,
     lines = out.splitlines()
     assert code == 0 and all(len(line) <= 80 for line in lines)
     assert not any(re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB|bytes)\b", nxt)
-                   for line, nxt in zip(lines, lines[1:]))
+                   for line, nxt in zip(lines, lines[1:], strict=False))
     assert "= 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over" in " ".join(out.split())

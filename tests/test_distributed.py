@@ -52,7 +52,8 @@ def test_without_a_process_group_the_local_value_is_kept():
 
 
 def test_without_torch_imported_nothing_is_imported_and_the_value_is_kept():
-    code = "import sys; from devmem.distributed import agree_on_minimum; print(agree_on_minimum(7), 'torch' in sys.modules)"
+    code = ("import sys; from devmem.distributed import agree_on_minimum; "
+            "print(agree_on_minimum(7), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["7", "False"]
 

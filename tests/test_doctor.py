@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from plugin_dists import platform_dist
+
 from devmem.doctor import diagnose, render
 from devmem.host import CpuPlatform
 from devmem.types import GiB, MiB
@@ -85,6 +87,31 @@ def test_cpu_platform_says_no_accelerator_is_in_use():
     found = by_code(diagnose(CpuPlatform()))
     assert "no accelerator platform is in use" in found["no-accelerator"].summary
     assert found["per-process-accounting"].severity == "ok"
+
+
+def test_platform_whose_library_is_missing_is_a_machine_warning_with_what_to_install(site, monkeypatch):
+    acme = platform_dist(site, "devmem-acme", "acme", priority=50, found=False,
+                         reason="the acme driver is loaded, but acmelib is not installed", action="pip install acmelib")
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", acme)
+    found = by_code(diagnose(CpuPlatform()))["platform-unusable"]
+    assert (found.device, found.severity, found.action) == (None, "warning", "pip install acmelib")
+    assert found.summary == ("platform 'acme' (from devmem-acme) cannot be used: the acme driver is loaded, but "
+                             "acmelib is not installed")
+
+
+def test_platform_absent_for_want_of_hardware_is_no_finding(site, monkeypatch):
+    acme = platform_dist(site, "devmem-acme", "acme", priority=50, found=False, reason="no ACME card")
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", acme)
+    assert "platform-unusable" not in by_code(diagnose(CpuPlatform()))
+
+
+def test_machine_findings_are_rendered_for_the_machine(site, monkeypatch):
+    acme = platform_dist(site, "devmem-acme", "acme", priority=50, found=False, reason="acmelib is missing",
+                         action="pip install acmelib")
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", acme)
+    lines = render(diagnose(CpuPlatform()), "cpu", width=1000).splitlines()
+    assert lines[1:3] == ["[WARN] machine: platform 'acme' (from devmem-acme) cannot be used: acmelib is missing",
+                          "       what to do: pip install acmelib"]
 
 
 def test_render_prints_each_finding_with_what_to_do():

@@ -97,7 +97,8 @@ def test_resolving_on_a_machine_without_drivers_imports_no_vendor_library():
 
 
 def test_import_devmem_imports_no_sizing_profiling_or_distributed_module():
-    code = "import devmem\nprint(sorted(m for m in ('devmem.sizing', 'devmem.profiling', 'devmem.distributed', 'fractions') if m in sys.modules))"
+    code = ("import devmem\nprint(sorted(m for m in ('devmem.sizing', 'devmem.profiling', 'devmem.distributed', "
+            "'fractions') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "[]"

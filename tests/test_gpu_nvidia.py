@@ -137,7 +137,8 @@ def test_context_maps_its_nvidia_device(platform):
     dev = platform.visible_device(0)
     minor = device_minor(session_for(), dev.parent_handle if dev.mig else dev.handle)
     maps = REAL_FILES.read_text("/proc/self/maps")
-    RESULTS["maps"] = {"minor": minor, "nvidia_lines": [l for l in maps.splitlines() if "/dev/nvidia" in l][:12]}
+    nvidia_lines = [line for line in maps.splitlines() if "/dev/nvidia" in line]
+    RESULTS["maps"] = {"minor": minor, "nvidia_lines": nvidia_lines[:12]}
     assert maps_nvidia_device(REAL_FILES, minor) is True
 
 

@@ -28,3 +28,13 @@ def test_import_devmem_loads_none_of_the_command_line_modules():
     cli = ("devmem.cli", "devmem.cli_format", "devmem.processes", "psutil")
     probe = f"import sys, devmem; print([m for m in {cli!r} if m in sys.modules])"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_every_name_in_every_packages_all_resolves():
+    code = ("import importlib\n"
+            "for name in ('devmem', 'devmem.testing', 'devmem_nvidia', 'devmem_rocm', 'devmem_uma'):\n"
+            "    package = importlib.import_module(name)\n"
+            "    missing = [n for n in package.__all__ if not hasattr(package, n)]\n"
+            "    assert not missing, (name, missing)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -56,7 +56,7 @@ def test_unknown_forced_platform_lists_registered_names(monkeypatch):
     monkeypatch.setenv("DEVMEM_PLATFORM", "nope")
     with pytest.raises(devmem.PluginError) as err:
         devmem.current_platform()
-    assert "'nope'" in str(err.value) and "cpu (from devmem)" in str(err.value)
+    assert "'nope'" in str(err.value) and "cpu (from devmem-kv)" in str(err.value)
 
 
 def test_forced_platform_that_is_not_detected_says_why(site, monkeypatch):
@@ -65,6 +65,25 @@ def test_forced_platform_that_is_not_detected_says_why(site, monkeypatch):
     monkeypatch.setenv("DEVMEM_PLATFORM", "absent")
     with pytest.raises(devmem.PluginError, match="not detected: no such card"):
         devmem.current_platform()
+
+
+def test_forced_platform_whose_library_is_missing_says_what_to_install(site, monkeypatch):
+    absent = platform_dist(site, "vendor-absent", "absent", priority=99, found=False,
+                           reason="the acme driver is loaded, but acmelib is not installed",
+                           action="pip install acmelib")
+    only(monkeypatch, absent)
+    monkeypatch.setenv("DEVMEM_PLATFORM", "absent")
+    with pytest.raises(devmem.PluginError, match="acmelib is not installed. To use it: pip install acmelib."):
+        devmem.current_platform()
+
+
+def test_candidates_carry_what_would_make_a_platform_usable(site, monkeypatch):
+    absent = platform_dist(site, "vendor-absent", "absent", priority=99, found=False,
+                           reason="the acme driver is loaded, but acmelib is not installed",
+                           action="pip install acmelib")
+    only(monkeypatch, absent)
+    (cand,) = [c for c in devmem.platform_candidates() if c.name == "absent"]
+    assert (cand.detected, cand.action) == (False, "pip install acmelib")
 
 
 def test_allow_list_excludes_other_plugins_but_keeps_cpu(site, monkeypatch):
@@ -161,6 +180,11 @@ def test_current_platform_resolves_once_under_concurrent_first_calls():
     for t in threads:
         t.join()
     assert len({id(p) for p in results}) == 1
+
+
+def test_detection_rejects_an_action_that_is_not_text():
+    with pytest.raises(TypeError, match="Detection.action must be a string, got None"):
+        devmem.Detection(False, "library missing", action=None)
 
 
 def test_platform_spec_rejects_a_bad_name():

@@ -103,9 +103,8 @@ def test_nested_window_does_not_see_the_outer_peak(torch_rt, platform):
 
 def test_profile_whose_block_raised_cannot_feed_the_planner(torch_rt, platform):
     baseline = MemorySnapshot.measure(0, platform)
-    with pytest.raises(RuntimeError, match="out of memory"):
-        with memory_profiling(baseline, platform=platform) as profile:
-            raise RuntimeError("CUDA out of memory")
+    with pytest.raises(RuntimeError, match="out of memory"), memory_profiling(baseline, platform=platform) as profile:
+        raise RuntimeError("CUDA out of memory")
     assert not profile.complete and "RuntimeError: CUDA out of memory" in profile.error
     with pytest.raises(DevmemError, match="ended with an exception"):
         profile.plan_inputs()
@@ -113,18 +112,16 @@ def test_profile_whose_block_raised_cannot_feed_the_planner(torch_rt, platform):
 
 def test_profile_still_open_cannot_feed_the_planner(platform):
     baseline = MemorySnapshot.measure(0, platform)
-    with memory_profiling(baseline, platform=platform) as profile:
-        with pytest.raises(DevmemError, match="still open"):
-            profile.plan_inputs()
+    with memory_profiling(baseline, platform=platform) as profile, pytest.raises(DevmemError, match="still open"):
+        profile.plan_inputs()
 
 
 def test_failed_inner_window_leaves_the_outer_usable(torch_rt, platform):
     baseline = MemorySnapshot.measure(0, platform)
     with memory_profiling(baseline, platform=platform) as outer:
         _forward(torch_rt, [2 * GiB])
-        with pytest.raises(ValueError):
-            with memory_profiling(MemorySnapshot.measure(0, platform), platform=platform):
-                raise ValueError("bad shape")
+        with pytest.raises(ValueError), memory_profiling(MemorySnapshot.measure(0, platform), platform=platform):
+            raise ValueError("bad shape")
     assert outer.complete and outer.transient_peak_bytes == 2 * GiB
 
 

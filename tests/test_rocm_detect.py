@@ -91,7 +91,7 @@ def test_amdsmi_failing_to_list_processors_is_not_detected_with_the_reason():
 def test_the_plugin_registers_rocm_at_priority_100(monkeypatch):
     monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", "rocm")
     rocm = [c for c in devmem.platform_candidates() if c.name == "rocm"]
-    assert len(rocm) == 1 and rocm[0].priority == 100 and rocm[0].distribution == "devmem"
+    assert len(rocm) == 1 and rocm[0].priority == 100 and rocm[0].distribution == "devmem-kv"
 
 
 def test_importing_the_plugin_imports_no_vendor_library():

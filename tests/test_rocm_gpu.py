@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(not ON_ROCM, reason="needs a ROCm build of torch and an AMD GPU"),
 ]
 
-#: DESIGN.md: on discrete GPUs, free and total agree with the runtime's own view within 64 MiB.
+#: docs/design.md: on discrete GPUs, free and total agree with the runtime's own view within 64 MiB.
 AGREEMENT = 64 * MiB
 ALLOCATION = GiB
 
@@ -71,7 +71,7 @@ def _rises_only_where_torch_allocates(platform: RocmPlatform) -> dict[int, list[
         after = [platform.get_process_memory_usage(i) for i in range(platform.device_count())]
         del block
         torch.cuda.empty_cache()
-        changes[d] = [a - b for a, b in zip(after, before)]
+        changes[d] = [a - b for a, b in zip(after, before, strict=True)]
     return changes
 
 

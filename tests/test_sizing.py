@@ -73,7 +73,7 @@ def test_growable_budget_leaves_the_transient_peak_and_at_least_a_gib_free(reque
                                                                           transient):
     kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=init_free, free_memory=free,
                                  committed_bytes=committed, transient_peak_bytes=transient)
-    assert 0 <= kv
+    assert kv >= 0
     assert kv == 0 or kv + transient + GiB <= free + committed
 
 
@@ -188,7 +188,8 @@ def test_bytes_that_are_not_whole_nonnegative_ints_are_refused(name, bad):
     assert repr(bad) in str(info.value)
 
 
-@pytest.mark.parametrize("bad, says", [(0, "in (0, 1], got 0"), (0.0, "in (0, 1], got 0.0"), (-0.1, "in (0, 1], got -0.1"),
+@pytest.mark.parametrize("bad, says", [(0, "in (0, 1], got 0"), (0.0, "in (0, 1], got 0.0"),
+                                       (-0.1, "in (0, 1], got -0.1"),
                                        (1.01, "in (0, 1], got 1.01"), (float("nan"), "must be finite, got nan"),
                                        (float("inf"), "must be finite, got inf"), (True, "must be a real number")])
 def test_utilization_outside_zero_to_one_is_refused(bad, says):
@@ -325,7 +326,8 @@ def test_dgx_spark_headroom_term_is_minus_1_55_gib_with_a_5_46_gib_margin():
 def test_dgx_spark_plan_raises_with_the_numbers():
     with pytest.raises(NotEnoughMemoryError) as info:
         plan_kv_cache(total=SPARK_TOTAL, utilization=0.9, init_free_memory=SPARK_FREE + SPARK_COMMITTED,
-                      free_memory=SPARK_FREE, committed_bytes=SPARK_COMMITTED, transient_peak_bytes=SPARK_TRANSIENT_PEAK,
+                      free_memory=SPARK_FREE, committed_bytes=SPARK_COMMITTED,
+                      transient_peak_bytes=SPARK_TRANSIENT_PEAK,
                       page_size_bytes=QWEN3_8B_PAGE, num_layers=QWEN3_8B_LAYERS)
     message, b = str(info.value), info.value.breakdown
     for words in ("free 10.46 GiB", "committed 747.52 MiB", "margin 5.46 GiB", "transient peak 7.28 GiB",

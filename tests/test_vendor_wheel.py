@@ -1,8 +1,11 @@
 """A vendor backend shipped as a separate wheel (tests/vendor_wheel, ``devmem-acme``).
 
-Built into a real wheel and installed with devmem into a throwaway virtual environment, offline and
-without build isolation (pluggy, psutil and pytest come from this machine through
-``--system-site-packages``). No entry point is patched: devmem finds the wheel as it would in the field.
+devmem-kv and devmem-acme are built into wheels by this interpreter (offline, without build isolation), and
+devmem-acme is installed from that wheel directory into a throwaway virtual environment, which must fetch
+devmem-kv from there as a dependency. The other packages (pluggy, psutil, pytest, ...) come from the
+environment running these tests, inside a virtualenv or not: the throwaway one sees its site-packages, less
+devmem's own distributions, through a ``.pth`` file. No entry point is patched: devmem finds the wheel as it
+would in the field.
 """
 
 from __future__ import annotations
@@ -10,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import devmem
 
 REPO = Path(__file__).resolve().parents[1]
 VENDOR = REPO / "tests" / "vendor_wheel"
@@ -38,11 +44,27 @@ def _run(cmd: list[str | Path], cwd: Path, **extra: str) -> subprocess.Completed
 def _devmem_source(dest: Path) -> Path:
     """A copy of this repository's distribution, so building it writes nothing into the working tree."""
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, dest / name)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO / name).exists():
+            shutil.copy(REPO / name, dest / name)
     for pkg in REPO.iterdir():
         if pkg.name.startswith("devmem") and (pkg / "__init__.py").exists():
             shutil.copytree(pkg, dest / pkg.name, ignore=IGNORE)
+    return dest
+
+
+def _this_environment_without_devmem(dest: Path) -> Path:
+    """A directory of links to everything installed in this interpreter's site-packages except devmem's own
+    distributions (whatever their names: devmem-kv, an editable install, a vendor's)."""
+    dest.mkdir()
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    for directory in map(Path, dirs):
+        if not directory.is_dir():
+            continue
+        for entry in directory.iterdir():
+            link = dest / entry.name
+            if "devmem" not in entry.name.lower() and not link.exists():
+                link.symlink_to(entry)
     return dest
 
 
@@ -51,15 +73,26 @@ def vendor_env(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("vendor_wheel")
     source = root / "devmem-acme"
     shutil.copytree(VENDOR, source, ignore=IGNORE)
+    wheels = root / "wheels"
     pip = [sys.executable, "-m", "pip"]
-    _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", root / "wheels", source], root)
-    (wheel,) = (root / "wheels").glob("devmem_acme-*.whl")
+    _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", wheels, _devmem_source(root / "devmem-src"),
+                source], root)
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], root)
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], root)
     python = venv / "bin" / "python"
-    _run(pip + ["--python", python, "install", "--no-deps", "--no-build-isolation", "--ignore-installed",
-                _devmem_source(root / "devmem-src"), wheel], root)
-    return {"python": python, "devmem": venv / "bin" / "devmem", "venv": venv, "source": source, "wheel": wheel}
+    purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], root).stdout.strip())
+    outer = _this_environment_without_devmem(root / "outer-site")
+    (purelib / "outer-site.pth").write_text(f"import site; site.addsitedir({str(outer)!r})\n")
+    _run(pip + ["--python", python, "install", "--no-index", "--find-links", wheels, "devmem-acme"], root)
+    return {"python": python, "devmem": venv / "bin" / "devmem", "venv": venv, "source": source}
+
+
+def test_installing_the_vendor_wheel_brings_devmem_kv_from_the_wheel_directory(vendor_env):
+    code = ("import importlib.metadata as m; d = m.distribution('devmem-kv'); "
+            "print(d.version); print(d.locate_file('devmem/__init__.py'))")
+    version, init = _run([vendor_env["python"], "-c", code], vendor_env["venv"]).stdout.split()
+    assert version == devmem.__version__
+    assert Path(init).is_file() and Path(init).is_relative_to(vendor_env["venv"]), init
 
 
 def test_wheel_and_devmem_are_imported_from_the_environment(vendor_env):

@@ -4,5 +4,5 @@ Each integration is a module that imports its engine only when it is used, so im
 package imports neither the engine nor torch:
 
 - :mod:`devmem.integrations.transformers`: Hugging Face transformers' continuous batching
-  (``model.generate_batch``, ``init_continuous_batching``), ``pip install "devmem[transformers]"``.
+  (``model.generate_batch``, ``init_continuous_batching``), ``pip install "devmem-kv[transformers]"``.
 """

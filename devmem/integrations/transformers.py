@@ -252,7 +252,7 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
     transformers runs that warm-up only where CUDA graphs or compile pad the inputs, and there with the reads
     padded to ``kv_padding_interval_size`` and capped at the cache: the read then grows by steps with the cache.
     """
-    runner = getattr(manager.batch_processor, "model_runner", None)
+    runner: Any = getattr(manager.batch_processor, "model_runner", None)
     config = getattr(runner, "cb_config", None)
     if not all(hasattr(runner, name) for name in ("pad_inputs", "warmup", "run_one_warmup")) or config is None:
         import transformers
@@ -387,9 +387,9 @@ def _profiled_run(model: Any, generation_config: Any, config: Any, num_blocks: i
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
         run = run_engine(model, generation_config, config, num_blocks)
     _release_engine_memory(model.device, baseline.device, platform)
-    if not profile.torch_measured:
-        return run, profile
     before, after = profile.before_profile, profile.after_profile
+    if not profile.torch_measured or before is None or after is None:
+        return run, profile
     reserved = profile.transient_peak_bytes + after.torch_reserved - before.torch_reserved
     return replace(run, peak_bytes=profile.torch_peak_increase, reserved_peak_bytes=reserved), profile
 
@@ -436,6 +436,8 @@ def grows_linearly(runs: list[EngineRun]) -> bool:
     if len(runs) < 3:
         return False
     a, b, c = runs[-3:]
+    if a.peak_bytes is None or b.peak_bytes is None or c.peak_bytes is None:
+        return False  # statistics that came and went: no growth to compare
     previous, last = (b.peak_bytes - a.peak_bytes) / (b.num_blocks - a.num_blocks), \
         (c.peak_bytes - b.peak_bytes) / (c.num_blocks - b.num_blocks)
     held = (c.held_bytes - b.held_bytes) / (c.num_blocks - b.num_blocks)
@@ -525,8 +527,9 @@ def size_continuous_batching(
     small_run, profile = profile_run(small)
     runs = [small_run, large]
     inputs = profile.plan_inputs()
-    if held_before:
-        inputs["consumed"] = max(inputs["consumed"], profile.after_profile.process)
+    after = profile.after_profile
+    if held_before and after is not None and after.process is not None:
+        inputs["consumed"] = max(inputs["consumed"], after.process)
     while True:
         block, kv_block, static_block = block_cost(runs[-2], runs[-1])
         # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps

@@ -5,8 +5,15 @@ A vendor package owns its scripted library and machine presets (``devmem_nvidia.
 :class:`Scenario` here.
 """
 
+from typing import TYPE_CHECKING
+
 from devmem.lazy import lazy_exports
 from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedFiles, ScriptedLibrary
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem.testing.allocations import Allocation
+    from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures
+    from devmem.testing.fixtures import HostFixtures, ScriptedFixtures, TorchFixtures, scripted_fixtures
 
 # The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.
 _KIT = {

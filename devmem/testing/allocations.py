@@ -12,8 +12,8 @@ import os
 import select
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 #: Seconds to wait for a child process to report that it holds its memory (torch imports are slow).
 CHILD_READY_TIMEOUT = 180.0
@@ -35,7 +35,7 @@ class Allocation:
             self.freed = True
             self.release()
 
-    def __enter__(self) -> "Allocation":
+    def __enter__(self) -> Allocation:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -78,8 +78,10 @@ def _hold_in_child(code: str, nbytes: int, device: int, *args: str) -> Allocatio
     """Start a Python child that allocates, says ``ready`` and holds the memory until its stdin closes."""
     proc = subprocess.Popen([sys.executable, "-c", code, str(nbytes), str(device), *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ready, _, _ = select.select([proc.stdout], [], [], CHILD_READY_TIMEOUT)
-    line = proc.stdout.readline() if ready else ""
+    assert proc.stdin and proc.stdout and proc.stderr  # pipes, as asked for
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    ready, _, _ = select.select([stdout], [], [], CHILD_READY_TIMEOUT)
+    line = stdout.readline() if ready else ""
     if line.strip() != "ready":
         proc.kill()
         _, err = proc.communicate()
@@ -87,14 +89,14 @@ def _hold_in_child(code: str, nbytes: int, device: int, *args: str) -> Allocatio
                            f"{err.strip()[-2000:] or 'no output'}")
 
     def release() -> None:
-        proc.stdin.close()
+        stdin.close()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        stdout.close()
+        stderr.close()
 
     return Allocation(nbytes, device, proc.pid, release)
 

@@ -37,13 +37,14 @@ Per-call and detection times are recorded as the tests' ``user_properties``
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from typing import Callable, Mapping
 
 import pytest
 
@@ -150,7 +151,8 @@ def _expect_change(what: str, change: int, expected: int, tolerance: int, hint: 
 
 
 class PlatformConformance:
-    """What every devmem platform must do. Combine with your fixtures: ``class TestMine(PlatformConformance, MyFixtures)``."""
+    """What every devmem platform must do. Combine with your fixtures:
+    ``class TestMine(PlatformConformance, MyFixtures)``."""
 
     # ---- shape, types and units -------------------------------------------------------------------
     def test_platform_satisfies_the_protocol(self, platform):
@@ -257,7 +259,8 @@ class PlatformConformance:
                 continue
             assert used is not None, (f"get_process_memory_usage({d}) returned None although the capabilities declare "
                                       "process_memory=True")
-            assert _is_int(used), f"get_process_memory_usage({d}) returned {used!r} ({type(used).__name__}), not int bytes"
+            assert _is_int(used), (f"get_process_memory_usage({d}) returned {used!r} ({type(used).__name__}), "
+                                   "not int bytes")
             total = platform.device_memory_info(d).total
             assert 0 <= used <= total, f"get_process_memory_usage({d}) = {used} bytes is outside 0..total ({total})"
 
@@ -368,7 +371,7 @@ class PlatformConformance:
     def test_every_call_is_cheap(self, platform, capabilities, request):
         calls: dict[str, Callable[[], object]] = {"device_count": platform.device_count}
         for member in METHODS + EXPLAINING:
-            calls[member] = lambda fn=getattr(platform, member): fn(0)
+            calls[member] = functools.partial(getattr(platform, member), 0)
         seconds: dict[str, float] = {}
         for member, call in calls.items():
             call()  # a first call may initialise lazily
@@ -392,9 +395,10 @@ class PlatformConformance:
         request.node.user_properties.append(("devmem_detect_seconds", probe["seconds"]))
         assert platform.name in [c["name"] for c in probe["candidates"]], (
             f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}")
-        assert not probe["torch"], "detection imported torch; detect() must be a cheap probe (no torch, no device context)"
-        assert not probe["runtimes"], (f"detection loaded or initialised {probe['runtimes']} (the device runtime, by the "
-                                       "markers the platform declares): it must create no device context; probe "
+        assert not probe["torch"], ("detection imported torch; detect() must be a cheap probe (no torch, no device "
+                                    "context)")
+        assert not probe["runtimes"], (f"detection loaded or initialised {probe['runtimes']} (the device runtime, by "
+                                       "the markers the platform declares): it must create no device context; probe "
                                        "with the vendor's management library or sysfs instead")
         assert probe["seconds"] <= capabilities.max_detect_seconds, (
             f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "

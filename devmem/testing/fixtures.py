@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -145,15 +146,15 @@ class ScriptedFixtures(PlatformFixtures):
 
     @pytest.fixture
     def allocate(self, scenario) -> Callable[[int, int], Allocation]:
-        return lambda nbytes, device=0: scenario_allocation(scenario, nbytes, device)
+        return functools.partial(scenario_allocation, scenario)
 
     @pytest.fixture
     def allocate_in_other_process(self, scenario) -> Callable[[int, int], Allocation]:
-        return lambda nbytes, device=0: scenario_allocation(scenario, nbytes, device, pid=scenario.other_pid)
+        return functools.partial(scenario_allocation, scenario, pid=scenario.other_pid)
 
 
 def scripted_fixtures(make_scenario: Callable[[], Scenario], make_platform: Callable[[Scenario], Platform],
-                      **capabilities: object) -> type[ScriptedFixtures]:
+                      **capabilities: Any) -> type[ScriptedFixtures]:
     """A :class:`ScriptedFixtures` subclass for ``make_platform(make_scenario())``.
 
     ``capabilities`` are :class:`Capabilities` fields; allocation here and in another process, and

@@ -44,7 +44,7 @@ class ScriptedDevice:
     integrated: bool = False
     compute_capability: tuple[int, int] = (9, 0)
     #: MIG instances carved out of this device (each a ScriptedDevice with a ``MIG-`` uuid).
-    mig: list["ScriptedDevice"] = field(default_factory=list)
+    mig: list[ScriptedDevice] = field(default_factory=list)
     #: AMD: market name, gfx target, GTT pool (unified memory) and the sysfs card number.
     market_name: str = ""
     gfx_target: str = ""
@@ -161,7 +161,7 @@ class ScriptedFiles:
     holds memory there).
     """
 
-    def __init__(self, scenario: "Scenario"):
+    def __init__(self, scenario: Scenario):
         self.scenario = scenario
 
     def _table(self) -> dict[str, str]:
@@ -172,7 +172,8 @@ class ScriptedFiles:
         table["/proc/self/fdinfo/0"] = "pos:\t0\nflags:\t02\n"  # stdin: a process always has descriptors
         table.setdefault("/proc/self/maps", sc.proc_self_maps())
         if any(dev.vendor == "nvidia" for dev in sc.devices) and not sc.wddm:  # the kernel driver's own file
-            table["/proc/driver/nvidia/version"] = f"NVRM version: NVIDIA UNIX Open Kernel Module  {sc.driver_version}\n"
+            table["/proc/driver/nvidia/version"] = (f"NVRM version: NVIDIA UNIX Open Kernel Module  "
+                                                    f"{sc.driver_version}\n")
         if any(dev.vendor == "amd" for dev in sc.devices):  # amdgpu loaded
             table["/sys/module/amdgpu/initstate"] = "live\n"
         for dev in sc.devices:

@@ -2,14 +2,15 @@
 
 The platform is built as ``DEVMEM_PLATFORM=NAME`` would build it. Allocations are real: host memory for a
 platform that declares no torch device namespace, torch device memory in the namespace it declares for every
-other platform (when torch reaches its devices; otherwise those tests skip with the reason). Capabilities are read from the platform itself, so the
-kit checks what it says against what it does. Without ``--devmem-platform`` every test here skips.
+other platform (when torch reaches its devices; otherwise those tests skip with the reason). Capabilities are
+read from the platform itself, so the kit checks what it says against what it does. Without ``--devmem-platform``
+every test here skips.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -74,6 +74,11 @@ class ScriptedCachingAllocator:
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
 
+def _empty_caches(allocators: list[ScriptedCachingAllocator]) -> None:
+    for allocator in allocators:
+        allocator.empty_cache()
+
+
 class ScriptedTorch(SimpleNamespace):
     """A ``torch`` module whose ``cuda`` namespace answers from :class:`ScriptedCachingAllocator` objects."""
 
@@ -89,7 +94,7 @@ class ScriptedTorch(SimpleNamespace):
             max_memory_allocated=lambda device=0: a(device).peak_allocated,
             max_memory_reserved=lambda device=0: a(device).peak_reserved,
             reset_peak_memory_stats=lambda device=0: a(device).reset_peak(),
-            empty_cache=lambda: [x.empty_cache() for x in allocators] and None,
+            empty_cache=lambda: _empty_caches(allocators),
             mem_get_info=lambda device=0: scenario.mem_get_info(device),
         )
         super().__init__(__version__="2.13.0+scripted", cuda=cuda, allocators=allocators)

@@ -1,0 +1,35 @@
+"""The installed distribution's metadata: its name, what a default install pulls in, its version and licence."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import devmem
+
+DIST = "devmem-kv"
+
+
+def _requirements() -> dict[str, list[str]]:
+    """Requirement name -> the environment markers it is declared with ("" for none)."""
+    found: dict[str, list[str]] = {}
+    for line in metadata.requires(DIST) or []:
+        spec, _, marker = line.partition(";")
+        name = spec.split("[")[0].strip()
+        for sep in "<>=!~ (":
+            name = name.split(sep)[0]
+        found.setdefault(name.lower(), []).append(marker.strip())
+    return found
+
+
+def test_amdsmi_is_only_the_rocm_extra():
+    # PyPI's amdsmi raises KeyError at import where ROCm is absent, breaking other libraries that probe for it
+    assert _requirements()["amdsmi"] == ['extra == "rocm"']
+
+
+def test_nvidia_ml_py_is_a_default_dependency():
+    # a pure-Python ctypes wrapper: importing it without a driver loads nothing and raises nothing
+    assert "" in _requirements()["nvidia-ml-py"]
+
+
+def test_the_distribution_version_is_the_package_version():
+    assert metadata.version(DIST) == devmem.__version__

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Callable, NamedTuple, TypeVar
+from functools import partial
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from devmem import hookspecs
 from devmem.entrypoints import EntryPoint
@@ -99,7 +100,7 @@ def load_plugins(eps: list[EntryPoint], allow: AllowList | None) -> list[Plugin]
     plugins: list[Plugin] = []
     seen: set[str] = set()
     for ep in eps:
-        if ep.name in seen or not (load_all or allow.admits_plugin(ep.name)):
+        if ep.name in seen or not (load_all or (allow is not None and allow.admits_plugin(ep.name))):
             continue
         seen.add(ep.name)
         module, exc = isolated(ep.load)
@@ -128,17 +129,23 @@ def _hook_impls(plugin: Plugin) -> list[Callable[[], object]]:
     return impls
 
 
+def _specs_of(impl: Callable[[], object]) -> list[Any]:
+    returned: Any = impl()
+    return list(returned or ())
+
+
 def collect(plugins: list[Plugin]) -> list[Registration]:
     """Every platform the plugins provide, each plugin's hook called on its own so a failure is its alone."""
     found: list[Registration] = []
     for plugin in plugins:
         ep = plugin.entry
         for impl in _hook_impls(plugin):
-            specs, exc = isolated(lambda impl=impl: list(impl() or ()))
+            specs, exc = isolated(partial(_specs_of, impl))
             if exc is not None:
                 warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s", ep.name,
                      ep.distribution, described(exc))
                 continue
+            specs = specs or []
             bad = [s for s in specs if not isinstance(s, PlatformSpec)]
             if bad:
                 warn("devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "

@@ -14,6 +14,7 @@ its name:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from typing import Protocol, runtime_checkable
 

@@ -64,7 +64,7 @@ class DeviceSurvey(NamedTuple):
 
     integrated: list[str]  # names of devices whose memory info is not supported (GB10, Jetson Thor)
     restricted: list[str]  # GPUs whose own memory is denied while their MIG instances are readable, for people
-    count: int
+    device_count: int
 
 
 def survey_devices(session: NvmlSession) -> DeviceSurvey:
@@ -109,7 +109,7 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
         survey = survey_devices(session)
     except DevmemError as exc:
         return Detection(False, f"{reason}, but {exc}")
-    if survey.integrated and len(survey.integrated) == survey.count:
+    if survey.integrated and len(survey.integrated) == survey.device_count:
         return Detection(False, f"integrated: left to the uma platform ({', '.join(survey.integrated)}: "
                                 "NVML reports no device memory)")
     driver = session.driver_version()

@@ -28,8 +28,9 @@ nvidia-ml-py 13.x (checked against its source):
 from __future__ import annotations
 
 import ctypes
-from collections import Counter
 import fnmatch
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

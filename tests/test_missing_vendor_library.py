@@ -63,7 +63,7 @@ def test_rocm_with_the_amdgpu_driver_and_no_amdsmi_says_what_to_install():
         from devmem_rocm.testing import mi300x_scenario
         from devmem_rocm.platform import detect
         found = detect(files=mi300x_scenario(1).fs, environ={})
-        print(json.dumps([found.found, found.reason, found.action]))
+        print(json.dumps([found.detected, found.reason, found.action]))
     """, missing="amdsmi"))
     assert found[:2] == [False, "the amdgpu driver is loaded, but the Python package amdsmi is not installed"]
     assert AMDSMI_FIX in found[2] and f"pip install {ROCM_OWN_AMDSMI}" in found[2]
@@ -75,7 +75,7 @@ def test_rocm_without_the_amdgpu_driver_never_asks_for_amdsmi():
         from devmem.testing import Scenario
         from devmem_rocm.platform import detect
         found = detect(files=Scenario().fs, environ={})
-        print(json.dumps([found.found, found.action]))
+        print(json.dumps([found.detected, found.action]))
     """, missing="amdsmi"))
     assert found == [False, ""]
 
@@ -86,7 +86,7 @@ def test_nvml_with_the_nvidia_driver_and_no_pynvml_says_what_to_install():
         from devmem_nvidia.testing import h200_scenario
         from devmem_nvidia.nvml_platform import detect_nvml
         found = detect_nvml(files=h200_scenario().fs, system="linux")
-        print(json.dumps([found.found, found.reason, found.action]))
+        print(json.dumps([found.detected, found.reason, found.action]))
     """, missing="pynvml"))
     assert found == [False, "an NVIDIA driver is loaded, but the Python package nvidia-ml-py (module pynvml) is not "
                             "installed", INSTALL_PYNVML]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from devmem.host import Files
+from devmem.parsing import parse_int
 from devmem.platform import ProcessMemory, ReasonKind
 from devmem.types import KiB, MiB
 
@@ -23,9 +24,10 @@ _UNIT = {"": 1, "KiB": KiB, "MiB": MiB}
 def size(value: str) -> int | None:
     """``"1024 KiB"`` -> 1048576; ``None`` for a value that is not a DRM size."""
     parts = value.split()
-    if not parts or not parts[0].isdigit() or (len(parts) > 1 and parts[1] not in _UNIT):
+    number = parse_int(parts[0]) if 1 <= len(parts) <= 2 else None
+    if number is None or (len(parts) > 1 and parts[1] not in _UNIT):
         return None
-    return int(parts[0]) * _UNIT[parts[1] if len(parts) > 1 else ""]
+    return number * _UNIT[parts[1] if len(parts) > 1 else ""]
 
 
 def fields(text: str) -> dict[str, str]:

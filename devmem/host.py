@@ -11,6 +11,7 @@ import sys
 from typing import Protocol
 
 from devmem.hookspecs import hookimpl
+from devmem.parsing import parse_int
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
 from devmem.types import Detection, DevmemError, KiB, MemoryInfo, PlatformSpec
 from devmem.units import format_size
@@ -46,15 +47,17 @@ REAL_FILES: Files = HostFiles()
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
-    """``/proc/meminfo`` as a dict of bytes (``{"MemAvailable": 123..., ...}``)."""
+    """``/proc/meminfo`` as a dict of bytes (``{"MemAvailable": 123..., ...}``); a line whose figure is not
+    a whole number (:func:`devmem.parsing.parse_int`) is skipped."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         key, sep, rest = line.partition(":")
         fields = rest.split()
-        if not sep or not fields or not fields[0].isdigit():
+        value = parse_int(fields[0]) if sep and fields else None
+        if value is None:
             continue
         scale = KiB if len(fields) > 1 and fields[1] == "kB" else 1
-        out[key.strip()] = int(fields[0]) * scale
+        out[key.strip()] = value * scale
     return out
 
 
@@ -87,15 +90,16 @@ def read_stripped(files: Files, path: str) -> str | None:
 def read_int(files: Files, path: str) -> int | None:
     """A file holding one whole number (sysfs, cgroup), or ``None`` where it is unreadable or not a number."""
     text = read_stripped(files, path)
-    return int(text) if text is not None and text.isdigit() else None
+    return None if text is None else parse_int(text)
 
 
 def _stat_field(files: Files, path: str, key: str) -> int:
     try:
         for line in files.read_text(path).splitlines():
             name, _, value = line.partition(" ")
-            if name == key and value.strip().isdigit():
-                return int(value)
+            number = parse_int(value) if name == key else None
+            if number is not None:
+                return number
     except OSError:
         pass
     return 0
@@ -112,7 +116,10 @@ def cgroup_memory(files: Files = REAL_FILES) -> tuple[int, int] | None:
         return None
     best: tuple[int, int] | None = None
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        entry = line.split(":", 2)
+        if len(entry) != 3:  # not "id:controllers:path": nothing to read from it
+            continue
+        _, controllers, path = entry
         if controllers == "":  # cgroup v2: check this group and every ancestor
             parts = [p for p in path.split("/") if p]
             for depth in range(len(parts), -1, -1):
@@ -175,12 +182,14 @@ class CpuPlatform(PlatformBase):
 
     def _process_memory(self, device: int) -> ProcessMemory:
         try:
-            resident_pages = int(self._files.read_text("/proc/self/statm").split()[1])
-            return ProcessMemory(resident_pages * os.sysconf("SC_PAGE_SIZE"))
-        except (OSError, IndexError, ValueError, AttributeError):
-            import psutil
+            resident_pages = parse_int(self._files.read_text("/proc/self/statm").split()[1])
+            if resident_pages is not None:
+                return ProcessMemory(resident_pages * os.sysconf("SC_PAGE_SIZE"))
+        except (OSError, IndexError, ValueError, AttributeError):  # no statm, or no sysconf off Linux
+            pass
+        import psutil
 
-            return ProcessMemory(int(psutil.Process().memory_info().rss))
+        return ProcessMemory(int(psutil.Process().memory_info().rss))
 
     def _is_integrated(self, device: int) -> bool:
         return True

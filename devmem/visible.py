@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from devmem.parsing import parse_int
+
 T = TypeVar("T")
 
 
@@ -30,6 +32,12 @@ class Stop:
 
     token: str
     repeat: bool
+
+
+def index(token: str) -> int | None:
+    """The device index an entry names in ASCII digits (``"0"``, ``"12"``), else ``None``: full-width or other
+    Unicode digits, signs, underscores and more than :data:`devmem.parsing.MAX_DIGITS` digits name no index."""
+    return parse_int(token)
 
 
 def pick(tokens: Iterable[str], match: Callable[[str], Sequence[T] | None], *,

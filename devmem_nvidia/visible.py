@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devmem.host import REAL_FILES, Files
-from devmem.visible import VisibleDevices, dropped, pick
+from devmem.visible import VisibleDevices, dropped, index, pick
 from devmem_nvidia.nvml_access import (
     NvmlCallError,
     NvmlSession,
@@ -152,8 +152,9 @@ def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str],
     instances = [d for g in ordered for d in g.instances]
 
     def match(token: str) -> list[VisibleDevice] | None:
-        if token.isdigit() and int(token) < len(ordered):
-            return ordered[int(token)].as_cuda_devices()
+        position = index(token)
+        if position is not None and position < len(ordered):
+            return ordered[position].as_cuda_devices()
         if token.upper().startswith("GPU-") and len(token) > 4:
             hit = _match_uuid(token, whole)
             return next(g.as_cuda_devices() for g in ordered if g.uuid == hit[0].uuid) if hit else None

@@ -14,10 +14,12 @@ its name:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from devmem.parsing import shown
 from devmem.records import Record
 from devmem.types import DevmemError, MemoryInfo
 
@@ -190,12 +192,20 @@ class PlatformBase:
 
     # ---- the contract ---------------------------------------------------------------------------
     def check_device(self, device: int) -> int:
-        """Return ``device`` if it is a valid index, else raise :class:`DevmemError` naming the range."""
+        """``device`` as an int if it is a valid index (an int or numpy integer), else :class:`DevmemError` naming
+        the range (or the type, for a non-integer)."""
         count = self.device_count()
-        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
-            valid = f"0..{count - 1}" if count else "none (no device is visible)"
-            raise DevmemError(f"{self.name}: device index {device!r} is out of range; valid indices: {valid}")
-        return device
+        valid = f"0..{count - 1}" if count else "none (no device is visible)"
+        try:
+            if isinstance(device, bool):
+                raise TypeError
+            device = operator.index(device)  # an int, or a numpy integer
+        except TypeError:
+            raise DevmemError(f"{self.name}: a device index must be an int, got {shown(device)} of type "
+                              f"{type(device).__name__}; valid indices: {valid}") from None
+        if not 0 <= device < count:
+            raise DevmemError(f"{self.name}: device index {shown(device)} is out of range; valid indices: {valid}")
+        return int(device)
 
     def memory(self, device: int = 0) -> DeviceMemory:
         return self._memory(self.check_device(device))

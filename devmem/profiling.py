@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
+import numbers
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from devmem.platform import Platform
@@ -122,21 +125,37 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     """Fail at start when free memory is below what this engine requests.
 
     Co-tenants that together ask for more than the device has must fail loudly, not shrink each other silently.
-    Raises :class:`~devmem.NotEnoughMemoryError` naming the device, both figures and the utilization that fits.
+    Raises :class:`~devmem.NotEnoughMemoryError` naming the device, both figures and the largest utilization that
+    fits (rounded down to 0.001, so that following the advice passes); :class:`~devmem.DevmemError` for a snapshot
+    without a positive total or a requested size that is not a whole number of bytes >= 0.
     """
-    if snapshot.free >= requested:
+    if isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or requested < 0:
+        raise DevmemError(f"requested must be a whole number of bytes >= 0 (int), got {requested!r}")
+    if isinstance(snapshot.total, bool) or not isinstance(snapshot.total, numbers.Integral) or snapshot.total <= 0:
+        raise DevmemError(f"device {snapshot.device}: the snapshot's total memory is {snapshot.total!r}, not a "
+                          "positive number of bytes: the platform's reading is broken (see `devmem doctor`)")
+    requested, total, free = int(requested), int(snapshot.total), max(0, int(snapshot.free))
+    if free >= requested:
         return
     platform = platform if platform is not None else current_platform()
     name = platform.device_name(snapshot.device)
-    fits = snapshot.free / snapshot.total
-    held = (f"other processes hold {format_size(snapshot.used - snapshot.process)}" if snapshot.process is not None
-            else f"{format_size(snapshot.used)} is in use")
+    fits = math.floor(Fraction(min(free, total), total) * 1000) / 1000
+    used = total - free
+    others = None if snapshot.process is None else used - snapshot.process
+    if others is None:
+        held = f"{format_size(used)} is in use"
+    elif others < 0:
+        held = (f"{format_size(used)} is in use; what other processes hold is unknown (this process's own figure, "
+                f"{format_size(snapshot.process)}, exceeds it)")
+    else:
+        held = f"other processes hold {format_size(others)}"
+    advice = (f"Lower the utilization to at most {fits:.3f}, or stop processes using the device" if fits > 0 else
+              "No utilization fits: stop processes using the device")
     raise NotEnoughMemoryError(
-        f"device {snapshot.device} ({name}): free memory at start, {format_size(snapshot.free)}, is less than the "
-        f"requested {format_size(requested)} ({requested / snapshot.total:.3f} of the total "
-        f"{format_size(snapshot.total)}); {held}. Lower the utilization to at most {fits:.3f}, or stop processes "
-        "using the device",
-        {"free": snapshot.free, "requested": requested, "total": snapshot.total, "process": snapshot.process,
+        f"device {snapshot.device} ({name}): free memory at start, {format_size(free)}, is less than the "
+        f"requested {format_size(requested)} ({requested / total:.3f} of the total "
+        f"{format_size(total)}); {held}. {advice}",
+        {"free": free, "requested": requested, "total": total, "process": snapshot.process,
          "utilization_that_fits": fits},
     )
 

@@ -267,6 +267,7 @@ def plan_utilization(*, page_size_bytes: int, num_layers: int, total: int, utili
     growth) defaults to ``weights + non_torch``."""
     shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
                      released_cache, allocation_granularity)
+    total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
     used = shared.weights + shared.non_torch if consumed is None else _bytes("consumed", consumed)
     graphs = _bytes("graph_capture", graph_capture)
@@ -278,7 +279,7 @@ def plan_utilization(*, page_size_bytes: int, num_layers: int, total: int, utili
         needed, advice = _utilization_advice(total, non_kv + shared.block)
         raise _shortfall("utilization", figures, kv, shared,
                          f"requested {format_size(requested)} - non-KV {format_size(non_kv)}", needed, advice)
-    return KvCachePlan(kv, shared.blocks(kv), "utilization", shared.block, float(utilization),
+    return KvCachePlan(kv, shared.blocks(kv), "utilization", shared.block, float(_utilization(utilization)),
                        {**figures, **shared.reported()})
 
 
@@ -294,19 +295,26 @@ class PlanInputs(TypedDict):
     released_cache: int
 
 
-def plan_pinned(*, page_size_bytes: int, num_layers: int, pinned_bytes: int, weights: int = 0,
-                transient_peak_bytes: int = 0, non_torch: int = 0, other_processes: int | None = None,
-                released_cache: int = 0, allocation_granularity: int = 1) -> KvCachePlan:
-    """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block."""
+def plan_pinned(*, page_size_bytes: int, num_layers: int, pinned_bytes: int, total: int | None = None,
+                weights: int = 0, transient_peak_bytes: int = 0, non_torch: int = 0,
+                other_processes: int | None = None, released_cache: int = 0,
+                allocation_granularity: int = 1) -> KvCachePlan:
+    """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block, and one
+    larger than ``total`` (the device's total memory) where it is given."""
     shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
                      released_cache, allocation_granularity)
     pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
+    known_total = {} if total is None else {"total": _bytes("total", total, positive=True)}
+    if known_total and pinned > known_total["total"]:
+        raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is larger than the device's total memory "
+                          f"{known_total['total']} ({format_size(known_total['total'])}); pin at most the total, less "
+                          "what the model and its activations need")
     if shared.blocks(pinned) == 0:
         least = -(-shared.block // shared.granularity) * shared.granularity
         raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
                           f"{shared.block} bytes (page_size_bytes x num_layers) allocated in units of "
                           f"{shared.granularity} bytes; pin at least {least} bytes")
-    figures = {"pinned": pinned, **{k: v for k, v in shared.parts().items() if v}, **shared.reported()}
+    figures = {"pinned": pinned, **known_total, **{k: v for k, v in shared.parts().items() if v}, **shared.reported()}
     return KvCachePlan(pinned, shared.blocks(pinned), "pinned", shared.block, None, figures)
 
 
@@ -319,6 +327,7 @@ def plan_growable(*, page_size_bytes: int, num_layers: int, total: int, init_fre
     ``non_torch`` only explain (the free-memory readings already count them)."""
     shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
                      released_cache, allocation_granularity)
+    total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
     t = _growable_terms(requested, init_free_memory, free_memory, committed_bytes, shared.transient_peak,
                         margin_floor_bytes, margin_fraction)
@@ -338,8 +347,25 @@ def plan_growable(*, page_size_bytes: int, num_layers: int, total: int, init_fre
             needed, advice = _utilization_advice(total, t["non_kv_used"] + t["transient_peak"] + shared.block)
         raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
     kv = t["kv_cache"]
-    return KvCachePlan(kv, shared.blocks(kv), "growable", shared.block, float(utilization),
+    return KvCachePlan(kv, shared.blocks(kv), "growable", shared.block, float(_utilization(utilization)),
                        {**figures, **shared.reported()})
+
+
+def _check_every_argument(*, total: object, utilization: object, committed_bytes: object, consumed: object,
+                          graph_capture: object, margin_floor_bytes: object, margin_fraction: object,
+                          growable: bool) -> None:
+    """Refuse a bad argument even where the chosen path does not use it: garbage is a caller's bug either way."""
+    if total is not None:
+        _bytes("total", total, positive=True)
+    _utilization(utilization)
+    if consumed is not None:
+        _bytes("consumed", consumed)
+    _bytes("graph_capture", graph_capture)
+    _bytes("margin_floor_bytes", margin_floor_bytes)
+    _margin_fraction(margin_fraction)
+    if _bytes("committed_bytes", committed_bytes) and not growable:
+        raise SizingError(f"committed_bytes={committed_bytes} applies to the growable path (what the cache already "
+                          "holds between the two free-memory readings): give init_free_memory and free_memory with it")
 
 
 def plan_kv_cache(
@@ -363,8 +389,9 @@ def plan_kv_cache(
     margin_fraction: float = MARGIN_FRACTION,
     allocation_granularity: int = 1,
 ) -> KvCachePlan:
-    """Size the KV cache by the path its arguments choose: ``pinned_bytes`` -> :func:`plan_pinned`;
-    ``init_free_memory`` and ``free_memory`` -> :func:`plan_growable`; otherwise :func:`plan_utilization`.
+    """Size the KV cache by the path its arguments choose: ``pinned_bytes`` -> :func:`plan_pinned` (capped by
+    ``total`` where given); ``init_free_memory`` and ``free_memory`` -> :func:`plan_growable`; otherwise
+    :func:`plan_utilization`.
 
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
     cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is used on the
@@ -372,17 +399,21 @@ def plan_kv_cache(
     graph capture). ``allocation_granularity`` is what the allocator rounds the cache's one allocation up to
     (2 MiB for PyTorch's caching allocator, see :func:`devmem.kvcache.allocate_kv_cache`): ``num_blocks`` is the
     most whole blocks whose rounded allocation still fits the budget. Raises
-    :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input.
+    :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input,
+    whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """
+    growable = init_free_memory is not None or free_memory is not None
+    _check_every_argument(total=total, utilization=utilization, committed_bytes=committed_bytes, consumed=consumed,
+                          graph_capture=graph_capture, margin_floor_bytes=margin_floor_bytes,
+                          margin_fraction=margin_fraction, growable=growable)
     explain: dict[str, Any] = dict(page_size_bytes=page_size_bytes, num_layers=num_layers, weights=weights,
                    transient_peak_bytes=transient_peak_bytes, non_torch=non_torch, other_processes=other_processes,
                    released_cache=released_cache, allocation_granularity=allocation_granularity)
-    growable = init_free_memory is not None or free_memory is not None
     if pinned_bytes is not None:
         if growable:
             raise SizingError("pinned_bytes selects the pinned path and init_free_memory/free_memory the growable "
                               "path; give one of them")
-        return plan_pinned(pinned_bytes=pinned_bytes, **explain)
+        return plan_pinned(pinned_bytes=pinned_bytes, total=total, **explain)
     path = "growable" if growable else "utilization"
     if total is None:
         raise SizingError(f"the {path} path needs total (the device's total memory in bytes)")

@@ -20,6 +20,10 @@ _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
 
 def gib(nbytes: int | float) -> str:
     """Bytes as a GiB figure for people: ``gib(3 * 2**30) == '3.00 GiB'``."""
+    if abs(nbytes) >= 1 << 70:  # a float quotient would overflow or lose the figure
+        from devmem.units import format_size
+
+        return format_size(nbytes)
     return f"{nbytes / GiB:.2f} GiB"
 
 

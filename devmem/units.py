@@ -3,6 +3,7 @@ bytes turned back into sizes people read (:func:`format_size`)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -59,13 +60,21 @@ def parse_size(text: str) -> int:
 
 
 #: The units :func:`format_size` scales through, largest first.
-_SCALE = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_SCALE = (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def format_size(nbytes: int | float) -> str:
     """Bytes for people in the largest binary unit the size reaches (``'512 B'``, ``'2.25 MiB'``,
-    ``'125.50 GiB'``, ``'1.50 TiB'``); exact bytes belong in JSON."""
-    for name, size in _SCALE:
-        if abs(nbytes) >= size:
-            return f"{nbytes / size:.2f} {name}"
-    return f"{int(nbytes)} B"
+    ``'125.50 GiB'``, ``'1.50 TiB'``), up to EiB and in exponent form beyond 1024 EiB; a negative size with a
+    leading minus sign; exact bytes belong in JSON."""
+    if isinstance(nbytes, float) and not math.isfinite(nbytes):
+        return f"{nbytes} B"
+    sign, size = ("-", -nbytes) if nbytes < 0 else ("", nbytes)
+    if size >= 1 << 70:  # past what a float quotient holds, or at all
+        from decimal import Decimal
+
+        return f"{sign}{Decimal(size) / (1 << 60):.3e} EiB"
+    for name, scale in _SCALE:
+        if size >= scale:
+            return f"{sign}{size / scale:.2f} {name}"
+    return f"{sign}{int(size)} B"

@@ -274,6 +274,22 @@ def _check_pinned(args: argparse.Namespace, weights: int) -> None:
                                    f"({args.total} bytes)", breakdown)
 
 
+def _positive_size(text: str) -> int:
+    value = _size(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is zero bytes: give a size > 0")
+    return value
+
+
+def _index(text: str) -> int:
+    from devmem.parsing import parse_int
+
+    value = parse_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device index: give a whole number >= 0 in ASCII digits")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -282,12 +298,6 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a utilization: give a number in (0, 1], e.g. 0.9")
     return value
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a layer count: give a whole number > 0")
-    return int(text)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -338,9 +348,12 @@ _MODEL_FLAGS = ("tp", "kv_dtype", "dtype", "block_size", "context", "sequences")
 
 def _positive(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if not text.isdigit() or int(text) == 0:
+        from devmem.parsing import parse_int
+
+        value = parse_int(text)
+        if not value:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give a whole number > 0")
-        return int(text)
+        return value
 
     return parse
 
@@ -362,7 +375,7 @@ def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False)
 
 
 def _add_granularity_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allocation-granularity", type=_size, default=None, metavar="SIZE",
+    parser.add_argument("--allocation-granularity", type=_positive_size, default=None, metavar="SIZE",
                         help="what the cache's one allocation is rounded up to (2MiB for PyTorch's caching "
                              "allocator, as devmem.allocate_kv_cache allocates it); only whole units are used "
                              "(default 1 byte)")
@@ -487,7 +500,7 @@ def _interval(text: str) -> float:
 def _add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | None) -> None:
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output with exact bytes (one line per sample with --watch)")
-    parser.add_argument("--device", type=int, default=None, help="only this device index")
+    parser.add_argument("--device", type=_index, default=None, help="only this device index")
     if watch_default is None:
         parser.add_argument("--watch", type=_interval, nargs="?", const=2.0, default=None, metavar="SECONDS",
                             help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a "
@@ -519,7 +532,7 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--sequences", type=_positive("sequence count"), required=True,
                      help="sequences running at once")
     fit.add_argument("--utilization", type=_fraction, default=0.9, help="share of the device to use (default 0.9)")
-    fit.add_argument("--device", type=int, default=0, help="device index of the resolved platform (default 0)")
+    fit.add_argument("--device", type=_index, default=0, help="device index of the resolved platform (default 0)")
     for flag, what in (("--transient-peak", "memory a forward pass needs beyond what stays allocated, from profiling"),
                        ("--non-torch", "memory outside torch's allocator"),
                        ("--graph-capture", "memory of captured device graphs")):
@@ -570,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "exit codes:\n  0  nothing to fix (ok and info findings only)\n  1  at least one warning "
                   "(or an error devmem explains in one line)\n  2  a usage error")
     doctor.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    doctor.add_argument("--device", type=int, default=None, help="only this device index")
+    doctor.add_argument("--device", type=_index, default=None, help="only this device index")
     doctor.set_defaults(handler=cmd_doctor)
 
     plan = _sub(sub, "plan", "size a KV cache from figures you give, or from a model's config",
@@ -593,11 +606,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "does not fit --total (the message shows the arithmetic)\n  2  a usage error")
     how = plan.add_mutually_exclusive_group()
     how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")
-    how.add_argument("--pinned", type=_size, default=None, metavar="SIZE",
+    how.add_argument("--pinned", type=_positive_size, default=None, metavar="SIZE",
                      help="a fixed KV-cache size (checked against --total when given)")
-    plan.add_argument("--total", type=_size, default=None, metavar="SIZE",
+    plan.add_argument("--total", type=_positive_size, default=None, metavar="SIZE",
                       help="device memory (default: this machine's device --device)")
-    plan.add_argument("--device", type=int, default=0, help="device whose total is used without --total")
+    plan.add_argument("--device", type=_index, default=0, help="device whose total is used without --total")
     for flag, what in (("--weights", "model weights"),
                        ("--transient-peak", "memory a forward pass needs beyond what stays allocated (activations)"),
                        ("--non-torch", "memory outside torch's allocator"),
@@ -610,9 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
                        ("--free", "free device memory now, after the profile run")):
         plan.add_argument(flag, type=_size, default=None, metavar="SIZE",
                           help=f"growable path (with the other): {what}")
-    plan.add_argument("--page-size", type=_size, default=None, metavar="SIZE",
+    plan.add_argument("--page-size", type=_positive_size, default=None, metavar="SIZE",
                       help="KV bytes of one page on one layer (required without --model; see above)")
-    plan.add_argument("--layers", type=_count, default=None,
+    plan.add_argument("--layers", type=_positive("layer count"), default=None,
                       help="layers holding a KV cache (required without --model)")
     _add_granularity_flag(plan)
     _add_model_flags(plan)

@@ -87,9 +87,10 @@ def test_bad_arguments_are_usage_errors(capsys, args, complaint):
     assert info.value.code == 2 and complaint in capsys.readouterr().err
 
 
-def test_zero_page_size_is_refused_by_the_planner(capsys):
-    code, _, err = plan(capsys, "--total", "80GiB", "--layers", "36", "--page-size", "0")
-    assert code == 1 and "page_size_bytes must be > 0 bytes, got 0" in err
+def test_zero_page_size_is_a_usage_error_naming_the_flag(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--total", "80GiB", "--layers", "36", "--page-size", "0"])
+    assert exit_.value.code == 2 and "argument --page-size: '0' is zero bytes" in capsys.readouterr().err
 
 
 def test_plan_runs_as_a_command():

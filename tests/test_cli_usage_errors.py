@@ -1,0 +1,33 @@
+"""Usage errors exit 2 and name the flag: zero sizes where a size must be positive, digits that are not ASCII."""
+
+from __future__ import annotations
+
+import pytest
+
+from devmem.cli import main
+
+
+def usage_error(capsys, monkeypatch, *argv: str) -> str:
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    with pytest.raises(SystemExit) as exit_:
+        main(list(argv))
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--total", "--pinned", "--page-size", "--allocation-granularity"])
+def test_a_zero_size_where_one_must_be_positive_names_the_flag(capsys, monkeypatch, flag):
+    argv = {"--total": "80GiB", "--page-size": "64KiB", "--layers": "32", flag: "0"}
+    err = usage_error(capsys, monkeypatch, "plan", *[x for kv in argv.items() for x in kv])
+    assert f"argument {flag}: '0' is zero bytes" in err
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "３２"], "--layers"),
+    (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "1" * 5000], "--layers"),
+    (["info", "--device", "１"], "--device"),
+    (["doctor", "--device", "1_0"], "--device"),
+    (["info", "--device", "-1"], "--device"),
+])
+def test_non_ascii_or_huge_numbers_are_usage_errors_naming_the_flag(capsys, monkeypatch, argv, flag):
+    assert f"argument {flag}:" in usage_error(capsys, monkeypatch, *argv)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from devmem.host import CpuPlatform
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
 from devmem.testing import Scenario, ScriptedDevice
-from devmem.types import GiB, KiB, MemoryInfo
+from devmem.types import GiB, KiB, MemoryInfo, MiB
 
 
 def broken_scenario() -> Scenario:
@@ -80,24 +81,77 @@ class TestBrokenBackend(PlatformConformance, scripted_fixtures(
 """
 
 
-@pytest.fixture(scope="module")
-def kit_run(tmp_path_factory) -> tuple[int, dict[str, tuple[str, str]]]:
-    """Run the kit on the broken backend; return the exit code and test name -> (outcome, message)."""
-    where = tmp_path_factory.mktemp("broken_kit")
-    (where / "test_broken_kit.py").write_text(textwrap.dedent(KIT_FILE))
+class KibHostPlatform(CpuPlatform):
+    """Real host memory reported in KiB (on a host above 64 GiB this passes the kit's plausibility floor)."""
+
+    name = "kib-host"
+
+    def _memory(self, device):
+        info = super()._memory(device).info
+        return DeviceMemory(MemoryInfo(info.free // KiB, info.total // KiB))
+
+
+class MibFreeHostPlatform(CpuPlatform):
+    """Real host memory with free in MiB and total in bytes."""
+
+    name = "mib-free-host"
+
+    def _memory(self, device):
+        info = super()._memory(device).info
+        return DeviceMemory(MemoryInfo(max(1, info.free // MiB), info.total))
+
+
+HARDWARE_KIT_FILE = """
+import pytest
+from devmem.testing import HostFixtures, PlatformConformance
+from test_conformance_broken import KibHostPlatform, MibFreeHostPlatform
+
+
+class TestKib(PlatformConformance, HostFixtures):
+    @pytest.fixture
+    def platform(self):
+        return KibHostPlatform()
+
+
+class TestMibFree(PlatformConformance, HostFixtures):
+    @pytest.fixture
+    def platform(self):
+        return MibFreeHostPlatform()
+"""
+
+
+def run_kit(where: Path, text: str, *options: str) -> tuple[int, dict[str, tuple[str, str]]]:
+    """Run the kit file ``text`` in a fresh pytest process; return the exit code and
+    "Class::test" -> (outcome, message)."""
+    (where / "test_broken_kit.py").write_text(textwrap.dedent(text))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=report.xml",
-                           "test_broken_kit.py"], cwd=where, env=env, capture_output=True, text=True, timeout=120)
+                           "test_broken_kit.py", *options], cwd=where, env=env, capture_output=True, text=True,
+                          timeout=120)
     outcomes: dict[str, tuple[str, str]] = {}
     for case in ET.parse(where / "report.xml").iter("testcase"):
         result = next((e for e in case if e.tag in ("failure", "error", "skipped")), None)
         outcome = "passed" if result is None else result.tag
-        outcomes[case.get("name")] = (outcome, "" if result is None else result.get("message", ""))
+        name = f"{case.get('classname').rsplit('.', 1)[-1]}::{case.get('name')}"
+        outcomes[name] = (outcome, "" if result is None else result.get("message", ""))
     return done.returncode, outcomes
 
 
-def failure(kit_run, test: str) -> str:
-    outcome, message = kit_run[1][test]
+@pytest.fixture(scope="module")
+def kit_run(tmp_path_factory) -> tuple[int, dict[str, tuple[str, str]]]:
+    """The kit on the broken scripted backend."""
+    return run_kit(tmp_path_factory.mktemp("broken_kit"), KIT_FILE)
+
+
+@pytest.fixture(scope="module")
+def hardware_kit_run(tmp_path_factory) -> tuple[int, dict[str, tuple[str, str]]]:
+    """The kit's unit and index checks on real host memory reported in the wrong units (no scripted allocations)."""
+    return run_kit(tmp_path_factory.mktemp("hardware_kit"), HARDWARE_KIT_FILE, "-k",
+                   "independent_source or total_is_in_bytes or free_is_positive")
+
+
+def failure(kit_run, test: str, cls: str = "TestBrokenBackend") -> str:
+    outcome, message = kit_run[1][f"{cls}::{test}"]
     assert outcome == "failure", f"{test} did not fail on the broken backend: {outcome} {message}"
     return message
 
@@ -109,6 +163,23 @@ def test_kit_run_fails(kit_run):
 def test_kit_flags_figures_in_kib_as_wrong_units(kit_run):
     assert "wrong units" in failure(kit_run, "test_total_is_in_bytes")
     assert "in bytes" in failure(kit_run, "test_free_falls_by_an_allocation")
+    assert "wrong units" in failure(kit_run, "test_figures_agree_with_an_independent_source")
+
+
+def test_kit_flags_real_host_memory_in_kib_against_proc_meminfo(hardware_kit_run):
+    message = failure(hardware_kit_run, "test_figures_agree_with_an_independent_source", "TestKib")
+    assert "/proc/meminfo" in message and "wrong units" in message
+
+
+def test_kit_flags_real_free_in_mib_with_total_in_bytes(hardware_kit_run):
+    message = failure(hardware_kit_run, "test_figures_agree_with_an_independent_source", "TestMibFree")
+    assert "free is in other units than bytes" in message
+    assert hardware_kit_run[1]["TestMibFree::test_free_is_positive_and_at_most_total"][0] == "passed"
+
+
+def test_kit_flags_true_as_a_device_index(kit_run):
+    message = failure(kit_run, "test_bad_index_raises_devmem_error[bool-device_name]")
+    assert "device_name(True)" in message
 
 
 def test_kit_flags_counting_other_processes(kit_run):
@@ -142,4 +213,4 @@ def test_kit_flags_an_explaining_member_of_the_wrong_type(kit_run):
 def test_kit_passes_what_the_broken_backend_gets_right(kit_run):
     right = ["test_device_count_is_a_positive_int", "test_flags_are_bools", "test_process_usage_rises_by_an_allocation",
              "test_process_usage_falls_back_after_free", "test_eight_threads_get_consistent_answers"]
-    assert {test: kit_run[1][test][0] for test in right} == dict.fromkeys(right, "passed")
+    assert {test: kit_run[1][f"TestBrokenBackend::{test}"][0] for test in right} == dict.fromkeys(right, "passed")

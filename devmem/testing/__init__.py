@@ -21,14 +21,16 @@ _KIT = {
     "Capabilities": "devmem.testing.conformance",
     "PlatformConformance": "devmem.testing.conformance",
     "PlatformFixtures": "devmem.testing.conformance",
+    "ReferenceMemory": "devmem.testing.conformance",
     "HostFixtures": "devmem.testing.fixtures",
     "ScriptedFixtures": "devmem.testing.fixtures",
     "TorchFixtures": "devmem.testing.fixtures",
     "scripted_fixtures": "devmem.testing.fixtures",
 }
 __all__ = [
-    "Allocation", "Capabilities", "HostFixtures", "HostMemory", "PlatformConformance", "PlatformFixtures", "Scenario",
-    "ScriptedClock", "ScriptedDevice", "ScriptedFiles", "ScriptedFixtures", "ScriptedLibrary", "TorchFixtures", "scripted_fixtures",
+    "Allocation", "Capabilities", "HostFixtures", "HostMemory", "PlatformConformance", "PlatformFixtures",
+    "ReferenceMemory", "Scenario", "ScriptedClock", "ScriptedDevice", "ScriptedFiles", "ScriptedFixtures",
+    "ScriptedLibrary", "TorchFixtures", "scripted_fixtures",
 ]
 
 

@@ -25,6 +25,10 @@ Fixtures (override them in a subclass of :class:`PlatformFixtures`, which must c
 - ``allocate`` (when ``can_allocate``): a callable ``(nbytes, device) -> Allocation`` holding device
   memory in this process until ``Allocation.free()``.
 - ``allocate_in_other_process`` (when ``other_process_allocation``): the same, held by another process.
+- ``reference_memory``: the independent reading units are cross-checked against (:class:`ReferenceMemory`),
+  or a string saying why there is none. Default: :func:`independent_memory` (torch's ``mem_get_info`` in the
+  platform's namespace, or /proc/meminfo for host memory); the scripted runtime's ``mem_get_info`` under
+  ``scripted_fixtures``.
 
 Ready-made mixins (:mod:`devmem.testing.fixtures`): ``HostFixtures`` (host memory, real allocations),
 ``TorchFixtures`` (allocations in the platform's torch device namespace on a real device), ``ScriptedFixtures`` and
@@ -40,6 +44,7 @@ from __future__ import annotations
 import functools
 import json
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -52,15 +57,57 @@ import devmem
 from devmem.platform import DeviceMemory, Platform, ProcessMemory, Reason, device_report
 from devmem.testing.allocations import Allocation
 from devmem.testing.probe import run_detection_probe
-from devmem.types import DevmemError, MemoryInfo, MiB, gib
+from devmem.types import DevmemError, GiB, MemoryInfo, MiB, gib
 
 METHODS = ("memory", "device_memory_info", "process_memory", "get_process_memory_usage", "is_integrated_gpu",
            "pages_instead_of_failing")
 #: Members that explain a device to people; PlatformBase gives each a neutral answer.
 EXPLAINING = ("device_name", "process_memory_reason", "other_processes_memory", "memory_sources", "notes")
-BAD_INDICES = {"minus-one": -1, "count": "count", "string": "0", "float": 1.0}
+BAD_INDICES = {"minus-one": -1, "count": "count", "string": "0", "float": 1.0, "bool": True}
 #: A device smaller than this is taken as figures in KiB or MiB instead of bytes.
 SMALLEST_PLAUSIBLE_TOTAL = 64 * MiB
+#: Figures further apart than this factor from an independent reading are in other units (KiB is 1024x off);
+#: closer ones may differ by what each source counts (reserved memory, page cache, a carve-out).
+UNIT_RATIO = 16
+#: Free memory is compared with the independent reading only from this much up, where co-tenants moving memory
+#: between the two readings cannot explain a factor of UNIT_RATIO.
+COMPARABLE_FREE = GiB
+
+
+@dataclass(frozen=True)
+class ReferenceMemory:
+    """An independent reading of a device's memory, to cross-check a platform's units against: ``read(device)``
+    gives ``(free, total)`` in bytes from ``source`` (torch's ``mem_get_info``, /proc/meminfo, a scripted runtime)."""
+
+    source: str
+    read: Callable[[int], tuple[int, int]]
+
+
+def independent_memory(platform: Platform) -> ReferenceMemory | str:
+    """The independent reading for ``platform`` on this machine, or why there is none: torch's
+    ``<torch_device>.mem_get_info`` where torch sees the platform's devices, /proc/meminfo (within this process's
+    cgroup limit) for a platform whose device is host memory."""
+    if platform.torch_device is not None:
+        from devmem.testing.fixtures import torch_device_reason
+
+        reason = torch_device_reason(platform)
+        if reason is not None:
+            return f"no independent reading of {platform.name}'s memory: {reason}"
+        import torch
+
+        module = getattr(torch, platform.torch_device)
+        return ReferenceMemory(f"torch.{platform.torch_device}.mem_get_info",
+                               lambda d: tuple(int(x) for x in module.mem_get_info(d)))
+    if not sys.platform.startswith("linux"):
+        return f"no independent reading of {platform.name}'s host memory: /proc/meminfo exists only on Linux"
+    from devmem.host import cgroup_memory, read_meminfo
+
+    def host(device: int) -> tuple[int, int]:
+        meminfo, cgroup = read_meminfo(), cgroup_memory()
+        limit, used = cgroup if cgroup is not None else (meminfo["MemTotal"], 0)
+        return min(meminfo["MemAvailable"], limit - used), min(meminfo["MemTotal"], limit)
+
+    return ReferenceMemory("/proc/meminfo (within the cgroup limit)", host)
 
 
 @dataclass(frozen=True)
@@ -110,6 +157,12 @@ class PlatformFixtures:
     @pytest.fixture
     def capabilities(self) -> Capabilities:
         return Capabilities()
+
+    @pytest.fixture
+    def reference_memory(self, platform) -> ReferenceMemory | str:
+        """The independent reading the units are cross-checked against (:func:`independent_memory`), or why
+        there is none (the test skips with it)."""
+        return independent_memory(platform)
 
     @pytest.fixture
     def allocate(self) -> Callable[[int, int], Allocation]:
@@ -178,6 +231,28 @@ class PlatformConformance:
             assert total >= SMALLEST_PLAUSIBLE_TOTAL, (
                 f"device_memory_info({d}).total is {total} bytes, less than 64 MiB: the figures are probably in "
                 "KiB or MiB instead of bytes (wrong units)")
+
+    def test_figures_agree_with_an_independent_source(self, platform, reference_memory):
+        if isinstance(reference_memory, str):
+            pytest.skip(reference_memory)
+        source = reference_memory.source
+        for d in _devices(platform):
+            free, total = platform.device_memory_info(d)
+            ref_free, ref_total = reference_memory.read(d)
+            assert ref_total / UNIT_RATIO <= total <= ref_total * UNIT_RATIO, (
+                f"device_memory_info({d}).total is {total} bytes ({gib(total)}) but {source} reads {ref_total} bytes "
+                f"({gib(ref_total)}): more than {UNIT_RATIO}x apart, so one is in other units (KiB or MiB instead "
+                "of bytes: wrong units)")
+            if ref_free < COMPARABLE_FREE:
+                continue
+            assert free >= ref_free / UNIT_RATIO, (
+                f"device_memory_info({d}).free is {free} bytes ({gib(free)}) but {source} reads {ref_free} bytes "
+                f"({gib(ref_free)}) free: more than {UNIT_RATIO}x less, so free is in other units than bytes (wrong "
+                "units; free and total must both be bytes)")
+            if not platform.is_integrated_gpu(d):  # unified memory: runtimes count free memory their own way
+                assert free <= ref_free * UNIT_RATIO, (
+                    f"device_memory_info({d}).free is {free} bytes ({gib(free)}) but {source} reads {ref_free} "
+                    f"bytes ({gib(ref_free)}) free: more than {UNIT_RATIO}x more (wrong units)")
 
     def test_free_is_positive_and_at_most_total(self, platform):
         for d in _devices(platform):

@@ -27,7 +27,7 @@ from devmem.testing.allocations import (
     allocate_torch,
     allocate_torch_in_subprocess,
 )
-from devmem.testing.conformance import Capabilities, PlatformFixtures
+from devmem.testing.conformance import Capabilities, PlatformFixtures, ReferenceMemory
 from devmem.testing.scenario import Scenario
 from devmem.types import MiB
 
@@ -143,6 +143,13 @@ class ScriptedFixtures(PlatformFixtures):
     @pytest.fixture
     def capabilities(self) -> Capabilities:
         return Capabilities(can_allocate=True, other_process_allocation=True, free_tracks_allocations=True)
+
+    @pytest.fixture
+    def reference_memory(self, scenario, platform) -> ReferenceMemory | str:
+        if platform.device_count() != len(scenario.devices):  # MIG instances or hidden devices: no 1:1 runtime view
+            return (f"{platform.name} shows {platform.device_count()} devices of the scenario's "
+                    f"{len(scenario.devices)}: the scripted runtime's mem_get_info cannot be matched to them")
+        return ReferenceMemory("the scripted runtime's mem_get_info", scenario.mem_get_info)
 
     @pytest.fixture
     def allocate(self, scenario) -> Callable[[int, int], Allocation]:

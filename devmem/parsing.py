@@ -31,12 +31,21 @@ def parse_int(text: object, *, signed: bool = False, max_digits: int = MAX_DIGIT
     return int(text)
 
 
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut short; a number too long to print is described instead."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's limit on digits converted to text
+        return "a number too long to print"
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
 def require_int(text: object, source: str, *, signed: bool = False, max_digits: int = MAX_DIGITS) -> int:
     """:func:`parse_int`, raising :class:`~devmem.DevmemError` that names ``source`` (a file or variable) and
     the value when ``text`` is not a whole number."""
     value = parse_int(text, signed=signed, max_digits=max_digits)
     if value is None:
-        shown = text if not isinstance(text, str) or len(text) <= 40 else text[:40] + f"... ({len(text)} characters)"
         sign = "an optional sign and " if signed else ""
-        raise DevmemError(f"{source}: {shown!r} is not a whole number: expected {sign}1 to {max_digits} ASCII digits")
+        raise DevmemError(f"{source}: {shown(text)} is not a whole number: expected {sign}1 to {max_digits} ASCII "
+                          "digits")
     return value

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from devmem.platform import Platform
 from devmem.plugins import current_platform
+from devmem.parsing import shown
+from devmem.sizing import MAX_BYTES
 from devmem.torch_device import device_module, initialised_module
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
@@ -129,11 +131,12 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     fits (rounded down to 0.001, so that following the advice passes); :class:`~devmem.DevmemError` for a snapshot
     without a positive total or a requested size that is not a whole number of bytes >= 0.
     """
-    if isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or requested < 0:
-        raise DevmemError(f"requested must be a whole number of bytes >= 0 (int), got {requested!r}")
-    if isinstance(snapshot.total, bool) or not isinstance(snapshot.total, numbers.Integral) or snapshot.total <= 0:
-        raise DevmemError(f"device {snapshot.device}: the snapshot's total memory is {snapshot.total!r}, not a "
-                          "positive number of bytes: the platform's reading is broken (see `devmem doctor`)")
+    if isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or not 0 <= requested < MAX_BYTES:
+        raise DevmemError(f"requested must be a whole number of bytes in [0, 2**64) (int), got {shown(requested)}")
+    total = snapshot.total
+    if isinstance(total, bool) or not isinstance(total, numbers.Integral) or not 0 < total < MAX_BYTES:
+        raise DevmemError(f"device {snapshot.device}: the snapshot's total memory is {shown(total)}, not a "
+                          "positive number of bytes below 2**64: the platform's reading is broken (see `devmem doctor`)")
     requested, total, free = int(requested), int(snapshot.total), max(0, int(snapshot.free))
     if free >= requested:
         return

@@ -23,6 +23,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict
 
+from devmem.parsing import shown
 from devmem.types import DevmemError, GiB, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -38,30 +39,39 @@ class SizingError(DevmemError, ValueError):
     """An input to the sizing arithmetic is outside what it accepts."""
 
 
+#: A margin of more than this many transient peaks is a mistake, not a setting.
+MAX_MARGIN_FRACTION = 100
+#: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
+MAX_BYTES = 1 << 64
+
+
 def _bytes(name: str, value: object, *, positive: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SizingError(f"{name} must be a whole number of bytes (int), got {value!r} of type {type(value).__name__}")
+        raise SizingError(f"{name} must be a whole number of bytes (int), got {shown(value)} of type "
+                          f"{type(value).__name__}")
     value = int(value)
     if value < 0 or (positive and value == 0):
-        raise SizingError(f"{name} must be {'> 0' if positive else '>= 0'} bytes, got {value}")
+        raise SizingError(f"{name} must be {'> 0' if positive else '>= 0'} bytes, got {shown(value)}")
+    if value >= MAX_BYTES:
+        raise SizingError(f"{name} must be below 2**64 bytes (16 EiB), got {shown(value)}")
     return value
 
 
 def _real(name: str, value: object) -> Fraction:
     """An exact rational of a real number; a float means the decimal it prints as (0.9 is 9/10)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise SizingError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
-    if isinstance(value, numbers.Rational):
-        return Fraction(value)
+        raise SizingError(f"{name} must be a real number, got {shown(value)} of type {type(value).__name__}")
+    if isinstance(value, numbers.Rational):  # numpy integers too: keep Python ints inside
+        return Fraction(int(value.numerator), int(value.denominator))
     if not math.isfinite(float(value)):
-        raise SizingError(f"{name} must be finite, got {value!r}")
+        raise SizingError(f"{name} must be finite, got {shown(value)}")
     return Fraction(repr(float(value)))
 
 
 def _utilization(value: object) -> Fraction:
     u = _real("utilization", value)
     if not 0 < u <= 1:
-        raise SizingError(f"utilization must be in (0, 1], got {value!r}")
+        raise SizingError(f"utilization must be in (0, 1], got {shown(value)}")
     return u
 
 
@@ -87,8 +97,9 @@ def profiled_kv_cache_bytes(requested: int, total_consumed: int, transient_peak_
 
 def _margin_fraction(value: object) -> Fraction:
     fraction = _real("margin_fraction", value)
-    if fraction < 0:
-        raise SizingError(f"margin_fraction must be >= 0, got {value!r}")
+    if not 0 <= fraction <= MAX_MARGIN_FRACTION:
+        raise SizingError(f"margin_fraction must be in [0, {MAX_MARGIN_FRACTION}] (a share of the transient peak), got "
+                          f"{shown(value)}")
     return fraction
 
 
@@ -134,8 +145,8 @@ def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> in
 
 
 def _layers(num_layers: object) -> int:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, numbers.Integral) or num_layers <= 0:
-        raise SizingError(f"num_layers must be an int > 0, got {num_layers!r}")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, numbers.Integral) or not 0 < num_layers < MAX_BYTES:
+        raise SizingError(f"num_layers must be an int > 0, got {shown(num_layers)}")
     return int(num_layers)
 
 

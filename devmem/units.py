@@ -21,6 +21,7 @@ _UNITS = {
 #: vLLM's one-letter suffixes (``human_readable_int`` in vLLM's engine arguments): lower case is a power of
 #: 10, upper case a power of 2, so ``80G`` is 80 GiB and ``80g`` is 80 GB, there and here.
 _LETTERS = {"k": "KB", "m": "MB", "g": "GB", "t": "TB", "K": "KiB", "M": "MiB", "G": "GiB", "T": "TiB"}
+_TOO_LARGE = 1 << 64
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
@@ -29,7 +30,8 @@ def read_size(text: str) -> tuple[int, str]:
 
     Accepted: a plain byte count; a number with ``B``, ``KB``..``TB`` (powers of 10) or ``KiB``..``TiB``
     (powers of 2), case-insensitive; or vLLM's one-letter ``k m g t`` (powers of 10) and ``K M G T`` (powers
-    of 2). Fractions of a byte are dropped. Raises :class:`ValueError` naming the text and what is accepted.
+    of 2). Fractions of a byte are dropped. Raises :class:`ValueError` naming the text and what is accepted,
+    also for a size of 2**64 bytes (16 EiB) or more.
     """
     from decimal import Decimal  # only here: importing decimal costs start-up time
 
@@ -42,7 +44,10 @@ def read_size(text: str) -> tuple[int, str]:
             "B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2), e.g. 16GiB or 1.5GB, "
             "or vLLM's k, m, g, t (powers of 10) and K, M, G, T (powers of 2), e.g. 80G = 80 GiB"
         )
-    nbytes = int(Decimal(match.group(1)) * _UNITS[unit])
+    nbytes = int(Decimal(match.group(1)) * _UNITS[unit]) if len(match.group(1)) <= 40 else _TOO_LARGE
+    if nbytes >= _TOO_LARGE:
+        raise ValueError(f"{text[:40]!r}{'...' if len(text) > 40 else ''} is larger than any memory: a size must be "
+                         "below 2**64 bytes (16 EiB)")
     if not unit:
         return nbytes, f"{nbytes} bytes"
     spelled = _LETTERS.get(suffix) or next(k for k in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")

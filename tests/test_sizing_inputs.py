@@ -129,3 +129,29 @@ def test_a_device_index_of_the_wrong_type_says_it_must_be_an_int(device):
 
 def test_a_numpy_integer_device_index_is_accepted():
     assert CpuPlatform().device_name(np.int64(0)) == "host memory"
+
+
+@pytest.mark.parametrize("text", ["99999999999999999999999TiB", "9" * 5000, "16EiB", "18446744073709551616"])
+def test_parse_size_refuses_sizes_past_16_eib(text):
+    from devmem.units import parse_size
+
+    with pytest.raises(ValueError, match=r"larger than any memory: a size must be below 2\*\*64 bytes|not a size"):
+        parse_size(text)
+
+
+def test_cli_total_past_16_eib_is_a_usage_error_naming_the_flag(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--total", "99999999999999999999999TiB", "--page-size", "64KiB", "--layers", "32"])
+    assert exit_.value.code == 2 and "argument --total:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arg", ["total", "weights", "page_size_bytes"])
+def test_sizing_refuses_a_figure_past_16_eib_with_a_short_message(arg):
+    kwargs = dict(total=80 * GiB, **BLOCK)
+    kwargs[arg] = 10**5000
+    with pytest.raises(SizingError, match=rf"^{arg} must be below 2\*\*64 bytes \(16 EiB\), got a number too long"):
+        plan_kv_cache(**kwargs)
+
+
+def test_requested_memory_of_numpy_inputs_is_a_python_int():
+    assert type(requested_memory(np.int64(80 * GiB), np.int64(1))) is int

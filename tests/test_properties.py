@@ -1,0 +1,343 @@
+"""Property-based checks over the public functions and the CLI: whatever the input, only the documented exception
+types come out, figures come out as Python ints, and the CLI never shows a traceback.
+
+Example counts come from the hypothesis profile (tests/conftest.py: "ci" by default, "thorough" to hunt).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from devmem import drm
+from devmem.cli import main
+from devmem.host import CpuPlatform, cgroup_memory, parse_meminfo
+from devmem.parsing import MAX_DIGITS, parse_int, require_int
+from devmem.profiling import MemorySnapshot, check_startup_memory
+from devmem.sizing import (
+    SizingError,
+    blocks_for_bytes,
+    growable_kv_cache_bytes,
+    plan_kv_cache,
+    profiled_kv_cache_bytes,
+    requested_memory,
+)
+from devmem.testing import Scenario
+from devmem.types import DevmemError, GiB, NotEnoughMemoryError, gib
+from devmem.units import format_size, parse_size
+from devmem.visible import index, pick
+from model_configs import TINY_LLAMA, write_model
+
+#: CLI examples build a parser and resolve a platform each: fewer of them.
+CLI = settings(max_examples=max(10, settings.default.max_examples // 2), deadline=None,
+               suppress_health_check=[HealthCheck.too_slow])
+
+HOSTILE_TEXT = ["１", "１６", "٣", "²", "1_0", "9" * 5000, "-1", "0", "", " ", "nan", "inf", "-inf", "1e3", "0x10",
+                "1.5GiB", "16GiB", "0.9", "1", "64KiB", "-5GiB", "99999999999999999999999TiB", "\x00", "\n", "GPU-",
+                "MIG-", ",", "0,0", "1.0", "True", "--json"]
+text = st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(max_size=24),
+                 st.text(alphabet="0123456789-+_. ,xkKmMgGiIbB\t\n１²", max_size=24))
+whole = st.one_of(st.integers(0, 2**40), st.integers(0, 2**64), st.integers(-(2**70), 2**200),
+                  st.integers(0, 2**40).map(np.int64), st.integers(0, 2**31 - 1).map(np.int32))
+anything = st.one_of(whole, whole, whole, st.floats(allow_nan=True), st.booleans(), st.none(), text,
+                     st.fractions(), st.just(10**5000))
+
+
+def _plain_ints(value: object) -> bool:
+    """Every number in a JSON-able structure is a Python int (a float only where it is a ratio)."""
+    if isinstance(value, dict):
+        return all(_plain_ints(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_plain_ints(v) for v in value)
+    return value is None or type(value) in (int, float, str, bool)
+
+
+# ---- the integer parser, sizes ----------------------------------------------------------------------------------
+@given(text)
+def test_parse_int_gives_none_or_a_bounded_non_negative_int(raw):
+    value = parse_int(raw)
+    assert value is None or (type(value) is int and 0 <= value < 10**MAX_DIGITS)
+    if value is not None:
+        assert raw.strip().isascii()
+
+
+@given(st.integers(0, 10**MAX_DIGITS - 1))
+def test_parse_int_reads_back_every_bounded_int(n):
+    assert parse_int(str(n)) == n and require_int(f" {n}\n", "x") == n
+
+
+@given(text)
+def test_require_int_raises_only_devmem_error(raw):
+    try:
+        assert type(require_int(raw, "VAR", signed=True)) is int
+    except DevmemError as exc:
+        assert "VAR" in str(exc) and len(str(exc)) < 300
+
+
+@given(text)
+def test_parse_size_gives_an_int_or_value_error(raw):
+    try:
+        value = parse_size(raw)
+    except ValueError as exc:
+        assert len(str(exc)) < 400
+        return
+    assert type(value) is int and 0 <= value
+
+
+@given(st.integers(0, 2**60), st.sampled_from(["", "B", "KiB", "MiB", "GiB", "kb", "MB"]))
+def test_parse_size_reads_back_a_count_with_a_unit(n, unit):
+    scale = {"": 1, "B": 1, "KiB": 1024, "MiB": 2**20, "GiB": 2**30, "kb": 1000, "MB": 10**6}[unit]
+    assert parse_size(f"{n}{unit}") == n * scale
+
+
+@given(st.one_of(st.integers(-(10**6000), 10**6000), st.integers(-(2**70), 2**70), st.floats()))
+def test_format_size_and_gib_always_give_text(nbytes):
+    for rendered in (format_size(nbytes), gib(nbytes)):
+        assert isinstance(rendered, str) and len(rendered) < 40
+    if isinstance(nbytes, int) and nbytes < 0:
+        assert format_size(nbytes).startswith("-")
+
+
+# ---- sizing -------------------------------------------------------------------------------------------------------
+SIZING_ARGS = ("total", "utilization", "pinned_bytes", "init_free_memory", "free_memory", "committed_bytes",
+               "consumed", "weights", "transient_peak_bytes", "non_torch", "graph_capture", "other_processes",
+               "released_cache", "margin_floor_bytes", "margin_fraction", "allocation_granularity")
+utilization = st.one_of(st.floats(0.01, 1.0), st.sampled_from([0.9, 0.5, 1, np.float64(0.8)]), anything)
+
+
+@given(page=st.one_of(st.integers(1, 2**22), anything), layers=st.one_of(st.integers(1, 200), anything),
+       kwargs=st.dictionaries(st.sampled_from(SIZING_ARGS), st.one_of(st.integers(0, 2**38), utilization, anything),
+                              max_size=8))
+def test_plan_kv_cache_gives_int_figures_or_a_documented_error(page, layers, kwargs):
+    try:
+        plan = plan_kv_cache(page_size_bytes=page, num_layers=layers, **kwargs)
+    except NotEnoughMemoryError as exc:
+        json.dumps(exc.breakdown)
+        assert "not enough memory" in str(exc) and "hold -" not in str(exc)
+        return
+    except SizingError as exc:
+        assert str(exc)
+        return
+    as_dict = plan.as_dict()
+    json.dumps(as_dict)
+    assert _plain_ints(as_dict) and all(type(v) is int for v in plan.breakdown.values())
+    assert type(plan.kv_cache_bytes) is int and type(plan.num_blocks) is int and plan.num_blocks >= 1
+    assert plan.num_blocks * plan.block_bytes <= plan.kv_cache_bytes
+    if "total" in plan.breakdown:
+        assert plan.kv_cache_bytes <= plan.breakdown["total"]
+    assert isinstance(plan.explain(), str)
+
+
+@given(total=anything, u=utilization)
+def test_requested_memory_is_within_the_total(total, u):
+    try:
+        requested = requested_memory(total, u)
+    except SizingError:
+        return
+    assert type(requested) is int and 0 < requested <= int(total)
+
+
+@given(st.lists(anything, min_size=4, max_size=4))
+def test_profiled_budget_is_an_int_or_a_sizing_error(args):
+    try:
+        assert type(profiled_kv_cache_bytes(*args)) is int
+    except SizingError:
+        pass
+
+
+@given(kwargs=st.dictionaries(st.sampled_from(["committed_bytes", "transient_peak_bytes", "margin_floor_bytes",
+                                               "margin_fraction"]), anything, max_size=4),
+       requested=anything, init_free=anything, free=anything)
+def test_growable_budget_is_a_non_negative_int_or_a_sizing_error(kwargs, requested, init_free, free):
+    try:
+        kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=init_free, free_memory=free, **kwargs)
+    except SizingError:
+        return
+    assert type(kv) is int and 0 <= kv <= int(requested)
+
+
+@given(anything, anything, anything)
+def test_blocks_for_bytes_is_an_int_or_a_sizing_error(kv, page, layers):
+    try:
+        assert type(blocks_for_bytes(kv, page, layers)) is int
+    except SizingError:
+        pass
+
+
+# ---- snapshots and the start-time check ----------------------------------------------------------------------------
+figure = st.one_of(st.integers(-(2**40), 2**45), st.integers(0, 2**64))
+
+
+@given(a=st.tuples(figure, figure, st.none() | figure), b=st.tuples(figure, figure, st.none() | figure))
+def test_snapshot_difference_is_the_difference_of_each_figure(a, b):
+    first, second = MemorySnapshot(0, *a), MemorySnapshot(0, *b)
+    delta = first - second
+    assert (delta.free, delta.total, delta.used) == (a[0] - b[0], a[1] - b[1], first.used - second.used)
+    assert delta.process == (None if a[2] is None or b[2] is None else a[2] - b[2])
+
+
+@given(free=figure, total=st.one_of(figure, anything), process=st.none() | figure, requested=st.one_of(figure, anything))
+def test_start_check_raises_only_devmem_errors_and_its_advice_passes(free, total, process, requested):
+    snapshot = MemorySnapshot(0, free, total, process)
+    platform = CpuPlatform()
+    try:
+        check_startup_memory(snapshot, requested, platform)
+    except NotEnoughMemoryError as exc:
+        message, fits = str(exc), exc.breakdown["utilization_that_fits"]
+        assert "hold -" not in message
+        if fits > 0:
+            check_startup_memory(snapshot, requested_memory(int(total), fits), platform)
+    except DevmemError:
+        pass
+
+
+# ---- host files, DRM fdinfo, visible devices ----------------------------------------------------------------------
+line = st.one_of(text, st.builds(lambda k, v: f"{k}:{v}", st.sampled_from(["MemTotal", "MemAvailable", "MemFree"]),
+                                 text))
+
+
+@given(st.lists(line, max_size=6))
+def test_parse_meminfo_gives_non_negative_ints(lines):
+    assert all(type(v) is int and v >= 0 for v in parse_meminfo("\n".join(lines)).values())
+
+
+@given(cgroup=st.lists(st.one_of(text, st.sampled_from(["0::/job", "0::/", "3:memory:/x", "::", "1:cpu,memory:/"])),
+                       max_size=3),
+       limit=text, current=text, stat=st.lists(line, max_size=3))
+def test_cgroup_memory_gives_none_or_int_figures(cgroup, limit, current, stat):
+    sc = Scenario()
+    for base in ("/sys/fs/cgroup/job", "/sys/fs/cgroup", "/sys/fs/cgroup/memory"):
+        sc.files.update({f"{base}/memory.max": limit, f"{base}/memory.current": current,
+                         f"{base}/memory.limit_in_bytes": limit, f"{base}/memory.usage_in_bytes": current,
+                         f"{base}/memory.stat": "\n".join(stat).replace(":", " ")})
+    sc.files["/proc/self/cgroup"] = "\n".join(cgroup)
+    found = cgroup_memory(sc.fs)
+    assert found is None or (all(type(v) is int for v in found) and found[1] >= 0)
+    info = CpuPlatform(files=sc.fs).device_memory_info()
+    assert type(info.free) is int and type(info.total) is int and 0 <= info.free <= info.total
+
+
+@given(text)
+def test_drm_size_is_none_or_a_non_negative_int(raw):
+    size = drm.size(raw)
+    assert size is None or (type(size) is int and size >= 0)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["drm-driver", "drm-pdev", "drm-client-id", "drm-total-vram",
+                                           "drm-memory-vram", "drm-memory-gtt"]), text), max_size=6))
+def test_drm_client_memory_is_a_process_memory_of_int_bytes(rows):
+    sc = Scenario()
+    rows = [("drm-driver", "amdgpu"), ("drm-pdev", "0000:c6:00.0"), *rows]
+    sc.files["/proc/self/fdinfo/7"] = "".join(f"{k}:\t{v}\n" for k, v in rows)
+    memory = drm.client_memory(sc.fs, "amdgpu", "0000:c6:00.0", ("vram", "gtt"))
+    assert memory.used is None or (type(memory.used) is int and memory.used >= 0)
+
+
+@given(text)
+def test_visible_index_is_none_or_an_ascii_index(token):
+    position = index(token)
+    assert position is None or (type(position) is int and position >= 0 and token.strip().isascii())
+
+
+@given(st.lists(text, max_size=6), st.booleans())
+def test_pick_chooses_known_devices_once_in_order(tokens, repeats_end):
+    devices = {"0": ["a"], "1": ["b"], "GPU-x": ["a", "b"]}
+    chosen, stop = pick(tokens, devices.get, repeats_end=repeats_end)
+    assert len(chosen) == len(set(chosen)) and set(chosen) <= {"a", "b"}
+    assert stop is None or stop.token in tokens
+
+
+# ---- the CLI -------------------------------------------------------------------------------------------------------
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, {"DEVMEM_PLATFORM": "cpu"}), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_outcome(argv: list[str], code: object, out: str, err: str) -> None:
+    assert "Traceback" not in err and "Traceback" not in out, (argv, err)
+    assert code in (0, 1, 2), (argv, code, err)
+    if code == 2:  # a usage error: the message names the flag (or the command) it is about
+        message = err.partition("error:")[2]
+        assert (re.search(r"(^|\s|')-{1,2}[a-zA-Z]", message) or "unrecognized arguments: " in message
+                or "invalid choice" in message or "required" in message), (argv, err)
+    elif code == 1:
+        assert err.startswith("devmem: error:") or ("--json" in argv and "error" in json.loads(out)), (argv, err)
+    elif "--json" in argv:
+        json.loads(out)
+
+
+size_value = st.one_of(st.sampled_from(["80GiB", "16GiB", "1GiB", "64KiB", "0", "2MiB", "4096"]), text)
+count_value = st.one_of(st.sampled_from(["1", "32", "4096", "0"]), text)
+PLAN_FLAGS = {
+    "--utilization": st.one_of(st.sampled_from(["0.9", "0.5", "1", "0", "2", "nan"]), text),
+    "--pinned": size_value, "--total": size_value, "--device": count_value, "--weights": size_value,
+    "--transient-peak": size_value, "--non-torch": size_value, "--graph-capture": size_value,
+    "--committed": size_value, "--init-free": size_value, "--free": size_value, "--page-size": size_value,
+    "--layers": count_value, "--allocation-granularity": size_value, "--tp": count_value,
+    "--kv-dtype": st.sampled_from(["auto", "fp8", "int3"]), "--dtype": st.sampled_from(["bf16", "fp64"]),
+    "--block-size": count_value, "--context": count_value, "--sequences": count_value,
+}
+
+
+def flags(options: dict) -> st.SearchStrategy[list[str]]:
+    return st.dictionaries(st.sampled_from(sorted(options)), st.just(None), max_size=7).flatmap(
+        lambda chosen: st.tuples(*[options[f] for f in chosen]).map(
+            lambda values, chosen=tuple(chosen): [x for pair in zip(chosen, values) for x in pair]))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return str(write_model(tmp_path_factory.mktemp("model") / "tiny", TINY_LLAMA))
+
+
+@CLI
+@given(argv=flags(PLAN_FLAGS), json_flag=st.booleans(), with_model=st.booleans())
+def test_cli_plan_exits_cleanly_whatever_the_flags(model_dir, argv, json_flag, with_model):
+    argv = ["plan", *argv, *(["--json"] if json_flag else []), *(["--model", model_dir] if with_model else [])]
+    check_outcome(argv, *run_cli(argv))
+
+
+@CLI
+@given(argv=flags({k: v for k, v in PLAN_FLAGS.items() if k not in ("--pinned", "--total", "--init-free", "--free",
+                                                                    "--committed", "--page-size", "--layers")}),
+       json_flag=st.booleans())
+def test_cli_fit_exits_cleanly_whatever_the_flags(model_dir, argv, json_flag):
+    argv = ["fit", "--model", model_dir, *argv, *(["--json"] if json_flag else [])]
+    check_outcome(argv, *run_cli(argv))
+
+
+@CLI
+@given(command=st.sampled_from(["info", "doctor", "plugins"]), argv=st.lists(st.sampled_from(["--json", "-v"]),
+                                                                            max_size=2, unique=True),
+       device=st.none() | count_value)
+def test_cli_reports_exit_cleanly_whatever_the_flags(command, argv, device):
+    argv = [*(["-v"] if "-v" in argv else []), command, *(["--json"] if "--json" in argv else []),
+            *([] if device is None or command == "plugins" else ["--device", device])]
+    check_outcome(argv, *run_cli(argv))
+
+
+@CLI
+@given(st.lists(text, max_size=4))
+def test_cli_exits_cleanly_on_any_words(words):
+    check_outcome(words, *run_cli(words))
+
+
+def test_a_usage_error_names_the_flag():
+    code, _, err = run_cli(["plan", "--page-size", "0", "--layers", "1", "--total", "1GiB"])
+    assert code == 2 and "--page-size" in err
+    assume(True)

@@ -341,3 +341,60 @@ def test_a_usage_error_names_the_flag():
     code, _, err = run_cli(["plan", "--page-size", "0", "--layers", "1", "--total", "1GiB"])
     assert code == 2 and "--page-size" in err
     assume(True)
+
+
+visible_entry = st.one_of(text, st.sampled_from(["0", "1", "2", "-", "-1", "GPU-", "GPU-aaaa", "MIG-", "0x1", "01",
+                                                 "１", "9" * 30, " 1", "1 ", "+1"]))
+visible_list = st.lists(visible_entry, max_size=4).map(",".join)
+
+
+@given(cuda=st.none() | visible_list, order=st.none() | st.sampled_from(["PCI_BUS_ID", "FASTEST_FIRST", "x"]))
+def test_cuda_visible_devices_selects_some_of_the_gpus_or_says_why_not(cuda, order):
+    from devmem.testing import ScriptedDevice
+    from devmem_nvidia.testing import scripted_platform
+
+    environ = {k: v for k, v in (("CUDA_VISIBLE_DEVICES", cuda), ("CUDA_DEVICE_ORDER", order)) if v is not None}
+    sc = Scenario(devices=[ScriptedDevice(), ScriptedDevice(pci_bus_id="0000:19:00.0",
+                                                             uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222")])
+    try:
+        count = scripted_platform(sc, environ=environ).device_count()
+    except DevmemError:
+        return
+    assert type(count) is int and 0 <= count <= 2
+
+
+@given(rocr=st.none() | visible_list, hip=st.none() | visible_list, cuda=st.none() | visible_list)
+def test_rocm_visible_devices_select_some_of_the_gpus_or_say_why_not(rocr, hip, cuda):
+    from devmem.testing import ScriptedClock
+    from devmem_rocm import RocmPlatform
+    from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario
+
+    environ = {k: v for k, v in (("ROCR_VISIBLE_DEVICES", rocr), ("HIP_VISIBLE_DEVICES", hip),
+                                 ("CUDA_VISIBLE_DEVICES", cuda)) if v is not None}
+    sc = mi300x_scenario(3, environ=environ)
+    clock = ScriptedClock()
+    try:
+        count = RocmPlatform(amdsmi=ScriptedAmdsmi(sc), environ=sc.environ, clock=clock,
+                             sleep=clock.sleep).device_count()
+    except DevmemError:
+        return
+    assert type(count) is int and 0 <= count <= 3
+
+
+@given(kwargs=st.fixed_dictionaries({"context": st.one_of(st.integers(1, 2**20), anything),
+                                     "sequences": st.one_of(st.integers(1, 512), anything),
+                                     "total": st.one_of(st.integers(GiB, 2**40), anything)},
+                                    optional={"utilization": utilization, "free": anything,
+                                              "block_size": st.one_of(st.integers(1, 4096), anything),
+                                              "transient_peak_bytes": anything, "allocation_granularity": anything}))
+def test_fit_gives_json_of_plain_numbers_or_a_devmem_error(model_dir, kwargs):
+    from devmem.capacity import fit
+    from devmem.models import load_model
+
+    try:
+        answer = fit(load_model(model_dir), **kwargs)
+    except DevmemError:
+        return
+    as_dict = answer.as_dict()
+    json.dumps(as_dict)
+    assert _plain_ints(as_dict) and all(isinstance(line, str) for line in answer.lines())

@@ -24,7 +24,8 @@ from fractions import Fraction
 from typing import Any
 
 from devmem.models import MAX_TP, ModelMemory
-from devmem.sizing import KvCachePlan, SizingError, plan_kv_cache
+from devmem.parsing import shown
+from devmem.sizing import MAX_BYTES, KvCachePlan, SizingError, plan_kv_cache
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -32,8 +33,8 @@ DEFAULT_BLOCK_SIZE = 16
 
 
 def _whole(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise SizingError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value < MAX_BYTES:
+        raise SizingError(f"{name} must be a whole number >= {minimum} (below 2**64), got {shown(value)}")
     return int(value)
 
 
@@ -330,7 +331,8 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
     the smallest tensor-parallel size whose ranks each hold their share at ``utilization``. With an
     ``allocation_granularity`` only whole units of it count (see :func:`capacity`).
     """
-    sequences = _whole("sequences", sequences)
+    sequences, total = _whole("sequences", sequences), _whole("total", total)
+    free = None if free is None else _whole("free", free, 0)
     granularity = _whole("allocation_granularity", allocation_granularity)
     cost = sequence_cost(model, context, block_size)
     extra = {"transient_peak_bytes": transient_peak_bytes, "non_torch": non_torch, "graph_capture": graph_capture,
@@ -350,6 +352,6 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
             gpus = tp
             break
     return Fit(model=model, context=cost.context, sequences=sequences, block_size=block_size, cost=cost,
-               needed_kv_bytes=needed, total=total, utilization=utilization, requested=requested, non_kv=non_kv,
+               needed_kv_bytes=needed, total=total, utilization=float(utilization), requested=requested, non_kv=non_kv,
                kv_budget=budget, usable_kv_bytes=_usable(budget, granularity), allocation_granularity=granularity,
                free=free, needed_utilization=needed_u, gpus=gpus)

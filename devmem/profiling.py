@@ -136,7 +136,8 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     total = snapshot.total
     if isinstance(total, bool) or not isinstance(total, numbers.Integral) or not 0 < total < MAX_BYTES:
         raise DevmemError(f"device {snapshot.device}: the snapshot's total memory is {shown(total)}, not a "
-                          "positive number of bytes below 2**64: the platform's reading is broken (see `devmem doctor`)")
+                          "positive number of bytes below 2**64: the platform's reading is broken (see "
+                          "`devmem doctor`)")
     requested, total, free = int(requested), int(snapshot.total), max(0, int(snapshot.free))
     if free >= requested:
         return

@@ -65,7 +65,8 @@ def parse_size(text: str) -> int:
 
 
 #: The units :func:`format_size` scales through, largest first.
-_SCALE = (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_SCALE = (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20),
+          ("KiB", 1 << 10))
 
 
 def format_size(nbytes: int | float) -> str:

@@ -210,7 +210,9 @@ def capacity(model: ModelMemory, kv_cache_bytes: int, *, block_size: int = DEFAU
     With ``allocation_granularity`` only its whole units of the budget are used (the cache is one allocation
     rounded up to it), so ``num_blocks`` is the one :func:`plan_for_model` gives with the same granularity.
     """
-    kv_cache_bytes = _whole("kv_cache_bytes", kv_cache_bytes, 0)
+    kv_cache_bytes, block_size = _whole("kv_cache_bytes", kv_cache_bytes, 0), _whole("block_size", block_size)
+    context = None if context is None else _whole("context", context)
+    sequences = None if sequences is None else _whole("sequences", sequences)
     granularity = _whole("allocation_granularity", allocation_granularity)
     usable = _usable(kv_cache_bytes, granularity)
     block = block_bytes(model, block_size)
@@ -334,6 +336,7 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
     ``allocation_granularity`` only whole units of it count (see :func:`capacity`).
     """
     sequences, total = _whole("sequences", sequences), _whole("total", total)
+    block_size = _whole("block_size", block_size)
     free = None if free is None else _whole("free", free, 0)
     granularity = _whole("allocation_granularity", allocation_granularity)
     cost = sequence_cost(model, context, block_size)

@@ -150,3 +150,15 @@ def test_sizing_refuses_a_figure_past_16_eib_with_a_short_message(arg):
 
 def test_requested_memory_of_numpy_inputs_is_a_python_int():
     assert type(requested_memory(np.int64(80 * GiB), np.int64(1))) is int
+
+
+def test_capacity_and_fit_of_numpy_inputs_give_json(tmp_path):
+    from devmem.capacity import capacity, fit
+    from devmem.models import load_model
+    from model_configs import TINY_LLAMA, write_model
+
+    model = load_model(write_model(tmp_path / "tiny", TINY_LLAMA))
+    json.dumps(fit(model, context=np.int64(1), sequences=np.int64(1), total=np.int64(GiB), block_size=np.int64(16),
+                   free=np.int64(GiB)).as_dict())
+    json.dumps(capacity(model, np.int64(GiB), block_size=np.int64(16), context=np.int64(64),
+                        sequences=np.int64(2)).as_dict())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from devmem.host import REAL_FILES, Files, read_stripped
 from devmem.limits import MemoryLimit
+from devmem.parsing import parse_int
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -23,10 +24,9 @@ def parse_regions(text: str) -> dict[str, int | None]:
         if len(parts) != 2:
             continue
         region, value = parts
-        if value == "max":
-            out[region] = None
-        elif value.isdigit():
-            out[region] = int(value)
+        number = parse_int(value)
+        if value == "max" or number is not None:
+            out[region] = number
     return out
 
 

@@ -117,3 +117,11 @@ def test_hip_visible_devices_full_width_or_huge_entry_hides_every_gpu(entry):
     clock = ScriptedClock()
     platform = RocmPlatform(amdsmi=ScriptedAmdsmi(sc), environ=sc.environ, clock=clock, sleep=clock.sleep)
     assert platform.device_count() == 0
+
+
+@pytest.mark.parametrize("figure", ["１６", "²", "1" * 5000, "1_0"])
+def test_dmem_line_with_a_non_ascii_or_huge_figure_is_skipped(figure):
+    from devmem.dmem import parse_regions
+
+    assert parse_regions(f"drm/0000:03:00.0/vram0 {figure}\ndrm/0000:03:00.0/gtt max\n") == {
+        "drm/0000:03:00.0/gtt": None}

@@ -35,7 +35,7 @@ DEFAULT_BLOCK_SIZE = 16
 def _whole(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise SizingError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
-    if value >= MAX_BYTES:
+    if int(value) >= MAX_BYTES:
         raise SizingError(f"{name} must be below 2**64, got {shown(value)}")
     return int(value)
 

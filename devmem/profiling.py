@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from devmem.parsing import shown
 from devmem.platform import Platform
 from devmem.plugins import current_platform
-from devmem.parsing import shown
 from devmem.sizing import MAX_BYTES
 from devmem.torch_device import device_module, initialised_module
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError

@@ -145,7 +145,8 @@ def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> in
 
 
 def _layers(num_layers: object) -> int:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, numbers.Integral) or not 0 < num_layers < MAX_BYTES:
+    if isinstance(num_layers, bool) or not isinstance(num_layers, numbers.Integral) or not (
+            0 < int(num_layers) < MAX_BYTES):
         raise SizingError(f"num_layers must be an int > 0, got {shown(num_layers)}")
     return int(num_layers)
 

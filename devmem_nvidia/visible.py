@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devmem.host import REAL_FILES, Files
-from devmem.visible import VisibleDevices, dropped, index, pick
+from devmem.visible import VisibleDevices, dropped, pick
+from devmem.visible import index as device_index
 from devmem_nvidia.nvml_access import (
     NvmlCallError,
     NvmlSession,
@@ -152,7 +153,7 @@ def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str],
     instances = [d for g in ordered for d in g.instances]
 
     def match(token: str) -> list[VisibleDevice] | None:
-        position = index(token)
+        position = device_index(token)
         if position is not None and position < len(ordered):
             return ordered[position].as_cuda_devices()
         if token.upper().startswith("GPU-") and len(token) > 4:

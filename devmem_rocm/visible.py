@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from devmem.visible import VisibleDevices, dropped, index, pick
+from devmem.visible import VisibleDevices, dropped, pick
+from devmem.visible import index as device_index
 
 ROCR = "ROCR_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"
@@ -79,7 +80,7 @@ def _hip(var: str, raw: str, pool: Sequence[G], within: str) -> tuple[list[G], s
         if "GPU-" in token:
             gpu = next((g for g in pool if any(token.upper() in u for u in _uuids(g))), None)
         else:
-            position = index(token)
+            position = device_index(token)
             gpu = pool[position] if position is not None and str(position) == token and position < len(pool) else None
         return None if gpu is None else [gpu]
 

@@ -153,9 +153,10 @@ def test_requested_memory_of_numpy_inputs_is_a_python_int():
 
 
 def test_capacity_and_fit_of_numpy_inputs_give_json(tmp_path):
+    from model_configs import TINY_LLAMA, write_model
+
     from devmem.capacity import capacity, fit
     from devmem.models import load_model
-    from model_configs import TINY_LLAMA, write_model
 
     model = load_model(write_model(tmp_path / "tiny", TINY_LLAMA))
     json.dumps(fit(model, context=np.int64(1), sequences=np.int64(1), total=np.int64(GiB), block_size=np.int64(16),

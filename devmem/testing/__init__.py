@@ -12,7 +12,7 @@ from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, Scripte
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.testing.allocations import Allocation
-    from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures
+    from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures, ReferenceMemory
     from devmem.testing.fixtures import HostFixtures, ScriptedFixtures, TorchFixtures, scripted_fixtures
 
 # The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.

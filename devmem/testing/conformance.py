@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import pytest
 
@@ -83,6 +84,11 @@ class ReferenceMemory:
     read: Callable[[int], tuple[int, int]]
 
 
+def _pair(reading: Any) -> tuple[int, int]:
+    free, total = reading
+    return int(free), int(total)
+
+
 def independent_memory(platform: Platform) -> ReferenceMemory | str:
     """The independent reading for ``platform`` on this machine, or why there is none: torch's
     ``<torch_device>.mem_get_info`` where torch sees the platform's devices, /proc/meminfo (within this process's
@@ -97,7 +103,7 @@ def independent_memory(platform: Platform) -> ReferenceMemory | str:
 
         module = getattr(torch, platform.torch_device)
         return ReferenceMemory(f"torch.{platform.torch_device}.mem_get_info",
-                               lambda d: tuple(int(x) for x in module.mem_get_info(d)))
+                               lambda d: _pair(module.mem_get_info(d)))
     if not sys.platform.startswith("linux"):
         return f"no independent reading of {platform.name}'s host memory: /proc/meminfo exists only on Linux"
     from devmem.host import cgroup_memory, read_meminfo

@@ -35,10 +35,22 @@ from common import (
 
 import devmem
 
-GPU = {"models": "llama-1b,moe", "utilizations": "0.1,0.5,0.9", "allocators": "default,expandable",
-       "batch_tokens": 8192, "slack": 256 * MiB, "settle": 20.0}
-CPU = {"models": "tiny,tiny-moe", "utilizations": "320MiB", "allocators": "default", "batch_tokens": 256,
-       "slack": 64 * MiB, "settle": 1.0}
+GPU = {
+    "models": "llama-1b,moe",
+    "utilizations": "0.1,0.5,0.9",
+    "allocators": "default,expandable",
+    "batch_tokens": 8192,
+    "slack": 256 * MiB,
+    "settle": 20.0,
+}
+CPU = {
+    "models": "tiny,tiny-moe",
+    "utilizations": "320MiB",
+    "allocators": "default",
+    "batch_tokens": 256,
+    "slack": 64 * MiB,
+    "settle": 1.0,
+}
 #: The goal: the footprint never above the request, and under it by at most this (or 0.25 % of the request).
 TOLERANCE = 64 * MiB
 TOLERANCE_SHARE = 0.0025
@@ -71,14 +83,25 @@ def tolerance(requested: int) -> int:
 def measure(r: dict[str, Any], model: str, allocator: str) -> dict[str, Any]:
     """The accuracy figures of one engine's result."""
     requested, footprint = r.get("requested"), r.get("footprint")
-    row = {"model": model, "allocator": allocator, "utilization": r["utilization"], "requested": requested,
-           "failure": failure_text(r), "weights": r.get("weights"), "kv_allocated_bytes": r.get("kv_allocated_bytes"),
-           "num_blocks": r.get("num_blocks"), "transient": r.get("profile", {}).get("transient_peak_bytes"),
-           "transient_allocated": r.get("profile", {}).get("transient_allocated_bytes"),
-           "footprint": footprint, "footprint_source": r.get("footprint_source"),
-           "device_budget": r.get("budgets", {}).get("device", {}).get("kv_cache_bytes"),
-           "process_budget": r.get("budgets", {}).get("process", {}).get("kv_cache_bytes"),
-           "gap_bytes": None, "tolerance": tolerance(requested) if requested else None, "goal_met": False}
+    row = {
+        "model": model,
+        "allocator": allocator,
+        "utilization": r["utilization"],
+        "requested": requested,
+        "failure": failure_text(r),
+        "weights": r.get("weights"),
+        "kv_allocated_bytes": r.get("kv_allocated_bytes"),
+        "num_blocks": r.get("num_blocks"),
+        "transient": r.get("profile", {}).get("transient_peak_bytes"),
+        "transient_allocated": r.get("profile", {}).get("transient_allocated_bytes"),
+        "footprint": footprint,
+        "footprint_source": r.get("footprint_source"),
+        "device_budget": r.get("budgets", {}).get("device", {}).get("kv_cache_bytes"),
+        "process_budget": r.get("budgets", {}).get("process", {}).get("kv_cache_bytes"),
+        "gap_bytes": None,
+        "tolerance": tolerance(requested) if requested else None,
+        "goal_met": False,
+    }
     if r["ok"] and footprint is not None:
         row["gap_bytes"] = requested - footprint
         row["goal_met"] = 0 <= row["gap_bytes"] <= row["tolerance"]
@@ -87,17 +110,44 @@ def measure(r: dict[str, Any], model: str, allocator: str) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     m = result["machine"]
-    head = (f"# accuracy on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB: footprint read "
-            "from the driver after serving with the KV cache in place, against requested = ceil(u * total)")
+    head = (
+        f"# accuracy on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB: footprint read "
+        "from the driver after serving with the KV cache in place, against requested = ceil(u * total)"
+    )
     table = format_table(
-        ["model", "allocator", "u", "requested GiB", "KV GiB", "transient MiB (allocated)", "footprint GiB",
-         "requested - footprint MiB", "device-wide KV GiB", "failure"],
-        [[r["model"], r["allocator"], r["utilization"], gib(r["requested"]), gib(r["kv_allocated_bytes"]),
-          f"{mib(r['transient'])} ({mib(r['transient_allocated'])})", gib(r["footprint"]), mib(r["gap_bytes"]),
-          gib(r["device_budget"]), r["failure"]] for r in result["rows"]])
+        [
+            "model",
+            "allocator",
+            "u",
+            "requested GiB",
+            "KV GiB",
+            "transient MiB (allocated)",
+            "footprint GiB",
+            "requested - footprint MiB",
+            "device-wide KV GiB",
+            "failure",
+        ],
+        [
+            [
+                r["model"],
+                r["allocator"],
+                r["utilization"],
+                gib(r["requested"]),
+                gib(r["kv_allocated_bytes"]),
+                f"{mib(r['transient'])} ({mib(r['transient_allocated'])})",
+                gib(r["footprint"]),
+                mib(r["gap_bytes"]),
+                gib(r["device_budget"]),
+                r["failure"],
+            ]
+            for r in result["rows"]
+        ],
+    )
     if result["measured"]:
-        verdict = ("devmem goal (0 <= requested - footprint <= max(64 MiB, 0.25 % of requested) in every "
-                   "configuration): " + ("MET" if result["goal_met"] else "NOT MET"))
+        verdict = (
+            "devmem goal (0 <= requested - footprint <= max(64 MiB, 0.25 % of requested) in every "
+            "configuration): " + ("MET" if result["goal_met"] else "NOT MET")
+        )
     else:
         verdict = "devmem goal: not judged here (no driver figure for this process's footprint on this platform)"
     return "\n\n".join([head, table, verdict])
@@ -108,25 +158,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     platform = devmem.current_platform()
     d = GPU if on_accelerator(platform) else CPU
     start_info = platform.device_memory_info(args.device)
-    configs = [(model, share(u, start_info.total), alloc) for model in (args.models or d["models"]).split(",")
-               for alloc in (args.allocators or d["allocators"]).split(",")
-               for u in (args.utilizations or d["utilizations"]).split(",")]
+    configs = [
+        (model, share(u, start_info.total), alloc)
+        for model in (args.models or d["models"]).split(",")
+        for alloc in (args.allocators or d["allocators"]).split(",")
+        for u in (args.utilizations or d["utilizations"]).split(",")
+    ]
     if args.quick:
         configs = configs[:1]
     rows = []
     for model, u, allocator in configs:
         settle(platform, args.device, start_info.free, d["slack"], d["settle"])
-        (r,) = run_engines([engine_argv(device=args.device, model=model, utilization=u,
-                                        batch_tokens=args.batch_tokens or d["batch_tokens"],
-                                        expandable_segments=allocator == "expandable")])
+        (r,) = run_engines(
+            [
+                engine_argv(
+                    device=args.device,
+                    model=model,
+                    utilization=u,
+                    batch_tokens=args.batch_tokens or d["batch_tokens"],
+                    expandable_segments=allocator == "expandable",
+                )
+            ]
+        )
         rows.append({**measure(r, model, allocator), "engine": r})
     measured = all(r["footprint"] is not None for r in rows)
-    result = {"benchmark": "accuracy", "command": ["python", "benchmarks/accuracy.py",
-                                                   *(argv if argv is not None else sys.argv[1:])],
-              "machine": machine(platform, args.device),
-              "config": {"batch_tokens": args.batch_tokens or d["batch_tokens"], "tolerance": TOLERANCE,
-                         "tolerance_share": TOLERANCE_SHARE},
-              "rows": rows, "measured": measured, "goal_met": measured and all(r["goal_met"] for r in rows)}
+    result = {
+        "benchmark": "accuracy",
+        "command": ["python", "benchmarks/accuracy.py", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine(platform, args.device),
+        "config": {
+            "batch_tokens": args.batch_tokens or d["batch_tokens"],
+            "tolerance": TOLERANCE,
+            "tolerance_share": TOLERANCE_SHARE,
+        },
+        "rows": rows,
+        "measured": measured,
+        "goal_met": measured and all(r["goal_met"] for r in rows),
+    }
     text = render(result)
     print(text)
     for path in write_outputs(args.out, "accuracy", result, text):

@@ -40,10 +40,24 @@ from common import (
 
 import devmem
 
-GPU = {"utilization": 0.5, "model": "llama-1b", "batch_tokens": 8192, "churn": 8 * GiB, "repetitions": 5,
-       "slack": 256 * MiB, "settle": 20.0}
-CPU = {"request": 512 * MiB, "model": "tiny", "batch_tokens": 256, "churn": 128 * MiB, "repetitions": 3,
-       "slack": 64 * MiB, "settle": 1.0}
+GPU = {
+    "utilization": 0.5,
+    "model": "llama-1b",
+    "batch_tokens": 8192,
+    "churn": 8 * GiB,
+    "repetitions": 5,
+    "slack": 256 * MiB,
+    "settle": 20.0,
+}
+CPU = {
+    "request": 512 * MiB,
+    "model": "tiny",
+    "batch_tokens": 256,
+    "churn": 128 * MiB,
+    "repetitions": 3,
+    "slack": 64 * MiB,
+    "settle": 1.0,
+}
 METHODS = ("process", "device")
 
 
@@ -66,31 +80,57 @@ def _summary(rows: list[dict[str, Any]], method: str, tolerance: int) -> dict[st
     budgets = [r["kv_cache_bytes"] for r in mine if r["kv_cache_bytes"] is not None]
     diffs = [abs(r["diff_bytes"]) for r in mine if r["diff_bytes"] is not None]
     failures = [r["failure"] for r in mine if r["failure"]]
-    return {"method": method, "runs": len(mine), "failures": len(failures), "failure_kinds": sorted(set(failures)),
-            "min_bytes": min(budgets, default=None), "max_bytes": max(budgets, default=None),
-            "spread_bytes": max(budgets) - min(budgets) if budgets else None,
-            "max_abs_diff_bytes": max(diffs, default=None),
-            "goal_met": not failures and len(diffs) == len(mine) and max(diffs, default=0) <= tolerance}
+    return {
+        "method": method,
+        "runs": len(mine),
+        "failures": len(failures),
+        "failure_kinds": sorted(set(failures)),
+        "min_bytes": min(budgets, default=None),
+        "max_bytes": max(budgets, default=None),
+        "spread_bytes": max(budgets) - min(budgets) if budgets else None,
+        "max_abs_diff_bytes": max(diffs, default=None),
+        "goal_met": not failures and len(diffs) == len(mine) and max(diffs, default=0) <= tolerance,
+    }
 
 
 def render(result: dict[str, Any]) -> str:
     cfg, m = result["config"], result["machine"]
-    head = (f"# churn on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB: a co-tenant allocates "
-            f"and frees {mib(cfg['churn'])} MiB ({result['churn_cycles']} cycles) while engines profile; "
-            f"utilization {cfg['utilization']}, model {cfg['model']}, prefill {cfg['batch_tokens']} tokens")
+    head = (
+        f"# churn on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB: a co-tenant allocates "
+        f"and frees {mib(cfg['churn'])} MiB ({result['churn_cycles']} cycles) while engines profile; "
+        f"utilization {cfg['utilization']}, model {cfg['model']}, prefill {cfg['batch_tokens']} tokens"
+    )
     quiet = result["quiet"].get("budgets", {})
     quiet_line = "quiet run (no co-tenant): " + ", ".join(
-        f"{name} {gib(b.get('kv_cache_bytes'))} GiB" for name, b in quiet.items())
-    runs = format_table(["method", "run", "KV GiB", "quiet GiB", "diff MiB", "failure"],
-                        [[r["method"], r["run"], gib(r["kv_cache_bytes"]), gib(r["quiet_bytes"]),
-                          mib(r["diff_bytes"]), r["failure"]] for r in result["rows"]])
-    summary = format_table(["method", "runs", "failed", "min GiB", "max GiB", "spread MiB", "max |diff| MiB",
-                            "failures"],
-                           [[s["method"], s["runs"], s["failures"], gib(s["min_bytes"]), gib(s["max_bytes"]),
-                             mib(s["spread_bytes"]), mib(s["max_abs_diff_bytes"]), ", ".join(s["failure_kinds"])]
-                            for s in result["summary"]])
-    verdict = (f"devmem goal (process: identical to the quiet run, within {mib(cfg['tolerance'], 0)} MiB, "
-               "no failure): " + ("MET" if result["goal_met"] else "NOT MET"))
+        f"{name} {gib(b.get('kv_cache_bytes'))} GiB" for name, b in quiet.items()
+    )
+    runs = format_table(
+        ["method", "run", "KV GiB", "quiet GiB", "diff MiB", "failure"],
+        [
+            [r["method"], r["run"], gib(r["kv_cache_bytes"]), gib(r["quiet_bytes"]), mib(r["diff_bytes"]), r["failure"]]
+            for r in result["rows"]
+        ],
+    )
+    summary = format_table(
+        ["method", "runs", "failed", "min GiB", "max GiB", "spread MiB", "max |diff| MiB", "failures"],
+        [
+            [
+                s["method"],
+                s["runs"],
+                s["failures"],
+                gib(s["min_bytes"]),
+                gib(s["max_bytes"]),
+                mib(s["spread_bytes"]),
+                mib(s["max_abs_diff_bytes"]),
+                ", ".join(s["failure_kinds"]),
+            ]
+            for s in result["summary"]
+        ],
+    )
+    verdict = (
+        f"devmem goal (process: identical to the quiet run, within {mib(cfg['tolerance'], 0)} MiB, "
+        "no failure): " + ("MET" if result["goal_met"] else "NOT MET")
+    )
     return "\n\n".join([head, quiet_line, runs, summary, verdict])
 
 
@@ -101,13 +141,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     d = GPU if gpu else CPU
     start_info = platform.device_memory_info(args.device)
     methods = [m.strip() for m in args.methods.split(",")]
-    cfg = {"utilization": args.utilization or d.get("utilization") or utilization_for(d["request"], start_info.total),
-           "model": args.model or d["model"], "batch_tokens": d["batch_tokens"],
-           "churn": args.churn or d["churn"],
-           "repetitions": 1 if args.quick else (args.repetitions or d["repetitions"]), "methods": methods,
-           "tolerance": same_budget(platform)}
-    common = engine_argv(device=args.device, utilization=cfg["utilization"], model=cfg["model"],
-                         batch_tokens=cfg["batch_tokens"], decode_steps=1)
+    cfg = {
+        "utilization": args.utilization or d.get("utilization") or utilization_for(d["request"], start_info.total),
+        "model": args.model or d["model"],
+        "batch_tokens": d["batch_tokens"],
+        "churn": args.churn or d["churn"],
+        "repetitions": 1 if args.quick else (args.repetitions or d["repetitions"]),
+        "methods": methods,
+        "tolerance": same_budget(platform),
+    }
+    common = engine_argv(
+        device=args.device,
+        utilization=cfg["utilization"],
+        model=cfg["model"],
+        batch_tokens=cfg["batch_tokens"],
+        decode_steps=1,
+    )
     settle(platform, args.device, start_info.free, d["slack"], d["settle"])
     (quiet,) = run_engines([common])
     rows = []
@@ -117,16 +166,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for run in range(cfg["repetitions"]):
                 (r,) = run_engines([common + ["--accounting", method]])
                 kv = r.get("kv_cache_bytes") if r["ok"] else None
-                rows.append({"method": method, "run": run, "kv_cache_bytes": kv, "quiet_bytes": reference,
-                             "diff_bytes": kv - reference if kv is not None and reference is not None else None,
-                             "failure": failure_text(r), "engine": r})
+                rows.append(
+                    {
+                        "method": method,
+                        "run": run,
+                        "kv_cache_bytes": kv,
+                        "quiet_bytes": reference,
+                        "diff_bytes": kv - reference if kv is not None and reference is not None else None,
+                        "failure": failure_text(r),
+                        "engine": r,
+                    }
+                )
     settle(platform, args.device, start_info.free, d["slack"], d["settle"])
     summary = [_summary(rows, m, cfg["tolerance"]) for m in methods]
-    result = {"benchmark": "churn", "command": ["python", "benchmarks/churn.py",
-                                                *(argv if argv is not None else sys.argv[1:])],
-              "machine": machine(platform, args.device), "config": cfg, "quiet": quiet,
-              "churn_cycles": churner.cycles, "rows": rows, "summary": summary,
-              "goal_met": all(s["goal_met"] for s in summary if s["method"] == "process")}
+    result = {
+        "benchmark": "churn",
+        "command": ["python", "benchmarks/churn.py", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine(platform, args.device),
+        "config": cfg,
+        "quiet": quiet,
+        "churn_cycles": churner.cycles,
+        "rows": rows,
+        "summary": summary,
+        "goal_met": all(s["goal_met"] for s in summary if s["method"] == "process"),
+    }
     text = render(result)
     print(text)
     for path in write_outputs(args.out, "churn", result, text):

@@ -78,8 +78,10 @@ def _engine_child(conn: Any, argv: list[str]) -> None:
     try:
         result = _load_engine().run(argv)
     except BaseException:  # reported to the parent, which records it as this engine's failure
-        result = {"ok": False, "failure": {"stage": "engine", "kind": "crash",
-                                           "message": traceback.format_exc()[-4000:]}}
+        result = {
+            "ok": False,
+            "failure": {"stage": "engine", "kind": "crash", "message": traceback.format_exc()[-4000:]},
+        }
     conn.send(result)
     conn.close()
 
@@ -131,21 +133,34 @@ def run_engines(argvs: Sequence[list[str]], timeout: float = 300.0) -> list[dict
         first = list(argvs[0])
         for option in ("--start-at", "--hold"):
             if option in first:
-                del first[first.index(option):first.index(option) + 2]
+                del first[first.index(option) : first.index(option) + 2]
         run_engines([first], timeout)
     out = []
     for argv, (result, code) in zip(argvs, spawn(_engine_child, [(list(a),) for a in argvs], timeout), strict=True):
         if result is None:
-            result = {"ok": False, "failure": {"stage": "engine", "kind": "died",
-                                               "message": f"the engine process ended with exit code {code} "
-                                                          "without a result"}}
+            result = {
+                "ok": False,
+                "failure": {
+                    "stage": "engine",
+                    "kind": "died",
+                    "message": f"the engine process ended with exit code {code} without a result",
+                },
+            }
         result["argv"] = list(argv)
         out.append(result)
     return out
 
 
-def _churn(conn: Any, stop: Any, ready: Any, device: int | None, nbytes: int, hold: tuple[float, float],
-           gap: tuple[float, float], seed: int) -> None:
+def _churn(
+    conn: Any,
+    stop: Any,
+    ready: Any,
+    device: int | None,
+    nbytes: int,
+    hold: tuple[float, float],
+    gap: tuple[float, float],
+    seed: int,
+) -> None:
     """Allocate ``nbytes``, hold them, free them, pause; until ``stop`` is set. Sends the number of cycles."""
     rng, cycles = random.Random(seed), 0
     if device is not None:
@@ -181,16 +196,25 @@ class Churner:
     manager; ``cycles`` holds how many allocate/free cycles it made once it stopped.
     """
 
-    def __init__(self, device: int | None, nbytes: int, hold: tuple[float, float] = (0.02, 0.15),
-                 gap: tuple[float, float] = (0.02, 0.15), seed: int = 0):
+    def __init__(
+        self,
+        device: int | None,
+        nbytes: int,
+        hold: tuple[float, float] = (0.02, 0.15),
+        gap: tuple[float, float] = (0.02, 0.15),
+        seed: int = 0,
+    ):
         self.device, self.nbytes, self.hold, self.gap, self.seed = device, nbytes, hold, gap, seed
         self.cycles: int | None = None
 
     def __enter__(self) -> Churner:
         self._stop, ready = _CTX.Event(), _CTX.Event()
         self._recv, send = _CTX.Pipe(duplex=False)
-        self._proc = _CTX.Process(target=_churn, daemon=True, args=(
-            send, self._stop, ready, self.device, self.nbytes, self.hold, self.gap, self.seed))
+        self._proc = _CTX.Process(
+            target=_churn,
+            daemon=True,
+            args=(send, self._stop, ready, self.device, self.nbytes, self.hold, self.gap, self.seed),
+        )
         self._proc.start()
         send.close()
         if not ready.wait(180):
@@ -214,9 +238,17 @@ def settle(platform: Any, device: int, free_before: int, slack: int, timeout: fl
 def machine(platform: Any, device: int) -> dict[str, Any]:
     """The machine and device a benchmark ran on."""
     report = device_report(platform, device)
-    return {"platform": platform.name, "device": device, "device_name": report.name, "total": report.total,
-            "free_at_start": report.free, "notes": report.notes, "devmem": devmem.__version__,
-            "python": sys.version.split()[0], "host": f"{host.machine()}, {os.cpu_count()} cores"}
+    return {
+        "platform": platform.name,
+        "device": device,
+        "device_name": report.name,
+        "total": report.total,
+        "free_at_start": report.free,
+        "notes": report.notes,
+        "devmem": devmem.__version__,
+        "python": sys.version.split()[0],
+        "host": f"{host.machine()}, {os.cpu_count()} cores",
+    }
 
 
 def mib(nbytes: int | float | None, digits: int = 1) -> str:
@@ -270,6 +302,24 @@ def write_outputs(out: str | None, name: str, result: dict[str, Any], text: str)
     return [json_path, txt_path]
 
 
-__all__ = ["Churner", "ENGINE_PATH", "GiB", "KiB", "MiB", "SAME_BUDGET", "engine_argv", "failure_text",
-           "format_table", "gib", "machine", "mib", "on_accelerator", "run_engines", "same_budget", "settle", "spawn",
-           "utilization_for", "write_outputs"]
+__all__ = [
+    "Churner",
+    "ENGINE_PATH",
+    "GiB",
+    "KiB",
+    "MiB",
+    "SAME_BUDGET",
+    "engine_argv",
+    "failure_text",
+    "format_table",
+    "gib",
+    "machine",
+    "mib",
+    "on_accelerator",
+    "run_engines",
+    "same_budget",
+    "settle",
+    "spawn",
+    "utilization_for",
+    "write_outputs",
+]

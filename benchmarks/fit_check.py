@@ -44,18 +44,29 @@ _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None,
-                   help="a model folder (config.json), or a shape of examples/engine.py (llama-1b, moe, tiny, "
-                        "tiny-moe; default llama-1b on a GPU, tiny on the CPU)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a model folder (config.json), or a shape of examples/engine.py (llama-1b, moe, tiny, "
+        "tiny-moe; default llama-1b on a GPU, tiny on the CPU)",
+    )
     p.add_argument("--engine", action="store_true", help="also serve the model with examples/engine.py")
     p.add_argument("--quick", action="store_true", help="CPU-sized: utilization 0.01 unless given")
     p.add_argument("--utilization", type=float, default=None, help="default 0.9 (0.01 with --quick)")
-    p.add_argument("--sequences", type=int, default=None,
-                   help="sequences at once (default: the fewest whose longest context fits the model's maximum)")
+    p.add_argument(
+        "--sequences",
+        type=int,
+        default=None,
+        help="sequences at once (default: the fewest whose longest context fits the model's maximum)",
+    )
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    p.add_argument("--activation-peak", type=devmem.parse_size, default=0,
-                   help="bytes of activations (without --engine; with it, the engine's own figures are used)")
+    p.add_argument(
+        "--activation-peak",
+        type=devmem.parse_size,
+        default=0,
+        help="bytes of activations (without --engine; with it, the engine's own figures are used)",
+    )
     p.add_argument("--out", default=None, help="a .json file, or a folder to write fit_check.json/.txt into")
     return p.parse_args(argv)
 
@@ -74,8 +85,9 @@ def model_folder(name: str, scratch: Path, dtype: str) -> Path:
         return Path(name)
     shapes = engine_shapes()
     if name not in shapes:
-        raise SystemExit(f"--model {name!r} is neither a folder nor a shape of examples/engine.py "
-                         f"({', '.join(sorted(shapes))})")
+        raise SystemExit(
+            f"--model {name!r} is neither a folder nor a shape of examples/engine.py ({', '.join(sorted(shapes))})"
+        )
     class_name, kwargs = shapes[name]
     folder = scratch / name
     folder.mkdir()
@@ -92,8 +104,12 @@ def devmem_command(*args: str) -> dict[str, Any]:
         output = json.loads(done.stdout)
     except json.JSONDecodeError:
         output = None
-    return {"argv": ["devmem", *args, "--json"], "exit_code": done.returncode, "output": output,
-            "stderr": done.stderr[-2000:]}
+    return {
+        "argv": ["devmem", *args, "--json"],
+        "exit_code": done.returncode,
+        "output": output,
+        "stderr": done.stderr[-2000:],
+    }
 
 
 def fewest_sequences(model: Any, kv_bytes: int, block_size: int) -> int:
@@ -110,48 +126,100 @@ def fewest_sequences(model: Any, kv_bytes: int, block_size: int) -> int:
 
 def serve(folder: Path, args: argparse.Namespace, utilization: float) -> dict[str, Any]:
     """examples/engine.py on ``folder/config.json``; what it allocated and served, beside the planner's blocks."""
-    (run,) = run_engines([engine_argv(config=folder / "config.json", utilization=utilization, device=args.device,
-                                      block_size=args.block_size)])
+    (run,) = run_engines(
+        [
+            engine_argv(
+                config=folder / "config.json", utilization=utilization, device=args.device, block_size=args.block_size
+            )
+        ]
+    )
     if not run.get("ok"):
         raise SystemExit(f"the engine failed: {run.get('failure')}")
     model = load_model(folder, dtype=_DTYPES[run["dtype"]])
-    planned = devmem_command("plan", "--model", str(folder), "--dtype", _DTYPES[run["dtype"]], "--pinned",
-                             str(run["kv_cache_bytes"]), "--block-size", str(args.block_size),
-                             "--allocation-granularity", str(ALLOCATOR_GRANULARITY))
+    planned = devmem_command(
+        "plan",
+        "--model",
+        str(folder),
+        "--dtype",
+        _DTYPES[run["dtype"]],
+        "--pinned",
+        str(run["kv_cache_bytes"]),
+        "--block-size",
+        str(args.block_size),
+        "--allocation-granularity",
+        str(ALLOCATOR_GRANULARITY),
+    )
     plan = (planned["output"] or {}).get("plan", {})
     beyond_weights = run["requested"] - run["kv_cache_bytes"] - model.weights_bytes_per_rank
     return {
-        "dtype": _DTYPES[run["dtype"]], "kv_cache_bytes": run["kv_cache_bytes"],
-        "engine_num_blocks": run["num_blocks"], "planner_num_blocks": plan.get("num_blocks"),
-        "engine_tokens": run["kv_tokens"], "planner_tokens": (plan.get("num_blocks") or 0) * args.block_size,
-        "engine_block_bytes": run["block_bytes"], "planner_block_bytes": plan.get("block_bytes"),
+        "dtype": _DTYPES[run["dtype"]],
+        "kv_cache_bytes": run["kv_cache_bytes"],
+        "engine_num_blocks": run["num_blocks"],
+        "planner_num_blocks": plan.get("num_blocks"),
+        "engine_tokens": run["kv_tokens"],
+        "planner_tokens": (plan.get("num_blocks") or 0) * args.block_size,
+        "engine_block_bytes": run["block_bytes"],
+        "planner_block_bytes": plan.get("block_bytes"),
         "tokens_equal": plan.get("num_blocks") is not None and plan["num_blocks"] * args.block_size == run["kv_tokens"],
-        "engine_weights": run["weights"], "planner_weights": model.weights_bytes,
-        "non_kv_beyond_weights": max(0, beyond_weights), "served": {
-            "prefill_tokens": run.get("prefill_tokens"), "generated_tokens": run.get("generated_tokens")},
-        "devmem_plan": planned, "engine": run,
+        "engine_weights": run["weights"],
+        "planner_weights": model.weights_bytes,
+        "non_kv_beyond_weights": max(0, beyond_weights),
+        "served": {"prefill_tokens": run.get("prefill_tokens"), "generated_tokens": run.get("generated_tokens")},
+        "devmem_plan": planned,
+        "engine": run,
     }
 
 
 def render(result: dict[str, Any]) -> str:
     m, plan = result["machine"], result["plan"]
-    lines = [(f"# fit check on {m['device_name']} ({m['platform']}), total {m['total']} B, utilization "
-              f"{result['utilization']}: {result['model']['model_type']}, {result['model']['kv_bytes_per_token']} B "
-              f"per token, KV budget {plan['kv_cache_bytes']} B = {plan['num_blocks']} blocks = {plan['tokens']} "
-              "tokens")]
+    lines = [
+        (
+            f"# fit check on {m['device_name']} ({m['platform']}), total {m['total']} B, utilization "
+            f"{result['utilization']}: {result['model']['model_type']}, {result['model']['kv_bytes_per_token']} B "
+            f"per token, KV budget {plan['kv_cache_bytes']} B = {plan['num_blocks']} blocks = {plan['tokens']} "
+            "tokens"
+        )
+    ]
     engine = result["engine"]
     if engine is not None:
-        lines.append(format_table(
-            ["", "KV bytes", "blocks", "tokens", "block bytes", "weights"],
-            [["engine", engine["kv_cache_bytes"], engine["engine_num_blocks"], engine["engine_tokens"],
-              engine["engine_block_bytes"], engine["engine_weights"]],
-             ["planner", engine["kv_cache_bytes"], engine["planner_num_blocks"], engine["planner_tokens"],
-              engine["planner_block_bytes"], engine["planner_weights"]]]))
-        lines.append(f"tokens equal: {engine['tokens_equal']}; the engine served {engine['served']['prefill_tokens']} "
-                     f"prefill and {engine['served']['generated_tokens']} generated tokens with the cache in place")
-    rows = [[r["what"], r["context"], r["sequences"], r["exit_code"], r["expected"],
-             "; ".join((r["output"] or {}).get("fit", {}).get("reasons", ["no output"])) or "-"]
-            for r in result["runs"]]
+        lines.append(
+            format_table(
+                ["", "KV bytes", "blocks", "tokens", "block bytes", "weights"],
+                [
+                    [
+                        "engine",
+                        engine["kv_cache_bytes"],
+                        engine["engine_num_blocks"],
+                        engine["engine_tokens"],
+                        engine["engine_block_bytes"],
+                        engine["engine_weights"],
+                    ],
+                    [
+                        "planner",
+                        engine["kv_cache_bytes"],
+                        engine["planner_num_blocks"],
+                        engine["planner_tokens"],
+                        engine["planner_block_bytes"],
+                        engine["planner_weights"],
+                    ],
+                ],
+            )
+        )
+        lines.append(
+            f"tokens equal: {engine['tokens_equal']}; the engine served {engine['served']['prefill_tokens']} "
+            f"prefill and {engine['served']['generated_tokens']} generated tokens with the cache in place"
+        )
+    rows = [
+        [
+            r["what"],
+            r["context"],
+            r["sequences"],
+            r["exit_code"],
+            r["expected"],
+            "; ".join((r["output"] or {}).get("fit", {}).get("reasons", ["no output"])) or "-",
+        ]
+        for r in result["runs"]
+    ]
     lines.append(format_table(["devmem fit", "context", "sequences", "exit code", "expected", "why not"], rows))
     lines.append(f"goal met: {result['goal_met']}")
     return "\n".join(lines)
@@ -163,42 +231,74 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     platform = devmem.current_platform()
     gpu = on_accelerator(platform)
     with tempfile.TemporaryDirectory(prefix="devmem-fit-check-") as scratch:
-        folder = model_folder(args.model or ("llama-1b" if gpu else "tiny"), Path(scratch),
-                              "bfloat16" if gpu else "float32")
+        folder = model_folder(
+            args.model or ("llama-1b" if gpu else "tiny"), Path(scratch), "bfloat16" if gpu else "float32"
+        )
         engine = serve(folder, args, utilization) if args.engine else None
         granularity = ALLOCATOR_GRANULARITY if args.engine else 1
         activation = engine["non_kv_beyond_weights"] if engine else args.activation_peak
         dtype = engine["dtype"] if engine else None
         model = load_model(folder, dtype=dtype)
         total = platform.device_memory_info(args.device).total
-        plan = plan_for_model(model, block_size=args.block_size, total=total, utilization=utilization,
-                              transient_peak_bytes=activation, allocation_granularity=granularity)
+        plan = plan_for_model(
+            model,
+            block_size=args.block_size,
+            total=total,
+            utilization=utilization,
+            transient_peak_bytes=activation,
+            allocation_granularity=granularity,
+        )
         usable = plan.kv_cache_bytes // granularity * granularity
         sequences = args.sequences or fewest_sequences(model, usable, args.block_size)
         context = longest_context(model, usable, sequences, args.block_size)
         if not context:
             raise SystemExit(f"the KV budget of {plan.kv_cache_bytes} B holds no block for {sequences} sequence(s)")
-        common = ["--model", str(folder), "--utilization", str(utilization), "--device", str(args.device),
-                  "--block-size", str(args.block_size), "--transient-peak", str(activation),
-                  "--allocation-granularity", str(granularity), *(["--dtype", dtype] if dtype else [])]
+        common = [
+            "--model",
+            str(folder),
+            "--utilization",
+            str(utilization),
+            "--device",
+            str(args.device),
+            "--block-size",
+            str(args.block_size),
+            "--transient-peak",
+            str(activation),
+            "--allocation-granularity",
+            str(granularity),
+            *(["--dtype", dtype] if dtype else []),
+        ]
         runs = []
         targets = (("just fits", context, 0), ("one block more per sequence", context + args.block_size, 1))
         for what, ctx, expected in targets:
             run = devmem_command("fit", *common, "--context", str(ctx), "--sequences", str(sequences))
             runs.append({"what": what, "context": ctx, "sequences": sequences, "expected": expected, **run})
     reasons = [(r["output"] or {}).get("fit", {}).get("reasons") for r in runs]
-    exits_ok = ([r["exit_code"] for r in runs] == [0, 1] and reasons[0] == []
-                and len(reasons[1] or []) == 1 and reasons[1][0].startswith("the KV budget is"))
+    exits_ok = (
+        [r["exit_code"] for r in runs] == [0, 1]
+        and reasons[0] == []
+        and len(reasons[1] or []) == 1
+        and reasons[1][0].startswith("the KV budget is")
+    )
     result = {
-        "benchmark": "fit_check", "command": ["python", "benchmarks/fit_check.py",
-                                              *(argv if argv is not None else sys.argv[1:])],
-        "machine": machine(platform, args.device), "utilization": utilization, "model_arg": args.model,
-        "model": model.as_dict(), "allocation_granularity": granularity, "activation_peak": activation,
-        "plan": {"kv_cache_bytes": plan.kv_cache_bytes, "num_blocks": plan.num_blocks,
-                 "block_bytes": plan.block_bytes, "tokens": plan.num_blocks * args.block_size},
-        "engine": engine, "runs": runs,
-        "goal_met": exits_ok and (engine is None or (engine["tokens_equal"]
-                                                     and engine["kv_cache_bytes"] == plan.kv_cache_bytes)),
+        "benchmark": "fit_check",
+        "command": ["python", "benchmarks/fit_check.py", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine(platform, args.device),
+        "utilization": utilization,
+        "model_arg": args.model,
+        "model": model.as_dict(),
+        "allocation_granularity": granularity,
+        "activation_peak": activation,
+        "plan": {
+            "kv_cache_bytes": plan.kv_cache_bytes,
+            "num_blocks": plan.num_blocks,
+            "block_bytes": plan.block_bytes,
+            "tokens": plan.num_blocks * args.block_size,
+        },
+        "engine": engine,
+        "runs": runs,
+        "goal_met": exits_ok
+        and (engine is None or (engine["tokens_equal"] and engine["kv_cache_bytes"] == plan.kv_cache_bytes)),
     }
     text = render(result)
     print(text)

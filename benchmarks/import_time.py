@@ -38,16 +38,23 @@ RUNTIME_DEPENDENCIES = ("psutil", "pluggy", "nvidia-ml-py")
 
 
 def _quiet_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS")
+    }
 
 
 def wheel_venv(root: Path) -> Path:
     """A fresh venv under ``root`` with devmem installed from its wheel (not editable); returns its python."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels = root / "wheels"
-    subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)], check=True,
-                   env=_quiet_env(), cwd=root)
+    subprocess.run(
+        pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        check=True,
+        env=_quiet_env(),
+        cwd=root,
+    )
     (wheel,) = wheels.glob("devmem-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -79,8 +86,10 @@ def measure(python: str, runs: int) -> tuple[dict[str, float], dict[str, float]]
             w, c = elapsed_ms(python, code)
             wall[name].append(w)
             cpu[name].append(c)
-    return ({name: statistics.median(v) for name, v in wall.items()},
-            {name: statistics.median(v) for name, v in cpu.items()})
+    return (
+        {name: statistics.median(v) for name, v in wall.items()},
+        {name: statistics.median(v) for name, v in cpu.items()},
+    )
 
 
 def main() -> None:
@@ -93,8 +102,13 @@ def main() -> None:
         python = str(wheel_venv(Path(tmp))) if args.wheel else sys.executable
         load = os.getloadavg()[0]
         medians, cpu = measure(python, args.runs)
-        chosen = subprocess.run([python, "-c", "import devmem; print(devmem.current_platform().name)"], check=True,
-                                capture_output=True, text=True, env=_quiet_env()).stdout.strip()
+        chosen = subprocess.run(
+            [python, "-c", "import devmem; print(devmem.current_platform().name)"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=_quiet_env(),
+        ).stdout.strip()
     base, cpu_base = medians[BASELINE], cpu[BASELINE]
     print(f"{'case':<40}{'median ms':>10}{'added ms':>10}{'cpu ms':>10}{'added':>10}")
     for name, value in medians.items():

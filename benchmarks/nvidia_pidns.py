@@ -57,11 +57,17 @@ def inner() -> dict:
         "nspid": namespace_pids(REAL_FILES),
         "nvml_processes": raw,
         "torch_reserved": torch.cuda.memory_reserved(0),
-        "without_learning": {"process": plain.get_process_memory_usage(0),
-                             "reason": plain.process_memory_reason(0), "notes": plain.notes(0)},
-        "with_learning": {"process": learning.get_process_memory_usage(0),
-                          "reason": learning.process_memory_reason(0), "notes": learning.notes(0),
-                          "others": learning.other_processes_memory(0)},
+        "without_learning": {
+            "process": plain.get_process_memory_usage(0),
+            "reason": plain.process_memory_reason(0),
+            "notes": plain.notes(0),
+        },
+        "with_learning": {
+            "process": learning.get_process_memory_usage(0),
+            "reason": learning.process_memory_reason(0),
+            "notes": learning.notes(0),
+            "others": learning.other_processes_memory(0),
+        },
     }
     del tensor
     return out
@@ -72,8 +78,9 @@ def run_variant(name: str, flags: list[str]) -> dict:
     attempts = [base + flags, base + ["--user", "--map-root-user"] + flags]
     errors = []
     for cmd in attempts:
-        done = subprocess.run(cmd + [sys.executable, os.path.abspath(__file__), "--inner"],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            cmd + [sys.executable, os.path.abspath(__file__), "--inner"], capture_output=True, text=True, timeout=300
+        )
         if done.returncode == 0:
             result = json.loads(done.stdout.strip().splitlines()[-1])
             result["command"] = " ".join(cmd)

@@ -72,8 +72,13 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
     processes = pynvml.nvmlDeviceGetComputeRunningProcesses
 
     def raw_snapshot() -> object:
-        return (torch.cuda.mem_get_info(device), processes(handle), torch.cuda.memory_allocated(device),
-                torch.cuda.memory_reserved(device), torch.cuda.max_memory_allocated(device))
+        return (
+            torch.cuda.mem_get_info(device),
+            processes(handle),
+            torch.cuda.memory_allocated(device),
+            torch.cuda.memory_reserved(device),
+            torch.cuda.max_memory_allocated(device),
+        )
 
     raw = {
         "raw nvmlDeviceGetMemoryInfo (v2)": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2),
@@ -85,13 +90,19 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
     pairs = {
         "device_memory_info / raw NVML": ("device_memory_info", "raw nvmlDeviceGetMemoryInfo (v2)"),
         "device_memory_info / torch.cuda.mem_get_info": ("device_memory_info", "torch.cuda.mem_get_info"),
-        "get_process_memory_usage / raw process list": ("get_process_memory_usage",
-                                                        "raw nvmlDeviceGetComputeRunningProcesses"),
-        "other_processes_memory / raw process list": ("other_processes_memory",
-                                                      "raw nvmlDeviceGetComputeRunningProcesses"),
+        "get_process_memory_usage / raw process list": (
+            "get_process_memory_usage",
+            "raw nvmlDeviceGetComputeRunningProcesses",
+        ),
+        "other_processes_memory / raw process list": (
+            "other_processes_memory",
+            "raw nvmlDeviceGetComputeRunningProcesses",
+        ),
         "device_count / raw nvmlDeviceGetCount": ("device_count", "raw nvmlDeviceGetCount"),
-        "MemorySnapshot.measure / raw snapshot": ("MemorySnapshot.measure",
-                                                  "raw snapshot (mem_get_info + processes + torch stats)"),
+        "MemorySnapshot.measure / raw snapshot": (
+            "MemorySnapshot.measure",
+            "raw snapshot (mem_get_info + processes + torch stats)",
+        ),
     }
     return raw, pairs, f"real NVML and torch {torch.__version__} on {which}, with this process's CUDA context"
 
@@ -106,8 +117,11 @@ def cpu_raw() -> tuple[Cases, dict[str, tuple[str, str]], str]:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1])
 
-    raw = {"raw /proc/meminfo": meminfo, "raw /proc/self/statm": statm,
-           "raw snapshot (/proc/meminfo + statm)": lambda: (meminfo(), statm())}
+    raw = {
+        "raw /proc/meminfo": meminfo,
+        "raw /proc/self/statm": statm,
+        "raw snapshot (/proc/meminfo + statm)": lambda: (meminfo(), statm()),
+    }
     pairs = {
         "device_memory_info / raw /proc/meminfo": ("device_memory_info", "raw /proc/meminfo"),
         "get_process_memory_usage / raw statm": ("get_process_memory_usage", "raw /proc/self/statm"),
@@ -121,9 +135,11 @@ def torch_raw(device: int) -> tuple[Cases, dict[str, tuple[str, str]], str]:
 
     if not torch.cuda.is_available():
         return {}, {}, "no raw counterpart here: torch sees no device"
-    return ({"torch.cuda.mem_get_info": lambda: torch.cuda.mem_get_info(device)},
-            {"device_memory_info / torch.cuda.mem_get_info": ("device_memory_info", "torch.cuda.mem_get_info")},
-            f"torch {torch.__version__}")
+    return (
+        {"torch.cuda.mem_get_info": lambda: torch.cuda.mem_get_info(device)},
+        {"device_memory_info / torch.cuda.mem_get_info": ("device_memory_info", "torch.cuda.mem_get_info")},
+        f"torch {torch.__version__}",
+    )
 
 
 def medians(cases: Cases, rounds: int) -> dict[str, float]:
@@ -149,7 +165,8 @@ def import_cases(platform_name: str) -> dict[str, str]:
     }
     if platform_name == "nvml":
         cases["raw: import pynvml; nvmlInit(); nvmlDeviceGetMemoryInfo"] = (
-            "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))")
+            "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))"
+        )
     elif platform_name == "cpu":
         cases["raw: read /proc/meminfo"] = "open('/proc/meminfo').read()"
     return cases
@@ -168,12 +185,13 @@ def import_medians(cases: dict[str, str], runs: int) -> dict[str, float]:
 
 def render(result: dict[str, Any]) -> str:
     head = f"# overhead on {result['machine']['device_name']} ({result['machine']['platform']}): {result['measured']}"
-    calls = format_table(["call", "median us"],
-                         [[name, f"{us:.2f}"] for name, us in result["median_us"].items()])
+    calls = format_table(["call", "median us"], [[name, f"{us:.2f}"] for name, us in result["median_us"].items()])
     ratios = format_table(["devmem / raw", "ratio"], [[name, f"{r:.2f}"] for name, r in result["ratios"].items()])
     base = result["import_ms"]["python -c pass"]
-    imports = format_table(["fresh interpreter", "median ms", "added ms"],
-                           [[name, f"{ms:.1f}", f"{ms - base:.1f}"] for name, ms in result["import_ms"].items()])
+    imports = format_table(
+        ["fresh interpreter", "median ms", "added ms"],
+        [[name, f"{ms:.1f}", f"{ms - base:.1f}"] for name, ms in result["import_ms"].items()],
+    )
     return "\n\n".join([head, calls, ratios, imports])
 
 
@@ -192,13 +210,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cases = {**devmem_cases(platform, args.device), **raw}
     found = medians(cases, rounds)
     imports = import_medians(import_cases(platform.name), runs)
-    result = {"benchmark": "overhead", "command": ["python", "benchmarks/overhead.py",
-                                                   *(argv if argv is not None else sys.argv[1:])],
-              "machine": machine(platform, args.device), "measured": what, "rounds": rounds, "import_runs": runs,
-              "resolve_in_process_ms": resolve_s * 1e3,
-              "median_us": {name: s * 1e6 for name, s in found.items()},
-              "ratios": {name: found[ours] / found[raw_name] for name, (ours, raw_name) in pairs.items()},
-              "import_ms": {name: s * 1e3 for name, s in imports.items()}}
+    result = {
+        "benchmark": "overhead",
+        "command": ["python", "benchmarks/overhead.py", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine(platform, args.device),
+        "measured": what,
+        "rounds": rounds,
+        "import_runs": runs,
+        "resolve_in_process_ms": resolve_s * 1e3,
+        "median_us": {name: s * 1e6 for name, s in found.items()},
+        "ratios": {name: found[ours] / found[raw_name] for name, (ours, raw_name) in pairs.items()},
+        "import_ms": {name: s * 1e3 for name, s in imports.items()},
+    }
     text = render(result)
     print(text)
     for path in write_outputs(args.out, "overhead", result, text):

@@ -51,21 +51,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def render(result: dict[str, Any]) -> str:
     m, cfg = result["machine"], result["config"]
-    head = (f"# pinned KV cache of {gib(cfg['pinned'])} GiB on {m['device_name']} ({m['platform']}): model "
-            f"{cfg['model']}, warm-up prefill of {cfg['batch_tokens']} tokens")
+    head = (
+        f"# pinned KV cache of {gib(cfg['pinned'])} GiB on {m['device_name']} ({m['platform']}): model "
+        f"{cfg['model']}, warm-up prefill of {cfg['batch_tokens']} tokens"
+    )
     table = format_table(
-        ["release", "cached before MiB", "released MiB", "cached at KV alloc MiB", "of it in idle segments MiB",
-         "KV GiB", "blocks", "process after serving GiB", "failure"],
-        [[r["release"], mib(r["cache_before_release"]), mib(r["released"]), mib(r["cache_at_kv_alloc"]),
-          mib(r["idle_segments_at_kv_alloc"]),
-          gib(r["kv_allocated_bytes"]), r["num_blocks"], gib(r["process_after_serve"]), r["failure"]]
-         for r in result["rows"]])
+        [
+            "release",
+            "cached before MiB",
+            "released MiB",
+            "cached at KV alloc MiB",
+            "of it in idle segments MiB",
+            "KV GiB",
+            "blocks",
+            "process after serving GiB",
+            "failure",
+        ],
+        [
+            [
+                r["release"],
+                mib(r["cache_before_release"]),
+                mib(r["released"]),
+                mib(r["cache_at_kv_alloc"]),
+                mib(r["idle_segments_at_kv_alloc"]),
+                gib(r["kv_allocated_bytes"]),
+                r["num_blocks"],
+                gib(r["process_after_serve"]),
+                r["failure"],
+            ]
+            for r in result["rows"]
+        ],
+    )
     goal = result["goal_met"]
-    verdict = ("devmem goal (with the release, 0 bytes cached in idle segments at the KV allocation: what stays "
-               "cached is free space inside segments that hold live tensors, which no release can return; KV size "
-               "unchanged): "
-               + ("not measured here (no allocator cache on this platform)" if goal is None else
-                  "MET" if goal else "NOT MET"))
+    verdict = (
+        "devmem goal (with the release, 0 bytes cached in idle segments at the KV allocation: what stays "
+        "cached is free space inside segments that hold live tensors, which no release can return; KV size "
+        "unchanged): "
+        + ("not measured here (no allocator cache on this platform)" if goal is None else "MET" if goal else "NOT MET")
+    )
     return "\n\n".join([head, table, verdict])
 
 
@@ -79,19 +102,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for release in (False, True):
         settle(platform, args.device, start_info.free, d["slack"], d["settle"])
         (r,) = run_engines([engine_argv(device=args.device, decode_steps=1, no_release=not release, **cfg)])
-        rows.append({"release": release, "cache_before_release": r.get("allocator_cache_before_release"),
-                     "released": r.get("released_before_kv"), "cache_at_kv_alloc": r.get("allocator_cache_at_kv_alloc"),
-                     "idle_segments_at_kv_alloc": r.get("idle_segments_at_kv_alloc"),
-                     "kv_allocated_bytes": r.get("kv_allocated_bytes"), "num_blocks": r.get("num_blocks"),
-                     "process_after_serve": r.get("process_after_serve"), "failure": failure_text(r), "engine": r})
+        rows.append(
+            {
+                "release": release,
+                "cache_before_release": r.get("allocator_cache_before_release"),
+                "released": r.get("released_before_kv"),
+                "cache_at_kv_alloc": r.get("allocator_cache_at_kv_alloc"),
+                "idle_segments_at_kv_alloc": r.get("idle_segments_at_kv_alloc"),
+                "kv_allocated_bytes": r.get("kv_allocated_bytes"),
+                "num_blocks": r.get("num_blocks"),
+                "process_after_serve": r.get("process_after_serve"),
+                "failure": failure_text(r),
+                "engine": r,
+            }
+        )
     without, with_release = rows
     measured = with_release["cache_at_kv_alloc"] is not None
-    same_size = (with_release["kv_allocated_bytes"] is not None
-                 and without["kv_allocated_bytes"] == with_release["kv_allocated_bytes"])
-    result = {"benchmark": "pinned", "command": ["python", "benchmarks/pinned.py",
-                                                 *(argv if argv is not None else sys.argv[1:])],
-              "machine": machine(platform, args.device), "config": cfg, "rows": rows, "same_kv_size": same_size,
-              "goal_met": (same_size and with_release["idle_segments_at_kv_alloc"] == 0) if measured else None}
+    same_size = (
+        with_release["kv_allocated_bytes"] is not None
+        and without["kv_allocated_bytes"] == with_release["kv_allocated_bytes"]
+    )
+    result = {
+        "benchmark": "pinned",
+        "command": ["python", "benchmarks/pinned.py", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine(platform, args.device),
+        "config": cfg,
+        "rows": rows,
+        "same_kv_size": same_size,
+        "goal_met": (same_size and with_release["idle_segments_at_kv_alloc"] == 0) if measured else None,
+    }
     text = render(result)
     print(text)
     for path in write_outputs(args.out, "pinned", result, text):

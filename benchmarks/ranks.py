@@ -48,20 +48,37 @@ def _rank(conn: Any, rank: int, backend: str, init_method: str, utilization: flo
     if backend == "nccl":
         torch.cuda.set_device(device)
         torch.empty(1, device=f"cuda:{device}")
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=WORLD, timeout=timedelta(seconds=120)
+    )
     try:
         platform = devmem.current_platform()
         snapshot = devmem.MemorySnapshot.measure(device, platform)
-        plan = devmem.plan_kv_cache(page_size_bytes=PAGE_SIZE, num_layers=LAYERS, total=snapshot.total,
-                                    utilization=utilization, init_free_memory=snapshot.free,
-                                    free_memory=snapshot.free)
+        plan = devmem.plan_kv_cache(
+            page_size_bytes=PAGE_SIZE,
+            num_layers=LAYERS,
+            total=snapshot.total,
+            utilization=utilization,
+            init_free_memory=snapshot.free,
+            free_memory=snapshot.free,
+        )
         agreed = devmem.agree_on_minimum(plan.kv_cache_bytes)
     finally:
         dist.destroy_process_group()
-    conn.send({"rank": rank, "backend": backend, "device": device, "platform": platform.name,
-               "device_name": getattr(platform, "device_name", lambda d: str(d))(device), "free": snapshot.free,
-               "total": snapshot.total, "utilization": utilization, "budget": plan.kv_cache_bytes, "agreed": agreed})
+    conn.send(
+        {
+            "rank": rank,
+            "backend": backend,
+            "device": device,
+            "platform": platform.name,
+            "device_name": getattr(platform, "device_name", lambda d: str(d))(device),
+            "free": snapshot.free,
+            "total": snapshot.total,
+            "utilization": utilization,
+            "budget": plan.kv_cache_bytes,
+            "agreed": agreed,
+        }
+    )
     conn.close()
 
 
@@ -79,18 +96,26 @@ def plan_run(platform: Any, args: argparse.Namespace) -> tuple[str | None, str, 
     count = platform.device_count()
     if count < WORLD:
         return None, f"needs {WORLD} GPUs for NCCL, this machine has {count}", [], "none"
-    return ("nccl", f"{count} GPUs: NCCL, rank r on GPU r", [args.utilization] * WORLD,
-            f"{gib(args.blocker)} GiB held on GPU 0 by another process")
+    return (
+        "nccl",
+        f"{count} GPUs: NCCL, rank r on GPU r",
+        [args.utilization] * WORLD,
+        f"{gib(args.blocker)} GiB held on GPU 0 by another process",
+    )
 
 
 def render(result: dict[str, Any]) -> str:
     head = f"# ranks on {result['machine']['device_name']} ({result['machine']['platform']}): {result['how']}"
     if result.get("skipped"):
         return f"{head}\nskipped: {result['skipped']}"
-    table = format_table(["rank", "backend", "device", "u", "free GiB", "own budget GiB", "agreed GiB"],
-                         [[r["rank"], r["backend"], r["device"], r["utilization"], gib(r["free"]), gib(r["budget"]),
-                           gib(r["agreed"])] for r in result["ranks"]])
-    verdict = ("goal (every rank ends with the smallest budget): " + ("MET" if result["goal_met"] else "NOT MET"))
+    table = format_table(
+        ["rank", "backend", "device", "u", "free GiB", "own budget GiB", "agreed GiB"],
+        [
+            [r["rank"], r["backend"], r["device"], r["utilization"], gib(r["free"]), gib(r["budget"]), gib(r["agreed"])]
+            for r in result["ranks"]
+        ],
+    )
+    verdict = "goal (every rank ends with the smallest budget): " + ("MET" if result["goal_met"] else "NOT MET")
     return "\n\n".join([head, f"blocker: {result['blocker']}", table, verdict])
 
 
@@ -98,9 +123,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     platform = devmem.current_platform()
     backend, how, utilizations, blocker = plan_run(platform, args)
-    result: dict[str, Any] = {"benchmark": "ranks", "command": ["python", "benchmarks/ranks.py",
-                                                                *(argv if argv is not None else sys.argv[1:])],
-                              "machine": machine(platform, 0), "how": how, "blocker": blocker}
+    result: dict[str, Any] = {
+        "benchmark": "ranks",
+        "command": ["python", "benchmarks/ranks.py", *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine(platform, 0),
+        "how": how,
+        "blocker": blocker,
+    }
     if backend is None:
         result.update(skipped=how, goal_met=None)
     else:
@@ -109,11 +138,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with hold:
             sent = spawn(_rank, [(r, backend, init_method, utilizations[r]) for r in range(WORLD)], timeout=300)
         ranks = [r for r, _ in sent if r is not None]
-        failed = [f"rank {i} ended with exit code {code} without a result" for i, (r, code) in enumerate(sent)
-                  if r is None]
+        failed = [
+            f"rank {i} ended with exit code {code} without a result" for i, (r, code) in enumerate(sent) if r is None
+        ]
         smallest = min((r["budget"] for r in ranks), default=None)
-        result.update(ranks=ranks, failures=failed,
-                      goal_met=not failed and all(r["agreed"] == smallest for r in ranks))
+        result.update(ranks=ranks, failures=failed, goal_met=not failed and all(r["agreed"] == smallest for r in ranks))
     text = render(result)
     print(text)
     for path in write_outputs(args.out, "ranks", result, text):

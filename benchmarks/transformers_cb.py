@@ -54,24 +54,69 @@ from common import (
 
 import devmem
 
-TINYLLAMA = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
-             "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 4096}
-TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512}
-GPU = {"share": 0.9, "counts": "1,2,4", "model": TINYLLAMA, "dtype": "bfloat16", "prompts": 64, "prompt_tokens": 256,
-       "new_tokens": 64, "cb": {}, "hold": 3.0, "timeout": 150.0, "budget": 330.0, "slack": 1024 * MiB,
-       "settle": 30.0}
-CPU = {"request": 192 * MiB, "counts": "2", "model": TINY, "dtype": "float32", "prompts": 8, "prompt_tokens": 24,
-       "new_tokens": 6, "cb": {"max_batch_tokens": 64, "block_tokens": 16}, "hold": 0.3, "timeout": 90.0,
-       "budget": 240.0, "slack": 256 * MiB, "settle": 1.0}
+TINYLLAMA = {
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+}
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+}
+GPU = {
+    "share": 0.9,
+    "counts": "1,2,4",
+    "model": TINYLLAMA,
+    "dtype": "bfloat16",
+    "prompts": 64,
+    "prompt_tokens": 256,
+    "new_tokens": 64,
+    "cb": {},
+    "hold": 3.0,
+    "timeout": 150.0,
+    "budget": 330.0,
+    "slack": 1024 * MiB,
+    "settle": 30.0,
+}
+CPU = {
+    "request": 192 * MiB,
+    "counts": "2",
+    "model": TINY,
+    "dtype": "float32",
+    "prompts": 8,
+    "prompt_tokens": 24,
+    "new_tokens": 6,
+    "cb": {"max_batch_tokens": 64, "block_tokens": 16},
+    "hold": 0.3,
+    "timeout": 90.0,
+    "budget": 240.0,
+    "slack": 256 * MiB,
+    "settle": 1.0,
+}
 #: Block counts within this share of the run alone count as the same on a GPU (the issue's goal); on the cpu
 #: platform, within ``same_budget`` bytes of blocks (RSS moves by a few MiB with glibc's arenas).
 SAME_BLOCKS = 0.001
 #: Seconds between footprint samples while an engine serves.
 SAMPLE_S = 0.02
 
-_PRELOAD = ["torch", "devmem", "transformers", "transformers.models.llama.modeling_llama",
-            "transformers.generation.continuous_batching", "devmem.integrations.transformers", "pynvml"]
+_PRELOAD = [
+    "torch",
+    "devmem",
+    "transformers",
+    "transformers.models.llama.modeling_llama",
+    "transformers.generation.continuous_batching",
+    "devmem.integrations.transformers",
+    "pynvml",
+]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -116,8 +161,12 @@ class Footprint:
 
             return psutil.Process().memory_info().rss
         pid = os.getpid()
-        used = [p.usedGpuMemory for h in self._handles for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
-                if p.pid == pid and p.usedGpuMemory is not None]
+        used = [
+            p.usedGpuMemory
+            for h in self._handles
+            for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
+            if p.pid == pid and p.usedGpuMemory is not None
+        ]
         return sum(used) if used else None
 
     def _sample(self) -> None:
@@ -172,8 +221,13 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
     from devmem.integrations.transformers import cuda_graph_flags, size_continuous_batching
 
     logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
-    out: dict[str, Any] = {**{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")},
-                           "pid": os.getpid(), "ok": False, "failure": None, "timings_s": {}}
+    out: dict[str, Any] = {
+        **{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")},
+        "pid": os.getpid(),
+        "ok": False,
+        "failure": None,
+        "timings_s": {},
+    }
     platform = devmem.current_platform()
     gpu = on_accelerator(platform)
     device = torch.device("cuda", spec["device"]) if gpu else torch.device("cpu")
@@ -203,27 +257,38 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             torch.set_default_dtype(default)
         out["timings_s"]["model"] = time.perf_counter() - began
-        generation = transformers.GenerationConfig(max_new_tokens=spec["new_tokens"], do_sample=False,
-                                                   eos_token_id=-1, pad_token_id=0)
+        generation = transformers.GenerationConfig(
+            max_new_tokens=spec["new_tokens"], do_sample=False, eos_token_id=-1, pad_token_id=0
+        )
         config = _cb_config(transformers, spec)
         if spec["mode"] == "devmem":
             stage, t = "size", time.perf_counter()
-            sized = size_continuous_batching(model, utilization=spec["utilization"], config=config,
-                                             generation_config=generation, baseline=baseline, platform=platform)
+            sized = size_continuous_batching(
+                model,
+                utilization=spec["utilization"],
+                config=config,
+                generation_config=generation,
+                baseline=baseline,
+                platform=platform,
+            )
             out["timings_s"]["size"] = time.perf_counter() - t
             out.update(sizing=sized.as_dict(), explain=sized.explain())
             config = sized.config
         stage, t = "serve", time.perf_counter()
         prompts = _prompts(spec["prompts"], spec["prompt_tokens"], spec["model"]["vocab_size"])
         with footprint:
-            results = model.generate_batch(prompts, generation_config=generation, continuous_batching_config=config,
-                                           persistent_manager=True)
+            results = model.generate_batch(
+                prompts, generation_config=generation, continuous_batching_config=config, persistent_manager=True
+            )
             seconds = time.perf_counter() - t
             manager = getattr(model, "_cached_continuous_batching_manager", None)
             if manager is not None:
                 resolved = manager.continuous_batching_config
-                out.update(blocks=resolved.num_blocks, max_batch_tokens=resolved.max_batch_tokens,
-                           cuda_graphs=list(cuda_graph_flags(resolved.use_cuda_graph)))
+                out.update(
+                    blocks=resolved.num_blocks,
+                    max_batch_tokens=resolved.max_batch_tokens,
+                    cuda_graphs=list(cuda_graph_flags(resolved.use_cuda_graph)),
+                )
             after = footprint.read()
             out["footprint_after"] = None if after is None else after - start_figure
             time.sleep(spec["hold"])
@@ -232,14 +297,24 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
         out["timings_s"]["serve"] = seconds
         errors = [r.error for r in results.values() if r.error is not None]
         tokens = [len(r.generated_tokens) for r in results.values()]
-        out.update(requests=len(prompts), finished=len(results), generated_tokens=sum(tokens),
-                   tokens_per_s=sum(tokens) / seconds if seconds > 0 else None,
-                   served=len(results) == len(prompts) and not errors and all(n == spec["new_tokens"] for n in tokens))
+        out.update(
+            requests=len(prompts),
+            finished=len(results),
+            generated_tokens=sum(tokens),
+            tokens_per_s=sum(tokens) / seconds if seconds > 0 else None,
+            served=len(results) == len(prompts) and not errors and all(n == spec["new_tokens"] for n in tokens),
+        )
         out["ok"] = out["served"]
         if not out["served"]:
-            out["failure"] = {"stage": "serve", "kind": "not_served",
-                              "message": (errors[0] if errors else f"{len(results)}/{len(prompts)} requests "
-                                          f"finished, new tokens {sorted(set(tokens))}")[:2000]}
+            out["failure"] = {
+                "stage": "serve",
+                "kind": "not_served",
+                "message": (
+                    errors[0]
+                    if errors
+                    else f"{len(results)}/{len(prompts)} requests finished, new tokens {sorted(set(tokens))}"
+                )[:2000],
+            }
     except devmem.NotEnoughMemoryError as exc:
         out["failure"] = {"stage": stage, "kind": "not_enough_memory", "message": str(exc)[:2000]}
     except Exception as exc:  # an engine that crashes is a result of the benchmark, not its failure
@@ -257,27 +332,55 @@ def _engine(conn: Any, spec: dict[str, Any]) -> None:
     try:
         result = serve(spec)
     except BaseException:  # reported to the parent, which records it as this engine's failure
-        result = {**{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")}, "ok": False,
-                  "failure": {"stage": "engine", "kind": "crash", "message": traceback.format_exc()[-3000:]}}
+        result = {
+            **{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")},
+            "ok": False,
+            "failure": {"stage": "engine", "kind": "crash", "message": traceback.format_exc()[-3000:]},
+        }
     conn.send(result)
     conn.close()
 
 
-def _phase(name: str, mode: str, n: int, u: float | None, graphs: bool | None, common: dict[str, Any],
-           timeout: float, lead: float) -> dict[str, Any]:
+def _phase(
+    name: str,
+    mode: str,
+    n: int,
+    u: float | None,
+    graphs: bool | None,
+    common: dict[str, Any],
+    timeout: float,
+    lead: float,
+) -> dict[str, Any]:
     start_at = time.time() + lead
-    specs = [{**common, "mode": mode, "n": n, "engine": i, "utilization": u, "graphs": graphs,
-              "start_at": start_at} for i in range(n)]
+    specs = [
+        {**common, "mode": mode, "n": n, "engine": i, "utilization": u, "graphs": graphs, "start_at": start_at}
+        for i in range(n)
+    ]
     began = time.monotonic()
     engines = []
     for spec, (result, code) in zip(specs, spawn(_engine, [(s,) for s in specs], timeout), strict=True):
         if result is None:
-            result = {**{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")}, "ok": False,
-                      "failure": {"stage": "engine", "kind": "died", "message": f"the engine process ended with "
-                                  f"exit code {code} without a result (time limit {timeout:.0f} s)"}}
+            result = {
+                **{k: spec[k] for k in ("mode", "n", "engine", "utilization", "graphs")},
+                "ok": False,
+                "failure": {
+                    "stage": "engine",
+                    "kind": "died",
+                    "message": f"the engine process ended with "
+                    f"exit code {code} without a result (time limit {timeout:.0f} s)",
+                },
+            }
         engines.append(result)
-    return {"phase": name, "mode": mode, "n": n, "utilization": u, "graphs": graphs, "start_at": start_at,
-            "wall_s": time.monotonic() - began, "engines": engines}
+    return {
+        "phase": name,
+        "mode": mode,
+        "n": n,
+        "utilization": u,
+        "graphs": graphs,
+        "start_at": start_at,
+        "wall_s": time.monotonic() - began,
+        "engines": engines,
+    }
 
 
 def _phases(counts: list[int], share: float, graphs_run: bool) -> list[tuple[str, str, int, Any, Any]]:
@@ -313,15 +416,28 @@ def _rows(phases: list[dict[str, Any]], alone: dict[float, int | None], gpu: boo
             block_bytes = r.get("sizing", {}).get("block_bytes")
             requested = r.get("requested")
             peak = r.get("footprint_peak")
-            rows.append({"phase": phase["phase"], "mode": r["mode"], "n": r["n"], "engine": r["engine"],
-                         "utilization": u, "graphs": r.get("graphs"), "blocks": blocks, "alone_blocks": ref,
-                         "block_ratio": blocks / ref if blocks and ref else None,
-                         "same_blocks": _same_blocks(blocks, ref, block_bytes, gpu, slack),
-                         "served": r.get("served", False),
-                         "tokens_per_s": r.get("tokens_per_s"), "footprint_peak": peak,
-                         "footprint_after": r.get("footprint_after"), "requested": requested,
-                         "within_request": None if peak is None or requested is None else peak <= requested + noise,
-                         "late_s": r.get("late_s"), "failure": failure_text(r)})
+            rows.append(
+                {
+                    "phase": phase["phase"],
+                    "mode": r["mode"],
+                    "n": r["n"],
+                    "engine": r["engine"],
+                    "utilization": u,
+                    "graphs": r.get("graphs"),
+                    "blocks": blocks,
+                    "alone_blocks": ref,
+                    "block_ratio": blocks / ref if blocks and ref else None,
+                    "same_blocks": _same_blocks(blocks, ref, block_bytes, gpu, slack),
+                    "served": r.get("served", False),
+                    "tokens_per_s": r.get("tokens_per_s"),
+                    "footprint_peak": peak,
+                    "footprint_after": r.get("footprint_after"),
+                    "requested": requested,
+                    "within_request": None if peak is None or requested is None else peak <= requested + noise,
+                    "late_s": r.get("late_s"),
+                    "failure": failure_text(r),
+                }
+            )
     return rows
 
 
@@ -333,14 +449,23 @@ def _summary(rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, An
             if not mine:
                 continue
             ratios = [r["block_ratio"] for r in mine if r["block_ratio"] is not None]
-            s = {"mode": mode, "n": n, "engines": len(mine), "served": sum(bool(r["served"]) for r in mine),
-                 "blocks": [r["blocks"] for r in mine],
-                 "failures": sorted({r["failure"] for r in mine if r["failure"]}),
-                 "min_ratio": min(ratios, default=None), "max_ratio": max(ratios, default=None),
-                 "within_request": sum(bool(r["within_request"]) for r in mine)}
+            s = {
+                "mode": mode,
+                "n": n,
+                "engines": len(mine),
+                "served": sum(bool(r["served"]) for r in mine),
+                "blocks": [r["blocks"] for r in mine],
+                "failures": sorted({r["failure"] for r in mine if r["failure"]}),
+                "min_ratio": min(ratios, default=None),
+                "max_ratio": max(ratios, default=None),
+                "within_request": sum(bool(r["within_request"]) for r in mine),
+            }
             if mode == "devmem":
-                s["goal_met"] = (s["served"] == len(mine) and all(r["same_blocks"] for r in mine)
-                                 and s["within_request"] == len(mine))
+                s["goal_met"] = (
+                    s["served"] == len(mine)
+                    and all(r["same_blocks"] for r in mine)
+                    and s["within_request"] == len(mine)
+                )
             out.append(s)
     return out
 
@@ -351,43 +476,98 @@ def _ratio(value: float | None) -> str:
 
 def render(result: dict[str, Any]) -> str:
     cfg, m = result["config"], result["machine"]
-    head = (f"# transformers continuous batching on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB; "
-            f"Llama {cfg['model']['num_hidden_layers']} layers, hidden {cfg['model']['hidden_size']}, "
-            f"{cfg['model']['num_key_value_heads']} KV heads, {cfg['dtype']}; {cfg['prompts']} prompts of "
-            f"{cfg['prompt_tokens']} tokens, {cfg['new_tokens']} new tokens each; devmem at u = {cfg['share']} / N; "
-            f"transformers {result['transformers']}")
+    head = (
+        f"# transformers continuous batching on {m['device_name']} ({m['platform']}), total {gib(m['total'])} GiB; "
+        f"Llama {cfg['model']['num_hidden_layers']} layers, hidden {cfg['model']['hidden_size']}, "
+        f"{cfg['model']['num_key_value_heads']} KV heads, {cfg['dtype']}; {cfg['prompts']} prompts of "
+        f"{cfg['prompt_tokens']} tokens, {cfg['new_tokens']} new tokens each; devmem at u = {cfg['share']} / N; "
+        f"transformers {result['transformers']}"
+    )
     table = format_table(
-        ["phase", "mode", "N", "u", "engine", "blocks", "alone", "ratio", "served", "tok/s", "peak GiB",
-         "after GiB", "u*total GiB", "<= u*total", "failure"],
-        [[r["phase"], r["mode"], r["n"], "-" if r["utilization"] is None else r["utilization"], r["engine"],
-          "-" if r["blocks"] is None else r["blocks"], "-" if r["alone_blocks"] is None else r["alone_blocks"],
-          _ratio(r["block_ratio"]), "yes" if r["served"] else "no",
-          "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.0f}", gib(r["footprint_peak"]),
-          gib(r["footprint_after"]), gib(r["requested"]),
-          "-" if r["within_request"] is None else ("yes" if r["within_request"] else "NO"), r["failure"]]
-         for r in result["rows"]])
+        [
+            "phase",
+            "mode",
+            "N",
+            "u",
+            "engine",
+            "blocks",
+            "alone",
+            "ratio",
+            "served",
+            "tok/s",
+            "peak GiB",
+            "after GiB",
+            "u*total GiB",
+            "<= u*total",
+            "failure",
+        ],
+        [
+            [
+                r["phase"],
+                r["mode"],
+                r["n"],
+                "-" if r["utilization"] is None else r["utilization"],
+                r["engine"],
+                "-" if r["blocks"] is None else r["blocks"],
+                "-" if r["alone_blocks"] is None else r["alone_blocks"],
+                _ratio(r["block_ratio"]),
+                "yes" if r["served"] else "no",
+                "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.0f}",
+                gib(r["footprint_peak"]),
+                gib(r["footprint_after"]),
+                gib(r["requested"]),
+                "-" if r["within_request"] is None else ("yes" if r["within_request"] else "NO"),
+                r["failure"],
+            ]
+            for r in result["rows"]
+        ],
+    )
     side = format_table(
         ["mode", "N", "served", "blocks", "ratio to alone", "<= u*total", "failures"],
-        [[s["mode"], s["n"], f"{s['served']}/{s['engines']}", ", ".join("-" if b is None else str(b)
-                                                                          for b in s["blocks"]),
-          f"{_ratio(s['min_ratio'])}..{_ratio(s['max_ratio'])}" if s["mode"] == "devmem" else "-",
-          f"{s['within_request']}/{s['engines']}" if s["mode"] == "devmem" else "-", ", ".join(s["failures"])]
-         for s in result["summary"]])
-    graphs = [r for r in result["rows"] if r["phase"].startswith("devmem alone") and r["utilization"] ==
-              result["graphs_utilization"]]
+        [
+            [
+                s["mode"],
+                s["n"],
+                f"{s['served']}/{s['engines']}",
+                ", ".join("-" if b is None else str(b) for b in s["blocks"]),
+                f"{_ratio(s['min_ratio'])}..{_ratio(s['max_ratio'])}" if s["mode"] == "devmem" else "-",
+                f"{s['within_request']}/{s['engines']}" if s["mode"] == "devmem" else "-",
+                ", ".join(s["failures"]),
+            ]
+            for s in result["summary"]
+        ],
+    )
+    graphs = [
+        r
+        for r in result["rows"]
+        if r["phase"].startswith("devmem alone") and r["utilization"] == result["graphs_utilization"]
+    ]
     graph_table = format_table(
         ["CUDA graph warm-up", "u", "blocks", "peak GiB", "after GiB", "u*total GiB", "tok/s", "failure"],
-        [["on" if r["graphs"] else "off (default with sdpa)", r["utilization"], r["blocks"], gib(r["footprint_peak"]),
-          gib(r["footprint_after"]), gib(r["requested"]),
-          "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.0f}", r["failure"]] for r in graphs])
+        [
+            [
+                "on" if r["graphs"] else "off (default with sdpa)",
+                r["utilization"],
+                r["blocks"],
+                gib(r["footprint_peak"]),
+                gib(r["footprint_after"]),
+                gib(r["requested"]),
+                "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.0f}",
+                r["failure"],
+            ]
+            for r in graphs
+        ],
+    )
     skipped = [f"skipped (budget spent): {p}" for p in result["skipped"]]
     if result["machine"]["platform"] == "cpu":
         noise = f"{mib(result['config']['same_bytes'], 0)} MiB"
         same, within = noise, f"ceil(u * total) + {noise} of RSS noise"
     else:
         same, within = "0.1 %", "ceil(u * total)"
-    verdict = (f"devmem goal (every devmem engine serves every request, blocks within {same} of the run alone, peak "
-               f"footprint <= {within}): " + ("MET" if result["goal_met"] else "NOT MET"))
+    verdict = (
+        f"devmem goal (every devmem engine serves every request, blocks within {same} of the run alone, peak "
+        f"footprint <= {within}): " + ("MET" if result["goal_met"] else "NOT MET")
+    )
     return "\n\n".join([head, table, side, graph_table, *skipped, verdict])
 
 
@@ -405,17 +585,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"--counts must be positive engine counts, got {args.counts}")
     share = args.share or d.get("share") or utilization_for(d["request"] * max(counts), start.total)
     budget = args.budget or d["budget"]
-    cfg = {"share": share, "counts": counts, "model": d["model"], "dtype": d["dtype"],
-           "prompts": args.prompts or d["prompts"], "prompt_tokens": args.prompt_tokens or d["prompt_tokens"],
-           "new_tokens": args.new_tokens or d["new_tokens"], "cb": d["cb"], "hold": d["hold"],
-           "timeout": d["timeout"], "budget": budget, "same_bytes": same_budget(platform)}
+    cfg = {
+        "share": share,
+        "counts": counts,
+        "model": d["model"],
+        "dtype": d["dtype"],
+        "prompts": args.prompts or d["prompts"],
+        "prompt_tokens": args.prompt_tokens or d["prompt_tokens"],
+        "new_tokens": args.new_tokens or d["new_tokens"],
+        "cb": d["cb"],
+        "hold": d["hold"],
+        "timeout": d["timeout"],
+        "budget": budget,
+        "same_bytes": same_budget(platform),
+    }
     common = {k: cfg[k] for k in ("model", "dtype", "prompts", "prompt_tokens", "new_tokens", "cb", "hold")}
     common["device"] = args.device
     result: dict[str, Any] = {
-        "benchmark": "transformers_cb", "transformers": importlib.metadata.version("transformers"),
+        "benchmark": "transformers_cb",
+        "transformers": importlib.metadata.version("transformers"),
         "command": ["python", "benchmarks/transformers_cb.py", *(argv if argv is not None else sys.argv[1:])],
-        "machine": machine(platform, args.device), "config": cfg,
-        "graphs_utilization": round(share / max(counts), 6)}
+        "machine": machine(platform, args.device),
+        "config": cfg,
+        "graphs_utilization": round(share / max(counts), 6),
+    }
     began = time.monotonic()
     phases, skipped = [], []
     for name, mode, n, u, graphs in _phases(counts, share, gpu and not args.no_graphs_run):
@@ -428,22 +621,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # stock engines on the cpu platform request what devmem's do (a full-size stock cache would fill the host)
         percent = None if gpu or mode == "devmem" else utilization_for(d["request"], start.total)
         lead = 1.0 + 0.25 * n
-        phase = _phase(name, mode, n, u, graphs, {**common, "stock_percent": percent},
-                       min(cfg["timeout"], left) + lead, lead)
+        phase = _phase(
+            name, mode, n, u, graphs, {**common, "stock_percent": percent}, min(cfg["timeout"], left) + lead, lead
+        )
         phase["label"] = label
         phases.append(phase)
-        states = [f"blocks {e.get('blocks')}, " + ("served" if e.get("served") else failure_text(e) or "not served")
-                  for e in phase["engines"]]
+        states = [
+            f"blocks {e.get('blocks')}, " + ("served" if e.get("served") else failure_text(e) or "not served")
+            for e in phase["engines"]
+        ]
         print(f"{label}: {phase['wall_s']:.1f} s; " + "; ".join(states), flush=True)
     settle(platform, args.device, start.free, d["slack"], d["settle"])
-    alone = {p["utilization"]: p["engines"][0].get("blocks") for p in phases
-             if p["mode"] == "devmem" and p["n"] == 1 and not p["graphs"]}
+    alone = {
+        p["utilization"]: p["engines"][0].get("blocks")
+        for p in phases
+        if p["mode"] == "devmem" and p["n"] == 1 and not p["graphs"]
+    }
     rows = _rows(phases, alone, gpu, same_budget(platform))
     summary = _summary(rows, counts)
     devmem_summaries = [s for s in summary if s["mode"] == "devmem"]
-    result.update(phases=phases, rows=rows, summary=summary, skipped=skipped, wall_s=time.monotonic() - began,
-                  goal_met=bool(devmem_summaries) and len(devmem_summaries) == len(counts)
-                  and all(s["goal_met"] for s in devmem_summaries))
+    result.update(
+        phases=phases,
+        rows=rows,
+        summary=summary,
+        skipped=skipped,
+        wall_s=time.monotonic() - began,
+        goal_met=bool(devmem_summaries)
+        and len(devmem_summaries) == len(counts)
+        and all(s["goal_met"] for s in devmem_summaries),
+    )
     text = render(result)
     print(text)
     for path in write_outputs(args.out, "transformers_cb", result, text):

@@ -63,8 +63,11 @@ def block_bytes(model: ModelMemory, block_size: int = DEFAULT_BLOCK_SIZE) -> int
 def plan_for_model(model: ModelMemory, *, block_size: int = DEFAULT_BLOCK_SIZE, **sizing: Any) -> KvCachePlan:
     """:func:`devmem.sizing.plan_kv_cache` with this model's block; ``weights`` default to its weights per rank."""
     sizing.setdefault("weights", model.weights_bytes_per_rank)
-    return plan_kv_cache(page_size_bytes=_whole("block_size", block_size) * model.kv_layer_bytes_per_token,
-                         num_layers=model.attention_layers, **sizing)
+    return plan_kv_cache(
+        page_size_bytes=_whole("block_size", block_size) * model.kv_layer_bytes_per_token,
+        num_layers=model.attention_layers,
+        **sizing,
+    )
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,15 @@ class SequenceCost:
         return f"{text} = {self.total} B"
 
     def as_dict(self) -> dict[str, int]:
-        return {"context": self.context, "block_size": self.block_size, "full_blocks": self.full_blocks,
-                "sliding_blocks": self.sliding_blocks, "kv_bytes": self.kv_bytes, "state_bytes": self.state_bytes,
-                "total_bytes": self.total}
+        return {
+            "context": self.context,
+            "block_size": self.block_size,
+            "full_blocks": self.full_blocks,
+            "sliding_blocks": self.sliding_blocks,
+            "kv_bytes": self.kv_bytes,
+            "state_bytes": self.state_bytes,
+            "total_bytes": self.total,
+        }
 
 
 def _window_blocks(model: ModelMemory, block_size: int) -> int:
@@ -124,8 +133,9 @@ def sequences_at(model: ModelMemory, kv_cache_bytes: int, context: int, block_si
     return _whole("kv_cache_bytes", kv_cache_bytes, 0) // sequence_cost(model, context, block_size).total
 
 
-def longest_context(model: ModelMemory, kv_cache_bytes: int, sequences: int,
-                    block_size: int = DEFAULT_BLOCK_SIZE) -> int | None:
+def longest_context(
+    model: ModelMemory, kv_cache_bytes: int, sequences: int, block_size: int = DEFAULT_BLOCK_SIZE
+) -> int | None:
     """The longest context (whole blocks of tokens) each of ``sequences`` sequences can have at once.
 
     0 when not even one block each fits; ``None`` when memory sets no limit (every attention layer slides, so
@@ -170,41 +180,66 @@ class Capacity:
         m, budget = self.model, format_size(self.usable_bytes)
         out = []
         if self.allocation_granularity > 1:
-            out.append(f"usable: {self.kv_cache_bytes} B in whole allocation units of {self.allocation_granularity} B "
-                       f"= {self.usable_bytes} B")
-        out.append(f"tokens: {self.usable_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
-                   f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens")
+            out.append(
+                f"usable: {self.kv_cache_bytes} B in whole allocation units of {self.allocation_granularity} B "
+                f"= {self.usable_bytes} B"
+            )
+        out.append(
+            f"tokens: {self.usable_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
+            f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens"
+        )
         if m.state_bytes_per_sequence:
-            out.append(f"  every running sequence also holds {m.state_bytes_per_sequence} B of recurrent state "
-                       "from the same pool")
+            out.append(
+                f"  every running sequence also holds {m.state_bytes_per_sequence} B of recurrent state "
+                "from the same pool"
+            )
         if self.cost is not None:
-            out.append(f"sequences at {self.context} tokens: each holds {self.cost.formula(m)}; "
-                       f"{budget} holds {self.sequences_at_context}")
+            out.append(
+                f"sequences at {self.context} tokens: each holds {self.cost.formula(m)}; "
+                f"{budget} holds {self.sequences_at_context}"
+            )
         if self.sequences is not None:
             if self.longest_context is None:
                 limit = "no limit from memory (every attention layer slides)"
             else:
-                limit = (f"({self.usable_bytes} B // {self.sequences}"
-                         + (f" - state {m.state_bytes_per_sequence} B" if m.state_bytes_per_sequence else "")
-                         + f") in whole blocks = {self.longest_context} tokens")
+                limit = (
+                    f"({self.usable_bytes} B // {self.sequences}"
+                    + (f" - state {m.state_bytes_per_sequence} B" if m.state_bytes_per_sequence else "")
+                    + f") in whole blocks = {self.longest_context} tokens"
+                )
             out.append(f"longest context for {self.sequences} sequence(s): {limit}")
             if m.max_context is not None and (self.longest_context is None or self.longest_context > m.max_context):
                 out.append(f"  the model's max_position_embeddings {m.max_context} is the lower limit")
         return out
 
     def as_dict(self) -> dict[str, object]:
-        return {"kv_cache_bytes": self.kv_cache_bytes, "allocation_granularity": self.allocation_granularity,
-                "usable_bytes": self.usable_bytes, "block_size": self.block_size, "block_bytes": self.block_bytes,
-                "num_blocks": self.num_blocks, "tokens": self.tokens, "context": self.context,
-                "sequence": self.cost.as_dict() if self.cost else None,
-                "sequences_at_context": self.sequences_at_context, "sequences": self.sequences,
-                "longest_context": self.longest_context,
-                "longest_context_unbounded": self.sequences is not None and self.longest_context is None,
-                "max_context": self.model.max_context}
+        return {
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "allocation_granularity": self.allocation_granularity,
+            "usable_bytes": self.usable_bytes,
+            "block_size": self.block_size,
+            "block_bytes": self.block_bytes,
+            "num_blocks": self.num_blocks,
+            "tokens": self.tokens,
+            "context": self.context,
+            "sequence": self.cost.as_dict() if self.cost else None,
+            "sequences_at_context": self.sequences_at_context,
+            "sequences": self.sequences,
+            "longest_context": self.longest_context,
+            "longest_context_unbounded": self.sequences is not None and self.longest_context is None,
+            "max_context": self.model.max_context,
+        }
 
 
-def capacity(model: ModelMemory, kv_cache_bytes: int, *, block_size: int = DEFAULT_BLOCK_SIZE,
-             context: int | None = None, sequences: int | None = None, allocation_granularity: int = 1) -> Capacity:
+def capacity(
+    model: ModelMemory,
+    kv_cache_bytes: int,
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    context: int | None = None,
+    sequences: int | None = None,
+    allocation_granularity: int = 1,
+) -> Capacity:
     """Blocks and tokens in ``kv_cache_bytes``; sequences at ``context``; the longest context for ``sequences``.
 
     With ``allocation_granularity`` only its whole units of the budget are used (the cache is one allocation
@@ -218,16 +253,25 @@ def capacity(model: ModelMemory, kv_cache_bytes: int, *, block_size: int = DEFAU
     block = block_bytes(model, block_size)
     cost = None if context is None else sequence_cost(model, context, block_size)
     return Capacity(
-        model=model, kv_cache_bytes=kv_cache_bytes, block_size=block_size, block_bytes=block,
-        num_blocks=usable // block, tokens=usable // block * block_size, usable_bytes=usable,
-        allocation_granularity=granularity, context=context, cost=cost,
-        sequences_at_context=None if cost is None else usable // cost.total, sequences=sequences,
+        model=model,
+        kv_cache_bytes=kv_cache_bytes,
+        block_size=block_size,
+        block_bytes=block,
+        num_blocks=usable // block,
+        tokens=usable // block * block_size,
+        usable_bytes=usable,
+        allocation_granularity=granularity,
+        context=context,
+        cost=cost,
+        sequences_at_context=None if cost is None else usable // cost.total,
+        sequences=sequences,
         longest_context=None if sequences is None else longest_context(model, usable, sequences, block_size),
     )
 
 
-def _budget(model: ModelMemory, block_size: int, total: int, utilization: float,
-            extra: dict[str, int]) -> tuple[int, int]:
+def _budget(
+    model: ModelMemory, block_size: int, total: int, utilization: float, extra: dict[str, int]
+) -> tuple[int, int]:
     """``(requested, KV budget)`` by :func:`plan_for_model`; the budget may be below one block or negative."""
     try:
         plan = plan_for_model(model, block_size=block_size, total=total, utilization=utilization, **extra)
@@ -291,42 +335,80 @@ class Fit:
         f = format_size
         non_kv = " + ".join(f"{k.replace('_', ' ')} {f(v)}" for k, v in self.non_kv.items() if v) or "0 B"
         verdict = "yes" if self.fits else f"no ({'; '.join(self.reasons)})"
-        needed_u = (f"{self.needed_utilization:.4f}" if self.needed_utilization is not None else
-                    "more than 1: the target does not fit one device of this size")
+        needed_u = (
+            f"{self.needed_utilization:.4f}"
+            if self.needed_utilization is not None
+            else "more than 1: the target does not fit one device of this size"
+        )
         gpus = str(self.gpus) if self.gpus is not None else "none up to the model's attention heads"
         out = [
-            (f"fits: {verdict}: {self.sequences} sequence(s) of {self.context} tokens need "
-             f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
-             f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)"),
+            (
+                f"fits: {verdict}: {self.sequences} sequence(s) of {self.context} tokens need "
+                f"{f(self.needed_kv_bytes)} of KV cache ({self.needed_kv_bytes} B); at utilization {self.utilization} "
+                f"the budget is {f(self.kv_budget)} ({self.kv_budget} B)"
+            ),
             f"  per sequence: {self.cost.formula(self.model)}; x {self.sequences} = {self.needed_kv_bytes} B",
             f"  budget: requested ceil({f(self.total)} x {self.utilization}) = {f(self.requested)} - non-KV {non_kv}"
-            + (f"; usable in whole units of {self.allocation_granularity} B: {self.usable_kv_bytes} B"
-               if self.allocation_granularity > 1 else ""),
+            + (
+                f"; usable in whole units of {self.allocation_granularity} B: {self.usable_kv_bytes} B"
+                if self.allocation_granularity > 1
+                else ""
+            ),
             f"  utilization needed: {needed_u}",
             f"  GPUs of this kind needed (tensor parallel, same utilization): {gpus}",
         ]
         if self.fits_free is not None and self.free is not None:
-            out.append(f"  free now {f(self.free)} {'>=' if self.fits_free else '<'} requested {f(self.requested)}"
-                       + ("" if self.fits_free else ": an engine at this utilization fails to start"))
+            out.append(
+                f"  free now {f(self.free)} {'>=' if self.fits_free else '<'} requested {f(self.requested)}"
+                + ("" if self.fits_free else ": an engine at this utilization fails to start")
+            )
         if self.fits_context is not None:
-            out.append(f"  context {self.context} {'<=' if self.fits_context else '>'} the model's "
-                       f"max_position_embeddings {self.model.max_context}")
+            out.append(
+                f"  context {self.context} {'<=' if self.fits_context else '>'} the model's "
+                f"max_position_embeddings {self.model.max_context}"
+            )
         return out
 
     def as_dict(self) -> dict[str, object]:
-        return {"fits": self.fits, "reasons": self.reasons, "fits_memory": self.fits_memory,
-                "fits_free": self.fits_free, "fits_context": self.fits_context, "context": self.context,
-                "sequences": self.sequences, "block_size": self.block_size, "sequence": self.cost.as_dict(),
-                "needed_kv_bytes": self.needed_kv_bytes, "total": self.total, "utilization": self.utilization,
-                "requested": self.requested, "non_kv": dict(self.non_kv), "kv_budget": self.kv_budget,
-                "allocation_granularity": self.allocation_granularity, "usable_kv_bytes": self.usable_kv_bytes,
-                "free": self.free, "needed_utilization": self.needed_utilization, "gpus": self.gpus,
-                "tp": self.model.tp}
+        return {
+            "fits": self.fits,
+            "reasons": self.reasons,
+            "fits_memory": self.fits_memory,
+            "fits_free": self.fits_free,
+            "fits_context": self.fits_context,
+            "context": self.context,
+            "sequences": self.sequences,
+            "block_size": self.block_size,
+            "sequence": self.cost.as_dict(),
+            "needed_kv_bytes": self.needed_kv_bytes,
+            "total": self.total,
+            "utilization": self.utilization,
+            "requested": self.requested,
+            "non_kv": dict(self.non_kv),
+            "kv_budget": self.kv_budget,
+            "allocation_granularity": self.allocation_granularity,
+            "usable_kv_bytes": self.usable_kv_bytes,
+            "free": self.free,
+            "needed_utilization": self.needed_utilization,
+            "gpus": self.gpus,
+            "tp": self.model.tp,
+        }
 
 
-def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utilization: float = 0.9,
-        free: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE, transient_peak_bytes: int = 0,
-        non_torch: int = 0, graph_capture: int = 0, allocation_granularity: int = 1) -> Fit:
+def fit(
+    model: ModelMemory,
+    *,
+    context: int,
+    sequences: int,
+    total: int,
+    utilization: float = 0.9,
+    free: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    transient_peak_bytes: int = 0,
+    non_torch: int = 0,
+    graph_capture: int = 0,
+    allocation_granularity: int = 1,
+) -> Fit:
     """Whether ``sequences`` x ``context`` fits a device of ``total`` bytes at ``utilization``, and what it needs.
 
     The budget is :func:`plan_for_model` (weights = the model's weights per rank, plus the activation peak and
@@ -340,14 +422,23 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
     free = None if free is None else _whole("free", free, 0)
     granularity = _whole("allocation_granularity", allocation_granularity)
     cost = sequence_cost(model, context, block_size)
-    extra = {"transient_peak_bytes": transient_peak_bytes, "non_torch": non_torch, "graph_capture": graph_capture,
-             "allocation_granularity": granularity}
+    extra = {
+        "transient_peak_bytes": transient_peak_bytes,
+        "non_torch": non_torch,
+        "graph_capture": graph_capture,
+        "allocation_granularity": granularity,
+    }
     requested, budget = _budget(model, block_size, total, utilization, extra)
     needed = sequences * cost.total
-    non_kv = {"weights": model.weights_bytes_per_rank, "transient_peak_bytes": transient_peak_bytes,
-              "non_torch": non_torch, "graph_capture": graph_capture}
-    share = Fraction(_cdiv(max(needed, block_bytes(model, block_size)), granularity) * granularity
-                     + sum(non_kv.values()), total)
+    non_kv = {
+        "weights": model.weights_bytes_per_rank,
+        "transient_peak_bytes": transient_peak_bytes,
+        "non_torch": non_torch,
+        "graph_capture": graph_capture,
+    }
+    share = Fraction(
+        _cdiv(max(needed, block_bytes(model, block_size)), granularity) * granularity + sum(non_kv.values()), total
+    )
     needed_u = None if share > 1 else math.ceil(share * 10_000) / 10_000
     gpus = None
     for tp in filter(model.splits_over, range(1, min(model.num_attention_heads, MAX_TP) + 1)):
@@ -356,7 +447,21 @@ def fit(model: ModelMemory, *, context: int, sequences: int, total: int, utiliza
         if _usable(_budget(split, block_size, total, utilization, extra)[1], granularity) >= want:
             gpus = tp
             break
-    return Fit(model=model, context=cost.context, sequences=sequences, block_size=block_size, cost=cost,
-               needed_kv_bytes=needed, total=total, utilization=float(utilization), requested=requested, non_kv=non_kv,
-               kv_budget=budget, usable_kv_bytes=_usable(budget, granularity), allocation_granularity=granularity,
-               free=free, needed_utilization=needed_u, gpus=gpus)
+    return Fit(
+        model=model,
+        context=cost.context,
+        sequences=sequences,
+        block_size=block_size,
+        cost=cost,
+        needed_kv_bytes=needed,
+        total=total,
+        utilization=float(utilization),
+        requested=requested,
+        non_kv=non_kv,
+        kv_budget=budget,
+        usable_kv_bytes=_usable(budget, granularity),
+        allocation_granularity=granularity,
+        free=free,
+        needed_utilization=needed_u,
+        gpus=gpus,
+    )

@@ -33,7 +33,7 @@ def _print_wrapped(*lines: str) -> None:
 
     width = terminal_width()
     for line in "\n".join(lines).splitlines():
-        indent = line[:len(line) - len(line.lstrip())]
+        indent = line[: len(line) - len(line.lstrip())]
         print("\n".join(wrap(line.lstrip(), width, indent, indent + "  ")))
 
 
@@ -56,6 +56,7 @@ def _why(chosen: Candidate | None) -> str:
 
 # --- devmem info ---------------------------------------------------------------------------------------------
 
+
 def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
     """One reading of every device in ``indices``: its report, with the processes on it."""
     from devmem.processes import process_rows
@@ -70,9 +71,12 @@ def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[di
 
 def _device_json(device: dict[str, object]) -> dict[str, object]:
     report: DeviceReport = device["report"]  # type: ignore[assignment]
-    rows = device["processes"]
-    return {**report.as_dict(), "available_to_new_process": report.free,
-            "processes": None if rows is None else [row.as_dict() for row in rows]}  # type: ignore[attr-defined]
+    rows: Any = device["processes"]
+    return {
+        **report.as_dict(),
+        "available_to_new_process": report.free,
+        "processes": None if rows is None else [row.as_dict() for row in rows],
+    }
 
 
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
@@ -134,9 +138,15 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
         return _watch(args, platform, because, indices, files)
     devices = _sample(platform, indices, files)
     if args.json:
-        _emit_json({"platform": platform.name, "chosen_because": because,
-                    "distribution": chosen.distribution if chosen else None, "device_count": count,
-                    "devices": [_device_json(d) for d in devices]})
+        _emit_json(
+            {
+                "platform": platform.name,
+                "chosen_because": because,
+                "distribution": chosen.distribution if chosen else None,
+                "device_count": count,
+                "devices": [_device_json(d) for d in devices],
+            }
+        )
         return 0
     from devmem.cli_format import Painter, wants_colour
 
@@ -172,8 +182,9 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
                 line = {"time": stamp, "platform": platform.name, "devices": [_device_json(d) for d in devices]}
                 sys.stdout.write(json.dumps(line) + "\n")
             else:
-                screen = f"{stamp}  every {args.watch:g} s, Ctrl-C to stop\n" + _screen(platform, because, devices,
-                                                                                         paint)
+                screen = f"{stamp}  every {args.watch:g} s, Ctrl-C to stop\n" + _screen(
+                    platform, because, devices, paint
+                )
                 sys.stdout.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
             sys.stdout.flush()
             time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
@@ -192,9 +203,17 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
-        ("*" if c.chosen else "", c.name, str(c.priority), c.distribution, c.version, _yes(c.detected),
-         "; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else ""))))
-        for c in cands]
+        (
+            "*" if c.chosen else "",
+            c.name,
+            str(c.priority),
+            c.distribution,
+            c.version,
+            _yes(c.detected),
+            "; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else ""))),
+        )
+        for c in cands
+    ]
     print("\n".join(table(header, rows, terminal_width(), indent="")))
     return 0
 
@@ -248,8 +267,11 @@ def _sizes_read(args: argparse.Namespace) -> dict[str, dict[str, object]]:
 def _sizes_read_lines(read: dict[str, dict[str, object]]) -> list[str]:
     """How each size that people read two ways was read: vLLM's letters (``80G``) and powers of 10 (``80GB``);
     ``GiB`` and plain bytes say it themselves."""
-    return [f"{flag} {r['text']} read as {r['read_as']}" for flag, r in read.items()
-            if not str(r["text"]).strip().lower().endswith("ib")]
+    return [
+        f"{flag} {r['text']} read as {r['read_as']}"
+        for flag, r in read.items()
+        if not str(r["text"]).strip().lower().endswith("ib")
+    ]
 
 
 def _check_pinned(args: argparse.Namespace, weights: int) -> None:
@@ -258,20 +280,33 @@ def _check_pinned(args: argparse.Namespace, weights: int) -> None:
 
     if args.pinned is None or args.total is None:
         return
-    parts = {"pinned": args.pinned, "weights": weights, "transient_peak": args.transient_peak,
-             "non_torch": args.non_torch}
+    parts = {
+        "pinned": args.pinned,
+        "weights": weights,
+        "transient_peak": args.transient_peak,
+        "non_torch": args.non_torch,
+    }
     breakdown = {"total": args.total, **parts, "needed": sum(parts.values())}
     if args.pinned > args.total:
-        raise NotEnoughMemoryError(f"--pinned {format_size(args.pinned)} ({args.pinned} bytes) is larger than "
-                                   f"--total {format_size(args.total)} ({args.total} bytes)", breakdown)
+        raise NotEnoughMemoryError(
+            f"--pinned {format_size(args.pinned)} ({args.pinned} bytes) is larger than "
+            f"--total {format_size(args.total)} ({args.total} bytes)",
+            breakdown,
+        )
     if weights > args.total:
-        raise NotEnoughMemoryError(f"the weights, {format_size(weights)} ({weights} bytes), are larger than --total "
-                                   f"{format_size(args.total)} ({args.total} bytes)", breakdown)
+        raise NotEnoughMemoryError(
+            f"the weights, {format_size(weights)} ({weights} bytes), are larger than --total "
+            f"{format_size(args.total)} ({args.total} bytes)",
+            breakdown,
+        )
     if breakdown["needed"] > args.total:
         shown = " + ".join(f"{k.replace('_', ' ')} {format_size(v)}" for k, v in parts.items() if v)
-        raise NotEnoughMemoryError(f"the pinned plan needs {shown} = {format_size(breakdown['needed'])} "
-                                   f"({breakdown['needed']} bytes), more than --total {format_size(args.total)} "
-                                   f"({args.total} bytes)", breakdown)
+        raise NotEnoughMemoryError(
+            f"the pinned plan needs {shown} = {format_size(breakdown['needed'])} "
+            f"({breakdown['needed']} bytes), more than --total {format_size(args.total)} "
+            f"({args.total} bytes)",
+            breakdown,
+        )
 
 
 def _positive_size(text: str) -> int:
@@ -315,18 +350,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if growable and args.pinned is not None:
         raise DevmemError("--pinned selects the pinned path and --init-free/--free the growable path; give one")
     if (args.init_free is None) != (args.free is None):
-        raise DevmemError("the growable path needs both --init-free (free memory before the model loaded) and "
-                          "--free (free memory now)")
+        raise DevmemError(
+            "the growable path needs both --init-free (free memory before the model loaded) and "
+            "--free (free memory now)"
+        )
     if args.committed and not growable:
         raise DevmemError("--committed applies to the growable path: give --init-free and --free with it")
     try:
         _check_pinned(args, args.weights or 0)
         plan = plan_kv_cache(
-            total=total, utilization=args.utilization, pinned_bytes=args.pinned,
+            total=total,
+            utilization=args.utilization,
+            pinned_bytes=args.pinned,
             weights=0 if args.weights is None else args.weights,
-            transient_peak_bytes=args.transient_peak, non_torch=args.non_torch, graph_capture=args.graph_capture,
-            init_free_memory=args.init_free, free_memory=args.free, committed_bytes=args.committed,
-            page_size_bytes=args.page_size, num_layers=args.layers,
+            transient_peak_bytes=args.transient_peak,
+            non_torch=args.non_torch,
+            graph_capture=args.graph_capture,
+            init_free_memory=args.init_free,
+            free_memory=args.free,
+            committed_bytes=args.committed,
+            page_size_bytes=args.page_size,
+            num_layers=args.layers,
             allocation_granularity=args.allocation_granularity or 1,
         )
     except NotEnoughMemoryError as exc:
@@ -362,23 +406,46 @@ def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False)
     from devmem.capacity import DEFAULT_BLOCK_SIZE
     from devmem.models import KV_DTYPES
 
-    parser.add_argument("--model", default=None, required=required, metavar="PATH",
-                        help="a model folder holding config.json (and its safetensors), or a config.json")
-    parser.add_argument("--tp", type=_positive("tensor-parallel size"), default=None,
-                        help="tensor-parallel ranks the model is split over (default 1)")
-    parser.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
-                        help="KV-cache dtype (default auto: the model's)")
-    parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
-                        help="the dtype the model is served in (default: the config's torch_dtype)")
-    parser.add_argument("--block-size", type=_positive("block size"), default=None,
-                        help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE})")
+    parser.add_argument(
+        "--model",
+        default=None,
+        required=required,
+        metavar="PATH",
+        help="a model folder holding config.json (and its safetensors), or a config.json",
+    )
+    parser.add_argument(
+        "--tp",
+        type=_positive("tensor-parallel size"),
+        default=None,
+        help="tensor-parallel ranks the model is split over (default 1)",
+    )
+    parser.add_argument(
+        "--kv-dtype", choices=KV_DTYPES, default=None, help="KV-cache dtype (default auto: the model's)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32"),
+        default=None,
+        help="the dtype the model is served in (default: the config's torch_dtype)",
+    )
+    parser.add_argument(
+        "--block-size",
+        type=_positive("block size"),
+        default=None,
+        help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE})",
+    )
 
 
 def _add_granularity_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allocation-granularity", type=_positive_size, default=None, metavar="SIZE",
-                        help="what the cache's one allocation is rounded up to (2MiB for PyTorch's caching "
-                             "allocator, as devmem.allocate_kv_cache allocates it); only whole units are used "
-                             "(default 1 byte)")
+    parser.add_argument(
+        "--allocation-granularity",
+        type=_positive_size,
+        default=None,
+        metavar="SIZE",
+        help="what the cache's one allocation is rounded up to (2MiB for PyTorch's caching "
+        "allocator, as devmem.allocate_kv_cache allocates it); only whole units are used "
+        "(default 1 byte)",
+    )
 
 
 def _refuse_model_flags(args: argparse.Namespace) -> None:
@@ -409,9 +476,15 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if total is None and args.pinned is None:
         total = current_platform().device_memory_info(args.device).total
     granularity = args.allocation_granularity or 1
-    sizing = {"total": total, "utilization": args.utilization, "pinned_bytes": args.pinned,
-              "transient_peak_bytes": args.transient_peak, "non_torch": args.non_torch,
-              "graph_capture": args.graph_capture, "allocation_granularity": granularity}
+    sizing = {
+        "total": total,
+        "utilization": args.utilization,
+        "pinned_bytes": args.pinned,
+        "transient_peak_bytes": args.transient_peak,
+        "non_torch": args.non_torch,
+        "graph_capture": args.graph_capture,
+        "allocation_granularity": granularity,
+    }
     if args.weights is not None:
         sizing["weights"] = args.weights
     try:
@@ -425,8 +498,14 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     context, sequences = args.context, args.sequences
     if context is None and sequences is None:
         context, sequences = model.max_context, 1
-    answer = capacity(model, plan.kv_cache_bytes, block_size=block_size, context=context, sequences=sequences,
-                      allocation_granularity=granularity)
+    answer = capacity(
+        model,
+        plan.kv_cache_bytes,
+        block_size=block_size,
+        context=context,
+        sequences=sequences,
+        allocation_granularity=granularity,
+    )
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
@@ -441,16 +520,29 @@ def cmd_fit(args: argparse.Namespace) -> int:
     model = _load_model(args)
     platform = current_platform()
     info = platform.device_memory_info(args.device)
-    result = fit(model, context=args.context, sequences=args.sequences, total=info.total, free=info.free,
-                 utilization=args.utilization, block_size=args.block_size or DEFAULT_BLOCK_SIZE,
-                 transient_peak_bytes=args.transient_peak, non_torch=args.non_torch, graph_capture=args.graph_capture,
-                 allocation_granularity=args.allocation_granularity or 1)
+    result = fit(
+        model,
+        context=args.context,
+        sequences=args.sequences,
+        total=info.total,
+        free=info.free,
+        utilization=args.utilization,
+        block_size=args.block_size or DEFAULT_BLOCK_SIZE,
+        transient_peak_bytes=args.transient_peak,
+        non_torch=args.non_torch,
+        graph_capture=args.graph_capture,
+        allocation_granularity=args.allocation_granularity or 1,
+    )
     if args.json:
-        _emit_json({"platform": platform.name, "device": args.device, "model": model.as_dict(),
-                    "fit": result.as_dict()})
+        _emit_json(
+            {"platform": platform.name, "device": args.device, "model": model.as_dict(), "fit": result.as_dict()}
+        )
     else:
-        _print_wrapped(f"device {args.device} ({platform.name}): total {format_size(info.total)}, free "
-                       f"{format_size(info.free)}", *model.explain(), *result.lines())
+        _print_wrapped(
+            f"device {args.device} ({platform.name}): total {format_size(info.total)}, free {format_size(info.free)}",
+            *model.explain(),
+            *result.lines(),
+        )
     return 0 if result.fits else 1
 
 
@@ -468,12 +560,25 @@ EXIT_CODES = """exit codes:
   2  a usage error (an unknown flag, a value that is not a size)"""
 
 
-def _sub(sub: argparse._SubParsersAction, name: str, summary: str, description: str, examples: str,
-         exit_codes: str = EXIT_CODES, **kwargs: Any) -> argparse.ArgumentParser:
+def _sub(
+    sub: argparse._SubParsersAction,
+    name: str,
+    summary: str,
+    description: str,
+    examples: str,
+    exit_codes: str = EXIT_CODES,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
     """A sub-command whose help has a description, examples, the environment variables and the exit codes."""
-    parser = sub.add_parser(name, help=summary, description=description, parents=[_common()],
-                            epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
-                            formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+    parser = sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        parents=[_common()],
+        epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kwargs,
+    )
     parser.set_defaults(parser=parser)
     return parser
 
@@ -481,8 +586,13 @@ def _sub(sub: argparse._SubParsersAction, name: str, summary: str, description: 
 def _common() -> argparse.ArgumentParser:
     """``-v`` after a sub-command too (``devmem info -v``); SUPPRESS keeps ``devmem -v info`` working."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="log debug details of platform resolution")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log debug details of platform resolution",
+    )
     return common
 
 
@@ -492,22 +602,38 @@ def _interval(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0.05 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a watch interval: give seconds from 0.05 to 86400, "
-                                         "e.g. 2 or 0.5")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a watch interval: give seconds from 0.05 to 86400, e.g. 2 or 0.5"
+        )
     return value
 
 
 def _add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | None) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="machine-readable output with exact bytes (one line per sample with --watch)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable output with exact bytes (one line per sample with --watch)",
+    )
     parser.add_argument("--device", type=_index, default=None, help="only this device index")
     if watch_default is None:
-        parser.add_argument("--watch", type=_interval, nargs="?", const=2.0, default=None, metavar="SECONDS",
-                            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a "
-                                 "terminal")
+        parser.add_argument(
+            "--watch",
+            type=_interval,
+            nargs="?",
+            const=2.0,
+            default=None,
+            metavar="SECONDS",
+            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a terminal",
+        )
     else:
-        parser.add_argument("--watch", "--interval", type=_interval, default=watch_default, metavar="SECONDS",
-                            help=f"seconds between samples (default {watch_default:g})")
+        parser.add_argument(
+            "--watch",
+            "--interval",
+            type=_interval,
+            default=watch_default,
+            metavar="SECONDS",
+            help=f"seconds between samples (default {watch_default:g})",
+        )
     parser.set_defaults(handler=cmd_info)
 
 
@@ -520,22 +646,26 @@ gives exact bytes. `devmem` alone is `devmem info`, so `devmem --json` works too
 
 
 def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
-    fit = _sub(sub, "fit", "do N sequences of a context fit this machine's device? (exit 0 yes, 1 no)",
-               "Whether SEQUENCES sequences of CONTEXT tokens of a model fit in this machine's device at the given "
-               "utilization, read from the model's config.json (no weights are loaded).",
-               "  devmem fit --model ./Qwen3-8B --context 32768 --sequences 8\n"
-               "  devmem fit --model ./Qwen3-8B/config.json --context 131072 --sequences 1 --tp 2 --json",
-               "exit codes:\n  0  it fits\n  1  it does not fit (or an error devmem explains in one line)\n"
-               "  2  a usage error")
+    fit = _sub(
+        sub,
+        "fit",
+        "do N sequences of a context fit this machine's device? (exit 0 yes, 1 no)",
+        "Whether SEQUENCES sequences of CONTEXT tokens of a model fit in this machine's device at the given "
+        "utilization, read from the model's config.json (no weights are loaded).",
+        "  devmem fit --model ./Qwen3-8B --context 32768 --sequences 8\n"
+        "  devmem fit --model ./Qwen3-8B/config.json --context 131072 --sequences 1 --tp 2 --json",
+        "exit codes:\n  0  it fits\n  1  it does not fit (or an error devmem explains in one line)\n  2  a usage error",
+    )
     _add_model_flags(fit, required=True)
     fit.add_argument("--context", type=_positive("context length"), required=True, help="tokens per sequence")
-    fit.add_argument("--sequences", type=_positive("sequence count"), required=True,
-                     help="sequences running at once")
+    fit.add_argument("--sequences", type=_positive("sequence count"), required=True, help="sequences running at once")
     fit.add_argument("--utilization", type=_fraction, default=0.9, help="share of the device to use (default 0.9)")
     fit.add_argument("--device", type=_index, default=0, help="device index of the resolved platform (default 0)")
-    for flag, what in (("--transient-peak", "memory a forward pass needs beyond what stays allocated, from profiling"),
-                       ("--non-torch", "memory outside torch's allocator"),
-                       ("--graph-capture", "memory of captured device graphs")):
+    for flag, what in (
+        ("--transient-peak", "memory a forward pass needs beyond what stays allocated, from profiling"),
+        ("--non-torch", "memory outside torch's allocator"),
+        ("--graph-capture", "memory of captured device graphs"),
+    ):
         fit.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
     _add_granularity_flag(fit)
     fit.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
@@ -546,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="devmem",
         description="Show what this machine's accelerators really have, and size KV caches from it. "
-                    "Without a command, `devmem` runs `devmem info` (and takes its options).",
+        "Without a command, `devmem` runs `devmem info` (and takes its options).",
         epilog=f"{ENVIRONMENT}\n\n{EXIT_CODES}\n\n`devmem COMMAND --help` shows each command's examples.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -554,85 +684,142 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of platform resolution")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    info = _sub(sub, "info", "device memory and the processes holding it, per device (the default command)",
-                INFO_DESCRIPTION,
-                "  devmem                       # the same as devmem info\n"
-                "  devmem info --device 0\n"
-                "  devmem info --watch 1        # redraw every second until Ctrl-C\n"
-                "  devmem --json | jq '.devices[0].processes'\n"
-                "  DEVMEM_PLATFORM=cpu devmem info")
+    info = _sub(
+        sub,
+        "info",
+        "device memory and the processes holding it, per device (the default command)",
+        INFO_DESCRIPTION,
+        "  devmem                       # the same as devmem info\n"
+        "  devmem info --device 0\n"
+        "  devmem info --watch 1        # redraw every second until Ctrl-C\n"
+        "  devmem --json | jq '.devices[0].processes'\n"
+        "  DEVMEM_PLATFORM=cpu devmem info",
+    )
     _add_info_flags(info, watch_default=None)
-    top = _sub(sub, "top", "devmem info --watch: memory and processes, redrawn every SECONDS until Ctrl-C",
-               INFO_DESCRIPTION + "\nRedrawn in place on a terminal; Ctrl-C or SIGTERM stops it with exit 0.",
-               "  devmem top\n  devmem top --watch 0.5\n  devmem top --json > samples.jsonl   # one line per sample")
+    top = _sub(
+        sub,
+        "top",
+        "devmem info --watch: memory and processes, redrawn every SECONDS until Ctrl-C",
+        INFO_DESCRIPTION + "\nRedrawn in place on a terminal; Ctrl-C or SIGTERM stops it with exit 0.",
+        "  devmem top\n  devmem top --watch 0.5\n  devmem top --json > samples.jsonl   # one line per sample",
+    )
     _add_info_flags(top, watch_default=2.0)
 
-    plugins = _sub(sub, "plugins", "every registered platform, detected or not, and why",
-                   "Every platform the installed plugins offer, its priority, whether it was detected here and why, "
-                   "and which one `devmem info` uses (*). DEVMEM_PLATFORM overrides the choice.",
-                   "  devmem plugins\n  devmem plugins --json\n  DEVMEM_LOAD_PLUGINS=nvidia devmem plugins")
+    plugins = _sub(
+        sub,
+        "plugins",
+        "every registered platform, detected or not, and why",
+        "Every platform the installed plugins offer, its priority, whether it was detected here and why, "
+        "and which one `devmem info` uses (*). DEVMEM_PLATFORM overrides the choice.",
+        "  devmem plugins\n  devmem plugins --json\n  DEVMEM_LOAD_PLUGINS=nvidia devmem plugins",
+    )
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(handler=cmd_plugins)
 
-    doctor = _sub(sub, "doctor", "explain this machine's device memory, with what to do (exit 1 on warnings)",
-                  "Checks each device (per-process accounting, co-tenants, low free memory, unified memory, paging, "
-                  "torch's allocator cache) and says, once per finding, what is the case and what to do. "
-                  "--json gives each finding a machine-readable kind, a severity and its figures in bytes.",
-                  "  devmem doctor\n  devmem doctor --device 1\n"
-                  "  devmem doctor --json | jq '.findings[] | select(.severity == \"warning\")'",
-                  "exit codes:\n  0  nothing to fix (ok and info findings only)\n  1  at least one warning "
-                  "(or an error devmem explains in one line)\n  2  a usage error")
+    doctor = _sub(
+        sub,
+        "doctor",
+        "explain this machine's device memory, with what to do (exit 1 on warnings)",
+        "Checks each device (per-process accounting, co-tenants, low free memory, unified memory, paging, "
+        "torch's allocator cache) and says, once per finding, what is the case and what to do. "
+        "--json gives each finding a machine-readable kind, a severity and its figures in bytes.",
+        "  devmem doctor\n  devmem doctor --device 1\n"
+        "  devmem doctor --json | jq '.findings[] | select(.severity == \"warning\")'",
+        "exit codes:\n  0  nothing to fix (ok and info findings only)\n  1  at least one warning "
+        "(or an error devmem explains in one line)\n  2  a usage error",
+    )
     doctor.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
     doctor.add_argument("--device", type=_index, default=None, help="only this device index")
     doctor.set_defaults(handler=cmd_doctor)
 
-    plan = _sub(sub, "plan", "size a KV cache from figures you give, or from a model's config",
-                "The KV-cache size an engine would choose, with the arithmetic: the utilization path (default: "
-                "a share of the total minus what else stays on the device), the pinned path (--pinned: a fixed "
-                "size, checked against --total when given) or the growable path (--init-free and --free).\n\n"
-                "The page size is the KV bytes of one block on one layer: 2 (K and V) x block size x KV heads x "
-                "head dim x dtype bytes, e.g. 2 x 16 x 8 x 128 x 2 = 65536 for Qwen3-8B in bf16. Or give "
-                "--model DIR (a folder with config.json) and devmem reads it from the config, with the layers "
-                "and the weights per rank.\n\n"
-                "Sizes: 4096 (bytes), 16GiB / 512MiB (powers of 2), 1.5GB (powers of 10), and vLLM's spellings: "
-                "80G = 80 GiB and 80g = 80 GB (upper case is a power of 2, lower case a power of 10, as vLLM "
-                "reads them). Each size given with a unit is echoed with how it was read.",
-                "  devmem plan --total 80G --weights 16GiB --page-size 65536 --layers 36\n"
-                "  devmem plan --pinned 20GiB --total 80GiB --page-size 64KiB --layers 36\n"
-                "  devmem plan --model ./Qwen3-8B --total 80GiB --context 32768\n"
-                "  devmem plan --model ./Qwen3-8B --pinned 20GiB --json\n"
-                "  devmem plan --total 120GiB --init-free 100GiB --free 80GiB --page-size 65536 --layers 36",
-                "exit codes:\n  0  a plan\n  1  the figures leave no room for a KV cache, or the pinned plan "
-                "does not fit --total (the message shows the arithmetic)\n  2  a usage error")
+    plan = _sub(
+        sub,
+        "plan",
+        "size a KV cache from figures you give, or from a model's config",
+        "The KV-cache size an engine would choose, with the arithmetic: the utilization path (default: "
+        "a share of the total minus what else stays on the device), the pinned path (--pinned: a fixed "
+        "size, checked against --total when given) or the growable path (--init-free and --free).\n\n"
+        "The page size is the KV bytes of one block on one layer: 2 (K and V) x block size x KV heads x "
+        "head dim x dtype bytes, e.g. 2 x 16 x 8 x 128 x 2 = 65536 for Qwen3-8B in bf16. Or give "
+        "--model DIR (a folder with config.json) and devmem reads it from the config, with the layers "
+        "and the weights per rank.\n\n"
+        "Sizes: 4096 (bytes), 16GiB / 512MiB (powers of 2), 1.5GB (powers of 10), and vLLM's spellings: "
+        "80G = 80 GiB and 80g = 80 GB (upper case is a power of 2, lower case a power of 10, as vLLM "
+        "reads them). Each size given with a unit is echoed with how it was read.",
+        "  devmem plan --total 80G --weights 16GiB --page-size 65536 --layers 36\n"
+        "  devmem plan --pinned 20GiB --total 80GiB --page-size 64KiB --layers 36\n"
+        "  devmem plan --model ./Qwen3-8B --total 80GiB --context 32768\n"
+        "  devmem plan --model ./Qwen3-8B --pinned 20GiB --json\n"
+        "  devmem plan --total 120GiB --init-free 100GiB --free 80GiB --page-size 65536 --layers 36",
+        "exit codes:\n  0  a plan\n  1  the figures leave no room for a KV cache, or the pinned plan "
+        "does not fit --total (the message shows the arithmetic)\n  2  a usage error",
+    )
     how = plan.add_mutually_exclusive_group()
     how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")
-    how.add_argument("--pinned", type=_positive_size, default=None, metavar="SIZE",
-                     help="a fixed KV-cache size (checked against --total when given)")
-    plan.add_argument("--total", type=_positive_size, default=None, metavar="SIZE",
-                      help="device memory (default: this machine's device --device)")
+    how.add_argument(
+        "--pinned",
+        type=_positive_size,
+        default=None,
+        metavar="SIZE",
+        help="a fixed KV-cache size (checked against --total when given)",
+    )
+    plan.add_argument(
+        "--total",
+        type=_positive_size,
+        default=None,
+        metavar="SIZE",
+        help="device memory (default: this machine's device --device)",
+    )
     plan.add_argument("--device", type=_index, default=0, help="device whose total is used without --total")
-    for flag, what in (("--weights", "model weights"),
-                       ("--transient-peak", "memory a forward pass needs beyond what stays allocated (activations)"),
-                       ("--non-torch", "memory outside torch's allocator"),
-                       ("--graph-capture", "memory of captured device graphs (utilization path)"),
-                       ("--committed", "growable path: bytes already committed to the KV cache")):
-        plan.add_argument(flag, type=_size, default=None if flag == "--weights" else 0, metavar="SIZE",
-                          help=f"{what} (default 0" + (", or the model's weights per rank with --model)"
-                                                        if flag == "--weights" else ")"))
-    for flag, what in (("--init-free", "free device memory before the model loaded"),
-                       ("--free", "free device memory now, after the profile run")):
-        plan.add_argument(flag, type=_size, default=None, metavar="SIZE",
-                          help=f"growable path (with the other): {what}")
-    plan.add_argument("--page-size", type=_positive_size, default=None, metavar="SIZE",
-                      help="KV bytes of one page on one layer (required without --model; see above)")
-    plan.add_argument("--layers", type=_positive("layer count"), default=None,
-                      help="layers holding a KV cache (required without --model)")
+    for flag, what in (
+        ("--weights", "model weights"),
+        ("--transient-peak", "memory a forward pass needs beyond what stays allocated (activations)"),
+        ("--non-torch", "memory outside torch's allocator"),
+        ("--graph-capture", "memory of captured device graphs (utilization path)"),
+        ("--committed", "growable path: bytes already committed to the KV cache"),
+    ):
+        plan.add_argument(
+            flag,
+            type=_size,
+            default=None if flag == "--weights" else 0,
+            metavar="SIZE",
+            help=f"{what} (default 0"
+            + (", or the model's weights per rank with --model)" if flag == "--weights" else ")"),
+        )
+    for flag, what in (
+        ("--init-free", "free device memory before the model loaded"),
+        ("--free", "free device memory now, after the profile run"),
+    ):
+        plan.add_argument(
+            flag, type=_size, default=None, metavar="SIZE", help=f"growable path (with the other): {what}"
+        )
+    plan.add_argument(
+        "--page-size",
+        type=_positive_size,
+        default=None,
+        metavar="SIZE",
+        help="KV bytes of one page on one layer (required without --model; see above)",
+    )
+    plan.add_argument(
+        "--layers",
+        type=_positive("layer count"),
+        default=None,
+        help="layers holding a KV cache (required without --model)",
+    )
     _add_granularity_flag(plan)
     _add_model_flags(plan)
-    plan.add_argument("--context", type=_positive("context length"), default=None,
-                      help="with --model: how many sequences of this many tokens fit")
-    plan.add_argument("--sequences", type=_positive("sequence count"), default=None,
-                      help="with --model: the longest context this many sequences can have at once")
+    plan.add_argument(
+        "--context",
+        type=_positive("context length"),
+        default=None,
+        help="with --model: how many sequences of this many tokens fit",
+    )
+    plan.add_argument(
+        "--sequences",
+        type=_positive("sequence count"),
+        default=None,
+        help="with --model: the longest context this many sequences can have at once",
+    )
     plan.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
     plan.set_defaults(handler=cmd_plan)
     _add_fit_parser(sub)

@@ -46,9 +46,14 @@ def wrap(text: str, width: int, indent: str = "", hanging: str | None = None, *,
     ``hanging`` (``indent`` by default). A single word longer than a line stays whole unless ``break_long``
     (for free text such as a command line, never for figures)."""
     glued = _NUMBER_UNIT.sub(lambda m: f"{m.group(1)}{_NBSP}{m.group(2)}", text)
-    lines = textwrap.wrap(glued, width=width, initial_indent=indent,
-                          subsequent_indent=indent if hanging is None else hanging,
-                          break_long_words=break_long, break_on_hyphens=False) or [indent.rstrip()]
+    lines = textwrap.wrap(
+        glued,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent if hanging is None else hanging,
+        break_long_words=break_long,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
     return [line.replace(_NBSP, " ") for line in lines]
 
 
@@ -63,8 +68,13 @@ def key_values(rows: Iterable[tuple[str, str]], width: int, indent: str = "  ") 
     return out
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, indent: str = "  ",
-          right: frozenset[int] = frozenset()) -> list[str]:
+def table(
+    header: tuple[str, ...],
+    rows: list[tuple[str, ...]],
+    width: int,
+    indent: str = "  ",
+    right: frozenset[int] = frozenset(),
+) -> list[str]:
     """Columns sized to their contents; the last column (free text) wraps under its own start to fit ``width``,
     breaking a word longer than the room it has."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from devmem import hookspecs
 from devmem.entrypoints import EntryPoint
@@ -105,8 +106,12 @@ def load_plugins(eps: list[EntryPoint], allow: AllowList | None) -> list[Plugin]
         seen.add(ep.name)
         module, exc = isolated(ep.load)
         if exc is not None:
-            warn("devmem: skipping plugin %r from distribution %r: importing it raised %s", ep.name, ep.distribution,
-                 described(exc))
+            warn(
+                "devmem: skipping plugin %r from distribution %r: importing it raised %s",
+                ep.name,
+                ep.distribution,
+                described(exc),
+            )
             continue
         plugins.append(Plugin(ep, module))
     return plugins
@@ -121,9 +126,15 @@ def _hook_impls(plugin: Plugin) -> list[Callable[[], object]]:
             continue
         hook = marker.get("specname") or attr
         if hook not in hookspecs.SPECS:
-            warn("devmem: plugin %r from distribution %r marks %r as a hook implementation, but devmem has no hook "
-                 "%r (its hooks: %s)", plugin.entry.name, plugin.entry.distribution, attr, hook,
-                 ", ".join(sorted(hookspecs.SPECS)))
+            warn(
+                "devmem: plugin %r from distribution %r marks %r as a hook implementation, but devmem has no hook "
+                "%r (its hooks: %s)",
+                plugin.entry.name,
+                plugin.entry.distribution,
+                attr,
+                hook,
+                ", ".join(sorted(hookspecs.SPECS)),
+            )
             continue
         impls.append(function)
     return impls
@@ -142,14 +153,23 @@ def collect(plugins: list[Plugin]) -> list[Registration]:
         for impl in _hook_impls(plugin):
             specs, exc = isolated(partial(_specs_of, impl))
             if exc is not None:
-                warn("devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s", ep.name,
-                     ep.distribution, described(exc))
+                warn(
+                    "devmem: skipping plugin %r from distribution %r: devmem_platforms raised %s",
+                    ep.name,
+                    ep.distribution,
+                    described(exc),
+                )
                 continue
             specs = specs or []
             bad = [s for s in specs if not isinstance(s, PlatformSpec)]
             if bad:
-                warn("devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "
-                     "not a devmem.PlatformSpec", ep.name, ep.distribution, bad[0])
+                warn(
+                    "devmem: skipping plugin %r from distribution %r: devmem_platforms yielded %r, "
+                    "not a devmem.PlatformSpec",
+                    ep.name,
+                    ep.distribution,
+                    bad[0],
+                )
                 continue
             found.extend(Registration(s, ep.name, ep.distribution, ep.version) for s in specs)
     return found
@@ -164,9 +184,14 @@ def admitted(regs: list[Registration], eps: list[EntryPoint], allow: AllowList |
     platform_names = {r.spec.name for r in regs}
     unknown = sorted(allow.names - plugin_names - platform_names)
     if unknown:
-        warn("devmem: DEVMEM_LOAD_PLUGINS=%r names %s, which is neither a plugin nor a platform here; plugins: %s; "
-             "platforms: %s", allow.text(), ", ".join(map(repr, unknown)), ", ".join(sorted(plugin_names)),
-             ", ".join(sorted(platform_names)))
+        warn(
+            "devmem: DEVMEM_LOAD_PLUGINS=%r names %s, which is neither a plugin nor a platform here; plugins: %s; "
+            "platforms: %s",
+            allow.text(),
+            ", ".join(map(repr, unknown)),
+            ", ".join(sorted(plugin_names)),
+            ", ".join(sorted(platform_names)),
+        )
     return [r for r in regs if allow.admits(r.plugin, r.spec.name)]
 
 
@@ -180,8 +205,10 @@ def detect_timeout() -> float:
     except ValueError:
         seconds = float("nan")
     if not 0 < seconds < float("inf"):
-        raise PluginError(f"DEVMEM_DETECT_TIMEOUT={raw!r} is not a positive number of seconds; "
-                          f"give one such as {DEFAULT_DETECT_TIMEOUT:g}, or unset it")
+        raise PluginError(
+            f"DEVMEM_DETECT_TIMEOUT={raw!r} is not a positive number of seconds; "
+            f"give one such as {DEFAULT_DETECT_TIMEOUT:g}, or unset it"
+        )
     return seconds
 
 

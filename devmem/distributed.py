@@ -50,6 +50,11 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
     dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
     agreed = int(tensor.item())
     if agreed != value:
-        log.info("devmem: rank %d lowers its budget from %d to %d bytes, the smallest over %d ranks",
-                 dist.get_rank(), value, agreed, dist.get_world_size(group))
+        log.info(
+            "devmem: rank %d lowers its budget from %d to %d bytes, the smallest over %d ranks",
+            dist.get_rank(),
+            value,
+            agreed,
+            dist.get_world_size(group),
+        )
     return agreed

@@ -52,7 +52,7 @@ def dmem_limits(pci_slot: str, regions: tuple[str, ...] = (), files: Files = REA
         limits = parse_regions(read_stripped(files, f"{base}/dmem.max") or "")
         current = parse_regions(read_stripped(files, f"{base}/dmem.current") or "")
         for region, limit in sorted(limits.items()):
-            name = region[len(prefix):]
+            name = region[len(prefix) :]
             if limit is None or not region.startswith(prefix) or (regions and not name.startswith(regions)):
                 continue
             out.append(MemoryLimit(limit, "cgroup dmem limit", f"{base}/dmem.max {region}", current.get(region) or 0))

@@ -49,82 +49,121 @@ def _pid_list(others: dict[int, int], limit: int = 5) -> str:
 
 #: What to do about a missing per-process figure, by the kind of its reason.
 ADVICE = {
-    ReasonKind.DRIVER_MODEL: ("this driver model cannot attribute memory to processes: run one engine per device, "
-                              "or size with a pinned KV cache (kv_cache_memory_bytes) so co-tenants cannot skew "
-                              "the profile"),
-    ReasonKind.PID_NAMESPACE: ("the driver reports host PIDs that this container cannot see: run the container with "
-                               "--pid=host, or let devmem learn its driver-side PID (it does once the device "
-                               "runtime is initialised)"),
+    ReasonKind.DRIVER_MODEL: (
+        "this driver model cannot attribute memory to processes: run one engine per device, "
+        "or size with a pinned KV cache (kv_cache_memory_bytes) so co-tenants cannot skew "
+        "the profile"
+    ),
+    ReasonKind.PID_NAMESPACE: (
+        "the driver reports host PIDs that this container cannot see: run the container with "
+        "--pid=host, or let devmem learn its driver-side PID (it does once the device "
+        "runtime is initialised)"
+    ),
 }
-FALLBACK_ADVICE = ("devmem falls back to the device-wide change of free memory, which counts co-tenants' "
-                   "allocations as this engine's: avoid starting engines at the same moment on this device")
+FALLBACK_ADVICE = (
+    "devmem falls back to the device-wide change of free memory, which counts co-tenants' "
+    "allocations as this engine's: avoid starting engines at the same moment on this device"
+)
 
 
 def _accounting(r: DeviceReport, platform: Platform) -> Finding:
     if r.process == 0 and platform.torch_device is not None:
-        return Finding(r.index, "per-process-accounting", "info",
-                       "this process holds no memory on this device (it has no context there), so per-process "
-                       "accounting cannot be confirmed from here",
-                       "run `devmem doctor` from inside the engine (devmem.doctor.diagnose()) once its device "
-                       "context exists, or check `devmem info` there")
+        return Finding(
+            r.index,
+            "per-process-accounting",
+            "info",
+            "this process holds no memory on this device (it has no context there), so per-process "
+            "accounting cannot be confirmed from here",
+            "run `devmem doctor` from inside the engine (devmem.doctor.diagnose()) once its device "
+            "context exists, or check `devmem info` there",
+        )
     if r.process is not None:
-        return Finding(r.index, "per-process-accounting", "ok",
-                       f"per-process accounting works: this process holds {format_size(r.process)}",
-                       "nothing to do: KV budgets are sized from this process's own memory, so co-tenants "
-                       "do not shrink them", {"process": r.process})
+        return Finding(
+            r.index,
+            "per-process-accounting",
+            "ok",
+            f"per-process accounting works: this process holds {format_size(r.process)}",
+            "nothing to do: KV budgets are sized from this process's own memory, so co-tenants do not shrink them",
+            {"process": r.process},
+        )
     kind = ReasonKind(r.process_reason_kind) if r.process_reason_kind else None
-    return Finding(r.index, "per-process-accounting", "warning",
-                   f"per-process accounting is unavailable: {r.process_reason or 'unknown'}",
-                   ADVICE.get(kind, FALLBACK_ADVICE) if kind is not None else FALLBACK_ADVICE)
+    return Finding(
+        r.index,
+        "per-process-accounting",
+        "warning",
+        f"per-process accounting is unavailable: {r.process_reason or 'unknown'}",
+        ADVICE.get(kind, FALLBACK_ADVICE) if kind is not None else FALLBACK_ADVICE,
+    )
 
 
 def _co_tenants(r: DeviceReport) -> Finding | None:
     if not r.other_processes:
         return None
     total = sum(r.other_processes.values())
-    return Finding(r.index, "co-tenants", "info",
-                   f"{len(r.other_processes)} other process(es) hold {format_size(total)}: "
-                   f"{_pid_list(r.other_processes)}",
-                   "each engine's utilization is a share of the whole device: keep the shares of all engines "
-                   "on this device summing to at most 1.0",
-                   {"held": total, "processes": {str(pid): used for pid, used in r.other_processes.items()}})
+    return Finding(
+        r.index,
+        "co-tenants",
+        "info",
+        f"{len(r.other_processes)} other process(es) hold {format_size(total)}: {_pid_list(r.other_processes)}",
+        "each engine's utilization is a share of the whole device: keep the shares of all engines "
+        "on this device summing to at most 1.0",
+        {"held": total, "processes": {str(pid): used for pid, used in r.other_processes.items()}},
+    )
 
 
 def _low_free(r: DeviceReport) -> Finding | None:
     if r.total <= 0 or r.free >= LOW_FREE_FRACTION * r.total:
         return None
-    return Finding(r.index, "low-free-memory", "warning",
-                   f"only {format_size(r.free)} of {format_size(r.total)} is free ({100 * r.free / r.total:.1f}%)",
-                   "an engine asking for utilization u needs u * total free at start: lower u, or stop "
-                   "the processes holding memory", {"free": r.free, "total": r.total})
+    return Finding(
+        r.index,
+        "low-free-memory",
+        "warning",
+        f"only {format_size(r.free)} of {format_size(r.total)} is free ({100 * r.free / r.total:.1f}%)",
+        "an engine asking for utilization u needs u * total free at start: lower u, or stop "
+        "the processes holding memory",
+        {"free": r.free, "total": r.total},
+    )
 
 
 def _unified(r: DeviceReport, platform: Platform) -> Finding | None:
     if not r.integrated:
         return None
     if platform.torch_device is None:
-        return Finding(r.index, "no-accelerator", "info",
-                       f"no accelerator platform is in use: the device is host RAM, {format_size(r.free)} free "
-                       f"({r.sources.get('free', 'MemAvailable')})",
-                       "if this machine has an accelerator, `devmem plugins` shows which backends were found "
-                       "and why each was or was not detected", {"free": r.free, "total": r.total})
+        return Finding(
+            r.index,
+            "no-accelerator",
+            "info",
+            f"no accelerator platform is in use: the device is host RAM, {format_size(r.free)} free "
+            f"({r.sources.get('free', 'MemAvailable')})",
+            "if this machine has an accelerator, `devmem plugins` shows which backends were found "
+            "and why each was or was not detected",
+            {"free": r.free, "total": r.total},
+        )
     free_source = r.sources.get("free", "what the platform reports")
-    return Finding(r.index, "unified-memory", "info",
-                   f"device memory is host memory; free is {format_size(r.free)} ({free_source})",
-                   "size from devmem, not the runtime's mem_get_info (which ignores reclaimable page cache); "
-                   "memory the allocator keeps cached is memory the OS does not have, so release it "
-                   "(devmem.profiling.release_allocator_cache) before allocating the KV cache",
-                   {"free": r.free, "total": r.total})
+    return Finding(
+        r.index,
+        "unified-memory",
+        "info",
+        f"device memory is host memory; free is {format_size(r.free)} ({free_source})",
+        "size from devmem, not the runtime's mem_get_info (which ignores reclaimable page cache); "
+        "memory the allocator keeps cached is memory the OS does not have, so release it "
+        "(devmem.profiling.release_allocator_cache) before allocating the KV cache",
+        {"free": r.free, "total": r.total},
+    )
 
 
 def _paging(r: DeviceReport) -> Finding | None:
     if not r.pages_instead_of_failing or r.integrated:
         return None
-    return Finding(r.index, "pages-instead-of-failing", "warning",
-                   "the driver pages over-subscribed device memory to host RAM instead of failing the "
-                   "allocation, so the allocator never frees its cache and retries",
-                   "release the allocator cache before the KV allocation and keep utilization below 1.0; "
-                   "a slow engine here often means device memory is being paged")
+    return Finding(
+        r.index,
+        "pages-instead-of-failing",
+        "warning",
+        "the driver pages over-subscribed device memory to host RAM instead of failing the "
+        "allocation, so the allocator never frees its cache and retries",
+        "release the allocator cache before the KV allocation and keep utilization below 1.0; "
+        "a slow engine here often means device memory is being paged",
+    )
 
 
 def _allocator_cache(device: int, platform: Platform) -> Finding | None:
@@ -137,10 +176,14 @@ def _allocator_cache(device: int, platform: Platform) -> Finding | None:
         return None
     if cached < CACHE_WORTH_MENTIONING:
         return None
-    return Finding(device, "allocator-cache", "warning",
-                   f"torch's caching allocator holds {format_size(cached)} of free blocks in this process",
-                   "call devmem.profiling.release_allocator_cache() right before allocating the KV cache",
-                   {"cached": cached})
+    return Finding(
+        device,
+        "allocator-cache",
+        "warning",
+        f"torch's caching allocator holds {format_size(cached)} of free blocks in this process",
+        "call devmem.profiling.release_allocator_cache() right before allocating the KV cache",
+        {"cached": cached},
+    )
 
 
 #: Words by which a platform note restates a finding's fact (the finding already says it, with what to do).
@@ -154,13 +197,22 @@ def _restates(note: str, report: DeviceReport, found: list[Finding]) -> bool:
 
 def _unusable(candidates: list[Candidate]) -> list[Finding]:
     """A warning for each platform that is not detected although its backend knows what would make it usable."""
-    return [Finding(None, "platform-unusable", "warning",
-                    f"platform {c.name!r} (from {c.distribution}) cannot be used: {c.reason}", c.action)
-            for c in candidates if not c.detected and c.action]
+    return [
+        Finding(
+            None,
+            "platform-unusable",
+            "warning",
+            f"platform {c.name!r} (from {c.distribution}) cannot be used: {c.reason}",
+            c.action,
+        )
+        for c in candidates
+        if not c.detected and c.action
+    ]
 
 
-def diagnose(platform: Platform | None = None, devices: list[int] | None = None,
-             candidates: list[Candidate] | None = None) -> list[Finding]:
+def diagnose(
+    platform: Platform | None = None, devices: list[int] | None = None, candidates: list[Candidate] | None = None
+) -> list[Finding]:
     """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once,
     after those about the registered platforms ``candidates`` (by default this machine's,
     :func:`devmem.platform_candidates`)."""
@@ -169,10 +221,22 @@ def diagnose(platform: Platform | None = None, devices: list[int] | None = None,
     for device in devices if devices is not None else range(platform.device_count()):
         report = device_report(platform, device)
         found = [_accounting(report, platform)]
-        found += [f for f in (_co_tenants(report), _low_free(report), _unified(report, platform), _paging(report),
-                              _allocator_cache(device, platform)) if f is not None]
-        found += [Finding(device, "platform-note", "info", note, "") for note in dict.fromkeys(report.notes)
-                  if not _restates(note, report, found)]
+        found += [
+            f
+            for f in (
+                _co_tenants(report),
+                _low_free(report),
+                _unified(report, platform),
+                _paging(report),
+                _allocator_cache(device, platform),
+            )
+            if f is not None
+        ]
+        found += [
+            Finding(device, "platform-note", "info", note, "")
+            for note in dict.fromkeys(report.notes)
+            if not _restates(note, report, found)
+        ]
         findings += found
     return findings
 

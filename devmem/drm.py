@@ -61,8 +61,9 @@ def client_memory(files: Files, driver: str, pci_slot: str | None, regions: Iter
     ``driver``: the sum of ``regions`` over its DRM clients there, each client once (a duplicated descriptor
     shares its client id). A process that has not opened the device holds nothing: 0."""
     if pci_slot is None:
-        return ProcessMemory.unknown(ReasonKind.NO_SOURCE,
-                                     "the device's PCI slot is unknown (no PCI_SLOT_NAME in its uevent file)")
+        return ProcessMemory.unknown(
+            ReasonKind.NO_SOURCE, "the device's PCI slot is unknown (no PCI_SLOT_NAME in its uevent file)"
+        )
     try:
         fds = files.listdir(FDINFO)
     except OSError as exc:
@@ -83,7 +84,10 @@ def client_memory(files: Files, driver: str, pci_slot: str | None, regions: Iter
         seen.add(key)
         held = _client_bytes(client, regions)
         if isinstance(held, str):
-            return ProcessMemory.unknown(ReasonKind.NOT_AVAILABLE, f"{FDINFO}/{fd} has {held!r}, which is not a DRM "
-                                         "size (a number of bytes, KiB or MiB): this process's figure is unknown")
+            return ProcessMemory.unknown(
+                ReasonKind.NOT_AVAILABLE,
+                f"{FDINFO}/{fd} has {held!r}, which is not a DRM "
+                "size (a number of bytes, KiB or MiB): this process's figure is unknown",
+            )
         total += held
     return ProcessMemory(total)

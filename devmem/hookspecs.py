@@ -36,8 +36,11 @@ SPECS: dict[str, Callable[..., object]] = {}
 def hookspec(function: F) -> F:
     """Declare ``function`` (its name, signature and docstring) as a devmem hook."""
     SPECS[function.__name__] = function
-    setattr(function, SPEC_ATTRIBUTE, {"firstresult": False, "historic": False, "warn_on_impl": None,
-                                       "warn_on_impl_args": None})
+    setattr(
+        function,
+        SPEC_ATTRIBUTE,
+        {"firstresult": False, "historic": False, "warn_on_impl": None, "warn_on_impl_args": None},
+    )
     return function
 
 
@@ -48,8 +51,18 @@ def hookimpl(function: F | None = None, *, specname: str | None = None):
     """
 
     def mark(impl: F) -> F:
-        setattr(impl, IMPL_ATTRIBUTE, {"wrapper": False, "hookwrapper": False, "optionalhook": False,
-                                       "tryfirst": False, "trylast": False, "specname": specname})
+        setattr(
+            impl,
+            IMPL_ATTRIBUTE,
+            {
+                "wrapper": False,
+                "hookwrapper": False,
+                "optionalhook": False,
+                "tryfirst": False,
+                "trylast": False,
+                "specname": specname,
+            },
+        )
         return impl
 
     return mark if function is None else mark(function)

@@ -44,8 +44,10 @@ def allocate_kv_cache(plan: KvCachePlan, num_layers: int, device: Any) -> KvCach
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
         raise SizingError(f"num_layers must be an int > 0, got {num_layers!r}")
     if plan.block_bytes % num_layers:
-        raise SizingError(f"a block of {plan.block_bytes} bytes does not split into {num_layers} equal layer pages; "
-                          "give the num_layers the plan was made with")
+        raise SizingError(
+            f"a block of {plan.block_bytes} bytes does not split into {num_layers} equal layer pages; "
+            "give the num_layers the plan was made with"
+        )
     import torch
 
     page = plan.block_bytes // num_layers

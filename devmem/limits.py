@@ -8,8 +8,8 @@ of every figure it lowered, and adds a note a person (and ``devmem doctor``) can
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from devmem.platform import DeviceMemory
 from devmem.types import MemoryInfo, gib
@@ -57,8 +57,10 @@ def apply_limits(memory: DeviceMemory, limits: Iterable[MemoryLimit], process_us
         if room < free:
             free = room
             if used is None:
-                sources["free"] = (f"{lim.label}: {gib(lim.limit)}, not less this process's usage "
-                                   "(no per-process figure here, so free may be overstated by what it already holds)")
+                sources["free"] = (
+                    f"{lim.label}: {gib(lim.limit)}, not less this process's usage "
+                    "(no per-process figure here, so free may be overstated by what it already holds)"
+                )
             else:
                 whose = "counted by the limit" if lim.used is not None else "this process's"
                 sources["free"] = f"{lim.label}: {gib(lim.limit)} less {gib(used)} in use ({whose})"

@@ -35,10 +35,18 @@ from devmem.units import format_size
 
 #: Bytes per element of each dtype name a config or a user may give, and its short name.
 _DTYPES: dict[str, tuple[str, int]] = {
-    "float32": ("fp32", 4), "float": ("fp32", 4), "fp32": ("fp32", 4),
-    "float16": ("fp16", 2), "half": ("fp16", 2), "fp16": ("fp16", 2),
-    "bfloat16": ("bf16", 2), "bf16": ("bf16", 2),
-    "fp8": ("fp8", 1), "fp8_e4m3": ("fp8", 1), "fp8_e5m2": ("fp8", 1), "float8_e4m3fn": ("fp8", 1),
+    "float32": ("fp32", 4),
+    "float": ("fp32", 4),
+    "fp32": ("fp32", 4),
+    "float16": ("fp16", 2),
+    "half": ("fp16", 2),
+    "fp16": ("fp16", 2),
+    "bfloat16": ("bf16", 2),
+    "bf16": ("bf16", 2),
+    "fp8": ("fp8", 1),
+    "fp8_e4m3": ("fp8", 1),
+    "fp8_e5m2": ("fp8", 1),
+    "float8_e4m3fn": ("fp8", 1),
     "float8_e5m2": ("fp8", 1),
 }
 #: KV-cache dtypes a user may ask for; ``auto`` is the model's dtype.
@@ -53,8 +61,13 @@ _BLOCK_TYPES = {"attention": FULL, "mamba": MAMBA}
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma": {"head_dim": 256},
     "gemma2": {"head_dim": 256, "sliding_window": 4096},
-    "gemma3_text": {"head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 6, "num_key_value_heads": 4,
-                    "vocab_size": 262208},
+    "gemma3_text": {
+        "head_dim": 256,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+        "num_key_value_heads": 4,
+        "vocab_size": 262208,
+    },
 }
 _FAMILY_DEFAULTS["gemma3"] = _FAMILY_DEFAULTS["gemma3_text"]
 #: Families whose config class ties the output embedding to the input one unless told otherwise.
@@ -102,8 +115,7 @@ class UnknownArchitectureError(ModelConfigError):
 def _dtype(name: object, what: str) -> tuple[str, int]:
     key = str(name).removeprefix("torch.").lower() if isinstance(name, str) else None
     if key not in _DTYPES:
-        raise ModelConfigError(f"{what} {name!r} is not a dtype devmem knows: use one of "
-                               f"{', '.join(sorted(_DTYPES))}")
+        raise ModelConfigError(f"{what} {name!r} is not a dtype devmem knows: use one of {', '.join(sorted(_DTYPES))}")
     return _DTYPES[key]
 
 
@@ -167,8 +179,10 @@ class ModelMemory:
         problems = self._tp_problems(self.tp)
         if problems:
             valid = [t for t in range(1, min(self.num_attention_heads, MAX_TP) + 1) if not self._tp_problems(t)]
-            raise ModelConfigError(f"tp={self.tp} cannot split {self.model_type}: {'; '.join(problems)}. "
-                                   f"Tensor-parallel sizes this model allows: {', '.join(map(str, valid))}")
+            raise ModelConfigError(
+                f"tp={self.tp} cannot split {self.model_type}: {'; '.join(problems)}. "
+                f"Tensor-parallel sizes this model allows: {', '.join(map(str, valid))}"
+            )
 
     def _tp_problems(self, tp: int) -> list[str]:
         problems = []
@@ -183,9 +197,17 @@ class ModelMemory:
         return problems
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | str | os.PathLike, *, kv_dtype: str = "auto", tp: int = 1,
-                    dtype: str | None = None, state_dtype: str = "auto",
-                    weights_bytes: int | None = None, weights_source: str | None = None) -> ModelMemory:
+    def from_config(
+        cls,
+        config: Mapping[str, Any] | str | os.PathLike,
+        *,
+        kv_dtype: str = "auto",
+        tp: int = 1,
+        dtype: str | None = None,
+        state_dtype: str = "auto",
+        weights_bytes: int | None = None,
+        weights_source: str | None = None,
+    ) -> ModelMemory:
         """The memory shape of the model a config describes (a dict, a config.json, or a folder holding one).
 
         ``dtype`` overrides the config's ``torch_dtype``/``dtype`` (engines serve float32 checkpoints in 16 bits);
@@ -194,8 +216,15 @@ class ModelMemory:
         estimated from the config, matrix by matrix (docs/models.md says what is counted).
         """
         raw = _read_config(config) if not isinstance(config, Mapping) else dict(config)
-        return _build(raw, kv_dtype=kv_dtype, tp=tp, dtype=dtype, state_dtype=state_dtype,
-                      weights_bytes=weights_bytes, weights_source=weights_source)
+        return _build(
+            raw,
+            kv_dtype=kv_dtype,
+            tp=tp,
+            dtype=dtype,
+            state_dtype=state_dtype,
+            weights_bytes=weights_bytes,
+            weights_source=weights_source,
+        )
 
     @classmethod
     def from_pretrained_dir(cls, path: str | os.PathLike, **options: Any) -> ModelMemory:
@@ -249,8 +278,9 @@ class ModelMemory:
     @property
     def state_bytes_per_sequence(self) -> int:
         """Fixed bytes each sequence holds in recurrent layers on one rank, whatever its length."""
-        return sum(s.bytes_per_sequence(self.tp, self.conv_state_dtype_bytes, self.ssm_state_dtype_bytes)
-                   for s in self.states)
+        return sum(
+            s.bytes_per_sequence(self.tp, self.conv_state_dtype_bytes, self.ssm_state_dtype_bytes) for s in self.states
+        )
 
     @property
     def weights_bytes_per_rank(self) -> int:
@@ -268,45 +298,72 @@ class ModelMemory:
         else:
             split = "" if self.tp == 1 else f" (max(1, {self.num_kv_heads} // tp {self.tp}))"
             kv = f"2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim {self.head_dim}"
-        kinds = ((self.full_attention_layers, "full-attention"),
-                 (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"),
-                 *((s.layers, s.kind) for s in self.states))
+        kinds = (
+            (self.full_attention_layers, "full-attention"),
+            (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"),
+            *((s.layers, s.kind) for s in self.states),
+        )
         summary = ", ".join(f"{n} {k}" for n, k in kinds if n)
         source = f" (from {self.layer_source})" if self.layer_source else ""
-        capped = (f"; the {self.sliding_attention_layers} sliding layers hold at most {self.sliding_window} tokens "
-                  "per sequence" if self.sliding_attention_layers else "")
+        capped = (
+            f"; the {self.sliding_attention_layers} sliding layers hold at most {self.sliding_window} tokens "
+            "per sequence"
+            if self.sliding_attention_layers
+            else ""
+        )
         lines = [
             f"model: {self.model_type}, {self.num_layers} layers: {summary}{source}",
             f"attention: {self.attention.upper()}, {self.num_attention_heads} heads; tensor parallel {self.tp}",
-            (f"KV per token per layer: {kv} x {self.kv_dtype} {self.kv_dtype_bytes} B = "
-             f"{self.kv_layer_bytes_per_token} B"),
-            (f"KV per token: {self.attention_layers} attention layers x {self.kv_layer_bytes_per_token} B = "
-             f"{self.kv_bytes_per_token} B{capped}"),
+            (
+                f"KV per token per layer: {kv} x {self.kv_dtype} {self.kv_dtype_bytes} B = "
+                f"{self.kv_layer_bytes_per_token} B"
+            ),
+            (
+                f"KV per token: {self.attention_layers} attention layers x {self.kv_layer_bytes_per_token} B = "
+                f"{self.kv_bytes_per_token} B{capped}"
+            ),
         ]
         for s in self.states:
             each = s.bytes_per_sequence(self.tp, self.conv_state_dtype_bytes, self.ssm_state_dtype_bytes)
-            lines.append(f"state per sequence, {s.kind}: {s.layers} layers x ({s.conv_text} x "
-                         f"{self.conv_state_dtype_bytes} B + {s.ssm_text} x {self.ssm_state_dtype_bytes} B) / tp "
-                         f"{self.tp} = {each} B")
+            lines.append(
+                f"state per sequence, {s.kind}: {s.layers} layers x ({s.conv_text} x "
+                f"{self.conv_state_dtype_bytes} B + {s.ssm_text} x {self.ssm_state_dtype_bytes} B) / tp "
+                f"{self.tp} = {each} B"
+            )
         per_rank = f"; per rank {format_size(self.weights_bytes_per_rank)}" if self.tp > 1 else ""
-        lines.append(f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source})"
-                     f"{per_rank}")
+        lines.append(
+            f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source}){per_rank}"
+        )
         lines += [f"note: {note}" for note in self.notes]
         return lines
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "model_type": self.model_type, "num_layers": self.num_layers,
+            "model_type": self.model_type,
+            "num_layers": self.num_layers,
             "full_attention_layers": self.full_attention_layers,
-            "sliding_attention_layers": self.sliding_attention_layers, "sliding_window": self.sliding_window,
-            "recurrent_layers": {s.kind: s.layers for s in self.states}, "layer_source": self.layer_source,
-            "attention": self.attention, "num_attention_heads": self.num_attention_heads,
-            "num_kv_heads": self.num_kv_heads, "kv_heads_per_rank": self.kv_heads_per_rank, "head_dim": self.head_dim,
-            "dtype": self.dtype, "kv_dtype": self.kv_dtype, "kv_dtype_bytes": self.kv_dtype_bytes, "tp": self.tp,
-            "kv_layer_bytes_per_token": self.kv_layer_bytes_per_token, "kv_bytes_per_token": self.kv_bytes_per_token,
-            "state_bytes_per_sequence": self.state_bytes_per_sequence, "weights_bytes": self.weights_bytes,
-            "weights_bytes_per_rank": self.weights_bytes_per_rank, "weights_source": self.weights_source,
-            "weights_estimated": self.weights_estimated, "max_context": self.max_context, "notes": list(self.notes),
+            "sliding_attention_layers": self.sliding_attention_layers,
+            "sliding_window": self.sliding_window,
+            "recurrent_layers": {s.kind: s.layers for s in self.states},
+            "layer_source": self.layer_source,
+            "attention": self.attention,
+            "num_attention_heads": self.num_attention_heads,
+            "num_kv_heads": self.num_kv_heads,
+            "kv_heads_per_rank": self.kv_heads_per_rank,
+            "head_dim": self.head_dim,
+            "dtype": self.dtype,
+            "kv_dtype": self.kv_dtype,
+            "kv_dtype_bytes": self.kv_dtype_bytes,
+            "tp": self.tp,
+            "kv_layer_bytes_per_token": self.kv_layer_bytes_per_token,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "weights_bytes": self.weights_bytes,
+            "weights_bytes_per_rank": self.weights_bytes_per_rank,
+            "weights_source": self.weights_source,
+            "weights_estimated": self.weights_estimated,
+            "max_context": self.max_context,
+            "notes": list(self.notes),
         }
 
 
@@ -328,8 +385,9 @@ def _read_config(path: str | os.PathLike) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text())
     except FileNotFoundError:
-        raise ModelConfigError(f"no model config at {str(file)!r}: give a config.json or a folder holding "
-                               "one") from None
+        raise ModelConfigError(
+            f"no model config at {str(file)!r}: give a config.json or a folder holding one"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelConfigError(f"{str(file)!r} is not a readable JSON config: {exc}") from None
     if not isinstance(data, dict):
@@ -363,8 +421,11 @@ def checkpoint_weights(folder: str | os.PathLike) -> tuple[int, str] | None:
         if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
             raise ModelConfigError(f"{str(index)!r}: metadata.total_size must be a byte count > 0, got {total!r}")
         return total, "model.safetensors.index.json metadata.total_size"
-    files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else sorted(
-        folder.glob("model-*-of-*.safetensors"))
+    files = (
+        [folder / "model.safetensors"]
+        if (folder / "model.safetensors").is_file()
+        else sorted(folder.glob("model-*-of-*.safetensors"))
+    )
     if not files:
         return None
     return sum(_safetensors_data_bytes(f) for f in files), f"tensor bytes of {len(files)} safetensors file(s)"
@@ -380,8 +441,10 @@ class _Config:
         if self.nested:
             merged.update({k: raw[k] for k in _INHERITED if k in raw and merged.get(k) is None})
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
-        self.values = {**_FAMILY_DEFAULTS.get(self.model_type or "", {}),
-                       **{k: v for k, v in merged.items() if v is not None}}
+        self.values = {
+            **_FAMILY_DEFAULTS.get(self.model_type or "", {}),
+            **{k: v for k, v in merged.items() if v is not None},
+        }
 
     def has(self, key: str) -> bool:
         return key in self.values
@@ -394,7 +457,10 @@ class _Config:
         if absent:
             raise UnknownArchitectureError(
                 f"config of model_type {self.model_type!r} lacks {', '.join(absent)}, which {why} needs; "
-                "devmem does not guess them", self.model_type, tuple(absent))
+                "devmem does not guess them",
+                self.model_type,
+                tuple(absent),
+            )
 
     def int(self, key: str, *, positive: bool = True, why: str = "sizing") -> int:
         self.require(key, why=why)
@@ -409,6 +475,7 @@ class _Config:
 
 def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     """Each layer's kind and which config keys said so."""
+
     def listed(key: str, table: Mapping[str, str]) -> list[str]:
         values = c.values[key]
         if not isinstance(values, list) or len(values) != layers:
@@ -417,7 +484,10 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         if unknown:
             raise UnknownArchitectureError(
                 f"config of model_type {c.model_type!r}: {key} holds {', '.join(unknown)}, layers devmem "
-                f"does not model (known: {', '.join(table)})", c.model_type, (key,))
+                f"does not model (known: {', '.join(table)})",
+                c.model_type,
+                (key,),
+            )
         return [table[v] for v in values]
 
     if c.has("layer_types"):
@@ -426,12 +496,16 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         return listed("layers_block_type", _BLOCK_TYPES), "layers_block_type"
     if c.has("attn_layer_period") or c.has("attn_layer_offset"):
         period, offset = c.int("attn_layer_period"), c.int("attn_layer_offset", positive=False)
-        return ([FULL if i % period == offset else MAMBA for i in range(layers)],
-                f"attn_layer_period {period}, attn_layer_offset {offset}")
+        return (
+            [FULL if i % period == offset else MAMBA for i in range(layers)],
+            f"attn_layer_period {period}, attn_layer_offset {offset}",
+        )
     if c.has("full_attention_interval") and c.has("linear_num_value_heads"):
         interval = c.int("full_attention_interval")
-        return ([FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers)],
-                f"full_attention_interval {interval}")
+        return (
+            [FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers)],
+            f"full_attention_interval {interval}",
+        )
     if not c.has("sliding_window"):
         return [FULL] * layers, ""
     if c.model_type == "gemma2":
@@ -454,19 +528,39 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
         c.require("hidden_size", "mamba_d_state", "mamba_d_conv", "mamba_expand", why="the Mamba state per sequence")
         inner = c.int("mamba_expand") * c.int("hidden_size")
         d_state, d_conv = c.int("mamba_d_state"), c.int("mamba_d_conv")
-        states.append(RecurrentState(
-            MAMBA, kinds.count(MAMBA), inner * (d_conv - 1), inner * d_state, (("Mamba inner size", inner),),
-            f"conv {inner} x (d_conv {d_conv} - 1)", f"ssm {inner} x d_state {d_state}"))
+        states.append(
+            RecurrentState(
+                MAMBA,
+                kinds.count(MAMBA),
+                inner * (d_conv - 1),
+                inner * d_state,
+                (("Mamba inner size", inner),),
+                f"conv {inner} x (d_conv {d_conv} - 1)",
+                f"ssm {inner} x d_state {d_state}",
+            )
+        )
     if LINEAR in kinds:
-        keys = ("linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim",
-                "linear_conv_kernel_dim")
+        keys = (
+            "linear_num_key_heads",
+            "linear_key_head_dim",
+            "linear_num_value_heads",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+        )
         c.require(*keys, why="the linear-attention state per sequence")
         nk, dk, nv, dv, kernel = (c.int(k) for k in keys)
         conv = 2 * nk * dk + nv * dv
-        states.append(RecurrentState(
-            LINEAR, kinds.count(LINEAR), conv * (kernel - 1), nv * dk * dv,
-            (("linear key heads", nk), ("linear value heads", nv)),
-            f"conv (2 x {nk} x {dk} + {nv} x {dv}) x (kernel {kernel} - 1)", f"state {nv} x {dk} x {dv}"))
+        states.append(
+            RecurrentState(
+                LINEAR,
+                kinds.count(LINEAR),
+                conv * (kernel - 1),
+                nv * dk * dv,
+                (("linear key heads", nk), ("linear value heads", nv)),
+                f"conv (2 x {nk} x {dk} + {nv} x {dv}) x (kernel {kernel} - 1)",
+                f"state {nv} x {dk} x {dv}",
+            )
+        )
     return tuple(states)
 
 
@@ -484,14 +578,18 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         if hidden % heads:
             raise UnknownArchitectureError(
                 f"config of model_type {c.model_type!r} has no head_dim and hidden_size {hidden} is not a multiple of "
-                f"num_attention_heads {heads}", c.model_type, ("head_dim",))
+                f"num_attention_heads {heads}",
+                c.model_type,
+                ("head_dim",),
+            )
         head_dim = hidden // heads
     if c.has("num_key_value_heads"):
         kv = c.int("num_key_value_heads")
     else:
         kv = heads
-        notes.append("num_key_value_heads is absent: every attention head has its own K and V (as transformers "
-                     "reads it)")
+        notes.append(
+            "num_key_value_heads is absent: every attention head has its own K and V (as transformers reads it)"
+        )
     if heads % kv:
         raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
@@ -500,6 +598,7 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
 
 def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     """``(matrix parameters, other parameters)`` of one layer's MLP or mixture of experts."""
+
     def dense() -> int:
         return 3 * hidden * c.int("intermediate_size", why="the weights estimate")
 
@@ -525,8 +624,10 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
         if layer in dense_layers or (layer + 1) % step:
             return dense(), 0
         shared = c.get_int("shared_expert_intermediate_size", 0)
-        return (experts * 3 * hidden * c.int("moe_intermediate_size") + 3 * hidden * shared,
-                hidden * experts + (hidden if shared else 0))
+        return (
+            experts * 3 * hidden * c.int("moe_intermediate_size") + 3 * hidden * shared,
+            hidden * experts + (hidden if shared else 0),
+        )
     return dense(), 0
 
 
@@ -567,8 +668,9 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
     return mlp + matrices, router + norms + bias + qk_norm
 
 
-def _estimate_weights(c: _Config, kinds: list[str], attention: tuple[str, int, int, int],
-                     dtype_bytes: int) -> tuple[int, list[str]]:
+def _estimate_weights(
+    c: _Config, kinds: list[str], attention: tuple[str, int, int, int], dtype_bytes: int
+) -> tuple[int, list[str]]:
     """Bytes of the weights a config describes, counted matrix by matrix, and notes on what is approximate.
 
     Embeddings (and the output head unless tied), per layer the attention or recurrent projections, the MLP or
@@ -591,40 +693,64 @@ def _estimate_weights(c: _Config, kinds: list[str], attention: tuple[str, int, i
         elif isinstance(given, int) and not isinstance(given, bool) and 0 < given <= 32:
             bits = given
         else:
-            notes.append(f"quantization_config (quant_method {method!r}) is not modelled: the estimate counts "
-                         "the weight matrices at the model dtype and overstates them")
+            notes.append(
+                f"quantization_config (quant_method {method!r}) is not modelled: the estimate counts "
+                "the weight matrices at the model dtype and overstates them"
+            )
         if bits != dtype_bytes * 8:
-            notes.append(f"weight matrices counted at {bits} bits (quantization_config, quant_method {method!r}); "
-                         "quantization scales are not counted")
+            notes.append(
+                f"weight matrices counted at {bits} bits (quantization_config, quant_method {method!r}); "
+                "quantization scales are not counted"
+            )
     if c.get_int("num_nextn_predict_layers", 0) or c.get_int("mtp_num_hidden_layers", 0):
         notes.append("multi-token-prediction layers are not counted (engines load them only for speculative decoding)")
     return -(-matrices * bits // 8) + other * dtype_bytes, notes
 
 
-def _build(raw: Mapping[str, Any], *, kv_dtype: str, tp: int, dtype: str | None, state_dtype: str,
-           weights_bytes: int | None, weights_source: str | None) -> ModelMemory:
+def _build(
+    raw: Mapping[str, Any],
+    *,
+    kv_dtype: str,
+    tp: int,
+    dtype: str | None,
+    state_dtype: str,
+    weights_bytes: int | None,
+    weights_source: str | None,
+) -> ModelMemory:
     c = _Config(raw)
     if c.model_type is None:
-        raise UnknownArchitectureError("config has no model_type: it is not a Hugging Face model config",
-                                       None, ("model_type",))
+        raise UnknownArchitectureError(
+            "config has no model_type: it is not a Hugging Face model config", None, ("model_type",)
+        )
     refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False)]
     if refused:
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(refused)}: "
-            f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model", c.model_type, tuple(refused))
-    c.require("num_hidden_layers", "num_attention_heads", *([] if c.has("head_dim") or c.has("kv_lora_rank") else
-                                                             ["hidden_size"]), why="the KV cache per token")
+            f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model",
+            c.model_type,
+            tuple(refused),
+        )
+    c.require(
+        "num_hidden_layers",
+        "num_attention_heads",
+        *([] if c.has("head_dim") or c.has("kv_lora_rank") else ["hidden_size"]),
+        why="the KV cache per token",
+    )
     layers = c.int("num_hidden_layers")
     if layers > MAX_LAYERS:
-        raise ModelConfigError(f"config key num_hidden_layers={layers} is more layers than devmem sizes "
-                               f"(at most {MAX_LAYERS})")
+        raise ModelConfigError(
+            f"config key num_hidden_layers={layers} is more layers than devmem sizes (at most {MAX_LAYERS})"
+        )
     given_dtype = dtype if dtype is not None else c.values.get("torch_dtype", c.values.get("dtype"))
     if given_dtype is None:
         raise UnknownArchitectureError(
-            f"config of model_type {c.model_type!r} names no dtype (torch_dtype or dtype): give one (dtype=, "
-            "--dtype)", c.model_type, ("torch_dtype",))
-    model_dtype, model_bytes = _dtype(given_dtype, "model dtype" if dtype is not None else
-                                      "the config's dtype (give another with dtype= or --dtype)")
+            f"config of model_type {c.model_type!r} names no dtype (torch_dtype or dtype): give one (dtype=, --dtype)",
+            c.model_type,
+            ("torch_dtype",),
+        )
+    model_dtype, model_bytes = _dtype(
+        given_dtype, "model dtype" if dtype is not None else "the config's dtype (give another with dtype= or --dtype)"
+    )
     if kv_dtype not in KV_DTYPES:
         raise ModelConfigError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
     kv_name, kv_bytes = (model_dtype, model_bytes) if kv_dtype == "auto" else _dtype(kv_dtype, "kv_dtype")
@@ -633,8 +759,11 @@ def _build(raw: Mapping[str, Any], *, kv_dtype: str, tp: int, dtype: str | None,
     ssm_bytes = _dtype(c.values[ssm_key], ssm_key)[1] if ssm_key and state_dtype == "auto" else conv_bytes
     kinds, source = _layer_kinds(c, layers)
     if FULL not in kinds and SLIDING not in kinds:
-        raise UnknownArchitectureError(f"config of model_type {c.model_type!r} has no attention layer: a KV cache of "
-                                       "tokens does not apply", c.model_type, ("layer_types",))
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} has no attention layer: a KV cache of tokens does not apply",
+            c.model_type,
+            ("layer_types",),
+        )
     style, heads, kv, head_dim, notes = _attention_shape(c)
     window = c.int("sliding_window") if SLIDING in kinds else None
     states = _recurrent_states(c, kinds)
@@ -645,17 +774,34 @@ def _build(raw: Mapping[str, Any], *, kv_dtype: str, tp: int, dtype: str | None,
     elif isinstance(weights_bytes, bool) or not isinstance(weights_bytes, int) or weights_bytes < 0:
         raise ModelConfigError(f"weights_bytes must be a byte count >= 0, got {weights_bytes!r}")
     if style == "mla" and kv_name == "fp8":
-        notes.append("fp8 MLA counted at 1 byte per latent element; FlashMLA's fp8 layout (656 B per token per "
-                     "layer for DeepSeek-V3) is not modelled")
+        notes.append(
+            "fp8 MLA counted at 1 byte per latent element; FlashMLA's fp8 layout (656 B per token per "
+            "layer for DeepSeek-V3) is not modelled"
+        )
     if ssm_key and state_dtype == "auto" and ssm_bytes != conv_bytes:
         notes.append(f"the SSM state is {c.values[ssm_key]} ({ssm_key}); the convolution state {conv_name}")
     max_context = c.values.get("max_position_embeddings")
     return ModelMemory(
-        model_type=c.model_type, num_layers=layers, full_attention_layers=kinds.count(FULL),
-        sliding_attention_layers=kinds.count(SLIDING), sliding_window=window, attention=style,
-        num_attention_heads=heads, num_kv_heads=kv, head_dim=head_dim, dtype=model_dtype, dtype_bytes=model_bytes,
-        kv_dtype=kv_name, kv_dtype_bytes=kv_bytes, states=states, conv_state_dtype_bytes=conv_bytes,
-        ssm_state_dtype_bytes=ssm_bytes, weights_bytes=weights_bytes,
-        weights_source=weights_source or "given", tp=tp, layer_source=source, notes=tuple(notes),
+        model_type=c.model_type,
+        num_layers=layers,
+        full_attention_layers=kinds.count(FULL),
+        sliding_attention_layers=kinds.count(SLIDING),
+        sliding_window=window,
+        attention=style,
+        num_attention_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        dtype=model_dtype,
+        dtype_bytes=model_bytes,
+        kv_dtype=kv_name,
+        kv_dtype_bytes=kv_bytes,
+        states=states,
+        conv_state_dtype_bytes=conv_bytes,
+        ssm_state_dtype_bytes=ssm_bytes,
+        weights_bytes=weights_bytes,
+        weights_source=weights_source or "given",
+        tp=tp,
+        layer_source=source,
+        notes=tuple(notes),
         max_context=max_context if isinstance(max_context, int) and not isinstance(max_context, bool) else None,
     )

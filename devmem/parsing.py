@@ -46,6 +46,7 @@ def require_int(text: object, source: str, *, signed: bool = False, max_digits: 
     value = parse_int(text, signed=signed, max_digits=max_digits)
     if value is None:
         sign = "an optional sign and " if signed else ""
-        raise DevmemError(f"{source}: {shown(text)} is not a whole number: expected {sign}1 to {max_digits} ASCII "
-                          "digits")
+        raise DevmemError(
+            f"{source}: {shown(text)} is not a whole number: expected {sign}1 to {max_digits} ASCII digits"
+        )
     return value

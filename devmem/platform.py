@@ -147,9 +147,23 @@ class Platform(Protocol):
 
 
 #: Every member of :class:`Platform`, for error messages that name what a platform lacks.
-CONTRACT = ("name", "torch_device", "dist_backend", "device_count", "memory", "device_memory_info", "process_memory",
-            "get_process_memory_usage", "process_memory_reason", "is_integrated_gpu", "pages_instead_of_failing",
-            "device_name", "other_processes_memory", "memory_sources", "notes")
+CONTRACT = (
+    "name",
+    "torch_device",
+    "dist_backend",
+    "device_count",
+    "memory",
+    "device_memory_info",
+    "process_memory",
+    "get_process_memory_usage",
+    "process_memory_reason",
+    "is_integrated_gpu",
+    "pages_instead_of_failing",
+    "device_name",
+    "other_processes_memory",
+    "memory_sources",
+    "notes",
+)
 
 
 class PlatformBase:
@@ -178,8 +192,9 @@ class PlatformBase:
         raise NotImplementedError
 
     def _process_memory(self, device: int) -> ProcessMemory:
-        return ProcessMemory.unknown(ReasonKind.NOT_ATTRIBUTED,
-                                     f"{self.name} does not attribute device memory to processes")
+        return ProcessMemory.unknown(
+            ReasonKind.NOT_ATTRIBUTED, f"{self.name} does not attribute device memory to processes"
+        )
 
     def _device_name(self, device: int) -> str:
         return f"{self.name}:{device}"
@@ -201,8 +216,10 @@ class PlatformBase:
                 raise TypeError
             device = operator.index(device)  # an int, or a numpy integer
         except TypeError:
-            raise DevmemError(f"{self.name}: a device index must be an int, got {shown(device)} of type "
-                              f"{type(device).__name__}; valid indices: {valid}") from None
+            raise DevmemError(
+                f"{self.name}: a device index must be an int, got {shown(device)} of type "
+                f"{type(device).__name__}; valid indices: {valid}"
+            ) from None
         if not 0 <= device < count:
             raise DevmemError(f"{self.name}: device index {shown(device)} is out of range; valid indices: {valid}")
         return int(device)

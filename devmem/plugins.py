@@ -80,14 +80,19 @@ def _duplicate_notes(regs: list[Registration]) -> dict[int, str]:
             continue
         providers = ", ".join(f"{r.distribution} (plugin {r.plugin!r}, priority {r.spec.priority})" for r in others)
         if any(r.spec.priority == reg.spec.priority for r in others):
-            notes[i] = (f"platform {reg.spec.name!r} is also provided by {providers} at the same priority: "
-                        "an error if chosen; uninstall one")
+            notes[i] = (
+                f"platform {reg.spec.name!r} is also provided by {providers} at the same priority: "
+                "an error if chosen; uninstall one"
+            )
         elif all(r.spec.priority < reg.spec.priority for r in others):
-            notes[i] = (f"platform {reg.spec.name!r} is also provided by {providers}: this one wins where detected "
-                        "(higher priority)")
+            notes[i] = (
+                f"platform {reg.spec.name!r} is also provided by {providers}: this one wins where detected "
+                "(higher priority)"
+            )
         else:
-            notes[i] = (f"platform {reg.spec.name!r} is also provided by {providers}: the higher priority wins "
-                        "where detected")
+            notes[i] = (
+                f"platform {reg.spec.name!r} is also provided by {providers}: the higher priority wins where detected"
+            )
     return notes
 
 
@@ -96,43 +101,61 @@ def _resolve_candidates() -> _Resolution:
     allow = AllowList.from_environ()
     plugins = load_plugins(eps, allow)
     regs = admitted(collect(plugins), eps, allow)
-    excluded = sorted({ep.name for ep in eps if allow is not None and not allow.admits_plugin(ep.name)}
-                      - {r.plugin for r in regs})
+    excluded = sorted(
+        {ep.name for ep in eps if allow is not None and not allow.admits_plugin(ep.name)} - {r.plugin for r in regs}
+    )
     timeout = detect_timeout()
     notes = _duplicate_notes(regs)
     probed = []
     for i, reg in enumerate(regs):
         det = probe(reg, timeout)
-        cand = Candidate(reg.spec.name, reg.spec.priority, reg.plugin, reg.distribution, reg.version,
-                         det.detected, det.reason, description=reg.spec.description,
-                         runtime_markers=reg.spec.runtime_markers, note=notes.get(i, ""),
-                         action=det.action)
+        cand = Candidate(
+            reg.spec.name,
+            reg.spec.priority,
+            reg.plugin,
+            reg.distribution,
+            reg.version,
+            det.detected,
+            det.reason,
+            description=reg.spec.description,
+            runtime_markers=reg.spec.runtime_markers,
+            note=notes.get(i, ""),
+            action=det.action,
+        )
         probed.append((cand, reg))
     probed.sort(key=lambda pair: (-pair[0].priority, pair[0].name, pair[0].distribution))
     return _Resolution(probed, excluded, allow)
 
 
 def _listing(cands: list[Candidate]) -> str:
-    return "; ".join(
-        f"{c.name} (from {c.distribution}): {'detected' if c.detected else 'not detected'}, {c.reason}" for c in cands
-    ) or "none"
+    return (
+        "; ".join(
+            f"{c.name} (from {c.distribution}): {'detected' if c.detected else 'not detected'}, {c.reason}"
+            for c in cands
+        )
+        or "none"
+    )
 
 
 def _same_name_tie(top: Candidate, cands: list[Candidate]) -> None:
     rivals = [c for c in cands if c.name == top.name and c.priority == top.priority]
     if len(rivals) > 1:
-        raise PluginError(f"platform {top.name!r} is provided with priority {top.priority} by "
-                          f"{' and '.join(repr(c.distribution) for c in rivals)}: devmem cannot tell which to use; "
-                          "uninstall one of them")
+        raise PluginError(
+            f"platform {top.name!r} is provided with priority {top.priority} by "
+            f"{' and '.join(repr(c.distribution) for c in rivals)}: devmem cannot tell which to use; "
+            "uninstall one of them"
+        )
 
 
 def _unknown_forced(forced: str, res: _Resolution) -> PluginError:
     cands = [c for c, _ in res.probed]
     message = f"DEVMEM_PLATFORM={forced!r} names no registered platform. Registered: {_listing(cands)}."
     if res.allow is not None and res.excluded:
-        return PluginError(f"{message} DEVMEM_LOAD_PLUGINS={res.allow.text()!r} excludes the installed plugins "
-                           f"{', '.join(res.excluded)}: add {forced!r} (or the plugin providing it) to "
-                           "DEVMEM_LOAD_PLUGINS, or unset it.")
+        return PluginError(
+            f"{message} DEVMEM_LOAD_PLUGINS={res.allow.text()!r} excludes the installed plugins "
+            f"{', '.join(res.excluded)}: add {forced!r} (or the plugin providing it) to "
+            "DEVMEM_LOAD_PLUGINS, or unset it."
+        )
     return PluginError(f"{message} Install the backend that provides it, or unset DEVMEM_PLATFORM.")
 
 
@@ -160,8 +183,10 @@ def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
     tied = [c for c in detected if c.priority == top.priority]
     if len(tied) > 1:
         who = " and ".join(f"{c.name!r} (from {c.distribution})" for c in tied)
-        raise PluginError(f"platforms {who} are both detected with priority {top.priority}; "
-                          "set DEVMEM_PLATFORM to the one you want, or uninstall the other")
+        raise PluginError(
+            f"platforms {who} are both detected with priority {top.priority}; "
+            "set DEVMEM_PLATFORM to the one you want, or uninstall the other"
+        )
     return top
 
 
@@ -204,8 +229,10 @@ def _build(res: _Resolution) -> Platform:
         reg = res.probed[index][1]
         platform, exc = isolated(reg.spec.factory)
         if exc is not None:
-            message = (f"platform {choice.name!r} from distribution {choice.distribution!r} was detected "
-                       f"but could not be built: {described(exc)}")
+            message = (
+                f"platform {choice.name!r} from distribution {choice.distribution!r} was detected "
+                f"but could not be built: {described(exc)}"
+            )
             if forced or choice.name == BUILTIN:
                 raise PluginError(message + ". Name another platform with DEVMEM_PLATFORM.") from exc
             warn("devmem: %s; trying the next candidate", message)
@@ -213,9 +240,11 @@ def _build(res: _Resolution) -> Platform:
             continue
         if not isinstance(platform, Platform):
             missing = [m for m in CONTRACT if not hasattr(platform, m)]
-            raise PluginError(f"platform {choice.name!r} from distribution {choice.distribution!r}: "
-                              f"factory returned {platform!r}, which lacks {', '.join(missing)} of devmem.Platform; "
-                              "subclass devmem.PlatformBase, which has every member")
+            raise PluginError(
+                f"platform {choice.name!r} from distribution {choice.distribution!r}: "
+                f"factory returned {platform!r}, which lacks {', '.join(missing)} of devmem.Platform; "
+                "subclass devmem.PlatformBase, which has every member"
+            )
         debug("devmem: chose platform %r from %r (%s)", choice.name, choice.distribution, choice.reason)
         return platform
 

@@ -70,8 +70,7 @@ class MemorySnapshot:
         notes = []
         if process is None:
             why = platform.process_memory_reason(device)
-            notes.append(f"{platform.name} cannot attribute device memory to processes"
-                         + (f": {why}" if why else ""))
+            notes.append(f"{platform.name} cannot attribute device memory to processes" + (f": {why}" if why else ""))
         module, why_not = device_module(platform)
         allocated = reserved = peak = reserved_peak = 0
         if module is not None:
@@ -81,8 +80,19 @@ class MemorySnapshot:
             reserved_peak = module.max_memory_reserved(device)
         elif why_not:
             notes.append(why_not)
-        return cls(device, info.free, info.total, process, allocated, reserved, peak, reserved_peak, time.time(),
-                   module is not None, tuple(notes))
+        return cls(
+            device,
+            info.free,
+            info.total,
+            process,
+            allocated,
+            reserved,
+            peak,
+            reserved_peak,
+            time.time(),
+            module is not None,
+            tuple(notes),
+        )
 
     @property
     def used(self) -> int:
@@ -96,11 +106,17 @@ class MemorySnapshot:
             raise ValueError(f"cannot subtract a snapshot of device {other.device} from one of device {self.device}")
         process = None if self.process is None or other.process is None else self.process - other.process
         return MemorySnapshot(
-            self.device, self.free - other.free, self.total - other.total, process,
-            self.torch_allocated - other.torch_allocated, self.torch_reserved - other.torch_reserved,
-            self.torch_peak - other.torch_peak, self.torch_reserved_peak - other.torch_reserved_peak,
+            self.device,
+            self.free - other.free,
+            self.total - other.total,
+            process,
+            self.torch_allocated - other.torch_allocated,
+            self.torch_reserved - other.torch_reserved,
+            self.torch_peak - other.torch_peak,
+            self.torch_reserved_peak - other.torch_reserved_peak,
             self.timestamp - other.timestamp,
-            self.torch_measured and other.torch_measured, self.notes,
+            self.torch_measured and other.torch_measured,
+            self.notes,
         )
 
 
@@ -135,9 +151,11 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
         raise DevmemError(f"requested must be a whole number of bytes in [0, 2**64) (int), got {shown(requested)}")
     total = snapshot.total
     if isinstance(total, bool) or not isinstance(total, numbers.Integral) or not 0 < total < MAX_BYTES:
-        raise DevmemError(f"device {snapshot.device}: the snapshot's total memory is {shown(total)}, not a "
-                          "positive number of bytes below 2**64: the platform's reading is broken (see "
-                          "`devmem doctor`)")
+        raise DevmemError(
+            f"device {snapshot.device}: the snapshot's total memory is {shown(total)}, not a "
+            "positive number of bytes below 2**64: the platform's reading is broken (see "
+            "`devmem doctor`)"
+        )
     requested, total, free = int(requested), int(snapshot.total), max(0, int(snapshot.free))
     if free >= requested:
         return
@@ -149,18 +167,28 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     if others is None:
         held = f"{format_size(used)} is in use"
     elif others < 0:
-        held = (f"{format_size(used)} is in use; what other processes hold is unknown (this process's own figure, "
-                f"{format_size(snapshot.process)}, exceeds it)")
+        held = (
+            f"{format_size(used)} is in use; what other processes hold is unknown (this process's own figure, "
+            f"{format_size(snapshot.process)}, exceeds it)"
+        )
     else:
         held = f"other processes hold {format_size(others)}"
-    advice = (f"Lower the utilization to at most {fits:.3f}, or stop processes using the device" if fits > 0 else
-              "No utilization fits: stop processes using the device")
+    advice = (
+        f"Lower the utilization to at most {fits:.3f}, or stop processes using the device"
+        if fits > 0
+        else "No utilization fits: stop processes using the device"
+    )
     raise NotEnoughMemoryError(
         f"device {snapshot.device} ({name}): free memory at start, {format_size(free)}, is less than the "
         f"requested {format_size(requested)} ({requested / total:.3f} of the total "
         f"{format_size(total)}); {held}. {advice}",
-        {"free": free, "requested": requested, "total": total, "process": snapshot.process,
-         "utilization_that_fits": fits},
+        {
+            "free": free,
+            "requested": requested,
+            "total": total,
+            "process": snapshot.process,
+            "utilization_that_fits": fits,
+        },
     )
 
 
@@ -219,12 +247,16 @@ class ProfileResult:
         a pass that did not finish says nothing about the pass that will run.
         """
         if self.error is not None:
-            raise DevmemError(f"the profile window on device {self.baseline.device} ended with an exception "
-                              f"({self.error}); its figures describe a pass that did not finish and cannot size a "
-                              "KV cache: fix the failure and profile again")
+            raise DevmemError(
+                f"the profile window on device {self.baseline.device} ended with an exception "
+                f"({self.error}); its figures describe a pass that did not finish and cannot size a "
+                "KV cache: fix the failure and profile again"
+            )
         if self.after_profile is None:
-            raise DevmemError(f"the profile window on device {self.baseline.device} is still open: call "
-                              "plan_inputs() after the `with memory_profiling(...)` block has exited")
+            raise DevmemError(
+                f"the profile window on device {self.baseline.device} is still open: call "
+                "plan_inputs() after the `with memory_profiling(...)` block has exited"
+            )
         others = self.other_processes_delta
         return {
             "consumed": self.total_consumed,
@@ -236,8 +268,11 @@ class ProfileResult:
         }
 
     def as_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("baseline", "before_profile", "after_profile")}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("baseline", "before_profile", "after_profile")
+        }
 
 
 def _consumed(result: ProfileResult, own: int, after: MemorySnapshot) -> int:
@@ -246,21 +281,28 @@ def _consumed(result: ProfileResult, own: int, after: MemorySnapshot) -> int:
     bounds = {"the declared weights_memory": result.weights_memory}
     if baseline.torch_measured and after.torch_measured:
         bounds["the growth of torch's reserved memory since the baseline"] = (
-            after.torch_reserved - baseline.torch_reserved)
+            after.torch_reserved - baseline.torch_reserved
+        )
     name, bound = max(bounds.items(), key=lambda item: item[1])
     if bound > max(0, own):
-        cause = ("the baseline was taken after memory was allocated?" if result.process_scoped else
-                 "other processes freed memory during the window")
-        result.notes.append(f"the measured growth, {format_size(own)}, is below {name}, {format_size(bound)} "
-                            f"({cause}); total_consumed is taken as that lower bound")
+        cause = (
+            "the baseline was taken after memory was allocated?"
+            if result.process_scoped
+            else "other processes freed memory during the window"
+        )
+        result.notes.append(
+            f"the measured growth, {format_size(own)}, is below {name}, {format_size(bound)} "
+            f"({cause}); total_consumed is taken as that lower bound"
+        )
         return bound
     if own < 0:
         result.notes.append(f"memory fell by {format_size(-own)} over the window; total_consumed is taken as 0")
     return max(0, own)
 
 
-def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot, peaks: tuple[int, int],
-            platform: Platform) -> None:
+def _finish(
+    result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot, peaks: tuple[int, int], platform: Platform
+) -> None:
     baseline = result.baseline
     result.after_profile = after
     result.device_wide_consumed = baseline.free - after.free
@@ -271,12 +313,18 @@ def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot
         if abs(result.other_processes_delta) >= WARN_DIFFERENCE:
             log.warning(
                 "devmem: while profiling device %d, device-wide use changed by %s but this process's own by %s: "
-                "other processes moved %s; sizing uses this process's own figure", after.device,
-                format_size(result.device_wide_consumed), format_size(own), format_size(result.other_processes_delta))
+                "other processes moved %s; sizing uses this process's own figure",
+                after.device,
+                format_size(result.device_wide_consumed),
+                format_size(own),
+                format_size(result.other_processes_delta),
+            )
     else:
         own = result.device_wide_consumed
-        result.notes.append(f"{platform.name} gives no per-process figure: total_consumed is the device-wide drop of "
-                            "free memory, which also counts what other processes allocated or freed meanwhile")
+        result.notes.append(
+            f"{platform.name} gives no per-process figure: total_consumed is the device-wide drop of "
+            "free memory, which also counts what other processes allocated or freed meanwhile"
+        )
     result.total_consumed = _consumed(result, own, after)
     result.torch_measured = before.torch_measured and after.torch_measured
     allocated_peak, reserved_peak = peaks
@@ -291,7 +339,8 @@ def _finish(result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot
             f"{format_size(reserved_peak)} at its peak and kept {format_size(after.torch_reserved)}; the next pass "
             f"reserves the difference again (its allocated peak over what stays allocated is "
             f"{format_size(result.transient_allocated_bytes)}; expandable segments "
-            f"{'on' if result.expandable_segments else 'off'})")
+            f"{'on' if result.expandable_segments else 'off'})"
+        )
     result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
     result.non_kv_cache_memory = result.total_consumed + result.transient_peak_bytes
     result.notes.extend(n for n in after.notes if n not in result.notes)
@@ -337,8 +386,9 @@ _WINDOWS = _OpenWindows()
 
 
 @contextmanager
-def memory_profiling(baseline: MemorySnapshot, weights_memory: int = 0,
-                     platform: Platform | None = None) -> Iterator[ProfileResult]:
+def memory_profiling(
+    baseline: MemorySnapshot, weights_memory: int = 0, platform: Platform | None = None
+) -> Iterator[ProfileResult]:
     """Measure what the block (an engine's profile run) costs, relative to ``baseline`` (taken before the model).
 
     On exit it runs ``gc.collect()``, releases the allocator cache and measures again. It never asserts on

@@ -11,7 +11,8 @@ Per-process figures have their own rule in each backend: an impossible one becom
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from devmem.platform import DeviceMemory
 from devmem.types import DevmemError, MemoryInfo
@@ -23,8 +24,10 @@ def whole_bytes(value: Any, what: str) -> int:
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    raise DevmemError(f"{what} is {value!r}, not a whole number of bytes: the vendor library answered something "
-                      "devmem cannot use; check that it matches the installed driver")
+    raise DevmemError(
+        f"{what} is {value!r}, not a whole number of bytes: the vendor library answered something "
+        "devmem cannot use; check that it matches the installed driver"
+    )
 
 
 def checked_memory(free: Any, total: Any, sources: Mapping[str, str], what: str) -> DeviceMemory:
@@ -32,8 +35,10 @@ def checked_memory(free: Any, total: Any, sources: Mapping[str, str], what: str)
     the module docstring says."""
     free, total = whole_bytes(free, f"{what}: free"), whole_bytes(total, f"{what}: total")
     if total < 0:
-        raise DevmemError(f"{what}: total is {total} bytes, below zero; the driver's figures are inconsistent "
-                          "(check the device with the vendor's tool)")
+        raise DevmemError(
+            f"{what}: total is {total} bytes, below zero; the driver's figures are inconsistent "
+            "(check the device with the vendor's tool)"
+        )
     notes = []
     if free < 0:
         notes.append(f"{what} reported free = {free} bytes (below zero); taken as 0")

@@ -16,8 +16,10 @@ from typing import Any, ClassVar
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
 else:  # pragma: no cover - type checkers read the 3.11 branch
+
     def dataclass_transform(**_: Any):
         return lambda cls: cls
+
 
 _MUTABLE_DEFAULTS = (dict, list, set)
 
@@ -50,7 +52,7 @@ class Record:
         cls = type(self).__name__
         if len(args) > len(self._fields):
             raise TypeError(f"{cls}() takes {len(self._fields)} arguments, got {len(args)}")
-        values = dict(zip(self._fields, args))
+        values = dict(zip(self._fields, args, strict=False))
         for name, value in kwargs.items():
             if name not in self._fields:
                 raise TypeError(f"{cls}() got an unexpected keyword argument {name!r}")

@@ -28,7 +28,7 @@ class Session(Protocol):
     def renew_locks(self) -> None: ...
 
 
-_live: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_live: weakref.WeakSet[Session] = weakref.WeakSet()
 _registry_lock = threading.Lock()
 _atexit_registered = False
 

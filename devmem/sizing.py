@@ -47,8 +47,9 @@ MAX_BYTES = 1 << 64
 
 def _bytes(name: str, value: object, *, positive: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SizingError(f"{name} must be a whole number of bytes (int), got {shown(value)} of type "
-                          f"{type(value).__name__}")
+        raise SizingError(
+            f"{name} must be a whole number of bytes (int), got {shown(value)} of type {type(value).__name__}"
+        )
     value = int(value)
     if value < 0 or (positive and value == 0):
         raise SizingError(f"{name} must be {'> 0' if positive else '>= 0'} bytes, got {shown(value)}")
@@ -80,8 +81,9 @@ def requested_memory(total: int, utilization: float) -> int:
     return math.ceil(_bytes("total", total, positive=True) * _utilization(utilization))
 
 
-def profiled_kv_cache_bytes(requested: int, total_consumed: int, transient_peak_bytes: int = 0,
-                            graph_capture: int = 0) -> int:
+def profiled_kv_cache_bytes(
+    requested: int, total_consumed: int, transient_peak_bytes: int = 0, graph_capture: int = 0
+) -> int:
     """``requested - (total_consumed + transient_peak_bytes + graph_capture)``: the utilization path's budget.
 
     ``total_consumed`` is what the process holds after the profile run beyond what it held before the model
@@ -98,43 +100,73 @@ def profiled_kv_cache_bytes(requested: int, total_consumed: int, transient_peak_
 def _margin_fraction(value: object) -> Fraction:
     fraction = _real("margin_fraction", value)
     if not 0 <= fraction <= MAX_MARGIN_FRACTION:
-        raise SizingError(f"margin_fraction must be in [0, {MAX_MARGIN_FRACTION}] (a share of the transient peak), got "
-                          f"{shown(value)}")
+        raise SizingError(
+            f"margin_fraction must be in [0, {MAX_MARGIN_FRACTION}] (a share of the transient peak), got {shown(value)}"
+        )
     return fraction
 
 
-def _growable_terms(requested: int, init_free_memory: int, free_memory: int, committed_bytes: int,
-                    transient_peak_bytes: int, margin_floor_bytes: int, margin_fraction: float) -> dict[str, int]:
+def _growable_terms(
+    requested: int,
+    init_free_memory: int,
+    free_memory: int,
+    committed_bytes: int,
+    transient_peak_bytes: int,
+    margin_floor_bytes: int,
+    margin_fraction: float,
+) -> dict[str, int]:
     """Every term of the growable formula; ``unfloored`` is the budget before it is floored at 0."""
     init_free = _bytes("init_free_memory", init_free_memory)
     free = _bytes("free_memory", free_memory)
     committed = _bytes("committed_bytes", committed_bytes)
     transient = _bytes("transient_peak_bytes", transient_peak_bytes)
-    margin = max(_bytes("margin_floor_bytes", margin_floor_bytes),
-                 math.ceil(_margin_fraction(margin_fraction) * transient))
+    margin = max(
+        _bytes("margin_floor_bytes", margin_floor_bytes), math.ceil(_margin_fraction(margin_fraction) * transient)
+    )
     non_kv_used = max(0, init_free - free - committed)
     requested_cap = requested - non_kv_used
     free_cap = free + committed - margin
     unfloored = min(requested_cap, free_cap) - transient
     return {
-        "requested": requested, "init_free": init_free, "free": free, "committed": committed,
-        "transient_peak": transient, "margin": margin, "non_kv_used": non_kv_used,
-        "requested_cap": requested_cap, "free_cap": free_cap, "unfloored": unfloored, "kv_cache": max(0, unfloored),
+        "requested": requested,
+        "init_free": init_free,
+        "free": free,
+        "committed": committed,
+        "transient_peak": transient,
+        "margin": margin,
+        "non_kv_used": non_kv_used,
+        "requested_cap": requested_cap,
+        "free_cap": free_cap,
+        "unfloored": unfloored,
+        "kv_cache": max(0, unfloored),
     }
 
 
-def growable_kv_cache_bytes(*, requested_memory: int, init_free_memory: int, free_memory: int,
-                            committed_bytes: int = 0, transient_peak_bytes: int = 0,
-                            margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
-                            margin_fraction: float = MARGIN_FRACTION) -> int:
+def growable_kv_cache_bytes(
+    *,
+    requested_memory: int,
+    init_free_memory: int,
+    free_memory: int,
+    committed_bytes: int = 0,
+    transient_peak_bytes: int = 0,
+    margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
+    margin_fraction: float = MARGIN_FRACTION,
+) -> int:
     """Budget of a growable (extensible) KV cache from two free-memory readings, floored at 0.
 
     ``non_kv_used = init_free - free - committed`` (at least 0: memory that others released does not raise the
     cap), ``margin = max(margin_floor, ceil(margin_fraction * transient_peak))`` and
     ``kv = min(requested - non_kv_used, free + committed - margin) - transient_peak``.
     """
-    return _growable_terms(_bytes("requested_memory", requested_memory), init_free_memory, free_memory,
-                           committed_bytes, transient_peak_bytes, margin_floor_bytes, margin_fraction)["kv_cache"]
+    return _growable_terms(
+        _bytes("requested_memory", requested_memory),
+        init_free_memory,
+        free_memory,
+        committed_bytes,
+        transient_peak_bytes,
+        margin_floor_bytes,
+        margin_fraction,
+    )["kv_cache"]
 
 
 def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> int:
@@ -145,20 +177,37 @@ def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> in
 
 
 def _layers(num_layers: object) -> int:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, numbers.Integral) or not (
-            0 < int(num_layers) < MAX_BYTES):
+    if (
+        isinstance(num_layers, bool)
+        or not isinstance(num_layers, numbers.Integral)
+        or not (0 < int(num_layers) < MAX_BYTES)
+    ):
         raise SizingError(f"num_layers must be an int > 0, got {shown(num_layers)}")
     return int(num_layers)
 
 
 _LABELS = {
-    "total": "total", "requested": "requested", "pinned": "pinned", "weights": "weights",
-    "transient_peak": "transient peak", "non_torch": "non-torch", "graph_capture": "graph capture",
-    "consumed": "consumed", "non_kv": "non-KV", "other_processes": "other processes",
-    "released_cache": "released allocator cache", "init_free": "free at start", "free": "free now",
-    "committed": "committed to the cache", "non_kv_used": "non-KV used", "margin": "margin",
-    "requested_cap": "requested - non-KV used", "free_cap": "free + committed - margin",
-    "block": "one block", "kv_cache": "KV cache", "granularity": "allocation granularity",
+    "total": "total",
+    "requested": "requested",
+    "pinned": "pinned",
+    "weights": "weights",
+    "transient_peak": "transient peak",
+    "non_torch": "non-torch",
+    "graph_capture": "graph capture",
+    "consumed": "consumed",
+    "non_kv": "non-KV",
+    "other_processes": "other processes",
+    "released_cache": "released allocator cache",
+    "init_free": "free at start",
+    "free": "free now",
+    "committed": "committed to the cache",
+    "non_kv_used": "non-KV used",
+    "margin": "margin",
+    "requested_cap": "requested - non-KV used",
+    "free_cap": "free + committed - margin",
+    "block": "one block",
+    "kv_cache": "KV cache",
+    "granularity": "allocation granularity",
 }
 
 _PATHS = {
@@ -186,18 +235,24 @@ class KvCachePlan:
         """Lines for people: the result, then each figure that went into it."""
         held = self.num_blocks * self.block_bytes
         left = self.kv_cache_bytes - held
-        head = (f"KV cache: {format_size(self.kv_cache_bytes)} ({self.kv_cache_bytes} bytes) "
-                + (f"holds exactly {self.num_blocks} blocks x {format_size(self.block_bytes)} ({self.block_bytes} "
-                   f"bytes)" if left == 0 else
-                   f"= {self.num_blocks} blocks x {format_size(self.block_bytes)} = {held} bytes, {left} bytes "
-                   "left over"))
+        head = f"KV cache: {format_size(self.kv_cache_bytes)} ({self.kv_cache_bytes} bytes) " + (
+            f"holds exactly {self.num_blocks} blocks x {format_size(self.block_bytes)} ({self.block_bytes} bytes)"
+            if left == 0
+            else f"= {self.num_blocks} blocks x {format_size(self.block_bytes)} = {held} bytes, {left} bytes left over"
+        )
         width = max((len(_LABELS[k]) for k in self.breakdown), default=0)
         rows = [f"  {_LABELS[k]:<{width}}  {format_size(v)}" for k, v in self.breakdown.items()]
         return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *rows])
 
     def as_dict(self) -> dict[str, object]:
-        return {"path": self.path, "kv_cache_bytes": self.kv_cache_bytes, "num_blocks": self.num_blocks,
-                "block_bytes": self.block_bytes, "utilization": self.utilization, "breakdown": dict(self.breakdown)}
+        return {
+            "path": self.path,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "num_blocks": self.num_blocks,
+            "block_bytes": self.block_bytes,
+            "utilization": self.utilization,
+            "breakdown": dict(self.breakdown),
+        }
 
 
 class _Shared(NamedTuple):
@@ -217,18 +272,31 @@ class _Shared(NamedTuple):
     def reported(self) -> dict[str, int]:
         """Figures reported, never subtracted: other processes' memory, the released cache and the allocation
         granularity, where known (and not 1 byte)."""
-        return {k: v for k, v in (("other_processes", self.other_processes),
-                                  ("released_cache", self.released_cache or None),
-                                  ("granularity", self.granularity if self.granularity > 1 else None))
-                if v is not None}
+        return {
+            k: v
+            for k, v in (
+                ("other_processes", self.other_processes),
+                ("released_cache", self.released_cache or None),
+                ("granularity", self.granularity if self.granularity > 1 else None),
+            )
+            if v is not None
+        }
 
     def blocks(self, kv: int) -> int:
         """The most whole blocks whose allocation, rounded up to the granularity, fits in ``kv`` bytes."""
         return kv // self.granularity * self.granularity // self.block
 
 
-def _shared(page_size_bytes: int, num_layers: int, weights: int, transient_peak_bytes: int, non_torch: int,
-            other_processes: int | None, released_cache: int, allocation_granularity: int) -> _Shared:
+def _shared(
+    page_size_bytes: int,
+    num_layers: int,
+    weights: int,
+    transient_peak_bytes: int,
+    non_torch: int,
+    other_processes: int | None,
+    released_cache: int,
+    allocation_granularity: int,
+) -> _Shared:
     return _Shared(
         block=_bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers),
         weights=_bytes("weights", weights),
@@ -247,52 +315,101 @@ def _figure(name: str, value: int) -> str:
 def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, str]:
     needed = Fraction(needed_bytes, total)
     if needed > 1:
-        return None, (f"no utilization is enough: memory that is not KV cache plus one block needs "
-                      f"{format_size(needed_bytes)}, more than the total {format_size(total)}; use a smaller or "
-                      "quantized model, shard it over more devices, or shorten the context or batch")
+        return None, (
+            f"no utilization is enough: memory that is not KV cache plus one block needs "
+            f"{format_size(needed_bytes)}, more than the total {format_size(total)}; use a smaller or "
+            "quantized model, shard it over more devices, or shorten the context or batch"
+        )
     rounded = math.ceil(needed * 1000) / 1000
-    return rounded, (f"a utilization of at least {rounded:.3f} would hold one block: raise it, or shorten the "
-                     "context or batch so the transient peak shrinks, or free memory that other processes hold")
+    return rounded, (
+        f"a utilization of at least {rounded:.3f} would hold one block: raise it, or shorten the "
+        "context or batch so the transient peak shrinks, or free memory that other processes hold"
+    )
 
 
-def _shortfall(path: str, figures: dict[str, int], kv: int, shared: _Shared, arithmetic: str,
-               needed: float | None, advice: str) -> NotEnoughMemoryError:
+def _shortfall(
+    path: str, figures: dict[str, int], kv: int, shared: _Shared, arithmetic: str, needed: float | None, advice: str
+) -> NotEnoughMemoryError:
     parts = [_figure(k, figures[k]) for k in ("requested", "weights", "transient_peak", "non_torch")]
     if figures.get("graph_capture"):
         parts.append(_figure("graph_capture", figures["graph_capture"]))
     if shared.other_processes is not None:
         parts.append(_figure("other_processes", shared.other_processes))
-    message = (f"not enough memory for the KV cache ({path} path): {arithmetic} = {format_size(kv)}, less than one "
-               f"block ({format_size(shared.block)}). {', '.join(parts)}. Advice: {advice}.")
-    breakdown: dict[str, int | float | None] = {**figures, "kv_cache": kv, "block": shared.block,
-                                                "other_processes": shared.other_processes,
-                                                "needed_utilization": needed}
+    message = (
+        f"not enough memory for the KV cache ({path} path): {arithmetic} = {format_size(kv)}, less than one "
+        f"block ({format_size(shared.block)}). {', '.join(parts)}. Advice: {advice}."
+    )
+    breakdown: dict[str, int | float | None] = {
+        **figures,
+        "kv_cache": kv,
+        "block": shared.block,
+        "other_processes": shared.other_processes,
+        "needed_utilization": needed,
+    }
     return NotEnoughMemoryError(message, breakdown)
 
 
 # ---- the three paths ------------------------------------------------------------------------------------
-def plan_utilization(*, page_size_bytes: int, num_layers: int, total: int, utilization: float = DEFAULT_UTILIZATION,
-                     consumed: int | None = None, weights: int = 0, transient_peak_bytes: int = 0,
-                     non_torch: int = 0, graph_capture: int = 0, other_processes: int | None = None,
-                     released_cache: int = 0, allocation_granularity: int = 1) -> KvCachePlan:
+def plan_utilization(
+    *,
+    page_size_bytes: int,
+    num_layers: int,
+    total: int,
+    utilization: float = DEFAULT_UTILIZATION,
+    consumed: int | None = None,
+    weights: int = 0,
+    transient_peak_bytes: int = 0,
+    non_torch: int = 0,
+    graph_capture: int = 0,
+    other_processes: int | None = None,
+    released_cache: int = 0,
+    allocation_granularity: int = 1,
+) -> KvCachePlan:
     """``requested - (consumed + transient_peak_bytes + graph_capture)``; ``consumed`` (the process's measured
     growth) defaults to ``weights + non_torch``."""
-    shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
-                     released_cache, allocation_granularity)
+    shared = _shared(
+        page_size_bytes,
+        num_layers,
+        weights,
+        transient_peak_bytes,
+        non_torch,
+        other_processes,
+        released_cache,
+        allocation_granularity,
+    )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
     used = shared.weights + shared.non_torch if consumed is None else _bytes("consumed", consumed)
     graphs = _bytes("graph_capture", graph_capture)
     kv = profiled_kv_cache_bytes(requested, used, shared.transient_peak, graphs)
     non_kv = requested - kv
-    figures = {"total": total, "requested": requested, **shared.parts(), "graph_capture": graphs, "consumed": used,
-               "non_kv": non_kv}
+    figures = {
+        "total": total,
+        "requested": requested,
+        **shared.parts(),
+        "graph_capture": graphs,
+        "consumed": used,
+        "non_kv": non_kv,
+    }
     if kv < shared.block or shared.blocks(kv) == 0:
         needed, advice = _utilization_advice(total, non_kv + shared.block)
-        raise _shortfall("utilization", figures, kv, shared,
-                         f"requested {format_size(requested)} - non-KV {format_size(non_kv)}", needed, advice)
-    return KvCachePlan(kv, shared.blocks(kv), "utilization", shared.block, float(_utilization(utilization)),
-                       {**figures, **shared.reported()})
+        raise _shortfall(
+            "utilization",
+            figures,
+            kv,
+            shared,
+            f"requested {format_size(requested)} - non-KV {format_size(non_kv)}",
+            needed,
+            advice,
+        )
+    return KvCachePlan(
+        kv,
+        shared.blocks(kv),
+        "utilization",
+        shared.block,
+        float(_utilization(utilization)),
+        {**figures, **shared.reported()},
+    )
 
 
 class PlanInputs(TypedDict):
@@ -307,65 +424,138 @@ class PlanInputs(TypedDict):
     released_cache: int
 
 
-def plan_pinned(*, page_size_bytes: int, num_layers: int, pinned_bytes: int, total: int | None = None,
-                weights: int = 0, transient_peak_bytes: int = 0, non_torch: int = 0,
-                other_processes: int | None = None, released_cache: int = 0,
-                allocation_granularity: int = 1) -> KvCachePlan:
+def plan_pinned(
+    *,
+    page_size_bytes: int,
+    num_layers: int,
+    pinned_bytes: int,
+    total: int | None = None,
+    weights: int = 0,
+    transient_peak_bytes: int = 0,
+    non_torch: int = 0,
+    other_processes: int | None = None,
+    released_cache: int = 0,
+    allocation_granularity: int = 1,
+) -> KvCachePlan:
     """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block, and one
     larger than ``total`` (the device's total memory) where it is given."""
-    shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
-                     released_cache, allocation_granularity)
+    shared = _shared(
+        page_size_bytes,
+        num_layers,
+        weights,
+        transient_peak_bytes,
+        non_torch,
+        other_processes,
+        released_cache,
+        allocation_granularity,
+    )
     pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
     known_total = {} if total is None else {"total": _bytes("total", total, positive=True)}
     if known_total and pinned > known_total["total"]:
-        raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is larger than the device's total memory "
-                          f"{known_total['total']} ({format_size(known_total['total'])}); pin at most the total, less "
-                          "what the model and its activations need")
+        raise SizingError(
+            f"pinned_bytes={pinned} ({format_size(pinned)}) is larger than the device's total memory "
+            f"{known_total['total']} ({format_size(known_total['total'])}); pin at most the total, less "
+            "what the model and its activations need"
+        )
     if shared.blocks(pinned) == 0:
         least = -(-shared.block // shared.granularity) * shared.granularity
-        raise SizingError(f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
-                          f"{shared.block} bytes (page_size_bytes x num_layers) allocated in units of "
-                          f"{shared.granularity} bytes; pin at least {least} bytes")
+        raise SizingError(
+            f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
+            f"{shared.block} bytes (page_size_bytes x num_layers) allocated in units of "
+            f"{shared.granularity} bytes; pin at least {least} bytes"
+        )
     figures = {"pinned": pinned, **known_total, **{k: v for k, v in shared.parts().items() if v}, **shared.reported()}
     return KvCachePlan(pinned, shared.blocks(pinned), "pinned", shared.block, None, figures)
 
 
-def plan_growable(*, page_size_bytes: int, num_layers: int, total: int, init_free_memory: int, free_memory: int,
-                  utilization: float = DEFAULT_UTILIZATION, committed_bytes: int = 0, weights: int = 0,
-                  transient_peak_bytes: int = 0, non_torch: int = 0, other_processes: int | None = None,
-                  released_cache: int = 0, margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
-                  margin_fraction: float = MARGIN_FRACTION, allocation_granularity: int = 1) -> KvCachePlan:
+def plan_growable(
+    *,
+    page_size_bytes: int,
+    num_layers: int,
+    total: int,
+    init_free_memory: int,
+    free_memory: int,
+    utilization: float = DEFAULT_UTILIZATION,
+    committed_bytes: int = 0,
+    weights: int = 0,
+    transient_peak_bytes: int = 0,
+    non_torch: int = 0,
+    other_processes: int | None = None,
+    released_cache: int = 0,
+    margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
+    margin_fraction: float = MARGIN_FRACTION,
+    allocation_granularity: int = 1,
+) -> KvCachePlan:
     """:func:`growable_kv_cache_bytes` with ``requested = ceil(total * utilization)``; ``weights`` and
     ``non_torch`` only explain (the free-memory readings already count them)."""
-    shared = _shared(page_size_bytes, num_layers, weights, transient_peak_bytes, non_torch, other_processes,
-                     released_cache, allocation_granularity)
+    shared = _shared(
+        page_size_bytes,
+        num_layers,
+        weights,
+        transient_peak_bytes,
+        non_torch,
+        other_processes,
+        released_cache,
+        allocation_granularity,
+    )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
-    t = _growable_terms(requested, init_free_memory, free_memory, committed_bytes, shared.transient_peak,
-                        margin_floor_bytes, margin_fraction)
-    figures = {"total": total, "requested": requested, **shared.parts(),
-               **{k: t[k] for k in ("init_free", "free", "committed", "non_kv_used", "margin", "requested_cap",
-                                    "free_cap")}}
+    t = _growable_terms(
+        requested,
+        init_free_memory,
+        free_memory,
+        committed_bytes,
+        shared.transient_peak,
+        margin_floor_bytes,
+        margin_fraction,
+    )
+    figures = {
+        "total": total,
+        "requested": requested,
+        **shared.parts(),
+        **{k: t[k] for k in ("init_free", "free", "committed", "non_kv_used", "margin", "requested_cap", "free_cap")},
+    }
     if t["unfloored"] < shared.block or shared.blocks(t["unfloored"]) == 0:
         f = {k: format_size(v) for k, v in t.items()}
-        arithmetic = (f"min(requested {f['requested']} - non-KV used {f['non_kv_used']}, free {f['free']} + committed "
-                      f"{f['committed']} - margin {f['margin']}) - transient peak {f['transient_peak']}")
+        arithmetic = (
+            f"min(requested {f['requested']} - non-KV used {f['non_kv_used']}, free {f['free']} + committed "
+            f"{f['committed']} - margin {f['margin']}) - transient peak {f['transient_peak']}"
+        )
         headroom = t["free_cap"] - t["transient_peak"]
         if headroom < shared.block:
-            needed, advice = None, (f"free memory binds, so no utilization is enough: the device needs "
-                                    f"{format_size(shared.block - headroom)} more free memory (stop or shrink other "
-                                    "processes on it), or a smaller transient peak")
+            needed, advice = (
+                None,
+                (
+                    f"free memory binds, so no utilization is enough: the device needs "
+                    f"{format_size(shared.block - headroom)} more free memory (stop or shrink other "
+                    "processes on it), or a smaller transient peak"
+                ),
+            )
         else:
             needed, advice = _utilization_advice(total, t["non_kv_used"] + t["transient_peak"] + shared.block)
         raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
     kv = t["kv_cache"]
-    return KvCachePlan(kv, shared.blocks(kv), "growable", shared.block, float(_utilization(utilization)),
-                       {**figures, **shared.reported()})
+    return KvCachePlan(
+        kv,
+        shared.blocks(kv),
+        "growable",
+        shared.block,
+        float(_utilization(utilization)),
+        {**figures, **shared.reported()},
+    )
 
 
-def _check_every_argument(*, total: object, utilization: object, committed_bytes: object, consumed: object,
-                          graph_capture: object, margin_floor_bytes: object, margin_fraction: object,
-                          growable: bool) -> None:
+def _check_every_argument(
+    *,
+    total: object,
+    utilization: object,
+    committed_bytes: object,
+    consumed: object,
+    graph_capture: object,
+    margin_floor_bytes: object,
+    margin_fraction: object,
+    growable: bool,
+) -> None:
     """Refuse a bad argument even where the chosen path does not use it: garbage is a caller's bug either way."""
     if total is not None:
         _bytes("total", total, positive=True)
@@ -376,8 +566,10 @@ def _check_every_argument(*, total: object, utilization: object, committed_bytes
     _bytes("margin_floor_bytes", margin_floor_bytes)
     _margin_fraction(margin_fraction)
     if _bytes("committed_bytes", committed_bytes) and not growable:
-        raise SizingError(f"committed_bytes={committed_bytes} applies to the growable path (what the cache already "
-                          "holds between the two free-memory readings): give init_free_memory and free_memory with it")
+        raise SizingError(
+            f"committed_bytes={committed_bytes} applies to the growable path (what the cache already "
+            "holds between the two free-memory readings): give init_free_memory and free_memory with it"
+        )
 
 
 def plan_kv_cache(
@@ -415,28 +607,54 @@ def plan_kv_cache(
     whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """
     growable = init_free_memory is not None or free_memory is not None
-    _check_every_argument(total=total, utilization=utilization, committed_bytes=committed_bytes, consumed=consumed,
-                          graph_capture=graph_capture, margin_floor_bytes=margin_floor_bytes,
-                          margin_fraction=margin_fraction, growable=growable)
-    explain: dict[str, Any] = dict(page_size_bytes=page_size_bytes, num_layers=num_layers, weights=weights,
-                   transient_peak_bytes=transient_peak_bytes, non_torch=non_torch, other_processes=other_processes,
-                   released_cache=released_cache, allocation_granularity=allocation_granularity)
+    _check_every_argument(
+        total=total,
+        utilization=utilization,
+        committed_bytes=committed_bytes,
+        consumed=consumed,
+        graph_capture=graph_capture,
+        margin_floor_bytes=margin_floor_bytes,
+        margin_fraction=margin_fraction,
+        growable=growable,
+    )
+    explain: dict[str, Any] = dict(
+        page_size_bytes=page_size_bytes,
+        num_layers=num_layers,
+        weights=weights,
+        transient_peak_bytes=transient_peak_bytes,
+        non_torch=non_torch,
+        other_processes=other_processes,
+        released_cache=released_cache,
+        allocation_granularity=allocation_granularity,
+    )
     if pinned_bytes is not None:
         if growable:
-            raise SizingError("pinned_bytes selects the pinned path and init_free_memory/free_memory the growable "
-                              "path; give one of them")
+            raise SizingError(
+                "pinned_bytes selects the pinned path and init_free_memory/free_memory the growable "
+                "path; give one of them"
+            )
         return plan_pinned(pinned_bytes=pinned_bytes, total=total, **explain)
     path = "growable" if growable else "utilization"
     if total is None:
         raise SizingError(f"the {path} path needs total (the device's total memory in bytes)")
     if not growable:
-        return plan_utilization(total=total, utilization=utilization, consumed=consumed, graph_capture=graph_capture,
-                                **explain)
+        return plan_utilization(
+            total=total, utilization=utilization, consumed=consumed, graph_capture=graph_capture, **explain
+        )
     if init_free_memory is None or free_memory is None:
         raise SizingError("the growable path needs both init_free_memory and free_memory")
     if _bytes("graph_capture", graph_capture):
-        raise SizingError("graph_capture applies to the utilization path; on the growable path the free-memory "
-                          "readings are taken after graph capture and already count it")
-    return plan_growable(total=total, utilization=utilization, init_free_memory=init_free_memory,
-                         free_memory=free_memory, committed_bytes=committed_bytes,
-                         margin_floor_bytes=margin_floor_bytes, margin_fraction=margin_fraction, **explain)
+        raise SizingError(
+            "graph_capture applies to the utilization path; on the growable path the free-memory "
+            "readings are taken after graph capture and already count it"
+        )
+    return plan_growable(
+        total=total,
+        utilization=utilization,
+        init_free_memory=init_free_memory,
+        free_memory=free_memory,
+        committed_bytes=committed_bytes,
+        margin_floor_bytes=margin_floor_bytes,
+        margin_fraction=margin_fraction,
+        **explain,
+    )

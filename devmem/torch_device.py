@@ -20,12 +20,16 @@ def device_module(platform: Platform) -> tuple[Any, str | None]:
         return None, "torch is not imported in this process, so it holds no device memory"
     namespace = platform.torch_device
     if namespace is None:
-        return None, (f"the {platform.name} platform's device is host memory, which torch's device allocator does "
-                      "not manage: its allocator figures (allocated, reserved, peak) are 0, not measured")
+        return None, (
+            f"the {platform.name} platform's device is host memory, which torch's device allocator does "
+            "not manage: its allocator figures (allocated, reserved, peak) are 0, not measured"
+        )
     module = getattr(torch, namespace, None)
     if module is None or not _call(module, "is_available", False):
-        return None, (f"torch {torch.__version__} sees no {namespace} device (a build without it, or no device "
-                      "visible): its allocator figures (allocated, reserved, peak) are 0, not measured")
+        return None, (
+            f"torch {torch.__version__} sees no {namespace} device (a build without it, or no device "
+            "visible): its allocator figures (allocated, reserved, peak) are 0, not measured"
+        )
     return module, None
 
 

@@ -102,6 +102,8 @@ class PlatformSpec(Record):
         if not callable(self.detect) or not callable(self.factory):
             raise TypeError(f"PlatformSpec {self.name!r}: detect and factory must be callables")
         if isinstance(self.runtime_markers, str) or not all(isinstance(m, str) and m for m in self.runtime_markers):
-            raise TypeError(f"PlatformSpec {self.name!r}: runtime_markers must be a tuple of non-empty strings, "
-                            f"got {self.runtime_markers!r}")
+            raise TypeError(
+                f"PlatformSpec {self.name!r}: runtime_markers must be a tuple of non-empty strings, "
+                f"got {self.runtime_markers!r}"
+            )
         object.__setattr__(self, "runtime_markers", tuple(self.runtime_markers))

@@ -46,12 +46,15 @@ def read_size(text: str) -> tuple[int, str]:
         )
     nbytes = int(Decimal(match.group(1)) * _UNITS[unit]) if len(match.group(1)) <= 40 else _TOO_LARGE
     if nbytes >= _TOO_LARGE:
-        raise ValueError(f"{text[:40]!r}{'...' if len(text) > 40 else ''} is larger than any memory: a size must be "
-                         "below 2**64 bytes (16 EiB)")
+        raise ValueError(
+            f"{text[:40]!r}{'...' if len(text) > 40 else ''} is larger than any memory: a size must be "
+            "below 2**64 bytes (16 EiB)"
+        )
     if not unit:
         return nbytes, f"{nbytes} bytes"
-    spelled = _LETTERS.get(suffix) or next(k for k in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
-                                          if k.lower() == unit)
+    spelled = _LETTERS.get(suffix) or next(
+        k for k in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB") if k.lower() == unit
+    )
     return nbytes, f"{match.group(1)} {spelled} = {nbytes} bytes"
 
 
@@ -65,8 +68,7 @@ def parse_size(text: str) -> int:
 
 
 #: The units :func:`format_size` scales through, largest first.
-_SCALE = (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20),
-          ("KiB", 1 << 10))
+_SCALE = (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def format_size(nbytes: int | float) -> str:

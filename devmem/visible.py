@@ -40,8 +40,9 @@ def index(token: str) -> int | None:
     return parse_int(token)
 
 
-def pick(tokens: Iterable[str], match: Callable[[str], Sequence[T] | None], *,
-         repeats_end: bool) -> tuple[list[T], Stop | None]:
+def pick(
+    tokens: Iterable[str], match: Callable[[str], Sequence[T] | None], *, repeats_end: bool
+) -> tuple[list[T], Stop | None]:
     """The devices ``tokens`` name, in order, and the entry that ended the list (``None`` if none did).
 
     ``match(token)`` returns the devices an entry names, or ``None`` when it names none; the list ends there.
@@ -62,5 +63,7 @@ def pick(tokens: Iterable[str], match: Callable[[str], Sequence[T] | None], *,
 
 def dropped(var: str, raw: str, token: str, why: str, kept: int) -> str:
     """The sentence for an entry the runtime drops, with every entry after it."""
-    return (f"{var}={raw!r}: entry {token!r} {why}; the runtime ignores it and every entry after it, "
-            f"leaving {kept} device(s). Fix {var}")
+    return (
+        f"{var}={raw!r}: entry {token!r} {why}; the runtime ignores it and every entry after it, "
+        f"leaving {kept} device(s). Fix {var}"
+    )

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
@@ -28,12 +29,15 @@ from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
 
-NO_PROCESS_FIGURE = ("the cuda platform reads device-wide figures from the CUDA driver; without NVML nothing "
-                     "attributes device memory to processes")
+NO_PROCESS_FIGURE = (
+    "the cuda platform reads device-wide figures from the CUDA driver; without NVML nothing "
+    "attributes device memory to processes"
+)
 
 
-def detect_cuda(files: Files = REAL_FILES, find: Callable[[str], str | None] | None = None,
-                system: str = sys.platform) -> Detection:
+def detect_cuda(
+    files: Files = REAL_FILES, find: Callable[[str], str | None] | None = None, system: str = sys.platform
+) -> Detection:
     """An NVIDIA driver is loaded and the CUDA driver library is installed. Loads nothing (``find``, by default
     ``ctypes.util.find_library``, looks the library up by name); whether CUDA answers is learnt when the
     platform is built."""
@@ -73,14 +77,25 @@ class CudaPlatform(PlatformBase):
         reading = self._driver.mem_get_info(device)
         if reading is None:
             total = self._driver.total_memory(device)
-            memory = DeviceMemory(MemoryInfo(free=total, total=total), {
-                "free": "not readable: this process has no CUDA context on the device and devmem does not create "
-                        "one; reported as total (cuDeviceTotalMem) until the process creates its context",
-                "total": "CUDA driver cuDeviceTotalMem_v2"})
+            memory = DeviceMemory(
+                MemoryInfo(free=total, total=total),
+                {
+                    "free": "not readable: this process has no CUDA context on the device and devmem does not create "
+                    "one; reported as total (cuDeviceTotalMem) until the process creates its context",
+                    "total": "CUDA driver cuDeviceTotalMem_v2",
+                },
+            )
         else:
             free, total = reading
-            memory = checked_memory(free, total, {"free": "CUDA driver cuMemGetInfo_v2 free (this process's context)",
-                                                  "total": "CUDA driver cuMemGetInfo_v2 total"}, "cuMemGetInfo_v2")
+            memory = checked_memory(
+                free,
+                total,
+                {
+                    "free": "CUDA driver cuMemGetInfo_v2 free (this process's context)",
+                    "total": "CUDA driver cuMemGetInfo_v2 total",
+                },
+                "cuMemGetInfo_v2",
+            )
         limits = env_limits(self._environ, device) + dmem_limits(self._driver.pci_bus_id(device), files=self._files)
         return apply_limits(memory, limits, None) if limits else memory
 
@@ -100,7 +115,10 @@ class CudaPlatform(PlatformBase):
             return f"cuda:{device}"
 
     def _notes(self, device: int) -> list[str]:
-        return ["device-wide figures from the CUDA driver API (the platform for machines where NVML cannot serve)", *self._memory(device).notes]
+        return [
+            "device-wide figures from the CUDA driver API (the platform for machines where NVML cannot serve)",
+            *self._memory(device).notes,
+        ]
 
 
 __all__ = ["CudaPlatform", "detect_cuda"]

@@ -13,7 +13,7 @@ A size is a whole number with an optional binary unit: ``8G``/``8GB``/``8GiB``, 
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from devmem.limits import MemoryLimit
 from devmem.types import DevmemError
@@ -21,7 +21,7 @@ from devmem.types import DevmemError
 MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 VGPU_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]{1,19})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE | re.ASCII)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -29,13 +29,16 @@ def parse_size(text: str, variable: str) -> int:
     """``"8G"`` -> 8589934592; raises :class:`DevmemError` naming ``variable`` and the allowed forms."""
     m = _SIZE.match(text)
     if m is None or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
-        raise DevmemError(f"{variable}: {text!r} is not a size; use a whole number of bytes or one with a unit "
-                          "K, M, G or T (binary: 8G = 8 GiB; 8192M, 8GB and 8GiB also work)")
+        raise DevmemError(
+            f"{variable}: {text!r} is not a size; use a whole number of bytes or one with a unit "
+            "K, M, G or T (binary: 8G = 8 GiB; 8192M, 8GB and 8GiB also work)"
+        )
     return int(m.group(1)) * _SCALE[m.group(2).lower()]
 
 
 def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
-    """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` as ``{ordinal: bytes}``; the key ``None`` holds a bare size (every device)."""
+    """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` as ``{ordinal: bytes}``; the key ``None`` holds a bare size (every
+    device)."""
     raw = environ.get(MPS_LIMIT, "").strip()
     out: dict[int | None, int] = {}
     for entry in (e.strip() for e in raw.split(",") if e.strip()):
@@ -43,9 +46,11 @@ def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
         if not sep:
             out[None] = parse_size(entry, MPS_LIMIT)
             continue
-        if not ordinal.strip().isdigit():
-            raise DevmemError(f"{MPS_LIMIT}={raw!r}: {ordinal.strip()!r} is not a device ordinal; "
-                              "use <ordinal>=<size> pairs separated by commas, e.g. 0=8G,1=4G")
+        if not re.fullmatch(r"[0-9]{1,6}", ordinal.strip()):
+            raise DevmemError(
+                f"{MPS_LIMIT}={raw!r}: {ordinal.strip()!r} is not a device ordinal; "
+                "use <ordinal>=<size> pairs separated by commas, e.g. 0=8G,1=4G"
+            )
         out[int(ordinal)] = parse_size(size, MPS_LIMIT)
     return out
 

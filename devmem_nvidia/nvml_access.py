@@ -67,8 +67,9 @@ PROCESS_LISTS = (("compute", COMPUTE_CALLS), ("graphics", GRAPHICS_CALLS), ("mps
 
 
 NOT_INSTALLED = "the Python package nvidia-ml-py (module pynvml) is not installed"
-INSTALL_PYNVML = ("pip install nvidia-ml-py (a dependency of devmem-kv: it is missing only after an install with "
-                  "--no-deps)")
+INSTALL_PYNVML = (
+    "pip install nvidia-ml-py (a dependency of devmem-kv: it is missing only after an install with --no-deps)"
+)
 
 
 class NvmlUnavailable(DevmemError):
@@ -318,8 +319,13 @@ def _entry(p: Any, kind: str) -> ProcessEntry | None:
         used = process_bytes(p.usedGpuMemory)
         gi = getattr(p, "gpuInstanceId", None)
         ci = getattr(p, "computeInstanceId", None)
-        return ProcessEntry(int(p.pid), used, None if gi in (None, 0xFFFFFFFF) else int(gi),
-                            None if ci in (None, 0xFFFFFFFF) else int(ci), (kind,))
+        return ProcessEntry(
+            int(p.pid),
+            used,
+            None if gi in (None, 0xFFFFFFFF) else int(gi),
+            None if ci in (None, 0xFFFFFFFF) else int(ci),
+            (kind,),
+        )
     except (AttributeError, TypeError, ValueError) as exc:  # one odd entry never breaks the list
         log.debug("devmem: skipping an NVML %s process entry %r: %s", kind, p, exc)
         return None
@@ -421,8 +427,28 @@ def driver_model(session: NvmlSession, handle: Any) -> int | None:
 
 
 __all__ = [
-    "COMPUTE_CALLS", "GRAPHICS_CALLS", "INSTALL_PYNVML", "MPS_CALLS", "NOT_INSTALLED", "NOT_AVAILABLE", "MemoryReading", "NvmlCallError", "NvmlSession",
-    "NvmlUnavailable", "PROCESS_LISTS", "ProcessEntry", "session_for", "device_minor", "device_name", "device_pci_bus_id", "device_uuid",
-    "driver_model", "error_name", "find_process", "normalise_bus_id", "process_bytes",
-    "read_memory", "running_processes",
+    "COMPUTE_CALLS",
+    "GRAPHICS_CALLS",
+    "INSTALL_PYNVML",
+    "MPS_CALLS",
+    "NOT_INSTALLED",
+    "NOT_AVAILABLE",
+    "MemoryReading",
+    "NvmlCallError",
+    "NvmlSession",
+    "NvmlUnavailable",
+    "PROCESS_LISTS",
+    "ProcessEntry",
+    "session_for",
+    "device_minor",
+    "device_name",
+    "device_pci_bus_id",
+    "device_uuid",
+    "driver_model",
+    "error_name",
+    "find_process",
+    "normalise_bus_id",
+    "process_bytes",
+    "read_memory",
+    "running_processes",
 ]

@@ -55,8 +55,10 @@ def device_memory(session: NvmlSession, platform: str, device: int, dev: Visible
     try:
         return read_memory(session, dev.handle)
     except NvmlCallError as exc:
-        raise DevmemError(f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. Check the "
-                          "GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention.") from exc
+        raise DevmemError(
+            f"{platform}: cannot read the memory of device {device} ({dev.uuid}): {exc}. Check the "
+            "GPU with `nvidia-smi`; if it reports the same, the GPU or driver needs attention."
+        ) from exc
 
 
 class DeviceSurvey(NamedTuple):
@@ -86,8 +88,10 @@ def survey_devices(session: NvmlSession) -> DeviceSurvey:
                 raise
             for instance in instances:
                 read_memory(session, instance.handle)
-            restricted.append(f"GPU {index}'s own memory is not readable ({exc.error}); its {len(instances)} MIG "
-                              "instance(s) are sized from their own readings")
+            restricted.append(
+                f"GPU {index}'s own memory is not readable ({exc.error}); its {len(instances)} MIG "
+                "instance(s) are sized from their own readings"
+            )
     return DeviceSurvey(integrated, restricted, count)
 
 
@@ -110,8 +114,10 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     except DevmemError as exc:
         return Detection(False, f"{reason}, but {exc}")
     if survey.integrated and len(survey.integrated) == survey.device_count:
-        return Detection(False, f"integrated: left to the uma platform ({', '.join(survey.integrated)}: "
-                                "NVML reports no device memory)")
+        return Detection(
+            False,
+            f"integrated: left to the uma platform ({', '.join(survey.integrated)}: NVML reports no device memory)",
+        )
     driver = session.driver_version()
     return Detection(True, "; ".join([reason + (f", driver {driver}" if driver else ""), *survey.restricted]))
 
@@ -135,8 +141,15 @@ class NvmlPlatform(PlatformBase):
     torch_device = "cuda"
     dist_backend = "nccl"
 
-    def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None,
-                 allocator: DeviceAllocator | None = None, learn_pid: bool = True):
+    def __init__(
+        self,
+        *,
+        nvml: Any = None,
+        files: Files = REAL_FILES,
+        environ: Mapping[str, str] | None = None,
+        allocator: DeviceAllocator | None = None,
+        learn_pid: bool = True,
+    ):
         self._session = session_for(nvml)
         self._files = files
         self._environ = os.environ if environ is None else environ
@@ -161,12 +174,15 @@ class NvmlPlatform(PlatformBase):
     def _memory(self, device: int) -> DeviceMemory:
         reading = device_memory(self._session, self.name, device, self._table.devices()[device])
         if reading.reserved is None:
-            sources = {"free": "NVML memory info v1 free",
-                       "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's "
-                                "reservation)"}
+            sources = {
+                "free": "NVML memory info v1 free",
+                "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)",
+            }
         else:
-            sources = {"free": "NVML memory info v2 free",
-                       "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)"}
+            sources = {
+                "free": "NVML memory info v2 free",
+                "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)",
+            }
         memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
         limits = env_limits(self._environ, device) + dmem_limits(kernel_slot(dev.pci_bus_id), files=self._files)
@@ -232,20 +248,29 @@ class NvmlPlatform(PlatformBase):
                 if entry is None:
                     return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev))
             elif entry is None and self._hidden_by_namespace(dev):
-                return self._unknown(device, ReasonKind.PID_NAMESPACE, (
-                    "this process maps the device without an active primary CUDA context (a context of its own, or "
-                    "another runtime), and NVML lists PIDs this PID namespace does not show: one of them may be "
-                    "this process, so its figure is unknown rather than 0. Run the container with --pid=host"))
+                return self._unknown(
+                    device,
+                    ReasonKind.PID_NAMESPACE,
+                    (
+                        "this process maps the device without an active primary CUDA context (a context of its own, or "
+                        "another runtime), and NVML lists PIDs this PID namespace does not show: one of them may be "
+                        "this process, so its figure is unknown rather than 0. Run the container with --pid=host"
+                    ),
+                )
         except NvmlCallError as exc:
-            return self._unknown(device, ReasonKind.QUERY_FAILED,
-                                 f"NVML could not list the processes on this device: {exc}")
+            return self._unknown(
+                device, ReasonKind.QUERY_FAILED, f"NVML could not list the processes on this device: {exc}"
+            )
         if entry is None:
             return ProcessMemory(0)  # no mapping of this device, or no context on it: this process holds nothing there
         if entry.used is None:
             where = f"MIG instance {dev.uuid}" if dev.mig else "this device"
-            return self._unknown(device, ReasonKind.NOT_AVAILABLE,
-                                 f"NVML lists this process on {where} but reports its memory as not "
-                                 "available (some MIG and container setups need more privileges)")
+            return self._unknown(
+                device,
+                ReasonKind.NOT_AVAILABLE,
+                f"NVML lists this process on {where} but reports its memory as not "
+                "available (some MIG and container setups need more privileges)",
+            )
         return ProcessMemory(entry.used)
 
     def _hidden_by_namespace(self, dev: VisibleDevice) -> bool:
@@ -260,9 +285,11 @@ class NvmlPlatform(PlatformBase):
     def _not_listed(self, dev: VisibleDevice) -> str:
         pids = namespace_pids(self._files) or [os.getpid()]
         learned = f"; {self._learn_note}" if self._learn_note else ""
-        return (f"this process (PID {pids[-1]}) uses {dev.uuid} but is not in NVML's process list: NVML lists the "
-                f"PIDs the driver sees (host PIDs on this driver) and this PID namespace hides them{learned}. "
-                "Run the container with --pid=host to get per-process figures")
+        return (
+            f"this process (PID {pids[-1]}) uses {dev.uuid} but is not in NVML's process list: NVML lists the "
+            f"PIDs the driver sees (host PIDs on this driver) and this PID namespace hides them{learned}. "
+            "Run the container with --pid=host to get per-process figures"
+        )
 
     def _other_processes_memory(self, device: int) -> dict[int, int] | None:
         dev = self._table.devices()[device]
@@ -293,8 +320,9 @@ class NvmlPlatform(PlatformBase):
             return []
         servers = [e for pid, e in sorted(entries.items()) if e.lists == ("compute",) and self._is_mps_server(pid)]
         own = self._driver_pids() & set(clients)
-        text = (f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})"
-                + (", this process among them" if own else ""))
+        text = f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})" + (
+            ", this process among them" if own else ""
+        )
         for e in servers:
             held = "memory not available" if e.used is None else format_size(e.used)
             text += f"; PID {e.pid} is the MPS server ({held}, shared by its clients)"
@@ -326,8 +354,10 @@ class NvmlPlatform(PlatformBase):
             try:
                 read_memory(self._session, dev.parent_handle)
             except NvmlCallError as exc:
-                out.append(f"the parent GPU's memory is not readable here ({exc.error}; usual inside a container "
-                           "given a MIG instance): devmem sizes the instance from its own reading")
+                out.append(
+                    f"the parent GPU's memory is not readable here ({exc.error}; usual inside a container "
+                    "given a MIG instance): devmem sizes the instance from its own reading"
+                )
         if "CUDA_VISIBLE_DEVICES" in self._environ or "CUDA_DEVICE_ORDER" in self._environ:
             out.append(f"CUDA device {device} is {dev.uuid} at PCI {dev.pci_bus_id}")
         ns = namespace_pids(self._files)

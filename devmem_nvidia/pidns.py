@@ -119,8 +119,10 @@ class CudaDriverAllocator:
         """``cuDevicePrimaryCtxGetState``: whether the device's primary context is active (OSError on failure)."""
         dev = self._device(device)
         flags, active = ctypes.c_uint(), ctypes.c_int()
-        self._check("cuDevicePrimaryCtxGetState",
-                    self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))
+        self._check(
+            "cuDevicePrimaryCtxGetState",
+            self._lib().cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)),
+        )
         return bool(active.value)
 
     def has_context(self, device: int) -> bool | None:
@@ -178,8 +180,12 @@ class CudaDriverAllocator:
             cuda.cuDevicePrimaryCtxRelease_v2(dev)
 
 
-def learn_driver_pid(read_usage: Callable[[], Mapping[int, int | None]], allocator: DeviceAllocator,
-                     device: int, sizes: tuple[int, ...] = LEARN_SIZES) -> tuple[int | None, str]:
+def learn_driver_pid(
+    read_usage: Callable[[], Mapping[int, int | None]],
+    allocator: DeviceAllocator,
+    device: int,
+    sizes: tuple[int, ...] = LEARN_SIZES,
+) -> tuple[int | None, str]:
     """Find this process's driver-side PID: the one entry whose usage moved by exactly each of ``sizes``.
 
     ``read_usage()`` returns the device's process list as PID -> bytes. Returns ``(pid, how)`` or
@@ -204,8 +210,10 @@ def learn_driver_pid(read_usage: Callable[[], Mapping[int, int | None]], allocat
         matched = exact if matched is None else matched & exact
         if not matched:
             seen = ", ".join(f"PID {pid}: {moved:+d}" for pid, moved in sorted(moves.items()) if moved) or "none"
-            return None, (f"cannot learn the driver-side PID: no process's usage moved by exactly {size} bytes "
-                          f"(moves seen: {seen})")
+            return None, (
+                f"cannot learn the driver-side PID: no process's usage moved by exactly {size} bytes "
+                f"(moves seen: {seen})"
+            )
     assert matched is not None
     if len(matched) > 1:
         return None, f"cannot learn the driver-side PID: PIDs {sorted(matched)} all moved by exactly {list(sizes)}"

@@ -26,10 +26,19 @@ def _wddm_possible() -> bool:
 
 @hookimpl
 def devmem_platforms():
-    yield PlatformSpec(name="nvml", priority=100, detect=gated_detect(driver_loaded, NO_DRIVER, f"{NVML}:detect_nvml"),
-                       factory=deferred(f"{NVML}:NvmlPlatform"), runtime_markers=RUNTIME_MARKERS,
-                       description="discrete NVIDIA GPUs through NVML (whole GPUs, MIG instances, containers)")
-    yield PlatformSpec(name="wsl2", priority=150, detect=gated_detect(_wddm_possible, NOT_WSL, f"{WSL2}:detect_wsl2"),
-                       factory=deferred(f"{WSL2}:WslPlatform"), runtime_markers=RUNTIME_MARKERS,
-                       description="NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages "
-                                   "instead of failing")
+    yield PlatformSpec(
+        name="nvml",
+        priority=100,
+        detect=gated_detect(driver_loaded, NO_DRIVER, f"{NVML}:detect_nvml"),
+        factory=deferred(f"{NVML}:NvmlPlatform"),
+        runtime_markers=RUNTIME_MARKERS,
+        description="discrete NVIDIA GPUs through NVML (whole GPUs, MIG instances, containers)",
+    )
+    yield PlatformSpec(
+        name="wsl2",
+        priority=150,
+        detect=gated_detect(_wddm_possible, NOT_WSL, f"{WSL2}:detect_wsl2"),
+        factory=deferred(f"{WSL2}:WslPlatform"),
+        runtime_markers=RUNTIME_MARKERS,
+        description="NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages instead of failing",
+    )

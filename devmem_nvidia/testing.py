@@ -46,14 +46,37 @@ from devmem.types import GiB, MiB
 # ---- constants, as nvidia-ml-py defines them -------------------------------------------------------
 NVML_SUCCESS = 0
 _ERRORS = {
-    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4,
-    "ALREADY_INITIALIZED": 5, "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "INSUFFICIENT_POWER": 8,
-    "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "IRQ_ISSUE": 11, "LIBRARY_NOT_FOUND": 12,
-    "FUNCTION_NOT_FOUND": 13, "CORRUPTED_INFOROM": 14, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16,
-    "OPERATING_SYSTEM": 17, "LIB_RM_VERSION_MISMATCH": 18, "IN_USE": 19, "MEMORY": 20, "NO_DATA": 21,
-    "VGPU_ECC_NOT_SUPPORTED": 22, "INSUFFICIENT_RESOURCES": 23, "FREQ_NOT_SUPPORTED": 24,
-    "ARGUMENT_VERSION_MISMATCH": 25, "DEPRECATED": 26, "NOT_READY": 27, "GPU_NOT_FOUND": 28,
-    "INVALID_STATE": 29, "RESET_TYPE_NOT_SUPPORTED": 30, "UNKNOWN": 999,
+    "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5,
+    "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7,
+    "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "IRQ_ISSUE": 11,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "CORRUPTED_INFOROM": 14,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17,
+    "LIB_RM_VERSION_MISMATCH": 18,
+    "IN_USE": 19,
+    "MEMORY": 20,
+    "NO_DATA": 21,
+    "VGPU_ECC_NOT_SUPPORTED": 22,
+    "INSUFFICIENT_RESOURCES": 23,
+    "FREQ_NOT_SUPPORTED": 24,
+    "ARGUMENT_VERSION_MISMATCH": 25,
+    "DEPRECATED": 26,
+    "NOT_READY": 27,
+    "GPU_NOT_FOUND": 28,
+    "INVALID_STATE": 29,
+    "RESET_TYPE_NOT_SUPPORTED": 30,
+    "UNKNOWN": 999,
 }
 NVML_VALUE_NOT_AVAILABLE_ulonglong = ctypes.c_ulonglong(-1)
 NVML_VALUE_NOT_AVAILABLE_uint = ctypes.c_uint(-1)
@@ -339,8 +362,14 @@ class ScriptedNvml(ScriptedLibrary):
             if kind not in kinds.get(pid, "C").split("+"):
                 continue
             gi, ci = (handle.mig + 1, 0) if handle.mig is not None else (_INVALID_ID, _INVALID_ID)
-            out.append(nvmlFriendlyObject(pid=pid, usedGpuMemory=sentinel if self.scenario.wddm else used,
-                                          gpuInstanceId=gi, computeInstanceId=ci))
+            out.append(
+                nvmlFriendlyObject(
+                    pid=pid,
+                    usedGpuMemory=sentinel if self.scenario.wddm else used,
+                    gpuInstanceId=gi,
+                    computeInstanceId=ci,
+                )
+            )
         return out
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
@@ -350,8 +379,9 @@ class ScriptedNvml(ScriptedLibrary):
         return self._processes("nvmlDeviceGetComputeRunningProcesses_v2", handle, "C")
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
-        return self._unversioned("nvmlDeviceGetComputeRunningProcesses", self.nvmlDeviceGetComputeRunningProcesses_v3,
-                                 handle)
+        return self._unversioned(
+            "nvmlDeviceGetComputeRunningProcesses", self.nvmlDeviceGetComputeRunningProcesses_v3, handle
+        )
 
     def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
         return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, "G")
@@ -360,8 +390,9 @@ class ScriptedNvml(ScriptedLibrary):
         return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v2", handle, "G")
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
-        return self._unversioned("nvmlDeviceGetGraphicsRunningProcesses",
-                                 self.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
+        return self._unversioned(
+            "nvmlDeviceGetGraphicsRunningProcesses", self.nvmlDeviceGetGraphicsRunningProcesses_v3, handle
+        )
 
     def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: ScriptedHandle) -> list[nvmlFriendlyObject]:
         return self._processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", handle, "M")
@@ -378,8 +409,9 @@ class ScriptedNvml(ScriptedLibrary):
         try:
             return newest(handle)
         except _ERROR_CLASSES["FunctionNotFound"] as exc:
-            raise NVMLLibraryMismatchError(f"Unversioned function called and the pyNVML version does not match "
-                                           f"the NVML lib version; use {name}_v2") from exc
+            raise NVMLLibraryMismatchError(
+                f"Unversioned function called and the pyNVML version does not match the NVML lib version; use {name}_v2"
+            ) from exc
 
     # ---- driver model and MIG -----------------------------------------------------------------
     def nvmlDeviceGetDriverModel_v2(self, handle: ScriptedHandle) -> list[int]:
@@ -483,9 +515,16 @@ class ScriptedLibcuda:
     counts primary contexts a caller brought into being (retaining one that was not active).
     """
 
-    CODES = {"CUDA_SUCCESS": 0, "CUDA_ERROR_INVALID_VALUE": 1, "CUDA_ERROR_NOT_INITIALIZED": 3,
-             "CUDA_ERROR_NO_DEVICE": 100, "CUDA_ERROR_INVALID_DEVICE": 101, "CUDA_ERROR_INVALID_CONTEXT": 201,
-             "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH": 803, "CUDA_ERROR_UNKNOWN": 999}
+    CODES = {
+        "CUDA_SUCCESS": 0,
+        "CUDA_ERROR_INVALID_VALUE": 1,
+        "CUDA_ERROR_NOT_INITIALIZED": 3,
+        "CUDA_ERROR_NO_DEVICE": 100,
+        "CUDA_ERROR_INVALID_DEVICE": 101,
+        "CUDA_ERROR_INVALID_CONTEXT": 201,
+        "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH": 803,
+        "CUDA_ERROR_UNKNOWN": 999,
+    }
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
@@ -651,10 +690,20 @@ def mig_scenario(**kwargs: Any) -> Scenario:
     """
     parent = ScriptedDevice()
     parent.mig = [
-        ScriptedDevice(name="NVIDIA H200 MIG 3g.71gb", total=71 * GiB, reserved=0,
-                       uuid="MIG-8f2c1a3e-4b5d-5e6f-8a9b-0c1d2e3f4a5b", pci_bus_id=parent.pci_bus_id),
-        ScriptedDevice(name="NVIDIA H200 MIG 1g.18gb", total=18 * GiB - 512 * MiB, reserved=0,
-                       uuid="MIG-1a2b3c4d-5e6f-5a7b-9c8d-7e6f5a4b3c2d", pci_bus_id=parent.pci_bus_id),
+        ScriptedDevice(
+            name="NVIDIA H200 MIG 3g.71gb",
+            total=71 * GiB,
+            reserved=0,
+            uuid="MIG-8f2c1a3e-4b5d-5e6f-8a9b-0c1d2e3f4a5b",
+            pci_bus_id=parent.pci_bus_id,
+        ),
+        ScriptedDevice(
+            name="NVIDIA H200 MIG 1g.18gb",
+            total=18 * GiB - 512 * MiB,
+            reserved=0,
+            uuid="MIG-1a2b3c4d-5e6f-5a7b-9c8d-7e6f5a4b3c2d",
+            pci_bus_id=parent.pci_bus_id,
+        ),
     ]
     return Scenario(devices=[parent], **kwargs)
 
@@ -688,10 +737,20 @@ def wsl2_scenario(**kwargs: Any) -> Scenario:
     The 24 GiB figure is the card's nominal size, not a recorded reading; what matters here is the shape
     of NVML's answers under WDDM (no per-process figures).
     """
-    sc = Scenario(devices=[ScriptedDevice(name="NVIDIA GeForce RTX 4090", total=24 * GiB, reserved=0,
-                                          uuid="GPU-7b6a5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d",
-                                          pci_bus_id="00000000:01:00.0", compute_capability=(8, 9))],
-                  wddm=True, **kwargs)
+    sc = Scenario(
+        devices=[
+            ScriptedDevice(
+                name="NVIDIA GeForce RTX 4090",
+                total=24 * GiB,
+                reserved=0,
+                uuid="GPU-7b6a5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d",
+                pci_bus_id="00000000:01:00.0",
+                compute_capability=(8, 9),
+            )
+        ],
+        wddm=True,
+        **kwargs,
+    )
     sc.files.setdefault("/dev/dxg", "")
     sc.files.setdefault("/proc/sys/kernel/osrelease", "5.15.167.4-microsoft-standard-WSL2\n")
     return sc
@@ -710,7 +769,24 @@ def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
 
 
 __all__ = [
-    "H200_CHILD_1GIB", "H200_CONTEXT", "H200_CONTEXT_PLUS_512MIB", "H200_RUNTIME_TOTAL", "NVMLError",
-    "NVMLLibraryMismatchError", "ScriptedAllocator", "ScriptedHandle", "ScriptedLibcuda", "ScriptedNvml", "h200_scenario",
-    "MPS_SERVER_BYTES", "MPS_SERVER_PID", "mig_container_scenario", "mig_scenario", "mps_scenario", "nvml_error", "scripted_cuda_platform", "scripted_platform", "wsl2_scenario",
+    "H200_CHILD_1GIB",
+    "H200_CONTEXT",
+    "H200_CONTEXT_PLUS_512MIB",
+    "H200_RUNTIME_TOTAL",
+    "NVMLError",
+    "NVMLLibraryMismatchError",
+    "ScriptedAllocator",
+    "ScriptedHandle",
+    "ScriptedLibcuda",
+    "ScriptedNvml",
+    "h200_scenario",
+    "MPS_SERVER_BYTES",
+    "MPS_SERVER_PID",
+    "mig_container_scenario",
+    "mig_scenario",
+    "mps_scenario",
+    "nvml_error",
+    "scripted_cuda_platform",
+    "scripted_platform",
+    "wsl2_scenario",
 ]

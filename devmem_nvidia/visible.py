@@ -113,8 +113,9 @@ def enumerate_gpus(session: NvmlSession) -> list[NvmlGpu]:
     return gpus
 
 
-def cuda_order(gpus: list[NvmlGpu], environ: Mapping[str, str],
-               driver_bus_ids: list[str] | None = None) -> list[NvmlGpu]:
+def cuda_order(
+    gpus: list[NvmlGpu], environ: Mapping[str, str], driver_bus_ids: list[str] | None = None
+) -> list[NvmlGpu]:
     """``gpus`` in the order the CUDA runtime numbers them (see the module docstring).
 
     ``driver_bus_ids``: the CUDA driver's own ordinal order (PCI bus ids), where this process has the driver
@@ -129,9 +130,11 @@ def cuda_order(gpus: list[NvmlGpu], environ: Mapping[str, str],
     if gpus and all(g.pci_bus_id in rank for g in gpus):
         return sorted(gpus, key=lambda g: rank[g.pci_bus_id])
     if len({g.compute_capability for g in gpus}) > 1:
-        log.warning("devmem: CUDA_DEVICE_ORDER=FASTEST_FIRST on a machine with different GPUs and no CUDA driver in "
-                    "this process to ask: devmem guesses CUDA's order from compute capability, which may map an index "
-                    "to the wrong GPU; set CUDA_DEVICE_ORDER=PCI_BUS_ID so indices are certain")
+        log.warning(
+            "devmem: CUDA_DEVICE_ORDER=FASTEST_FIRST on a machine with different GPUs and no CUDA driver in "
+            "this process to ask: devmem guesses CUDA's order from compute capability, which may map an index "
+            "to the wrong GPU; set CUDA_DEVICE_ORDER=PCI_BUS_ID so indices are certain"
+        )
     return sorted(by_bus, key=lambda g: g.compute_capability, reverse=True)
 
 
@@ -141,8 +144,9 @@ def _match_uuid(token: str, devices: list[VisibleDevice]) -> list[VisibleDevice]
     return hits if len(hits) == 1 else None
 
 
-def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str],
-                   driver_bus_ids: list[str] | None = None) -> VisibleDevices[VisibleDevice]:
+def select_visible(
+    gpus: list[NvmlGpu], environ: Mapping[str, str], driver_bus_ids: list[str] | None = None
+) -> VisibleDevices[VisibleDevice]:
     """Apply ``CUDA_DEVICE_ORDER`` and ``CUDA_VISIBLE_DEVICES`` to NVML's ``gpus``."""
     ordered = cuda_order(gpus, environ, driver_bus_ids)
     order = f"CUDA_DEVICE_ORDER={environ.get('CUDA_DEVICE_ORDER', 'FASTEST_FIRST')}"
@@ -172,8 +176,9 @@ def select_visible(gpus: list[NvmlGpu], environ: Mapping[str, str],
     return VisibleDevices(tuple(chosen), f"{order} then CUDA_VISIBLE_DEVICES={raw}", conflicts)
 
 
-def visible_devices(session: NvmlSession, environ: Mapping[str, str],
-                    driver_bus_ids: list[str] | None = None) -> VisibleDevices[VisibleDevice]:
+def visible_devices(
+    session: NvmlSession, environ: Mapping[str, str], driver_bus_ids: list[str] | None = None
+) -> VisibleDevices[VisibleDevice]:
     """The CUDA runtime's devices for ``environ``, each with its NVML handle."""
     return select_visible(enumerate_gpus(session), environ, driver_bus_ids)
 
@@ -203,8 +208,9 @@ def driver_bus_ids(files: Files = REAL_FILES, library: str = "libcuda.so.1") -> 
 class DeviceTable:
     """The CUDA devices of ``environ``, enumerated once on first use (as CUDA reads its variables once)."""
 
-    def __init__(self, session: NvmlSession, environ: Mapping[str, str],
-                 bus_order: Callable[[], list[str] | None] | None = None):
+    def __init__(
+        self, session: NvmlSession, environ: Mapping[str, str], bus_order: Callable[[], list[str] | None] | None = None
+    ):
         self._session = session
         self._environ = environ
         self._bus_order = bus_order if bus_order is not None else driver_bus_ids

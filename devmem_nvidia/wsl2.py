@@ -63,8 +63,14 @@ class WslPlatform(PlatformBase):
     torch_device = "cuda"
     dist_backend = "nccl"
 
-    def __init__(self, *, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None,
-                 mem_get_info: Callable[[int], tuple[int, int]] | None = None):
+    def __init__(
+        self,
+        *,
+        nvml: Any = None,
+        files: Files = REAL_FILES,
+        environ: Mapping[str, str] | None = None,
+        mem_get_info: Callable[[int], tuple[int, int]] | None = None,
+    ):
         self._session = session_for(nvml)
         self._files = files
         self._table = DeviceTable(self._session, os.environ if environ is None else environ)
@@ -82,14 +88,17 @@ class WslPlatform(PlatformBase):
             try:
                 free, total = self._mem_get_info(device)
             except Exception as rt_exc:  # the runtime's own error type varies (RuntimeError, torch errors)
-                raise DevmemError(f"wsl2: cannot read the memory of device {device}: NVML said {exc.error} and "
-                                  f"the CUDA runtime said {type(rt_exc).__name__}: {rt_exc}") from rt_exc
+                raise DevmemError(
+                    f"wsl2: cannot read the memory of device {device}: NVML said {exc.error} and "
+                    f"the CUDA runtime said {type(rt_exc).__name__}: {rt_exc}"
+                ) from rt_exc
             source = f"the CUDA runtime's mem_get_info (NVML: {exc.error})"
             return checked_memory(free, total, {"free": source, "total": source}, "the CUDA runtime's mem_get_info")
         source = f"NVML memory info v{reading.version}"
         total_source = source + (" total - reserved" if reading.reserved is not None else "")
-        return checked_memory(reading.free, reading.runtime_total, {"free": source, "total": total_source},
-                              "NVML memory info")
+        return checked_memory(
+            reading.free, reading.runtime_total, {"free": source, "total": total_source}, "NVML memory info"
+        )
 
     def _process_memory(self, device: int) -> ProcessMemory:
         return ProcessMemory.unknown(ReasonKind.DRIVER_MODEL, WDDM_REASON)
@@ -108,6 +117,8 @@ class WslPlatform(PlatformBase):
             return f"NVIDIA {dev.uuid}"
 
     def _notes(self, device: int) -> list[str]:
-        return ["WDDM: the driver pages over-subscribed memory to host RAM instead of failing an allocation; "
-                "release the allocator cache before large allocations",
-                WDDM_REASON]
+        return [
+            "WDDM: the driver pages over-subscribed memory to host RAM instead of failing an allocation; "
+            "release the allocator cache before large allocations",
+            WDDM_REASON,
+        ]

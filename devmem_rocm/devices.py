@@ -26,10 +26,24 @@ from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession
 log = logging.getLogger("devmem.rocm")
 
 #: gfx targets marked APU (and never dGPU) in LLVM's AMDGPUUsage processor table.
-APU_TARGETS = frozenset({
-    "gfx801", "gfx902", "gfx909", "gfx90c", "gfx1013", "gfx1033", "gfx1035", "gfx1036", "gfx1037",
-    "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
-})
+APU_TARGETS = frozenset(
+    {
+        "gfx801",
+        "gfx902",
+        "gfx909",
+        "gfx90c",
+        "gfx1013",
+        "gfx1033",
+        "gfx1035",
+        "gfx1036",
+        "gfx1037",
+        "gfx1103",
+        "gfx1150",
+        "gfx1151",
+        "gfx1152",
+        "gfx1153",
+    }
+)
 #: The largest VRAM that is still a carve-out beside a larger GTT pool (rule 4).
 CARVE_OUT_MAX = GiB
 _NA = ("", "N/A", "NA", None)
@@ -124,14 +138,20 @@ def read_gpus(session: AmdsmiSession) -> list[AmdGpu]:
         serial = _text(asic.get("asic_serial"))
         enum = _optional(session, "amdsmi_get_gpu_enumeration_info", handle) or {}
         hip_id = enum.get("hip_id")
-        gpus.append(AmdGpu(
-            handle=handle, smi_index=index, bdf=bdf, market_name=market, gfx_target=gfx,
-            serial=serial.lower().removeprefix("0x") if serial else None,
-            hip_uuid=_text(enum.get("hip_uuid")),
-            uuid=_text(_optional(session, "amdsmi_get_gpu_device_uuid", handle)),
-            hip_id=hip_id if isinstance(hip_id, int) else None,
-            apu_reason=apu_reason(session, handle, kind, market, gfx),
-        ))
+        gpus.append(
+            AmdGpu(
+                handle=handle,
+                smi_index=index,
+                bdf=bdf,
+                market_name=market,
+                gfx_target=gfx,
+                serial=serial.lower().removeprefix("0x") if serial else None,
+                hip_uuid=_text(enum.get("hip_uuid")),
+                uuid=_text(_optional(session, "amdsmi_get_gpu_device_uuid", handle)),
+                hip_id=hip_id if isinstance(hip_id, int) else None,
+                apu_reason=apu_reason(session, handle, kind, market, gfx),
+            )
+        )
     return gpus
 
 
@@ -141,8 +161,9 @@ def hip_order(gpus: list[AmdGpu]) -> tuple[list[AmdGpu], str]:
     if by_id and len({hip_id for hip_id, _ in by_id}) == len(by_id):
         hidden = [g for g in gpus if g.hip_id is None]
         if hidden:
-            log.debug("devmem: amdsmi reports no HIP id for %s; HIP does not number them",
-                      ", ".join(g.label for g in hidden))
+            log.debug(
+                "devmem: amdsmi reports no HIP id for %s; HIP does not number them", ", ".join(g.label for g in hidden)
+            )
         return [g for _, g in sorted(by_id, key=lambda pair: pair[0])], "HIP ids reported by amdsmi"
     return sorted(gpus, key=lambda g: g.bdf), "PCI bus order (this amdsmi reports no HIP ids; ROCm >= 6.4 does)"
 

@@ -74,9 +74,15 @@ class RocmPlatform(PlatformBase):
     torch_device = "cuda"  # torch's ROCm builds serve HIP devices under the cuda namespace
     dist_backend = "nccl"  # ... and RCCL under the nccl backend name
 
-    def __init__(self, *, amdsmi: Any = None, environ: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 files: Files = REAL_FILES):
+    def __init__(
+        self,
+        *,
+        amdsmi: Any = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        files: Files = REAL_FILES,
+    ):
         self._smi = _session(amdsmi, clock, sleep)
         self._environ = os.environ if environ is None else environ
         self._files = files
@@ -106,14 +112,21 @@ class RocmPlatform(PlatformBase):
         try:
             total, used = self._vram(gpu)
         except DevmemError as exc:
-            raise DevmemError(f"rocm: cannot read the VRAM of device {device}, {gpu.label}: {exc}. "
-                              "Check that `amd-smi metric -m` can read it") from exc
+            raise DevmemError(
+                f"rocm: cannot read the VRAM of device {device}, {gpu.label}: {exc}. "
+                "Check that `amd-smi metric -m` can read it"
+            ) from exc
         two_step = " + amdsmi_get_gpu_process_info" if self._smi.has("amdsmi_get_gpu_process_info") else ""
-        memory = checked_memory(total - used, total, {
-            "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
-            "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
-            "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
-        }, "amdsmi VRAM total minus used")
+        memory = checked_memory(
+            total - used,
+            total,
+            {
+                "free": "amdsmi VRAM total minus VRAM used (amdsmi_get_gpu_memory_total/_usage, AmdSmiMemoryType.VRAM)",
+                "total": "amdsmi VRAM total, the total hipMemGetInfo reports",
+                "process": f"amdsmi_get_gpu_process_list{two_step}: memory_usage.vram_mem of this process",
+            },
+            "amdsmi VRAM total minus used",
+        )
         limits = dmem_limits(gpu.bdf, ("vram",), self._files)
         return apply_limits(memory, limits, None) if limits else memory
 
@@ -123,8 +136,9 @@ class RocmPlatform(PlatformBase):
             return table
         used = table.get(os.getpid(), 0)
         if used is None:
-            return ProcessMemory.unknown(ReasonKind.NOT_AVAILABLE,
-                                         "amdsmi lists this process without a VRAM figure (N/A)")
+            return ProcessMemory.unknown(
+                ReasonKind.NOT_AVAILABLE, "amdsmi lists this process without a VRAM figure (N/A)"
+            )
         return ProcessMemory(used)
 
     def _is_integrated(self, device: int) -> bool:
@@ -143,8 +157,9 @@ class RocmPlatform(PlatformBase):
             return self._entries(gpu, self._smi.call("amdsmi_get_gpu_process_list", gpu.handle))
         except DevmemError as exc:
             hint = " (run as root, or as the user that owns the processes)" if "NO_PERM" in str(exc) else ""
-            return ProcessMemory.unknown(ReasonKind.QUERY_FAILED,
-                                         f"amdsmi cannot list the processes on {gpu.label}: {exc}{hint}")
+            return ProcessMemory.unknown(
+                ReasonKind.QUERY_FAILED, f"amdsmi cannot list the processes on {gpu.label}: {exc}{hint}"
+            )
 
     def _entries(self, gpu: AmdGpu, raw: Any) -> dict[int, int | None]:
         table: dict[int, int | None] = {}
@@ -182,20 +197,26 @@ class RocmPlatform(PlatformBase):
 
     def _notes(self, device: int) -> list[str]:
         gpu = self._selection.devices[device]
-        notes = [f"gfx target {gpu.gfx_target}; HIP device {device} is {gpu.bdf} (amdsmi processor "
-                 f"{gpu.smi_index}), from {self._selection.rule}; HIP order by {self._order_rule}"]
+        notes = [
+            f"gfx target {gpu.gfx_target}; HIP device {device} is {gpu.bdf} (amdsmi processor "
+            f"{gpu.smi_index}), from {self._selection.rule}; HIP order by {self._order_rule}"
+        ]
         notes += list(self._selection.conflicts)
         notes += self._memory(device).notes
         if gpu.apu:
-            notes.append(f"integrated GPU (APU: {gpu.apu_reason}): its memory is host memory and these VRAM "
-                         "figures are only its carve-out; the uma platform reports it (DEVMEM_PLATFORM=uma)")
+            notes.append(
+                f"integrated GPU (APU: {gpu.apu_reason}): its memory is host memory and these VRAM "
+                "figures are only its carve-out; the uma platform reports it (DEVMEM_PLATFORM=uma)"
+            )
         if "GPU_DEVICE_ORDINAL" in self._environ:
             notes.append("GPU_DEVICE_ORDINAL is set; devmem does not apply it: prefer ROCR_VISIBLE_DEVICES")
         unattributed = self._unattributed(device, gpu)
         if unattributed is not None and unattributed >= _UNATTRIBUTED_NOTE:
-            notes.append(f"{format_size(unattributed)} in use is not attributed to any listed process: amdsmi lists "
-                         "only processes whose /proc/<pid>/fdinfo this user can read (all of them as root), "
-                         "and the driver holds some memory itself")
+            notes.append(
+                f"{format_size(unattributed)} in use is not attributed to any listed process: amdsmi lists "
+                "only processes whose /proc/<pid>/fdinfo this user can read (all of them as root), "
+                "and the driver holds some memory itself"
+            )
         return notes
 
     def _unattributed(self, device: int, gpu: AmdGpu) -> int | None:
@@ -233,8 +254,11 @@ def detect(*, amdsmi: Any = None, environ: Mapping[str, str] | None = None, file
     discrete = [g for g in selection.devices if not g.apu]
     apus = [g for g in selection.devices if g.apu]
     if not discrete:
-        return Detection(False, f"amdsmi reports only APUs ({', '.join(g.label for g in apus)}): unified "
-                                "memory is left to the uma platform")
+        return Detection(
+            False,
+            f"amdsmi reports only APUs ({', '.join(g.label for g in apus)}): unified "
+            "memory is left to the uma platform",
+        )
     version = getattr(session.module, "__version__", None)
     reason = f"amdsmi{' ' + version if version else ''}: {len(discrete)} discrete AMD GPU(s): "
     reason += ", ".join(g.market_name for g in discrete)

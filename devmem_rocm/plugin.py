@@ -16,6 +16,11 @@ RUNTIME_MARKERS = ("libamdhip64", "libhsa-runtime64", "/dev/kfd")
 
 @hookimpl
 def devmem_platforms():
-    yield PlatformSpec(name="rocm", priority=100, detect=gated_detect(driver_loaded, NO_DRIVER, f"{PLATFORM}:detect"),
-                       factory=deferred(f"{PLATFORM}:RocmPlatform"), runtime_markers=RUNTIME_MARKERS,
-                       description="discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi; APUs are left to uma")
+    yield PlatformSpec(
+        name="rocm",
+        priority=100,
+        detect=gated_detect(driver_loaded, NO_DRIVER, f"{PLATFORM}:detect"),
+        factory=deferred(f"{PLATFORM}:RocmPlatform"),
+        runtime_markers=RUNTIME_MARKERS,
+        description="discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi; APUs are left to uma",
+    )

@@ -39,9 +39,9 @@ ROCM_OWN_AMDSMI = "/opt/rocm/share/amd_smi"
 #: What to do about an import failure, by its reason (amdsmi is the extra ``devmem-kv[rocm]``, not a dependency).
 ACTIONS = {
     NOT_INSTALLED: f"pip install 'devmem-kv[rocm]' (amdsmi from PyPI: pick the release of your ROCm version), "
-                   f"or use your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
+    f"or use your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
     LIBRARY_MISSING: f"install ROCm's amd-smi-lib with your package manager (then `amd-smi list` works), or use "
-                     f"your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
+    f"your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
 }
 
 
@@ -84,8 +84,7 @@ def _why(exc: BaseException, said: str, name: str) -> str:
     if "libamd_smi.so" in said or (isinstance(exc, KeyError) and "libamd_smi.so" in str(exc)):
         return LIBRARY_MISSING
     if "undefined symbol" in str(exc):
-        return (f"amdsmi does not match ROCm's libamd_smi.so ({exc}); install the amdsmi version of the "
-                "installed ROCm")
+        return f"amdsmi does not match ROCm's libamd_smi.so ({exc}); install the amdsmi version of the installed ROCm"
     return f"import amdsmi failed: {type(exc).__name__}: {exc}"
 
 
@@ -125,8 +124,9 @@ class AmdsmiSession:
     ``clock`` and ``sleep`` time :meth:`settle`; tests pass a scripted clock.
     """
 
-    def __init__(self, module: Any, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self, module: Any, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ):
         self.module = module
         self._clock, self._sleep = clock, sleep
         self._lock = threading.RLock()
@@ -216,6 +216,15 @@ def real_session() -> AmdsmiSession:
 
 
 __all__ = [
-    "ACTIONS", "LIBRARY_MISSING", "NOT_INSTALLED", "ROCM_OWN_AMDSMI", "AmdsmiCallError", "AmdsmiSession", "AmdsmiUnavailable", "describe", "import_silently",
-    "load_amdsmi", "real_session",
+    "ACTIONS",
+    "LIBRARY_MISSING",
+    "NOT_INSTALLED",
+    "ROCM_OWN_AMDSMI",
+    "AmdsmiCallError",
+    "AmdsmiSession",
+    "AmdsmiUnavailable",
+    "describe",
+    "import_silently",
+    "load_amdsmi",
+    "real_session",
 ]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -46,25 +45,66 @@ from devmem.types import GiB, MiB
 
 # ---- statuses and exceptions, as amdsmi_wrapper.py / amdsmi_exception.py define them -------------------
 STATUS = {
-    "INVAL": 1, "NOT_SUPPORTED": 2, "NOT_YET_IMPLEMENTED": 3, "FAIL_LOAD_MODULE": 4, "FAIL_LOAD_SYMBOL": 5,
-    "DRM_ERROR": 6, "API_FAILED": 7, "TIMEOUT": 8, "RETRY": 9, "NO_PERM": 10, "INTERRUPT": 11, "IO": 12,
-    "ADDRESS_FAULT": 13, "FILE_ERROR": 14, "OUT_OF_RESOURCES": 15, "INTERNAL_EXCEPTION": 16,
-    "INPUT_OUT_OF_BOUNDS": 17, "INIT_ERROR": 18, "REFCOUNT_OVERFLOW": 19, "DIRECTORY_NOT_FOUND": 20,
-    "BUSY": 30, "NOT_FOUND": 31, "NOT_INIT": 32, "NO_SLOT": 33, "DRIVER_NOT_LOADED": 34, "NO_DATA": 40,
-    "INSUFFICIENT_SIZE": 41, "UNEXPECTED_SIZE": 42, "UNEXPECTED_DATA": 43, "FILE_NOT_FOUND": 52,
-    "ARG_PTR_NULL": 53, "UNKNOWN_ERROR": 4294967295,
+    "INVAL": 1,
+    "NOT_SUPPORTED": 2,
+    "NOT_YET_IMPLEMENTED": 3,
+    "FAIL_LOAD_MODULE": 4,
+    "FAIL_LOAD_SYMBOL": 5,
+    "DRM_ERROR": 6,
+    "API_FAILED": 7,
+    "TIMEOUT": 8,
+    "RETRY": 9,
+    "NO_PERM": 10,
+    "INTERRUPT": 11,
+    "IO": 12,
+    "ADDRESS_FAULT": 13,
+    "FILE_ERROR": 14,
+    "OUT_OF_RESOURCES": 15,
+    "INTERNAL_EXCEPTION": 16,
+    "INPUT_OUT_OF_BOUNDS": 17,
+    "INIT_ERROR": 18,
+    "REFCOUNT_OVERFLOW": 19,
+    "DIRECTORY_NOT_FOUND": 20,
+    "BUSY": 30,
+    "NOT_FOUND": 31,
+    "NOT_INIT": 32,
+    "NO_SLOT": 33,
+    "DRIVER_NOT_LOADED": 34,
+    "NO_DATA": 40,
+    "INSUFFICIENT_SIZE": 41,
+    "UNEXPECTED_SIZE": 42,
+    "UNEXPECTED_DATA": 43,
+    "FILE_NOT_FOUND": 52,
+    "ARG_PTR_NULL": 53,
+    "UNKNOWN_ERROR": 4294967295,
 }
 _DESCRIPTION = {
-    "INVAL": "Invalid parameters", "NOT_SUPPORTED": "Feature not supported", "NO_PERM": "Permission Denied",
-    "IO": "I/O Error", "BUSY": "Device busy", "NOT_FOUND": "Device Not found", "NOT_INIT": "Device not initialized",
-    "DRIVER_NOT_LOADED": "Driver not loaded", "NO_DATA": "No data was found for given input",
-    "RETRY": "Retry operation", "TIMEOUT": "Timeout in API call", "INIT_ERROR": "Initialization error",
+    "INVAL": "Invalid parameters",
+    "NOT_SUPPORTED": "Feature not supported",
+    "NO_PERM": "Permission Denied",
+    "IO": "I/O Error",
+    "BUSY": "Device busy",
+    "NOT_FOUND": "Device Not found",
+    "NOT_INIT": "Device not initialized",
+    "DRIVER_NOT_LOADED": "Driver not loaded",
+    "NO_DATA": "No data was found for given input",
+    "RETRY": "Retry operation",
+    "TIMEOUT": "Timeout in API call",
+    "INIT_ERROR": "Initialization error",
 }
 #: Error names shared with the other scripted libraries, in amdsmi's terms.
 ALIASES = {
-    "NotSupported": "NOT_SUPPORTED", "NoPermission": "NO_PERM", "Unknown": "UNKNOWN_ERROR",
-    "GpuIsLost": "IO", "Retry": "RETRY", "Timeout": "TIMEOUT", "Busy": "BUSY", "NotFound": "NOT_FOUND",
-    "DriverNotLoaded": "DRIVER_NOT_LOADED", "InvalidArgument": "INVAL", "NoData": "NO_DATA",
+    "NotSupported": "NOT_SUPPORTED",
+    "NoPermission": "NO_PERM",
+    "Unknown": "UNKNOWN_ERROR",
+    "GpuIsLost": "IO",
+    "Retry": "RETRY",
+    "Timeout": "TIMEOUT",
+    "Busy": "BUSY",
+    "NotFound": "NOT_FOUND",
+    "DriverNotLoaded": "DRIVER_NOT_LOADED",
+    "InvalidArgument": "INVAL",
+    "NoData": "NO_DATA",
 }
 
 
@@ -184,8 +224,16 @@ class ScriptedAmdsmi(ScriptedLibrary):
     AmdSmiParameterException = AmdSmiParameterException
     __version__ = "7.0.2"
 
-    def __init__(self, scenario: Scenario, *, api: str = "list", handle_order: Sequence[int] | None = None,
-                 missing: Iterable[str] = (), settle_s: float = 0.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        api: str = "list",
+        handle_order: Sequence[int] | None = None,
+        missing: Iterable[str] = (),
+        settle_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if api not in ("list", "handles"):
             raise ValueError(f"api must be 'list' (amdsmi >= 6.2) or 'handles' (amdsmi 6.0/6.1), not {api!r}")
         super().__init__(scenario)
@@ -276,8 +324,13 @@ class ScriptedAmdsmi(ScriptedLibrary):
         self._enter("amdsmi_get_gpu_enumeration_info")
         index, dev = self._device(handle)
         hip_id = [i for i, d in enumerate(self.scenario.devices) if d.vendor == "amd"].index(index)
-        return {"drm_render": 128 + dev.card, "drm_card": dev.card, "hsa_id": hip_id + 1, "hip_id": hip_id,
-                "hip_uuid": "GPU-" + asic_serial(dev)}
+        return {
+            "drm_render": 128 + dev.card,
+            "drm_card": dev.card,
+            "hsa_id": hip_id + 1,
+            "hip_id": hip_id,
+            "hip_uuid": "GPU-" + asic_serial(dev),
+        }
 
     # ---- memory --------------------------------------------------------------------------------
     def _memory_type(self, mem_type: Any) -> _MemoryType:
@@ -303,15 +356,21 @@ class ScriptedAmdsmi(ScriptedLibrary):
     def _listed(self, index: int) -> dict[int, int]:
         sc = self.scenario
         valid = self.initialised_at is not None and self.clock() >= self.initialised_at + self.settle_s
-        return {(sc.pid if pid == sc.own_driver_pid else pid): (used if valid else 0)
-                for pid, used in sc.processes(index).items()}
+        return {
+            (sc.pid if pid == sc.own_driver_pid else pid): (used if valid else 0)
+            for pid, used in sc.processes(index).items()
+        }
 
     @staticmethod
     def _info(pid: int, vram: int) -> dict[str, Any]:
-        return {"name": "python3", "pid": pid, "mem": vram,
-                "engine_usage": {"gfx": 0, "enc": 0},
-                "memory_usage": {"gtt_mem": 2 * MiB, "cpu_mem": 0, "vram_mem": vram},
-                "cu_occupancy": "N/A"}
+        return {
+            "name": "python3",
+            "pid": pid,
+            "mem": vram,
+            "engine_usage": {"gfx": 0, "enc": 0},
+            "memory_usage": {"gtt_mem": 2 * MiB, "cpu_mem": 0, "vram_mem": vram},
+            "cu_occupancy": "N/A",
+        }
 
     def amdsmi_get_gpu_process_list(self, handle: Any) -> list[Any]:
         self._enter("amdsmi_get_gpu_process_list")
@@ -345,31 +404,58 @@ MI300X_IDLE_USED = 297611264
 RX7900XTX_TOTAL = 25753026560
 RX7900XTX_IDLE_USED = 1048576
 #: PCI addresses of an 8-GPU MI300X OAM platform (illustrative; HIP numbers them in this order).
-MI300X_BDFS = ("0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
-               "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0")
+MI300X_BDFS = (
+    "0000:05:00.0",
+    "0000:26:00.0",
+    "0000:46:00.0",
+    "0000:65:00.0",
+    "0000:85:00.0",
+    "0000:a6:00.0",
+    "0000:c6:00.0",
+    "0000:e5:00.0",
+)
 
 
 def mi300x(index: int = 0) -> ScriptedDevice:
     """One AMD Instinct MI300X (gfx942, SPX/NPS1) at its recorded idle reading; ``index`` picks its slot."""
-    return ScriptedDevice(name="AMD Instinct MI300X", vendor="amd", total=MI300X_TOTAL, reserved=0,
-                          base_used=MI300X_IDLE_USED, uuid=f"5eff74a1-0000-1000-8040-{0x2d3e4f5a6b70 + index:012x}",
-                          pci_bus_id=MI300X_BDFS[index], compute_capability=(9, 4),
-                          market_name="AMD Instinct MI300X", gfx_target="gfx942", card=index + 1)
+    return ScriptedDevice(
+        name="AMD Instinct MI300X",
+        vendor="amd",
+        total=MI300X_TOTAL,
+        reserved=0,
+        base_used=MI300X_IDLE_USED,
+        uuid=f"5eff74a1-0000-1000-8040-{0x2D3E4F5A6B70 + index:012x}",
+        pci_bus_id=MI300X_BDFS[index],
+        compute_capability=(9, 4),
+        market_name="AMD Instinct MI300X",
+        gfx_target="gfx942",
+        card=index + 1,
+    )
 
 
 def radeon_rx7900xtx() -> ScriptedDevice:
     """One AMD Radeon RX 7900 XTX (gfx1100, 24 GiB GDDR6) at the idle reading above."""
-    return ScriptedDevice(name="AMD Radeon RX 7900 XTX", vendor="amd", total=RX7900XTX_TOTAL, reserved=0,
-                          base_used=RX7900XTX_IDLE_USED, uuid="0cff744c-0000-1000-cc4d-02090dc9c3ff",
-                          pci_bus_id="0000:03:00.0", compute_capability=(11, 0),
-                          market_name="AMD Radeon RX 7900 XTX", gfx_target="gfx1100", card=0)
+    return ScriptedDevice(
+        name="AMD Radeon RX 7900 XTX",
+        vendor="amd",
+        total=RX7900XTX_TOTAL,
+        reserved=0,
+        base_used=RX7900XTX_IDLE_USED,
+        uuid="0cff744c-0000-1000-cc4d-02090dc9c3ff",
+        pci_bus_id="0000:03:00.0",
+        compute_capability=(11, 0),
+        market_name="AMD Radeon RX 7900 XTX",
+        gfx_target="gfx1100",
+        card=0,
+    )
 
 
 def mi300x_scenario(count: int = 1, **kwargs: Any) -> Scenario:
     """``count`` MI300X GPUs (1 to 8) on a host with 1.5 TiB of RAM, amdsmi and HIP installed."""
     kwargs.setdefault("host", HostMemory(total=1536 * GiB, free=1400 * GiB, page_cache=64 * GiB))
-    return Scenario(devices=[mi300x(i) for i in range(count)], libraries={"amdsmi", "hip"},
-                    driver_version="6.12.12", **kwargs)
+    return Scenario(
+        devices=[mi300x(i) for i in range(count)], libraries={"amdsmi", "hip"}, driver_version="6.12.12", **kwargs
+    )
 
 
 def radeon_scenario(**kwargs: Any) -> Scenario:
@@ -379,9 +465,28 @@ def radeon_scenario(**kwargs: Any) -> Scenario:
 
 
 __all__ = [
-    "ALIASES", "AmdSmiException", "AmdSmiInitFlags", "AmdSmiLibraryException", "AmdSmiMemoryType",
-    "AmdSmiParameterException", "AmdSmiProcessorType", "AmdSmiRetryException", "AmdSmiTimeoutException",
-    "MI300X_BDFS", "MI300X_IDLE_USED", "MI300X_TOTAL", "RX7900XTX_IDLE_USED", "RX7900XTX_TOTAL", "STATUS",
-    "ScriptedAmdsmi", "ScriptedClock", "ScriptedProcessorHandle", "amdsmi_error",
-    "asic_serial", "mi300x", "mi300x_scenario", "radeon_rx7900xtx", "radeon_scenario",
+    "ALIASES",
+    "AmdSmiException",
+    "AmdSmiInitFlags",
+    "AmdSmiLibraryException",
+    "AmdSmiMemoryType",
+    "AmdSmiParameterException",
+    "AmdSmiProcessorType",
+    "AmdSmiRetryException",
+    "AmdSmiTimeoutException",
+    "MI300X_BDFS",
+    "MI300X_IDLE_USED",
+    "MI300X_TOTAL",
+    "RX7900XTX_IDLE_USED",
+    "RX7900XTX_TOTAL",
+    "STATUS",
+    "ScriptedAmdsmi",
+    "ScriptedClock",
+    "ScriptedProcessorHandle",
+    "amdsmi_error",
+    "asic_serial",
+    "mi300x",
+    "mi300x_scenario",
+    "radeon_rx7900xtx",
+    "radeon_scenario",
 ]

@@ -68,7 +68,7 @@ def _rocr(raw: str, gpus: Sequence[G]) -> tuple[list[G], str | None]:
         index = _c_integer(token)
         return [gpus[index]] if index is not None and 0 <= index < len(gpus) else None
 
-    chosen, stop = pick([t.strip().upper() for t in raw.split(",")][:len(gpus)], match, repeats_end=True)
+    chosen, stop = pick([t.strip().upper() for t in raw.split(",")][: len(gpus)], match, repeats_end=True)
     if stop is None:
         return chosen, None
     why = "repeats a GPU" if stop.repeat else f"names none of the {len(gpus)} GPU(s) on this machine (or more than one)"
@@ -103,8 +103,10 @@ def select_visible(gpus: Sequence[G], environ: Mapping[str, str]) -> VisibleDevi
     hip, cuda = environ.get(HIP) or "", environ.get(CUDA) or ""
     var, raw = (HIP, hip) if hip else (CUDA, cuda)
     if hip and cuda and hip != cuda:
-        conflicts.append(f"{HIP}={hip!r} and {CUDA}={cuda!r} disagree; the HIP runtime follows {HIP} and "
-                         f"ignores {CUDA}, and so does devmem. Set only one of them, or both alike")
+        conflicts.append(
+            f"{HIP}={hip!r} and {CUDA}={cuda!r} disagree; the HIP runtime follows {HIP} and "
+            f"ignores {CUDA}, and so does devmem. Set only one of them, or both alike"
+        )
     if raw:
         within = f"left by {ROCR}={rocr!r}" if rocr is not None else "on this machine"
         pool, problem = _hip(var, raw, pool, within)

@@ -59,17 +59,20 @@ def runtime_figures(host: CpuPlatform, mem_get_info: MemGetInfo, index: int) -> 
     else:
         total = int(runtime[1])
         total_source = "the CUDA runtime's total (cudaMemGetInfo)"
-        free_source += (f"; the CUDA runtime's own figure, {format_size(runtime[0])}, leaves the page cache out "
-                        "and is not used")
-    return DeviceMemory(MemoryInfo(free=max(0, min(info.free, total)), total=total),
-                        {"free": free_source, "total": total_source})
+        free_source += (
+            f"; the CUDA runtime's own figure, {format_size(runtime[0])}, leaves the page cache out and is not used"
+        )
+    return DeviceMemory(
+        MemoryInfo(free=max(0, min(info.free, total)), total=total), {"free": free_source, "total": total_source}
+    )
 
 
 class NvidiaUnified:
     """An NVIDIA unified-memory part that NVML lists; ``per_process()`` is NVML's per-process lookup."""
 
-    def __init__(self, gpu: NvidiaGpu, host: CpuPlatform, mem_get_info: MemGetInfo,
-                 per_process: Callable[[], Platform]):
+    def __init__(
+        self, gpu: NvidiaGpu, host: CpuPlatform, mem_get_info: MemGetInfo, per_process: Callable[[], Platform]
+    ):
         self._gpu, self._host, self._mem_get_info, self._per_process = gpu, host, mem_get_info, per_process
 
     def memory(self, index: int) -> DeviceMemory:
@@ -93,15 +96,24 @@ class Jetson:
 
     def __init__(self, files: Files, host: CpuPlatform, mem_get_info: MemGetInfo, why: str, nvml_reason: str):
         self._files, self._host, self._mem_get_info, self._why, self._nvml_reason = (
-            files, host, mem_get_info, why, nvml_reason)
+            files,
+            host,
+            mem_get_info,
+            why,
+            nvml_reason,
+        )
 
     def memory(self, index: int) -> DeviceMemory:
         return runtime_figures(self._host, self._mem_get_info, index)
 
     def process_memory(self, index: int) -> ProcessMemory:
-        return ProcessMemory.unknown(ReasonKind.NO_SOURCE, (
-            f"no NVML on this Jetson ({self._nvml_reason}); Tegra's driver reports per-process GPU memory only in "
-            "debugfs (/sys/kernel/debug/nvmap), which needs root"))
+        return ProcessMemory.unknown(
+            ReasonKind.NO_SOURCE,
+            (
+                f"no NVML on this Jetson ({self._nvml_reason}); Tegra's driver reports per-process GPU memory only in "
+                "debugfs (/sys/kernel/debug/nvmap), which needs root"
+            ),
+        )
 
     def other_processes_memory(self, index: int) -> dict[int, int] | None:
         return None
@@ -128,24 +140,34 @@ class AmdApu:
         where = f"sysfs card{card.card}"
         if mem.pool == "vram":
             free = max(0, mem.vram_total - mem.vram_used)
-            return DeviceMemory(MemoryInfo(free=free, total=mem.vram_total), {
-                "free": f"VRAM carve-out left (mem_info_vram_total - mem_info_vram_used, {where})",
-                "total": f"VRAM carve-out (mem_info_vram_total, {where})",
-            }, (f"the {format_size(mem.vram_total)} VRAM carve-out is larger than the {format_size(mem.gtt_total)} "
-                "GTT pool, so the kernel serves device allocations from the carve-out",))
+            return DeviceMemory(
+                MemoryInfo(free=free, total=mem.vram_total),
+                {
+                    "free": f"VRAM carve-out left (mem_info_vram_total - mem_info_vram_used, {where})",
+                    "total": f"VRAM carve-out (mem_info_vram_total, {where})",
+                },
+                (
+                    f"the {format_size(mem.vram_total)} VRAM carve-out is larger than the {format_size(mem.gtt_total)} "
+                    "GTT pool, so the kernel serves device allocations from the carve-out",
+                ),
+            )
         host, free_source = _host(self._host)
         gtt_left = max(0, mem.gtt_total - mem.gtt_used)
         total = mem.gtt_total + mem.vram_total
         binding = "the GTT limit binds" if gtt_left < host.free else "MemAvailable binds"
         sources = {
-            "free": (f"min(MemAvailable {format_size(host.free)}, GTT left {format_size(gtt_left)} = "
-                     f"mem_info_gtt_total - mem_info_gtt_used): {binding}; {free_source}"),
+            "free": (
+                f"min(MemAvailable {format_size(host.free)}, GTT left {format_size(gtt_left)} = "
+                f"mem_info_gtt_total - mem_info_gtt_used): {binding}; {free_source}"
+            ),
             "total": f"GTT {format_size(mem.gtt_total)} + VRAM carve-out {format_size(mem.vram_total)} ({where})",
         }
         notes: tuple[str, ...] = ()
         if gtt_left < host.free:
-            notes = (f"the GTT limit ({format_size(mem.gtt_total)}, ttm.pages_limit) binds before the host's memory "
-                     f"does: raise it to let the GPU use more of the {format_size(host.free)} the OS could give",)
+            notes = (
+                f"the GTT limit ({format_size(mem.gtt_total)}, ttm.pages_limit) binds before the host's memory "
+                f"does: raise it to let the GPU use more of the {format_size(host.free)} the OS could give",
+            )
         return DeviceMemory(MemoryInfo(free=max(0, min(host.free, gtt_left, total)), total=total), sources, notes)
 
     def process_memory(self, index: int) -> ProcessMemory:

@@ -30,8 +30,10 @@ from devmem_uma.devices import AmdApu, Jetson, NvidiaUnified, UmaDevice
 from devmem_uma.runtime import MemGetInfo, runtime_integrated, runtime_mem_get_info
 from devmem_uma.survey import Survey, survey
 
-RELEASE_NOTE = ("memory the allocator keeps cached is memory the OS does not have here: devmem releases the "
-                "allocator cache before every KV-cache allocation")
+RELEASE_NOTE = (
+    "memory the allocator keeps cached is memory the OS does not have here: devmem releases the "
+    "allocator cache before every KV-cache allocation"
+)
 
 
 class UmaPlatform(PlatformBase):
@@ -49,10 +51,16 @@ class UmaPlatform(PlatformBase):
     torch_device = "cuda"  # CUDA and ROCm builds of torch both serve these devices under the cuda namespace
     dist_backend = "nccl"
 
-    def __init__(self, *, nvml: object = None, files: Files = REAL_FILES, mem_get_info: MemGetInfo | None = None,
-                 cuda_integrated: Callable[[int], bool | None] | None = None,
-                 environ: Mapping[str, str] | None = None,
-                 allocator: devmem_nvidia.DeviceAllocator | None = None):
+    def __init__(
+        self,
+        *,
+        nvml: object = None,
+        files: Files = REAL_FILES,
+        mem_get_info: MemGetInfo | None = None,
+        cuda_integrated: Callable[[int], bool | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+        allocator: devmem_nvidia.DeviceAllocator | None = None,
+    ):
         self._nvml = nvml
         self._files = files
         self._mem_get_info = mem_get_info or runtime_mem_get_info
@@ -82,11 +90,14 @@ class UmaPlatform(PlatformBase):
         found = survey(self._files, devmem_nvidia.session_for(self._nvml), self._environ, self._cuda_integrated)
         if found.vendor == "nvidia":
             if found.nvidia_integrated:
-                self._devices_seen = [NvidiaUnified(g, self._host, self._mem_get_info, self._nvml_processes)
-                                      for g in found.nvidia_integrated]
+                self._devices_seen = [
+                    NvidiaUnified(g, self._host, self._mem_get_info, self._nvml_processes)
+                    for g in found.nvidia_integrated
+                ]
             elif _jetson_visible(self._environ):
-                self._devices_seen = [Jetson(self._files, self._host, self._mem_get_info, str(found.jetson),
-                                             found.nvml_reason)]
+                self._devices_seen = [
+                    Jetson(self._files, self._host, self._mem_get_info, str(found.jetson), found.nvml_reason)
+                ]
         elif found.vendor == "amd":
             cards, self._conflicts = amd.visible_apus(found.amd_apus, self._environ)
             self._devices_seen = [AmdApu(card, self._files, self._host) for card in cards]
@@ -103,8 +114,9 @@ class UmaPlatform(PlatformBase):
         """NVIDIA's per-process lookup (NSpid, learned driver PID), over the same CUDA-visible devices."""
         with self._lock:
             if self._per_process is None:
-                self._per_process = devmem_nvidia.NvmlPlatform(nvml=self._nvml, files=self._files,
-                                                               environ=self._environ, allocator=self._allocator)
+                self._per_process = devmem_nvidia.NvmlPlatform(
+                    nvml=self._nvml, files=self._files, environ=self._environ, allocator=self._allocator
+                )
             return self._per_process
 
     # ---- the contract --------------------------------------------------------------------------

@@ -28,8 +28,9 @@ def detect_uma(*, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[
     """Found when every accelerator here has unified memory (see :mod:`devmem_uma.survey`); cheap, no CUDA context."""
     nvml_usable = nvml is not None or devmem_nvidia.driver_loaded(files)
     if not nvml_usable and not devmem_rocm.driver_loaded(files) and jetson_reason(files) is None:
-        return Detection(False, "no unified-memory GPU: no amdgpu driver, no Jetson files, and "
-                                + devmem_nvidia.NO_DRIVER)
+        return Detection(
+            False, "no unified-memory GPU: no amdgpu driver, no Jetson files, and " + devmem_nvidia.NO_DRIVER
+        )
     from devmem_uma.survey import survey
 
     session = devmem_nvidia.session_for(nvml) if nvml_usable else None

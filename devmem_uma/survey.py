@@ -82,12 +82,14 @@ class Survey:
         if self.amd_apus:
             c = self.amd_apus[0]
             return Detection(True, f"AMD card{c.card}: {c.reason}")
-        return Detection(False, "no unified-memory GPU: no amdgpu APU in sysfs, no Jetson files, and NVML: "
-                                + self.nvml_reason)
+        return Detection(
+            False, "no unified-memory GPU: no amdgpu APU in sysfs, no Jetson files, and NVML: " + self.nvml_reason
+        )
 
 
-def _nvidia_gpus(session: NvmlSession, environ: Mapping[str, str],
-                 integrated_attr: Callable[[int], bool | None]) -> tuple[list[NvidiaGpu], str]:
+def _nvidia_gpus(
+    session: NvmlSession, environ: Mapping[str, str], integrated_attr: Callable[[int], bool | None]
+) -> tuple[list[NvidiaGpu], str]:
     try:
         devices = visible_devices(session, environ).devices
     except DevmemError as exc:
@@ -116,8 +118,12 @@ def _nvidia_gpus(session: NvmlSession, environ: Mapping[str, str],
     return gpus, f"NVML sees {len(devices)} CUDA-visible device(s), none integrated"
 
 
-def survey(files: Files, session: NvmlSession | None, environ: Mapping[str, str],
-           integrated_attr: Callable[[int], bool | None] = runtime_integrated) -> Survey:
+def survey(
+    files: Files,
+    session: NvmlSession | None,
+    environ: Mapping[str, str],
+    integrated_attr: Callable[[int], bool | None] = runtime_integrated,
+) -> Survey:
     """Probe sysfs, the Jetson files and NVML (and the CUDA runtime where already initialised).
 
     ``session`` is ``None`` where no NVIDIA driver is loaded: NVML is not asked.

@@ -43,9 +43,15 @@ def gb10_scenario(**kwargs: Any) -> Scenario:
 
     The PCI bus id is the one DGX Spark's ``nvidia-smi`` shows; the UUID is made up.
     """
-    device = ScriptedDevice(name="NVIDIA GB10", total=GB10_TOTAL, reserved=0, integrated=True,
-                            compute_capability=(12, 1), uuid="GPU-3f1c2b7e-9a64-4d0e-8c21-5be0a7d4c912",
-                            pci_bus_id="0000000F:01:00.0")
+    device = ScriptedDevice(
+        name="NVIDIA GB10",
+        total=GB10_TOTAL,
+        reserved=0,
+        integrated=True,
+        compute_capability=(12, 1),
+        uuid="GPU-3f1c2b7e-9a64-4d0e-8c21-5be0a7d4c912",
+        pci_bus_id="0000000F:01:00.0",
+    )
     host = HostMemory(total=GB10_TOTAL, free=GB10_RAW_FREE, page_cache=GB10_PAGE_CACHE)
     sc = Scenario(devices=[device], host=host, **kwargs)
     sc.usage.setdefault(sc.own_driver_pid, {})[0] = GB10_CONTEXT  # already counted in the host figures
@@ -61,15 +67,26 @@ def jetson_orin_scenario(**kwargs: Any) -> Scenario:
     """A Jetson AGX Orin 64GB on L4T 36.4 (JetPack 6): no NVML, recognised by ``/etc/nv_tegra_release`` and
     its device tree. The device-tree strings are a real board's; the memory figures are nominal for a 64 GB
     module, not a recording."""
-    device = ScriptedDevice(name="Orin", total=_kib(61.4), reserved=0, integrated=True, compute_capability=(8, 7),
-                            uuid="GPU-0e5a7c3d-2b19-4f68-a0d4-7c3e9b5f1a26", pci_bus_id="00000000:00:00.0")
+    device = ScriptedDevice(
+        name="Orin",
+        total=_kib(61.4),
+        reserved=0,
+        integrated=True,
+        compute_capability=(8, 7),
+        uuid="GPU-0e5a7c3d-2b19-4f68-a0d4-7c3e9b5f1a26",
+        pci_bus_id="00000000:00:00.0",
+    )
     files = {
         "/etc/nv_tegra_release": "# R36 (release), REVISION: 4.4, BOARD: generic, EABI: aarch64\n",
         "/proc/device-tree/compatible": ORIN_COMPATIBLE,
         "/proc/device-tree/model": "NVIDIA Jetson AGX Orin Developer Kit\0",
     }
-    sc = Scenario(devices=[device], host=HostMemory(total=_kib(61.4), free=_kib(40.0), page_cache=_kib(12.0)),
-                  libraries={"cuda"}, **kwargs)
+    sc = Scenario(
+        devices=[device],
+        host=HostMemory(total=_kib(61.4), free=_kib(40.0), page_cache=_kib(12.0)),
+        libraries={"cuda"},
+        **kwargs,
+    )
     for path, text in files.items():
         sc.files.setdefault(path, text)
     return sc
@@ -89,13 +106,28 @@ def strix_halo_scenario(**kwargs: Any) -> Scenario:
     limit, ``ttm.pages_limit``, sits below what the OS could give). The GPU's sysfs figures and HIP's totals
     are from ROCm/hip#3892 and vllm-project/vllm#40963; the host figures (128 GiB less the carve-out,
     104 GiB available) are assumed."""
-    device = ScriptedDevice(name="AMD Radeon 8060S Graphics", vendor="amd", total=STRIX_HALO_VRAM, reserved=0,
-                            base_used=512 * MiB, integrated=True, gtt_total=STRIX_HALO_GTT, gtt_used=96 * MiB,
-                            card=1, pci_bus_id="00000000:C6:00.0", market_name="AMD Radeon 8060S Graphics",
-                            gfx_target="gfx1151", uuid="GPU-2c4e6a8b0d1f3e5a")
+    device = ScriptedDevice(
+        name="AMD Radeon 8060S Graphics",
+        vendor="amd",
+        total=STRIX_HALO_VRAM,
+        reserved=0,
+        base_used=512 * MiB,
+        integrated=True,
+        gtt_total=STRIX_HALO_GTT,
+        gtt_used=96 * MiB,
+        card=1,
+        pci_bus_id="00000000:C6:00.0",
+        market_name="AMD Radeon 8060S Graphics",
+        gfx_target="gfx1151",
+        uuid="GPU-2c4e6a8b0d1f3e5a",
+    )
     host_total = 128 * GiB - STRIX_HALO_VRAM
-    sc = Scenario(devices=[device], host=HostMemory(total=host_total, free=_kib(92.0), page_cache=_kib(12.0)),
-                  libraries={"amdsmi"}, **kwargs)
+    sc = Scenario(
+        devices=[device],
+        host=HostMemory(total=host_total, free=_kib(92.0), page_cache=_kib(12.0)),
+        libraries={"amdsmi"},
+        **kwargs,
+    )
     sc.files.setdefault("/sys/class/drm/card1/device/hwmon/hwmon5/in1_label", "vddnb\n")
     sc.files.setdefault("/sys/class/drm/card1/device/hwmon/hwmon5/in0_label", "vddgfx\n")
     return sc
@@ -105,15 +137,36 @@ def mi300a_scenario(**kwargs: Any) -> Scenario:
     """An MI300A-like APU, illustrative (not a recording): no VRAM of its own (as ollama/ollama#13463 reports
     for MI300A), everything in a 120 GiB GTT pool out of 126 GiB of host memory, and no northbridge sensor,
     so only the carve-out rule recognises it as an APU."""
-    device = ScriptedDevice(name="AMD Instinct MI300A", vendor="amd", total=0, reserved=0, integrated=True,
-                            gtt_total=120 * GiB, gtt_used=0, card=0, pci_bus_id="00000000:02:00.0",
-                            market_name="AMD Instinct MI300A", gfx_target="gfx942", uuid="GPU-4b1f0e9d8c7a6b5e")
+    device = ScriptedDevice(
+        name="AMD Instinct MI300A",
+        vendor="amd",
+        total=0,
+        reserved=0,
+        integrated=True,
+        gtt_total=120 * GiB,
+        gtt_used=0,
+        card=0,
+        pci_bus_id="00000000:02:00.0",
+        market_name="AMD Instinct MI300A",
+        gfx_target="gfx942",
+        uuid="GPU-4b1f0e9d8c7a6b5e",
+    )
     host = HostMemory(total=126 * GiB, free=110 * GiB, page_cache=8 * GiB)
     return Scenario(devices=[device], host=host, libraries={"amdsmi"}, **kwargs)
 
 
 __all__ = [
-    "GB10_CONTEXT", "GB10_CONTEXT_PLUS_512MIB", "GB10_PAGE_CACHE", "GB10_RAW_FREE", "GB10_TOTAL", "ORIN_COMPATIBLE",
-    "STRIX_HALO_GTT", "STRIX_HALO_HIP_MEM_GET_INFO", "STRIX_HALO_VRAM", "gb10_scenario", "jetson_orin_scenario",
-    "mi300a_scenario", "strix_halo_scenario",
+    "GB10_CONTEXT",
+    "GB10_CONTEXT_PLUS_512MIB",
+    "GB10_PAGE_CACHE",
+    "GB10_RAW_FREE",
+    "GB10_TOTAL",
+    "ORIN_COMPATIBLE",
+    "STRIX_HALO_GTT",
+    "STRIX_HALO_HIP_MEM_GET_INFO",
+    "STRIX_HALO_VRAM",
+    "gb10_scenario",
+    "jetson_orin_scenario",
+    "mi300a_scenario",
+    "strix_halo_scenario",
 ]

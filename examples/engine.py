@@ -57,20 +57,60 @@ from devmem import (
 
 #: Model shapes by name: (transformers config class, its arguments).
 MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama-1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
-                                 "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
-                                 "max_position_embeddings": 4096}),
-    "moe": ("MixtralConfig", {"hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 16,
-                              "num_attention_heads": 16, "num_key_value_heads": 4, "num_local_experts": 8,
-                              "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
-                              "sliding_window": None}),
-    "tiny": ("LlamaConfig", {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
-                             "max_position_embeddings": 512}),
-    "tiny-moe": ("MixtralConfig", {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                                   "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
-                                   "num_experts_per_tok": 2, "vocab_size": 256, "max_position_embeddings": 512,
-                                   "sliding_window": None}),
+    "llama-1b": (
+        "LlamaConfig",
+        {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 22,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+        },
+    ),
+    "moe": (
+        "MixtralConfig",
+        {
+            "hidden_size": 1024,
+            "intermediate_size": 3584,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+            "sliding_window": None,
+        },
+    ),
+    "tiny": (
+        "LlamaConfig",
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 256,
+            "max_position_embeddings": 512,
+        },
+    ),
+    "tiny-moe": (
+        "MixtralConfig",
+        {
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "vocab_size": 256,
+            "max_position_embeddings": 512,
+            "sliding_window": None,
+        },
+    ),
 }
 
 
@@ -95,27 +135,41 @@ def _positive(text: str) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", type=int, default=0, help="device index (devmem's, after CUDA_VISIBLE_DEVICES)")
-    p.add_argument("--model", choices=sorted(MODELS), default=None,
-                   help="model shape (default llama-1b on a GPU, tiny on the CPU)")
+    p.add_argument(
+        "--model", choices=sorted(MODELS), default=None, help="model shape (default llama-1b on a GPU, tiny on the CPU)"
+    )
     p.add_argument("--config", default=None, help="a transformers config.json to build instead of --model")
-    p.add_argument("--accounting", choices=("process", "device"), default="process",
-                   help="process: devmem's process-scoped budget; device: the device-wide method (vLLM's)")
+    p.add_argument(
+        "--accounting",
+        choices=("process", "device"),
+        default="process",
+        help="process: devmem's process-scoped budget; device: the device-wide method (vLLM's)",
+    )
     p.add_argument("--utilization", type=float, default=0.9, help="share of the device's total memory (u)")
     p.add_argument("--pinned", type=parse_size, default=None, help="KV cache bytes, instead of sizing by u")
-    p.add_argument("--batch-tokens", type=_positive, default=None,
-                   help="tokens in one prefill (default 8192 on a GPU, 256 on the CPU)")
+    p.add_argument(
+        "--batch-tokens",
+        type=_positive,
+        default=None,
+        help="tokens in one prefill (default 8192 on a GPU, 256 on the CPU)",
+    )
     p.add_argument("--sequences", type=_positive, default=8, help="sequences the prefill tokens are split into")
     p.add_argument("--block-size", type=_positive, default=16, help="tokens in one KV block")
     p.add_argument("--decode-steps", type=int, default=4)
     p.add_argument("--rounds", type=_positive, default=2, help="serving steps run with the cache in place")
-    p.add_argument("--expandable-segments", action="store_true",
-                   help="run torch's allocator with expandable segments")
-    p.add_argument("--no-release", action="store_true",
-                   help="do not release the allocator cache before the KV allocation (what engines do today "
-                        "on the pinned path)")
-    p.add_argument("--start-at", type=float, default=None,
-                   help="wall-clock time (seconds since the epoch) to take the init snapshot at, so several "
-                        "engines start at the same moment")
+    p.add_argument("--expandable-segments", action="store_true", help="run torch's allocator with expandable segments")
+    p.add_argument(
+        "--no-release",
+        action="store_true",
+        help="do not release the allocator cache before the KV allocation (what engines do today on the pinned path)",
+    )
+    p.add_argument(
+        "--start-at",
+        type=float,
+        default=None,
+        help="wall-clock time (seconds since the epoch) to take the init snapshot at, so several "
+        "engines start at the same moment",
+    )
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the KV cache before exiting")
     args = p.parse_args(argv)
     if not 0 < args.utilization <= 1:
@@ -178,9 +232,12 @@ def device_footprint(torch: Any, device: Any) -> tuple[int | None, str]:
 
     pynvml.nvmlInit()
     try:
-        used = [p.usedGpuMemory for i in range(pynvml.nvmlDeviceGetCount())
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))
-                if p.pid == os.getpid() and p.usedGpuMemory is not None]
+        used = [
+            p.usedGpuMemory
+            for i in range(pynvml.nvmlDeviceGetCount())
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))
+            if p.pid == os.getpid() and p.usedGpuMemory is not None
+        ]
     finally:
         pynvml.nvmlShutdown()
     return (sum(used), "nvmlDeviceGetComputeRunningProcesses") if used else (None, "this PID is not listed by NVML")
@@ -194,8 +251,12 @@ class Engine:
         self.dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         self.batch_tokens = args.batch_tokens or (256 if device.type == "cpu" else 8192)
         if self.batch_tokens % args.sequences or (self.batch_tokens // args.sequences) % args.block_size:
-            raise Failure("startup", "bad_input", f"--batch-tokens {self.batch_tokens} must split into "
-                          f"--sequences {args.sequences} of whole blocks of {args.block_size} tokens")
+            raise Failure(
+                "startup",
+                "bad_input",
+                f"--batch-tokens {self.batch_tokens} must split into "
+                f"--sequences {args.sequences} of whole blocks of {args.block_size} tokens",
+            )
         self.model: Any = None
         self.kv: Any = None
         self.kv_shapes: list[tuple[int, int, int, int]] = []
@@ -225,8 +286,9 @@ class Engine:
             token = out.logits[:, -1:].argmax(-1)
             del out
             for _ in range(a.decode_steps):
-                out = self.model(input_ids=token, use_cache=True, logits_to_keep=1,
-                                 **{cache_argument(self.model): cache})
+                out = self.model(
+                    input_ids=token, use_cache=True, logits_to_keep=1, **{cache_argument(self.model): cache}
+                )
                 token, generated = out.logits[:, -1:].argmax(-1), generated + a.sequences
                 del out
             del cache
@@ -244,9 +306,12 @@ class Engine:
             split = bs * k.shape[1] * k.shape[3]
             for part, src in ((elems[:, :split], k), (elems[:, split:], v)):
                 heads, dim = src.shape[1], src.shape[3]
-                dst = part[start:start + blocks].view(blocks, bs, heads, dim)
-                dst.copy_(src[:, :, : self.batch_tokens // self.args.sequences].permute(0, 2, 1, 3)
-                          .reshape(blocks, bs, heads, dim))
+                dst = part[start : start + blocks].view(blocks, bs, heads, dim)
+                dst.copy_(
+                    src[:, :, : self.batch_tokens // self.args.sequences]
+                    .permute(0, 2, 1, 3)
+                    .reshape(blocks, bs, heads, dim)
+                )
 
     def _warm_up(self, during_profile: Callable[[], None] | None) -> None:
         """One serving step without the cache, then a one-token probe for every layer's K and V shapes."""
@@ -254,8 +319,9 @@ class Engine:
         self.step()
         with t.inference_mode():
             probe = self.model(input_ids=t.zeros((1, 1), dtype=t.long, device=self.device), use_cache=True)
-            self.kv_shapes = [(k.shape[1], k.shape[3], v.shape[1], v.shape[3])
-                              for k, v in layer_kv(output_cache(probe))]
+            self.kv_shapes = [
+                (k.shape[1], k.shape[3], v.shape[1], v.shape[3]) for k, v in layer_kv(output_cache(probe))
+            ]
             del probe
         if during_profile is not None:
             during_profile()
@@ -265,8 +331,11 @@ class Engine:
         elem = self.torch.empty((), dtype=self.dtype).element_size()
         pages = {self.args.block_size * (kh * kd + vh * vd) * elem for kh, kd, vh, vd in self.kv_shapes}
         if len(pages) != 1:
-            raise Failure("plan", "unsupported_model", f"layers differ in K/V shape ({sorted(pages)} bytes a page); "
-                          "this engine pages uniform layers only")
+            raise Failure(
+                "plan",
+                "unsupported_model",
+                f"layers differ in K/V shape ({sorted(pages)} bytes a page); this engine pages uniform layers only",
+            )
         return pages.pop()
 
     def size(self, during_profile: Callable[[], None] | None) -> KvCachePlan:
@@ -289,25 +358,34 @@ class Engine:
                 out["context_bytes"] = context - baseline.process
         self.model = self._timed("model_s", lambda: build_model(a, t, self.device, self.dtype))
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        out.update(weights=weights, model_type=self.model.config.model_type,
-                   layers=self.model.config.num_hidden_layers)
+        out.update(weights=weights, model_type=self.model.config.model_type, layers=self.model.config.num_hidden_layers)
         if a.pinned is not None:  # engines skip the memory profile when the size is given
             self._timed("profile_s", lambda: self._warm_up(during_profile))
-            return plan_kv_cache(pinned_bytes=a.pinned, page_size_bytes=self.page_size(),
-                                 num_layers=len(self.kv_shapes), allocation_granularity=ALLOCATOR_GRANULARITY)
+            return plan_kv_cache(
+                pinned_bytes=a.pinned,
+                page_size_bytes=self.page_size(),
+                num_layers=len(self.kv_shapes),
+                allocation_granularity=ALLOCATOR_GRANULARITY,
+            )
         self.stage, start = "profile", time.perf_counter()
         with memory_profiling(baseline, weights_memory=weights, platform=self.platform) as profile:
             self._warm_up(during_profile)
         self.timings["profile_s"] = time.perf_counter() - start
         page = self.page_size()
         layers = len(self.kv_shapes)
-        out.update(page_size=page, kv_layers=layers, block_size=a.block_size,
-                   profile={k: v for k, v in profile.as_dict().items() if k != "weights_memory"},
-                   after_profile_free=profile.after_profile.free, after_profile_process=profile.after_profile.process)
+        out.update(
+            page_size=page,
+            kv_layers=layers,
+            block_size=a.block_size,
+            profile={k: v for k, v in profile.as_dict().items() if k != "weights_memory"},
+            after_profile_free=profile.after_profile.free,
+            after_profile_process=profile.after_profile.process,
+        )
         shape = {"page_size_bytes": page, "num_layers": layers, "allocation_granularity": ALLOCATOR_GRANULARITY}
         plans = {
-            "process": _budget(lambda: plan_kv_cache(total=baseline.total, utilization=a.utilization,
-                                                     **shape, **profile.plan_inputs())),
+            "process": _budget(
+                lambda: plan_kv_cache(total=baseline.total, utilization=a.utilization, **shape, **profile.plan_inputs())
+            ),
             "device": _budget(lambda: device_wide_plan(a, profile, weights, shape)),
         }
         out["budgets"] = {name: figures for name, (_, figures) in plans.items()}
@@ -323,20 +401,34 @@ class Engine:
         if self.device.type == "cpu":
             return None, None
         cuda = self.torch.cuda
-        idle = sum(s["total_size"] for s in cuda.memory_snapshot()
-                   if s["device"] == self.device.index and s["allocated_size"] == 0)
+        idle = sum(
+            s["total_size"]
+            for s in cuda.memory_snapshot()
+            if s["device"] == self.device.index and s["allocated_size"] == 0
+        )
         return cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device), idle
 
     def allocate_and_serve(self, plan: KvCachePlan) -> None:
         a, t, d, out = self.args, self.torch, self.device, self.out
-        out.update(plan=plan.as_dict(), explain=plan.explain(), kv_cache_bytes=plan.kv_cache_bytes,
-                   num_blocks=plan.num_blocks, block_bytes=plan.block_bytes, kv_tokens=plan.num_blocks * a.block_size)
+        out.update(
+            plan=plan.as_dict(),
+            explain=plan.explain(),
+            kv_cache_bytes=plan.kv_cache_bytes,
+            num_blocks=plan.num_blocks,
+            block_bytes=plan.block_bytes,
+            kv_tokens=plan.num_blocks * a.block_size,
+        )
         if plan.num_blocks * a.block_size < self.batch_tokens:
-            raise Failure("plan", "not_enough_memory", f"{plan.num_blocks} blocks of {a.block_size} tokens cannot "
-                          f"hold one prefill of {self.batch_tokens} tokens")
+            raise Failure(
+                "plan",
+                "not_enough_memory",
+                f"{plan.num_blocks} blocks of {a.block_size} tokens cannot "
+                f"hold one prefill of {self.batch_tokens} tokens",
+            )
         out["allocator_cache_before_release"], out["idle_segments_before_release"] = self._cached()
-        out["released_before_kv"] = None if a.no_release else self._timed(
-            "release_s", lambda: release_allocator_cache(a.device))
+        out["released_before_kv"] = (
+            None if a.no_release else self._timed("release_s", lambda: release_allocator_cache(a.device))
+        )
         out["allocator_cache_at_kv_alloc"], out["idle_segments_at_kv_alloc"] = self._cached()
         self.kv = self._timed("kv_alloc_s", lambda: allocate_kv_cache(plan, len(self.kv_shapes), d))
         _sync(t, d)
@@ -348,9 +440,13 @@ class Engine:
         out.update(prefill_tokens=a.rounds * self.batch_tokens, generated_tokens=generated)
         after = MemorySnapshot.measure(a.device, self.platform)
         footprint, source = device_footprint(t, d)
-        out.update(process_after_serve=after.process, free_after_serve=after.free, footprint=footprint,
-                   footprint_source=source, torch_reserved_after_serve=after.torch_reserved
-                   if after.torch_measured else None)
+        out.update(
+            process_after_serve=after.process,
+            free_after_serve=after.free,
+            footprint=footprint,
+            footprint_source=source,
+            torch_reserved_after_serve=after.torch_reserved if after.torch_measured else None,
+        )
         if a.hold > 0:
             time.sleep(a.hold)
 
@@ -370,16 +466,25 @@ def device_wide_plan(args: argparse.Namespace, profile: Any, weights: int, shape
     """
     init_free, free = profile.baseline.free, profile.after_profile.free
     if not init_free >= free:
-        raise Failure("profile", "assertion",
-                      f"Error in memory profiling. Initial free memory {init_free / 2**30:.2f} GiB, current free "
-                      f"memory {free / 2**30:.2f} GiB. This happens when other processes sharing the same "
-                      "container release GPU memory while vLLM is profiling during initialization. "
-                      "(vLLM's assertion, reproduced by the device-wide method)")
+        raise Failure(
+            "profile",
+            "assertion",
+            f"Error in memory profiling. Initial free memory {init_free / 2**30:.2f} GiB, current free "
+            f"memory {free / 2**30:.2f} GiB. This happens when other processes sharing the same "
+            "container release GPU memory while vLLM is profiling during initialization. "
+            "(vLLM's assertion, reproduced by the device-wide method)",
+        )
     consumed = init_free - free
     torch_growth = profile.after_profile.torch_reserved - profile.baseline.torch_reserved
-    return plan_kv_cache(total=profile.baseline.total, utilization=args.utilization, consumed=consumed,
-                         weights=weights, transient_peak_bytes=profile.transient_allocated_bytes,
-                         non_torch=max(0, consumed - torch_growth), **shape)
+    return plan_kv_cache(
+        total=profile.baseline.total,
+        utilization=args.utilization,
+        consumed=consumed,
+        weights=weights,
+        transient_peak_bytes=profile.transient_allocated_bytes,
+        non_torch=max(0, consumed - torch_growth),
+        **shape,
+    )
 
 
 def _budget(make: Callable[[], KvCachePlan]) -> tuple[KvCachePlan | None, dict[str, object]]:
@@ -388,14 +493,18 @@ def _budget(make: Callable[[], KvCachePlan]) -> tuple[KvCachePlan | None, dict[s
     except Failure as exc:
         return None, {"kv_cache_bytes": None, "num_blocks": None, "failure": exc.as_dict()}
     except NotEnoughMemoryError as exc:
-        return None, {"kv_cache_bytes": None, "num_blocks": None,
-                      "failure": Failure("plan", "not_enough_memory", str(exc)).as_dict()}
+        return None, {
+            "kv_cache_bytes": None,
+            "num_blocks": None,
+            "failure": Failure("plan", "not_enough_memory", str(exc)).as_dict(),
+        }
     return plan, {"kv_cache_bytes": plan.kv_cache_bytes, "num_blocks": plan.num_blocks, "failure": None}
 
 
 def _is_oom(torch: Any, exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    )
 
 
 def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -415,12 +524,23 @@ def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | N
     platform = devmem.current_platform()
     device = torch.device("cpu") if platform.name == "cpu" else torch.device("cuda", args.device)
     out: dict[str, Any] = {
-        "pid": os.getpid(), "accounting": "pinned" if args.pinned is not None else args.accounting,
-        "platform": platform.name, "device": args.device, "torch_device": str(device), "torch": torch.__version__,
-        "model": args.config or args.model, "utilization": args.utilization, "pinned": args.pinned,
-        "sequences": args.sequences, "decode_steps": args.decode_steps, "rounds": args.rounds,
-        "expandable_segments": args.expandable_segments, "release": not args.no_release, "start_at": args.start_at,
-        "ok": False, "failure": None,
+        "pid": os.getpid(),
+        "accounting": "pinned" if args.pinned is not None else args.accounting,
+        "platform": platform.name,
+        "device": args.device,
+        "torch_device": str(device),
+        "torch": torch.__version__,
+        "model": args.config or args.model,
+        "utilization": args.utilization,
+        "pinned": args.pinned,
+        "sequences": args.sequences,
+        "decode_steps": args.decode_steps,
+        "rounds": args.rounds,
+        "expandable_segments": args.expandable_segments,
+        "release": not args.no_release,
+        "start_at": args.start_at,
+        "ok": False,
+        "failure": None,
     }
     try:
         engine = Engine(args, torch, platform, device)

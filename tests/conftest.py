@@ -12,8 +12,9 @@ import devmem
 # Property tests take their example counts from a profile: "ci" (the default) keeps the whole suite within about
 # two minutes on two cores; "thorough" is for hunting
 # (DEVMEM_HYPOTHESIS_PROFILE=thorough pytest tests/test_properties.py).
-settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile("thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("DEVMEM_HYPOTHESIS_PROFILE", "ci"))
 

@@ -44,12 +44,20 @@ def write_dist(site: Path, dist: str, body: str, entry_name: str | None = None, 
     return entry
 
 
-def platform_dist(site: Path, dist: str, name: str, priority: int, found: bool = True,
-                  reason: str = "test hardware present", action: str = "") -> str:
+def platform_dist(
+    site: Path,
+    dist: str,
+    name: str,
+    priority: int,
+    found: bool = True,
+    reason: str = "test hardware present",
+    action: str = "",
+) -> str:
     """A well-behaved backend providing platform ``name`` (host memory under another name)."""
     cls = f"Platform_{name.replace('-', '_')}"
-    return write_dist(site, dist, SPEC_SOURCE.format(cls=cls, name=name, priority=priority, found=found, reason=reason,
-                                                     action=action))
+    return write_dist(
+        site, dist, SPEC_SOURCE.format(cls=cls, name=name, priority=priority, found=found, reason=reason, action=action)
+    )
 
 
 MEMORY_SOURCE = """
@@ -94,6 +102,7 @@ def memory_dist(site: Path, dist: str, name: str, priority: int, total: int, fou
     a file where each ``detect`` and ``factory`` call appends a line."""
     calls = site / f"{dist}-{next(_serial)}.calls"
     calls.touch()
-    body = MEMORY_SOURCE.format(serial=next(_serial), name=name, priority=priority, total=total, dist=dist,
-                                calls=str(calls), found=found)
+    body = MEMORY_SOURCE.format(
+        serial=next(_serial), name=name, priority=priority, total=total, dist=dist, calls=str(calls), found=found
+    )
     return write_dist(site, dist, body), calls

@@ -109,8 +109,15 @@ def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):
 
     if shutil.which("nvidia-smi"):
         pytest.skip("a GPU machine: benchmarks/info_screen.sh runs for real there")
-    result = subprocess.run(["bash", str(BENCHMARKS / "info_screen.sh"), str(tmp_path)], capture_output=True,
-                            text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    result = subprocess.run(
+        ["bash", str(BENCHMARKS / "info_screen.sh"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        timeout=120,
+    )
     assert result.returncode == 0 and "a no-op" in result.stdout
     assert json.loads((tmp_path / "verdict.json").read_text()) == {
-        "ran": False, "reason": "no CUDA GPU on this machine: a no-op"}
+        "ran": False,
+        "reason": "no CUDA GPU on this machine: a no-op",
+    }

@@ -52,8 +52,9 @@ def test_qwen3_8b_20_gib_pinned_cache_holds_9102_blocks_of_16_tokens():
 
 def test_the_byte_plan_is_devmems_planner_with_the_models_block():
     """plan_for_model is plan_kv_cache with page 16 tokens x 4,096 B on 36 layers and the model's weights."""
-    expected = plan_kv_cache(total=80 * GiB, utilization=0.9, weights=QWEN3.weights_bytes, page_size_bytes=65_536,
-                             num_layers=36)
+    expected = plan_kv_cache(
+        total=80 * GiB, utilization=0.9, weights=QWEN3.weights_bytes, page_size_bytes=65_536, num_layers=36
+    )
     assert plan_for_model(QWEN3, total=80 * GiB, utilization=0.9) == expected
 
 
@@ -112,8 +113,12 @@ def test_longest_context_is_zero_when_the_state_alone_does_not_fit():
 
 
 @settings(max_examples=500, deadline=None)
-@given(model=st.sampled_from([QWEN3, MISTRAL, GEMMA2, GEMMA3, JAMBA, QWEN3_NEXT]), budget=st.integers(0, 200 * GiB),
-       sequences=st.integers(1, 256), block_size=st.sampled_from([1, 16, 32, 256, 4096, 5000]))
+@given(
+    model=st.sampled_from([QWEN3, MISTRAL, GEMMA2, GEMMA3, JAMBA, QWEN3_NEXT]),
+    budget=st.integers(0, 200 * GiB),
+    sequences=st.integers(1, 256),
+    block_size=st.sampled_from([1, 16, 32, 256, 4096, 5000]),
+)
 def test_longest_context_fits_and_one_block_more_does_not(model, budget, sequences, block_size):
     longest = longest_context(model, budget, sequences, block_size)
     if longest is None:  # no limit: any length fits
@@ -126,8 +131,9 @@ def test_longest_context_fits_and_one_block_more_does_not(model, budget, sequenc
 
 def test_capacity_explains_each_answer():
     lines = capacity(QWEN3, 20 * GiB, context=32_768, sequences=4).lines()
-    assert lines[0] == ("tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks "
-                        "= 145632 tokens")
+    assert lines[0] == (
+        "tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
+    )
     assert lines[1].startswith("sequences at 32768 tokens: each holds (36 full layers x 2048 blocks) x 65536 B")
     assert lines[1].endswith("20.00 GiB holds 4")
     assert lines[2] == "longest context for 4 sequence(s): (21474836480 B // 4) in whole blocks = 36400 tokens"
@@ -141,7 +147,11 @@ def test_capacity_says_when_the_models_max_context_is_lower():
 def test_capacity_as_dict_gives_exact_ints():
     data = capacity(QWEN3, 20 * GiB, context=17, sequences=4).as_dict()
     assert (data["num_blocks"], data["tokens"], data["sequences_at_context"], data["longest_context"]) == (
-        9102, 145_632, 4551, 36_400)
+        9102,
+        145_632,
+        4551,
+        36_400,
+    )
     assert data["sequence"]["total_bytes"] == 4_718_592
 
 
@@ -155,8 +165,10 @@ def test_zero_context_is_refused():
 
 def test_fit_budget_is_the_planners():
     result = fit(QWEN3, context=32_768, sequences=8, total=80 * GiB, utilization=0.9, transient_peak_bytes=2 * GiB)
-    assert result.kv_budget == plan_for_model(QWEN3, total=80 * GiB, utilization=0.9,
-                                              transient_peak_bytes=2 * GiB).kv_cache_bytes
+    assert (
+        result.kv_budget
+        == plan_for_model(QWEN3, total=80 * GiB, utilization=0.9, transient_peak_bytes=2 * GiB).kv_cache_bytes
+    )
 
 
 def test_fit_needed_utilization_is_the_smallest_that_holds_the_target():
@@ -219,6 +231,6 @@ def test_fit_counts_only_whole_allocation_units():
     9,102 blocks. One sequence of 9,103 x 16 tokens fits byte for byte, not in whole units."""
     total, options = 32 * GiB, {"context": 9103 * 16, "sequences": 1}
     weights = plan_for_model(QWEN3, total=total, utilization=0.9, weights=0).kv_cache_bytes - 9103 * 2_359_296
-    model = ModelMemory.from_config({**QWEN3_8B, "max_position_embeddings": 10 ** 6}, weights_bytes=weights)
+    model = ModelMemory.from_config({**QWEN3_8B, "max_position_embeddings": 10**6}, weights_bytes=weights)
     assert fit(model, total=total, **options).fits
     assert not fit(model, total=total, allocation_granularity=ALLOCATOR_GRANULARITY, **options).fits_memory

@@ -18,13 +18,20 @@ def test_wrap_never_separates_a_number_from_its_unit():
 
 def test_wrap_never_cuts_a_word_longer_than_the_width():
     assert wrap("see GPU-5d4e3c2b-1a09-4f8e-9d7c-6b5a4f3e2d1c now", 20) == [
-        "see", "GPU-5d4e3c2b-1a09-4f8e-9d7c-6b5a4f3e2d1c", "now"]
+        "see",
+        "GPU-5d4e3c2b-1a09-4f8e-9d7c-6b5a4f3e2d1c",
+        "now",
+    ]
 
 
 def test_key_values_wrap_each_value_under_its_own_start():
     lines = key_values([("free from", "MemAvailable, includes 7.98 GiB reclaimable page cache"), ("x", "1 B")], 40)
-    assert lines == ["  free from  MemAvailable, includes", "             7.98 GiB reclaimable page",
-                     "             cache", "  x          1 B"]
+    assert lines == [
+        "  free from  MemAvailable, includes",
+        "             7.98 GiB reclaimable page",
+        "             cache",
+        "  x          1 B",
+    ]
 
 
 def test_table_right_aligns_numbers_and_wraps_the_last_column():

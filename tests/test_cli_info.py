@@ -85,8 +85,14 @@ def test_info_shows_a_dash_for_a_pid_this_namespace_cannot_see(capsys):
     row = next(line for line in out.splitlines() if line.split()[:1] == [str(hidden)])
     assert row.split() == [str(hidden), "-", "1.00", "GiB", "-"]
     data = json.loads(info(capsys, "--json", platform=scripted_platform(sc))[1])
-    assert data["devices"][0]["processes"][0] == {"pid": hidden, "used": GiB, "user": None, "command": None,
-                                                  "namespace_pid": None, "mps_server": False}
+    assert data["devices"][0]["processes"][0] == {
+        "pid": hidden,
+        "used": GiB,
+        "user": None,
+        "command": None,
+        "namespace_pid": None,
+        "mps_server": False,
+    }
 
 
 def test_info_shows_the_pid_a_containerised_process_has_in_its_namespace(capsys, machine, sleepers):
@@ -142,15 +148,16 @@ def test_info_fits_the_terminal_width_without_cutting_a_size(capsys, monkeypatch
     _, out = info(capsys, platform=scripted_platform(machine))
     lines = out.splitlines()
     assert all(len(line) <= columns for line in lines), [line for line in lines if len(line) > columns]
-    assert not any(re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB)\b", nxt)
-                   for line, nxt in zip(lines, lines[1:], strict=False))
+    assert not any(
+        re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB)\b", nxt)
+        for line, nxt in zip(lines, lines[1:], strict=False)
+    )
 
 
 def run_on_a_terminal(argv: list[str], env: dict[str, str], seconds: float = 30) -> str:
     """Run ``devmem argv`` with its stdout on a pseudo-terminal; its output."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "devmem", *argv], stdout=follower, stderr=subprocess.PIPE,
-                            env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "devmem", *argv], stdout=follower, stderr=subprocess.PIPE, env=env)
     os.close(follower)
     chunks = []
     while True:
@@ -185,16 +192,21 @@ def test_info_through_a_pipe_has_no_escape_codes():
 
 
 def test_doctor_through_a_pipe_has_no_escape_codes():
-    result = subprocess.run([sys.executable, "-m", "devmem", "doctor"], capture_output=True, text=True,
-                            env=env_with())
+    result = subprocess.run([sys.executable, "-m", "devmem", "doctor"], capture_output=True, text=True, env=env_with())
     assert result.returncode == 0 and "\x1b" not in result.stdout
 
 
 # --- watch mode --------------------------------------------------------------------------------------------
 
+
 def watch(argv: list[str], seconds: float, stop: int) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen([sys.executable, "-m", "devmem", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env_with())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devmem", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_with(),
+    )
     time.sleep(seconds)
     proc.send_signal(stop)
     out, err = proc.communicate(timeout=10)
@@ -220,8 +232,12 @@ def test_watch_through_a_pipe_appends_screens_without_escape_codes():
 
 def test_watch_on_a_terminal_redraws_in_place():
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "devmem", "top", "--watch", "0.5"], stdout=follower,
-                            stderr=subprocess.PIPE, env=env_with())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devmem", "top", "--watch", "0.5"],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env_with(),
+    )
     os.close(follower)
     time.sleep(2)
     out = os.read(leader, 1 << 20).decode()
@@ -239,6 +255,7 @@ def test_watch_interval_that_is_not_a_duration_is_a_usage_error(capsys, interval
 
 
 # --- devmem alone is devmem info ---------------------------------------------------------------------------
+
 
 def devmem(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "devmem", *argv], capture_output=True, text=True, env=env_with())
@@ -268,12 +285,21 @@ def test_an_unknown_command_is_a_usage_error_naming_the_commands():
 
 # --- help --------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["info", "top", "plugins", "doctor", "plan", "fit"])
 def test_each_command_help_has_a_description_examples_environment_and_exit_codes(command):
     result = devmem(command, "--help")
     assert result.returncode == 0
-    for part in ("examples:", f"devmem {command}" if command != "info" else "devmem info", "environment:",
-                 "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS", "CUDA_VISIBLE_DEVICES", "NO_COLOR", "exit codes:"):
+    for part in (
+        "examples:",
+        f"devmem {command}" if command != "info" else "devmem info",
+        "environment:",
+        "DEVMEM_PLATFORM",
+        "DEVMEM_LOAD_PLUGINS",
+        "CUDA_VISIBLE_DEVICES",
+        "NO_COLOR",
+        "exit codes:",
+    ):
         assert part in result.stdout, (command, part)
 
 

@@ -43,21 +43,24 @@ def usage_error(capsys, *args: str) -> str:
 
 
 def test_plan_model_prints_the_model_the_byte_plan_and_the_tokens(capsys, qwen3):
-    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768",
-                       "--sequences", "4")
+    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768", "--sequences", "4")
     lines = out.splitlines()
     assert code == 0
     assert "KV per token: 36 attention layers x 4096 B = 147456 B" in lines
-    assert ("KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left "
-            "over") in lines
-    assert ("tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
-            in lines)
+    assert (
+        "KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over"
+    ) in lines
+    assert (
+        "tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
+        in lines
+    )
     assert "longest context for 4 sequence(s): (21474836480 B // 4) in whole blocks = 36400 tokens" in lines
 
 
 def test_plan_model_json_gives_exact_ints(capsys, qwen3):
-    code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768",
-                       "--sequences", "4", "--json")
+    code, out, _ = run(
+        capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768", "--sequences", "4", "--json"
+    )
     data = json.loads(out)
     assert code == 0 and data["model"]["kv_bytes_per_token"] == 147_456
     assert (data["plan"]["num_blocks"], data["capacity"]["tokens"]) == (9102, 145_632)
@@ -103,18 +106,22 @@ def test_plan_model_unknown_architecture_exits_1_naming_the_missing_keys(capsys,
     folder = write_model(tmp_path / "odd", {"model_type": "mystery", "torch_dtype": "bfloat16", "n_layer": 12})
     code, out, err = run(capsys, "plan", "--model", str(folder), "--pinned", "1GiB")
     assert code == 1 and out == ""
-    assert err.startswith("devmem: error: config of model_type 'mystery' lacks num_hidden_layers, "
-                          "num_attention_heads, hidden_size")
+    assert err.startswith(
+        "devmem: error: config of model_type 'mystery' lacks num_hidden_layers, num_attention_heads, hidden_size"
+    )
 
 
-@pytest.mark.parametrize("args, complaint", [
-    (["--model", "M", "--page-size", "64KiB"], "--page-size and --layers come from the model's config"),
-    (["--context", "4096", "--page-size", "64KiB", "--layers", "36"], "--context describes a model"),
-    (["--model", "M", "--kv-dtype", "int4"], "invalid choice: 'int4'"),
-    (["--model", "M", "--tp", "0"], "'0' is not a tensor-parallel size"),
-    (["--model", "M", "--block-size", "x"], "'x' is not a block size"),
-    (["--model", "M", "--sequences", "-1"], "'-1' is not a sequence count"),
-])
+@pytest.mark.parametrize(
+    "args, complaint",
+    [
+        (["--model", "M", "--page-size", "64KiB"], "--page-size and --layers come from the model's config"),
+        (["--context", "4096", "--page-size", "64KiB", "--layers", "36"], "--context describes a model"),
+        (["--model", "M", "--kv-dtype", "int4"], "invalid choice: 'int4'"),
+        (["--model", "M", "--tp", "0"], "'0' is not a tensor-parallel size"),
+        (["--model", "M", "--block-size", "x"], "'x' is not a block size"),
+        (["--model", "M", "--sequences", "-1"], "'-1' is not a sequence count"),
+    ],
+)
 def test_bad_plan_model_flags_are_usage_errors(capsys, qwen3, args, complaint):
     args = [qwen3 if a == "M" else a for a in args]
     assert complaint in usage_error(capsys, "plan", "--pinned", "1GiB", *args)
@@ -144,29 +151,57 @@ def test_fit_that_does_not_fit_exits_1_with_the_reason(capsys, tiny):
 
 
 def test_fit_json_gives_the_platform_device_and_exact_ints(capsys, tiny):
-    code, out, _ = run(capsys, "fit", "--model", tiny, "--context", "100", "--sequences", "3", "--utilization", "0.01",
-                       "--json")
+    code, out, _ = run(
+        capsys, "fit", "--model", tiny, "--context", "100", "--sequences", "3", "--utilization", "0.01", "--json"
+    )
     data = json.loads(out)
     assert code == 0 and (data["platform"], data["device"]) == ("cpu", 0)
-    assert data["fit"]["sequence"] == {"context": 100, "block_size": 16, "full_blocks": 7, "sliding_blocks": 0,
-                                       "kv_bytes": 7 * 16 * 512, "state_bytes": 0, "total_bytes": 7 * 16 * 512}
+    assert data["fit"]["sequence"] == {
+        "context": 100,
+        "block_size": 16,
+        "full_blocks": 7,
+        "sliding_blocks": 0,
+        "kv_bytes": 7 * 16 * 512,
+        "state_bytes": 0,
+        "total_bytes": 7 * 16 * 512,
+    }
     assert data["fit"]["needed_kv_bytes"] == 3 * 7 * 16 * 512
 
 
-@pytest.mark.parametrize("args, complaint", [
-    (["--sequences", "1"], "the following arguments are required: --context"),
-    (["--context", "1", "--sequences", "1", "--utilization", "1.5"], "'1.5' is not a utilization"),
-    (["--context", "0", "--sequences", "1"], "'0' is not a context length"),
-])
+@pytest.mark.parametrize(
+    "args, complaint",
+    [
+        (["--sequences", "1"], "the following arguments are required: --context"),
+        (["--context", "1", "--sequences", "1", "--utilization", "1.5"], "'1.5' is not a utilization"),
+        (["--context", "0", "--sequences", "1"], "'0' is not a context length"),
+    ],
+)
 def test_bad_fit_flags_are_usage_errors(capsys, tiny, args, complaint):
     assert complaint in usage_error(capsys, "fit", "--model", tiny, *args)
 
 
 def test_fit_runs_as_a_command(tiny):
     env = {**os.environ, "DEVMEM_PLATFORM": "cpu"}
-    result = subprocess.run([sys.executable, "-m", "devmem", "fit", "--model", tiny, "--context", "64",
-                             "--sequences", "1", "--utilization", "0.01", "--json"], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devmem",
+            "fit",
+            "--model",
+            tiny,
+            "--context",
+            "64",
+            "--sequences",
+            "1",
+            "--utilization",
+            "0.01",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["fit"]["fits"] is True
 
@@ -181,6 +216,8 @@ def test_plan_model_output_fits_80_columns_without_cutting_a_size(capsys, qwen3,
     code, out, _ = run(capsys, "plan", "--model", qwen3, "--pinned", "20GiB", "--context", "32768", "--sequences", "8")
     lines = out.splitlines()
     assert code == 0 and all(len(line) <= 80 for line in lines)
-    assert not any(re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB|bytes)\b", nxt)
-                   for line, nxt in zip(lines, lines[1:], strict=False))
+    assert not any(
+        re.search(r"\d$", line) and re.match(r"\s*(B|KiB|MiB|GiB|TiB|bytes)\b", nxt)
+        for line, nxt in zip(lines, lines[1:], strict=False)
+    )
     assert "= 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over" in " ".join(out.split())

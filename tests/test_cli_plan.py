@@ -38,10 +38,30 @@ def test_plan_prints_the_result_path_and_figures_in_gib(capsys):
 
 
 def test_plan_json_gives_the_planners_exact_bytes(capsys):
-    code, out, _ = plan(capsys, "--total", "1.5GB", "--utilization", "0.8", "--weights", "512MiB",
-                        "--non-torch", "1000000", "--graph-capture", "16MiB", "--json", *QWEN3_8B)
-    expected = plan_kv_cache(total=1_500_000_000, utilization=0.8, weights=512 * MiB, non_torch=1_000_000,
-                             graph_capture=16 * MiB, page_size_bytes=65536, num_layers=36)
+    code, out, _ = plan(
+        capsys,
+        "--total",
+        "1.5GB",
+        "--utilization",
+        "0.8",
+        "--weights",
+        "512MiB",
+        "--non-torch",
+        "1000000",
+        "--graph-capture",
+        "16MiB",
+        "--json",
+        *QWEN3_8B,
+    )
+    expected = plan_kv_cache(
+        total=1_500_000_000,
+        utilization=0.8,
+        weights=512 * MiB,
+        non_torch=1_000_000,
+        graph_capture=16 * MiB,
+        page_size_bytes=65536,
+        num_layers=36,
+    )
     assert code == 0 and json.loads(out) == expected.as_dict()
 
 
@@ -59,8 +79,9 @@ def test_plan_without_total_uses_this_machines_device(capsys, monkeypatch):
 
 
 def test_not_enough_memory_exits_1_with_one_line_naming_the_figures(capsys):
-    code, out, err = plan(capsys, "--total", "24GiB", "--utilization", "0.5", "--weights", "11GiB",
-                          "--transient-peak", "2GiB", *QWEN3_8B)
+    code, out, err = plan(
+        capsys, "--total", "24GiB", "--utilization", "0.5", "--weights", "11GiB", "--transient-peak", "2GiB", *QWEN3_8B
+    )
     assert code == 1 and out == ""
     [line] = err.splitlines()
     assert line.startswith("devmem: error: not enough memory for the KV cache (utilization path)")
@@ -74,13 +95,16 @@ def test_not_enough_memory_with_json_prints_the_breakdown_and_exits_1(capsys):
     assert data["error"].startswith("not enough memory for the KV cache")
 
 
-@pytest.mark.parametrize("args, complaint", [
-    (["--total", "24XB"], "'24XB' is not a size"),
-    (["--utilization", "1.2"], "'1.2' is not a utilization"),
-    (["--utilization", "0.5", "--pinned", "1GiB"], "not allowed with argument"),
-    (["--layers", "0"], "'0' is not a layer count"),
-    (["--page-size=-4KiB"], "'-4KiB' is not a size"),
-])
+@pytest.mark.parametrize(
+    "args, complaint",
+    [
+        (["--total", "24XB"], "'24XB' is not a size"),
+        (["--utilization", "1.2"], "'1.2' is not a utilization"),
+        (["--utilization", "0.5", "--pinned", "1GiB"], "not allowed with argument"),
+        (["--layers", "0"], "'0' is not a layer count"),
+        (["--page-size=-4KiB"], "'-4KiB' is not a size"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(capsys, args, complaint):
     with pytest.raises(SystemExit) as info:
         main(["plan", "--total", "80GiB", *QWEN3_8B, *args])
@@ -94,25 +118,48 @@ def test_zero_page_size_is_a_usage_error_naming_the_flag(capsys):
 
 
 def test_plan_runs_as_a_command():
-    result = subprocess.run([sys.executable, "-m", "devmem", "plan", "--pinned", "1GiB", "--json", *QWEN3_8B],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", "plan", "--pinned", "1GiB", "--json", *QWEN3_8B],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["num_blocks"] == GiB // (64 * 1024 * 36)
 
 
 def test_allocation_granularity_keeps_only_whole_units(capsys):
     """9,103 blocks of 2,359,296 B pinned: 10,240 whole 2 MiB units hold 9,102 of them."""
-    code, out, _ = plan(capsys, "--pinned", str(9103 * 2_359_296), "--allocation-granularity", "2MiB", "--json",
-                        *QWEN3_8B)
+    code, out, _ = plan(
+        capsys, "--pinned", str(9103 * 2_359_296), "--allocation-granularity", "2MiB", "--json", *QWEN3_8B
+    )
     assert code == 0 and json.loads(out)["num_blocks"] == 9102
 
 
 def test_plan_reaches_the_growable_path_with_init_free_and_free(capsys):
-    code, out, _ = plan(capsys, "--total", "120GiB", "--init-free", "100GiB", "--free", "80GiB", "--committed", "2GiB",
-                        "--transient-peak", "4GiB", "--json", *QWEN3_8B)
-    expected = plan_kv_cache(total=120 * GiB, init_free_memory=100 * GiB, free_memory=80 * GiB,
-                             committed_bytes=2 * GiB, transient_peak_bytes=4 * GiB, page_size_bytes=65536,
-                             num_layers=36)
+    code, out, _ = plan(
+        capsys,
+        "--total",
+        "120GiB",
+        "--init-free",
+        "100GiB",
+        "--free",
+        "80GiB",
+        "--committed",
+        "2GiB",
+        "--transient-peak",
+        "4GiB",
+        "--json",
+        *QWEN3_8B,
+    )
+    expected = plan_kv_cache(
+        total=120 * GiB,
+        init_free_memory=100 * GiB,
+        free_memory=80 * GiB,
+        committed_bytes=2 * GiB,
+        transient_peak_bytes=4 * GiB,
+        page_size_bytes=65536,
+        num_layers=36,
+    )
     data = json.loads(out)
     assert code == 0 and data == expected.as_dict() and data["path"] == "growable"
     assert data["kv_cache_bytes"] == 75 * GiB  # min(108 - 18, 80 + 2 - 3) - 4
@@ -152,8 +199,9 @@ def test_plan_does_not_echo_binary_units_or_plain_bytes(capsys):
 def test_plan_shows_the_bytes_left_over_when_blocks_do_not_fill_the_cache(capsys):
     code, out, _ = plan(capsys, "--pinned", "20GiB", "--page-size", "65536", "--layers", "36")
     assert code == 0
-    assert out.splitlines()[0] == ("KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 "
-                                   "bytes, 524288 bytes left over")
+    assert out.splitlines()[0] == (
+        "KV cache: 20.00 GiB (21474836480 bytes) = 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over"
+    )
 
 
 def test_pinned_larger_than_the_total_exits_1_naming_both(capsys):

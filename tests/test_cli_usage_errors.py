@@ -22,12 +22,15 @@ def test_a_zero_size_where_one_must_be_positive_names_the_flag(capsys, monkeypat
     assert f"argument {flag}: '0' is zero bytes" in err
 
 
-@pytest.mark.parametrize("argv,flag", [
-    (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "３２"], "--layers"),
-    (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "1" * 5000], "--layers"),
-    (["info", "--device", "１"], "--device"),
-    (["doctor", "--device", "1_0"], "--device"),
-    (["info", "--device", "-1"], "--device"),
-])
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "３２"], "--layers"),
+        (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "1" * 5000], "--layers"),
+        (["info", "--device", "１"], "--device"),
+        (["doctor", "--device", "1_0"], "--device"),
+        (["info", "--device", "-1"], "--device"),
+    ],
+)
 def test_non_ascii_or_huge_numbers_are_usage_errors_naming_the_flag(capsys, monkeypatch, argv, flag):
     assert f"argument {flag}:" in usage_error(capsys, monkeypatch, *argv)

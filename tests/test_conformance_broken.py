@@ -125,9 +125,24 @@ def run_kit(where: Path, text: str, *options: str) -> tuple[int, dict[str, tuple
     "Class::test" -> (outcome, message)."""
     (where / "test_broken_kit.py").write_text(textwrap.dedent(text))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=report.xml",
-                           "test_broken_kit.py", *options], cwd=where, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--junitxml=report.xml",
+            "test_broken_kit.py",
+            *options,
+        ],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     outcomes: dict[str, tuple[str, str]] = {}
     for case in ET.parse(where / "report.xml").iter("testcase"):
         result = next((e for e in case if e.tag in ("failure", "error", "skipped")), None)
@@ -146,8 +161,12 @@ def kit_run(tmp_path_factory) -> tuple[int, dict[str, tuple[str, str]]]:
 @pytest.fixture(scope="module")
 def hardware_kit_run(tmp_path_factory) -> tuple[int, dict[str, tuple[str, str]]]:
     """The kit's unit and index checks on real host memory reported in the wrong units (no scripted allocations)."""
-    return run_kit(tmp_path_factory.mktemp("hardware_kit"), HARDWARE_KIT_FILE, "-k",
-                   "independent_source or total_is_in_bytes or free_is_positive")
+    return run_kit(
+        tmp_path_factory.mktemp("hardware_kit"),
+        HARDWARE_KIT_FILE,
+        "-k",
+        "independent_source or total_is_in_bytes or free_is_positive",
+    )
 
 
 def failure(kit_run, test: str, cls: str = "TestBrokenBackend") -> str:
@@ -198,7 +217,8 @@ def test_kit_flags_a_negative_index_that_does_not_raise(kit_run):
 
 def test_kit_flags_integrated_without_paging(kit_run):
     assert "is_integrated_gpu(0) is True but pages_instead_of_failing(0) is False" in failure(
-        kit_run, "test_integrated_implies_pages_instead_of_failing")
+        kit_run, "test_integrated_implies_pages_instead_of_failing"
+    )
 
 
 def test_kit_flags_a_slow_call_by_name(kit_run):
@@ -211,6 +231,11 @@ def test_kit_flags_an_explaining_member_of_the_wrong_type(kit_run):
 
 
 def test_kit_passes_what_the_broken_backend_gets_right(kit_run):
-    right = ["test_device_count_is_a_positive_int", "test_flags_are_bools", "test_process_usage_rises_by_an_allocation",
-             "test_process_usage_falls_back_after_free", "test_eight_threads_get_consistent_answers"]
+    right = [
+        "test_device_count_is_a_positive_int",
+        "test_flags_are_bools",
+        "test_process_usage_rises_by_an_allocation",
+        "test_process_usage_falls_back_after_free",
+        "test_eight_threads_get_consistent_answers",
+    ]
     assert {test: kit_run[1][f"TestBrokenBackend::{test}"][0] for test in right} == dict.fromkeys(right, "passed")

@@ -23,8 +23,13 @@ class TestCpuConformance(PlatformConformance, CpuFixtures):
 
 
 def _pyargs(tmp_path, *options: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--pyargs",
-                           "devmem.testing", *options], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--pyargs", "devmem.testing", *options],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_plugin_certifies_the_installed_cpu_platform(tmp_path):

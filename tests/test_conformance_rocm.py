@@ -15,12 +15,17 @@ def rocm_platform(sc: Scenario, api: str = "list") -> RocmPlatform:
     return RocmPlatform(amdsmi=amdsmi, environ=sc.environ, clock=clock, sleep=clock.sleep)
 
 
-class TestRocmMi300xConformance(PlatformConformance, scripted_fixtures(
-        lambda: mi300x_scenario(2), rocm_platform, integrated=False, pages_instead_of_failing=False)):
+class TestRocmMi300xConformance(
+    PlatformConformance,
+    scripted_fixtures(lambda: mi300x_scenario(2), rocm_platform, integrated=False, pages_instead_of_failing=False),
+):
     pass
 
 
-class TestRocmRadeonTwoStepApiConformance(PlatformConformance, scripted_fixtures(
-        radeon_scenario, lambda sc: rocm_platform(sc, api="handles"), integrated=False,
-        pages_instead_of_failing=False)):
+class TestRocmRadeonTwoStepApiConformance(
+    PlatformConformance,
+    scripted_fixtures(
+        radeon_scenario, lambda sc: rocm_platform(sc, api="handles"), integrated=False, pages_instead_of_failing=False
+    ),
+):
     pass

@@ -9,8 +9,13 @@ from devmem_uma.testing import gb10_scenario, jetson_orin_scenario, mi300a_scena
 
 
 def uma(sc):
-    return UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, mem_get_info=sc.mem_get_info,
-                       allocator=ScriptedAllocator(sc))
+    return UmaPlatform(
+        nvml=ScriptedNvml(sc),
+        files=sc.fs,
+        environ=sc.environ,
+        mem_get_info=sc.mem_get_info,
+        allocator=ScriptedAllocator(sc),
+    )
 
 
 UNIFIED = {"integrated": True, "pages_instead_of_failing": True}
@@ -20,9 +25,16 @@ class TestGb10Conformance(PlatformConformance, scripted_fixtures(gb10_scenario, 
     pass
 
 
-class TestJetsonOrinConformance(PlatformConformance, scripted_fixtures(
-        jetson_orin_scenario, uma, process_memory=False, **UNIFIED,
-        reasons={"process_memory": "Jetson Orin has no NVML, and Tegra reports per-process memory only to root"})):
+class TestJetsonOrinConformance(
+    PlatformConformance,
+    scripted_fixtures(
+        jetson_orin_scenario,
+        uma,
+        process_memory=False,
+        **UNIFIED,
+        reasons={"process_memory": "Jetson Orin has no NVML, and Tegra reports per-process memory only to root"},
+    ),
+):
     pass
 
 

@@ -29,11 +29,16 @@ def test_two_gloo_ranks_with_different_budgets_both_end_with_the_smaller(tmp_pat
 
     budgets = [41 * GiB, 38 * GiB + 12345]
     rendezvous = tmp_path / "rendezvous"
-    other = subprocess.Popen([sys.executable, "-c", _RANK, "1", str(budgets[1]), str(rendezvous)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        [sys.executable, "-c", _RANK, "1", str(budgets[1]), str(rendezvous)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=2,
-                                timeout=datetime.timedelta(seconds=120))
+        dist.init_process_group(
+            "gloo", init_method=f"file://{rendezvous}", rank=0, world_size=2, timeout=datetime.timedelta(seconds=120)
+        )
         try:
             mine = agree_on_minimum(budgets[0])
         finally:
@@ -52,8 +57,10 @@ def test_without_a_process_group_the_local_value_is_kept():
 
 
 def test_without_torch_imported_nothing_is_imported_and_the_value_is_kept():
-    code = ("import sys; from devmem.distributed import agree_on_minimum; "
-            "print(agree_on_minimum(7), 'torch' in sys.modules)")
+    code = (
+        "import sys; from devmem.distributed import agree_on_minimum; "
+        "print(agree_on_minimum(7), 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["7", "False"]
 

@@ -11,8 +11,11 @@ SOURCES = [p for d in FOLDERS for p in (REPO / d).rglob("*") if p.suffix in (".p
 
 
 def test_every_cited_doc_exists():
-    cited = {(src.relative_to(REPO), doc) for src in SOURCES
-             for doc in re.findall(r"\bdocs/[\w.-]+\.md\b", src.read_text(encoding="utf-8"))}
+    cited = {
+        (src.relative_to(REPO), doc)
+        for src in SOURCES
+        for doc in re.findall(r"\bdocs/[\w.-]+\.md\b", src.read_text(encoding="utf-8"))
+    }
     assert cited and not {(str(src), doc) for src, doc in cited if not (REPO / doc).is_file()}
 
 

@@ -90,13 +90,21 @@ def test_cpu_platform_says_no_accelerator_is_in_use():
 
 
 def test_platform_whose_library_is_missing_is_a_machine_warning_with_what_to_install(site, monkeypatch):
-    acme = platform_dist(site, "devmem-acme", "acme", priority=50, found=False,
-                         reason="the acme driver is loaded, but acmelib is not installed", action="pip install acmelib")
+    acme = platform_dist(
+        site,
+        "devmem-acme",
+        "acme",
+        priority=50,
+        found=False,
+        reason="the acme driver is loaded, but acmelib is not installed",
+        action="pip install acmelib",
+    )
     monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", acme)
     found = by_code(diagnose(CpuPlatform()))["platform-unusable"]
     assert (found.device, found.severity, found.action) == (None, "warning", "pip install acmelib")
-    assert found.summary == ("platform 'acme' (from devmem-acme) cannot be used: the acme driver is loaded, but "
-                             "acmelib is not installed")
+    assert found.summary == (
+        "platform 'acme' (from devmem-acme) cannot be used: the acme driver is loaded, but acmelib is not installed"
+    )
 
 
 def test_platform_absent_for_want_of_hardware_is_no_finding(site, monkeypatch):
@@ -106,12 +114,15 @@ def test_platform_absent_for_want_of_hardware_is_no_finding(site, monkeypatch):
 
 
 def test_machine_findings_are_rendered_for_the_machine(site, monkeypatch):
-    acme = platform_dist(site, "devmem-acme", "acme", priority=50, found=False, reason="acmelib is missing",
-                         action="pip install acmelib")
+    acme = platform_dist(
+        site, "devmem-acme", "acme", priority=50, found=False, reason="acmelib is missing", action="pip install acmelib"
+    )
     monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", acme)
     lines = render(diagnose(CpuPlatform()), "cpu", width=1000).splitlines()
-    assert lines[1:3] == ["[WARN] machine: platform 'acme' (from devmem-acme) cannot be used: acmelib is missing",
-                          "       what to do: pip install acmelib"]
+    assert lines[1:3] == [
+        "[WARN] machine: platform 'acme' (from devmem-acme) cannot be used: acmelib is missing",
+        "       what to do: pip install acmelib",
+    ]
 
 
 def test_render_prints_each_finding_with_what_to_do():
@@ -120,8 +131,13 @@ def test_render_prints_each_finding_with_what_to_do():
 
 
 def test_doctor_json_runs_as_a_command():
-    out = subprocess.run([sys.executable, "-m", "devmem", "doctor", "--json"], capture_output=True, text=True,
-                         env={**__import__("os").environ, "DEVMEM_PLATFORM": "cpu"}, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "devmem", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "DEVMEM_PLATFORM": "cpu"},
+        check=True,
+    ).stdout
     data = json.loads(out)
     assert data["platform"] == "cpu" and {f["kind"] for f in data["findings"]} >= {"per-process-accounting"}
 
@@ -172,7 +188,9 @@ def test_doctor_json_counts_the_warnings_and_exits_1(capsys):
     data = json.loads(out)
     assert code == 1 and data["warnings"] == 2
     assert {f["kind"] for f in data["findings"] if f["severity"] == "warning"} == {
-        "per-process-accounting", "pages-instead-of-failing"}
+        "per-process-accounting",
+        "pages-instead-of-failing",
+    }
 
 
 def test_low_free_memory_figures_are_exact_bytes():

@@ -81,12 +81,14 @@ def test_uma_on_an_amd_machine_does_not_ask_nvml():
 
 
 def test_detection_without_drivers_imports_no_vendor_library():
-    code = ("from devmem.testing import Scenario\n"
-            "from devmem_nvidia.nvml_platform import detect_nvml\n"
-            "from devmem_rocm.platform import detect\n"
-            "from devmem_uma.plugin import detect_uma\n"
-            "fs = Scenario(devices=[]).fs\n"
-            "detect_nvml(files=fs, system='linux'); detect(files=fs, environ={}); detect_uma(files=fs, environ={})")
+    code = (
+        "from devmem.testing import Scenario\n"
+        "from devmem_nvidia.nvml_platform import detect_nvml\n"
+        "from devmem_rocm.platform import detect\n"
+        "from devmem_uma.plugin import detect_uma\n"
+        "fs = Scenario(devices=[]).fs\n"
+        "detect_nvml(files=fs, system='linux'); detect(files=fs, environ={}); detect_uma(files=fs, environ={})"
+    )
     assert not any(imported_after(code).values())
 
 
@@ -97,10 +99,13 @@ def test_resolving_on_a_machine_without_drivers_imports_no_vendor_library():
 
 
 def test_import_devmem_imports_no_sizing_profiling_or_distributed_module():
-    code = ("import devmem\nprint(sorted(m for m in ('devmem.sizing', 'devmem.profiling', 'devmem.distributed', "
-            "'fractions') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=60,
-                          check=True)
+    code = (
+        "import devmem\nprint(sorted(m for m in ('devmem.sizing', 'devmem.profiling', 'devmem.distributed', "
+        "'fractions') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.strip() == "[]"
 
 

@@ -48,14 +48,34 @@ def requesting(nbytes: int) -> list[str]:
 
 
 def test_command_line_prints_one_json_line_with_every_figure():
-    done = subprocess.run([sys.executable, str(ENGINE), *SMALL, *requesting(REQUEST)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "DEVMEM_PLATFORM": "cpu"})
+    done = subprocess.run(
+        [sys.executable, str(ENGINE), *SMALL, *requesting(REQUEST)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DEVMEM_PLATFORM": "cpu"},
+    )
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and len(lines) == 1, done.stderr
     result = json.loads(lines[0])
-    for key in ("weights", "utilization", "total", "requested", "kv_cache_bytes", "num_blocks", "kv_tokens",
-                "page_size", "process_after_serve", "free_after_serve", "footprint", "timings_s", "accounting",
-                "budgets", "failure", "generated_tokens"):
+    for key in (
+        "weights",
+        "utilization",
+        "total",
+        "requested",
+        "kv_cache_bytes",
+        "num_blocks",
+        "kv_tokens",
+        "page_size",
+        "process_after_serve",
+        "free_after_serve",
+        "footprint",
+        "timings_s",
+        "accounting",
+        "budgets",
+        "failure",
+        "generated_tokens",
+    ):
         assert key in result, key
     assert result["ok"] and result["platform"] == "cpu"
 
@@ -130,7 +150,17 @@ def _wide_config():
     import tempfile
 
     path = Path(tempfile.mkdtemp()) / "config.json"
-    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                "vocab_size": 1 << 20}))
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 1 << 20,
+            }
+        )
+    )
     return path

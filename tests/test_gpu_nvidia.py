@@ -64,9 +64,14 @@ def platform():
     torch.empty(1, device="cuda:0")  # this process's CUDA context, as an engine has before it measures
     torch.cuda.synchronize()
     platform = NvmlPlatform()
-    RESULTS["machine"] = {"device": platform.device_name(0), "notes": platform.notes(0), "pid": os.getpid(),
-                          "torch": torch.__version__, "cuda": torch.version.cuda,
-                          "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    RESULTS["machine"] = {
+        "device": platform.device_name(0),
+        "notes": platform.notes(0),
+        "pid": os.getpid(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
     return platform
 
 
@@ -101,8 +106,11 @@ def test_child_allocation_is_listed_as_another_process(platform):
 def test_device_memory_info_agrees_with_torch(platform):
     ours = platform.device_memory_info(0)
     free, total = torch.cuda.mem_get_info(0)
-    RESULTS["mem_get_info"] = {"devmem": ours._asdict(), "torch": {"free": free, "total": total},
-                               "sources": platform.memory_sources(0)}
+    RESULTS["mem_get_info"] = {
+        "devmem": ours._asdict(),
+        "torch": {"free": free, "total": total},
+        "sources": platform.memory_sources(0),
+    }
     assert abs(ours.total - total) <= 64 * MiB and abs(ours.free - free) <= 64 * MiB
 
 
@@ -125,9 +133,11 @@ def test_profiling_counts_only_this_process_while_a_helper_allocates(platform):
 
 
 def test_process_without_a_context_holds_nothing():
-    code = ("import json; from devmem_nvidia import NvmlPlatform; from devmem_nvidia.pidns import maps_nvidia_device; "
-            "p = NvmlPlatform(); used = p.get_process_memory_usage(0); "
-            "print(json.dumps([used, p.process_memory_reason(0), maps_nvidia_device()]))")
+    code = (
+        "import json; from devmem_nvidia import NvmlPlatform; from devmem_nvidia.pidns import maps_nvidia_device; "
+        "p = NvmlPlatform(); used = p.get_process_memory_usage(0); "
+        "print(json.dumps([used, p.process_memory_reason(0), maps_nvidia_device()]))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     RESULTS["no_context"] = {"stdout": done.stdout.strip(), "stderr": done.stderr.strip()[-2000:]}
     assert json.loads(done.stdout)[0] == 0

@@ -66,9 +66,15 @@ def test_a_sized_engine_that_fills_its_cache_stays_within_its_request():
     devmem.release_allocator_cache(0)  # what earlier tests left cached is not this engine's
     baseline = MemorySnapshot.measure(0, platform)
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=2, vocab_size=1024,
-                                      max_position_embeddings=PROMPT + 2 * NEW)
+    config = transformers.LlamaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=1024,
+        max_position_embeddings=PROMPT + 2 * NEW,
+    )
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
@@ -77,9 +83,13 @@ def test_a_sized_engine_that_fills_its_cache_stays_within_its_request():
     finally:
         torch.set_default_dtype(default)
     generation = transformers.GenerationConfig(max_new_tokens=NEW, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    sized = size_continuous_batching(model, utilization=REQUEST / baseline.total, baseline=baseline,
-                                     config=transformers.ContinuousBatchingConfig(max_batch_tokens=512),
-                                     generation_config=generation)
+    sized = size_continuous_batching(
+        model,
+        utilization=REQUEST / baseline.total,
+        baseline=baseline,
+        config=transformers.ContinuousBatchingConfig(max_batch_tokens=512),
+        generation_config=generation,
+    )
     print(sized.explain())
     # sdpa repeats the keys and values it reads back to every head: the peak grows faster than the held tensors
     assert sized.read_back_block_bytes > 0
@@ -89,8 +99,10 @@ def test_a_sized_engine_that_fills_its_cache_stays_within_its_request():
     with Peak(platform) as peak:
         outputs = model.generate_batch(prompts, generation_config=generation, continuous_batching_config=sized.config)
     grown = peak.peak - (baseline.process or 0)
-    print(f"{len(prompts)} prompts of {PROMPT} tokens, {sized.num_blocks} blocks: peak growth {grown} bytes, "
-          f"requested {sized.plan.breakdown['requested']} bytes")
+    print(
+        f"{len(prompts)} prompts of {PROMPT} tokens, {sized.num_blocks} blocks: peak growth {grown} bytes, "
+        f"requested {sized.plan.breakdown['requested']} bytes"
+    )
     assert all(o.error is None and len(o.generated_tokens) == NEW for o in outputs.values())
     assert grown <= sized.plan.breakdown["requested"]
 
@@ -115,13 +127,23 @@ def test_the_forward_waits_for_the_batch_inputs_on_a_busy_device(monkeypatch):
     monkeypatch.setattr(input_outputs.ContinuousBatchingIOs, "_setup_static_tensors", poisoned)
     baseline = MemorySnapshot.measure(0, devmem.current_platform())
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=2, vocab_size=1024)
+    config = transformers.LlamaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=1024,
+    )
     with torch.device("cuda", 0):
         model = transformers.LlamaForCausalLM(config).eval()
     generation = transformers.GenerationConfig(max_new_tokens=NEW, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    sized = size_continuous_batching(model, utilization=REQUEST / baseline.total, baseline=baseline,
-                                     config=transformers.ContinuousBatchingConfig(max_batch_tokens=512),
-                                     generation_config=generation)
+    sized = size_continuous_batching(
+        model,
+        utilization=REQUEST / baseline.total,
+        baseline=baseline,
+        config=transformers.ContinuousBatchingConfig(max_batch_tokens=512),
+        generation_config=generation,
+    )
     torch.cuda.synchronize()
     assert sized.num_blocks > 0

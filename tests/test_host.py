@@ -14,7 +14,7 @@ def test_touching_one_gib_raises_process_usage_by_one_gib():
     platform = CpuPlatform()
     before = platform.get_process_memory_usage()
     block = bytearray(GiB)
-    block[:: 4096] = b"\x01" * (GiB // 4096)  # touch every page
+    block[::4096] = b"\x01" * (GiB // 4096)  # touch every page
     grown = platform.get_process_memory_usage() - before
     del block
     assert grown == pytest.approx(GiB, rel=0.05)
@@ -38,12 +38,14 @@ def test_free_counts_reclaimable_page_cache():
 
 
 def _cgroup_v2(sc: Scenario, limit: str, current: int, inactive_file: int) -> None:
-    sc.files.update({
-        "/proc/self/cgroup": "0::/job\n",
-        "/sys/fs/cgroup/job/memory.max": limit + "\n",
-        "/sys/fs/cgroup/job/memory.current": f"{current}\n",
-        "/sys/fs/cgroup/job/memory.stat": f"anon {current - inactive_file}\ninactive_file {inactive_file}\n",
-    })
+    sc.files.update(
+        {
+            "/proc/self/cgroup": "0::/job\n",
+            "/sys/fs/cgroup/job/memory.max": limit + "\n",
+            "/sys/fs/cgroup/job/memory.current": f"{current}\n",
+            "/sys/fs/cgroup/job/memory.stat": f"anon {current - inactive_file}\ninactive_file {inactive_file}\n",
+        }
+    )
 
 
 def test_cgroup_limit_caps_total_and_free():
@@ -60,24 +62,29 @@ def test_cgroup_without_a_limit_leaves_meminfo_figures():
 
 def test_cgroup_v1_limit_is_read():
     sc = Scenario()
-    sc.files.update({
-        "/proc/self/cgroup": "12:memory:/docker/abc\n",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes": f"{8 * GiB}\n",
-        "/sys/fs/cgroup/memory/memory.usage_in_bytes": f"{3 * GiB}\n",
-        "/sys/fs/cgroup/memory/memory.stat": f"total_inactive_file {GiB}\n",
-    })
+    sc.files.update(
+        {
+            "/proc/self/cgroup": "12:memory:/docker/abc\n",
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes": f"{8 * GiB}\n",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes": f"{3 * GiB}\n",
+            "/sys/fs/cgroup/memory/memory.stat": f"total_inactive_file {GiB}\n",
+        }
+    )
     assert cgroup_memory(sc.fs) == (8 * GiB, 2 * GiB)
 
 
 def test_memory_sources_name_the_page_cache():
     sc = Scenario(host=HostMemory(total=64 * GiB, free=4 * GiB, page_cache=40 * GiB))
     assert CpuPlatform(files=sc.fs).memory_sources()["free"] == (
-        "MemAvailable, includes 40.00 GiB reclaimable page cache")
+        "MemAvailable, includes 40.00 GiB reclaimable page cache"
+    )
 
 
 def test_meminfo_parses_kilobytes_into_bytes():
     assert parse_meminfo("MemTotal:       16384 kB\nHugePages_Total:       0\n") == {
-        "MemTotal": 16 * MiB, "HugePages_Total": 0}
+        "MemTotal": 16 * MiB,
+        "HugePages_Total": 0,
+    }
 
 
 def test_cpu_platform_is_integrated_and_pages_instead_of_failing():

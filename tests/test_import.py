@@ -31,10 +31,12 @@ def test_import_devmem_loads_none_of_the_command_line_modules():
 
 
 def test_every_name_in_every_packages_all_resolves():
-    code = ("import importlib\n"
-            "for name in ('devmem', 'devmem.testing', 'devmem_nvidia', 'devmem_rocm', 'devmem_uma'):\n"
-            "    package = importlib.import_module(name)\n"
-            "    missing = [n for n in package.__all__ if not hasattr(package, n)]\n"
-            "    assert not missing, (name, missing)\n")
+    code = (
+        "import importlib\n"
+        "for name in ('devmem', 'devmem.testing', 'devmem_nvidia', 'devmem_rocm', 'devmem_uma'):\n"
+        "    package = importlib.import_module(name)\n"
+        "    missing = [n for n in package.__all__ if not hasattr(package, n)]\n"
+        "    assert not missing, (name, missing)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -12,11 +12,16 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "import_time.py"
 
 def test_import_time_reports_every_case_against_python_c_pass(tmp_path):
     out = tmp_path / "import_time.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--runs", "1", "--out", str(out)], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--runs", "1", "--out", str(out)], check=True, capture_output=True, timeout=300
+    )
     result = json.loads(out.read_text())
     assert result["install"] == "current environment" and result["platform"]
-    assert set(result["added_ms"]) == {"python -c pass", "import devmem", "import devmem; current_platform()",
-                                       "... and device_memory_info()"}
+    assert set(result["added_ms"]) == {
+        "python -c pass",
+        "import devmem",
+        "import devmem; current_platform()",
+        "... and device_memory_info()",
+    }
     assert result["added_ms"]["python -c pass"] == 0 and result["cpu_added_ms"]["python -c pass"] == 0
     assert result["median_ms"]["import devmem; current_platform()"] > result["median_ms"]["python -c pass"]

@@ -26,16 +26,26 @@ from devmem.integrations.transformers import block_tokens, size_continuous_batch
 
 TOKENS = 16  # tokens in a block
 BATCH = 64  # max_batch_tokens
-LLAMA = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+LLAMA = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+}
 #: What the engine may use in all on the utilization path: the model, the run's leftovers and a few MiB of cache.
 REQUEST = 160 * MiB
 
 
 def cb_config(**fields):
     """A ContinuousBatchingConfig with blocks of TOKENS tokens (``page_size`` from 5.18 on, ``block_size`` in 5.17)."""
-    name = "page_size" if "page_size" in inspect.signature(transformers.ContinuousBatchingConfig).parameters \
+    name = (
+        "page_size"
+        if "page_size" in inspect.signature(transformers.ContinuousBatchingConfig).parameters
         else "block_size"
+    )
     return transformers.ContinuousBatchingConfig(**{name: TOKENS, "max_batch_tokens": BATCH, **fields})
 
 
@@ -65,8 +75,9 @@ def engine(generation):
     """(model, baseline, sized): an engine sized at REQUEST bytes of host memory, as an engine does it."""
     baseline = MemorySnapshot.measure(0, CpuPlatform())
     model = build_model()
-    sized = size_continuous_batching(model, utilization=utilization(baseline), config=cb_config(),
-                                     generation_config=generation, baseline=baseline)
+    sized = size_continuous_batching(
+        model, utilization=utilization(baseline), config=cb_config(), generation_config=generation, baseline=baseline
+    )
     return model, baseline, sized
 
 
@@ -85,10 +96,14 @@ def cache_nbytes(model, num_blocks):
     from transformers.generation.continuous_batching.cache import PagedAttentionCache
     from transformers.generation.continuous_batching.distributed import DistributedHelper
 
-    wanted = {"config": model.config, "continuous_batching_config": cb_config(num_blocks=num_blocks,
-                                                                               max_memory_percent=1.0),
-              "device": torch.device("cpu"), "distributed_helper": DistributedHelper(None, None), "tp_plan": {},
-              "dtype": model.dtype}
+    wanted = {
+        "config": model.config,
+        "continuous_batching_config": cb_config(num_blocks=num_blocks, max_memory_percent=1.0),
+        "device": torch.device("cpu"),
+        "distributed_helper": DistributedHelper(None, None),
+        "tp_plan": {},
+        "dtype": model.dtype,
+    }
     accepted = inspect.signature(PagedAttentionCache.__init__).parameters
     cache = PagedAttentionCache(**{k: v for k, v in wanted.items() if k in accepted})
     tensors = [cache.cache_tensor] if hasattr(cache, "cache_tensor") else [*cache.key_cache, *cache.value_cache]
@@ -98,8 +113,9 @@ def cache_nbytes(model, num_blocks):
 def test_generate_batch_with_the_sized_config_serves_every_request(engine, generation):
     model, _, sized = engine
     prompts = [[(7 * i + j) % 250 + 1 for j in range(20 + 3 * i)] for i in range(8)]
-    outputs = model.generate_batch(prompts, generation_config=generation, continuous_batching_config=sized.config,
-                                   persistent_manager=True)
+    outputs = model.generate_batch(
+        prompts, generation_config=generation, continuous_batching_config=sized.config, persistent_manager=True
+    )
     try:
         used = model._cached_continuous_batching_manager.continuous_batching_config.num_blocks
     finally:
@@ -130,8 +146,9 @@ def test_a_block_costs_the_cache_and_the_batch_tensors_transformers_allocates_fo
 
 def test_pinned_bytes_give_the_whole_blocks_they_hold(model, generation):
     block = llama_kv_block_bytes() + TOKENS * (BATCH * model.dtype.itemsize + 8)
-    sized = size_continuous_batching(model, pinned_bytes=7 * block + block // 2, config=cb_config(),
-                                     generation_config=generation)
+    sized = size_continuous_batching(
+        model, pinned_bytes=7 * block + block // 2, config=cb_config(), generation_config=generation
+    )
     assert (sized.plan.path, sized.num_blocks, sized.config.num_blocks) == ("pinned", 7, 7)
 
 
@@ -165,8 +182,9 @@ def test_a_config_whose_num_blocks_is_set_is_refused_naming_it(model):
 
 def test_the_callers_config_fields_are_kept_and_the_callers_object_is_left_alone(model, baseline, generation):
     given = cb_config(scheduler_type="prefill_first", allow_block_sharing=False, max_memory_percent=0.7)
-    sized = size_continuous_batching(model, utilization=utilization(baseline), config=given,
-                                     generation_config=generation, baseline=baseline)
+    sized = size_continuous_batching(
+        model, utilization=utilization(baseline), config=given, generation_config=generation, baseline=baseline
+    )
     out = sized.config
     assert given.num_blocks is None and out.num_blocks == sized.num_blocks
     assert block_tokens(out) == TOKENS and out.max_batch_tokens == BATCH
@@ -175,15 +193,20 @@ def test_the_callers_config_fields_are_kept_and_the_callers_object_is_left_alone
 
 def test_sizing_gives_the_model_its_attention_back_and_keeps_no_manager(model, baseline, generation):
     before = model.config._attn_implementation
-    size_continuous_batching(model, utilization=utilization(baseline), config=cb_config(),
-                             generation_config=generation, baseline=baseline)
+    size_continuous_batching(
+        model, utilization=utilization(baseline), config=cb_config(), generation_config=generation, baseline=baseline
+    )
     assert model.config._attn_implementation == before
     assert getattr(model, "_cached_continuous_batching_manager", None) is None
 
 
 def test_a_model_with_a_persistent_manager_is_refused(model, generation):
-    model.generate_batch([[1, 2, 3]], generation_config=generation,
-                         continuous_batching_config=cb_config(num_blocks=4), persistent_manager=True)
+    model.generate_batch(
+        [[1, 2, 3]],
+        generation_config=generation,
+        continuous_batching_config=cb_config(num_blocks=4),
+        persistent_manager=True,
+    )
     try:
         with pytest.raises(ValueError, match="destroy_cached_continuous_batching_manager"):
             size_continuous_batching(model, utilization=0.5, config=cb_config())
@@ -195,8 +218,12 @@ def test_without_a_baseline_the_whole_process_counts_as_consumed(model, generati
     host = CpuPlatform()
     held = host.get_process_memory_usage(0)
     with caplog.at_level(logging.WARNING, logger="devmem.integrations.transformers"):
-        sized = size_continuous_batching(model, utilization=(held + REQUEST) / host.device_memory_info(0).total,
-                                         config=cb_config(), generation_config=generation)
+        sized = size_continuous_batching(
+            model,
+            utilization=(held + REQUEST) / host.device_memory_info(0).total,
+            config=cb_config(),
+            generation_config=generation,
+        )
     assert sized.plan.breakdown["consumed"] >= held
     assert "take MemorySnapshot.measure() before creating the model" in caplog.text
 
@@ -210,8 +237,10 @@ def test_explain_names_the_blocks_what_one_costs_and_the_plan(engine):
 
 
 def test_importing_the_integration_imports_neither_transformers_nor_torch():
-    code = ("import sys, json, devmem.integrations.transformers\n"
-            "print(json.dumps([m for m in ('transformers', 'torch') if m in sys.modules]))")
+    code = (
+        "import sys, json, devmem.integrations.transformers\n"
+        "print(json.dumps([m for m in ('transformers', 'torch') if m in sys.modules]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
 
@@ -240,8 +269,18 @@ def _run(num_blocks, peak, held_per_block=100, base=1000):
     allocated and reserved peaks are ``peak`` (``None``: an allocator with no peak statistics)."""
     from devmem.integrations.transformers import EngineRun
 
-    return EngineRun(num_blocks, held_per_block * num_blocks, base, 4, BATCH, "paged|sdpa", (False, False), False,
-                     peak_bytes=peak, reserved_peak_bytes=peak)
+    return EngineRun(
+        num_blocks,
+        held_per_block * num_blocks,
+        base,
+        4,
+        BATCH,
+        "paged|sdpa",
+        (False, False),
+        False,
+        peak_bytes=peak,
+        reserved_peak_bytes=peak,
+    )
 
 
 def _peak(num_blocks, flat=10_000, read_back=50):

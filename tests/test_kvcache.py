@@ -15,21 +15,34 @@ torch = pytest.importorskip("torch")
 def test_granularity_drops_the_block_whose_rounded_allocation_would_overrun():
     budget = 9 * MiB + MiB // 2
     plain = plan_kv_cache(pinned_bytes=budget, page_size_bytes=3 * MiB, num_layers=1)
-    rounded = plan_kv_cache(pinned_bytes=budget, page_size_bytes=3 * MiB, num_layers=1,
-                            allocation_granularity=ALLOCATOR_GRANULARITY)
+    rounded = plan_kv_cache(
+        pinned_bytes=budget, page_size_bytes=3 * MiB, num_layers=1, allocation_granularity=ALLOCATOR_GRANULARITY
+    )
     assert plain.num_blocks == 3 and rounded.num_blocks == 2
 
 
 def test_granularity_keeps_blocks_whose_rounded_allocation_fits():
-    plan = plan_kv_cache(total=1000 * MiB, utilization=0.5, consumed=100 * MiB, page_size_bytes=MiB, num_layers=4,
-                         allocation_granularity=ALLOCATOR_GRANULARITY)
+    plan = plan_kv_cache(
+        total=1000 * MiB,
+        utilization=0.5,
+        consumed=100 * MiB,
+        page_size_bytes=MiB,
+        num_layers=4,
+        allocation_granularity=ALLOCATOR_GRANULARITY,
+    )
     assert plan.kv_cache_bytes == 400 * MiB and plan.num_blocks == 100
     assert plan.breakdown["granularity"] == ALLOCATOR_GRANULARITY
 
 
 def test_utilization_plan_rounds_to_whole_allocation_units():
-    plan = plan_kv_cache(total=1000 * MiB, utilization=0.5, consumed=99 * MiB, page_size_bytes=MiB // 4,
-                         num_layers=1, allocation_granularity=ALLOCATOR_GRANULARITY)
+    plan = plan_kv_cache(
+        total=1000 * MiB,
+        utilization=0.5,
+        consumed=99 * MiB,
+        page_size_bytes=MiB // 4,
+        num_layers=1,
+        allocation_granularity=ALLOCATOR_GRANULARITY,
+    )
     assert plan.kv_cache_bytes == 401 * MiB
     assert plan.num_blocks * plan.block_bytes == 400 * MiB
 
@@ -41,16 +54,18 @@ def test_granularity_must_be_a_positive_int():
 
 def test_pinned_size_below_one_rounded_block_names_the_size_to_pin():
     with pytest.raises(SizingError, match="pin at least 2097152 bytes"):
-        plan_kv_cache(pinned_bytes=MiB + 1, page_size_bytes=MiB, num_layers=1,
-                      allocation_granularity=ALLOCATOR_GRANULARITY)
+        plan_kv_cache(
+            pinned_bytes=MiB + 1, page_size_bytes=MiB, num_layers=1, allocation_granularity=ALLOCATOR_GRANULARITY
+        )
 
 
 def test_cache_is_one_allocation_of_the_planned_blocks():
     plan = plan_kv_cache(pinned_bytes=MiB, page_size_bytes=4096, num_layers=4)
     cache = allocate_kv_cache(plan, 4, "cpu")
     assert cache.buffer.numel() == plan.num_blocks * plan.block_bytes == cache.nbytes
-    assert all(layer.untyped_storage().data_ptr() == cache.buffer.untyped_storage().data_ptr()
-               for layer in cache.layers)
+    assert all(
+        layer.untyped_storage().data_ptr() == cache.buffer.untyped_storage().data_ptr() for layer in cache.layers
+    )
 
 
 def test_layer_views_hold_their_page_of_every_block_without_overlap():

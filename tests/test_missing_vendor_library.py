@@ -41,8 +41,9 @@ def _mount_namespaces_work() -> bool:
     return subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30).returncode == 0
 
 
-needs_mount_namespace = pytest.mark.skipif(not _mount_namespaces_work(),
-                                           reason="needs `unshare -m` (root, or unprivileged user namespaces)")
+needs_mount_namespace = pytest.mark.skipif(
+    not _mount_namespaces_work(), reason="needs `unshare -m` (root, or unprivileged user namespaces)"
+)
 
 
 def _command(args: list[str], driver_dir: str, missing: str, exit_code: int = 0) -> str:
@@ -51,45 +52,68 @@ def _command(args: list[str], driver_dir: str, missing: str, exit_code: int = 0)
     parent = os.path.dirname(driver_dir)
     code = f"import sys; sys.modules[{missing!r}] = None; from devmem.cli import main; sys.exit(main({args!r}))"
     shell = f'mount -t tmpfs devmem-test "{parent}" && mkdir "{driver_dir}" && exec "$0" -c "$1"'
-    done = subprocess.run(["unshare", "-m", "sh", "-c", shell, sys.executable, code], capture_output=True,
-                          text=True, env={**_env(), "COLUMNS": "1000"}, timeout=120)
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", shell, sys.executable, code],
+        capture_output=True,
+        text=True,
+        env={**_env(), "COLUMNS": "1000"},
+        timeout=120,
+    )
     assert done.returncode == exit_code, done.stdout + done.stderr
     return done.stdout
 
 
 def test_rocm_with_the_amdgpu_driver_and_no_amdsmi_says_what_to_install():
-    found = json.loads(_python("""
+    found = json.loads(
+        _python(
+            """
         import json
         from devmem_rocm.testing import mi300x_scenario
         from devmem_rocm.platform import detect
         found = detect(files=mi300x_scenario(1).fs, environ={})
         print(json.dumps([found.detected, found.reason, found.action]))
-    """, missing="amdsmi"))
+    """,
+            missing="amdsmi",
+        )
+    )
     assert found[:2] == [False, "the amdgpu driver is loaded, but the Python package amdsmi is not installed"]
     assert AMDSMI_FIX in found[2] and f"pip install {ROCM_OWN_AMDSMI}" in found[2]
 
 
 def test_rocm_without_the_amdgpu_driver_never_asks_for_amdsmi():
-    found = json.loads(_python("""
+    found = json.loads(
+        _python(
+            """
         import json
         from devmem.testing import Scenario
         from devmem_rocm.platform import detect
         found = detect(files=Scenario().fs, environ={})
         print(json.dumps([found.detected, found.action]))
-    """, missing="amdsmi"))
+    """,
+            missing="amdsmi",
+        )
+    )
     assert found == [False, ""]
 
 
 def test_nvml_with_the_nvidia_driver_and_no_pynvml_says_what_to_install():
-    found = json.loads(_python("""
+    found = json.loads(
+        _python(
+            """
         import json
         from devmem_nvidia.testing import h200_scenario
         from devmem_nvidia.nvml_platform import detect_nvml
         found = detect_nvml(files=h200_scenario().fs, system="linux")
         print(json.dumps([found.detected, found.reason, found.action]))
-    """, missing="pynvml"))
-    assert found == [False, "an NVIDIA driver is loaded, but the Python package nvidia-ml-py (module pynvml) is not "
-                            "installed", INSTALL_PYNVML]
+    """,
+            missing="pynvml",
+        )
+    )
+    assert found == [
+        False,
+        "an NVIDIA driver is loaded, but the Python package nvidia-ml-py (module pynvml) is not installed",
+        INSTALL_PYNVML,
+    ]
 
 
 @needs_mount_namespace
@@ -106,8 +130,10 @@ def test_doctor_warns_and_says_what_to_install_where_amdgpu_is_loaded_without_am
     report = json.loads(_command(["doctor", "--json"], "/sys/module/amdgpu", missing="amdsmi", exit_code=1))
     (finding,) = [f for f in report["findings"] if f["kind"] == "platform-unusable"]
     assert finding["device"] is None and finding["severity"] == "warning"
-    assert finding["summary"] == ("platform 'rocm' (from devmem-kv) cannot be used: the amdgpu driver is loaded, "
-                                  "but the Python package amdsmi is not installed")
+    assert finding["summary"] == (
+        "platform 'rocm' (from devmem-kv) cannot be used: the amdgpu driver is loaded, "
+        "but the Python package amdsmi is not installed"
+    )
     assert AMDSMI_FIX in finding["action"]
 
 

@@ -171,8 +171,11 @@ def test_tensor_parallel_splits_the_recurrent_state():
 
 
 def test_tensor_parallel_that_cannot_split_the_heads_is_refused_with_the_sizes_allowed():
-    with pytest.raises(ModelConfigError, match=r"tp=3 cannot split llama: 32 attention heads are not a multiple of 3.*"
-                                               r"allows: 1, 2, 4, 8, 16, 32"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"tp=3 cannot split llama: 32 attention heads are not a multiple of 3.*"
+        r"allows: 1, 2, 4, 8, 16, 32",
+    ):
         model(LLAMA_3_1_8B, tp=3)
 
 
@@ -257,9 +260,11 @@ def test_config_dtype_devmem_does_not_know_asks_for_one():
         model({**LLAMA_3_1_8B, "torch_dtype": "auto"})
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
-                                                                                         max_size=3), max_leaves=8)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
 FIXTURES = [LLAMA_3_1_8B, GEMMA_2_9B_IT, GEMMA_3_12B_IT, DEEPSEEK_V3, JAMBA_V0_1, QWEN3_NEXT_80B_A3B, QWEN3_30B_A3B]
 
 
@@ -363,7 +368,9 @@ def test_config_that_is_not_json_is_a_clear_error(tmp_path):
 
 
 def test_models_and_capacity_import_neither_torch_nor_transformers():
-    probe = ("import sys, devmem.models, devmem.capacity; "
-             "print([m for m in ('torch', 'transformers') if m in sys.modules])")
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True).stdout.strip() == "[]"
+    probe = (
+        "import sys, devmem.models, devmem.capacity; print([m for m in ('torch', 'transformers') if m in sys.modules])"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )

@@ -15,8 +15,14 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "mps_limit.sh"
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="an NVIDIA machine runs the real thing")
 def test_mps_limit_script_is_a_no_op_that_says_why_without_a_gpu(tmp_path):
-    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
     assert proc.returncode == 0
     assert json.loads((tmp_path / "mps_limit.json").read_text()) == {
-        "skipped": "no nvidia-smi: not an NVIDIA GPU machine"}
+        "skipped": "no nvidia-smi: not an NVIDIA GPU machine"
+    }

@@ -67,8 +67,9 @@ def test_shutdown_undoes_the_initialisation():
 
 
 def test_working_call_variant_is_remembered():
-    nvml = ScriptedNvml(h200_scenario(context=True,
-                                      failures={"nvmlDeviceGetComputeRunningProcesses_v3": "FunctionNotFound"}))
+    nvml = ScriptedNvml(
+        h200_scenario(context=True, failures={"nvmlDeviceGetComputeRunningProcesses_v3": "FunctionNotFound"})
+    )
     session = NvmlSession(nvml)
     handle = session.handle_by_index(0)
     find_process(session, handle, [nvml.scenario.pid])
@@ -100,7 +101,9 @@ def test_running_processes_merge_both_lists_by_pid():
     session = NvmlSession(ScriptedNvml(sc))
     entries = running_processes(session, session.handle_by_index(0))
     assert {pid: (e.used, e.lists) for pid, e in entries.items()} == {
-        sc.pid: (H200_CONTEXT, ("compute", "graphics")), 77: (GiB, ("graphics",))}
+        sc.pid: (H200_CONTEXT, ("compute", "graphics")),
+        77: (GiB, ("graphics",)),
+    }
 
 
 def test_one_odd_entry_does_not_break_the_list():

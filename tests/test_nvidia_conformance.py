@@ -23,27 +23,46 @@ def contained_h200():
     return h200_scenario(context=True, driver_pid=81234, nspid_visible=False)
 
 
-class TestNvmlConformance(PlatformConformance, scripted_fixtures(
-        lambda: h200_scenario(context=True), nvml, integrated=False, pages_instead_of_failing=False)):
+class TestNvmlConformance(
+    PlatformConformance,
+    scripted_fixtures(lambda: h200_scenario(context=True), nvml, integrated=False, pages_instead_of_failing=False),
+):
     pass
 
 
-class TestNvmlInContainerConformance(PlatformConformance, scripted_fixtures(
-        contained_h200, nvml, integrated=False, pages_instead_of_failing=False)):
+class TestNvmlInContainerConformance(
+    PlatformConformance, scripted_fixtures(contained_h200, nvml, integrated=False, pages_instead_of_failing=False)
+):
     pass
 
 
-class TestNvmlMigConformance(PlatformConformance, scripted_fixtures(
-        mig_scenario, nvml, integrated=False, pages_instead_of_failing=False,
-        can_allocate=False, other_process_allocation=False, free_tracks_allocations=False,
-        reasons={"can_allocate": "Scenario.allocate charges whole devices; MIG instances are scripted directly"})):
+class TestNvmlMigConformance(
+    PlatformConformance,
+    scripted_fixtures(
+        mig_scenario,
+        nvml,
+        integrated=False,
+        pages_instead_of_failing=False,
+        can_allocate=False,
+        other_process_allocation=False,
+        free_tracks_allocations=False,
+        reasons={"can_allocate": "Scenario.allocate charges whole devices; MIG instances are scripted directly"},
+    ),
+):
     pass
 
 
-class TestWsl2Conformance(PlatformConformance, scripted_fixtures(
-        wsl2_scenario, lambda sc: WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ),
-        integrated=False, pages_instead_of_failing=True, process_memory=False,
-        reasons={"process_memory": "WDDM does not report per-process memory"})):
+class TestWsl2Conformance(
+    PlatformConformance,
+    scripted_fixtures(
+        wsl2_scenario,
+        lambda sc: WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ),
+        integrated=False,
+        pages_instead_of_failing=True,
+        process_memory=False,
+        reasons={"process_memory": "WDDM does not report per-process memory"},
+    ),
+):
     pass
 
 
@@ -54,7 +73,15 @@ def no_nvml_h200():
     return sc
 
 
-class TestCudaConformance(PlatformConformance, scripted_fixtures(
-        no_nvml_h200, scripted_cuda_platform, integrated=False, pages_instead_of_failing=False, process_memory=False,
-        reasons={"process_memory": "without NVML nothing attributes device memory to processes"})):
+class TestCudaConformance(
+    PlatformConformance,
+    scripted_fixtures(
+        no_nvml_h200,
+        scripted_cuda_platform,
+        integrated=False,
+        pages_instead_of_failing=False,
+        process_memory=False,
+        reasons={"process_memory": "without NVML nothing attributes device memory to processes"},
+    ),
+):
     pass

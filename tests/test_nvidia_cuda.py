@@ -88,8 +88,11 @@ def test_mps_limit_caps_the_cuda_figures():
 
 
 def test_visible_devices_are_the_driver_s():
-    sc = Scenario(devices=[ScriptedDevice(), ScriptedDevice(name="NVIDIA H100", pci_bus_id="00000000:1A:00.0")],
-                  libraries={"cuda"}, environ={"CUDA_VISIBLE_DEVICES": "1"})
+    sc = Scenario(
+        devices=[ScriptedDevice(), ScriptedDevice(name="NVIDIA H100", pci_bus_id="00000000:1A:00.0")],
+        libraries={"cuda"},
+        environ={"CUDA_VISIBLE_DEVICES": "1"},
+    )
     platform = scripted_cuda_platform(sc)
     assert (platform.device_count(), platform.device_name(0)) == (1, "NVIDIA H100")
 

@@ -179,9 +179,17 @@ def test_errors_on_every_call_never_escape_as_nvml_errors(error):
     platform = nvml_platform(sc)
     platform.device_count()
     sc.failures["nvml*"] = error
-    for method in ("device_memory_info", "get_process_memory_usage", "other_processes_memory", "device_name",
-                   "memory_sources", "notes", "process_memory_reason", "is_integrated_gpu",
-                   "pages_instead_of_failing"):
+    for method in (
+        "device_memory_info",
+        "get_process_memory_usage",
+        "other_processes_memory",
+        "device_name",
+        "memory_sources",
+        "notes",
+        "process_memory_reason",
+        "is_integrated_gpu",
+        "pages_instead_of_failing",
+    ):
         with contextlib.suppress(DevmemError):
             getattr(platform, method)(0)
 
@@ -249,8 +257,11 @@ def test_device_report_of_the_h200():
     sc = h200_scenario(context=True)
     sc.allocate(H200_CHILD_1GIB, pid=CHILD)
     report = devmem.device_report(nvml_platform(sc), 0)
-    assert (report.process, report.other_processes, report.total) == (H200_CONTEXT, {CHILD: H200_CHILD_1GIB},
-                                                                       H200_RUNTIME_TOTAL)
+    assert (report.process, report.other_processes, report.total) == (
+        H200_CONTEXT,
+        {CHILD: H200_CHILD_1GIB},
+        H200_RUNTIME_TOTAL,
+    )
 
 
 def test_integrated_and_paging_are_false():

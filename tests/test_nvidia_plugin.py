@@ -11,8 +11,15 @@ from devmem.testing import Scenario, ScriptedDevice
 from devmem_nvidia import detect_nvml, plugin
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 
-GB10 = ScriptedDevice(name="NVIDIA GB10", total=128 * GiB, reserved=0, integrated=True, compute_capability=(12, 1),
-                      uuid="GPU-0e1f2a3b-4c5d-4e6f-8a7b-9c0d1e2f3a4b", pci_bus_id="0000000F:01:00.0")
+GB10 = ScriptedDevice(
+    name="NVIDIA GB10",
+    total=128 * GiB,
+    reserved=0,
+    integrated=True,
+    compute_capability=(12, 1),
+    uuid="GPU-0e1f2a3b-4c5d-4e6f-8a7b-9c0d1e2f3a4b",
+    pci_bus_id="0000000F:01:00.0",
+)
 
 
 def specs():
@@ -52,9 +59,11 @@ def test_integrated_gb10_is_left_to_uma():
 
 
 def test_detection_creates_no_context_and_imports_nothing_heavy():
-    code = ("import json, sys; from devmem_nvidia import plugin; "
-            "[s.detect() for s in plugin.devmem_platforms()]; "
-            "print(json.dumps({m: m in sys.modules for m in ('torch', 'pynvml')}))")
+    code = (
+        "import json, sys; from devmem_nvidia import plugin; "
+        "[s.detect() for s in plugin.devmem_platforms()]; "
+        "print(json.dumps({m: m in sys.modules for m in ('torch', 'pynvml')}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["torch"] is False
 

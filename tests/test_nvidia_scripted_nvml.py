@@ -58,14 +58,22 @@ def test_v1_memory_has_pynvml_fields_and_the_h200_reading():
     nvml, h = ready()
     m = nvml.nvmlDeviceGetMemoryInfo(h)
     assert {f: getattr(m, f) for f in fields(pynvml.c_nvmlMemory_t)} == {
-        "total": 150754820096, "free": 150109880320, "used": 644939776}
+        "total": 150754820096,
+        "free": 150109880320,
+        "used": 644939776,
+    }
 
 
 def test_v2_memory_has_pynvml_fields_and_the_h200_reading():
     nvml, h = ready()
     m = nvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2)
     assert {f: getattr(m, f) for f in fields(pynvml.c_nvmlMemory_v2_t)} == {
-        "version": pynvml.nvmlMemory_v2, "total": 150754820096, "reserved": 644939776, "free": 150109880320, "used": 0}
+        "version": pynvml.nvmlMemory_v2,
+        "total": 150754820096,
+        "reserved": 644939776,
+        "free": 150109880320,
+        "used": 0,
+    }
 
 
 def test_process_entries_have_pynvml_fields():

@@ -49,8 +49,17 @@ def test_denied_gpu_without_mig_is_not_detected():
 
 
 # ---- sizes in the environment -------------------------------------------------------------------------
-@pytest.mark.parametrize("text, expected", [("8G", 8 * GiB), ("8192m", 8 * GiB), ("8GB", 8 * GiB), ("8GiB", 8 * GiB),
-                                            ("512K", 512 << 10), ("1073741824", GiB)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("8G", 8 * GiB),
+        ("8192m", 8 * GiB),
+        ("8GB", 8 * GiB),
+        ("8GiB", 8 * GiB),
+        ("512K", 512 << 10),
+        ("1073741824", GiB),
+    ],
+)
 def test_limit_sizes_are_binary(text, expected):
     assert parse_size(text, "X") == expected
 
@@ -91,14 +100,18 @@ def test_mps_limit_caps_free_less_this_process_usage():
 
 def test_mps_limit_is_the_source_of_both_figures():
     sources = limited({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8G"}).memory_sources(0)
-    assert all(sources[k].startswith("MPS pinned device memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G)")
-               for k in ("free", "total"))
+    assert all(
+        sources[k].startswith("MPS pinned device memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G)")
+        for k in ("free", "total")
+    )
 
 
 def test_mps_limit_note_says_what_this_process_may_use():
     notes = device_report(limited({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "8G"}), 0).notes
-    assert f"this process may use 8.00 GiB of this {H200_RUNTIME_TOTAL / GiB:.2f} GiB device: MPS pinned device " \
-           "memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=8G)" in notes
+    assert (
+        f"this process may use 8.00 GiB of this {H200_RUNTIME_TOTAL / GiB:.2f} GiB device: MPS pinned device "
+        "memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=8G)" in notes
+    )
 
 
 def test_mps_limit_for_another_ordinal_leaves_this_device():
@@ -164,8 +177,11 @@ def test_dmem_max_caps_free_less_the_cgroup_current():
 
 def test_dmem_max_is_named_as_the_source():
     sc = dmem_scenario(f"drm/{SLOT}/vram0 8589934592\n")
-    assert scripted_platform(sc).memory_sources(0)["total"].startswith(
-        f"cgroup dmem limit (/sys/fs/cgroup/kubepods/pod1/dmem.max drm/{SLOT}/vram0)")
+    assert (
+        scripted_platform(sc)
+        .memory_sources(0)["total"]
+        .startswith(f"cgroup dmem limit (/sys/fs/cgroup/kubepods/pod1/dmem.max drm/{SLOT}/vram0)")
+    )
 
 
 def test_dmem_max_of_another_device_leaves_this_one():
@@ -201,8 +217,10 @@ def test_mps_server_is_another_process_with_its_memory():
 def test_mps_note_names_the_server_and_this_client():
     sc = mps_scenario()
     notes = scripted_platform(sc).notes(0)
-    assert f"MPS: 1 client(s) on this device (PIDs {sc.pid}), this process among them; PID {MPS_SERVER_PID} is the " \
-           "MPS server (69.00 MiB, shared by its clients)" in notes
+    assert (
+        f"MPS: 1 client(s) on this device (PIDs {sc.pid}), this process among them; PID {MPS_SERVER_PID} is the "
+        "MPS server (69.00 MiB, shared by its clients)" in notes
+    )
 
 
 def test_compute_process_that_is_not_the_server_is_not_called_one():

@@ -55,8 +55,14 @@ def test_cgroup_file_with_a_non_ascii_or_huge_figure_reads_as_none(figure):
 
 
 def _cgroup_v2(sc: Scenario, stat: str) -> None:
-    sc.files.update({"/proc/self/cgroup": "0::/job\n", "/sys/fs/cgroup/job/memory.max": f"{16 * GiB}\n",
-                     "/sys/fs/cgroup/job/memory.current": f"{6 * GiB}\n", "/sys/fs/cgroup/job/memory.stat": stat})
+    sc.files.update(
+        {
+            "/proc/self/cgroup": "0::/job\n",
+            "/sys/fs/cgroup/job/memory.max": f"{16 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.current": f"{6 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.stat": stat,
+        }
+    )
 
 
 @pytest.mark.parametrize("figure", ["²", "1" * 5000, "１"])
@@ -102,8 +108,12 @@ def test_cuda_visible_devices_full_width_or_huge_entry_hides_every_gpu(entry):
     from devmem.testing import ScriptedDevice
     from devmem_nvidia.testing import scripted_platform
 
-    sc = Scenario(devices=[ScriptedDevice(), ScriptedDevice(pci_bus_id="0000:19:00.0",
-                                                             uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222")])
+    sc = Scenario(
+        devices=[
+            ScriptedDevice(),
+            ScriptedDevice(pci_bus_id="0000:19:00.0", uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222"),
+        ]
+    )
     assert scripted_platform(sc, environ={"CUDA_VISIBLE_DEVICES": entry}).device_count() == 0
 
 
@@ -124,4 +134,5 @@ def test_dmem_line_with_a_non_ascii_or_huge_figure_is_skipped(figure):
     from devmem.dmem import parse_regions
 
     assert parse_regions(f"drm/0000:03:00.0/vram0 {figure}\ndrm/0000:03:00.0/gtt max\n") == {
-        "drm/0000:03:00.0/gtt": None}
+        "drm/0000:03:00.0/gtt": None
+    }

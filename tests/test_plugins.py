@@ -68,9 +68,15 @@ def test_forced_platform_that_is_not_detected_says_why(site, monkeypatch):
 
 
 def test_forced_platform_whose_library_is_missing_says_what_to_install(site, monkeypatch):
-    absent = platform_dist(site, "vendor-absent", "absent", priority=99, found=False,
-                           reason="the acme driver is loaded, but acmelib is not installed",
-                           action="pip install acmelib")
+    absent = platform_dist(
+        site,
+        "vendor-absent",
+        "absent",
+        priority=99,
+        found=False,
+        reason="the acme driver is loaded, but acmelib is not installed",
+        action="pip install acmelib",
+    )
     only(monkeypatch, absent)
     monkeypatch.setenv("DEVMEM_PLATFORM", "absent")
     with pytest.raises(devmem.PluginError, match="acmelib is not installed. To use it: pip install acmelib."):
@@ -78,9 +84,15 @@ def test_forced_platform_whose_library_is_missing_says_what_to_install(site, mon
 
 
 def test_candidates_carry_what_would_make_a_platform_usable(site, monkeypatch):
-    absent = platform_dist(site, "vendor-absent", "absent", priority=99, found=False,
-                           reason="the acme driver is loaded, but acmelib is not installed",
-                           action="pip install acmelib")
+    absent = platform_dist(
+        site,
+        "vendor-absent",
+        "absent",
+        priority=99,
+        found=False,
+        reason="the acme driver is loaded, but acmelib is not installed",
+        action="pip install acmelib",
+    )
     only(monkeypatch, absent)
     (cand,) = [c for c in devmem.platform_candidates() if c.name == "absent"]
     assert (cand.detected, cand.action) == (False, "pip install acmelib")
@@ -194,6 +206,7 @@ def test_platform_spec_rejects_a_bad_name():
 
 # ---- two distributions providing the same platform name ---------------------------------------------------------
 
+
 def test_same_platform_name_resolves_to_the_higher_priority_distribution_and_its_memory(site, monkeypatch):
     low, _ = memory_dist(site, "alpha-vendor", "dup", priority=10, total=1000 * MiB)  # first on sys.path
     high, _ = memory_dist(site, "zeta-vendor", "dup", priority=90, total=9000 * MiB)
@@ -231,8 +244,9 @@ def test_same_platform_name_at_equal_priority_is_an_error_naming_both_distributi
     a, _ = memory_dist(site, "alpha-vendor", "dup", priority=50, total=1000 * MiB)
     b, _ = memory_dist(site, "zeta-vendor", "dup", priority=50, total=9000 * MiB)
     only(monkeypatch, a, b)
-    with pytest.raises(devmem.PluginError, match="'dup' is provided with priority 50 by 'alpha-vendor' and "
-                                                 "'zeta-vendor'"):
+    with pytest.raises(
+        devmem.PluginError, match="'dup' is provided with priority 50 by 'alpha-vendor' and 'zeta-vendor'"
+    ):
         devmem.current_platform()
 
 
@@ -248,6 +262,7 @@ def test_candidates_list_both_providers_of_a_name_and_which_one_wins(site, monke
 
 
 # ---- the allow-list ---------------------------------------------------------------------------------------------
+
 
 def test_allow_list_accepts_a_platform_name(site, monkeypatch):
     platform_dist(site, "vendor-high", "high", priority=20)
@@ -290,6 +305,7 @@ def test_forced_platform_excluded_by_the_allow_list_says_it_is_excluded(site, mo
 
 
 # ---- detection: once per process, bounded in time ---------------------------------------------------------------
+
 
 def test_detection_runs_once_for_the_platform_and_the_candidate_list(site, monkeypatch):
     entry, calls = memory_dist(site, "vendor-counted", "counted", priority=20, total=1000 * MiB)
@@ -336,6 +352,7 @@ def test_detect_timeout_that_is_not_a_positive_number_is_an_error_naming_it(monk
 
 
 # ---- a plugin's BaseException -----------------------------------------------------------------------------------
+
 
 def test_plugin_raising_system_exit_at_import_is_skipped_with_one_log_line(site, monkeypatch, caplog):
     only(monkeypatch, write_dist(site, "vendor-exit", "raise SystemExit(3)\n"))
@@ -426,8 +443,14 @@ def test_child_forked_while_another_thread_resolves_resolves_on_its_own(site, mo
     resolver.start()
     gate = None
     for _ in range(500):
-        gate = next((m for name, m in list(sys.modules.items()) if name.startswith("devmem_testdist_")
-                     and hasattr(m, "ENTERED") and m.ENTERED.is_set()), None)
+        gate = next(
+            (
+                m
+                for name, m in list(sys.modules.items())
+                if name.startswith("devmem_testdist_") and hasattr(m, "ENTERED") and m.ENTERED.is_set()
+            ),
+            None,
+        )
         if gate is not None:
             break
         time.sleep(0.01)
@@ -459,6 +482,7 @@ def test_child_forked_while_another_thread_resolves_resolves_on_its_own(site, mo
 
 # ---- cost ---------------------------------------------------------------------------------------------------------
 
+
 def test_resolution_imports_no_plugin_framework():
     probe = "import sys, devmem; devmem.current_platform(); print('pluggy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -467,13 +491,16 @@ def test_resolution_imports_no_plugin_framework():
 
 # ---- registration helpers every backend's plugin module uses ----------------------------------------------------
 
+
 def test_gated_detect_answers_the_absent_reason_without_importing_the_probe():
     detect = gated_detect(lambda: False, "no driver here", "devmem_no_such_module:probe")
     assert detect() == devmem.Detection(False, "no driver here")
 
 
 def test_gated_detect_asks_the_probe_where_the_check_passes(site):
-    (site / "devmem_gate_probe.py").write_text("import devmem\ndef probe():\n    return devmem.Detection(True, 'card')\n")
+    (site / "devmem_gate_probe.py").write_text(
+        "import devmem\ndef probe():\n    return devmem.Detection(True, 'card')\n"
+    )
     assert gated_detect(lambda: True, "absent", "devmem_gate_probe:probe")() == devmem.Detection(True, "card")
 
 

@@ -15,8 +15,9 @@ from devmem.types import MiB
 def devmem(site, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS")}
     environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(site), environ.get("PYTHONPATH")])), **env)
-    return subprocess.run([sys.executable, "-m", "devmem", *args], capture_output=True, text=True, env=environ,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "devmem", *args], capture_output=True, text=True, env=environ, timeout=60
+    )
 
 
 def test_info_shows_the_higher_priority_duplicate_and_detects_once(site):

@@ -83,8 +83,9 @@ class CoTenant:
     """
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _COTENANT_CODE], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _COTENANT_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.held = 0
         self.steps: list[Step] = []
 
@@ -359,11 +360,14 @@ def test_start_with_enough_free_memory_passes():
 
 # ---- without CUDA ----------------------------------------------------------------------------------------
 
+
 def test_profiling_host_memory_says_torch_figures_were_not_measured(quiet_run):
     result = quiet_run.result
     assert result.torch_measured is False and result.torch_peak_increase == 0 and result.released_cache_bytes == 0
-    assert any("host memory, which torch's device allocator does not manage" in note and "not measured" in note
-               for note in result.notes)
+    assert any(
+        "host memory, which torch's device allocator does not manage" in note and "not measured" in note
+        for note in result.notes
+    )
 
 
 @no_cuda
@@ -387,9 +391,11 @@ def test_release_on_host_memory_returns_zero_and_says_why(caplog):
 
 
 def test_profiling_never_imports_torch():
-    code = ("import sys; from devmem.host import CpuPlatform; from devmem.profiling import *; p = CpuPlatform(); "
-            "b = MemorySnapshot.measure(0, p)\nwith memory_profiling(b, platform=p) as r: pass\n"
-            "release_allocator_cache(); print('torch' in sys.modules, r.torch_measured, r.notes)")
+    code = (
+        "import sys; from devmem.host import CpuPlatform; from devmem.profiling import *; p = CpuPlatform(); "
+        "b = MemorySnapshot.measure(0, p)\nwith memory_profiling(b, platform=p) as r: pass\n"
+        "release_allocator_cache(); print('torch' in sys.modules, r.torch_measured, r.notes)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("False False") and "torch is not imported" in out
 

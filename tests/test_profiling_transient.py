@@ -63,8 +63,9 @@ def test_kv_cache_and_a_second_pass_stay_inside_the_request(torch_rt, platform, 
     activations = [300 * MiB + 1, 700 * MiB + 3, 129 * MiB, 2 * GiB + 5]
     with memory_profiling(baseline, weights_memory=4 * GiB, platform=platform) as profile:
         _forward(torch_rt, activations)
-    plan = plan_kv_cache(total=baseline.total, utilization=0.1, page_size_bytes=2 * MiB, num_layers=1,
-                         **profile.plan_inputs())
+    plan = plan_kv_cache(
+        total=baseline.total, utilization=0.1, page_size_bytes=2 * MiB, num_layers=1, **profile.plan_inputs()
+    )
     torch_rt.malloc(plan.num_blocks * plan.block_bytes)
     _forward(torch_rt, activations)
     footprint = h200.processes(0)[h200.own_driver_pid]

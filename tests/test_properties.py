@@ -38,18 +38,60 @@ from devmem.units import format_size, parse_size
 from devmem.visible import index, pick
 
 #: CLI examples build a parser and resolve a platform each: fewer of them.
-CLI = settings(max_examples=max(10, settings.default.max_examples // 2), deadline=None,
-               suppress_health_check=[HealthCheck.too_slow])
+CLI = settings(
+    max_examples=max(10, settings.default.max_examples // 2),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
-HOSTILE_TEXT = ["１", "１６", "٣", "²", "1_0", "9" * 5000, "-1", "0", "", " ", "nan", "inf", "-inf", "1e3", "0x10",
-                "1.5GiB", "16GiB", "0.9", "1", "64KiB", "-5GiB", "99999999999999999999999TiB", "\x00", "\n", "GPU-",
-                "MIG-", ",", "0,0", "1.0", "True", "--json"]
-text = st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(max_size=24),
-                 st.text(alphabet="0123456789-+_. ,xkKmMgGiIbB\t\n１²", max_size=24))
-whole = st.one_of(st.integers(0, 2**40), st.integers(0, 2**64), st.integers(-(2**70), 2**200),
-                  st.integers(0, 2**40).map(np.int64), st.integers(0, 2**31 - 1).map(np.int32))
-anything = st.one_of(whole, whole, whole, st.floats(allow_nan=True), st.booleans(), st.none(), text,
-                     st.fractions(), st.just(10**5000))
+HOSTILE_TEXT = [
+    "１",
+    "１６",
+    "٣",
+    "²",
+    "1_0",
+    "9" * 5000,
+    "-1",
+    "0",
+    "",
+    " ",
+    "nan",
+    "inf",
+    "-inf",
+    "1e3",
+    "0x10",
+    "1.5GiB",
+    "16GiB",
+    "0.9",
+    "1",
+    "64KiB",
+    "-5GiB",
+    "99999999999999999999999TiB",
+    "\x00",
+    "\n",
+    "GPU-",
+    "MIG-",
+    ",",
+    "0,0",
+    "1.0",
+    "True",
+    "--json",
+]
+text = st.one_of(
+    st.sampled_from(HOSTILE_TEXT),
+    st.text(max_size=24),
+    st.text(alphabet="0123456789-+_. ,xkKmMgGiIbB\t\n１²", max_size=24),
+)
+whole = st.one_of(
+    st.integers(0, 2**40),
+    st.integers(0, 2**64),
+    st.integers(-(2**70), 2**200),
+    st.integers(0, 2**40).map(np.int64),
+    st.integers(0, 2**31 - 1).map(np.int32),
+)
+anything = st.one_of(
+    whole, whole, whole, st.floats(allow_nan=True), st.booleans(), st.none(), text, st.fractions(), st.just(10**5000)
+)
 
 
 def _plain_ints(value: object) -> bool:
@@ -112,15 +154,34 @@ def test_format_size_and_gib_always_give_text(nbytes):
 
 
 # ---- sizing -------------------------------------------------------------------------------------------------------
-SIZING_ARGS = ("total", "utilization", "pinned_bytes", "init_free_memory", "free_memory", "committed_bytes",
-               "consumed", "weights", "transient_peak_bytes", "non_torch", "graph_capture", "other_processes",
-               "released_cache", "margin_floor_bytes", "margin_fraction", "allocation_granularity")
+SIZING_ARGS = (
+    "total",
+    "utilization",
+    "pinned_bytes",
+    "init_free_memory",
+    "free_memory",
+    "committed_bytes",
+    "consumed",
+    "weights",
+    "transient_peak_bytes",
+    "non_torch",
+    "graph_capture",
+    "other_processes",
+    "released_cache",
+    "margin_floor_bytes",
+    "margin_fraction",
+    "allocation_granularity",
+)
 utilization = st.one_of(st.floats(0.01, 1.0), st.sampled_from([0.9, 0.5, 1, np.float64(0.8)]), anything)
 
 
-@given(page=st.one_of(st.integers(1, 2**22), anything), layers=st.one_of(st.integers(1, 200), anything),
-       kwargs=st.dictionaries(st.sampled_from(SIZING_ARGS), st.one_of(st.integers(0, 2**38), utilization, anything),
-                              max_size=8))
+@given(
+    page=st.one_of(st.integers(1, 2**22), anything),
+    layers=st.one_of(st.integers(1, 200), anything),
+    kwargs=st.dictionaries(
+        st.sampled_from(SIZING_ARGS), st.one_of(st.integers(0, 2**38), utilization, anything), max_size=8
+    ),
+)
 def test_plan_kv_cache_gives_int_figures_or_a_documented_error(page, layers, kwargs):
     try:
         plan = plan_kv_cache(page_size_bytes=page, num_layers=layers, **kwargs)
@@ -156,9 +217,16 @@ def test_profiled_budget_is_an_int_or_a_sizing_error(args):
         assert type(profiled_kv_cache_bytes(*args)) is int
 
 
-@given(kwargs=st.dictionaries(st.sampled_from(["committed_bytes", "transient_peak_bytes", "margin_floor_bytes",
-                                               "margin_fraction"]), anything, max_size=4),
-       requested=anything, init_free=anything, free=anything)
+@given(
+    kwargs=st.dictionaries(
+        st.sampled_from(["committed_bytes", "transient_peak_bytes", "margin_floor_bytes", "margin_fraction"]),
+        anything,
+        max_size=4,
+    ),
+    requested=anything,
+    init_free=anything,
+    free=anything,
+)
 def test_growable_budget_is_a_non_negative_int_or_a_sizing_error(kwargs, requested, init_free, free):
     try:
         kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=init_free, free_memory=free, **kwargs)
@@ -185,8 +253,9 @@ def test_snapshot_difference_is_the_difference_of_each_figure(a, b):
     assert delta.process == (None if a[2] is None or b[2] is None else a[2] - b[2])
 
 
-@given(free=figure, total=st.one_of(figure, anything), process=st.none() | figure,
-       requested=st.one_of(figure, anything))
+@given(
+    free=figure, total=st.one_of(figure, anything), process=st.none() | figure, requested=st.one_of(figure, anything)
+)
 def test_start_check_raises_only_devmem_errors_and_its_advice_passes(free, total, process, requested):
     snapshot = MemorySnapshot(0, free, total, process)
     platform = CpuPlatform()
@@ -202,8 +271,9 @@ def test_start_check_raises_only_devmem_errors_and_its_advice_passes(free, total
 
 
 # ---- host files, DRM fdinfo, visible devices ----------------------------------------------------------------------
-line = st.one_of(text, st.builds(lambda k, v: f"{k}:{v}", st.sampled_from(["MemTotal", "MemAvailable", "MemFree"]),
-                                 text))
+line = st.one_of(
+    text, st.builds(lambda k, v: f"{k}:{v}", st.sampled_from(["MemTotal", "MemAvailable", "MemFree"]), text)
+)
 
 
 @given(st.lists(line, max_size=6))
@@ -211,15 +281,26 @@ def test_parse_meminfo_gives_non_negative_ints(lines):
     assert all(type(v) is int and v >= 0 for v in parse_meminfo("\n".join(lines)).values())
 
 
-@given(cgroup=st.lists(st.one_of(text, st.sampled_from(["0::/job", "0::/", "3:memory:/x", "::", "1:cpu,memory:/"])),
-                       max_size=3),
-       limit=text, current=text, stat=st.lists(line, max_size=3))
+@given(
+    cgroup=st.lists(
+        st.one_of(text, st.sampled_from(["0::/job", "0::/", "3:memory:/x", "::", "1:cpu,memory:/"])), max_size=3
+    ),
+    limit=text,
+    current=text,
+    stat=st.lists(line, max_size=3),
+)
 def test_cgroup_memory_gives_none_or_int_figures(cgroup, limit, current, stat):
     sc = Scenario()
     for base in ("/sys/fs/cgroup/job", "/sys/fs/cgroup", "/sys/fs/cgroup/memory"):
-        sc.files.update({f"{base}/memory.max": limit, f"{base}/memory.current": current,
-                         f"{base}/memory.limit_in_bytes": limit, f"{base}/memory.usage_in_bytes": current,
-                         f"{base}/memory.stat": "\n".join(stat).replace(":", " ")})
+        sc.files.update(
+            {
+                f"{base}/memory.max": limit,
+                f"{base}/memory.current": current,
+                f"{base}/memory.limit_in_bytes": limit,
+                f"{base}/memory.usage_in_bytes": current,
+                f"{base}/memory.stat": "\n".join(stat).replace(":", " "),
+            }
+        )
     sc.files["/proc/self/cgroup"] = "\n".join(cgroup)
     found = cgroup_memory(sc.fs)
     assert found is None or (all(type(v) is int for v in found) and found[1] >= 0)
@@ -233,8 +314,17 @@ def test_drm_size_is_none_or_a_non_negative_int(raw):
     assert size is None or (type(size) is int and size >= 0)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["drm-driver", "drm-pdev", "drm-client-id", "drm-total-vram",
-                                           "drm-memory-vram", "drm-memory-gtt"]), text), max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["drm-driver", "drm-pdev", "drm-client-id", "drm-total-vram", "drm-memory-vram", "drm-memory-gtt"]
+            ),
+            text,
+        ),
+        max_size=6,
+    )
+)
 def test_drm_client_memory_is_a_process_memory_of_int_bytes(rows):
     sc = Scenario()
     rows = [("drm-driver", "amdgpu"), ("drm-pdev", "0000:c6:00.0"), *rows]
@@ -260,8 +350,11 @@ def test_pick_chooses_known_devices_once_in_order(tokens, repeats_end):
 # ---- the CLI -------------------------------------------------------------------------------------------------------
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.dict(os.environ, {"DEVMEM_PLATFORM": "cpu"}), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with (
+        mock.patch.dict(os.environ, {"DEVMEM_PLATFORM": "cpu"}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         try:
             code = main(argv)
         except SystemExit as exc:
@@ -274,8 +367,12 @@ def check_outcome(argv: list[str], code: object, out: str, err: str) -> None:
     assert code in (0, 1, 2), (argv, code, err)
     if code == 2:  # a usage error: the message names the flag (or the command) it is about
         message = err.partition("error:")[2]
-        assert (re.search(r"(^|\s|')-{1,2}[a-zA-Z]", message) or "unrecognized arguments: " in message
-                or "invalid choice" in message or "required" in message), (argv, err)
+        assert (
+            re.search(r"(^|\s|')-{1,2}[a-zA-Z]", message)
+            or "unrecognized arguments: " in message
+            or "invalid choice" in message
+            or "required" in message
+        ), (argv, err)
     elif code == 1:
         does_not_fit = argv[:1] == ["fit"] and out and not err  # `devmem fit` answers "no" with exit 1
         assert err.startswith("devmem: error:") or does_not_fit or ("--json" in argv and json.loads(out)), (argv, err)
@@ -287,19 +384,34 @@ size_value = st.one_of(st.sampled_from(["80GiB", "16GiB", "1GiB", "64KiB", "0", 
 count_value = st.one_of(st.sampled_from(["1", "32", "4096", "0"]), text)
 PLAN_FLAGS = {
     "--utilization": st.one_of(st.sampled_from(["0.9", "0.5", "1", "0", "2", "nan"]), text),
-    "--pinned": size_value, "--total": size_value, "--device": count_value, "--weights": size_value,
-    "--transient-peak": size_value, "--non-torch": size_value, "--graph-capture": size_value,
-    "--committed": size_value, "--init-free": size_value, "--free": size_value, "--page-size": size_value,
-    "--layers": count_value, "--allocation-granularity": size_value, "--tp": count_value,
-    "--kv-dtype": st.sampled_from(["auto", "fp8", "int3"]), "--dtype": st.sampled_from(["bf16", "fp64"]),
-    "--block-size": count_value, "--context": count_value, "--sequences": count_value,
+    "--pinned": size_value,
+    "--total": size_value,
+    "--device": count_value,
+    "--weights": size_value,
+    "--transient-peak": size_value,
+    "--non-torch": size_value,
+    "--graph-capture": size_value,
+    "--committed": size_value,
+    "--init-free": size_value,
+    "--free": size_value,
+    "--page-size": size_value,
+    "--layers": count_value,
+    "--allocation-granularity": size_value,
+    "--tp": count_value,
+    "--kv-dtype": st.sampled_from(["auto", "fp8", "int3"]),
+    "--dtype": st.sampled_from(["bf16", "fp64"]),
+    "--block-size": count_value,
+    "--context": count_value,
+    "--sequences": count_value,
 }
 
 
 def flags(options: dict) -> st.SearchStrategy[list[str]]:
     return st.dictionaries(st.sampled_from(sorted(options)), st.just(None), max_size=7).flatmap(
         lambda chosen: st.tuples(*[options[f] for f in chosen]).map(
-            lambda values, chosen=tuple(chosen): [x for pair in zip(chosen, values, strict=True) for x in pair]))
+            lambda values, chosen=tuple(chosen): [x for pair in zip(chosen, values, strict=True) for x in pair]
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -315,21 +427,34 @@ def test_cli_plan_exits_cleanly_whatever_the_flags(model_dir, argv, json_flag, w
 
 
 @CLI
-@given(argv=flags({k: v for k, v in PLAN_FLAGS.items() if k not in ("--pinned", "--total", "--init-free", "--free",
-                                                                    "--committed", "--page-size", "--layers")}),
-       json_flag=st.booleans())
+@given(
+    argv=flags(
+        {
+            k: v
+            for k, v in PLAN_FLAGS.items()
+            if k not in ("--pinned", "--total", "--init-free", "--free", "--committed", "--page-size", "--layers")
+        }
+    ),
+    json_flag=st.booleans(),
+)
 def test_cli_fit_exits_cleanly_whatever_the_flags(model_dir, argv, json_flag):
     argv = ["fit", "--model", model_dir, *argv, *(["--json"] if json_flag else [])]
     check_outcome(argv, *run_cli(argv))
 
 
 @CLI
-@given(command=st.sampled_from(["info", "doctor", "plugins"]), argv=st.lists(st.sampled_from(["--json", "-v"]),
-                                                                            max_size=2, unique=True),
-       device=st.none() | count_value)
+@given(
+    command=st.sampled_from(["info", "doctor", "plugins"]),
+    argv=st.lists(st.sampled_from(["--json", "-v"]), max_size=2, unique=True),
+    device=st.none() | count_value,
+)
 def test_cli_reports_exit_cleanly_whatever_the_flags(command, argv, device):
-    argv = [*(["-v"] if "-v" in argv else []), command, *(["--json"] if "--json" in argv else []),
-            *([] if device is None or command == "plugins" else ["--device", device])]
+    argv = [
+        *(["-v"] if "-v" in argv else []),
+        command,
+        *(["--json"] if "--json" in argv else []),
+        *([] if device is None or command == "plugins" else ["--device", device]),
+    ]
     check_outcome(argv, *run_cli(argv))
 
 
@@ -344,8 +469,12 @@ def test_a_usage_error_names_the_flag():
     assert code == 2 and "--page-size" in err
 
 
-visible_entry = st.one_of(text, st.sampled_from(["0", "1", "2", "-", "-1", "GPU-", "GPU-aaaa", "MIG-", "0x1", "01",
-                                                 "１", "9" * 30, " 1", "1 ", "+1"]))
+visible_entry = st.one_of(
+    text,
+    st.sampled_from(
+        ["0", "1", "2", "-", "-1", "GPU-", "GPU-aaaa", "MIG-", "0x1", "01", "１", "9" * 30, " 1", "1 ", "+1"]
+    ),
+)
 visible_list = st.lists(visible_entry, max_size=4).map(",".join)
 
 
@@ -355,8 +484,12 @@ def test_cuda_visible_devices_selects_some_of_the_gpus_or_says_why_not(cuda, ord
     from devmem_nvidia.testing import scripted_platform
 
     environ = {k: v for k, v in (("CUDA_VISIBLE_DEVICES", cuda), ("CUDA_DEVICE_ORDER", order)) if v is not None}
-    sc = Scenario(devices=[ScriptedDevice(), ScriptedDevice(pci_bus_id="0000:19:00.0",
-                                                             uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222")])
+    sc = Scenario(
+        devices=[
+            ScriptedDevice(),
+            ScriptedDevice(pci_bus_id="0000:19:00.0", uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222"),
+        ]
+    )
     try:
         count = scripted_platform(sc, environ=environ).device_count()
     except DevmemError:
@@ -370,24 +503,38 @@ def test_rocm_visible_devices_select_some_of_the_gpus_or_say_why_not(rocr, hip, 
     from devmem_rocm import RocmPlatform
     from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario
 
-    environ = {k: v for k, v in (("ROCR_VISIBLE_DEVICES", rocr), ("HIP_VISIBLE_DEVICES", hip),
-                                 ("CUDA_VISIBLE_DEVICES", cuda)) if v is not None}
+    environ = {
+        k: v
+        for k, v in (("ROCR_VISIBLE_DEVICES", rocr), ("HIP_VISIBLE_DEVICES", hip), ("CUDA_VISIBLE_DEVICES", cuda))
+        if v is not None
+    }
     sc = mi300x_scenario(3, environ=environ)
     clock = ScriptedClock()
     try:
-        count = RocmPlatform(amdsmi=ScriptedAmdsmi(sc), environ=sc.environ, clock=clock,
-                             sleep=clock.sleep).device_count()
+        count = RocmPlatform(
+            amdsmi=ScriptedAmdsmi(sc), environ=sc.environ, clock=clock, sleep=clock.sleep
+        ).device_count()
     except DevmemError:
         return
     assert type(count) is int and 0 <= count <= 3
 
 
-@given(kwargs=st.fixed_dictionaries({"context": st.one_of(st.integers(1, 2**20), anything),
-                                     "sequences": st.one_of(st.integers(1, 512), anything),
-                                     "total": st.one_of(st.integers(GiB, 2**40), anything)},
-                                    optional={"utilization": utilization, "free": anything,
-                                              "block_size": st.one_of(st.integers(1, 4096), anything),
-                                              "transient_peak_bytes": anything, "allocation_granularity": anything}))
+@given(
+    kwargs=st.fixed_dictionaries(
+        {
+            "context": st.one_of(st.integers(1, 2**20), anything),
+            "sequences": st.one_of(st.integers(1, 512), anything),
+            "total": st.one_of(st.integers(GiB, 2**40), anything),
+        },
+        optional={
+            "utilization": utilization,
+            "free": anything,
+            "block_size": st.one_of(st.integers(1, 4096), anything),
+            "transient_peak_bytes": anything,
+            "allocation_granularity": anything,
+        },
+    )
+)
 def test_fit_gives_json_of_plain_numbers_or_a_devmem_error(model_dir, kwargs):
     from devmem.capacity import fit
     from devmem.models import load_model

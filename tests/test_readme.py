@@ -25,9 +25,23 @@ def mypy_report(tmp_path_factory) -> dict[str, str]:
     for index, snippet in enumerate(SNIPPETS):
         files.append(root / f"readme_snippet_{index}.py")
         files[-1].write_text(snippet, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", REPO / "pyproject.toml", "--cache-dir",
-                           root / "cache", "--no-error-summary", *files], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            REPO / "pyproject.toml",
+            "--cache-dir",
+            root / "cache",
+            "--no-error-summary",
+            *files,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode in (0, 1), done.stdout + done.stderr  # 2: mypy itself failed
     return {f.name: "\n".join(line for line in done.stdout.splitlines() if f.name in line) for f in files}
 
@@ -43,8 +57,9 @@ def test_readme_python_snippet_type_checks(mypy_report, index):
 
 def test_readme_engine_snippet_runs_on_the_cpu_platform(tmp_path):
     env = {**os.environ, "DEVMEM_PLATFORM": "cpu"}
-    done = subprocess.run([sys.executable, "-c", ENGINE], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "KV cache" in done.stdout, done.stdout
 

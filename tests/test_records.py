@@ -46,6 +46,8 @@ def test_report_lists_its_fields_in_declaration_order():
 
 
 def test_import_and_resolution_import_no_dataclasses():
-    probe = "import sys, devmem; devmem.current_platform(); print(sorted({'dataclasses', 'inspect'} & set(sys.modules)))"
+    probe = (
+        "import sys, devmem; devmem.current_platform(); print(sorted({'dataclasses', 'inspect'} & set(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -38,9 +38,18 @@ def test_strix_halo_is_refused_by_its_gfx_target():
 
 
 def test_a_carve_out_beside_a_large_gtt_pool_is_an_apu_whatever_its_name():
-    apu = ScriptedDevice(name="AMD Radeon Graphics", vendor="amd", total=512 * MiB, reserved=0, integrated=True,
-                         market_name="AMD Radeon Graphics", gfx_target="gfx1199", gtt_total=60 * GiB,
-                         uuid="00ff0000-0000-1000-8000-00000000abcd", pci_bus_id="0000:65:00.0")
+    apu = ScriptedDevice(
+        name="AMD Radeon Graphics",
+        vendor="amd",
+        total=512 * MiB,
+        reserved=0,
+        integrated=True,
+        market_name="AMD Radeon Graphics",
+        gfx_target="gfx1199",
+        gtt_total=60 * GiB,
+        uuid="00ff0000-0000-1000-8000-00000000abcd",
+        pci_bus_id="0000:65:00.0",
+    )
     found = detect(amdsmi=ScriptedAmdsmi(Scenario(devices=[apu], libraries={"amdsmi"})), environ={})
     assert not found.detected and "only APUs" in found.reason
 
@@ -82,8 +91,7 @@ def test_no_amdgpu_driver_is_not_detected_with_amdsmis_status():
 
 
 def test_amdsmi_failing_to_list_processors_is_not_detected_with_the_reason():
-    found = detect(amdsmi=ScriptedAmdsmi(mi300x_scenario(failures={"amdsmi_get_processor_handles": "IO"})),
-                   environ={})
+    found = detect(amdsmi=ScriptedAmdsmi(mi300x_scenario(failures={"amdsmi_get_processor_handles": "IO"})), environ={})
     assert not found.detected and "amdsmi_get_processor_handles failed: AMDSMI_STATUS_IO" in found.reason
 
 

@@ -15,8 +15,9 @@ def limited(limit: str, current: str = ""):
     sc.files["/sys/fs/cgroup/job/dmem.max"] = limit.format(slot=slot)
     sc.files["/sys/fs/cgroup/job/dmem.current"] = current.format(slot=slot)
     clock = ScriptedClock()
-    return RocmPlatform(amdsmi=ScriptedAmdsmi(sc, clock=clock), environ=sc.environ, clock=clock, sleep=clock.sleep,
-                        files=sc.fs)
+    return RocmPlatform(
+        amdsmi=ScriptedAmdsmi(sc, clock=clock), environ=sc.environ, clock=clock, sleep=clock.sleep, files=sc.fs
+    )
 
 
 def test_dmem_max_on_vram_caps_free_and_total():
@@ -25,8 +26,10 @@ def test_dmem_max_on_vram_caps_free_and_total():
 
 
 def test_dmem_limit_is_named_in_the_notes():
-    assert any(n.startswith("this process may use 8.00 GiB of this") and "cgroup dmem limit" in n
-               for n in limited("drm/{slot}/vram0 8589934592\n").notes(0))
+    assert any(
+        n.startswith("this process may use 8.00 GiB of this") and "cgroup dmem limit" in n
+        for n in limited("drm/{slot}/vram0 8589934592\n").notes(0)
+    )
 
 
 def test_dmem_limit_on_another_region_leaves_vram():

@@ -97,8 +97,14 @@ def test_a_reversed_visible_device_list_still_maps_each_device(variable):
     """)
     env = {k: v for k, v in os.environ.items() if not k.endswith("VISIBLE_DEVICES")}
     env[variable] = order
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(variable, "=", order, json.dumps(result))

@@ -23,8 +23,7 @@ from devmem_rocm.testing import (
 
 def platform_for(sc, **amdsmi_options) -> RocmPlatform:
     clock = amdsmi_options.setdefault("clock", ScriptedClock())
-    return RocmPlatform(amdsmi=ScriptedAmdsmi(sc, **amdsmi_options), environ=sc.environ,
-                        clock=clock, sleep=clock.sleep)
+    return RocmPlatform(amdsmi=ScriptedAmdsmi(sc, **amdsmi_options), environ=sc.environ, clock=clock, sleep=clock.sleep)
 
 
 # ---- device memory -----------------------------------------------------------------------------------
@@ -148,8 +147,11 @@ def test_describe_reports_this_process_and_the_others():
     sc.allocate(GiB)
     sc.allocate(2 * GiB, pid=sc.other_pid)
     report = device_report(platform, 0)
-    assert (report.name, report.process, report.other_processes) == ("AMD Instinct MI300X", GiB,
-                                                                     {sc.other_pid: 2 * GiB})
+    assert (report.name, report.process, report.other_processes) == (
+        "AMD Instinct MI300X",
+        GiB,
+        {sc.other_pid: 2 * GiB},
+    )
     assert report.process_reason is None and report.sources["total"].startswith("amdsmi VRAM total")
 
 
@@ -164,9 +166,14 @@ def test_a_failing_memory_call_is_a_devmem_error_naming_the_gpu(call, error):
         platform.device_memory_info(0)
 
 
-@pytest.mark.parametrize("api,call", [("list", "amdsmi_get_gpu_process_list"),
-                                      ("handles", "amdsmi_get_gpu_process_list"),
-                                      ("handles", "amdsmi_get_gpu_process_info")])
+@pytest.mark.parametrize(
+    "api,call",
+    [
+        ("list", "amdsmi_get_gpu_process_list"),
+        ("handles", "amdsmi_get_gpu_process_list"),
+        ("handles", "amdsmi_get_gpu_process_info"),
+    ],
+)
 @pytest.mark.parametrize("error", ["NotSupported", "Retry", "Timeout", "Unknown"])
 def test_a_failing_process_call_gives_none_with_a_reason(api, call, error):
     sc = mi300x_scenario()
@@ -214,8 +221,15 @@ def test_amdsmi_failing_to_list_gpus_is_a_devmem_error_at_construction(call):
         platform_for(sc)
 
 
-@pytest.mark.parametrize("call", ["amdsmi_get_processor_type", "amdsmi_get_gpu_device_uuid",
-                                  "amdsmi_get_gpu_asic_info", "amdsmi_get_gpu_enumeration_info"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "amdsmi_get_processor_type",
+        "amdsmi_get_gpu_device_uuid",
+        "amdsmi_get_gpu_asic_info",
+        "amdsmi_get_gpu_enumeration_info",
+    ],
+)
 def test_a_failing_identity_call_leaves_a_working_platform(call):
     sc = mi300x_scenario(2, failures={call: "NotSupported"})
     platform = platform_for(sc)

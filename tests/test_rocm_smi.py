@@ -39,7 +39,8 @@ def _rocm_library_present() -> bool:
 
 needs_wheel_without_rocm = pytest.mark.skipif(
     importlib.util.find_spec("amdsmi") is None or _rocm_library_present(),
-    reason="needs the amdsmi wheel installed on a machine without ROCm's libamd_smi.so")
+    reason="needs the amdsmi wheel installed on a machine without ROCm's libamd_smi.so",
+)
 
 
 @needs_wheel_without_rocm
@@ -52,12 +53,14 @@ def test_resolution_with_the_real_wheel_and_no_rocm_prints_nothing():
         sys.stderr.write("RESULT " + json.dumps(rocm) + "\\n")
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS")}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
     assert done.stdout == ""
     result = [line for line in done.stderr.splitlines() if line.startswith("RESULT ")]
     assert json.loads(result[0].removeprefix("RESULT ")) == [
-        f"the amdgpu driver is loaded, but {LIBRARY_MISSING}" if driver_loaded() else NO_DRIVER]
+        f"the amdgpu driver is loaded, but {LIBRARY_MISSING}" if driver_loaded() else NO_DRIVER
+    ]
 
 
 @needs_wheel_without_rocm
@@ -71,22 +74,28 @@ def test_detection_with_the_real_wheel_where_amdgpu_is_loaded_but_rocm_is_not_pr
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout == ""
     assert [line for line in done.stderr.splitlines() if line.startswith("RESULT ")] == [
-        f"RESULT the amdgpu driver is loaded, but {LIBRARY_MISSING}"]
+        f"RESULT the amdgpu driver is loaded, but {LIBRARY_MISSING}"
+    ]
 
 
 @needs_wheel_without_rocm
 def test_import_devmem_and_its_rocm_plugin_with_the_real_wheel_prints_nothing():
-    done = subprocess.run([sys.executable, "-c", "import devmem, devmem_rocm.plugin, devmem_rocm"],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import devmem, devmem_rocm.plugin, devmem_rocm"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert (done.stdout, done.stderr) == ("", "")
 
 
-MISBEHAVING = '''
+MISBEHAVING = """
 print("libamd_smi.so: cannot open shared object file: No such file or directory")
 print("Unable to find libamd_smi.so library try installing amd-smi-lib from your package manager")
 _libraries = {}
 amdsmi_free_name_value_pairs = _libraries["libamd_smi.so"].amdsmi_free_name_value_pairs
-'''
+"""
 
 
 def test_a_module_that_prints_and_raises_like_amdsmi_is_imported_silently(site, capsys):
@@ -103,7 +112,8 @@ def test_missing_amdsmi_package_is_reported_as_not_installed():
 
 def test_library_older_than_the_package_is_reported_as_a_mismatch(site):
     (site / "fake_amdsmi_old_lib.py").write_text(
-        "raise AttributeError('/opt/rocm/lib/libamd_smi.so: undefined symbol: amdsmi_get_gpu_enumeration_info')\n")
+        "raise AttributeError('/opt/rocm/lib/libamd_smi.so: undefined symbol: amdsmi_get_gpu_enumeration_info')\n"
+    )
     _, reason = import_silently("fake_amdsmi_old_lib")
     assert "does not match ROCm's libamd_smi.so" in reason and "undefined symbol" in reason
 

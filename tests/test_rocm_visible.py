@@ -22,8 +22,9 @@ def machine(environ: dict[str, str], **amdsmi_options) -> tuple[RocmPlatform, li
         sc.devices[j].base_used += j * GiB
     amdsmi_options.setdefault("handle_order", [3, 2, 1, 0])
     clock = ScriptedClock()
-    platform = RocmPlatform(amdsmi=ScriptedAmdsmi(sc, **amdsmi_options), environ=sc.environ,
-                            clock=clock, sleep=clock.sleep)
+    platform = RocmPlatform(
+        amdsmi=ScriptedAmdsmi(sc, **amdsmi_options), environ=sc.environ, clock=clock, sleep=clock.sleep
+    )
     return platform, [asic_serial(d) for d in sc.devices]
 
 

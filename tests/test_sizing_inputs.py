@@ -60,12 +60,19 @@ def test_committed_bytes_outside_the_growable_path_is_refused():
         plan_kv_cache(total=80 * GiB, committed_bytes=GiB, **BLOCK)
 
 
-@pytest.mark.parametrize("path", [
-    dict(total=np.int64(80 * GiB), weights=np.int64(10 * GiB)),
-    dict(pinned_bytes=np.int64(GiB), total=np.int64(80 * GiB)),
-    dict(total=np.int64(80 * GiB), init_free_memory=np.int64(79 * GiB), free_memory=np.int64(60 * GiB),
-         committed_bytes=np.int32(0)),
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        dict(total=np.int64(80 * GiB), weights=np.int64(10 * GiB)),
+        dict(pinned_bytes=np.int64(GiB), total=np.int64(80 * GiB)),
+        dict(
+            total=np.int64(80 * GiB),
+            init_free_memory=np.int64(79 * GiB),
+            free_memory=np.int64(60 * GiB),
+            committed_bytes=np.int32(0),
+        ),
+    ],
+)
 def test_numpy_integers_give_a_plan_of_python_ints(path):
     plan = plan_kv_cache(page_size_bytes=np.int64(65536), num_layers=np.int32(32), **path)
     as_dict = plan.as_dict()
@@ -105,9 +112,18 @@ def test_startup_check_never_says_other_processes_hold_a_negative_amount():
     assert "-5.00 GiB" not in message and "what other processes hold is unknown" in message
 
 
-@pytest.mark.parametrize("nbytes,text", [(10**30, "8.674e+11 EiB"), (10**400, "8.674e+381 EiB"),
-                                         (-5 * GiB, "-5.00 GiB"), (-3 * MiB, "-3.00 MiB"), (-12, "-12 B"),
-                                         (2**50, "1.00 PiB"), (3 * 2**60, "3.00 EiB")])
+@pytest.mark.parametrize(
+    "nbytes,text",
+    [
+        (10**30, "8.674e+11 EiB"),
+        (10**400, "8.674e+381 EiB"),
+        (-5 * GiB, "-5.00 GiB"),
+        (-3 * MiB, "-3.00 MiB"),
+        (-12, "-12 B"),
+        (2**50, "1.00 PiB"),
+        (3 * 2**60, "3.00 EiB"),
+    ],
+)
 def test_format_size_of_absurd_or_negative_sizes(nbytes, text):
     assert format_size(nbytes) == text
 
@@ -159,7 +175,16 @@ def test_capacity_and_fit_of_numpy_inputs_give_json(tmp_path):
     from devmem.models import load_model
 
     model = load_model(write_model(tmp_path / "tiny", TINY_LLAMA))
-    json.dumps(fit(model, context=np.int64(1), sequences=np.int64(1), total=np.int64(GiB), block_size=np.int64(16),
-                   free=np.int64(GiB)).as_dict())
-    json.dumps(capacity(model, np.int64(GiB), block_size=np.int64(16), context=np.int64(64),
-                        sequences=np.int64(2)).as_dict())
+    json.dumps(
+        fit(
+            model,
+            context=np.int64(1),
+            sequences=np.int64(1),
+            total=np.int64(GiB),
+            block_size=np.int64(16),
+            free=np.int64(GiB),
+        ).as_dict()
+    )
+    json.dumps(
+        capacity(model, np.int64(GiB), block_size=np.int64(16), context=np.int64(64), sequences=np.int64(2)).as_dict()
+    )

@@ -68,16 +68,33 @@ def test_mi300a_without_northbridge_sensor_is_an_apu_by_its_carve_out():
 
 
 def test_discrete_radeon_is_not_an_apu():
-    sc = Scenario(devices=[ScriptedDevice(name="AMD Radeon RX 7900 XTX", vendor="amd", total=24 * GiB, reserved=0,
-                                          gtt_total=32 * GiB, card=0)])
+    sc = Scenario(
+        devices=[
+            ScriptedDevice(
+                name="AMD Radeon RX 7900 XTX", vendor="amd", total=24 * GiB, reserved=0, gtt_total=32 * GiB, card=0
+            )
+        ]
+    )
     apu, reason = classify(sc.fs, "/sys/class/drm/card0/device")
     assert not apu and reason == "discrete (its own 24.00 GiB of VRAM)"
 
 
 def test_large_carve_out_serves_allocations_from_vram():
-    sc = Scenario(devices=[ScriptedDevice(name="Strix Halo, 96 GiB carve-out", vendor="amd", total=96 * GiB,
-                                          reserved=0, base_used=2 * GiB, integrated=True, gtt_total=15 * GiB, card=1)],
-                  host=HostMemory(total=31 * GiB, free=20 * GiB, page_cache=5 * GiB))
+    sc = Scenario(
+        devices=[
+            ScriptedDevice(
+                name="Strix Halo, 96 GiB carve-out",
+                vendor="amd",
+                total=96 * GiB,
+                reserved=0,
+                base_used=2 * GiB,
+                integrated=True,
+                gtt_total=15 * GiB,
+                card=1,
+            )
+        ],
+        host=HostMemory(total=31 * GiB, free=20 * GiB, page_cache=5 * GiB),
+    )
     sc.files["/sys/class/drm/card1/device/hwmon/hwmon0/in1_label"] = "vddnb\n"
     assert uma(sc).device_memory_info() == (94 * GiB, 96 * GiB)
 
@@ -97,8 +114,9 @@ def test_a_duplicated_drm_descriptor_is_counted_once():
 
 def test_newer_kernels_drm_total_keys_are_read():
     sc = strix_halo_scenario()
-    sc.files["/proc/self/fdinfo/5"] = _fdinfo(7, "0000:c6:00.0", drm_total_gtt="3 MiB", drm_resident_gtt="3 MiB",
-                                              drm_memory_gtt="3072 KiB")
+    sc.files["/proc/self/fdinfo/5"] = _fdinfo(
+        7, "0000:c6:00.0", drm_total_gtt="3 MiB", drm_resident_gtt="3 MiB", drm_memory_gtt="3072 KiB"
+    )
     assert uma(sc).get_process_memory_usage() == 3 * MiB
 
 
@@ -110,8 +128,16 @@ def test_clients_of_another_card_are_not_counted():
 
 def two_mi300a() -> Scenario:
     sc = mi300a_scenario()
-    second = ScriptedDevice(name="AMD Instinct MI300A", vendor="amd", total=0, reserved=0, integrated=True,
-                            gtt_total=100 * GiB, card=1, pci_bus_id="00000000:01:00.0")
+    second = ScriptedDevice(
+        name="AMD Instinct MI300A",
+        vendor="amd",
+        total=0,
+        reserved=0,
+        integrated=True,
+        gtt_total=100 * GiB,
+        card=1,
+        pci_bus_id="00000000:01:00.0",
+    )
     sc.devices.append(second)
     return sc
 
@@ -121,13 +147,16 @@ def test_apus_are_numbered_in_pci_order():
     assert [platform.device_memory_info(d).total for d in range(platform.device_count())] == [100 * GiB, 120 * GiB]
 
 
-@pytest.mark.parametrize("environ, totals", [
-    ({"HIP_VISIBLE_DEVICES": "1"}, [120 * GiB]),
-    ({"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"}, [100 * GiB]),
-    ({"CUDA_VISIBLE_DEVICES": "0"}, [100 * GiB]),
-    ({"ROCR_VISIBLE_DEVICES": ""}, []),
-    ({"HIP_VISIBLE_DEVICES": ""}, [100 * GiB, 120 * GiB]),  # the HIP runtime reads an empty value as unset
-])
+@pytest.mark.parametrize(
+    "environ, totals",
+    [
+        ({"HIP_VISIBLE_DEVICES": "1"}, [120 * GiB]),
+        ({"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"}, [100 * GiB]),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, [100 * GiB]),
+        ({"ROCR_VISIBLE_DEVICES": ""}, []),
+        ({"HIP_VISIBLE_DEVICES": ""}, [100 * GiB, 120 * GiB]),  # the HIP runtime reads an empty value as unset
+    ],
+)
 def test_visible_devices_variables_pick_the_apus(environ, totals):
     sc = two_mi300a()
     sc.environ.update(environ)

@@ -38,8 +38,15 @@ def test_a_discrete_nvidia_gpu_is_not_claimed():
 
 def test_an_apu_beside_a_discrete_rtx_card_is_left_to_the_rtx_platform():
     sc = strix_halo_scenario()
-    sc.devices.append(ScriptedDevice(name="NVIDIA GeForce RTX 4090", total=24 * GiB, reserved=0,
-                                     pci_bus_id="00000000:01:00.0", compute_capability=(8, 9)))
+    sc.devices.append(
+        ScriptedDevice(
+            name="NVIDIA GeForce RTX 4090",
+            total=24 * GiB,
+            reserved=0,
+            pci_bus_id="00000000:01:00.0",
+            compute_capability=(8, 9),
+        )
+    )
     sc.libraries.add("nvml")
     found = detect(sc)
     assert not found.detected and "NVIDIA GeForce RTX 4090" in found.reason
@@ -47,8 +54,17 @@ def test_an_apu_beside_a_discrete_rtx_card_is_left_to_the_rtx_platform():
 
 def test_a_discrete_radeon_beside_an_apu_is_not_claimed():
     sc = strix_halo_scenario()
-    sc.devices.append(ScriptedDevice(name="AMD Radeon PRO W7900", vendor="amd", total=48 * GiB, reserved=0,
-                                     gtt_total=56 * GiB, card=2, pci_bus_id="00000000:03:00.0"))
+    sc.devices.append(
+        ScriptedDevice(
+            name="AMD Radeon PRO W7900",
+            vendor="amd",
+            total=48 * GiB,
+            reserved=0,
+            gtt_total=56 * GiB,
+            card=2,
+            pci_bus_id="00000000:03:00.0",
+        )
+    )
     found = detect(sc)
     assert not found.detected and "AMD card2 (discrete (its own 48.00 GiB of VRAM))" in found.reason
 

@@ -66,7 +66,7 @@ def _read_back(f, nbytes: int) -> None:
     """Read ``nbytes`` of ``f`` into one reused buffer (no allocation per read)."""
     buffer = memoryview(bytearray(MiB))
     while nbytes > 0:
-        got = f.readinto(buffer[:min(MiB, nbytes)])
+        got = f.readinto(buffer[: min(MiB, nbytes)])
         if not got:
             return
         nbytes -= got
@@ -95,9 +95,11 @@ def _shrink_memfree(where: str, target: int, seconds: float) -> str | None:
             spent = time.monotonic() - start
             filled = f.tell()
             if filled and spent * (1 + (free - target) / filled) > seconds:
-                return (f"filling the page cache ran at {gib(filled / spent)}/s here, so bringing MemFree from "
-                        f"{gib(free)} to {gib(target)} would take over {seconds:.0f} s (set {FILL_SECONDS_VAR} "
-                        "to allow more)")
+                return (
+                    f"filling the page cache ran at {gib(filled / spent)}/s here, so bringing MemFree from "
+                    f"{gib(free)} to {gib(target)} would take over {seconds:.0f} s (set {FILL_SECONDS_VAR} "
+                    "to allow more)"
+                )
             _read_back(f, GiB)
     return None
 
@@ -127,8 +129,10 @@ def test_an_allocation_larger_than_memfree_but_within_memavailable_succeeds(disk
     now, free = read_meminfo(), platform.device_memory_info().free
     want = now["MemFree"] + GiB
     if want > free - SAFETY:
-        pytest.skip(f"MemFree ({gib(now['MemFree'])}) is too close to MemAvailable ({gib(free)}) to allocate "
-                    "more than MemFree safely")
+        pytest.skip(
+            f"MemFree ({gib(now['MemFree'])}) is too close to MemAvailable ({gib(free)}) to allocate "
+            "more than MemFree safely"
+        )
     block = bytearray(want)  # zero-filled: every page touched
     held = read_meminfo()
     del block
@@ -152,8 +156,9 @@ def test_host_churn_by_a_process_without_gpu_context_moves_only_the_device_wide_
     if read_meminfo()["MemAvailable"] < churn + SAFETY:
         pytest.skip("not enough memory available to churn 3 GiB safely")
     platform = real_platform()
-    hog = subprocess.Popen([sys.executable, "-c", HOG, str(churn)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", HOG, str(churn)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
 
     def tell(command: str) -> tuple[int, int | None]:
         hog.stdin.write(command + "\n")
@@ -168,6 +173,8 @@ def test_host_churn_by_a_process_without_gpu_context_moves_only_the_device_wide_
         hog.wait(timeout=30)
     drops = [idle - held for idle, held, *_ in cycles]
     rises = [freed - held for _, held, _, freed, _ in cycles]
-    assert sum(drops) / 2 >= churn / 2 and sum(rises) / 2 >= churn / 2, ([gib(d) for d in drops],
-                                                                         [gib(r) for r in rises])
+    assert sum(drops) / 2 >= churn / 2 and sum(rises) / 2 >= churn / 2, (
+        [gib(d) for d in drops],
+        [gib(r) for r in rises],
+    )
     assert {own for *_, own_held, _, own_freed in cycles for own in (own_held, own_freed)} == {GB10_CONTEXT}

@@ -33,8 +33,12 @@ def test_gb10_free_is_memavailable_not_the_raw_runtime_figure():
 def test_gb10_total_is_the_runtimes_when_cuda_is_initialised():
     sc = gb10_scenario()
     runtime_total = GB10_TOTAL - GiB  # a runtime that keeps a GiB for itself: its total wins over MemTotal
-    platform = UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ,
-                           mem_get_info=lambda device: (GB10_RAW_FREE, runtime_total))
+    platform = UmaPlatform(
+        nvml=ScriptedNvml(sc),
+        files=sc.fs,
+        environ=sc.environ,
+        mem_get_info=lambda device: (GB10_RAW_FREE, runtime_total),
+    )
     assert platform.device_memory_info().total == runtime_total
     assert platform.memory_sources()["total"] == "the CUDA runtime's total (cudaMemGetInfo)"
 
@@ -50,7 +54,8 @@ def test_sources_say_free_includes_the_page_cache_and_name_the_raw_figure():
     platform, _ = gb10()
     assert platform.memory_sources()["free"] == (
         "MemAvailable, includes 56.40 GiB reclaimable page cache; the CUDA runtime's own figure, 59.20 GiB, "
-        "leaves the page cache out and is not used")
+        "leaves the page cache out and is not used"
+    )
 
 
 def test_gb10_process_memory_comes_from_nvmls_per_process_list():
@@ -88,13 +93,19 @@ def test_nvml_process_list_errors_become_none_with_a_reason():
 
 def test_cgroup_limit_caps_free():
     sc = gb10_scenario()
-    sc.files.update({"/proc/self/cgroup": "0::/job\n", "/sys/fs/cgroup/job/memory.max": f"{32 * GiB}\n",
-                     "/sys/fs/cgroup/job/memory.current": f"{12 * GiB}\n",
-                     "/sys/fs/cgroup/job/memory.stat": "inactive_file 0\n"})
+    sc.files.update(
+        {
+            "/proc/self/cgroup": "0::/job\n",
+            "/sys/fs/cgroup/job/memory.max": f"{32 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.current": f"{12 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.stat": "inactive_file 0\n",
+        }
+    )
     platform, _ = gb10(sc)
     assert platform.device_memory_info().free == 20 * GiB
-    assert platform.memory_sources()["free"].startswith("MemAvailable, includes 56.40 GiB reclaimable page cache, "
-                                                        "capped by the cgroup limit")
+    assert platform.memory_sources()["free"].startswith(
+        "MemAvailable, includes 56.40 GiB reclaimable page cache, capped by the cgroup limit"
+    )
 
 
 def test_jetson_without_nvml_sizes_from_memavailable():

@@ -44,8 +44,13 @@ def test_gb10_growable_cache_gets_the_classic_paths_budget_not_a_sixth():
     load_model(sc, weights=_kib(36.13), read_into_page_cache=_kib(4.85))
     end, raw_end = MemorySnapshot.measure(platform=platform), sc.mem_get_info(0)[0]
     peak = 4 * GiB
-    common = {"page_size_bytes": PAGE, "num_layers": LAYERS, "total": start.total, "utilization": UTILIZATION,
-              "transient_peak_bytes": peak}
+    common = {
+        "page_size_bytes": PAGE,
+        "num_layers": LAYERS,
+        "total": start.total,
+        "utilization": UTILIZATION,
+        "transient_peak_bytes": peak,
+    }
 
     growable = plan_kv_cache(init_free_memory=start.free, free_memory=end.free, **common)
     classic = plan_kv_cache(consumed=(end - start).process, **common)
@@ -64,10 +69,20 @@ def test_prefill_decode_readings_no_longer_end_at_zero_blocks():
     end, raw_end = platform.device_memory_info(), sc.mem_get_info(0)[0]
     requested = requested_memory(start.total, UTILIZATION)
 
-    raw_kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=raw_start, free_memory=raw_end,
-                                    committed_bytes=committed, transient_peak_bytes=peak)
-    kv = growable_kv_cache_bytes(requested_memory=requested, init_free_memory=start.free, free_memory=end.free,
-                                committed_bytes=committed, transient_peak_bytes=peak)
+    raw_kv = growable_kv_cache_bytes(
+        requested_memory=requested,
+        init_free_memory=raw_start,
+        free_memory=raw_end,
+        committed_bytes=committed,
+        transient_peak_bytes=peak,
+    )
+    kv = growable_kv_cache_bytes(
+        requested_memory=requested,
+        init_free_memory=start.free,
+        free_memory=end.free,
+        committed_bytes=committed,
+        transient_peak_bytes=peak,
+    )
 
     assert raw_end == _kib(10.46) and raw_kv == 0
     assert (blocks_for_bytes(kv, PAGE, LAYERS), format_size(kv)) == (1010, "52.44 GiB")

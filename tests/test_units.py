@@ -8,10 +8,20 @@ from devmem import GiB, MiB
 from devmem.units import format_size, parse_size, read_size
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("4096", 4096), ("16GiB", 16 * GiB), ("512MiB", 512 * MiB), ("1.5GB", 1_500_000_000), ("64 KiB", 65536),
-    ("2tib", 2 << 40), ("10B", 10), (".5GiB", GiB // 2), ("1.3GiB", int(1.3 * GiB)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4096", 4096),
+        ("16GiB", 16 * GiB),
+        ("512MiB", 512 * MiB),
+        ("1.5GB", 1_500_000_000),
+        ("64 KiB", 65536),
+        ("2tib", 2 << 40),
+        ("10B", 10),
+        (".5GiB", GiB // 2),
+        ("1.3GiB", int(1.3 * GiB)),
+    ],
+)
 def test_sizes_with_binary_and_decimal_units_become_bytes(text, expected):
     assert parse_size(text) == expected
 
@@ -22,26 +32,53 @@ def test_text_that_is_not_a_size_is_refused_with_the_accepted_forms(text):
         parse_size(text)
 
 
-@pytest.mark.parametrize("nbytes, text", [
-    (125 * GiB + GiB // 2, "125.50 GiB"), (GiB // 4, "256.00 MiB"), (2 * MiB + MiB // 4, "2.25 MiB"),
-    (-1664342241, "-1.55 GiB"), (0, "0 B"), (512, "512 B"), (1023, "1023 B"), (1536, "1.50 KiB"),
-    (3 * (1 << 40) // 2, "1.50 TiB"), (GiB - 1, "1024.00 MiB"),
-])
+@pytest.mark.parametrize(
+    "nbytes, text",
+    [
+        (125 * GiB + GiB // 2, "125.50 GiB"),
+        (GiB // 4, "256.00 MiB"),
+        (2 * MiB + MiB // 4, "2.25 MiB"),
+        (-1664342241, "-1.55 GiB"),
+        (0, "0 B"),
+        (512, "512 B"),
+        (1023, "1023 B"),
+        (1536, "1.50 KiB"),
+        (3 * (1 << 40) // 2, "1.50 TiB"),
+        (GiB - 1, "1024.00 MiB"),
+    ],
+)
 def test_format_size_scales_from_bytes_to_tib(nbytes, text):
     assert format_size(nbytes) == text
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("80G", 80 * GiB), ("80g", 80 * 10**9), ("80GB", 80 * 10**9), ("80GiB", 80 * GiB), ("512M", 512 * MiB),
-    ("512m", 512 * 10**6), ("4K", 4096), ("4k", 4000), ("1T", 1 << 40), ("1t", 10**12),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("80G", 80 * GiB),
+        ("80g", 80 * 10**9),
+        ("80GB", 80 * 10**9),
+        ("80GiB", 80 * GiB),
+        ("512M", 512 * MiB),
+        ("512m", 512 * 10**6),
+        ("4K", 4096),
+        ("4k", 4000),
+        ("1T", 1 << 40),
+        ("1t", 10**12),
+    ],
+)
 def test_vllms_one_letter_sizes_are_powers_of_2_in_upper_case_and_of_10_in_lower_case(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text, how", [
-    ("80G", "80 GiB = 85899345920 bytes"), ("80g", "80 GB = 80000000000 bytes"),
-    ("1.5gb", "1.5 GB = 1500000000 bytes"), ("16gib", "16 GiB = 17179869184 bytes"), ("4096", "4096 bytes"),
-])
+@pytest.mark.parametrize(
+    "text, how",
+    [
+        ("80G", "80 GiB = 85899345920 bytes"),
+        ("80g", "80 GB = 80000000000 bytes"),
+        ("1.5gb", "1.5 GB = 1500000000 bytes"),
+        ("16gib", "16 GiB = 17179869184 bytes"),
+        ("4096", "4096 bytes"),
+    ],
+)
 def test_read_size_says_how_it_read_the_text(text, how):
     assert read_size(text)[1] == how

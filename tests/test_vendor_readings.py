@@ -123,8 +123,9 @@ class OddVramAmdsmi(ScriptedAmdsmi):
 def rocm_memory(used):
     sc = mi300x_scenario()
     clock = ScriptedClock()
-    return RocmPlatform(amdsmi=OddVramAmdsmi(sc, used, clock=clock), environ={}, clock=clock,
-                        sleep=clock.sleep).memory(0)
+    return RocmPlatform(amdsmi=OddVramAmdsmi(sc, used, clock=clock), environ={}, clock=clock, sleep=clock.sleep).memory(
+        0
+    )
 
 
 def test_amdsmi_negative_vram_used_leaves_free_at_total_with_a_note():
@@ -138,12 +139,12 @@ def test_amdsmi_unusable_vram_used_is_an_error_naming_it(used):
         rocm_memory(used)
 
 
-
 # ---- DRM fdinfo ------------------------------------------------------------------------------------
 def fdinfo_memory(vram: str):
     sc = mi300x_scenario()
-    sc.files["/proc/self/fdinfo/7"] = (f"drm-driver:\tamdgpu\ndrm-pdev:\t0000:c6:00.0\ndrm-client-id:\t9\n"
-                                       f"drm-memory-vram:\t{vram}\n")
+    sc.files["/proc/self/fdinfo/7"] = (
+        f"drm-driver:\tamdgpu\ndrm-pdev:\t0000:c6:00.0\ndrm-client-id:\t9\ndrm-memory-vram:\t{vram}\n"
+    )
     return client_memory(sc.fs, "amdgpu", "0000:c6:00.0", ("vram",))
 
 

@@ -28,15 +28,19 @@ IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "DEVMEM_PLATFORM", "DEVMEM_LOAD_PLUGINS", "VIRTUAL_ENV")
+    }
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INDEX="1", PYTHONDONTWRITEBYTECODE="1", **extra)
     return env
 
 
 def _run(cmd: list[str | Path], cwd: Path, **extra: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=_env(**extra), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=_env(**extra), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -75,8 +79,10 @@ def vendor_env(tmp_path_factory) -> dict[str, Path]:
     shutil.copytree(VENDOR, source, ignore=IGNORE)
     wheels = root / "wheels"
     pip = [sys.executable, "-m", "pip"]
-    _run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", wheels, _devmem_source(root / "devmem-src"),
-                source], root)
+    _run(
+        pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", wheels, _devmem_source(root / "devmem-src"), source],
+        root,
+    )
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], root)
     python = venv / "bin" / "python"
@@ -88,16 +94,20 @@ def vendor_env(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_installing_the_vendor_wheel_brings_devmem_kv_from_the_wheel_directory(vendor_env):
-    code = ("import importlib.metadata as m; d = m.distribution('devmem-kv'); "
-            "print(d.version); print(d.locate_file('devmem/__init__.py'))")
+    code = (
+        "import importlib.metadata as m; d = m.distribution('devmem-kv'); "
+        "print(d.version); print(d.locate_file('devmem/__init__.py'))"
+    )
     version, init = _run([vendor_env["python"], "-c", code], vendor_env["venv"]).stdout.split()
     assert version == devmem.__version__
     assert Path(init).is_file() and Path(init).is_relative_to(vendor_env["venv"]), init
 
 
 def test_wheel_and_devmem_are_imported_from_the_environment(vendor_env):
-    done = _run([vendor_env["python"], "-c", "import devmem, devmem_acme; print(devmem.__file__); "
-                                             "print(devmem_acme.__file__)"], vendor_env["venv"])
+    done = _run(
+        [vendor_env["python"], "-c", "import devmem, devmem_acme; print(devmem.__file__); print(devmem_acme.__file__)"],
+        vendor_env["venv"],
+    )
     for path in done.stdout.split():
         assert Path(path).is_relative_to(vendor_env["venv"]), f"{path} is not installed in the throwaway environment"
 
@@ -119,14 +129,18 @@ def test_devmem_platform_selects_the_vendor_platform(vendor_env):
 
 
 def test_vendor_conformance_file_passes_where_the_wheel_is_installed(vendor_env):
-    done = _run([vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                 "tests/test_acme_conformance.py"], cwd=vendor_env["source"])
+    done = _run(
+        [vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_acme_conformance.py"],
+        cwd=vendor_env["source"],
+    )
     assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout
     assert "not registered" not in done.stdout, "the kit did not find acme through its entry point: " + done.stdout
 
 
 def test_vendor_scripted_library_runs_the_kit_on_the_neutral_scenario(vendor_env):
-    done = _run([vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                 "tests/test_acme_scripted.py"], cwd=vendor_env["source"])
+    done = _run(
+        [vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_acme_scripted.py"],
+        cwd=vendor_env["source"],
+    )
     assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout
     assert "TestAcmeScripted" in done.stdout, "the kit's per-call timings name the scripted class: " + done.stdout

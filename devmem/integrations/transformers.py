@@ -116,8 +116,11 @@ class SizedConfig:
         """Lines for people: the blocks, what one costs and how it was measured, then the plan's figures."""
         small, before, large = self.runs[0], self.runs[-2], self.runs[-1]
         graphs = "on" if any(small.cuda_graphs) else "off"
-        measured = ("the allocator's peak" if large.peak_bytes is not None else
-                    "the tensors the engine holds; this allocator keeps no peak statistics")
+        measured = (
+            "the allocator's peak"
+            if large.peak_bytes is not None
+            else "the tensors the engine holds; this allocator keeps no peak statistics"
+        )
         lines = [
             f"transformers continuous batching: {self.num_blocks} blocks of {self.block_tokens} tokens "
             f"(max_batch_tokens {self.max_batch_tokens}, {small.attn_implementation}, CUDA graphs {graphs})",
@@ -135,11 +138,20 @@ class SizedConfig:
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def as_dict(self) -> dict[str, object]:
-        return {"num_blocks": self.num_blocks, "block_bytes": self.block_bytes, "kv_block_bytes": self.kv_block_bytes,
-                "static_block_bytes": self.static_block_bytes, "read_back_block_bytes": self.read_back_block_bytes,
-                "block_tokens": self.block_tokens, "max_batch_tokens": self.max_batch_tokens,
-                "transient_peak_bytes": self.transient_peak_bytes, "plan": self.plan.as_dict(),
-                "profile": self.profile.as_dict(), "runs": [vars(r) for r in self.runs], "notes": list(self.notes)}
+        return {
+            "num_blocks": self.num_blocks,
+            "block_bytes": self.block_bytes,
+            "kv_block_bytes": self.kv_block_bytes,
+            "static_block_bytes": self.static_block_bytes,
+            "read_back_block_bytes": self.read_back_block_bytes,
+            "block_tokens": self.block_tokens,
+            "max_batch_tokens": self.max_batch_tokens,
+            "transient_peak_bytes": self.transient_peak_bytes,
+            "plan": self.plan.as_dict(),
+            "profile": self.profile.as_dict(),
+            "runs": [vars(r) for r in self.runs],
+            "notes": list(self.notes),
+        }
 
 
 def block_tokens(config: ContinuousBatchingConfig) -> int:
@@ -168,8 +180,10 @@ def default_max_batch_tokens() -> int:
 def _check_request(utilization: float | None, pinned_bytes: int | None) -> float | None:
     """The utilization to plan at (``None`` on the pinned path); raises :class:`SizingError` naming a bad value."""
     if utilization is not None and pinned_bytes is not None:
-        raise SizingError(f"give utilization or pinned_bytes, not both (got utilization={utilization!r}, "
-                          f"pinned_bytes={pinned_bytes!r})")
+        raise SizingError(
+            f"give utilization or pinned_bytes, not both (got utilization={utilization!r}, "
+            f"pinned_bytes={pinned_bytes!r})"
+        )
     if pinned_bytes is not None:
         if isinstance(pinned_bytes, bool) or not isinstance(pinned_bytes, numbers.Integral) or pinned_bytes <= 0:
             raise SizingError(f"pinned_bytes must be a whole number of bytes > 0, got {pinned_bytes!r}")
@@ -187,8 +201,10 @@ def _check_config(config: Any) -> Any:
     if not isinstance(config, ContinuousBatchingConfig):
         raise TypeError(f"config must be a transformers ContinuousBatchingConfig or None, got {type(config).__name__}")
     if config.num_blocks is not None:
-        raise SizingError(f"config.num_blocks={config.num_blocks!r} is already set; devmem sizes num_blocks: pass "
-                          "the config without it")
+        raise SizingError(
+            f"config.num_blocks={config.num_blocks!r} is already set; devmem sizes num_blocks: pass "
+            "the config without it"
+        )
     tokens = config.max_batch_tokens
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens <= 0):
         raise SizingError(f"config.max_batch_tokens must be an int > 0 or None, got {tokens!r}")
@@ -229,8 +245,11 @@ def _storage_bytes(roots: list[Any], device: Any, seen: set[int]) -> tuple[int, 
             stack.extend(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):
             stack.extend(obj)
-        elif not isinstance(obj, torch.nn.Module) and type(obj).__module__.startswith("transformers.") \
-                and hasattr(obj, "__dict__"):
+        elif (
+            not isinstance(obj, torch.nn.Module)
+            and type(obj).__module__.startswith("transformers.")
+            and hasattr(obj, "__dict__")
+        ):
             stack.extend(vars(obj).values())
     return total, count
 
@@ -257,9 +276,11 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
     if not all(hasattr(runner, name) for name in ("pad_inputs", "warmup", "run_one_warmup")) or config is None:
         import transformers
 
-        raise RuntimeError(f"transformers {transformers.__version__}: continuous batching has no model runner with "
-                           "pad_inputs, warmup and run_one_warmup; devmem's integration supports transformers 5.17 "
-                           "to 5.24")
+        raise RuntimeError(
+            f"transformers {transformers.__version__}: continuous batching has no model runner with "
+            "pad_inputs, warmup and run_one_warmup; devmem's integration supports transformers 5.17 "
+            "to 5.24"
+        )
     saved = runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size
     runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = True, 1, 1
     try:
@@ -340,8 +361,9 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
             tokens.append(int(ids.shape[-1]))
 
     hook = model.register_forward_hook(count, with_kwargs=True)
-    manager = model.init_continuous_batching(generation_config=copy.deepcopy(generation_config),
-                                             continuous_batching_config=config)
+    manager = model.init_continuous_batching(
+        generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
+    )
     try:
         manager.batch_processor = manager._create_batch_processor()
         _order_streams(manager.batch_processor.model_runner)
@@ -353,16 +375,25 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
         cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
         static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
         resolved = manager.continuous_batching_config
-        run = EngineRun(num_blocks, cache_bytes, static_bytes, cache_count + static_count, max(tokens),
-                        model.config._attn_implementation, cuda_graph_flags(resolved.use_cuda_graph),
-                        bool(resolved.use_async_batching))
+        run = EngineRun(
+            num_blocks,
+            cache_bytes,
+            static_bytes,
+            cache_count + static_count,
+            max(tokens),
+            model.config._attn_implementation,
+            cuda_graph_flags(resolved.use_cuda_graph),
+            bool(resolved.use_async_batching),
+        )
     finally:
         hook.remove()
         _close(manager, model, attn_implementation)
     if run.forward_tokens < config.max_batch_tokens:
-        raise RuntimeError(f"the engine's worst-case forward over {config.max_batch_tokens} query tokens did not "
-                           f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens); "
-                           "transformers logged why ('Failed to warm up')")
+        raise RuntimeError(
+            f"the engine's worst-case forward over {config.max_batch_tokens} query tokens did not "
+            f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens); "
+            "transformers logged why ('Failed to warm up')"
+        )
     return run
 
 
@@ -370,20 +401,31 @@ def kv_padding_interval(model: Any, generation_config: Any, config: Any) -> int 
     """The tokens transformers pads a batch's cache reads to with ``config`` (CUDA graphs or compile on), or
     ``None`` where it pads nothing. Resolved by transformers itself; no cache is created."""
     attn_implementation = model.config._attn_implementation
-    manager = model.init_continuous_batching(generation_config=copy.deepcopy(generation_config),
-                                             continuous_batching_config=config)
+    manager = model.init_continuous_batching(
+        generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
+    )
     try:
         resolved = manager.continuous_batching_config
-        pads = any(cuda_graph_flags(resolved.use_cuda_graph)) or resolved.varlen_compile_config is not None \
+        pads = (
+            any(cuda_graph_flags(resolved.use_cuda_graph))
+            or resolved.varlen_compile_config is not None
             or resolved.decode_compile_config is not None
+        )
         interval = int(resolved.kv_padding_interval_size or 0)
         return interval if pads and interval > 0 else None
     finally:
         _close(manager, model, attn_implementation)
 
 
-def _profiled_run(model: Any, generation_config: Any, config: Any, num_blocks: int, baseline: MemorySnapshot,
-                  weights: int, platform: Platform) -> tuple[EngineRun, ProfileResult]:
+def _profiled_run(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    num_blocks: int,
+    baseline: MemorySnapshot,
+    weights: int,
+    platform: Platform,
+) -> tuple[EngineRun, ProfileResult]:
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
         run = run_engine(model, generation_config, config, num_blocks)
     _release_engine_memory(model.device, baseline.device, platform)
@@ -438,8 +480,10 @@ def grows_linearly(runs: list[EngineRun]) -> bool:
     a, b, c = runs[-3:]
     if a.peak_bytes is None or b.peak_bytes is None or c.peak_bytes is None:
         return False  # statistics that came and went: no growth to compare
-    previous, last = (b.peak_bytes - a.peak_bytes) / (b.num_blocks - a.num_blocks), \
-        (c.peak_bytes - b.peak_bytes) / (c.num_blocks - b.num_blocks)
+    previous, last = (
+        (b.peak_bytes - a.peak_bytes) / (b.num_blocks - a.num_blocks),
+        (c.peak_bytes - b.peak_bytes) / (c.num_blocks - b.num_blocks),
+    )
     held = (c.held_bytes - b.held_bytes) / (c.num_blocks - b.num_blocks)
     return min(previous, last) > held * (1 + LINEAR_GROWTH) and abs(last - previous) <= previous * LINEAR_GROWTH
 
@@ -453,8 +497,10 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
 
             platform = CpuPlatform()
     if (where.type == "cpu") != (platform.name == "cpu"):
-        raise ValueError(f"the model is on {where} but devmem's platform is {platform.name!r}: the KV cache goes "
-                         "where the model is; move the model or give the platform of its device")
+        raise ValueError(
+            f"the model is on {where} but devmem's platform is {platform.name!r}: the KV cache goes "
+            "where the model is; move the model or give the platform of its device"
+        )
     if device is None:
         device = where.index if where.index is not None else 0
     return platform, device
@@ -491,11 +537,15 @@ def size_continuous_batching(
     u = _check_request(utilization, pinned_bytes)
     config = _check_config(config)
     if not hasattr(model, "init_continuous_batching"):
-        raise TypeError(f"model must be a transformers model with continuous batching (init_continuous_batching), "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a transformers model with continuous batching (init_continuous_batching), "
+            f"got {type(model).__name__}"
+        )
     if getattr(model, "_cached_continuous_batching_manager", None) is not None:
-        raise ValueError("the model keeps a persistent continuous batching manager with its own cache; call "
-                         "model.destroy_cached_continuous_batching_manager() before sizing")
+        raise ValueError(
+            "the model keeps a persistent continuous batching manager with its own cache; call "
+            "model.destroy_cached_continuous_batching_manager() before sizing"
+        )
     platform, device = _platform_and_device(model, device, platform)
     generation_config = model.generation_config if generation_config is None else generation_config
     notes: list[str] = []
@@ -503,17 +553,25 @@ def size_continuous_batching(
     if baseline is None:
         baseline = MemorySnapshot.measure(device, platform)
         held_before = baseline.process if baseline.process is not None else 0
-        message = ("no baseline taken before the model was given: one was taken now, and " + (
-            f"this process's device memory now, {format_size(held_before)}, counts as consumed"
-            if baseline.process is not None else "only the weights count as consumed; the CUDA context does not") +
-                   "; take MemorySnapshot.measure() before creating the model")
+        message = (
+            "no baseline taken before the model was given: one was taken now, and "
+            + (
+                f"this process's device memory now, {format_size(held_before)}, counts as consumed"
+                if baseline.process is not None
+                else "only the weights count as consumed; the CUDA context does not"
+            )
+            + "; take MemorySnapshot.measure() before creating the model"
+        )
         log.warning("devmem: %s", message)
         notes.append(message)
     weights = model_bytes(model) if weights_memory is None else weights_memory
     tokens = block_tokens(config)
     max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
-    profile_config = _with(config, max_batch_tokens=max_batch_tokens,
-                           max_memory_percent=1.0 if config.max_memory_percent is None else config.max_memory_percent)
+    profile_config = _with(
+        config,
+        max_batch_tokens=max_batch_tokens,
+        max_memory_percent=1.0 if config.max_memory_percent is None else config.max_memory_percent,
+    )
     small = math.ceil(max_batch_tokens / tokens) + 1
     interval = kv_padding_interval(model, generation_config, profile_config)
     if interval:
@@ -544,16 +602,41 @@ def size_continuous_batching(
         if grows_linearly(runs) or plan.num_blocks <= runs[-1].num_blocks:
             break
         if len(runs) >= MAX_PROFILE_RUNS:
-            notes.append(f"after {len(runs)} runs up to {runs[-1].num_blocks} blocks the peak did not yet grow "
-                         "linearly with the cache; one block is charged its last growth")
+            notes.append(
+                f"after {len(runs)} runs up to {runs[-1].num_blocks} blocks the peak did not yet grow "
+                "linearly with the cache; one block is charged its last growth"
+            )
             break
         runs.append(profile_run(min(2 * runs[-1].num_blocks, plan.num_blocks))[0])
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
     notes.extend(profile.notes)
-    return SizedConfig(sized, plan, block, kv_block, static_block, block - kv_block - static_block, tokens,
-                       max_batch_tokens, profile, tuple(runs), inputs["transient_peak_bytes"], tuple(notes))
+    return SizedConfig(
+        sized,
+        plan,
+        block,
+        kv_block,
+        static_block,
+        block - kv_block - static_block,
+        tokens,
+        max_batch_tokens,
+        profile,
+        tuple(runs),
+        inputs["transient_peak_bytes"],
+        tuple(notes),
+    )
 
 
-__all__ = ["EngineRun", "SizedConfig", "block_cost", "block_tokens", "cuda_graph_flags", "default_max_batch_tokens",
-           "grows_linearly", "kv_padding_interval", "model_bytes", "run_engine", "size_continuous_batching"]
+__all__ = [
+    "EngineRun",
+    "SizedConfig",
+    "block_cost",
+    "block_tokens",
+    "cuda_graph_flags",
+    "default_max_batch_tokens",
+    "grows_linearly",
+    "kv_padding_interval",
+    "model_bytes",
+    "run_engine",
+    "size_continuous_batching",
+]

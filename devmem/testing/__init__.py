@@ -28,9 +28,21 @@ _KIT = {
     "scripted_fixtures": "devmem.testing.fixtures",
 }
 __all__ = [
-    "Allocation", "Capabilities", "HostFixtures", "HostMemory", "PlatformConformance", "PlatformFixtures",
-    "ReferenceMemory", "Scenario", "ScriptedClock", "ScriptedDevice", "ScriptedFiles", "ScriptedFixtures",
-    "ScriptedLibrary", "TorchFixtures", "scripted_fixtures",
+    "Allocation",
+    "Capabilities",
+    "HostFixtures",
+    "HostMemory",
+    "PlatformConformance",
+    "PlatformFixtures",
+    "ReferenceMemory",
+    "Scenario",
+    "ScriptedClock",
+    "ScriptedDevice",
+    "ScriptedFiles",
+    "ScriptedFixtures",
+    "ScriptedLibrary",
+    "TorchFixtures",
+    "scripted_fixtures",
 ]
 
 

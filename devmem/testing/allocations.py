@@ -76,8 +76,13 @@ sys.stdin.read()
 
 def _hold_in_child(code: str, nbytes: int, device: int, *args: str) -> Allocation:
     """Start a Python child that allocates, says ``ready`` and holds the memory until its stdin closes."""
-    proc = subprocess.Popen([sys.executable, "-c", code, str(nbytes), str(device), *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(nbytes), str(device), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin and proc.stdout and proc.stderr  # pipes, as asked for
     stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
     ready, _, _ = select.select([stdout], [], [], CHILD_READY_TIMEOUT)
@@ -85,8 +90,10 @@ def _hold_in_child(code: str, nbytes: int, device: int, *args: str) -> Allocatio
     if line.strip() != "ready":
         proc.kill()
         _, err = proc.communicate()
-        raise RuntimeError(f"the child process meant to hold {nbytes} bytes on device {device} did not get ready: "
-                           f"{err.strip()[-2000:] or 'no output'}")
+        raise RuntimeError(
+            f"the child process meant to hold {nbytes} bytes on device {device} did not get ready: "
+            f"{err.strip()[-2000:] or 'no output'}"
+        )
 
     def release() -> None:
         stdin.close()

@@ -60,8 +60,14 @@ from devmem.testing.allocations import Allocation
 from devmem.testing.probe import run_detection_probe
 from devmem.types import DevmemError, GiB, MemoryInfo, MiB, gib
 
-METHODS = ("memory", "device_memory_info", "process_memory", "get_process_memory_usage", "is_integrated_gpu",
-           "pages_instead_of_failing")
+METHODS = (
+    "memory",
+    "device_memory_info",
+    "process_memory",
+    "get_process_memory_usage",
+    "is_integrated_gpu",
+    "pages_instead_of_failing",
+)
 #: Members that explain a device to people; PlatformBase gives each a neutral answer.
 EXPLAINING = ("device_name", "process_memory_reason", "other_processes_memory", "memory_sources", "notes")
 BAD_INDICES = {"minus-one": -1, "count": "count", "string": "0", "float": 1.0, "bool": True}
@@ -102,8 +108,7 @@ def independent_memory(platform: Platform) -> ReferenceMemory | str:
         import torch
 
         module = getattr(torch, platform.torch_device)
-        return ReferenceMemory(f"torch.{platform.torch_device}.mem_get_info",
-                               lambda d: _pair(module.mem_get_info(d)))
+        return ReferenceMemory(f"torch.{platform.torch_device}.mem_get_info", lambda d: _pair(module.mem_get_info(d)))
     if not sys.platform.startswith("linux"):
         return f"no independent reading of {platform.name}'s host memory: /proc/meminfo exists only on Linux"
     from devmem.host import cgroup_memory, read_meminfo
@@ -158,7 +163,8 @@ class PlatformFixtures:
     def platform(self) -> Platform:
         raise NotImplementedError(
             "Provide a `platform` fixture returning the platform under test, built with its vendor library "
-            "passed in (e.g. `MyPlatform(lib=ScriptedLib(scenario))`), in a subclass of PlatformFixtures.")
+            "passed in (e.g. `MyPlatform(lib=ScriptedLib(scenario))`), in a subclass of PlatformFixtures."
+        )
 
     @pytest.fixture
     def capabilities(self) -> Capabilities:
@@ -174,14 +180,16 @@ class PlatformFixtures:
     def allocate(self) -> Callable[[int, int], Allocation]:
         raise NotImplementedError(
             "Provide an `allocate` fixture returning a callable (nbytes, device) -> devmem.testing.Allocation that "
-            "holds device memory in this process, or declare Capabilities(can_allocate=False).")
+            "holds device memory in this process, or declare Capabilities(can_allocate=False)."
+        )
 
     @pytest.fixture
     def allocate_in_other_process(self) -> Callable[[int, int], Allocation]:
         raise NotImplementedError(
             "Provide an `allocate_in_other_process` fixture returning a callable (nbytes, device) -> "
             "devmem.testing.Allocation whose memory another process holds, or declare "
-            "Capabilities(other_process_allocation=False).")
+            "Capabilities(other_process_allocation=False)."
+        )
 
 
 def _is_int(value: object) -> bool:
@@ -206,7 +214,8 @@ def _usage(platform: Platform) -> int:
 def _expect_change(what: str, change: int, expected: int, tolerance: int, hint: str) -> None:
     assert abs(change - expected) <= tolerance, (
         f"{what} changed by {change} bytes ({gib(change)}); expected {expected} bytes ({gib(expected)}) "
-        f"within {tolerance} bytes: {hint}")
+        f"within {tolerance} bytes: {hint}"
+    )
 
 
 class PlatformConformance:
@@ -228,15 +237,17 @@ class PlatformConformance:
             info = platform.device_memory_info(d)
             assert isinstance(info, MemoryInfo), f"device_memory_info({d}) returned {info!r}, not a devmem.MemoryInfo"
             for key, value in info._asdict().items():
-                assert _is_int(value), (f"device_memory_info({d}).{key} is {value!r} ({type(value).__name__}): "
-                                        "figures must be int bytes")
+                assert _is_int(value), (
+                    f"device_memory_info({d}).{key} is {value!r} ({type(value).__name__}): figures must be int bytes"
+                )
 
     def test_total_is_in_bytes(self, platform):
         for d in _devices(platform):
             total = platform.device_memory_info(d).total
             assert total >= SMALLEST_PLAUSIBLE_TOTAL, (
                 f"device_memory_info({d}).total is {total} bytes, less than 64 MiB: the figures are probably in "
-                "KiB or MiB instead of bytes (wrong units)")
+                "KiB or MiB instead of bytes (wrong units)"
+            )
 
     def test_figures_agree_with_an_independent_source(self, platform, reference_memory):
         if isinstance(reference_memory, str):
@@ -248,17 +259,20 @@ class PlatformConformance:
             assert ref_total / UNIT_RATIO <= total <= ref_total * UNIT_RATIO, (
                 f"device_memory_info({d}).total is {total} bytes ({gib(total)}) but {source} reads {ref_total} bytes "
                 f"({gib(ref_total)}): more than {UNIT_RATIO}x apart, so one is in other units (KiB or MiB instead "
-                "of bytes: wrong units)")
+                "of bytes: wrong units)"
+            )
             if ref_free < COMPARABLE_FREE:
                 continue
             assert free >= ref_free / UNIT_RATIO, (
                 f"device_memory_info({d}).free is {free} bytes ({gib(free)}) but {source} reads {ref_free} bytes "
                 f"({gib(ref_free)}) free: more than {UNIT_RATIO}x less, so free is in other units than bytes (wrong "
-                "units; free and total must both be bytes)")
+                "units; free and total must both be bytes)"
+            )
             if not platform.is_integrated_gpu(d):  # unified memory: runtimes count free memory their own way
                 assert free <= ref_free * UNIT_RATIO, (
                     f"device_memory_info({d}).free is {free} bytes ({gib(free)}) but {source} reads {ref_free} "
-                    f"bytes ({gib(ref_free)}) free: more than {UNIT_RATIO}x more (wrong units)")
+                    f"bytes ({gib(ref_free)}) free: more than {UNIT_RATIO}x more (wrong units)"
+                )
 
     def test_free_is_positive_and_at_most_total(self, platform):
         for d in _devices(platform):
@@ -281,7 +295,8 @@ class PlatformConformance:
             assert isinstance(memory, DeviceMemory), f"memory({d}) returned {memory!r}, not a devmem.DeviceMemory"
             assert isinstance(memory.info, MemoryInfo), f"memory({d}).info is {memory.info!r}, not a devmem.MemoryInfo"
             assert all(isinstance(k, str) and isinstance(v, str) for k, v in memory.sources.items()), (
-                f"memory({d}).sources is {memory.sources!r}, not text for people keyed by figure")
+                f"memory({d}).sources is {memory.sources!r}, not text for people keyed by figure"
+            )
 
     # ---- bad device indices -----------------------------------------------------------------------
     @pytest.mark.parametrize("method", METHODS + EXPLAINING)
@@ -293,19 +308,25 @@ class PlatformConformance:
         except DevmemError:
             return
         except Exception as exc:
-            pytest.fail(f"{method}({index!r}) raised {type(exc).__name__}: {exc}, instead of devmem.DevmemError "
-                        "(the wrong error on a bad device index); call self.check_device(device) first")
-        pytest.fail(f"{method}({index!r}) returned {result!r} instead of raising devmem.DevmemError "
-                    "on a bad device index; call self.check_device(device) first")
+            pytest.fail(
+                f"{method}({index!r}) raised {type(exc).__name__}: {exc}, instead of devmem.DevmemError "
+                "(the wrong error on a bad device index); call self.check_device(device) first"
+            )
+        pytest.fail(
+            f"{method}({index!r}) returned {result!r} instead of raising devmem.DevmemError "
+            "on a bad device index; call self.check_device(device) first"
+        )
 
     def test_bad_index_error_names_the_valid_range(self, platform):
         count = platform.device_count()
         with pytest.raises(Exception) as info:
             platform.device_memory_info(count)
         assert isinstance(info.value, DevmemError), (
-            f"device_memory_info({count}) raised {type(info.value).__name__}, not devmem.DevmemError: {info.value}")
+            f"device_memory_info({count}) raised {type(info.value).__name__}, not devmem.DevmemError: {info.value}"
+        )
         assert str(count - 1) in str(info.value), (
-            f"the error for device index {count} does not name the valid range 0..{count - 1}: {info.value}")
+            f"the error for device index {count} does not name the valid range 0..{count - 1}: {info.value}"
+        )
 
     # ---- what the platform says it is ---------------------------------------------------------------
     def test_integrated_implies_pages_instead_of_failing(self, platform):
@@ -313,11 +334,14 @@ class PlatformConformance:
             if platform.is_integrated_gpu(d):
                 assert platform.pages_instead_of_failing(d), (
                     f"is_integrated_gpu({d}) is True but pages_instead_of_failing({d}) is False: on an integrated "
-                    "device an over-subscription takes memory from the OS instead of failing")
+                    "device an over-subscription takes memory from the OS instead of failing"
+                )
 
     def test_flags_match_declared_capabilities(self, platform, capabilities):
-        declared = {"is_integrated_gpu": capabilities.integrated,
-                    "pages_instead_of_failing": capabilities.pages_instead_of_failing}
+        declared = {
+            "is_integrated_gpu": capabilities.integrated,
+            "pages_instead_of_failing": capabilities.pages_instead_of_failing,
+        }
         if all(v is None for v in declared.values()):
             pytest.skip("Capabilities(integrated=..., pages_instead_of_failing=...) are not declared")
         for d in _devices(platform):
@@ -330,18 +354,24 @@ class PlatformConformance:
         for d in _devices(platform):
             used = platform.get_process_memory_usage(d)
             if not capabilities.process_memory:
-                assert used is None, (f"get_process_memory_usage({d}) returned {used!r} although the capabilities "
-                                      "declare process_memory=False")
+                assert used is None, (
+                    f"get_process_memory_usage({d}) returned {used!r} although the capabilities "
+                    "declare process_memory=False"
+                )
                 answer = platform.process_memory(d)
                 assert isinstance(answer, ProcessMemory) and isinstance(answer.reason, Reason), (
-                    f"get_process_memory_usage({d}) is None but process_memory({d}) gives no Reason: {answer!r}")
+                    f"get_process_memory_usage({d}) is None but process_memory({d}) gives no Reason: {answer!r}"
+                )
                 assert platform.process_memory_reason(d) == answer.reason.text, (
-                    f"process_memory_reason({d}) is not the text of process_memory({d}).reason")
+                    f"process_memory_reason({d}) is not the text of process_memory({d}).reason"
+                )
                 continue
-            assert used is not None, (f"get_process_memory_usage({d}) returned None although the capabilities declare "
-                                      "process_memory=True")
-            assert _is_int(used), (f"get_process_memory_usage({d}) returned {used!r} ({type(used).__name__}), "
-                                   "not int bytes")
+            assert used is not None, (
+                f"get_process_memory_usage({d}) returned None although the capabilities declare process_memory=True"
+            )
+            assert _is_int(used), (
+                f"get_process_memory_usage({d}) returned {used!r} ({type(used).__name__}), not int bytes"
+            )
             total = platform.device_memory_info(d).total
             assert 0 <= used <= total, f"get_process_memory_usage({d}) = {used} bytes is outside 0..total ({total})"
 
@@ -349,10 +379,12 @@ class PlatformConformance:
         checks = {
             "device_name": lambda v: isinstance(v, str) and v,
             "process_memory_reason": lambda v: v is None or isinstance(v, str),
-            "other_processes_memory": lambda v: v is None or (isinstance(v, dict) and all(
-                _is_int(k) and _is_int(b) for k, b in v.items())),
-            "memory_sources": lambda v: isinstance(v, dict) and all(
-                isinstance(k, str) and isinstance(s, str) for k, s in v.items()),
+            "other_processes_memory": lambda v: (
+                v is None or (isinstance(v, dict) and all(_is_int(k) and _is_int(b) for k, b in v.items()))
+            ),
+            "memory_sources": lambda v: (
+                isinstance(v, dict) and all(isinstance(k, str) and isinstance(s, str) for k, s in v.items())
+            ),
             "notes": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
         }
         for d in _devices(platform):
@@ -369,8 +401,13 @@ class PlatformConformance:
         before = _usage(platform)
         with allocate(n, 0):
             after = _usage(platform)
-        _expect_change("get_process_memory_usage(0)", after - before, n, capabilities.granularity,
-                       "process usage must rise by what this process allocates, in bytes")
+        _expect_change(
+            "get_process_memory_usage(0)",
+            after - before,
+            n,
+            capabilities.granularity,
+            "process usage must rise by what this process allocates, in bytes",
+        )
 
     def test_process_usage_falls_back_after_free(self, platform, capabilities, request):
         capabilities.require("process_memory", "can_allocate")
@@ -379,8 +416,13 @@ class PlatformConformance:
         before = _usage(platform)
         allocate(capabilities.allocation_size, 0).free()
         after = _usage(platform)
-        _expect_change("get_process_memory_usage(0) after allocating and freeing", after - before, 0,
-                       capabilities.granularity, "process usage must fall back once the memory is freed")
+        _expect_change(
+            "get_process_memory_usage(0) after allocating and freeing",
+            after - before,
+            0,
+            capabilities.granularity,
+            "process usage must fall back once the memory is freed",
+        )
 
     def test_free_falls_by_an_allocation(self, platform, capabilities, request):
         capabilities.require("can_allocate", "free_tracks_allocations")
@@ -390,8 +432,13 @@ class PlatformConformance:
         before = platform.device_memory_info(0).free
         with allocate(n, 0):
             after = platform.device_memory_info(0).free
-        _expect_change("device_memory_info(0).free", before - after, n, capabilities.granularity,
-                       "free must fall by what an allocation takes, in bytes")
+        _expect_change(
+            "device_memory_info(0).free",
+            before - after,
+            n,
+            capabilities.granularity,
+            "free must fall by what an allocation takes, in bytes",
+        )
 
     def test_other_process_allocation_is_not_counted(self, platform, capabilities, request):
         capabilities.require("process_memory", "other_process_allocation")
@@ -402,7 +449,8 @@ class PlatformConformance:
             after = _usage(platform)
         assert abs(after - before) <= capabilities.granularity, (
             f"get_process_memory_usage(0) changed by {after - before} bytes when another process allocated {n} "
-            "bytes: another process's allocation was counted as this process's memory (counting other processes)")
+            "bytes: another process's allocation was counted as this process's memory (counting other processes)"
+        )
 
     def test_other_processes_memory_counts_the_other_allocation(self, platform, capabilities, request):
         capabilities.require("other_process_allocation")
@@ -416,7 +464,8 @@ class PlatformConformance:
             others = listing(0) or {}
         assert sum(others.values()) - before >= n - capabilities.granularity, (
             f"other_processes_memory(0) grew by {sum(others.values()) - before} bytes while process {held.pid} "
-            f"held {n} bytes: {others}")
+            f"held {n} bytes: {others}"
+        )
 
     # ---- concurrency and cost -------------------------------------------------------------------------
     def test_eight_threads_get_consistent_answers(self, platform):
@@ -426,8 +475,9 @@ class PlatformConformance:
                 free, total = platform.device_memory_info(d)
                 used = platform.get_process_memory_usage(d)
                 assert 0 < free <= total, f"a thread saw free={free}, total={total} on device {d}"
-                out.append((d, total, used is None, platform.is_integrated_gpu(d),
-                            platform.pages_instead_of_failing(d)))
+                out.append(
+                    (d, total, used is None, platform.is_integrated_gpu(d), platform.pages_instead_of_failing(d))
+                )
             return out
 
         expected = answers()
@@ -447,7 +497,8 @@ class PlatformConformance:
             seen |= future.result()
         assert seen == {tuple(expected)}, (
             f"8 threads calling every method at once got inconsistent answers (device, total, process is None, "
-            f"integrated, pages): expected {expected}, saw {sorted(seen)}")
+            f"integrated, pages): expected {expected}, saw {sorted(seen)}"
+        )
 
     def test_every_call_is_cheap(self, platform, capabilities, request):
         calls: dict[str, Callable[[], object]] = {"device_count": platform.device_count}
@@ -464,24 +515,32 @@ class PlatformConformance:
             seconds[member] = statistics.median(samples)
         request.node.user_properties.append(("devmem_call_seconds", seconds))
         slow = {m: f"{s * 1e3:.1f} ms" for m, s in seconds.items() if s > capabilities.max_call_seconds}
-        assert not slow, (f"calls slower than {capabilities.max_call_seconds * 1e3:.0f} ms (median): {slow}; "
-                          "every call must stay cheap")
+        assert not slow, (
+            f"calls slower than {capabilities.max_call_seconds * 1e3:.0f} ms (median): {slow}; "
+            "every call must stay cheap"
+        )
 
     def test_detection_in_a_fresh_process_is_cheap(self, platform, capabilities, request):
         registered = [c for c in devmem.platform_candidates() if c.name == platform.name]
         if not registered:
-            pytest.skip(f"platform {platform.name!r} is not registered through the 'devmem' entry-point group here, "
-                        "so its detection cannot be run in a fresh process")
+            pytest.skip(
+                f"platform {platform.name!r} is not registered through the 'devmem' entry-point group here, "
+                "so its detection cannot be run in a fresh process"
+            )
         probe = run_detection_probe(registered[0].plugin)
         request.node.user_properties.append(("devmem_detect_seconds", probe["seconds"]))
         assert platform.name in [c["name"] for c in probe["candidates"]], (
-            f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}")
-        assert not probe["torch"], ("detection imported torch; detect() must be a cheap probe (no torch, no device "
-                                    "context)")
-        assert not probe["runtimes"], (f"detection loaded or initialised {probe['runtimes']} (the device runtime, by "
-                                       "the markers the platform declares): it must create no device context; probe "
-                                       "with the vendor's management library or sysfs instead")
+            f"plugin {registered[0].plugin!r} did not yield platform {platform.name!r} in a fresh process: {probe}"
+        )
+        assert not probe["torch"], (
+            "detection imported torch; detect() must be a cheap probe (no torch, no device context)"
+        )
+        assert not probe["runtimes"], (
+            f"detection loaded or initialised {probe['runtimes']} (the device runtime, by "
+            "the markers the platform declares): it must create no device context; probe "
+            "with the vendor's management library or sysfs instead"
+        )
         assert probe["seconds"] <= capabilities.max_detect_seconds, (
             f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "
-            f"than {capabilities.max_detect_seconds} s: detection must stay cheap")
-
+            f"than {capabilities.max_detect_seconds} s: detection must stay cheap"
+        )

@@ -43,10 +43,16 @@ class HostFixtures(PlatformFixtures):
     @pytest.fixture
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            integrated=True, pages_instead_of_failing=True, can_allocate=True, other_process_allocation=True,
+            integrated=True,
+            pages_instead_of_failing=True,
+            can_allocate=True,
+            other_process_allocation=True,
             granularity=HOST_GRANULARITY,
-            reasons={"free_tracks_allocations": "host memory is shared with every process on the machine, "
-                                                "so free moves with them"})
+            reasons={
+                "free_tracks_allocations": "host memory is shared with every process on the machine, "
+                "so free moves with them"
+            },
+        )
 
     @pytest.fixture
     def allocate(self) -> Callable[[int, int], Allocation]:
@@ -85,8 +91,10 @@ def torch_device_reason(platform: Platform) -> str | None:
     if module is None or not module.is_available():
         return f"torch.{namespace} is not available (no such device here, or a torch build without it)"
     if module.device_count() != platform.device_count():
-        return (f"torch sees {module.device_count()} {namespace} devices but {platform.name} sees "
-                f"{platform.device_count()}, so their indices cannot be matched")
+        return (
+            f"torch sees {module.device_count()} {namespace} devices but {platform.name} sees "
+            f"{platform.device_count()}, so their indices cannot be matched"
+        )
     return None
 
 
@@ -99,8 +107,12 @@ class TorchFixtures(PlatformFixtures):
         reasons = {"free_tracks_allocations": "other processes may use the device meanwhile"}
         if reason is not None:
             reasons.update(can_allocate=reason, other_process_allocation=reason)
-        return Capabilities(can_allocate=reason is None, other_process_allocation=reason is None,
-                            granularity=TORCH_GRANULARITY, reasons=reasons)
+        return Capabilities(
+            can_allocate=reason is None,
+            other_process_allocation=reason is None,
+            granularity=TORCH_GRANULARITY,
+            reasons=reasons,
+        )
 
     @pytest.fixture
     def allocate(self, platform) -> Callable[[int, int], Allocation]:
@@ -128,13 +140,15 @@ class ScriptedFixtures(PlatformFixtures):
     @pytest.fixture
     def scenario(self) -> Scenario:
         raise NotImplementedError(
-            "Provide a `scenario` fixture returning a fresh devmem.testing.Scenario of the machine to simulate.")
+            "Provide a `scenario` fixture returning a fresh devmem.testing.Scenario of the machine to simulate."
+        )
 
     @pytest.fixture
     def make_platform(self) -> Callable[[Scenario], Platform]:
         raise NotImplementedError(
             "Provide a `make_platform` fixture returning a callable that builds the platform under test from the "
-            "Scenario, e.g. `lambda sc: MyPlatform(lib=ScriptedLib(sc), files=sc.fs, environ=sc.environ)`.")
+            "Scenario, e.g. `lambda sc: MyPlatform(lib=ScriptedLib(sc), files=sc.fs, environ=sc.environ)`."
+        )
 
     @pytest.fixture
     def platform(self, scenario, make_platform) -> Platform:
@@ -147,8 +161,10 @@ class ScriptedFixtures(PlatformFixtures):
     @pytest.fixture
     def reference_memory(self, scenario, platform) -> ReferenceMemory | str:
         if platform.device_count() != len(scenario.devices):  # MIG instances or hidden devices: no 1:1 runtime view
-            return (f"{platform.name} shows {platform.device_count()} devices of the scenario's "
-                    f"{len(scenario.devices)}: the scripted runtime's mem_get_info cannot be matched to them")
+            return (
+                f"{platform.name} shows {platform.device_count()} devices of the scenario's "
+                f"{len(scenario.devices)}: the scripted runtime's mem_get_info cannot be matched to them"
+            )
         return ReferenceMemory("the scripted runtime's mem_get_info", scenario.mem_get_info)
 
     @pytest.fixture
@@ -160,15 +176,17 @@ class ScriptedFixtures(PlatformFixtures):
         return functools.partial(scenario_allocation, scenario, pid=scenario.other_pid)
 
 
-def scripted_fixtures(make_scenario: Callable[[], Scenario], make_platform: Callable[[Scenario], Platform],
-                      **capabilities: Any) -> type[ScriptedFixtures]:
+def scripted_fixtures(
+    make_scenario: Callable[[], Scenario], make_platform: Callable[[Scenario], Platform], **capabilities: Any
+) -> type[ScriptedFixtures]:
     """A :class:`ScriptedFixtures` subclass for ``make_platform(make_scenario())``.
 
     ``capabilities`` are :class:`Capabilities` fields; allocation here and in another process, and
     free tracking allocations, are on unless given.
     """
-    declared = Capabilities(**{"can_allocate": True, "other_process_allocation": True,
-                               "free_tracks_allocations": True, **capabilities})
+    declared = Capabilities(
+        **{"can_allocate": True, "other_process_allocation": True, "free_tracks_allocations": True, **capabilities}
+    )
     build = make_platform
 
     class Fixtures(ScriptedFixtures):

@@ -37,6 +37,7 @@ def run_detection_probe(plugin: str) -> dict:
     env["DEVMEM_LOAD_PLUGINS"] = plugin
     done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
-        raise AssertionError(f"resolving with plugin {plugin!r} failed in a fresh process: "
-                             f"{done.stderr.strip()[-2000:]}")
+        raise AssertionError(
+            f"resolving with plugin {plugin!r} failed in a fresh process: {done.stderr.strip()[-2000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -17,8 +17,12 @@ pytest.register_assert_rewrite("devmem.testing.conformance")
 
 def pytest_addoption(parser):
     group = parser.getgroup("devmem")
-    group.addoption("--devmem-platform", default=None, metavar="NAME",
-                    help="run devmem's conformance kit against the installed platform NAME")
+    group.addoption(
+        "--devmem-platform",
+        default=None,
+        metavar="NAME",
+        help="run devmem's conformance kit against the installed platform NAME",
+    )
 
 
 def pytest_configure(config):
@@ -44,8 +48,10 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if config.getoption("devmem_platform", None):
         return
-    skip = pytest.mark.skip(reason="devmem's installed-platform conformance runs only with --devmem-platform NAME, "
-                                   "e.g. `pytest --pyargs devmem.testing --devmem-platform nvml`")
+    skip = pytest.mark.skip(
+        reason="devmem's installed-platform conformance runs only with --devmem-platform NAME, "
+        "e.g. `pytest --pyargs devmem.testing --devmem-platform nvml`"
+    )
     for item in items:
         module = getattr(item, "module", None)
         if getattr(module, "__name__", None) == INSTALLED_MODULE:

@@ -65,7 +65,7 @@ class ScriptedLibrary:
 
     NOT_INITIALISED = "Uninitialized"
 
-    def __init__(self, scenario: "Scenario"):
+    def __init__(self, scenario: Scenario):
         self.scenario = scenario
         self.calls: Counter[str] = Counter()
         self.initialised = 0
@@ -172,8 +172,9 @@ class ScriptedFiles:
         table["/proc/self/fdinfo/0"] = "pos:\t0\nflags:\t02\n"  # stdin: a process always has descriptors
         table.setdefault("/proc/self/maps", sc.proc_self_maps())
         if any(dev.vendor == "nvidia" for dev in sc.devices) and not sc.wddm:  # the kernel driver's own file
-            table["/proc/driver/nvidia/version"] = (f"NVRM version: NVIDIA UNIX Open Kernel Module  "
-                                                    f"{sc.driver_version}\n")
+            table["/proc/driver/nvidia/version"] = (
+                f"NVRM version: NVIDIA UNIX Open Kernel Module  {sc.driver_version}\n"
+            )
         if any(dev.vendor == "amd" for dev in sc.devices):  # amdgpu loaded
             table["/sys/module/amdgpu/initstate"] = "live\n"
         for dev in sc.devices:
@@ -192,8 +193,12 @@ class ScriptedFiles:
             held = sc.usage.get(sc.own_driver_pid, {}).get(index, 0)
             if held:  # this process's DRM client on the card, as amdgpu's fdinfo shows it
                 region = "gtt" if dev.integrated and dev.gtt_total else "vram"
-                rows = {"drm-driver": "amdgpu", "drm-client-id": str(100 + index),
-                        "drm-pdev": _kernel_bus_id(dev.pci_bus_id), f"drm-memory-{region}": f"{held // KiB} KiB"}
+                rows = {
+                    "drm-driver": "amdgpu",
+                    "drm-client-id": str(100 + index),
+                    "drm-pdev": _kernel_bus_id(dev.pci_bus_id),
+                    f"drm-memory-{region}": f"{held // KiB} KiB",
+                }
                 table[f"/proc/self/fdinfo/{100 + index}"] = "".join(f"{k}:\t{v}\n" for k, v in rows.items())
         return table
 
@@ -209,7 +214,7 @@ class ScriptedFiles:
 
     def listdir(self, path: str) -> list[str]:
         prefix = path.rstrip("/") + "/"
-        names = {p[len(prefix):].split("/", 1)[0] for p in self._table() if p.startswith(prefix)}
+        names = {p[len(prefix) :].split("/", 1)[0] for p in self._table() if p.startswith(prefix)}
         if not names:
             raise FileNotFoundError(path)
         return sorted(names)
@@ -332,17 +337,23 @@ class Scenario:
         device (minor = its position among NVIDIA devices) where this process holds memory."""
         nvidia = [i for i, d in enumerate(self.devices) if d.vendor == "nvidia"]
         pid = self.own_driver_pid
-        held = [minor for minor, i in enumerate(nvidia)
-                if self.usage.get(pid, {}).get(i) or any(m.processes.get(pid) for m in self.devices[i].mig)]
+        held = [
+            minor
+            for minor, i in enumerate(nvidia)
+            if self.usage.get(pid, {}).get(i) or any(m.processes.get(pid) for m in self.devices[i].mig)
+        ]
         if not held:
             return "55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1048 /usr/bin/python3.11\n"
-        lines = ["7f1c40000000-7f1c40200000 r-xp 00000000 08:01 2048 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
-                 "7f1c50000000-7f1c50001000 rw-s 00000000 00:05 512 /dev/nvidiactl"]
-        lines += [f"7f1c6{minor}000000-7f1c6{minor}001000 rw-s 00000000 00:05 {600 + minor} /dev/nvidia{minor}"
-                  for minor in held]
+        lines = [
+            "7f1c40000000-7f1c40200000 r-xp 00000000 08:01 2048 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
+            "7f1c50000000-7f1c50001000 rw-s 00000000 00:05 512 /dev/nvidiactl",
+        ]
+        lines += [
+            f"7f1c6{minor}000000-7f1c6{minor}001000 rw-s 00000000 00:05 {600 + minor} /dev/nvidia{minor}"
+            for minor in held
+        ]
         return "\n".join(lines) + "\n"
 
     @property
     def fs(self) -> ScriptedFiles:
         return ScriptedFiles(self)
-

@@ -50,13 +50,19 @@ class InstalledPlatformFixtures(PlatformFixtures):
         if reason is not None:
             reasons.update(can_allocate=reason, other_process_allocation=reason)
         reasons["free_tracks_allocations"] = "other processes may use the device meanwhile"
-        return Capabilities(process_memory=process, can_allocate=reason is None,
-                            other_process_allocation=reason is None, granularity=granularity, reasons=reasons)
+        return Capabilities(
+            process_memory=process,
+            can_allocate=reason is None,
+            other_process_allocation=reason is None,
+            granularity=granularity,
+            reasons=reasons,
+        )
 
     @pytest.fixture
     def allocate(self, platform) -> Callable[[int, int], Allocation]:
-        return allocate_host if _on_host(platform) else functools.partial(allocate_torch,
-                                                                           namespace=platform.torch_device)
+        return (
+            allocate_host if _on_host(platform) else functools.partial(allocate_torch, namespace=platform.torch_device)
+        )
 
     @pytest.fixture
     def allocate_in_other_process(self, platform) -> Callable[[int, int], Allocation]:

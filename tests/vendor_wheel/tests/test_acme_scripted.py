@@ -7,9 +7,15 @@ from devmem.testing import PlatformConformance, scripted_fixtures
 from devmem.types import GiB
 
 
-class TestAcmeScripted(PlatformConformance, scripted_fixtures(
-        acme_scenario, lambda sc: AcmePlatform(psutil=ScriptedPsutil(sc)),
-        integrated=True, pages_instead_of_failing=True)):
+class TestAcmeScripted(
+    PlatformConformance,
+    scripted_fixtures(
+        acme_scenario,
+        lambda sc: AcmePlatform(psutil=ScriptedPsutil(sc)),
+        integrated=True,
+        pages_instead_of_failing=True,
+    ),
+):
     pass
 
 

@@ -27,9 +27,10 @@ class AcmePlatform(devmem.PlatformBase):
 
     def _memory(self, device: int) -> devmem.DeviceMemory:
         vm = self._psutil.virtual_memory()
-        return devmem.DeviceMemory(devmem.MemoryInfo(free=int(vm.available), total=int(vm.total)),
-                                   {"free": "psutil.virtual_memory().available",
-                                    "total": "psutil.virtual_memory().total"})
+        return devmem.DeviceMemory(
+            devmem.MemoryInfo(free=int(vm.available), total=int(vm.total)),
+            {"free": "psutil.virtual_memory().available", "total": "psutil.virtual_memory().total"},
+        )
 
     def _process_memory(self, device: int) -> devmem.ProcessMemory:
         return devmem.ProcessMemory(int(self._psutil.Process().memory_info().rss))

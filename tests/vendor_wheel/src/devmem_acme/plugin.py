@@ -12,5 +12,10 @@ def _detect() -> devmem.Detection:
 
 @devmem.hookimpl
 def devmem_platforms():
-    yield devmem.PlatformSpec(name="acme", priority=50, detect=_detect, factory=deferred("devmem_acme.platform:AcmePlatform"),
-                              description="ACME reference accelerator (host memory, through psutil)")
+    yield devmem.PlatformSpec(
+        name="acme",
+        priority=50,
+        detect=_detect,
+        factory=deferred("devmem_acme.platform:AcmePlatform"),
+        description="ACME reference accelerator (host memory, through psutil)",
+    )

@@ -58,7 +58,12 @@ class ScriptedPsutil:
 
 def acme_scenario(**kwargs: object) -> Scenario:
     """One ACME accelerator on a 64 GiB host."""
-    device = ScriptedDevice(name="ACME reference accelerator (host memory)", vendor="acme", total=0, reserved=0,
-                            integrated=True)
-    return Scenario(devices=[device], host=HostMemory(total=64 * GiB, free=40 * GiB, page_cache=8 * GiB),
-                    libraries={"psutil"}, **kwargs)
+    device = ScriptedDevice(
+        name="ACME reference accelerator (host memory)", vendor="acme", total=0, reserved=0, integrated=True
+    )
+    return Scenario(
+        devices=[device],
+        host=HostMemory(total=64 * GiB, free=40 * GiB, page_cache=8 * GiB),
+        libraries={"psutil"},
+        **kwargs,
+    )

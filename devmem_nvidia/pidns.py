@@ -34,7 +34,7 @@ log = logging.getLogger("devmem.nvidia")
 #: Two sizes no allocator produces by chance together: multiples of the driver's 2 MiB page.
 LEARN_SIZES = (42 * MiB, 26 * MiB)
 
-_NVIDIA_DEV = re.compile(r"/dev/nvidia(\d+)\s*$")
+_NVIDIA_DEV = re.compile(r"/dev/nvidia([0-9]{1,6})\s*$")
 
 
 def namespace_pids(files: Files = REAL_FILES) -> list[int]:
@@ -45,10 +45,10 @@ def namespace_pids(files: Files = REAL_FILES) -> list[int]:
         return []
     for line in text.splitlines():
         if line.startswith("NSpid:"):
-            try:
-                return [int(x) for x in line.split()[1:]]
-            except ValueError:
+            fields = line.split()[1:]
+            if not all(re.fullmatch(r"[0-9]{1,10}", x) for x in fields):
                 return []
+            return [int(x) for x in fields]
     return []
 
 

@@ -19,6 +19,7 @@ notes, with the fix. An engine that prefers to refuse can check ``VisibleDevices
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
@@ -47,12 +48,14 @@ def _uuids(gpu: HipDevice) -> list[str]:
 def _c_integer(token: str) -> int | None:
     """``strtol(token, &end, 0)`` when it consumes the whole token, else ``None``."""
     sign, digits = (-1, token[1:]) if token[:1] == "-" else (1, token.removeprefix("+"))
+    if not re.fullmatch(r"(0[xX][0-9a-fA-F]{1,16}|[0-9]{1,20})", digits):  # ASCII only, bounded: as strtol reads
+        return None
     try:
         if digits[:2] in ("0X", "0x"):
             return sign * int(digits[2:], 16)
         if digits.startswith("0") and len(digits) > 1:
             return sign * int(digits[1:], 8)
-        return sign * int(digits) if digits.isdigit() else None  # a bare sign consumes nothing: invalid
+        return sign * int(digits)
     except ValueError:
         return None
 

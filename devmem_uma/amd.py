@@ -37,7 +37,7 @@ DRM = "/sys/class/drm"
 DRM_DRIVER = "amdgpu"
 DRM_REGIONS = ("vram", "gtt")
 
-_CARD = re.compile(r"^card(\d+)$")
+_CARD = re.compile(r"^card([0-9]{1,6})$")
 
 
 @dataclass(frozen=True)

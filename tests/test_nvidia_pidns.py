@@ -167,3 +167,18 @@ def test_learning_is_retried_once_a_context_exists():
     sc.allocate(H200_CONTEXT)  # the engine creates its context
     allocator.is_available = True
     assert platform.get_process_memory_usage(0) == H200_CONTEXT
+
+
+def test_nspid_with_full_width_or_huge_entries_is_unknown():
+    class Status:
+        def __init__(self, line):
+            self.line = line
+
+        def read_text(self, path):
+            return f"Name:\tpython3\n{self.line}\n"
+
+    from devmem_nvidia.pidns import namespace_pids
+
+    assert namespace_pids(Status("NSpid:\t１２\t7")) == []
+    assert namespace_pids(Status("NSpid:\t" + "9" * 5000)) == []
+    assert namespace_pids(Status("NSpid:\t4242\t7")) == [4242, 7]

@@ -171,3 +171,14 @@ def test_an_apu_beside_a_discrete_gpu_keeps_its_hip_index():
 @pytest.mark.parametrize("raw", ["-", "+"])
 def test_rocr_visible_devices_bare_sign_makes_no_gpu_visible(raw):
     assert physical(machine({"ROCR_VISIBLE_DEVICES": raw})[0]) == []
+
+
+@pytest.mark.parametrize("entry", ["１", "1" * 5000, "0x" + "f" * 40])
+def test_rocr_entry_of_full_width_or_unbounded_digits_names_no_gpu(entry):
+    platform, _ = machine({"ROCR_VISIBLE_DEVICES": entry})
+    assert platform.device_count() == 0
+
+
+def test_rocr_hex_and_octal_indices_read_as_strtol_reads_them():
+    platform, _ = machine({"ROCR_VISIBLE_DEVICES": "0x2,01"})
+    assert physical(platform) == [2, 1]

@@ -46,42 +46,68 @@ trap stop_daemon EXIT
 trap 'exit 130' INT TERM
 
 nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv > "$OUT/mps_gpu.csv" 2>&1
+
+# What the runtime reports without MPS, next to NVML's total and reserved: the gap a runtime-side cap must exceed.
+VIEW=$(cat << 'PYEOF'
+import json, sys
+import pynvml, torch
+torch.zeros(1, device="cuda")
+pynvml.nvmlInit()
+props = torch.cuda.get_device_properties(0)
+h = pynvml.nvmlDeviceGetHandleByPciBusId(f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0")
+v1 = pynvml.nvmlDeviceGetMemoryInfo(h)
+v2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+free, total = torch.cuda.mem_get_info(0)
+import devmem
+report = devmem.device_report(devmem.current_platform(), 0).as_dict()
+print(json.dumps({"case": sys.argv[1], "runtime": {"free": free, "total": total},
+                  "nvml_v1": {"total": v1.total, "free": v1.free, "used": v1.used},
+                  "nvml_v2": {"total": v2.total, "reserved": v2.reserved, "free": v2.free, "used": v2.used},
+                  "devmem": report}))
+PYEOF
+)
+"$PY" -c "$VIEW" no-mps > "$OUT/view_no_mps.json" 2> "$OUT/view_no_mps.log"
 nvidia-cuda-mps-control -d || skip "nvidia-cuda-mps-control -d failed"
 sleep 1
+# What the daemon answers with no limit set (and for an ordinal it does not have), then set the limit.
+printf 'get_default_device_pinned_mem_limit 0\nget_default_device_pinned_mem_limit 7\n' | nvidia-cuda-mps-control > "$OUT/mps_control_unset.log" 2>&1
 echo "set_default_device_pinned_mem_limit 0 $LIMIT" | nvidia-cuda-mps-control > "$OUT/mps_control.log" 2>&1
 echo "get_default_device_pinned_mem_limit 0" | nvidia-cuda-mps-control >> "$OUT/mps_control.log" 2>&1
-export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=$LIMIT
 
-"$PY" -m devmem info --json > "$OUT/mps_info.json" 2> "$OUT/mps_info.log"
-echo "devmem info: exit $?" >> "$OUT/mps_control.log"
-
-"$PY" - > "$OUT/mps_client.json" 2> "$OUT/mps_client.log" << 'PYEOF'
-import json
-import torch
+# Does reading devmem's figures make a process an MPS client? (libcuda mapped, NVML's MPS list)
+PROBE=$(cat << 'PYEOF'
+import json, os, pynvml
 import devmem
-
-torch.zeros(1, device="cuda")  # this client's context: the MPS server starts for it
-platform = devmem.current_platform()
-report = devmem.device_report(platform, 0).as_dict()
-free, total = torch.cuda.mem_get_info(0)
-try:
-    x = torch.empty(9 << 30, dtype=torch.uint8, device="cuda")
-    over = "allocated"
-    del x
-except torch.OutOfMemoryError as exc:
-    over = f"refused: {str(exc).splitlines()[0]}"
-print(json.dumps({"devmem": report, "torch_mem_get_info": {"free": free, "total": total}, "allocate_9GiB": over}))
+def state():
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    mps = [p.pid for p in pynvml.nvmlDeviceGetMPSComputeRunningProcesses(h)]
+    return {"libcuda_mapped": "libcuda.so" in open("/proc/self/maps").read(), "mps_list": mps}
+before = state()
+devmem.device_report(devmem.current_platform(), 0)
+print(json.dumps({"pid": os.getpid(), "before": before, "after_device_report": state()}))
 PYEOF
-echo "client: exit $?" >> "$OUT/mps_control.log"
-echo get_server_list | nvidia-cuda-mps-control >> "$OUT/mps_control.log" 2>&1
+)
+"$PY" -c "$PROBE" > "$OUT/mps_probe.json" 2> "$OUT/mps_probe.log"
 
-"$PY" examples/engine.py --utilization 0.9 --model llama-1b --batch-tokens 2048 > "$OUT/mps_engine.json" 2> "$OUT/mps_engine.log"
-ENGINE_RC=$?
+# Two kinds of client: one given CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, one bound only by the daemon's default.
+# For each: `devmem info --json` (no CUDA context), the view with a context, and the engine at u = 0.9.
+client() {  # client NAME [env args]: run the three as that client
+    local name=$1; shift
+    env "$@" "$PY" -m devmem info --json > "$OUT/${name}_info.json" 2> "$OUT/${name}_info.log"
+    env "$@" "$PY" -c "$VIEW" "$name" > "$OUT/${name}_view.json" 2> "$OUT/${name}_view.log"
+    env "$@" "$PY" examples/engine.py --utilization 0.9 --model llama-1b --batch-tokens 2048 \
+        > "$OUT/${name}_engine.json" 2> "$OUT/${name}_engine.log"
+    echo $? > "$OUT/${name}_engine.rc"
+}
+client variable CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=$LIMIT
+client daemon_default -u CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+echo get_server_list | nvidia-cuda-mps-control >> "$OUT/mps_control.log" 2>&1
 nvidia-smi > "$OUT/mps_nvidia_smi.txt" 2>&1
 
-"$PY" - "$OUT" "$ENGINE_RC" "$LIMIT_BYTES" << 'PYEOF' | tee "$OUT/mps_limit.txt"
+"$PY" - "$OUT" "$LIMIT_BYTES" << 'PYEOF' | tee "$OUT/mps_limit.txt"
 import json, pathlib, sys
-out, rc, limit = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+out, limit = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 def load(name):  # a whole JSON document, or the JSON last line of a program's output
     try:
         text = (out / name).read_text().strip()
@@ -93,17 +119,28 @@ def load(name):  # a whole JSON document, or the JSON last line of a program's o
         except ValueError:
             continue
     return None
-info = load("mps_info.json")
-dev = (info or {}).get("devices", [info])[0] if isinstance(info, dict) else None
-summary = {
-    "limit": limit,
-    "devmem_total": dev and dev.get("total"), "devmem_free": dev and dev.get("free"),
-    "devmem_sources": dev and dev.get("sources"),
-    "client": load("mps_client.json"), "engine_exit": rc, "engine": load("mps_engine.json"),
-}
-summary["within_limit"] = bool(dev) and dev["total"] <= limit and dev["free"] <= limit
-summary["fits"] = summary["within_limit"] and rc == 0
+summary = {"limit": limit, "probe": load("mps_probe.json")}
+for name in ("variable", "daemon_default"):
+    info = load(f"{name}_info.json")
+    dev = info["devices"][0] if isinstance(info, dict) and info.get("devices") else None
+    view = load(f"{name}_view.json") or {}
+    engine = load(f"{name}_engine.json") or {}
+    rc = int((out / f"{name}_engine.rc").read_text()) if (out / f"{name}_engine.rc").exists() else None
+    with_context = view.get("devmem") or {}
+    case = {
+        "info_no_context": dev and {k: dev.get(k) for k in ("total", "free", "sources")},
+        "with_context": {k: with_context.get(k) for k in ("total", "free", "sources")},
+        "runtime_mem_get_info": view.get("runtime"),
+        "engine_exit": rc,
+        "engine_total": engine.get("total"), "engine_kv_cache_bytes": engine.get("kv_cache_bytes"),
+        "engine_footprint": engine.get("footprint"),
+    }
+    case["within_limit"] = bool(dev) and dev["total"] <= limit and dev["free"] <= limit and bool(with_context) \
+        and with_context["total"] <= limit and with_context["free"] <= limit
+    case["fits"] = case["within_limit"] and rc == 0 and (engine.get("footprint") or limit + 1) <= limit
+    summary[name] = case
+    print(f"{name}: devmem info total {dev and dev['total']} free {dev and dev['free']}; with a context total "
+          f"{with_context.get('total')} free {with_context.get('free')} (limit {limit}); engine exit {rc}, "
+          f"footprint {engine.get('footprint')}; fits: {case['fits']}")
 (out / "mps_limit.json").write_text(json.dumps(summary, indent=1))
-print(f"devmem total {summary['devmem_total']} free {summary['devmem_free']} (limit {limit}); "
-      f"engine exit {rc}; fits: {summary['fits']}")
 PYEOF

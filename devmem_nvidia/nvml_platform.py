@@ -1,7 +1,10 @@
 """The ``nvml`` platform: discrete NVIDIA GPUs, whole or MIG instances, in or out of containers.
 
 - ``device_memory_info``: NVML memory info v2, ``free = free`` and ``total = total - reserved`` (what
-  ``cudaMemGetInfo`` reports), without creating a CUDA context; v1 on drivers without v2.
+  ``cudaMemGetInfo`` reports), without creating a CUDA context; v1 on drivers without v2. Both are
+  capped by every limit that binds this process: the environment's (MPS, HAMi-style), the cgroup's ``dmem.max``,
+  the MPS control daemon's default limit (:mod:`devmem_nvidia.mps_control`), and those only the CUDA runtime
+  shows where this process holds a context (:mod:`devmem_nvidia.runtime_caps`).
 - ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
   NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
   process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
@@ -20,13 +23,14 @@ from typing import Any, NamedTuple
 
 from devmem.dmem import dmem_limits
 from devmem.host import REAL_FILES, Files
-from devmem.limits import apply_limits
+from devmem.limits import MemoryLimit, apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
 from devmem.readings import checked_memory
 from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
-from devmem_nvidia.limits import env_limits
+from devmem_nvidia.limits import env_limits, mps_limits
+from devmem_nvidia.mps_control import Runner, daemon_limits, run_control
 from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
@@ -45,6 +49,7 @@ from devmem_nvidia.pidns import (
     maps_nvidia_device,
     namespace_pids,
 )
+from devmem_nvidia.runtime_caps import RuntimeView, runtime_limits
 from devmem_nvidia.visible import DeviceTable, VisibleDevice, mig_instances
 
 log = logging.getLogger("devmem.nvidia")
@@ -134,7 +139,11 @@ class NvmlPlatform(PlatformBase):
     ``nvml``: the pynvml module or a scripted one (``None``: import pynvml lazily, shared by the process);
     ``files``: the /proc boundary; ``environ``: where ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` come from;
     ``allocator``: the runtime boundary used to learn this process's driver-side PID (default: the CUDA
-    driver, only where this process already has a context); ``learn_pid=False`` never allocates.
+    driver, only where this process already has a context); ``learn_pid=False`` never allocates; ``cuda``: the
+    ``libcuda`` whose ``cuMemGetInfo`` shows caps NVML cannot see (``None``: the real one with real NVML, only
+    where this process has loaded it and holds a context; see :mod:`devmem_nvidia.runtime_caps`);
+    ``mps_control``: how to ask the MPS control daemon for its default limit (``None``: its program, with real
+    NVML; see :mod:`devmem_nvidia.mps_control`).
     """
 
     name = "nvml"
@@ -149,8 +158,14 @@ class NvmlPlatform(PlatformBase):
         environ: Mapping[str, str] | None = None,
         allocator: DeviceAllocator | None = None,
         learn_pid: bool = True,
+        cuda: Any = None,
+        mps_control: Runner | None = None,
     ):
         self._session = session_for(nvml)
+        self._runtime = RuntimeView(cuda, files, real=nvml is None)
+        self._mps_control = mps_control if mps_control is not None else run_control if nvml is None else None
+        self._mps_defaults: dict[int, MemoryLimit] | None = None
+        self._mps_lock = threading.Lock()
         self._files = files
         self._environ = os.environ if environ is None else environ
         self._table = DeviceTable(self._session, self._environ)
@@ -186,10 +201,36 @@ class NvmlPlatform(PlatformBase):
         memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
         limits = env_limits(self._environ, device) + dmem_limits(kernel_slot(dev.pci_bus_id), files=self._files)
+        limits += self._mps_default_limit(device)
+        runtime = self._runtime.reading(device)
+        if runtime is not None:
+            limits += runtime_limits(
+                runtime,
+                memory.info,
+                lambda: device_memory(self._session, self.name, device, dev).free,
+                lambda: self._process_memory(device).used,
+                limits,
+            )
         if not limits:
             return memory
         process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
         return apply_limits(memory, limits, process)
+
+    def _mps_default_limit(self, device: int) -> list[MemoryLimit]:
+        """The MPS control daemon's default limit on ``device``, unless this process's environment sets its own
+        (a client's variable overrides the daemon's default). Asked once per platform."""
+        if self._mps_control is None:
+            return []
+        own = mps_limits(self._environ)
+        if device in own or None in own:
+            return []
+        with self._mps_lock:
+            if self._mps_defaults is None:
+                self._mps_defaults = daemon_limits(
+                    len(self._table.devices()), self._environ, self._files, self._mps_control
+                )
+        limit = self._mps_defaults.get(device)
+        return [] if limit is None else [limit]
 
     def _is_integrated(self, device: int) -> bool:
         return False

@@ -512,7 +512,9 @@ class ScriptedLibcuda:
     Devices are the scenario's NVIDIA devices, after integer entries of ``CUDA_VISIBLE_DEVICES`` in
     ``scenario.environ``. This process's primary context on a device is active while it holds memory there.
     ``Scenario.failures`` maps a function name to a ``CUresult`` name (``"CUDA_ERROR_UNKNOWN"``). ``contexts_created``
-    counts primary contexts a caller brought into being (retaining one that was not active).
+    counts primary contexts a caller brought into being (retaining one that was not active). ``mps_limits`` and
+    ``interposed_limits`` (scenario device index -> bytes) cap what ``cuMemGetInfo`` reports: an MPS daemon's
+    pinned limit (free only) and an interposed vGPU library's limit (total and free).
     """
 
     CODES = {
@@ -526,8 +528,16 @@ class ScriptedLibcuda:
         "CUDA_ERROR_UNKNOWN": 999,
     }
 
-    def __init__(self, scenario: Scenario):
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        mps_limits: dict[int, int] | None = None,
+        interposed_limits: dict[int, int] | None = None,
+    ):
         self.scenario = scenario
+        self.mps_limits = mps_limits or {}
+        self.interposed_limits = interposed_limits or {}
         self.initialised = False
         self.contexts_created = 0
         self.calls: Counter[str] = Counter()
@@ -648,8 +658,21 @@ class ScriptedLibcuda:
         if code == 0 and not self._stack:
             code = self.CODES["CUDA_ERROR_INVALID_CONTEXT"]
         if code == 0:
-            free._obj.value, total._obj.value = self.scenario.mem_get_info(self._stack[-1])
+            free._obj.value, total._obj.value = self._mem_get_info(self._stack[-1])
         return code
+
+    def _mem_get_info(self, dev: int) -> tuple[int, int]:
+        """The scenario's runtime view, capped as the MPS server enforces a daemon's pinned limit (``free`` is
+        the limit less this process's usage, ``total`` stays the device's) or as an interposed vGPU library
+        reports its limit (``total`` is the limit)."""
+        free, total = self.scenario.mem_get_info(dev)
+        own = self.scenario.usage.get(self.scenario.own_driver_pid, {}).get(dev, 0)
+        if dev in self.mps_limits:
+            free = max(0, min(free, self.mps_limits[dev] - own))
+        if dev in self.interposed_limits:
+            total = self.interposed_limits[dev]
+            free = max(0, min(free, total - own))
+        return free, total
 
 
 def scripted_cuda_platform(scenario: Scenario, **kwargs: Any) -> Any:
@@ -720,7 +743,30 @@ def mps_scenario(**kwargs: Any) -> Scenario:
     sc.allocate(MPS_SERVER_BYTES, pid=MPS_SERVER_PID)
     sc.process_kinds.update({sc.own_driver_pid: "M", MPS_SERVER_PID: "C"})
     sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "nvidia-cuda-mps-server\n"
+    sc.files["/tmp/nvidia-mps/control"] = ""  # the control daemon's pipe in the default pipe directory
     return sc
+
+
+class ScriptedMpsControl:
+    """``nvidia-cuda-mps-control`` fed commands on stdin, answering ``get_default_device_pinned_mem_limit <dev>``
+    with the size set for ``dev`` as the real program prints it (``"8G"``, as on the H200) and ``"0"`` where none
+    is set. ``failure``: an exception to raise instead (``OSError`` for a missing program,
+    ``subprocess.TimeoutExpired`` for a daemon that does not answer). ``calls`` counts the runs."""
+
+    def __init__(self, defaults: dict[int, str] | None = None, failure: Exception | None = None):
+        self.defaults = defaults or {}
+        self.failure = failure
+        self.calls = 0
+
+    def __call__(self, commands: str) -> str:
+        self.calls += 1
+        if self.failure is not None:
+            raise self.failure
+        out = []
+        for line in commands.splitlines():
+            verb, _, dev = line.partition(" ")
+            out.append(self.defaults.get(int(dev), "0") if verb == "get_default_device_pinned_mem_limit" else "")
+        return "\n".join(out) + "\n"
 
 
 def mig_container_scenario(error: str = "NoPermission", **kwargs: Any) -> Scenario:
@@ -757,7 +803,7 @@ def wsl2_scenario(**kwargs: Any) -> Scenario:
 
 
 def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
-    """``NvmlPlatform`` on ``scenario``: its scripted NVML, files, environment and runtime boundary (the one
+    """``NvmlPlatform`` on ``scenario``: its scripted NVML, libcuda, files, environment and runtime boundary (the one
     construction the tests share; ``kwargs`` go to :class:`~devmem_nvidia.NvmlPlatform`)."""
     from devmem_nvidia.nvml_platform import NvmlPlatform
 
@@ -765,6 +811,7 @@ def scripted_platform(scenario: Scenario, **kwargs: Any) -> Any:
     kwargs.setdefault("allocator", ScriptedAllocator(scenario))
     kwargs.setdefault("files", scenario.fs)
     kwargs.setdefault("environ", scenario.environ)
+    kwargs.setdefault("cuda", ScriptedLibcuda(scenario))
     return NvmlPlatform(**kwargs)
 
 
@@ -778,6 +825,7 @@ __all__ = [
     "ScriptedAllocator",
     "ScriptedHandle",
     "ScriptedLibcuda",
+    "ScriptedMpsControl",
     "ScriptedNvml",
     "h200_scenario",
     "MPS_SERVER_BYTES",

@@ -171,3 +171,20 @@ class TorchOnThisGpu(TorchFixtures):
 
 class TestNvmlConformanceOnGpu(PlatformConformance, TorchOnThisGpu):
     pass
+
+
+def test_runtime_view_reads_what_torch_reports():
+    from devmem_nvidia.runtime_caps import RuntimeView
+
+    torch.zeros(1, device="cuda")
+    reading = RuntimeView(None, REAL_FILES, real=True).reading(0)
+    free, total = torch.cuda.mem_get_info(0)
+    RESULTS["runtime_view"] = {"devmem": reading and reading._asdict(), "torch": {"free": free, "total": total}}
+    assert reading is not None and reading.total == total and abs(reading.free - free) <= 64 * MiB
+
+
+def test_runtime_view_adds_no_limit_outside_mps():
+    torch.zeros(1, device="cuda")
+    sources = NvmlPlatform().memory_sources(0)
+    RESULTS["sources_with_context"] = sources
+    assert sources["total"].startswith("NVML memory info")

@@ -1,0 +1,88 @@
+"""The MPS control daemon's default pinned-memory limit, asked of the daemon itself.
+
+A limit set with ``set_default_device_pinned_mem_limit`` on the control daemon binds every client it serves, but
+a client's environment does not show it. Where this process would be an MPS client (the daemon's ``control``
+pipe exists in ``CUDA_MPS_PIPE_DIRECTORY``, default ``/tmp/nvidia-mps``) and ``nvidia-cuda-mps-control`` is
+installed, devmem asks it ``get_default_device_pinned_mem_limit <ordinal>`` for each device, once per platform,
+with a timeout. Its ordinals are the daemon's: the answer is applied to every device when all ordinals agree,
+else ordinal by ordinal only where this process's ``CUDA_VISIBLE_DEVICES`` is unset (the same numbering).
+A client inside a container usually has the pipe but not the program: there, a process that holds a CUDA
+context still gets the limit from what the runtime reports (:mod:`devmem_nvidia.runtime_caps`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+
+from devmem.host import Files
+from devmem.limits import MemoryLimit
+from devmem.types import DevmemError
+from devmem_nvidia.limits import parse_size
+
+log = logging.getLogger("devmem.nvidia")
+
+CONTROL = "nvidia-cuda-mps-control"
+DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+TIMEOUT_S = 2.0
+QUERY = "get_default_device_pinned_mem_limit"
+
+#: ``run(commands) -> stdout``: the control program fed ``commands`` on stdin (raises OSError or
+#: subprocess.SubprocessError where it cannot answer).
+Runner = Callable[[str], str]
+
+
+def pipe_directory(environ: Mapping[str, str]) -> str:
+    return environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIRECTORY
+
+
+def run_control(commands: str) -> str:
+    """``nvidia-cuda-mps-control`` with ``commands`` on stdin, under :data:`TIMEOUT_S`."""
+    program = shutil.which(CONTROL)
+    if program is None:
+        raise OSError(f"{CONTROL} is not installed")
+    done = subprocess.run(
+        [program], input=commands, capture_output=True, text=True, timeout=TIMEOUT_S, env=dict(os.environ)
+    )
+    if done.returncode != 0:
+        raise subprocess.SubprocessError(f"{CONTROL} exited {done.returncode}: {done.stderr.strip()[:200]}")
+    return done.stdout
+
+
+def daemon_limits(
+    count: int, environ: Mapping[str, str], files: Files, run: Runner | None = None
+) -> dict[int, MemoryLimit]:
+    """``{device: limit}`` from the control daemon's default pinned limits for ``count`` devices; empty where
+    there is no daemon, no program, no limit, or an answer devmem cannot place on this process's devices."""
+    pipe = pipe_directory(environ)
+    if count <= 0 or not files.exists(f"{pipe}/control"):
+        return {}
+    run = run_control if run is None else run
+    try:
+        answer = run("".join(f"{QUERY} {i}\n" for i in range(count)))
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("devmem: the MPS control daemon's default limit is not readable: %s", exc)
+        return {}
+    lines = [line.strip() for line in answer.splitlines() if line.strip()]
+    sizes: list[int | None] = []
+    for line in lines[:count]:
+        try:
+            sizes.append(parse_size(line, QUERY) or None)
+        except DevmemError:  # no limit set ("0", "N/A") or an error text: nothing to apply
+            sizes.append(None)
+    if len(sizes) != count or all(size is None for size in sizes):
+        return {}
+    if len(set(sizes)) != 1 and "CUDA_VISIBLE_DEVICES" in environ:
+        log.debug("devmem: MPS default limits differ by device and CUDA_VISIBLE_DEVICES renumbers them: not applied")
+        return {}
+    return {
+        device: MemoryLimit(size, "MPS pinned device memory limit", f"the MPS control daemon's default ({pipe})")
+        for device, size in enumerate(sizes)
+        if size is not None
+    }
+
+
+__all__ = ["CONTROL", "DEFAULT_PIPE_DIRECTORY", "Runner", "daemon_limits", "pipe_directory", "run_control"]

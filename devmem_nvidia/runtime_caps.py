@@ -1,0 +1,115 @@
+"""Caps that only the CUDA runtime shows: what ``cuMemGetInfo`` reports to this process, next to NVML's reading.
+
+NVML reports the device; the runtime reports what this process may use. The two differ where something between
+the process and the device caps it, and the process's environment need not say so:
+
+- an MPS pinned-memory limit set on the control daemon (``set_default_device_pinned_mem_limit``): the client's
+  ``free`` is the limit less its own usage while ``total`` stays the device's (measured on the H200 with an 8 GiB
+  daemon default: runtime free 7.40 GiB and total 139.80 GiB, NVML free 139.13 GiB, this process 0.60 GiB);
+- an interposed vGPU library (HAMi-core's ``libvgpu.so``): ``total`` is the limit, ``free`` what is left of it.
+
+The runtime is read only where this process has already loaded ``libcuda`` and holds a context on the device
+(:meth:`CudaDriver.mem_get_info` creates none). A gap counts only beyond :func:`slack` and, for ``free``, only when
+NVML's free read again after the runtime still exceeds it: a co-tenant allocating and freeing between the reads
+cannot fake a cap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from devmem.host import Files
+from devmem.limits import MemoryLimit
+from devmem.types import DevmemError, MemoryInfo, gib
+from devmem_nvidia.cuda_driver import CudaDriver
+
+log = logging.getLogger("devmem.nvidia")
+
+MiB = 1 << 20
+
+
+def slack(total: int) -> int:
+    """How far the runtime's figure must fall below NVML's to count as a cap: 1 % of the device, at least 512 MiB
+    (more than the driver's reservation that an NVML v1 total still includes)."""
+    return max(512 * MiB, total // 100)
+
+
+class RuntimeView:
+    """``cuMemGetInfo`` for this process's devices, where it can be read without loading or creating anything.
+
+    ``library``: a loaded ``libcuda`` or a scripted one; ``None`` uses the real one (only where ``real``).
+    ``files``: ``/proc/self/maps`` tells whether this process has loaded ``libcuda``."""
+
+    def __init__(self, library: Any, files: Files, *, real: bool):
+        self._driver = CudaDriver(library) if library is not None else None
+        self._real = real
+        self._files = files
+
+    def _libcuda_loaded(self) -> bool:
+        try:
+            return "libcuda.so" in self._files.read_text("/proc/self/maps")
+        except OSError:
+            return False
+
+    def reading(self, device: int) -> MemoryInfo | None:
+        """``(free, total)`` as the runtime reports them to this process, or ``None`` where it cannot be read
+        without loading ``libcuda`` or creating a context."""
+        if (self._driver is None and not self._real) or not self._libcuda_loaded():
+            return None
+        if self._driver is None:
+            self._driver = CudaDriver()
+        try:
+            reading = self._driver.mem_get_info(device)
+        except DevmemError as exc:
+            log.debug("devmem: the CUDA runtime's view of device %d is not readable: %s", device, exc)
+            return None
+        return None if reading is None else MemoryInfo(free=reading[0], total=reading[1])
+
+
+def runtime_limits(
+    runtime: MemoryInfo,
+    nvml: MemoryInfo,
+    nvml_free_again: Callable[[], int],
+    process_used: Callable[[], int | None],
+    known: list[MemoryLimit],
+) -> list[MemoryLimit]:
+    """The caps the runtime's reading shows beyond NVML's and the ``known`` limits (those read from the
+    environment or the cgroup explain a gap themselves, so it is not named twice)."""
+    margin = slack(nvml.total)
+
+    def explained(limit: int) -> bool:
+        return any(lim.limit <= limit + margin for lim in known)
+
+    if runtime.total < nvml.total - margin:
+        if explained(runtime.total):
+            return []
+        return [
+            MemoryLimit(
+                runtime.total,
+                "device memory limit the CUDA runtime reports",
+                f"cuMemGetInfo total {gib(runtime.total)} below NVML's {gib(nvml.total)}: "
+                "an interposed vGPU library (HAMi-style) or a driver cap",
+                used=runtime.total - runtime.free,
+            )
+        ]
+    if runtime.free >= nvml.free - margin or runtime.free >= nvml_free_again() - margin:
+        return []
+    used = process_used()
+    limit = runtime.free + (used or 0)
+    if explained(limit):
+        return []
+    counted = f"+ this process's {gib(used)}" if used is not None else "(this process's usage unknown: counted as 0)"
+    return [
+        MemoryLimit(
+            limit,
+            "per-process limit the CUDA runtime enforces",
+            f"cuMemGetInfo free {gib(runtime.free)} {counted}, below NVML's free {gib(nvml.free)}: "
+            "an MPS pinned-memory limit set on the control daemon (not in this process's environment)",
+            used=used or 0,
+        )
+    ]
+
+
+__all__ = ["RuntimeView", "runtime_limits", "slack"]

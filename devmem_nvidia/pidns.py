@@ -68,6 +68,15 @@ def maps_nvidia_device(files: Files = REAL_FILES, minor: int | None = None) -> b
     return False
 
 
+def cuda_in_use(files: Files = REAL_FILES) -> bool | None:
+    """Whether this process holds a CUDA context on some device, so that ``cuInit`` has already run here.
+
+    A context maps ``/dev/nvidia<minor>``; a loaded ``libcuda`` proves nothing (NVML loads it). Calling ``cuInit``
+    in a process that has not would initialise CUDA in it, and under MPS connect it to the MPS server as a
+    client (measured on the H200). ``None`` when ``/proc/self/maps`` cannot be read."""
+    return maps_nvidia_device(files)
+
+
 class DeviceAllocator(Protocol):
     """The runtime boundary PID learning allocates through (scripted in tests by ``ScriptedAllocator``)."""
 
@@ -83,7 +92,7 @@ class DeviceAllocator(Protocol):
 class CudaDriverAllocator:
     """``cuMemAlloc``/``cuMemFree`` on the device's primary context, through ``libcuda`` (ctypes).
 
-    Used only when this process has already loaded ``libcuda`` and the device's primary context is
+    Used only when this process already uses CUDA (:func:`cuda_in_use`) and the device's primary context is
     active (what torch, vLLM, llama.cpp... use), so it never creates a context or imports torch; with
     ``create_context=True`` the caller allows creating one. Raw driver allocations bypass any caching
     allocator, so usage moves by exactly the bytes asked for, and is given back at once.
@@ -111,9 +120,14 @@ class CudaDriverAllocator:
         self._check("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), device))
         return dev
 
-    def _driver_loaded(self) -> bool:
-        """Whether this process has loaded ``libcuda`` (raises OSError when /proc/self/maps cannot be read)."""
-        return "libcuda.so" in self._files.read_text("/proc/self/maps")
+    def _cuda_in_use(self) -> bool:
+        """Whether this process holds a CUDA context somewhere (raises OSError when /proc/self/maps cannot be read).
+
+        See :func:`cuda_in_use`: only then is ``cuInit`` asked, which would otherwise initialise CUDA here."""
+        found = cuda_in_use(self._files)
+        if found is None:
+            raise OSError("/proc/self/maps cannot be read")
+        return found
 
     def _primary_context_active(self, device: int) -> bool:
         """``cuDevicePrimaryCtxGetState``: whether the device's primary context is active (OSError on failure)."""
@@ -128,10 +142,10 @@ class CudaDriverAllocator:
     def has_context(self, device: int) -> bool | None:
         """Whether the device's primary context is active (``None`` when the driver cannot say).
 
-        A process that has not loaded ``libcuda`` has no context; one that has is asked without creating one.
+        A process that maps no NVIDIA device has no context; one that does is asked without creating one.
         """
         try:
-            if not self._driver_loaded():
+            if not self._cuda_in_use():
                 return False
             return self._primary_context_active(device)
         except OSError:
@@ -140,11 +154,11 @@ class CudaDriverAllocator:
     def available(self, device: int) -> tuple[bool, str]:
         if not self._create_context:
             try:
-                loaded = self._driver_loaded()
+                in_use = self._cuda_in_use()
             except OSError as exc:
                 return False, f"cannot read /proc/self/maps: {exc}"
-            if not loaded:
-                return False, "this process has not loaded the CUDA driver"
+            if not in_use:
+                return False, "this process has no CUDA context (it maps no NVIDIA device)"
         try:
             active = self._primary_context_active(device)
         except OSError as exc:

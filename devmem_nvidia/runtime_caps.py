@@ -8,10 +8,10 @@ the process and the device caps it, and the process's environment need not say s
   daemon default: runtime free 7.40 GiB and total 139.80 GiB, NVML free 139.13 GiB, this process 0.60 GiB);
 - an interposed vGPU library (HAMi-core's ``libvgpu.so``): ``total`` is the limit, ``free`` what is left of it.
 
-The runtime is read only where this process has already loaded ``libcuda`` and holds a context on the device
-(:meth:`CudaDriver.mem_get_info` creates none). A gap counts only beyond :func:`slack` and, for ``free``, only when
-NVML's free read again after the runtime still exceeds it: a co-tenant allocating and freeing between the reads
-cannot fake a cap.
+The runtime is read only where this process already holds a CUDA context (it maps an NVIDIA device, so
+``cuInit`` has run) and has one on the device (:meth:`CudaDriver.mem_get_info` creates none). A gap counts only
+beyond :func:`slack` and, for ``free``, only when NVML's free read again after the runtime still exceeds it: a
+co-tenant allocating between the reads cannot fake a cap.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from devmem.host import Files
 from devmem.limits import MemoryLimit
 from devmem.types import DevmemError, MemoryInfo, gib
 from devmem_nvidia.cuda_driver import CudaDriver
+from devmem_nvidia.pidns import cuda_in_use
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -40,23 +41,17 @@ class RuntimeView:
     """``cuMemGetInfo`` for this process's devices, where it can be read without loading or creating anything.
 
     ``library``: a loaded ``libcuda`` or a scripted one; ``None`` uses the real one (only where ``real``).
-    ``files``: ``/proc/self/maps`` tells whether this process has loaded ``libcuda``."""
+    ``files``: ``/proc/self/maps`` tells whether this process already uses CUDA (:func:`cuda_in_use`)."""
 
     def __init__(self, library: Any, files: Files, *, real: bool):
         self._driver = CudaDriver(library) if library is not None else None
         self._real = real
         self._files = files
 
-    def _libcuda_loaded(self) -> bool:
-        try:
-            return "libcuda.so" in self._files.read_text("/proc/self/maps")
-        except OSError:
-            return False
-
     def reading(self, device: int) -> MemoryInfo | None:
         """``(free, total)`` as the runtime reports them to this process, or ``None`` where it cannot be read
-        without loading ``libcuda`` or creating a context."""
-        if (self._driver is None and not self._real) or not self._libcuda_loaded():
+        without initialising CUDA or creating a context."""
+        if (self._driver is None and not self._real) or not cuda_in_use(self._files):
             return None
         if self._driver is None:
             self._driver = CudaDriver()

@@ -45,6 +45,7 @@ from devmem_nvidia.nvml_access import (
     device_uuid,
     normalise_bus_id,
 )
+from devmem_nvidia.pidns import cuda_in_use
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -184,10 +185,11 @@ def visible_devices(
 
 
 def driver_bus_ids(files: Files = REAL_FILES, library: str = "libcuda.so.1") -> list[str] | None:
-    """The CUDA driver's devices in its ordinal order (PCI bus ids), only where this process has already loaded
-    the driver and no ``CUDA_VISIBLE_DEVICES`` hides any (``None`` otherwise); never loads it."""
+    """The CUDA driver's devices in its ordinal order (PCI bus ids), only where this process already uses CUDA
+    (:func:`~devmem_nvidia.pidns.cuda_in_use`) and no ``CUDA_VISIBLE_DEVICES`` hides any (``None`` otherwise);
+    never initialises CUDA in a process that has not."""
     try:
-        if "libcuda.so" not in files.read_text("/proc/self/maps"):
+        if not cuda_in_use(files):
             return None
         cuda = ctypes.CDLL(library)
         count = ctypes.c_int()

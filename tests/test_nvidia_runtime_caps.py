@@ -9,6 +9,7 @@ import pytest
 
 from devmem import GiB, MemoryInfo, MiB, device_report
 from devmem_nvidia.mps_control import daemon_limits
+from devmem_nvidia.runtime_caps import RuntimeView
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     H200_RUNTIME_TOTAL,
@@ -176,3 +177,24 @@ def test_mps_daemon_defaults_apply_ordinal_by_ordinal_in_the_same_numbering():
 def test_mps_daemon_defaults_that_differ_are_not_placed_on_renumbered_devices():
     sc = mps_scenario()
     assert daemon_limits(2, {"CUDA_VISIBLE_DEVICES": "1,0"}, sc.fs, ScriptedMpsControl({0: "8G", 1: "4G"})) == {}
+
+
+class NvmlOnlyMaps:
+    """``/proc`` of a process that read NVML and never used CUDA: NVML has loaded ``libcuda``, no device is mapped."""
+
+    def read_text(self, path: str) -> str:
+        if path != "/proc/self/maps":
+            raise FileNotFoundError(path)
+        return "7f1c40000000-7f1c40200000 r-xp 00000000 08:01 2048 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n"
+
+    def exists(self, path: str) -> bool:
+        return path == "/proc/self/maps"
+
+    def listdir(self, path: str) -> list[str]:
+        raise FileNotFoundError(path)
+
+
+def test_runtime_is_not_initialised_where_only_nvml_loaded_libcuda():
+    cuda = ScriptedLibcuda(h200_scenario(context=True))
+    assert RuntimeView(cuda, NvmlOnlyMaps(), real=False).reading(0) is None
+    assert not cuda.calls

@@ -4,8 +4,9 @@ A limit set with ``set_default_device_pinned_mem_limit`` on the control daemon b
 a client's environment does not show it. Where this process would be an MPS client (the daemon's ``control``
 pipe exists in ``CUDA_MPS_PIPE_DIRECTORY``, default ``/tmp/nvidia-mps``) and ``nvidia-cuda-mps-control`` is
 installed, devmem asks it ``get_default_device_pinned_mem_limit <ordinal>`` for each device, once per platform,
-with a timeout. Its ordinals are the daemon's: the answer is applied to every device when all ordinals agree,
-else ordinal by ordinal only where this process's ``CUDA_VISIBLE_DEVICES`` is unset (the same numbering).
+one run per ordinal with a timeout (the daemon prints the size, ``8G``, or nothing where none is set). Its
+ordinals are the daemon's: the answers apply to every device when all ordinals agree, else ordinal by ordinal
+only where this process's ``CUDA_VISIBLE_DEVICES`` is unset (the same numbering).
 A client inside a container usually has the pipe but not the program: there, a process that holds a CUDA
 context still gets the limit from what the runtime reports (:mod:`devmem_nvidia.runtime_caps`).
 """
@@ -61,19 +62,18 @@ def daemon_limits(
     if count <= 0 or not files.exists(f"{pipe}/control"):
         return {}
     run = run_control if run is None else run
-    try:
-        answer = run("".join(f"{QUERY} {i}\n" for i in range(count)))
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.debug("devmem: the MPS control daemon's default limit is not readable: %s", exc)
-        return {}
-    lines = [line.strip() for line in answer.splitlines() if line.strip()]
     sizes: list[int | None] = []
-    for line in lines[:count]:
+    for ordinal in range(count):  # one run each: the daemon prints nothing for an ordinal without a limit
         try:
-            sizes.append(parse_size(line, QUERY) or None)
-        except DevmemError:  # no limit set ("0", "N/A") or an error text: nothing to apply
+            answer = run(f"{QUERY} {ordinal}\n").strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.debug("devmem: the MPS control daemon's default limit is not readable: %s", exc)
+            return {}
+        try:
+            sizes.append(parse_size(answer, QUERY) or None if answer else None)
+        except DevmemError:  # an error text: nothing to apply for this ordinal
             sizes.append(None)
-    if len(sizes) != count or all(size is None for size in sizes):
+    if all(size is None for size in sizes):
         return {}
     if len(set(sizes)) != 1 and "CUDA_VISIBLE_DEVICES" in environ:
         log.debug("devmem: MPS default limits differ by device and CUDA_VISIBLE_DEVICES renumbers them: not applied")

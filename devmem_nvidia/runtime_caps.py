@@ -29,6 +29,9 @@ from devmem_nvidia.pidns import cuda_in_use
 log = logging.getLogger("devmem.nvidia")
 
 MiB = 1 << 20
+#: The driver's page: an estimated limit is rounded down to it (NVML's per-process figure runs a little over what
+#: MPS counts against the limit: 1.85 MiB on the H200), so the estimate never exceeds the real limit by that.
+PAGE = 2 * MiB
 
 
 def slack(total: int) -> int:
@@ -92,10 +95,11 @@ def runtime_limits(
     if runtime.free >= nvml.free - margin or runtime.free >= nvml_free_again() - margin:
         return []
     used = process_used()
-    limit = runtime.free + (used or 0)
+    limit = (runtime.free + (used or 0)) // PAGE * PAGE
     if explained(limit):
         return []
     counted = f"+ this process's {gib(used)}" if used is not None else "(this process's usage unknown: counted as 0)"
+    counted += ", rounded down to 2 MiB"
     return [
         MemoryLimit(
             limit,

@@ -514,7 +514,8 @@ class ScriptedLibcuda:
     ``Scenario.failures`` maps a function name to a ``CUresult`` name (``"CUDA_ERROR_UNKNOWN"``). ``contexts_created``
     counts primary contexts a caller brought into being (retaining one that was not active). ``mps_limits`` and
     ``interposed_limits`` (scenario device index -> bytes) cap what ``cuMemGetInfo`` reports: an MPS daemon's
-    pinned limit (free only) and an interposed vGPU library's limit (total and free).
+    pinned limit (free only) and an interposed vGPU library's limit (total and free); ``mps_uncounted``: bytes of
+    this process's NVML figure that MPS does not count against the limit (1939312 on the H200).
     """
 
     CODES = {
@@ -534,9 +535,11 @@ class ScriptedLibcuda:
         *,
         mps_limits: dict[int, int] | None = None,
         interposed_limits: dict[int, int] | None = None,
+        mps_uncounted: int = 0,
     ):
         self.scenario = scenario
         self.mps_limits = mps_limits or {}
+        self.mps_uncounted = mps_uncounted
         self.interposed_limits = interposed_limits or {}
         self.initialised = False
         self.contexts_created = 0
@@ -668,7 +671,7 @@ class ScriptedLibcuda:
         free, total = self.scenario.mem_get_info(dev)
         own = self.scenario.usage.get(self.scenario.own_driver_pid, {}).get(dev, 0)
         if dev in self.mps_limits:
-            free = max(0, min(free, self.mps_limits[dev] - own))
+            free = max(0, min(free, self.mps_limits[dev] - (own - self.mps_uncounted)))
         if dev in self.interposed_limits:
             total = self.interposed_limits[dev]
             free = max(0, min(free, total - own))
@@ -749,8 +752,8 @@ def mps_scenario(**kwargs: Any) -> Scenario:
 
 class ScriptedMpsControl:
     """``nvidia-cuda-mps-control`` fed commands on stdin, answering ``get_default_device_pinned_mem_limit <dev>``
-    with the size set for ``dev`` as the real program prints it (``"8G"``, as on the H200) and ``"0"`` where none
-    is set. ``failure``: an exception to raise instead (``OSError`` for a missing program,
+    with the size set for ``dev`` as the real program prints it (``"8G"``) and nothing where none is set (both as
+    on the H200). ``failure``: an exception to raise instead (``OSError`` for a missing program,
     ``subprocess.TimeoutExpired`` for a daemon that does not answer). ``calls`` counts the runs."""
 
     def __init__(self, defaults: dict[int, str] | None = None, failure: Exception | None = None):
@@ -765,8 +768,9 @@ class ScriptedMpsControl:
         out = []
         for line in commands.splitlines():
             verb, _, dev = line.partition(" ")
-            out.append(self.defaults.get(int(dev), "0") if verb == "get_default_device_pinned_mem_limit" else "")
-        return "\n".join(out) + "\n"
+            if verb == "get_default_device_pinned_mem_limit" and int(dev) in self.defaults:
+                out.append(self.defaults[int(dev)] + "\n")
+        return "".join(out)
 
 
 def mig_container_scenario(error: str = "NoPermission", **kwargs: Any) -> Scenario:

@@ -198,3 +198,15 @@ def test_runtime_is_not_initialised_where_only_nvml_loaded_libcuda():
     cuda = ScriptedLibcuda(h200_scenario(context=True))
     assert RuntimeView(cuda, NvmlOnlyMaps(), real=False).reading(0) is None
     assert not cuda.calls
+
+
+def test_mps_daemon_ordinal_without_a_limit_does_not_take_the_next_ones():
+    sc = mps_scenario()
+    limits = daemon_limits(2, {}, sc.fs, ScriptedMpsControl({1: "4G"}))
+    assert {device: lim.limit for device, lim in limits.items()} == {1: 4 * GiB}
+
+
+def test_runtime_estimate_of_a_limit_is_rounded_down_to_the_driver_page():
+    sc = mps_scenario()  # NVML's figure for this process runs 1939312 bytes over what MPS counts, as on the H200
+    platform = scripted_platform(sc, cuda=ScriptedLibcuda(sc, mps_limits={0: 8 * GiB}, mps_uncounted=1939312))
+    assert platform.device_memory_info(0).total == 8 * GiB

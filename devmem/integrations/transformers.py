@@ -308,7 +308,7 @@ def _order_streams(runner: Any) -> None:
     compute_batch = runner.compute_batch
 
     def ordered(model: Any, batch_data: Any) -> None:
-        current = torch.cuda.current_stream(stream.device)
+        current = torch.get_device_module(stream.device).current_stream(stream.device)
         stream.wait_stream(current)
         compute_batch(model, batch_data)
         current.wait_stream(stream)
@@ -317,21 +317,22 @@ def _order_streams(runner: Any) -> None:
 
 
 def _synchronize(device: Any) -> None:
-    if device.type == "cuda":
-        import torch
+    import torch
 
-        torch.cuda.synchronize(device)
+    torch.get_device_module(device).synchronize(device)
 
 
 def _release_engine_memory(device: Any, index: int, platform: Platform) -> None:
     """On a GPU, give back what a finished run leaves behind: cuBLAS's workspace for the run's compute stream
     (the engine's next stream gets its own) and the allocator's cached blocks."""
-    if device.type != "cuda":
+    if device.type != platform.torch_device:
         return
     import torch
 
-    torch.cuda.synchronize(device)
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    torch.get_device_module(device).synchronize(device)
+    clear = getattr(
+        torch._C, f"_{device.type}_clearCublasWorkspaces", None
+    )  # the BLAS workspaces, where torch has them
     if clear is not None:
         clear()
     release_allocator_cache(index, platform)

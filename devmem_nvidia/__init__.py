@@ -6,7 +6,8 @@ unified-memory one) use these and nothing else:
 - platforms: ``NvmlPlatform``, ``WslPlatform``, ``CudaPlatform`` (the CUDA driver API where NVML cannot serve),
   ``detect_nvml``, ``detect_wsl2``, ``detect_cuda``;
 - the driver's files: ``driver_loaded(files)``, ``NO_DRIVER``;
-- the NVML session: ``session_for(nvml=None) -> NvmlSession``, ``NvmlUnavailable``, ``NvmlCallError``;
+- the NVML session: ``NvmlSession`` (``NvmlSession.shared()``, ``NvmlSession.for_module(nvml)``),
+  ``NvmlUnavailable``, ``NvmlCallError``;
 - NVML readings: ``read_memory(session, handle)``, ``device_name(session, handle)``;
 - CUDA devices: ``visible_devices(session, environ) -> devmem.visible.VisibleDevices[VisibleDevice]``;
 - this process's driver-side PID: ``DeviceAllocator`` (the runtime boundary), ``CudaDriverAllocator``.
@@ -24,7 +25,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
         NvmlUnavailable,
         device_name,
         read_memory,
-        session_for,
     )
     from devmem_nvidia.nvml_platform import NvmlPlatform, detect_nvml
     from devmem_nvidia.pidns import CudaDriverAllocator, DeviceAllocator
@@ -43,7 +43,6 @@ _LAZY = {
     "NvmlUnavailable": "devmem_nvidia.nvml_access",
     "device_name": "devmem_nvidia.nvml_access",
     "read_memory": "devmem_nvidia.nvml_access",
-    "session_for": "devmem_nvidia.nvml_access",
     "CudaPlatform": "devmem_nvidia.cuda_platform",
     "detect_cuda": "devmem_nvidia.cuda_platform",
     "NvmlPlatform": "devmem_nvidia.nvml_platform",
@@ -69,7 +68,6 @@ __all__ = [
     "device_name",
     "driver_loaded",
     "read_memory",
-    "session_for",
     "visible_devices",
 ]
 

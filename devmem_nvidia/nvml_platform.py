@@ -40,7 +40,6 @@ from devmem_nvidia.nvml_access import (
     find_process,
     read_memory,
     running_processes,
-    session_for,
 )
 from devmem_nvidia.pidns import (
     CudaDriverAllocator,
@@ -108,7 +107,7 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     """
     if nvml is None and not driver_loaded(files, system):
         return Detection(False, NO_DRIVER)
-    session = session_for(nvml)
+    session = NvmlSession.for_module(nvml)
     found, reason = session.probe()
     if not found:
         if session.action:  # pynvml failed to import, which is tried only where the driver is loaded
@@ -161,7 +160,7 @@ class NvmlPlatform(PlatformBase):
         cuda: Any = None,
         mps_control: Runner | None = None,
     ):
-        self._session = session_for(nvml)
+        self._session = NvmlSession.for_module(nvml)
         self._runtime = RuntimeView(cuda, files, real=nvml is None)
         self._mps_control = mps_control if mps_control is not None else run_control if nvml is None else None
         self._mps_defaults: dict[int, MemoryLimit] | None = None

@@ -35,6 +35,7 @@ from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
     NvmlSession,
+    ProcessEntry,
     device_minor,
     device_name,
     find_process,
@@ -52,6 +53,11 @@ from devmem_nvidia.runtime_caps import RuntimeView, runtime_limits
 from devmem_nvidia.visible import DeviceTable, VisibleDevice, mig_instances
 
 log = logging.getLogger("devmem.nvidia")
+
+#: ``/proc/<pid>/comm`` of the MPS server ``nvidia-cuda-mps-server``: the kernel keeps 15 characters of a command.
+MPS_SERVER_COMM = "nvidia-cuda-mps-server"[:15]
+#: What ``devmem info`` calls the MPS server (``process_roles``).
+MPS_SERVER = "MPS server"
 
 
 def device_memory(session: NvmlSession, platform: str, device: int, dev: VisibleDevice) -> MemoryReading:
@@ -348,9 +354,31 @@ class NvmlPlatform(PlatformBase):
             return None
         return {pid: int(used) for pid, used in others.items() if used is not None}
 
-    def _mps_notes(self, dev: VisibleDevice) -> list[str]:
+    def _mps_servers(self, entries: dict[int, ProcessEntry]) -> list[ProcessEntry]:
         """Under MPS NVML lists the clients in its MPS list and the server (``nvidia-cuda-mps-server``, which
-        holds the clients' shared context) in the compute list only; say which PID is which."""
+        holds the clients' shared context) in the compute list only. The server is the process whose
+        ``/proc/<pid>/comm`` names it; where this PID namespace does not show a process, a compute-only entry
+        while MPS clients exist."""
+        clients = any("mps" in e.lists for e in entries.values())
+        servers = []
+        for pid, e in sorted(entries.items()):
+            try:
+                server = self._files.read_text(f"/proc/{pid}/comm").strip() == MPS_SERVER_COMM
+            except OSError:
+                server = clients and e.lists == ("compute",)
+            if server:
+                servers.append(e)
+        return servers
+
+    def _process_roles(self, device: int) -> dict[int, str]:
+        try:
+            entries = running_processes(self._session, self._table.devices()[device].handle)
+        except NvmlCallError:
+            return {}
+        return {e.pid: MPS_SERVER for e in self._mps_servers(entries)}
+
+    def _mps_notes(self, dev: VisibleDevice) -> list[str]:
+        """Which PIDs are MPS clients on this device and which the server (:meth:`_mps_servers`)."""
         try:
             entries = running_processes(self._session, dev.handle)
         except NvmlCallError:
@@ -358,7 +386,7 @@ class NvmlPlatform(PlatformBase):
         clients = sorted(pid for pid, e in entries.items() if "mps" in e.lists)
         if not clients:
             return []
-        servers = [e for pid, e in sorted(entries.items()) if e.lists == ("compute",) and self._is_mps_server(pid)]
+        servers = self._mps_servers(entries)
         own = self._driver_pids() & set(clients)
         text = f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})" + (
             ", this process among them" if own else ""
@@ -367,14 +395,6 @@ class NvmlPlatform(PlatformBase):
             held = "memory not available" if e.used is None else format_size(e.used)
             text += f"; PID {e.pid} is the MPS server ({held}, shared by its clients)"
         return [text]
-
-    def _is_mps_server(self, pid: int) -> bool:
-        """A compute-only entry while MPS clients exist is the server; ``/proc/<pid>/comm`` confirms it where
-        this PID namespace shows the process."""
-        try:
-            return self._files.read_text(f"/proc/{pid}/comm").strip() == "nvidia-cuda-mps-server"
-        except OSError:
-            return True
 
     # ---- for people ----------------------------------------------------------------------------
     def _device_name(self, device: int) -> str:

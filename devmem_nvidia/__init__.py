@@ -31,27 +31,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from devmem_nvidia.visible import VisibleDevice, visible_devices
     from devmem_nvidia.wsl2 import WslPlatform, detect_wsl2
 
-#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
-#: ``plugin`` module, which must stay cheap.
-_LAZY = {
-    "NO_DRIVER": "devmem_nvidia.driver",
-    "driver_loaded": "devmem_nvidia.driver",
-    "CudaDriverAllocator": "devmem_nvidia.pidns",
-    "DeviceAllocator": "devmem_nvidia.pidns",
-    "NvmlCallError": "devmem_nvidia.nvml_access",
-    "NvmlSession": "devmem_nvidia.nvml_access",
-    "NvmlUnavailable": "devmem_nvidia.nvml_access",
-    "device_name": "devmem_nvidia.nvml_access",
-    "read_memory": "devmem_nvidia.nvml_access",
-    "CudaPlatform": "devmem_nvidia.cuda_platform",
-    "detect_cuda": "devmem_nvidia.cuda_platform",
-    "NvmlPlatform": "devmem_nvidia.nvml_platform",
-    "detect_nvml": "devmem_nvidia.nvml_platform",
-    "VisibleDevice": "devmem_nvidia.visible",
-    "visible_devices": "devmem_nvidia.visible",
-    "WslPlatform": "devmem_nvidia.wsl2",
-    "detect_wsl2": "devmem_nvidia.wsl2",
-}
 
 __all__ = [
     "CudaDriverAllocator",
@@ -72,4 +51,27 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
+#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
+#: ``plugin`` module, which must stay cheap.
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "NO_DRIVER": "devmem_nvidia.driver",
+        "driver_loaded": "devmem_nvidia.driver",
+        "CudaDriverAllocator": "devmem_nvidia.pidns",
+        "DeviceAllocator": "devmem_nvidia.pidns",
+        "NvmlCallError": "devmem_nvidia.nvml_access",
+        "NvmlSession": "devmem_nvidia.nvml_access",
+        "NvmlUnavailable": "devmem_nvidia.nvml_access",
+        "device_name": "devmem_nvidia.nvml_access",
+        "read_memory": "devmem_nvidia.nvml_access",
+        "CudaPlatform": "devmem_nvidia.cuda_platform",
+        "detect_cuda": "devmem_nvidia.cuda_platform",
+        "NvmlPlatform": "devmem_nvidia.nvml_platform",
+        "detect_nvml": "devmem_nvidia.nvml_platform",
+        "VisibleDevice": "devmem_nvidia.visible",
+        "visible_devices": "devmem_nvidia.visible",
+        "WslPlatform": "devmem_nvidia.wsl2",
+        "detect_wsl2": "devmem_nvidia.wsl2",
+    },
+)

@@ -3,6 +3,7 @@ DevmemError, shut down at exit, usable in a forked child, one shared session per
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -37,40 +38,54 @@ def child_status(work) -> int:
     return status
 
 
+class Blocker:
+    """Something a thread enters and stays in until released: :meth:`hold` is called by the blocked step."""
+
+    def __init__(self):
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def hold(self) -> None:
+        self.entered.set()
+        self.release.wait(10)
+
+    def fork_while_held(self, busy, work) -> int:
+        """Run ``busy`` in a thread until it is inside :meth:`hold` (holding whatever lock it holds), fork a child
+        running ``work``, then release ``busy``; the child's exit status."""
+        thread = threading.Thread(target=busy)
+        thread.start()
+        self.entered.wait(5)
+        try:
+            return child_status(work)
+        finally:
+            self.release.set()
+            thread.join()
+
+
 def test_amdsmi_session_works_in_a_child_forked_during_a_call():
     fake = ScriptedAmdsmi(mi300x_scenario())
     session = AmdsmiSession(fake)
-    entered, release = threading.Event(), threading.Event()
-    original = fake.amdsmi_get_processor_handles
-    fake.amdsmi_get_processor_handles = lambda: (entered.set(), release.wait(10), original())[2]
-    busy = threading.Thread(target=session.call, args=("amdsmi_get_processor_handles",))
-    busy.start()
-    entered.wait(5)
-    try:
+    blocker, original = Blocker(), fake.amdsmi_get_processor_handles
+    fake.amdsmi_get_processor_handles = lambda: (blocker.hold(), original())[1]
+
+    def in_child():
         fake.amdsmi_get_processor_handles = original  # the child's call must not block on the parent's thread
-        status = child_status(lambda: session.call("amdsmi_get_processor_handles"))
-    finally:
-        release.set()
-        busy.join()
-    assert status == 0
+        session.call("amdsmi_get_processor_handles")
+
+    busy = functools.partial(session.call, "amdsmi_get_processor_handles")
+    assert blocker.fork_while_held(busy, in_child) == 0
 
 
 def test_nvml_session_works_in_a_child_forked_during_init():
     fake = ScriptedNvml(h200_scenario())
     session = NvmlSession(fake)
-    entered, release = threading.Event(), threading.Event()
-    original = fake.nvmlInit
-    fake.nvmlInit = lambda: (entered.set(), release.wait(10), original())[2]
-    busy = threading.Thread(target=session.device_count)
-    busy.start()
-    entered.wait(5)
-    try:
+    blocker, original = Blocker(), fake.nvmlInit
+    fake.nvmlInit = lambda: (blocker.hold(), original())[1]
+
+    def in_child():
         fake.nvmlInit = original
-        status = child_status(session.device_count)
-    finally:
-        release.set()
-        busy.join()
-    assert status == 0
+        session.device_count()
+
+    assert blocker.fork_while_held(session.device_count, in_child) == 0
 
 
 def test_shutdown_all_shuts_nvml_down():
@@ -225,41 +240,23 @@ def test_shutdown_releases_the_library_once_and_a_later_call_initialises_it_agai
 
 def test_fork_renews_the_lock_a_serialised_call_holds():
     library = ToyLibrary()
-    session = SerialToySession(library)
-    entered, release = threading.Event(), threading.Event()
-    library.toy_slow = lambda: (entered.set(), release.wait(10))
-    busy = threading.Thread(target=session.call, args=("toy_slow",))
-    busy.start()
-    entered.wait(5)
-    try:
-        status = child_status(lambda: session.call("toy_count"))
-    finally:
-        release.set()
-        busy.join()
-    assert status == 0
+    session, blocker = SerialToySession(library), Blocker()
+    library.toy_slow = blocker.hold
+    assert blocker.fork_while_held(lambda: session.call("toy_slow"), lambda: session.call("toy_count")) == 0
 
 
 def test_fork_renews_the_lock_of_the_shared_sessions():
-    entered, release = threading.Event(), threading.Event()
+    blocker = Blocker()
 
     class SlowToSet(ToySession):
         def __init__(self, module=None):
-            entered.set()
-            release.wait(10)  # shared() holds its lock while it makes the session
+            blocker.hold()  # shared() holds its lock while it makes the session
             super().__init__(module)
 
     class Other(ToySession):
         pass
 
-    busy = threading.Thread(target=SlowToSet.shared)
-    busy.start()
-    entered.wait(5)
-    try:
-        status = child_status(lambda: Other.shared().call("toy_count"))
-    finally:
-        release.set()
-        busy.join()
-    assert status == 0
+    assert blocker.fork_while_held(SlowToSet.shared, lambda: Other.shared().call("toy_count")) == 0
 
 
 def test_the_shared_session_is_one_per_process_and_class_on_the_real_library():

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from devmem.records import Record
 from devmem.types import Detection, PlatformSpec
 
 
@@ -70,8 +70,7 @@ def gated_detect(present: Callable[[], bool], absent: str, target: str) -> Calla
     return detect
 
 
-@dataclass(frozen=True)
-class DriverGate:
+class DriverGate(Record):
     """A vendor's cheap check that its driver may be here (``present``, reading files only), the reason a platform
     behind it gives where the check fails (``absent``), and the ``runtime_markers`` its platforms share."""
 

@@ -42,7 +42,7 @@ def inner() -> dict:
     import torch
 
     from devmem.host import REAL_FILES
-    from devmem_nvidia import NvmlPlatform, session_for
+    from devmem_nvidia import NvmlPlatform, NvmlSession
     from devmem_nvidia.nvml_access import running_processes
     from devmem_nvidia.pidns import namespace_pids
 
@@ -51,7 +51,7 @@ def inner() -> dict:
     plain = NvmlPlatform(learn_pid=False)
     learning = NvmlPlatform()
     handle = plain.visible_device(0).handle
-    raw = {pid: e.used for pid, e in running_processes(session_for(), handle).items()}
+    raw = {pid: e.used for pid, e in running_processes(NvmlSession.shared(), handle).items()}
     out = {
         "pid_here": os.getpid(),
         "nspid": namespace_pids(REAL_FILES),
@@ -134,9 +134,9 @@ def main() -> None:
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
-    from devmem_nvidia import session_for
+    from devmem_nvidia import NvmlSession
 
-    nvml_ok, nvml_why = session_for().probe()
+    nvml_ok, nvml_why = NvmlSession.shared().probe()
     if not cuda or not nvml_ok:
         results["skipped"] = "needs torch with a CUDA device" if not cuda else f"needs NVML: {nvml_why}"
     elif shutil.which("unshare") is None:

@@ -64,7 +64,8 @@ def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[di
     devices: list[dict[str, object]] = []
     for index in indices:
         report = device_report(platform, index)
-        rows = None if report.other_processes is None else process_rows(report.other_processes, files)
+        others = report.other_processes
+        rows = None if others is None else process_rows(others, files, platform.process_roles(index))
         devices.append({"report": report, "processes": rows})
     return devices
 
@@ -108,8 +109,8 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
         cells = []
         for row in rows_:
             command = row.command or "-"
-            if row.mps_server:
-                command = f"[MPS server] {command}"
+            if row.role:
+                command = f"[{row.role}] {command}"
             ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
             cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
         right = frozenset({0, len(header) - 2, *((1,) if with_ns else ())})

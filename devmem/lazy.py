@@ -4,6 +4,8 @@
 - :func:`deferred`: a callable that imports ``"module:attr"`` on its first call (a ``PlatformSpec.factory``).
 - :func:`gated_detect`: a ``PlatformSpec.detect`` that answers from a cheap check (driver files) and imports the
   backend's real probe only where that check passes.
+- :class:`DriverGate`: what a vendor's platforms share at registration (that cheap check, the reason given where
+  it fails, the runtime markers); ``gate.spec(...)`` declares one platform behind it in one call.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem.types import Detection
+from devmem.records import Record
+from devmem.types import Detection, PlatformSpec
 
 
 def lazy_exports(
@@ -65,3 +68,24 @@ def gated_detect(present: Callable[[], bool], absent: str, target: str) -> Calla
 
     detect.__qualname__ = detect.__name__ = f"gated_detect({target!r})"
     return detect
+
+
+class DriverGate(Record):
+    """A vendor's cheap check that its driver may be here (``present``, reading files only), the reason a platform
+    behind it gives where the check fails (``absent``), and the ``runtime_markers`` its platforms share."""
+
+    present: Callable[[], bool]
+    absent: str
+    runtime_markers: tuple[str, ...] = ()
+
+    def spec(self, name: str, priority: int, detect: str, factory: str, description: str) -> PlatformSpec:
+        """The platform ``name`` behind this gate: its probe ``detect`` (``"module:attr"``) is imported only where
+        the check passes (:func:`gated_detect`), its ``factory`` only when it is chosen (:func:`deferred`)."""
+        return PlatformSpec(
+            name=name,
+            priority=priority,
+            detect=gated_detect(self.present, self.absent, detect),
+            factory=deferred(factory),
+            description=description,
+            runtime_markers=self.runtime_markers,
+        )

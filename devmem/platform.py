@@ -137,6 +137,11 @@ class Platform(Protocol):
         """Other processes' bytes by PID, where known."""
         ...
 
+    def process_roles(self, device: int = 0) -> dict[int, str]:
+        """The role, for people, of each process on the device that serves others (a server holding memory on
+        behalf of its client processes), by PID; other processes are not listed."""
+        ...
+
     def memory_sources(self, device: int = 0) -> dict[str, str]:
         """``memory(device).sources``: where ``free`` and ``total`` came from, for people."""
         ...
@@ -161,6 +166,7 @@ CONTRACT = (
     "pages_instead_of_failing",
     "device_name",
     "other_processes_memory",
+    "process_roles",
     "memory_sources",
     "notes",
 )
@@ -171,7 +177,8 @@ class PlatformBase:
 
     Required hooks: ``device_count()``, ``_memory(device) -> DeviceMemory``, ``_is_integrated(device)``,
     ``_pages_instead_of_failing(device)``. Optional hooks (neutral defaults): ``_process_memory(device) ->
-    ProcessMemory``, ``_device_name``, ``_other_processes_memory``, ``_notes``. Hooks receive a valid index.
+    ProcessMemory``, ``_device_name``, ``_other_processes_memory``, ``_process_roles``, ``_notes``. Hooks receive
+    a valid index.
     """
 
     name: str = "base"
@@ -201,6 +208,9 @@ class PlatformBase:
 
     def _other_processes_memory(self, device: int) -> dict[int, int] | None:
         return None
+
+    def _process_roles(self, device: int) -> dict[int, str]:
+        return {}
 
     def _notes(self, device: int) -> list[str]:
         return []
@@ -254,6 +264,9 @@ class PlatformBase:
 
     def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
         return self._other_processes_memory(self.check_device(device))
+
+    def process_roles(self, device: int = 0) -> dict[int, str]:
+        return dict(self._process_roles(self.check_device(device)))
 
     def notes(self, device: int = 0) -> list[str]:
         device = self.check_device(device)

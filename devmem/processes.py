@@ -1,30 +1,30 @@
 """The processes holding memory on a device, as an operator reads them in nvitop: PID, user, command, bytes.
 
-The platform says which PIDs hold how many bytes (``other_processes_memory``); who they are comes from this
-machine's process table (psutil) for PIDs visible in this PID namespace, and ``None`` otherwise. A process
-in a container shows the PID it has inside its own namespace (the last ``NSpid`` entry) where that differs.
+The platform says which PIDs hold how many bytes (``other_processes_memory``) and which of them serve other
+processes (``process_roles``: a server holding memory for its clients); who they are comes from this machine's
+process table (psutil) for PIDs visible in this PID namespace, and ``None`` otherwise. A process in a container
+shows the PID it has inside its own namespace (the last ``NSpid`` entry) where that differs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from devmem.host import REAL_FILES, Files
 
-#: Commands of the servers that hold memory on behalf of other processes (the MPS control daemon's server).
-SERVER_COMMANDS = frozenset({"nvidia-cuda-mps-server"})
-
 
 @dataclass(frozen=True)
 class ProcessRow:
-    """One process on a device. ``user``/``command`` are ``None`` where this PID namespace cannot see it."""
+    """One process on a device. ``user``/``command`` are ``None`` where this PID namespace cannot see it; ``role``
+    is what the platform calls a process that serves others (``None`` for an ordinary one)."""
 
     pid: int
     used: int
     user: str | None
     command: str | None
     namespace_pid: int | None
-    mps_server: bool
+    role: str | None
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -42,8 +42,8 @@ def _namespace_pid(files: Files, pid: int) -> int | None:
     return None
 
 
-def _who(pid: int) -> tuple[str | None, str | None, str | None]:
-    """(user, command line, executable name) of ``pid`` as psutil sees it; ``None`` for what it cannot."""
+def _who(pid: int) -> tuple[str | None, str | None]:
+    """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot."""
     import psutil
 
     try:
@@ -58,15 +58,18 @@ def _who(pid: int) -> tuple[str | None, str | None, str | None]:
                 argv = proc.cmdline()
             except psutil.Error:
                 argv = []
-            return user, " ".join(argv) or name, name
+            return user, " ".join(argv) or name
     except psutil.Error:
-        return None, None, None
+        return None, None
 
 
-def process_rows(others: dict[int, int], files: Files = REAL_FILES) -> list[ProcessRow]:
-    """Rows for ``others`` (PID -> device bytes), largest first."""
+def process_rows(
+    others: dict[int, int], files: Files = REAL_FILES, roles: Mapping[int, str] | None = None
+) -> list[ProcessRow]:
+    """Rows for ``others`` (PID -> device bytes), largest first; ``roles`` is the platform's ``process_roles``."""
+    roles = roles or {}
     rows = []
     for pid, used in sorted(others.items(), key=lambda kv: (-kv[1], kv[0])):
-        user, command, name = _who(pid)
-        rows.append(ProcessRow(pid, used, user, command, _namespace_pid(files, pid), name in SERVER_COMMANDS))
+        user, command = _who(pid)
+        rows.append(ProcessRow(pid, used, user, command, _namespace_pid(files, pid), roles.get(pid)))
     return rows

@@ -1,19 +1,18 @@
 """NVML access shared by devmem's NVIDIA backends (nvml, wsl2, uma): no platform policy here.
 
-Everything takes an :class:`NvmlSession`, which wraps the ``pynvml`` module (or a scripted one from
-``devmem_nvidia.testing``), initialises NVML once (thread-safe) and turns NVML errors into
-:class:`NvmlCallError`, a :class:`~devmem.DevmemError`.
+Everything takes an :class:`NvmlSession`, devmem's :class:`~devmem.sessions.VendorSession` for NVML: it wraps the
+``pynvml`` module (or a scripted one from ``devmem_nvidia.testing``), initialises NVML once (thread-safe) and turns
+NVML errors into :class:`NvmlCallError`, a :class:`~devmem.DevmemError`.
 
 Public names:
 
-- ``session_for(nvml=None) -> NvmlSession``: the process-wide session of the real pynvml, or a new one
-  around an injected module
-- ``NvmlSession(nvml=None)``: ``.module`` (the initialised module; ``None`` imports ``pynvml`` lazily),
-  ``.has(name)``, ``.call(name, *args)``, ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``,
-  ``.device_count()``, ``.handle_by_index(i)``, ``.driver_version()``, ``.shutdown()``, ``.renew_locks()``; the
-  same pattern as ``devmem_rocm.smi.AmdsmiSession``, shut down at exit and fork-safe through :mod:`devmem.sessions`
-- ``NvmlUnavailable(DevmemError)``: pynvml is missing or ``nvmlInit`` failed; ``.action`` says what to install
-  where pynvml is missing (``NvmlSession.action`` too)
+- ``NvmlSession(nvml=None)``: a :class:`~devmem.sessions.VendorSession` (``NvmlSession.shared()``, the process-wide
+  session of the real pynvml; ``NvmlSession.for_module(nvml)``, that one or a new one around an injected module;
+  ``.module``, ``.has(name)``, ``.call(name, *args)``, ``.failure``, ``.action``, ``.shutdown()``), plus
+  ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
+  ``.driver_version()``
+- ``NvmlUnavailable(LibraryUnavailable)``: pynvml is missing or ``nvmlInit`` failed; ``.action`` says what to
+  install where pynvml is missing (``NvmlSession.action`` too)
 - ``NvmlCallError(DevmemError)``: ``.call``, ``.error`` (``"NotSupported"``, ``"GpuIsLost"``, ...), ``.not_supported``
 - ``error_name(exc) -> str``
 - ``MemoryReading(total, free, used, reserved, version)`` and ``read_memory(session, handle) -> MemoryReading``
@@ -31,12 +30,10 @@ Public names:
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from devmem.sessions import track
+from devmem.sessions import LibraryUnavailable, VendorSession
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.nvidia")
@@ -72,13 +69,9 @@ INSTALL_PYNVML = (
 )
 
 
-class NvmlUnavailable(DevmemError):
+class NvmlUnavailable(LibraryUnavailable):
     """pynvml cannot be imported or NVML cannot be initialised (no driver, no library). ``action`` is what to do
     about it where that is known (:data:`INSTALL_PYNVML` where pynvml is missing)."""
-
-    def __init__(self, reason: str, action: str = ""):
-        super().__init__(reason)
-        self.action = action
 
 
 class NvmlCallError(DevmemError):
@@ -102,61 +95,39 @@ def error_name(exc: BaseException) -> str:
     return name.removeprefix("NVMLError_") if name.startswith("NVMLError_") else name
 
 
-class NvmlSession:
-    """One NVML library for the process: imported lazily, initialised once under a lock.
-
-    ``nvml`` is the ``pynvml`` module or an object with the same names (``devmem.testing.ScriptedNvml``);
-    ``None`` imports ``pynvml`` on first use.
+class NvmlSession(VendorSession):
+    """The NVML library (a :class:`~devmem.sessions.VendorSession`): ``nvml`` is the ``pynvml`` module or an
+    object with the same names (``devmem_nvidia.testing.ScriptedNvml``); ``None`` imports ``pynvml`` on first use.
+    NVML is thread-safe: calls are not serialised.
     """
 
+    init_function = "nvmlInit"
+    shutdown_function = "nvmlShutdown"
+    unavailable = NvmlUnavailable
+
     def __init__(self, nvml: Any = None):
-        self._module = nvml
-        self._ready = False
-        self._failure: str | None = None
-        #: What would make NVML usable where it is not and that is known (pynvml missing), else "".
-        self.action = ""
-        self._lock = threading.Lock()
+        super().__init__(nvml)
         self._variants: dict[tuple[str, ...], str] = {}
-        self._functions: dict[str, Any] = {}
         self.memory_v1_only = False  # set once the driver has refused memory info v2
-        track(self)
 
-    @property
-    def module(self) -> Any:
-        """The initialised NVML module; raises :class:`NvmlUnavailable` with the reason otherwise."""
-        if self._ready:
-            return self._module
-        with self._lock:
-            if not self._ready and self._failure is None:
-                self._initialise()
-            if self._failure is not None:
-                raise NvmlUnavailable(self._failure, self.action)
-            return self._module
-
-    def _initialise(self) -> None:
-        if self._module is None:
-            try:
-                import pynvml
-            except ImportError as exc:
-                missing = isinstance(exc, ModuleNotFoundError) and exc.name == "pynvml"
-                self._failure = NOT_INSTALLED if missing else f"import pynvml failed: {exc}"
-                self.action = INSTALL_PYNVML if missing else ""
-                return
-            self._module = pynvml
+    def load_library(self) -> Any:
         try:
-            self._module.nvmlInit()
-        except Exception as exc:  # NVMLError, OSError from a broken libnvidia-ml: never escape
-            self._failure = f"nvmlInit failed: {error_name(exc)}: {exc}"
-            return
-        self._ready = True
+            import pynvml
+        except Exception as exc:  # ImportError, or an OSError/AttributeError from a broken binding: never escape
+            if isinstance(exc, ModuleNotFoundError) and exc.name == "pynvml":
+                raise NvmlUnavailable(NOT_INSTALLED, INSTALL_PYNVML) from exc
+            raise NvmlUnavailable(f"import pynvml failed: {exc}") from exc
+        return pynvml
 
-    def has(self, name: str) -> bool:
-        """Whether this NVML binding offers the function ``name`` (initialises NVML)."""
-        return callable(getattr(self.module, name, None))
+    def describe_error(self, exc: BaseException) -> str:
+        return f"{error_name(exc)}: {exc}"
 
-    def renew_locks(self) -> None:
-        """A fresh lock (in a forked child, where another thread may have held this one at the fork)."""
-        self._lock = threading.Lock()
+    def call_error(self, name: str, exc: BaseException) -> NvmlCallError:
+        """NVML's errors by name, anything else (a RuntimeError from a broken binding, a ctypes error) by type."""
+        return NvmlCallError(name, error_name(exc), str(exc))
+
+    def missing_function(self, name: str) -> NvmlCallError:
+        return NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
 
     def probe(self) -> tuple[bool, str]:
         """``(True, "N device(s)")`` when NVML initialises and counts devices, else ``(False, why)``."""
@@ -165,20 +136,6 @@ class NvmlSession:
         except DevmemError as exc:
             return False, str(exc)
         return count > 0, f"NVML reports {count} device(s)"
-
-    def call(self, name: str, *args: Any) -> Any:
-        """``nvml.<name>(*args)``, with NVML's errors raised as :class:`NvmlCallError`."""
-        fn = self._functions.get(name)
-        if fn is None:
-            fn = getattr(self.module, name, None)
-            if fn is None:
-                raise NvmlCallError(name, "FunctionNotFound", "this pynvml has no such function")
-            self._functions[name] = fn
-        try:
-            return fn(*args)
-        except Exception as exc:  # the vendor boundary: NVML errors by name, anything else (a RuntimeError from a
-            # broken binding, a ctypes TypeError/ValueError, an OSError) as its type, never raw
-            raise NvmlCallError(name, error_name(exc), str(exc)) from exc
 
     def call_newest(self, names: tuple[str, ...], *args: Any) -> Any:
         """The first of ``names`` (newest first) that exists; remembers the one that worked."""
@@ -210,42 +167,6 @@ class NvmlSession:
             return _text(self.call("nvmlSystemGetDriverVersion"))
         except DevmemError:
             return None
-
-    def shutdown(self) -> None:
-        """Shut NVML down if this session initialised it (harmless otherwise)."""
-        with self._lock:
-            if self._ready:
-                self._ready = False
-                self._functions.clear()
-                try:
-                    self._module.nvmlShutdown()
-                except Exception as exc:
-                    log.debug("devmem: nvmlShutdown failed: %s", exc)
-
-
-_shared: NvmlSession | None = None
-_shared_lock = threading.Lock()
-
-
-def _renew_shared_lock() -> None:
-    global _shared_lock
-    _shared_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_shared_lock)
-
-
-def session_for(nvml: Any = None) -> NvmlSession:
-    """The process-wide session of the real ``pynvml`` when ``nvml`` is None (NVML initialised once for
-    every backend and probe), else a new session around the injected module."""
-    global _shared
-    if nvml is not None:
-        return NvmlSession(nvml)
-    with _shared_lock:
-        if _shared is None:
-            _shared = NvmlSession()
-        return _shared
 
 
 def _text(value: Any) -> str:
@@ -439,7 +360,6 @@ __all__ = [
     "NvmlUnavailable",
     "PROCESS_LISTS",
     "ProcessEntry",
-    "session_for",
     "device_minor",
     "device_name",
     "device_pci_bus_id",

@@ -35,12 +35,12 @@ from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
     NvmlSession,
+    ProcessEntry,
     device_minor,
     device_name,
     find_process,
     read_memory,
     running_processes,
-    session_for,
 )
 from devmem_nvidia.pidns import (
     CudaDriverAllocator,
@@ -53,6 +53,11 @@ from devmem_nvidia.runtime_caps import RuntimeView, runtime_limits
 from devmem_nvidia.visible import DeviceTable, VisibleDevice, mig_instances
 
 log = logging.getLogger("devmem.nvidia")
+
+#: ``/proc/<pid>/comm`` of the MPS server ``nvidia-cuda-mps-server``: the kernel keeps 15 characters of a command.
+MPS_SERVER_COMM = "nvidia-cuda-mps-server"[:15]
+#: What ``devmem info`` calls the MPS server (``process_roles``).
+MPS_SERVER = "MPS server"
 
 
 def device_memory(session: NvmlSession, platform: str, device: int, dev: VisibleDevice) -> MemoryReading:
@@ -108,7 +113,7 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     """
     if nvml is None and not driver_loaded(files, system):
         return Detection(False, NO_DRIVER)
-    session = session_for(nvml)
+    session = NvmlSession.for_module(nvml)
     found, reason = session.probe()
     if not found:
         if session.action:  # pynvml failed to import, which is tried only where the driver is loaded
@@ -161,7 +166,7 @@ class NvmlPlatform(PlatformBase):
         cuda: Any = None,
         mps_control: Runner | None = None,
     ):
-        self._session = session_for(nvml)
+        self._session = NvmlSession.for_module(nvml)
         self._runtime = RuntimeView(cuda, files, real=nvml is None)
         self._mps_control = mps_control if mps_control is not None else run_control if nvml is None else None
         self._mps_defaults: dict[int, MemoryLimit] | None = None
@@ -349,9 +354,31 @@ class NvmlPlatform(PlatformBase):
             return None
         return {pid: int(used) for pid, used in others.items() if used is not None}
 
-    def _mps_notes(self, dev: VisibleDevice) -> list[str]:
+    def _mps_servers(self, entries: dict[int, ProcessEntry]) -> list[ProcessEntry]:
         """Under MPS NVML lists the clients in its MPS list and the server (``nvidia-cuda-mps-server``, which
-        holds the clients' shared context) in the compute list only; say which PID is which."""
+        holds the clients' shared context) in the compute list only. The server is the process whose
+        ``/proc/<pid>/comm`` names it; where this PID namespace does not show a process, a compute-only entry
+        while MPS clients exist."""
+        clients = any("mps" in e.lists for e in entries.values())
+        servers = []
+        for pid, e in sorted(entries.items()):
+            try:
+                server = self._files.read_text(f"/proc/{pid}/comm").strip() == MPS_SERVER_COMM
+            except OSError:
+                server = clients and e.lists == ("compute",)
+            if server:
+                servers.append(e)
+        return servers
+
+    def _process_roles(self, device: int) -> dict[int, str]:
+        try:
+            entries = running_processes(self._session, self._table.devices()[device].handle)
+        except NvmlCallError:
+            return {}
+        return {e.pid: MPS_SERVER for e in self._mps_servers(entries)}
+
+    def _mps_notes(self, dev: VisibleDevice) -> list[str]:
+        """Which PIDs are MPS clients on this device and which the server (:meth:`_mps_servers`)."""
         try:
             entries = running_processes(self._session, dev.handle)
         except NvmlCallError:
@@ -359,7 +386,7 @@ class NvmlPlatform(PlatformBase):
         clients = sorted(pid for pid, e in entries.items() if "mps" in e.lists)
         if not clients:
             return []
-        servers = [e for pid, e in sorted(entries.items()) if e.lists == ("compute",) and self._is_mps_server(pid)]
+        servers = self._mps_servers(entries)
         own = self._driver_pids() & set(clients)
         text = f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})" + (
             ", this process among them" if own else ""
@@ -368,14 +395,6 @@ class NvmlPlatform(PlatformBase):
             held = "memory not available" if e.used is None else format_size(e.used)
             text += f"; PID {e.pid} is the MPS server ({held}, shared by its clients)"
         return [text]
-
-    def _is_mps_server(self, pid: int) -> bool:
-        """A compute-only entry while MPS clients exist is the server; ``/proc/<pid>/comm`` confirms it where
-        this PID namespace shows the process."""
-        try:
-            return self._files.read_text(f"/proc/{pid}/comm").strip() == "nvidia-cuda-mps-server"
-        except OSError:
-            return True
 
     # ---- for people ----------------------------------------------------------------------------
     def _device_name(self, device: int) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 
 from devmem.hookspecs import hookimpl
-from devmem.lazy import deferred, gated_detect
-from devmem.types import PlatformSpec
+from devmem.lazy import DriverGate
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 
 #: What /proc/self/maps shows once the CUDA runtime is loaded or initialised (NVML may load libcuda.so without
@@ -24,21 +23,24 @@ def _wddm_possible() -> bool:
     return sys.platform == "win32" or wsl_marker() is not None
 
 
+#: The nvml and cuda platforms load only where the NVIDIA driver's files are present; wsl2 only under WDDM.
+DRIVER = DriverGate(driver_loaded, NO_DRIVER, RUNTIME_MARKERS)
+WDDM = DriverGate(_wddm_possible, NOT_WSL, RUNTIME_MARKERS)
+
+
 @hookimpl
 def devmem_platforms():
-    yield PlatformSpec(
-        name="nvml",
-        priority=100,
-        detect=gated_detect(driver_loaded, NO_DRIVER, f"{NVML}:detect_nvml"),
-        factory=deferred(f"{NVML}:NvmlPlatform"),
-        runtime_markers=RUNTIME_MARKERS,
-        description="discrete NVIDIA GPUs through NVML (whole GPUs, MIG instances, containers)",
+    yield DRIVER.spec(
+        "nvml",
+        100,
+        f"{NVML}:detect_nvml",
+        f"{NVML}:NvmlPlatform",
+        "discrete NVIDIA GPUs through NVML (whole GPUs, MIG instances, containers)",
     )
-    yield PlatformSpec(
-        name="wsl2",
-        priority=150,
-        detect=gated_detect(_wddm_possible, NOT_WSL, f"{WSL2}:detect_wsl2"),
-        factory=deferred(f"{WSL2}:WslPlatform"),
-        runtime_markers=RUNTIME_MARKERS,
-        description="NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages instead of failing",
+    yield WDDM.spec(
+        "wsl2",
+        150,
+        f"{WSL2}:detect_wsl2",
+        f"{WSL2}:WslPlatform",
+        "NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages instead of failing",
     )

@@ -745,7 +745,7 @@ def mps_scenario(**kwargs: Any) -> Scenario:
     sc = h200_scenario(context=True, **kwargs)
     sc.allocate(MPS_SERVER_BYTES, pid=MPS_SERVER_PID)
     sc.process_kinds.update({sc.own_driver_pid: "M", MPS_SERVER_PID: "C"})
-    sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "nvidia-cuda-mps-server\n"
+    sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "nvidia-cuda-mps\n"  # the kernel keeps 15 characters of a command
     sc.files["/tmp/nvidia-mps/control"] = ""  # the control daemon's pipe in the default pipe directory
     return sc
 

@@ -19,7 +19,7 @@ from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKin
 from devmem.readings import checked_memory
 from devmem.types import Detection, DevmemError
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
-from devmem_nvidia.nvml_access import NvmlCallError, device_name, driver_model, read_memory, session_for
+from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_name, driver_model, read_memory
 from devmem_nvidia.visible import DeviceTable
 
 log = logging.getLogger("devmem.nvidia")
@@ -35,7 +35,7 @@ def detect_wsl2(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
         return Detection(False, NOT_WSL)
     if nvml is None and not driver_loaded(files, system):
         return Detection(False, f"{marker}, but {NO_DRIVER}")
-    session = session_for(nvml)
+    session = NvmlSession.for_module(nvml)
     found, reason = session.probe()
     if not found:
         return Detection(False, f"{marker or 'Windows'}, but {reason}")
@@ -71,7 +71,7 @@ class WslPlatform(PlatformBase):
         environ: Mapping[str, str] | None = None,
         mem_get_info: Callable[[int], tuple[int, int]] | None = None,
     ):
-        self._session = session_for(nvml)
+        self._session = NvmlSession.for_module(nvml)
         self._files = files
         self._table = DeviceTable(self._session, os.environ if environ is None else environ)
         self._mem_get_info = mem_get_info or _torch_mem_get_info

@@ -21,17 +21,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from devmem_rocm.platform import RocmPlatform, detect
     from devmem_rocm.visible import HipDevice, select_visible
 
-#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
-#: ``plugin`` module, which must stay cheap.
-_LAZY = {
-    "CARVE_OUT_MAX": "devmem_rocm.devices",
-    "NO_DRIVER": "devmem_rocm.driver",
-    "driver_loaded": "devmem_rocm.driver",
-    "RocmPlatform": "devmem_rocm.platform",
-    "detect": "devmem_rocm.platform",
-    "HipDevice": "devmem_rocm.visible",
-    "select_visible": "devmem_rocm.visible",
-}
 
 __all__ = [
     "CARVE_OUT_MAX",
@@ -44,4 +33,17 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
+#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
+#: ``plugin`` module, which must stay cheap.
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "CARVE_OUT_MAX": "devmem_rocm.devices",
+        "NO_DRIVER": "devmem_rocm.driver",
+        "driver_loaded": "devmem_rocm.driver",
+        "RocmPlatform": "devmem_rocm.platform",
+        "detect": "devmem_rocm.platform",
+        "HipDevice": "devmem_rocm.visible",
+        "select_visible": "devmem_rocm.visible",
+    },
+)

@@ -32,7 +32,7 @@ from devmem.units import format_size
 from devmem.visible import VisibleDevices
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
-from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, AmdsmiUnavailable, real_session
+from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, AmdsmiUnavailable, load_amdsmi
 from devmem_rocm.visible import select_visible
 
 log = logging.getLogger("devmem.rocm")
@@ -45,13 +45,13 @@ _UNATTRIBUTED_NOTE = 1 << 30
 
 def _session(amdsmi: Any, clock: Callable[[], float], sleep: Callable[[float], None]) -> AmdsmiSession:
     """A session on ``amdsmi`` timed by ``clock``/``sleep``; without ``amdsmi``, the process's shared session on
-    the real module, or, where a clock or sleep is given, a session of their own on that module."""
-    if amdsmi is not None:
-        return AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
-    shared = real_session()
-    if clock is time.monotonic and sleep is time.sleep:
-        return shared
-    return AmdsmiSession(shared.module, clock=clock, sleep=sleep)
+    the real module, or, where a clock or sleep is given, a session of their own on that module. Raises
+    :class:`AmdsmiUnavailable` at once where the real module cannot be imported."""
+    if amdsmi is None:
+        amdsmi = load_amdsmi()
+        if clock is time.monotonic and sleep is time.sleep:
+            return AmdsmiSession.shared()
+    return AmdsmiSession(amdsmi, clock=clock, sleep=sleep)
 
 
 def _inventory(session: AmdsmiSession, environ: Mapping[str, str]) -> tuple[list[AmdGpu], VisibleDevices[AmdGpu], str]:

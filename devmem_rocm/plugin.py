@@ -4,8 +4,7 @@ checks for the amdgpu driver's files first (:mod:`devmem_rocm.driver`), and only
 from __future__ import annotations
 
 from devmem.hookspecs import hookimpl
-from devmem.lazy import deferred, gated_detect
-from devmem.types import PlatformSpec
+from devmem.lazy import DriverGate
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 
 PLATFORM = "devmem_rocm.platform"
@@ -16,11 +15,10 @@ RUNTIME_MARKERS = ("libamdhip64", "libhsa-runtime64", "/dev/kfd")
 
 @hookimpl
 def devmem_platforms():
-    yield PlatformSpec(
-        name="rocm",
-        priority=100,
-        detect=gated_detect(driver_loaded, NO_DRIVER, f"{PLATFORM}:detect"),
-        factory=deferred(f"{PLATFORM}:RocmPlatform"),
-        runtime_markers=RUNTIME_MARKERS,
-        description="discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi; APUs are left to uma",
+    yield DriverGate(driver_loaded, NO_DRIVER, RUNTIME_MARKERS).spec(
+        "rocm",
+        100,
+        f"{PLATFORM}:detect",
+        f"{PLATFORM}:RocmPlatform",
+        "discrete AMD GPUs (MI200, MI300X, Radeon) through amdsmi; APUs are left to uma",
     )

@@ -8,10 +8,10 @@ imports it once per process with ``sys.stdout``/``sys.stderr`` captured and turn
 by Python, so capturing ``sys.stdout`` is enough; redirecting file descriptor 1 would also swallow what
 other threads of an engine write meanwhile.
 
-:class:`AmdsmiSession` wraps one amdsmi module (the real one or ``devmem_rocm.testing.ScriptedAmdsmi``):
-``amdsmi_init`` runs once, under a lock, on first use; every call is serialised; amdsmi's exceptions
-become :class:`AmdsmiCallError`; live sessions are shut down at interpreter exit. The real module has
-one shared session (:func:`real_session`).
+:class:`AmdsmiSession`, devmem's :class:`~devmem.sessions.VendorSession` for amdsmi, wraps one amdsmi module
+(the real one or ``devmem_rocm.testing.ScriptedAmdsmi``): ``amdsmi_init`` runs once, under a lock, on first use;
+every call is serialised; amdsmi's exceptions become :class:`AmdsmiCallError`; live sessions are shut down at
+interpreter exit. The real module has one shared session (``AmdsmiSession.shared()``).
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ import contextlib
 import importlib
 import io
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from devmem.sessions import track
+from devmem.sessions import LibraryUnavailable, VendorSession
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.rocm")
@@ -45,13 +44,9 @@ ACTIONS = {
 }
 
 
-class AmdsmiUnavailable(DevmemError):
+class AmdsmiUnavailable(LibraryUnavailable):
     """amdsmi cannot be imported or initialised; the message is the reason, for people, and ``action`` what to
     do about it where that is known (see :data:`ACTIONS`)."""
-
-    def __init__(self, reason: str, action: str = ""):
-        super().__init__(reason)
-        self.action = action
 
 
 class AmdsmiCallError(DevmemError):
@@ -118,101 +113,65 @@ def load_amdsmi() -> ModuleType:
 
 
 # ---- sessions ------------------------------------------------------------------------------------
-class AmdsmiSession:
-    """One amdsmi module: initialised once (thread-safe) on first use, calls serialised, shut down at exit.
+class AmdsmiSession(VendorSession):
+    """The amdsmi library (a :class:`~devmem.sessions.VendorSession`): ``module`` is amdsmi or a scripted one
+    (``None``: the real one, imported silently on first use); calls are serialised (amdsmi is not thread-safe).
 
     ``clock`` and ``sleep`` time :meth:`settle`; tests pass a scripted clock.
     """
 
+    init_function = "amdsmi_init"
+    shutdown_function = "amdsmi_shut_down"
+    unavailable = AmdsmiUnavailable
+    serialise_calls = True
+
     def __init__(
-        self, module: Any, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+        self,
+        module: Any = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ):
-        self.module = module
+        super().__init__(module)
         self._clock, self._sleep = clock, sleep
-        self._lock = threading.RLock()
         self._initialised_at: float | None = None
-        track(self)
 
-    @property
-    def initialised(self) -> bool:
-        return self._initialised_at is not None
+    def load_library(self) -> Any:
+        return load_amdsmi()
 
-    def _ensure(self) -> float:
-        if self._initialised_at is None:
-            flags = getattr(self.module, "AmdSmiInitFlags", None)
-            try:
-                if flags is not None:
-                    self.module.amdsmi_init(flags.INIT_AMD_GPUS)
-                else:
-                    self.module.amdsmi_init()
-            except Exception as exc:  # AmdSmiLibraryException, or OSError from a broken library
-                raise AmdsmiUnavailable(f"amdsmi_init failed: {describe(exc)[1]}") from exc
-            self._initialised_at = self._clock()
-        return self._initialised_at
+    def init_args(self, module: Any) -> tuple[Any, ...]:
+        """GPUs only (``AmdSmiInitFlags.INIT_AMD_GPUS``) where this amdsmi has the flags."""
+        flags = getattr(module, "AmdSmiInitFlags", None)
+        return () if flags is None else (flags.INIT_AMD_GPUS,)
 
-    def has(self, name: str) -> bool:
-        """Whether this amdsmi has the function ``name`` (older packages lack some)."""
-        return callable(getattr(self.module, name, None))
+    def start(self, module: Any) -> None:
+        super().start(module)
+        self._initialised_at = self._clock()
 
-    def call(self, name: str, *args: Any) -> Any:
-        """``amdsmi.<name>(*args)`` after init; any exception amdsmi raises becomes :class:`AmdsmiCallError`."""
-        fn = getattr(self.module, name, None)
-        if not callable(fn):
-            raise AmdsmiCallError(name, "missing", "this amdsmi has no such function")
-        with self._lock:
-            self._ensure()
-            try:
-                return fn(*args)
-            except Exception as exc:  # the vendor boundary: nothing raw escapes
-                status, detail, code = describe(exc)
-                raise AmdsmiCallError(name, status, detail, code) from exc
+    def stop(self, module: Any) -> None:
+        self._initialised_at = None
+        super().stop(module)
+
+    def describe_error(self, exc: BaseException) -> str:
+        return describe(exc)[1]
+
+    def call_error(self, name: str, exc: BaseException) -> AmdsmiCallError:
+        status, detail, code = describe(exc)
+        return AmdsmiCallError(name, status, detail, code)
+
+    def missing_function(self, name: str) -> AmdsmiCallError:
+        return AmdsmiCallError(name, "missing", "this amdsmi has no such function")
 
     def settle(self, seconds: float) -> None:
         """Wait until ``seconds`` have passed since ``amdsmi_init`` (at once if they already have)."""
         with self._lock:
-            since = self._ensure()
+            self.initialise()
+            since = self._initialised_at
+        assert since is not None
         wait = since + seconds - self._clock()
         if wait > 0:
             log.debug("devmem: waiting %.2f s for amdsmi's process figures to become valid", wait)
             self._sleep(wait)
-
-    def renew_locks(self) -> None:
-        """A fresh lock (in a forked child, where another thread may have held this one at the fork)."""
-        self._lock = threading.RLock()
-
-    def shutdown(self) -> None:
-        """``amdsmi_shut_down`` if this session initialised amdsmi; the next call initialises it again."""
-        with self._lock:
-            if self._initialised_at is None:
-                return
-            self._initialised_at = None
-            try:
-                self.module.amdsmi_shut_down()
-            except Exception as exc:
-                log.debug("devmem: amdsmi_shut_down failed: %s", describe(exc)[1])
-
-
-_real_lock = threading.Lock()
-
-
-def _renew_real_lock() -> None:
-    global _real_lock
-    _real_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_real_lock)
-_real: AmdsmiSession | None = None
-
-
-def real_session() -> AmdsmiSession:
-    """The process's session on the real amdsmi; raises :class:`AmdsmiUnavailable` where it cannot load."""
-    global _real
-    module = load_amdsmi()
-    with _real_lock:
-        if _real is None:
-            _real = AmdsmiSession(module)
-        return _real
 
 
 __all__ = [
@@ -226,5 +185,4 @@ __all__ = [
     "describe",
     "import_silently",
     "load_amdsmi",
-    "real_session",
 ]

@@ -13,17 +13,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from devmem_uma.plugin import detect_uma
     from devmem_uma.survey import Survey
 
-#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
-#: ``plugin`` module, which must stay cheap. ``devmem_uma.survey`` is the module (its function is
-#: ``devmem_uma.survey.survey``).
-_LAZY = {
-    "AmdCard": "devmem_uma.amd",
-    "ApuMemory": "devmem_uma.amd",
-    "amd_cards": "devmem_uma.amd",
-    "UmaPlatform": "devmem_uma.platform",
-    "detect_uma": "devmem_uma.plugin",
-    "Survey": "devmem_uma.survey",
-}
 
 __all__ = [
     "AmdCard",
@@ -35,4 +24,17 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
+#: Public names, imported from their modules on first use (PEP 562): the entry point loads this package's
+#: ``plugin`` module, which must stay cheap. ``devmem_uma.survey`` is the module (its function is
+#: ``devmem_uma.survey.survey``).
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "AmdCard": "devmem_uma.amd",
+        "ApuMemory": "devmem_uma.amd",
+        "amd_cards": "devmem_uma.amd",
+        "UmaPlatform": "devmem_uma.platform",
+        "detect_uma": "devmem_uma.plugin",
+        "Survey": "devmem_uma.survey",
+    },
+)

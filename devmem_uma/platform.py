@@ -87,7 +87,9 @@ class UmaPlatform(PlatformBase):
         return found
 
     def _probe(self) -> Survey:
-        found = survey(self._files, devmem_nvidia.session_for(self._nvml), self._environ, self._cuda_integrated)
+        found = survey(
+            self._files, devmem_nvidia.NvmlSession.for_module(self._nvml), self._environ, self._cuda_integrated
+        )
         if found.vendor == "nvidia":
             if found.nvidia_integrated:
                 self._devices_seen = [

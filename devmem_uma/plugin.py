@@ -33,7 +33,7 @@ def detect_uma(*, nvml: Any = None, files: Files = REAL_FILES, environ: Mapping[
         )
     from devmem_uma.survey import survey
 
-    session = devmem_nvidia.session_for(nvml) if nvml_usable else None
+    session = devmem_nvidia.NvmlSession.for_module(nvml) if nvml_usable else None
     return survey(files, session, os.environ if environ is None else environ).detection()
 
 

@@ -29,7 +29,8 @@ log = logging.getLogger("devmem.uma")
 
 @dataclass(frozen=True)
 class NvidiaGpu:
-    """A CUDA-visible NVIDIA device, its name, and whether its memory is the host's (and how we know)."""
+    """A CUDA-visible NVIDIA device (``index`` in CUDA's order, NVML's ``device``), its name, and whether its
+    memory is the host's (``integrated``) with how we know (``evidence``, for people)."""
 
     index: int
     device: VisibleDevice

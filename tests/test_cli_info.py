@@ -69,7 +69,7 @@ def test_info_json_lists_processes_with_exact_bytes(capsys, machine, sleepers):
     processes = {p["pid"]: p for p in json.loads(out)["devices"][0]["processes"]}
     assert code == 0
     assert processes[sleepers[0]]["used"] == 2 * GiB and processes[sleepers[1]]["used"] == 3 * GiB
-    assert processes[sleepers[0]]["user"] == getpass.getuser() and processes[sleepers[0]]["mps_server"] is False
+    assert processes[sleepers[0]]["user"] == getpass.getuser() and processes[sleepers[0]]["role"] is None
 
 
 def test_info_lists_processes_largest_first(capsys, machine, sleepers):
@@ -91,7 +91,7 @@ def test_info_shows_a_dash_for_a_pid_this_namespace_cannot_see(capsys):
         "user": None,
         "command": None,
         "namespace_pid": None,
-        "mps_server": False,
+        "role": None,
     }
 
 
@@ -111,13 +111,15 @@ def test_info_marks_an_mps_server(capsys, tmp_path):
         sc = h200_scenario()
         sc.allocate(32 * MiB, pid=proc.pid)
         time.sleep(0.2)  # let exec finish, so /proc shows the server's name
+        with open(f"/proc/{proc.pid}/comm") as comm:  # the platform reads the process's name from its /proc
+            sc.files[f"/proc/{proc.pid}/comm"] = comm.read()
         _, out = info(capsys, platform=scripted_platform(sc))
         data = json.loads(info(capsys, "--json", platform=scripted_platform(sc))[1])
     finally:
         proc.kill()
         proc.wait()
     assert "[MPS server]" in next(line for line in out.splitlines() if line.split()[:1] == [str(proc.pid)])
-    assert data["devices"][0]["processes"][0]["mps_server"] is True
+    assert data["devices"][0]["processes"][0]["role"] == "MPS server"
 
 
 def test_info_on_a_gpu_without_a_context_prints_no_this_process_line(capsys):

@@ -22,7 +22,7 @@ from devmem.host import REAL_FILES
 from devmem.profiling import MemorySnapshot, memory_profiling
 from devmem.testing import PlatformConformance, TorchFixtures
 from devmem.testing.allocations import allocate_torch_in_subprocess
-from devmem_nvidia import CudaDriverAllocator, NvmlPlatform, session_for
+from devmem_nvidia import CudaDriverAllocator, NvmlPlatform, NvmlSession
 from devmem_nvidia.nvml_access import device_minor, running_processes
 from devmem_nvidia.pidns import learn_driver_pid, maps_nvidia_device
 
@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - torch is a test dependency
 def _why_not() -> str | None:
     if torch is None or not torch.cuda.is_available():
         return "needs torch with a CUDA device"
-    ok, why = session_for().probe()
+    ok, why = NvmlSession.shared().probe()
     return None if ok else f"needs NVML: {why}"
 
 
@@ -145,7 +145,7 @@ def test_process_without_a_context_holds_nothing():
 
 def test_context_maps_its_nvidia_device(platform):
     dev = platform.visible_device(0)
-    minor = device_minor(session_for(), dev.parent_handle if dev.mig else dev.handle)
+    minor = device_minor(NvmlSession.shared(), dev.parent_handle if dev.mig else dev.handle)
     maps = REAL_FILES.read_text("/proc/self/maps")
     nvidia_lines = [line for line in maps.splitlines() if "/dev/nvidia" in line]
     RESULTS["maps"] = {"minor": minor, "nvidia_lines": nvidia_lines[:12]}
@@ -156,7 +156,7 @@ def test_driver_pid_is_learned_as_this_process(platform):
     handle = platform.visible_device(0).handle
 
     def usage():
-        return {pid: e.used for pid, e in running_processes(session_for(), handle).items()}
+        return {pid: e.used for pid, e in running_processes(NvmlSession.shared(), handle).items()}
 
     pid, how = learn_driver_pid(usage, CudaDriverAllocator(), 0)
     RESULTS["learned_pid"] = {"learned": pid, "how": how, "own": os.getpid()}

@@ -15,7 +15,6 @@ from devmem_nvidia.nvml_access import (
     normalise_bus_id,
     read_memory,
     running_processes,
-    session_for,
 )
 from devmem_nvidia.testing import H200_CONTEXT, ScriptedNvml, h200_scenario
 
@@ -50,12 +49,12 @@ def test_nvml_errors_become_devmem_errors_with_the_error_name():
 
 
 def test_shared_session_is_one_per_process():
-    assert session_for() is session_for()
+    assert NvmlSession.shared() is NvmlSession.shared()
 
 
 def test_injected_module_gets_its_own_session():
     nvml = ScriptedNvml(h200_scenario())
-    assert session_for(nvml) is not session_for(nvml)
+    assert NvmlSession.for_module(nvml) is not NvmlSession.for_module(nvml)
 
 
 def test_shutdown_undoes_the_initialisation():

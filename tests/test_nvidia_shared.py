@@ -229,6 +229,35 @@ def test_compute_process_that_is_not_the_server_is_not_called_one():
     assert not any("MPS server" in n for n in scripted_platform(sc).notes(0))
 
 
+def test_mps_server_has_the_mps_server_role():
+    assert scripted_platform(mps_scenario()).process_roles(0) == {MPS_SERVER_PID: "MPS server"}
+
+
+def test_mps_server_hidden_by_the_pid_namespace_is_the_compute_only_entry_beside_clients():
+    sc = mps_scenario()
+    del sc.files[f"/proc/{MPS_SERVER_PID}/comm"]
+    assert scripted_platform(sc).process_roles(0) == {MPS_SERVER_PID: "MPS server"}
+
+
+def test_compute_process_that_is_not_the_server_has_no_role():
+    sc = mps_scenario()
+    sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "python3\n"
+    assert scripted_platform(sc).process_roles(0) == {}
+
+
+def test_process_the_kernel_names_the_mps_server_has_its_role_without_clients():
+    sc = h200_scenario()
+    sc.allocate(32 * MiB, pid=4242)
+    sc.files["/proc/4242/comm"] = "nvidia-cuda-mps\n"  # nvidia-cuda-mps-server, cut to 15 characters
+    assert scripted_platform(sc).process_roles(0) == {4242: "MPS server"}
+
+
+def test_hidden_compute_process_without_mps_clients_has_no_role():
+    sc = h200_scenario()
+    sc.allocate(32 * MiB, pid=4242)
+    assert scripted_platform(sc).process_roles(0) == {}
+
+
 def test_no_mps_note_without_clients():
     assert not any(n.startswith("MPS:") for n in scripted_platform(h200_scenario(context=True)).notes(0))
 

@@ -14,7 +14,7 @@ import pytest
 from plugin_dists import memory_dist, platform_dist, write_dist
 
 import devmem
-from devmem.lazy import deferred, gated_detect
+from devmem.lazy import DriverGate, deferred, gated_detect
 from devmem.types import MiB
 
 
@@ -509,6 +509,27 @@ def test_deferred_factory_imports_its_target_only_when_called(site):
     factory = deferred("devmem_deferred_target:Built")
     assert "devmem_deferred_target" not in sys.modules
     assert type(factory()).__name__ == "Built"
+
+
+def test_a_platform_behind_a_driver_gate_imports_nothing_while_the_driver_is_absent():
+    gate = DriverGate(lambda: False, "no acme driver", ("libacme",))
+    spec = gate.spec("acme", 70, "devmem_no_such_module:probe", "devmem_no_such_module:Acme", "ACME cards")
+    assert (spec.name, spec.priority, spec.description, spec.runtime_markers) == (
+        "acme",
+        70,
+        "ACME cards",
+        ("libacme",),
+    )
+    assert spec.detect() == devmem.Detection(False, "no acme driver")
+
+
+def test_a_platform_behind_a_driver_gate_asks_its_probe_and_builds_where_the_driver_is_present(site):
+    (site / "devmem_gated_acme.py").write_text(
+        "import devmem\ndef probe():\n    return devmem.Detection(True, 'card')\nclass Acme:\n    pass\n"
+    )
+    spec = DriverGate(lambda: True, "absent").spec("acme", 70, "devmem_gated_acme:probe", "devmem_gated_acme:Acme", "")
+    assert spec.detect() == devmem.Detection(True, "card")
+    assert type(spec.factory()).__name__ == "Acme"
 
 
 def test_plugin_marked_with_pluggys_own_marker_is_a_devmem_plugin(site, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from devmem.testing import Scenario, ScriptedDevice
 from devmem.types import GiB
-from devmem_nvidia import session_for
+from devmem_nvidia import NvmlSession
 from devmem_nvidia.plugin import devmem_platforms as nvidia_platforms
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 from devmem_rocm.plugin import devmem_platforms as rocm_platforms
@@ -71,7 +71,7 @@ def test_a_discrete_radeon_beside_an_apu_is_not_claimed():
 
 def test_the_cuda_integrated_attribute_wins_over_nvmls_answer():
     sc = gb10_scenario()
-    found = survey(sc.fs, session_for(ScriptedNvml(sc)), sc.environ, integrated_attr=lambda device: False)
+    found = survey(sc.fs, NvmlSession(ScriptedNvml(sc)), sc.environ, integrated_attr=lambda device: False)
     assert not found.detection().detected
 
 

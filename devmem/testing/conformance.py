@@ -69,7 +69,14 @@ METHODS = (
     "pages_instead_of_failing",
 )
 #: Members that explain a device to people; PlatformBase gives each a neutral answer.
-EXPLAINING = ("device_name", "process_memory_reason", "other_processes_memory", "memory_sources", "notes")
+EXPLAINING = (
+    "device_name",
+    "process_memory_reason",
+    "other_processes_memory",
+    "process_roles",
+    "memory_sources",
+    "notes",
+)
 BAD_INDICES = {"minus-one": -1, "count": "count", "string": "0", "float": 1.0, "bool": True}
 #: A device smaller than this is taken as figures in KiB or MiB instead of bytes.
 SMALLEST_PLAUSIBLE_TOTAL = 64 * MiB
@@ -381,6 +388,9 @@ class PlatformConformance:
             "process_memory_reason": lambda v: v is None or isinstance(v, str),
             "other_processes_memory": lambda v: (
                 v is None or (isinstance(v, dict) and all(_is_int(k) and _is_int(b) for k, b in v.items()))
+            ),
+            "process_roles": lambda v: (
+                isinstance(v, dict) and all(_is_int(k) and isinstance(r, str) and r for k, r in v.items())
             ),
             "memory_sources": lambda v: (
                 isinstance(v, dict) and all(isinstance(k, str) and isinstance(s, str) for k, s in v.items())

@@ -7,7 +7,8 @@ raised as :class:`CudaCallError` (a :class:`~devmem.DevmemError`) with the drive
 It never creates a CUDA context: free memory is asked (``cuMemGetInfo_v2``) only where this process's primary
 context on the device is already active (``cuDevicePrimaryCtxGetState``), by retaining that context, making
 it current for the one call and releasing it. ``cuInit`` does initialise the driver in this process, as any
-CUDA program's first call does: a process that forks workers afterwards should start them with ``spawn``.
+CUDA program's first call does (under MPS it also connects the process to the MPS server as a client): a
+process that forks workers afterwards should start them with ``spawn``.
 """
 
 from __future__ import annotations

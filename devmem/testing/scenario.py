@@ -37,7 +37,7 @@ class ScriptedDriver:
     its devices' ``driver_type`` says which kinds the machine has.
     """
 
-    #: Names of the vendor libraries installed with this driver (a scripted library refuses to load without its own).
+    #: Names of the vendor libraries installed with this driver (a scripted library can refuse to load without its own).
     libraries: set[str] = field(default_factory=set)
 
     def files(self, scenario: Scenario) -> dict[str, str]:
@@ -84,7 +84,6 @@ class ScriptedDevice:
 
 
 Driver = TypeVar("Driver", bound=ScriptedDriver)
-Device = TypeVar("Device", bound=ScriptedDevice)
 
 
 class ScriptedLibrary:

@@ -1,5 +1,7 @@
 """A scripted ``pynvml``: the same function names, constants, error classes and result attributes as
-nvidia-ml-py, answering from a :class:`~devmem.testing.Scenario`.
+nvidia-ml-py, answering from a :class:`~devmem.testing.Scenario`; and NVIDIA's parts of a scenario: the
+device (:class:`ScriptedNvidiaGpu`) and the driver (:class:`ScriptedNvidiaDriver`), the CUDA driver library
+(:class:`ScriptedLibcuda`) and presets from real readings.
 
 Inject it where a backend takes its NVML module (``NvmlPlatform(nvml=ScriptedNvml(sc))``). It mirrors
 nvidia-ml-py 13.x (checked against its source):
@@ -19,7 +21,7 @@ nvidia-ml-py 13.x (checked against its source):
 - a failure key ``"<name or glob>@<uuid>"`` fails the memory-info calls only for the device with that UUID
   (``"nvmlDeviceGetMemoryInfo*@GPU-..."``: a MIG container, where the parent GPU is denied and its instances
   are readable; see :func:`mig_container_scenario`).
-- integrated parts (``ScriptedDevice.integrated``, e.g. GB10) raise ``NotSupported`` from memory info,
+- integrated parts (``ScriptedNvidiaGpu.integrated``, e.g. GB10) raise ``NotSupported`` from memory info,
   as the GB10's driver does.
 
 ``calls`` counts every call by name, so tests can pin down how often NVML is asked.
@@ -31,17 +33,89 @@ import ctypes
 import fnmatch
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from devmem.testing.scenario import (
-    H200_RESERVED,
-    H200_TOTAL,
-    Scenario,
-    ScriptedDevice,
-    ScriptedLibrary,
-)
+from devmem.testing.scenario import Scenario, ScriptedDevice, ScriptedDriver, ScriptedLibrary
 from devmem.types import GiB, MiB
+
+#: Readings of an H200 (driver 580.159.04) with no process on it.
+H200_TOTAL = 150754820096
+H200_RESERVED = 644939776
+H200_DRIVER = "580.159.04"
+
+
+@dataclass
+class ScriptedNvidiaDriver(ScriptedDriver):
+    """The NVIDIA driver on a scripted machine.
+
+    - ``version``: what ``nvmlSystemGetDriverVersion`` and ``/proc/driver/nvidia/version`` say.
+    - ``wddm``: Windows display driver model (native Windows or WSL2): no per-process figures, no
+      ``/proc/driver/nvidia``.
+    - ``libraries``: ``"nvml"`` (libnvidia-ml) and ``"cuda"`` (libcuda) where installed.
+    - ``process_kinds``: PID -> kind of device context, as nvidia-smi's Type column: ``"C"`` (default), ``"G"``,
+      ``"C+G"``, or ``"M"`` (an MPS client).
+
+    Its files: ``/proc/driver/nvidia/version`` (outside WDDM, with an NVIDIA device present), and in
+    ``/proc/self/maps`` libcuda and ``/dev/nvidia<minor>`` for each NVIDIA device (minor = its position among
+    them) where this process holds memory.
+    """
+
+    version: str = H200_DRIVER
+    wddm: bool = False
+    libraries: set[str] = field(default_factory=lambda: {"nvml", "cuda"})
+    process_kinds: dict[int, str] = field(default_factory=dict)
+
+    def files(self, scenario: Scenario) -> dict[str, str]:
+        if self.wddm or not scenario.indices(ScriptedNvidiaGpu):
+            return {}
+        return {"/proc/driver/nvidia/version": f"NVRM version: NVIDIA UNIX Open Kernel Module  {self.version}\n"}
+
+    def mapped(self, scenario: Scenario) -> list[str]:
+        pid = scenario.own_driver_pid
+        held = [
+            minor
+            for minor, i in enumerate(scenario.indices(ScriptedNvidiaGpu))
+            if scenario.held(i) or any(m.processes.get(pid) for m in _gpu(scenario, i).mig)
+        ]
+        if not held:
+            return []
+        lines = [
+            f"7f1c40000000-7f1c40200000 r-xp 00000000 08:01 2048 /usr/lib/x86_64-linux-gnu/libcuda.so.{self.version}",
+            "7f1c50000000-7f1c50001000 rw-s 00000000 00:05 512 /dev/nvidiactl",
+        ]
+        return lines + [
+            f"7f1c6{minor}000000-7f1c6{minor}001000 rw-s 00000000 00:05 {600 + minor} /dev/nvidia{minor}"
+            for minor in held
+        ]
+
+
+@dataclass(kw_only=True)
+class ScriptedNvidiaGpu(ScriptedDevice):
+    """An NVIDIA GPU (an H200 unless told otherwise): ``total`` is NVML v1 ``total``, ``reserved`` NVML v2
+    ``reserved``; the runtime's ``mem_get_info`` is ``cudaMemGetInfo``."""
+
+    driver_type = ScriptedNvidiaDriver
+    runtime_call = "cudaMemGetInfo"
+
+    name: str = "NVIDIA H200"
+    total: int = H200_TOTAL
+    reserved: int = H200_RESERVED
+    uuid: str = "GPU-5d4e3c2b-1a09-4f8e-9d7c-6b5a4f3e2d1c"
+    pci_bus_id: str = "00000000:19:00.0"
+    compute_capability: tuple[int, int] = (9, 0)
+    #: MIG instances carved out of this device (each a ScriptedNvidiaGpu with a ``MIG-`` uuid).
+    mig: list[ScriptedNvidiaGpu] = field(default_factory=list)
+    #: MIG instances only: PID -> bytes the driver attributes to it inside this instance.
+    processes: dict[int, int] = field(default_factory=dict)
+
+
+def _gpu(scenario: Scenario, index: int) -> ScriptedNvidiaGpu:
+    dev = scenario.devices[index]
+    if not isinstance(dev, ScriptedNvidiaGpu):
+        raise TypeError(f"scenario device {index} is a {type(dev).__name__}, not a ScriptedNvidiaGpu")
+    return dev
+
 
 # ---- constants, as nvidia-ml-py defines them -------------------------------------------------------
 NVML_SUCCESS = 0
@@ -233,18 +307,22 @@ class ScriptedNvml(ScriptedLibrary):
             raise self.error(self.NOT_INITIALISED)
 
     def _nvidia(self) -> list[int]:
-        return [i for i, d in enumerate(self.scenario.devices) if d.vendor == "nvidia"]
+        return self.scenario.indices(ScriptedNvidiaGpu)
 
-    def _device(self, handle: Any) -> ScriptedDevice:
+    @property
+    def _driver(self) -> ScriptedNvidiaDriver:
+        return self.scenario.driver(ScriptedNvidiaDriver)
+
+    def _device(self, handle: Any) -> ScriptedNvidiaGpu:
         if not isinstance(handle, ScriptedHandle):
             raise nvml_error("InvalidArgument")
-        dev = self.scenario.devices[handle.device]
+        dev = _gpu(self.scenario, handle.device)
         return dev if handle.mig is None else dev.mig[handle.mig]
 
     def _usage(self, handle: ScriptedHandle) -> dict[int, int]:
         if handle.mig is None:
             return self.scenario.processes(handle.device)
-        instance = self.scenario.devices[handle.device].mig[handle.mig]
+        instance = _gpu(self.scenario, handle.device).mig[handle.mig]
         return {pid: used for pid, used in instance.processes.items() if used}
 
     def _used(self, handle: ScriptedHandle) -> int:
@@ -260,7 +338,7 @@ class ScriptedNvml(ScriptedLibrary):
 
     def nvmlInitWithFlags(self, flags: int) -> None:
         self._enter("nvmlInit", needs_init=False)
-        if "nvml" not in self.scenario.libraries:
+        if "nvml" not in self._driver.libraries:
             raise nvml_error("LibraryNotFound")
         if not self._nvidia():
             raise nvml_error("DriverNotLoaded")
@@ -272,7 +350,7 @@ class ScriptedNvml(ScriptedLibrary):
 
     def nvmlSystemGetDriverVersion(self) -> str:
         self._enter("nvmlSystemGetDriverVersion")
-        return self.scenario.driver_version
+        return self._driver.version
 
     # ---- handles -------------------------------------------------------------------------------
     def nvmlDeviceGetCount(self) -> int:
@@ -290,7 +368,7 @@ class ScriptedNvml(ScriptedLibrary):
         out = []
         for i in self._nvidia():
             out.append(ScriptedHandle(i))
-            out.extend(ScriptedHandle(i, m) for m in range(len(self.scenario.devices[i].mig)))
+            out.extend(ScriptedHandle(i, m) for m in range(len(_gpu(self.scenario, i).mig)))
         return out
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> ScriptedHandle:
@@ -335,7 +413,7 @@ class ScriptedNvml(ScriptedLibrary):
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: ScriptedHandle) -> tuple[int, int]:
         self._enter("nvmlDeviceGetCudaComputeCapability")
-        major, minor = self.scenario.devices[handle.device].compute_capability
+        major, minor = _gpu(self.scenario, handle.device).compute_capability
         return major, minor
 
     # ---- memory --------------------------------------------------------------------------------
@@ -356,7 +434,7 @@ class ScriptedNvml(ScriptedLibrary):
         self._enter(name)
         self._device(handle)
         sentinel = None if self.convert_not_available else NVML_VALUE_NOT_AVAILABLE_ulonglong.value
-        kinds = self.scenario.process_kinds
+        kinds = self._driver.process_kinds
         out = []
         for pid, used in sorted(self._usage(handle).items()):
             if kind not in kinds.get(pid, "C").split("+"):
@@ -365,7 +443,7 @@ class ScriptedNvml(ScriptedLibrary):
             out.append(
                 nvmlFriendlyObject(
                     pid=pid,
-                    usedGpuMemory=sentinel if self.scenario.wddm else used,
+                    usedGpuMemory=sentinel if self._driver.wddm else used,
                     gpuInstanceId=gi,
                     computeInstanceId=ci,
                 )
@@ -417,7 +495,7 @@ class ScriptedNvml(ScriptedLibrary):
     def nvmlDeviceGetDriverModel_v2(self, handle: ScriptedHandle) -> list[int]:
         self._enter("nvmlDeviceGetDriverModel_v2")
         self._device(handle)
-        if not self.scenario.wddm:
+        if not self._driver.wddm:
             raise nvml_error("NotSupported")  # Linux drivers have no driver model
         return [NVML_DRIVER_WDDM, NVML_DRIVER_WDDM]
 
@@ -509,7 +587,7 @@ class ScriptedLibcuda:
     """The CUDA driver library (``libcuda``) answering from ``scenario``, called as devmem calls the real one
     through ctypes: each function returns a ``CUresult`` and writes its results through ``ctypes.byref``.
 
-    Devices are the scenario's NVIDIA devices, after integer entries of ``CUDA_VISIBLE_DEVICES`` in
+    Devices are the scenario's NVIDIA GPUs, after integer entries of ``CUDA_VISIBLE_DEVICES`` in
     ``scenario.environ``. This process's primary context on a device is active while it holds memory there.
     ``Scenario.failures`` maps a function name to a ``CUresult`` name (``"CUDA_ERROR_UNKNOWN"``). ``contexts_created``
     counts primary contexts a caller brought into being (retaining one that was not active). ``mps_limits`` and
@@ -557,7 +635,7 @@ class ScriptedLibcuda:
         return 0
 
     def _ordinals(self) -> list[int]:
-        nvidia = [i for i, d in enumerate(self.scenario.devices) if d.vendor == "nvidia"]
+        nvidia = self.scenario.indices(ScriptedNvidiaGpu)
         raw = self.scenario.environ.get("CUDA_VISIBLE_DEVICES")
         if raw is None:
             return nvidia
@@ -569,11 +647,11 @@ class ScriptedLibcuda:
         return out
 
     def _active(self, dev: int) -> bool:
-        return bool(self.scenario.usage.get(self.scenario.own_driver_pid, {}).get(dev))
+        return bool(self.scenario.held(dev))
 
     def cuInit(self, flags: int) -> int:
         code = self._enter("cuInit")
-        if code == 0 and "cuda" not in self.scenario.libraries:
+        if code == 0 and "cuda" not in self.scenario.driver(ScriptedNvidiaDriver).libraries:
             code = self.CODES["CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"]
         if code == 0 and not self._ordinals():
             code = self.CODES["CUDA_ERROR_NO_DEVICE"]
@@ -702,7 +780,7 @@ H200_RUNTIME_TOTAL = H200_TOTAL - H200_RESERVED
 def h200_scenario(*, context: bool = False, **kwargs: Any) -> Scenario:
     """One H200 as recorded (driver 580.159.04): v1 total 150754820096, free 150109880320, used 644939776;
     v2 used 0, reserved 644939776. ``context=True`` adds this process's CUDA context (545259520 bytes)."""
-    sc = Scenario(devices=[ScriptedDevice()], **kwargs)
+    sc = Scenario(devices=[ScriptedNvidiaGpu()], **kwargs)
     if context:
         sc.allocate(H200_CONTEXT)
     return sc
@@ -714,16 +792,16 @@ def mig_scenario(**kwargs: Any) -> Scenario:
     Instance sizes follow NVIDIA's H200 MIG profile names (not a recorded reading); the parent GPU is the
     recorded H200. Per-instance usage lives in each instance's ``processes``.
     """
-    parent = ScriptedDevice()
+    parent = ScriptedNvidiaGpu()
     parent.mig = [
-        ScriptedDevice(
+        ScriptedNvidiaGpu(
             name="NVIDIA H200 MIG 3g.71gb",
             total=71 * GiB,
             reserved=0,
             uuid="MIG-8f2c1a3e-4b5d-5e6f-8a9b-0c1d2e3f4a5b",
             pci_bus_id=parent.pci_bus_id,
         ),
-        ScriptedDevice(
+        ScriptedNvidiaGpu(
             name="NVIDIA H200 MIG 1g.18gb",
             total=18 * GiB - 512 * MiB,
             reserved=0,
@@ -744,7 +822,7 @@ def mps_scenario(**kwargs: Any) -> Scenario:
     "M+C"), the server ``nvidia-cuda-mps-server`` is in the compute list only with 69 MiB (as measured)."""
     sc = h200_scenario(context=True, **kwargs)
     sc.allocate(MPS_SERVER_BYTES, pid=MPS_SERVER_PID)
-    sc.process_kinds.update({sc.own_driver_pid: "M", MPS_SERVER_PID: "C"})
+    sc.driver(ScriptedNvidiaDriver).process_kinds.update({sc.own_driver_pid: "M", MPS_SERVER_PID: "C"})
     sc.files[f"/proc/{MPS_SERVER_PID}/comm"] = "nvidia-cuda-mps\n"  # the kernel keeps 15 characters of a command
     sc.files["/tmp/nvidia-mps/control"] = ""  # the control daemon's pipe in the default pipe directory
     return sc
@@ -787,9 +865,10 @@ def wsl2_scenario(**kwargs: Any) -> Scenario:
     The 24 GiB figure is the card's nominal size, not a recorded reading; what matters here is the shape
     of NVML's answers under WDDM (no per-process figures).
     """
+    kwargs.setdefault("drivers", [ScriptedNvidiaDriver(wddm=True)])
     sc = Scenario(
         devices=[
-            ScriptedDevice(
+            ScriptedNvidiaGpu(
                 name="NVIDIA GeForce RTX 4090",
                 total=24 * GiB,
                 reserved=0,
@@ -798,7 +877,6 @@ def wsl2_scenario(**kwargs: Any) -> Scenario:
                 compute_capability=(8, 9),
             )
         ],
-        wddm=True,
         **kwargs,
     )
     sc.files.setdefault("/dev/dxg", "")
@@ -823,13 +901,18 @@ __all__ = [
     "H200_CHILD_1GIB",
     "H200_CONTEXT",
     "H200_CONTEXT_PLUS_512MIB",
+    "H200_DRIVER",
+    "H200_RESERVED",
     "H200_RUNTIME_TOTAL",
+    "H200_TOTAL",
     "NVMLError",
     "NVMLLibraryMismatchError",
     "ScriptedAllocator",
     "ScriptedHandle",
     "ScriptedLibcuda",
     "ScriptedMpsControl",
+    "ScriptedNvidiaDriver",
+    "ScriptedNvidiaGpu",
     "ScriptedNvml",
     "h200_scenario",
     "MPS_SERVER_BYTES",

@@ -1,13 +1,14 @@
 """A scripted ``amdsmi``: the names, enums, exceptions and return shapes of the amdsmi Python package,
-answering from a :class:`~devmem.testing.Scenario`.
+answering from a :class:`~devmem.testing.Scenario`; and AMD's parts of a scenario: the device
+(:class:`ScriptedAmdGpu`), the amdgpu driver and its files (:class:`ScriptedAmdgpuDriver`) and presets.
 
 Inject it where a backend takes its amdsmi module (``RocmPlatform(amdsmi=ScriptedAmdsmi(sc))``); it answers
-for every ``vendor="amd"`` device of any scenario, including the APU presets of :mod:`devmem_uma.testing`. It
+for every :class:`ScriptedAmdGpu` of any scenario, including the APU presets of :mod:`devmem_uma.testing`. It
 mirrors amdsmi 7.0.2 (checked against its ``amdsmi_interface.py`` and ``amdsmi_exception.py``):
 
 - ``amdsmi_init(flag=AmdSmiInitFlags.INIT_AMD_GPUS)`` / ``amdsmi_shut_down()``; every other call before
   init raises ``AmdSmiLibraryException`` with ``AMDSMI_STATUS_NOT_INIT``.
-- ``amdsmi_get_processor_handles()`` lists the scenario's AMD devices (``vendor == "amd"``) in amdsmi's
+- ``amdsmi_get_processor_handles()`` lists the scenario's AMD GPUs in amdsmi's
   order, which ``handle_order`` can make differ from the HIP order (the scenario's device order).
 - ``amdsmi_get_processor_type(h)`` -> ``{"processor_type": "AMDSMI_PROCESSOR_TYPE_AMD_GPU"}``;
   ``amdsmi_get_gpu_device_bdf(h)`` -> ``"0000:0c:00.0"``; ``amdsmi_get_gpu_device_uuid(h)``;
@@ -36,12 +37,95 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedLibrary
+from devmem.testing.scenario import (
+    HostMemory,
+    Scenario,
+    ScriptedClock,
+    ScriptedDevice,
+    ScriptedDriver,
+    ScriptedLibrary,
+    drm_fdinfo,
+)
 from devmem.types import GiB, MiB
+
+
+def _bdf(pci_bus_id: str) -> str:
+    """``00000000:0C:00.0`` -> ``0000:0c:00.0``: the kernel's form, as sysfs, DRM fdinfo and amdsmi print it."""
+    domain, bus, rest = pci_bus_id.strip().lower().split(":")
+    return f"{int(domain, 16):04x}:{bus}:{rest}"
+
+
+@dataclass
+class ScriptedAmdgpuDriver(ScriptedDriver):
+    """The amdgpu driver on a scripted machine, with ``libraries`` ``"amdsmi"`` and ``"hip"`` where installed.
+
+    Its files, with an AMD GPU present: ``/sys/module/amdgpu/initstate``; for each GPU its sysfs entries under
+    ``/sys/class/drm/card<card>/device`` (``vendor``, ``uevent``, ``mem_info_vram_total/used`` and, with a GTT
+    pool, ``mem_info_gtt_total/used``); and this process's DRM client on it (``/proc/self/fdinfo/<100 + device>``,
+    present while it holds memory there, in the GTT region on an APU with a GTT pool, else VRAM).
+    """
+
+    libraries: set[str] = field(default_factory=lambda: {"amdsmi", "hip"})
+
+    def files(self, scenario: Scenario) -> dict[str, str]:
+        indices = scenario.indices(ScriptedAmdGpu)
+        table = {"/sys/module/amdgpu/initstate": "live\n"} if indices else {}
+        for index in indices:
+            dev = _gpu(scenario, index)
+            base = f"/sys/class/drm/card{dev.card}/device"
+            table[f"{base}/vendor"] = "0x1002\n"
+            table[f"{base}/uevent"] = f"DRIVER=amdgpu\nPCI_SLOT_NAME={_bdf(dev.pci_bus_id)}\n"
+            table[f"{base}/mem_info_vram_total"] = f"{dev.total}\n"
+            vram_used = dev.base_used if dev.integrated else scenario.device_used(index)
+            table[f"{base}/mem_info_vram_used"] = f"{vram_used}\n"
+            if dev.gtt_total:
+                table[f"{base}/mem_info_gtt_total"] = f"{dev.gtt_total}\n"
+                table[f"{base}/mem_info_gtt_used"] = f"{dev.gtt_used}\n"
+            held = scenario.held(index)
+            if held:
+                region = "gtt" if dev.integrated and dev.gtt_total else "vram"
+                table[f"/proc/self/fdinfo/{100 + index}"] = drm_fdinfo(
+                    "amdgpu", 100 + index, _bdf(dev.pci_bus_id), {region: held}
+                )
+        return table
+
+
+@dataclass(kw_only=True)
+class ScriptedAmdGpu(ScriptedDevice):
+    """An AMD GPU or APU: ``total`` is its VRAM (amdsmi's VRAM total, ``mem_info_vram_total``), and the
+    runtime's ``mem_get_info`` is ``hipMemGetInfo``.
+
+    ``market_name`` and ``gfx_target`` are amdsmi's ASIC info; ``card`` its DRM card number in sysfs;
+    ``gtt_total``/``gtt_used`` its GTT pool, which on an integrated part caps and counts its allocations.
+    """
+
+    driver_type = ScriptedAmdgpuDriver
+    runtime_call = "hipMemGetInfo"
+
+    market_name: str = ""
+    gfx_target: str = ""
+    gtt_total: int = 0
+    gtt_used: int = 0
+    card: int = 0
+
+    def shared_free(self, host_available: int) -> int:
+        return min(host_available, self.gtt_total - self.gtt_used) if self.gtt_total else host_available
+
+    def draw(self, nbytes: int) -> None:
+        if self.gtt_total:
+            self.gtt_used += nbytes
+
+
+def _gpu(scenario: Scenario, index: int) -> ScriptedAmdGpu:
+    dev = scenario.devices[index]
+    if not isinstance(dev, ScriptedAmdGpu):
+        raise TypeError(f"scenario device {index} is a {type(dev).__name__}, not a ScriptedAmdGpu")
+    return dev
+
 
 # ---- statuses and exceptions, as amdsmi_wrapper.py / amdsmi_exception.py define them -------------------
 STATUS = {
@@ -200,12 +284,6 @@ class ScriptedProcessorHandle:
     device: int
 
 
-def _bdf(pci_bus_id: str) -> str:
-    """``00000000:0C:00.0`` -> ``0000:0c:00.0``, as amdsmi's ``_format_bdf`` prints it."""
-    domain, bus, rest = pci_bus_id.strip().lower().split(":")
-    return f"{int(domain, 16):04x}:{bus}:{rest}"
-
-
 def asic_serial(dev: ScriptedDevice) -> str:
     """The scripted ASIC serial: the last 16 hex digits of the device's uuid (HIP's ``GPU-<serial>``)."""
     return dev.uuid.replace("-", "")[-16:].lower()
@@ -256,15 +334,15 @@ class ScriptedAmdsmi(ScriptedLibrary):
         return amdsmi_error(name)
 
     def _amd(self) -> list[int]:
-        amd = [i for i, d in enumerate(self.scenario.devices) if d.vendor == "amd"]
+        amd = self.scenario.indices(ScriptedAmdGpu)
         if self.handle_order is None:
             return amd
         return [amd[k] for k in self.handle_order]
 
-    def _device(self, handle: Any) -> tuple[int, ScriptedDevice]:
+    def _device(self, handle: Any) -> tuple[int, ScriptedAmdGpu]:
         if not isinstance(handle, ScriptedProcessorHandle):
             raise AmdSmiParameterException(handle, ScriptedProcessorHandle)
-        return handle.device, self.scenario.devices[handle.device]
+        return handle.device, _gpu(self.scenario, handle.device)
 
     # ---- library -------------------------------------------------------------------------------
     def amdsmi_init(self, flag: _InitFlags = _InitFlags.INIT_AMD_GPUS) -> None:
@@ -323,7 +401,7 @@ class ScriptedAmdsmi(ScriptedLibrary):
     def amdsmi_get_gpu_enumeration_info(self, handle: Any) -> dict[str, Any]:
         self._enter("amdsmi_get_gpu_enumeration_info")
         index, dev = self._device(handle)
-        hip_id = [i for i, d in enumerate(self.scenario.devices) if d.vendor == "amd"].index(index)
+        hip_id = self.scenario.indices(ScriptedAmdGpu).index(index)
         return {
             "drm_render": 128 + dev.card,
             "drm_card": dev.card,
@@ -416,34 +494,30 @@ MI300X_BDFS = (
 )
 
 
-def mi300x(index: int = 0) -> ScriptedDevice:
+def mi300x(index: int = 0) -> ScriptedAmdGpu:
     """One AMD Instinct MI300X (gfx942, SPX/NPS1) at its recorded idle reading; ``index`` picks its slot."""
-    return ScriptedDevice(
+    return ScriptedAmdGpu(
         name="AMD Instinct MI300X",
-        vendor="amd",
         total=MI300X_TOTAL,
         reserved=0,
         base_used=MI300X_IDLE_USED,
         uuid=f"5eff74a1-0000-1000-8040-{0x2D3E4F5A6B70 + index:012x}",
         pci_bus_id=MI300X_BDFS[index],
-        compute_capability=(9, 4),
         market_name="AMD Instinct MI300X",
         gfx_target="gfx942",
         card=index + 1,
     )
 
 
-def radeon_rx7900xtx() -> ScriptedDevice:
+def radeon_rx7900xtx() -> ScriptedAmdGpu:
     """One AMD Radeon RX 7900 XTX (gfx1100, 24 GiB GDDR6) at the idle reading above."""
-    return ScriptedDevice(
+    return ScriptedAmdGpu(
         name="AMD Radeon RX 7900 XTX",
-        vendor="amd",
         total=RX7900XTX_TOTAL,
         reserved=0,
         base_used=RX7900XTX_IDLE_USED,
         uuid="0cff744c-0000-1000-cc4d-02090dc9c3ff",
         pci_bus_id="0000:03:00.0",
-        compute_capability=(11, 0),
         market_name="AMD Radeon RX 7900 XTX",
         gfx_target="gfx1100",
         card=0,
@@ -453,15 +527,13 @@ def radeon_rx7900xtx() -> ScriptedDevice:
 def mi300x_scenario(count: int = 1, **kwargs: Any) -> Scenario:
     """``count`` MI300X GPUs (1 to 8) on a host with 1.5 TiB of RAM, amdsmi and HIP installed."""
     kwargs.setdefault("host", HostMemory(total=1536 * GiB, free=1400 * GiB, page_cache=64 * GiB))
-    return Scenario(
-        devices=[mi300x(i) for i in range(count)], libraries={"amdsmi", "hip"}, driver_version="6.12.12", **kwargs
-    )
+    return Scenario(devices=[mi300x(i) for i in range(count)], **kwargs)
 
 
 def radeon_scenario(**kwargs: Any) -> Scenario:
     """One Radeon RX 7900 XTX in a 64 GiB desktop."""
     kwargs.setdefault("host", HostMemory(total=64 * GiB, free=48 * GiB, page_cache=8 * GiB))
-    return Scenario(devices=[radeon_rx7900xtx()], libraries={"amdsmi", "hip"}, driver_version="6.12.12", **kwargs)
+    return Scenario(devices=[radeon_rx7900xtx()], **kwargs)
 
 
 __all__ = [
@@ -480,6 +552,8 @@ __all__ = [
     "RX7900XTX_IDLE_USED",
     "RX7900XTX_TOTAL",
     "STATUS",
+    "ScriptedAmdGpu",
+    "ScriptedAmdgpuDriver",
     "ScriptedAmdsmi",
     "ScriptedClock",
     "ScriptedProcessorHandle",

@@ -5,17 +5,20 @@ Drive them with the scripted vendor boundaries like any scenario::
     sc = gb10_scenario()
     platform = UmaPlatform(nvml=devmem_nvidia.testing.ScriptedNvml(sc), files=sc.fs, mem_get_info=sc.mem_get_info)
 
-On these devices ``Scenario.mem_get_info`` answers as ``cudaMemGetInfo`` does on unified memory (MemFree,
-not counting the page cache), and an allocation takes host memory (reclaiming page cache when MemFree
-runs out), so a test can watch the raw figure and the real one part ways.
+The devices are the vendors' own (:class:`~devmem_nvidia.testing.ScriptedNvidiaGpu`,
+:class:`~devmem_rocm.testing.ScriptedAmdGpu`) with ``integrated=True``. On them ``Scenario.mem_get_info`` answers
+as ``cudaMemGetInfo`` does on unified memory (MemFree, not counting the page cache), and an allocation takes host
+memory (reclaiming page cache when MemFree runs out), so a test can watch the raw figure and the real one part ways.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from devmem.testing.scenario import HostMemory, Scenario, ScriptedDevice
+from devmem.testing.scenario import HostMemory, Scenario
 from devmem.types import GiB, KiB, MiB
+from devmem_nvidia.testing import ScriptedNvidiaDriver, ScriptedNvidiaGpu
+from devmem_rocm.testing import ScriptedAmdGpu, ScriptedAmdgpuDriver
 
 
 def _kib(gib: float) -> int:
@@ -43,7 +46,7 @@ def gb10_scenario(**kwargs: Any) -> Scenario:
 
     The PCI bus id is the one DGX Spark's ``nvidia-smi`` shows; the UUID is made up.
     """
-    device = ScriptedDevice(
+    device = ScriptedNvidiaGpu(
         name="NVIDIA GB10",
         total=GB10_TOTAL,
         reserved=0,
@@ -67,7 +70,7 @@ def jetson_orin_scenario(**kwargs: Any) -> Scenario:
     """A Jetson AGX Orin 64GB on L4T 36.4 (JetPack 6): no NVML, recognised by ``/etc/nv_tegra_release`` and
     its device tree. The device-tree strings are a real board's; the memory figures are nominal for a 64 GB
     module, not a recording."""
-    device = ScriptedDevice(
+    device = ScriptedNvidiaGpu(
         name="Orin",
         total=_kib(61.4),
         reserved=0,
@@ -81,12 +84,8 @@ def jetson_orin_scenario(**kwargs: Any) -> Scenario:
         "/proc/device-tree/compatible": ORIN_COMPATIBLE,
         "/proc/device-tree/model": "NVIDIA Jetson AGX Orin Developer Kit\0",
     }
-    sc = Scenario(
-        devices=[device],
-        host=HostMemory(total=_kib(61.4), free=_kib(40.0), page_cache=_kib(12.0)),
-        libraries={"cuda"},
-        **kwargs,
-    )
+    kwargs.setdefault("drivers", [ScriptedNvidiaDriver(libraries={"cuda"})])
+    sc = Scenario(devices=[device], host=HostMemory(total=_kib(61.4), free=_kib(40.0), page_cache=_kib(12.0)), **kwargs)
     for path, text in files.items():
         sc.files.setdefault(path, text)
     return sc
@@ -106,9 +105,8 @@ def strix_halo_scenario(**kwargs: Any) -> Scenario:
     limit, ``ttm.pages_limit``, sits below what the OS could give). The GPU's sysfs figures and HIP's totals
     are from ROCm/hip#3892 and vllm-project/vllm#40963; the host figures (128 GiB less the carve-out,
     104 GiB available) are assumed."""
-    device = ScriptedDevice(
+    device = ScriptedAmdGpu(
         name="AMD Radeon 8060S Graphics",
-        vendor="amd",
         total=STRIX_HALO_VRAM,
         reserved=0,
         base_used=512 * MiB,
@@ -122,12 +120,8 @@ def strix_halo_scenario(**kwargs: Any) -> Scenario:
         uuid="GPU-2c4e6a8b0d1f3e5a",
     )
     host_total = 128 * GiB - STRIX_HALO_VRAM
-    sc = Scenario(
-        devices=[device],
-        host=HostMemory(total=host_total, free=_kib(92.0), page_cache=_kib(12.0)),
-        libraries={"amdsmi"},
-        **kwargs,
-    )
+    kwargs.setdefault("drivers", [ScriptedAmdgpuDriver(libraries={"amdsmi"})])
+    sc = Scenario(devices=[device], host=HostMemory(total=host_total, free=_kib(92.0), page_cache=_kib(12.0)), **kwargs)
     sc.files.setdefault("/sys/class/drm/card1/device/hwmon/hwmon5/in1_label", "vddnb\n")
     sc.files.setdefault("/sys/class/drm/card1/device/hwmon/hwmon5/in0_label", "vddgfx\n")
     return sc
@@ -137,9 +131,8 @@ def mi300a_scenario(**kwargs: Any) -> Scenario:
     """An MI300A-like APU, illustrative (not a recording): no VRAM of its own (as ollama/ollama#13463 reports
     for MI300A), everything in a 120 GiB GTT pool out of 126 GiB of host memory, and no northbridge sensor,
     so only the carve-out rule recognises it as an APU."""
-    device = ScriptedDevice(
+    device = ScriptedAmdGpu(
         name="AMD Instinct MI300A",
-        vendor="amd",
         total=0,
         reserved=0,
         integrated=True,
@@ -152,7 +145,8 @@ def mi300a_scenario(**kwargs: Any) -> Scenario:
         uuid="GPU-4b1f0e9d8c7a6b5e",
     )
     host = HostMemory(total=126 * GiB, free=110 * GiB, page_cache=8 * GiB)
-    return Scenario(devices=[device], host=host, libraries={"amdsmi"}, **kwargs)
+    kwargs.setdefault("drivers", [ScriptedAmdgpuDriver(libraries={"amdsmi"})])
+    return Scenario(devices=[device], host=host, **kwargs)
 
 
 __all__ = [

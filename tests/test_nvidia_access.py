@@ -16,7 +16,7 @@ from devmem_nvidia.nvml_access import (
     read_memory,
     running_processes,
 )
-from devmem_nvidia.testing import H200_CONTEXT, ScriptedNvml, h200_scenario
+from devmem_nvidia.testing import H200_CONTEXT, ScriptedNvidiaDriver, ScriptedNvml, h200_scenario
 
 
 def test_nvml_is_initialised_once_across_threads():
@@ -96,7 +96,7 @@ def test_v1_is_remembered_once_v2_is_missing():
 def test_running_processes_merge_both_lists_by_pid():
     sc = h200_scenario(context=True)
     sc.allocate(GiB, pid=77)
-    sc.process_kinds.update({sc.pid: "C+G", 77: "G"})
+    sc.driver(ScriptedNvidiaDriver).process_kinds.update({sc.pid: "C+G", 77: "G"})
     session = NvmlSession(ScriptedNvml(sc))
     entries = running_processes(session, session.handle_by_index(0))
     assert {pid: (e.used, e.lists) for pid, e in entries.items()} == {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from devmem.testing import PlatformConformance, scripted_fixtures
 from devmem_nvidia import WslPlatform
 from devmem_nvidia.testing import (
+    ScriptedNvidiaDriver,
     ScriptedNvml,
     h200_scenario,
     mig_scenario,
@@ -69,7 +70,7 @@ class TestWsl2Conformance(
 def no_nvml_h200():
     """An H200 in a container without libnvidia-ml, this process holding its CUDA context."""
     sc = h200_scenario(context=True)
-    sc.libraries.discard("nvml")
+    sc.driver(ScriptedNvidiaDriver).libraries.discard("nvml")
     return sc
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo, ReasonKind
-from devmem.testing import Scenario, ScriptedDevice
+from devmem.testing import Scenario
 from devmem_nvidia import cuda_plugin, detect_cuda, detect_nvml, plugin
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     H200_RUNTIME_TOTAL,
     ScriptedLibcuda,
+    ScriptedNvidiaDriver,
+    ScriptedNvidiaGpu,
     ScriptedNvml,
     h200_scenario,
     scripted_cuda_platform,
@@ -20,12 +22,12 @@ from devmem_nvidia.testing import (
 def no_nvml_scenario(**kwargs):
     """An H200 in a container without libnvidia-ml: the CUDA driver library is there, NVML is not."""
     sc = h200_scenario(**kwargs)
-    sc.libraries.discard("nvml")
+    sc.driver(ScriptedNvidiaDriver).libraries.discard("nvml")
     return sc
 
 
 def find_in(sc):
-    return lambda name: "libcuda.so.1" if name in sc.libraries else None
+    return lambda name: "libcuda.so.1" if name in sc.driver(ScriptedNvidiaDriver).libraries else None
 
 
 def test_cuda_ranks_below_nvml_and_above_cpu():
@@ -42,7 +44,7 @@ def test_machine_without_nvml_detects_cuda_instead():
 
 def test_no_cuda_library_is_not_detected():
     sc = no_nvml_scenario()
-    sc.libraries.discard("cuda")
+    sc.driver(ScriptedNvidiaDriver).libraries.discard("cuda")
     assert "not installed" in detect_cuda(sc.fs, find_in(sc), "linux").reason
 
 
@@ -89,8 +91,8 @@ def test_mps_limit_caps_the_cuda_figures():
 
 def test_visible_devices_are_the_driver_s():
     sc = Scenario(
-        devices=[ScriptedDevice(), ScriptedDevice(name="NVIDIA H100", pci_bus_id="00000000:1A:00.0")],
-        libraries={"cuda"},
+        devices=[ScriptedNvidiaGpu(), ScriptedNvidiaGpu(name="NVIDIA H100", pci_bus_id="00000000:1A:00.0")],
+        drivers=[ScriptedNvidiaDriver(libraries={"cuda"})],
         environ={"CUDA_VISIBLE_DEVICES": "1"},
     )
     platform = scripted_cuda_platform(sc)

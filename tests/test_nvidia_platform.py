@@ -14,6 +14,7 @@ from devmem_nvidia.testing import (
     H200_CONTEXT,
     H200_CONTEXT_PLUS_512MIB,
     H200_RUNTIME_TOTAL,
+    ScriptedNvidiaDriver,
     ScriptedNvml,
     h200_scenario,
     mig_scenario,
@@ -102,26 +103,26 @@ def test_process_usage_takes_one_nvml_call_once_warm():
 
 def test_graphics_only_process_is_found_in_the_graphics_list():
     sc = h200_scenario(context=True)
-    sc.process_kinds[sc.pid] = "G"
+    sc.driver(ScriptedNvidiaDriver).process_kinds[sc.pid] = "G"
     assert nvml_platform(sc).get_process_memory_usage(0) == H200_CONTEXT
 
 
 def test_process_in_both_lists_is_counted_once():
     sc = h200_scenario(context=True)
-    sc.process_kinds[sc.pid] = "C+G"
+    sc.driver(ScriptedNvidiaDriver).process_kinds[sc.pid] = "C+G"
     assert nvml_platform(sc).get_process_memory_usage(0) == H200_CONTEXT
 
 
 def test_other_process_in_both_lists_is_counted_once():
     sc = h200_scenario(context=True)
     sc.allocate(GiB, pid=CHILD)
-    sc.process_kinds[CHILD] = "C+G"
+    sc.driver(ScriptedNvidiaDriver).process_kinds[CHILD] = "C+G"
     assert nvml_platform(sc).other_processes_memory(0) == {CHILD: GiB}
 
 
 def test_mps_client_is_found_in_the_mps_list():
     sc = h200_scenario(context=True)
-    sc.process_kinds[sc.pid] = "M"
+    sc.driver(ScriptedNvidiaDriver).process_kinds[sc.pid] = "M"
     assert nvml_platform(sc).get_process_memory_usage(0) == H200_CONTEXT
 
 

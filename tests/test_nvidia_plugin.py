@@ -7,11 +7,12 @@ import subprocess
 import sys
 
 from devmem import GiB
-from devmem.testing import Scenario, ScriptedDevice
+from devmem.testing import Scenario
 from devmem_nvidia import detect_nvml, plugin
-from devmem_nvidia.testing import ScriptedNvml, h200_scenario
+from devmem_nvidia.testing import ScriptedNvidiaDriver, ScriptedNvidiaGpu, ScriptedNvml, h200_scenario
+from devmem_rocm.testing import mi300x
 
-GB10 = ScriptedDevice(
+GB10 = ScriptedNvidiaGpu(
     name="NVIDIA GB10",
     total=128 * GiB,
     reserved=0,
@@ -44,13 +45,13 @@ def test_detection_names_the_driver():
 
 def test_missing_library_is_not_detected():
     sc = h200_scenario()
-    sc.libraries.discard("nvml")
+    sc.driver(ScriptedNvidiaDriver).libraries.discard("nvml")
     detection = detect_nvml(ScriptedNvml(sc))
     assert not detection.detected and "LibraryNotFound" in detection.reason
 
 
 def test_no_nvidia_device_is_not_detected():
-    assert not detect_nvml(ScriptedNvml(Scenario(devices=[ScriptedDevice(vendor="amd")]))).detected
+    assert not detect_nvml(ScriptedNvml(Scenario(devices=[mi300x()]))).detected
 
 
 def test_integrated_gb10_is_left_to_uma():

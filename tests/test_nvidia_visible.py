@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB
-from devmem.testing import Scenario, ScriptedDevice
-from devmem_nvidia.testing import mig_scenario, scripted_platform
+from devmem.testing import Scenario
+from devmem_nvidia.testing import ScriptedNvidiaGpu, mig_scenario, scripted_platform
 
 # NVML index 0 is the H200 at bus 0x41, NVML index 1 the A4000 at bus 0x19: NVML's order is not PCI order here,
 # so a mapping that assumed equal indices, or NVML's order, would pick the wrong card.
-H200 = ScriptedDevice(uuid="GPU-aaaaaaaa-1111-4111-8111-111111111111", pci_bus_id="00000000:41:00.0")
-A4000 = ScriptedDevice(
+H200 = ScriptedNvidiaGpu(uuid="GPU-aaaaaaaa-1111-4111-8111-111111111111", pci_bus_id="00000000:41:00.0")
+A4000 = ScriptedNvidiaGpu(
     name="NVIDIA RTX A4000",
     total=16 * GiB,
     reserved=0,
@@ -19,7 +19,7 @@ A4000 = ScriptedDevice(
     uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222",
     pci_bus_id="0000:19:00.0",
 )
-H200_B = ScriptedDevice(uuid="GPU-aaaaaaaa-3333-4333-8333-333333333333", pci_bus_id="00000000:c1:00.0")
+H200_B = ScriptedNvidiaGpu(uuid="GPU-aaaaaaaa-3333-4333-8333-333333333333", pci_bus_id="00000000:c1:00.0")
 
 
 def names(environ, devices=(H200, A4000)):

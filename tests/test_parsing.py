@@ -105,13 +105,12 @@ def test_full_width_or_huge_entries_are_not_device_indices(token):
 
 @pytest.mark.parametrize("entry", ["１", "1" * 5000, "²"])
 def test_cuda_visible_devices_full_width_or_huge_entry_hides_every_gpu(entry):
-    from devmem.testing import ScriptedDevice
-    from devmem_nvidia.testing import scripted_platform
+    from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
 
     sc = Scenario(
         devices=[
-            ScriptedDevice(),
-            ScriptedDevice(pci_bus_id="0000:19:00.0", uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222"),
+            ScriptedNvidiaGpu(),
+            ScriptedNvidiaGpu(pci_bus_id="0000:19:00.0", uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222"),
         ]
     )
     assert scripted_platform(sc, environ={"CUDA_VISIBLE_DEVICES": entry}).device_count() == 0

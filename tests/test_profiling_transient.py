@@ -26,7 +26,7 @@ def h200():
 
 @pytest.fixture
 def torch_rt(h200, monkeypatch):
-    rt = ScriptedTorch(h200)
+    rt = ScriptedTorch(h200, "cuda")
     monkeypatch.setitem(sys.modules, "torch", rt)
     return rt
 
@@ -143,7 +143,7 @@ def test_declared_weights_bound_consumed_when_a_cotenant_frees_during_a_device_w
 def test_torch_reserved_growth_bounds_consumed_when_a_cotenant_frees(monkeypatch):
     sc = wsl2_scenario()
     sc.allocate(12 * GiB, pid=sc.other_pid)
-    rt = ScriptedTorch(sc)
+    rt = ScriptedTorch(sc, "cuda")
     monkeypatch.setitem(sys.modules, "torch", rt)
     platform = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
     baseline = MemorySnapshot.measure(0, platform)

@@ -480,14 +480,13 @@ visible_list = st.lists(visible_entry, max_size=4).map(",".join)
 
 @given(cuda=st.none() | visible_list, order=st.none() | st.sampled_from(["PCI_BUS_ID", "FASTEST_FIRST", "x"]))
 def test_cuda_visible_devices_selects_some_of_the_gpus_or_says_why_not(cuda, order):
-    from devmem.testing import ScriptedDevice
-    from devmem_nvidia.testing import scripted_platform
+    from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
 
     environ = {k: v for k, v in (("CUDA_VISIBLE_DEVICES", cuda), ("CUDA_DEVICE_ORDER", order)) if v is not None}
     sc = Scenario(
         devices=[
-            ScriptedDevice(),
-            ScriptedDevice(pci_bus_id="0000:19:00.0", uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222"),
+            ScriptedNvidiaGpu(),
+            ScriptedNvidiaGpu(pci_bus_id="0000:19:00.0", uuid="GPU-bbbbbbbb-2222-4222-8222-222222222222"),
         ]
     )
     try:

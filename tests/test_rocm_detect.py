@@ -9,10 +9,11 @@ import sys
 import pytest
 
 import devmem
-from devmem.testing import Scenario, ScriptedDevice
+from devmem.testing import Scenario
 from devmem.types import GiB, MiB
+from devmem_nvidia.testing import h200_scenario
 from devmem_rocm import detect
-from devmem_rocm.testing import ScriptedAmdsmi, mi300x_scenario, radeon_scenario
+from devmem_rocm.testing import ScriptedAmdGpu, ScriptedAmdgpuDriver, ScriptedAmdsmi, mi300x_scenario, radeon_scenario
 from devmem_uma.testing import mi300a_scenario, strix_halo_scenario
 
 
@@ -38,9 +39,8 @@ def test_strix_halo_is_refused_by_its_gfx_target():
 
 
 def test_a_carve_out_beside_a_large_gtt_pool_is_an_apu_whatever_its_name():
-    apu = ScriptedDevice(
+    apu = ScriptedAmdGpu(
         name="AMD Radeon Graphics",
-        vendor="amd",
         total=512 * MiB,
         reserved=0,
         integrated=True,
@@ -50,7 +50,9 @@ def test_a_carve_out_beside_a_large_gtt_pool_is_an_apu_whatever_its_name():
         uuid="00ff0000-0000-1000-8000-00000000abcd",
         pci_bus_id="0000:65:00.0",
     )
-    found = detect(amdsmi=ScriptedAmdsmi(Scenario(devices=[apu], libraries={"amdsmi"})), environ={})
+    found = detect(
+        amdsmi=ScriptedAmdsmi(Scenario(devices=[apu], drivers=[ScriptedAmdgpuDriver(libraries={"amdsmi"})])), environ={}
+    )
     assert not found.detected and "only APUs" in found.reason
 
 
@@ -60,7 +62,7 @@ def test_an_apu_processor_type_is_refused():
     assert not detect(amdsmi=fake, environ={}).detected
 
 
-def mi300a() -> ScriptedDevice:
+def mi300a() -> ScriptedAmdGpu:
     return mi300a_scenario().devices[0]
 
 
@@ -85,7 +87,7 @@ def test_every_gpu_hidden_is_not_detected_and_says_by_what():
 
 
 def test_no_amdgpu_driver_is_not_detected_with_amdsmis_status():
-    found = detect(amdsmi=ScriptedAmdsmi(Scenario()), environ={})  # an NVIDIA machine with the amdsmi wheel
+    found = detect(amdsmi=ScriptedAmdsmi(h200_scenario()), environ={})  # an NVIDIA machine with the amdsmi wheel
     assert not found.detected
     assert found.reason.startswith("amdsmi_init failed: AMDSMI_STATUS_DRIVER_NOT_LOADED")
 

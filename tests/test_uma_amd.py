@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from devmem.testing import HostMemory, Scenario, ScriptedDevice
+from devmem.testing import HostMemory, Scenario
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import ScriptedNvml
+from devmem_rocm.testing import ScriptedAmdGpu
 from devmem_uma import UmaPlatform, amd_cards
 from devmem_uma.amd import classify
 from devmem_uma.testing import (
@@ -69,11 +70,7 @@ def test_mi300a_without_northbridge_sensor_is_an_apu_by_its_carve_out():
 
 def test_discrete_radeon_is_not_an_apu():
     sc = Scenario(
-        devices=[
-            ScriptedDevice(
-                name="AMD Radeon RX 7900 XTX", vendor="amd", total=24 * GiB, reserved=0, gtt_total=32 * GiB, card=0
-            )
-        ]
+        devices=[ScriptedAmdGpu(name="AMD Radeon RX 7900 XTX", total=24 * GiB, reserved=0, gtt_total=32 * GiB, card=0)]
     )
     apu, reason = classify(sc.fs, "/sys/class/drm/card0/device")
     assert not apu and reason == "discrete (its own 24.00 GiB of VRAM)"
@@ -82,9 +79,8 @@ def test_discrete_radeon_is_not_an_apu():
 def test_large_carve_out_serves_allocations_from_vram():
     sc = Scenario(
         devices=[
-            ScriptedDevice(
+            ScriptedAmdGpu(
                 name="Strix Halo, 96 GiB carve-out",
-                vendor="amd",
                 total=96 * GiB,
                 reserved=0,
                 base_used=2 * GiB,
@@ -128,9 +124,8 @@ def test_clients_of_another_card_are_not_counted():
 
 def two_mi300a() -> Scenario:
     sc = mi300a_scenario()
-    second = ScriptedDevice(
+    second = ScriptedAmdGpu(
         name="AMD Instinct MI300A",
-        vendor="amd",
         total=0,
         reserved=0,
         integrated=True,

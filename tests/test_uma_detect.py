@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from devmem.testing import Scenario, ScriptedDevice
+from devmem.testing import Scenario
 from devmem.types import GiB
 from devmem_nvidia import NvmlSession
 from devmem_nvidia.plugin import devmem_platforms as nvidia_platforms
-from devmem_nvidia.testing import ScriptedNvml, h200_scenario
+from devmem_nvidia.testing import ScriptedNvidiaGpu, ScriptedNvml, h200_scenario
 from devmem_rocm.plugin import devmem_platforms as rocm_platforms
+from devmem_rocm.testing import ScriptedAmdGpu
 from devmem_uma import UmaPlatform, detect_uma
 from devmem_uma.plugin import devmem_platforms as uma_platforms
 from devmem_uma.survey import survey
@@ -39,7 +40,7 @@ def test_a_discrete_nvidia_gpu_is_not_claimed():
 def test_an_apu_beside_a_discrete_rtx_card_is_left_to_the_rtx_platform():
     sc = strix_halo_scenario()
     sc.devices.append(
-        ScriptedDevice(
+        ScriptedNvidiaGpu(
             name="NVIDIA GeForce RTX 4090",
             total=24 * GiB,
             reserved=0,
@@ -47,7 +48,6 @@ def test_an_apu_beside_a_discrete_rtx_card_is_left_to_the_rtx_platform():
             compute_capability=(8, 9),
         )
     )
-    sc.libraries.add("nvml")
     found = detect(sc)
     assert not found.detected and "NVIDIA GeForce RTX 4090" in found.reason
 
@@ -55,9 +55,8 @@ def test_an_apu_beside_a_discrete_rtx_card_is_left_to_the_rtx_platform():
 def test_a_discrete_radeon_beside_an_apu_is_not_claimed():
     sc = strix_halo_scenario()
     sc.devices.append(
-        ScriptedDevice(
+        ScriptedAmdGpu(
             name="AMD Radeon PRO W7900",
-            vendor="amd",
             total=48 * GiB,
             reserved=0,
             gtt_total=56 * GiB,
@@ -82,7 +81,7 @@ def test_cuda_integrated_attribute_is_the_evidence_where_the_runtime_is_up():
 
 
 def test_no_accelerator_means_not_detected_and_no_device():
-    sc = Scenario(devices=[], libraries=set())
+    sc = Scenario()
     assert not detect(sc).detected
     assert UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ).device_count() == 0
 

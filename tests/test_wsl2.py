@@ -6,7 +6,7 @@ import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo
 from devmem_nvidia import WslPlatform, detect_wsl2
-from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario
+from devmem_nvidia.testing import ScriptedNvidiaDriver, ScriptedNvml, h200_scenario, wsl2_scenario
 from devmem_nvidia.wsl2 import WDDM_REASON
 
 
@@ -34,7 +34,7 @@ def test_plain_linux_is_not_wsl2():
 
 def test_wsl2_without_an_nvidia_gpu_is_not_claimed():
     sc = wsl2_scenario()
-    sc.libraries.discard("nvml")
+    sc.driver(ScriptedNvidiaDriver).libraries.discard("nvml")
     detection = detect_wsl2(ScriptedNvml(sc), sc.fs, "linux")
     assert not detection.detected and "LibraryNotFound" in detection.reason
 

@@ -1,14 +1,25 @@
 """The conformance kit for backend authors, and the vendor-neutral parts of a scripted machine.
 
-A vendor package owns its scripted library and machine presets (``devmem_nvidia.testing``,
-``devmem_rocm.testing``, ``devmem_uma.testing``, or a vendor wheel's own module), built on the
-:class:`Scenario` here.
+A vendor package owns its scripted library, its device and driver parts and its machine presets in a module
+of its own (each built-in backend's ``testing`` module, or a vendor wheel's), built on the :class:`Scenario`
+here: a :class:`ScriptedDevice` subclass for its per-device fields, a
+:class:`ScriptedDriver` subclass for its machine-level facts and the files its driver exposes, and a
+:class:`ScriptedLibrary` subclass for its vendor library.
 """
 
 from typing import TYPE_CHECKING
 
 from devmem.lazy import lazy_exports
-from devmem.testing.scenario import HostMemory, Scenario, ScriptedClock, ScriptedDevice, ScriptedFiles, ScriptedLibrary
+from devmem.testing.scenario import (
+    HostMemory,
+    Scenario,
+    ScriptedClock,
+    ScriptedDevice,
+    ScriptedDriver,
+    ScriptedFiles,
+    ScriptedLibrary,
+    drm_fdinfo,
+)
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.testing.allocations import Allocation
@@ -38,10 +49,12 @@ __all__ = [
     "Scenario",
     "ScriptedClock",
     "ScriptedDevice",
+    "ScriptedDriver",
     "ScriptedFiles",
     "ScriptedFixtures",
     "ScriptedLibrary",
     "TorchFixtures",
+    "drm_fdinfo",
     "scripted_fixtures",
 ]
 

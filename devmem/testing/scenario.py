@@ -1,14 +1,19 @@
 """A scripted machine: devices, processes, host memory, files and failures, all in bytes.
 
-One :class:`Scenario` drives every scripted vendor library (pynvml, amdsmi, the CUDA runtime's
-``mem_get_info``) and the scripted files (``/proc/meminfo``, ``/proc/self/status``, sysfs), so a test
-can say "a co-tenant allocates 8 GiB while I profile" in one line::
+One :class:`Scenario` drives every scripted vendor library (a vendor package's fakes of its library and of the
+runtime's ``mem_get_info``) and the scripted files (``/proc/meminfo``, ``/proc/self/status``, a driver's sysfs),
+so a test can say "a co-tenant allocates 8 GiB while I profile" in one line::
 
-    sc = Scenario(devices=[ScriptedDevice()])
-    platform = NvmlPlatform(nvml=ScriptedNvml(sc))
+    sc = Scenario(devices=[MyDevice(name="X1", total=16 * GiB)])
+    platform = MyPlatform(lib=ScriptedMyLib(sc), files=sc.fs)
     sc.allocate(8 * GiB, pid=sc.other_pid)
 
-Mutate it through its methods or attributes at any time; every fake reads it live.
+The core knows no vendor. A vendor package contributes its parts through one mechanism: a
+:class:`ScriptedDevice` subclass for its per-device fields, whose ``driver_type`` names a :class:`ScriptedDriver`
+subclass holding the machine-level facts of its driver stack (version, libraries installed, ...) and writing the
+files that driver exposes (sysfs, ``/proc/driver``, DRM fdinfo, its lines of ``/proc/self/maps``).
+
+Mutate a scenario through its methods or attributes at any time; every fake reads it live.
 """
 
 from __future__ import annotations
@@ -17,42 +22,68 @@ import fnmatch
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar, TypeVar
 
 from devmem.types import GiB, KiB
 
-#: Readings of an H200 (driver 580.159.04) with no process on it.
-H200_TOTAL = 150754820096
-H200_RESERVED = 644939776
-
 
 @dataclass
-class ScriptedDevice:
-    """One device as its driver reports it.
+class ScriptedDriver:
+    """A vendor's driver stack on a scripted machine: the machine-level facts its scripted libraries read, and
+    the files it exposes.
 
-    ``total`` is the driver's total (NVML v1 ``total``, amdsmi VRAM total); ``reserved`` is memory the
-    driver keeps for itself (NVML v2 ``reserved``), so the runtime's total is ``total - reserved``.
-    ``base_used`` is memory in use that no listed process owns.
+    A vendor package subclasses it as a dataclass, adds its facts as fields (a driver version, a driver model,
+    ...), and overrides :meth:`files` and :meth:`mapped`. A scenario holds one per kind (:meth:`Scenario.driver`);
+    its devices' ``driver_type`` says which kinds the machine has.
     """
 
-    name: str = "NVIDIA H200"
-    vendor: str = "nvidia"
-    total: int = H200_TOTAL
-    reserved: int = H200_RESERVED
+    #: Names of the vendor libraries installed with this driver (a scripted library can refuse to load without its own).
+    libraries: set[str] = field(default_factory=set)
+
+    def files(self, scenario: Scenario) -> dict[str, str]:
+        """Path -> text of the files this driver exposes on ``scenario``, read live."""
+        return {}
+
+    def mapped(self, scenario: Scenario) -> list[str]:
+        """The lines this driver's libraries and device nodes add to this process's ``/proc/self/maps``."""
+        return []
+
+
+@dataclass(kw_only=True)
+class ScriptedDevice:
+    """One device as its driver reports it, in bytes.
+
+    ``total`` is the driver's total; ``reserved`` is memory the driver keeps for itself, so the runtime's total
+    is ``total - reserved``. ``base_used`` is memory in use that no listed process owns. An ``integrated`` device
+    computes in host memory: its allocations take :class:`HostMemory`.
+
+    A vendor subclasses it for its own fields, names its :class:`ScriptedDriver` in ``driver_type``, the call
+    name under which :attr:`Scenario.failures` fails the runtime's ``mem_get_info`` in ``runtime_call``, and may
+    override :meth:`shared_free` and :meth:`draw` where its driver caps and counts shared memory.
+    """
+
+    driver_type: ClassVar[type[ScriptedDriver] | None] = None
+    runtime_call: ClassVar[str] = "mem_get_info"
+
+    name: str
+    total: int
+    reserved: int = 0
     base_used: int = 0
-    uuid: str = "GPU-5d4e3c2b-1a09-4f8e-9d7c-6b5a4f3e2d1c"
-    pci_bus_id: str = "00000000:19:00.0"
+    #: The device's UUID as its driver reports it ("" where it reports none).
+    uuid: str = ""
+    #: PCI address, ``domain:bus:device.function`` (``00000000:19:00.0``).
+    pci_bus_id: str = "00000000:01:00.0"
     integrated: bool = False
-    compute_capability: tuple[int, int] = (9, 0)
-    #: MIG instances carved out of this device (each a ScriptedDevice with a ``MIG-`` uuid).
-    mig: list[ScriptedDevice] = field(default_factory=list)
-    #: AMD: market name, gfx target, GTT pool (unified memory) and the sysfs card number.
-    market_name: str = ""
-    gfx_target: str = ""
-    gtt_total: int = 0
-    gtt_used: int = 0
-    card: int = 0
-    #: MIG instances only: PID -> bytes the driver attributes to it inside this instance.
-    processes: dict[int, int] = field(default_factory=dict)
+
+    def shared_free(self, host_available: int) -> int:
+        """What a new allocation can obtain on this integrated device while the host has ``host_available``."""
+        return host_available
+
+    def draw(self, nbytes: int) -> None:
+        """This integrated device's allocation took ``nbytes`` of host memory (negative: gave them back)."""
+
+
+Driver = TypeVar("Driver", bound=ScriptedDriver)
 
 
 class ScriptedLibrary:
@@ -145,20 +176,21 @@ class HostMemory:
         return "".join(f"{key + ':':<16}{value // KiB:>8} kB\n" for key, value in rows.items())
 
 
-def _kernel_bus_id(bus_id: str) -> str:
-    """``00000000:C6:00.0`` (NVML's form) -> ``0000:c6:00.0`` (the kernel's)."""
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    return f"{int(domain, 16):04x}:{rest}"
+def drm_fdinfo(driver: str, client_id: int, pdev: str, memory: dict[str, int]) -> str:
+    """One DRM client's ``/proc/<pid>/fdinfo/<fd>`` text as the kernel prints it (drm-usage-stats):
+    ``drm-driver``, ``drm-client-id``, ``drm-pdev`` (kernel PCI form, ``0000:c6:00.0``) and, for each region of
+    ``memory`` (region -> bytes), ``drm-memory-<region>`` in KiB. :mod:`devmem.drm` reads it."""
+    rows = {"drm-driver": driver, "drm-client-id": str(client_id), "drm-pdev": pdev}
+    rows.update({f"drm-memory-{region}": f"{nbytes // KiB} KiB" for region, nbytes in memory.items()})
+    return "".join(f"{key}:\t{value}\n" for key, value in rows.items())
 
 
 class ScriptedFiles:
     """The filesystem boundary (``read_text``, ``exists``, ``listdir``) served from a scenario.
 
-    ``/proc/meminfo`` and ``/proc/self/status`` are computed live; other paths come from
-    ``scenario.files`` (path -> text), from the drivers' own files (``/proc/driver/nvidia/version`` with
-    an NVIDIA device outside WDDM, ``/sys/module/amdgpu`` with an AMD one), and from the AMD devices' sysfs
-    entries and this process's amdgpu DRM fdinfo (``/proc/self/fdinfo/<100 + device>``, present while it
-    holds memory there).
+    ``/proc/meminfo``, ``/proc/self/status`` and ``/proc/self/maps`` are computed live; other paths come from
+    ``scenario.files`` (path -> text) and from the files of the scenario's drivers (:meth:`ScriptedDriver.files`),
+    which take precedence over ``scenario.files``; ``scenario.files`` may replace ``/proc/self/maps``.
     """
 
     def __init__(self, scenario: Scenario):
@@ -171,35 +203,8 @@ class ScriptedFiles:
         table["/proc/self/status"] = sc.proc_self_status()
         table["/proc/self/fdinfo/0"] = "pos:\t0\nflags:\t02\n"  # stdin: a process always has descriptors
         table.setdefault("/proc/self/maps", sc.proc_self_maps())
-        if any(dev.vendor == "nvidia" for dev in sc.devices) and not sc.wddm:  # the kernel driver's own file
-            table["/proc/driver/nvidia/version"] = (
-                f"NVRM version: NVIDIA UNIX Open Kernel Module  {sc.driver_version}\n"
-            )
-        if any(dev.vendor == "amd" for dev in sc.devices):  # amdgpu loaded
-            table["/sys/module/amdgpu/initstate"] = "live\n"
-        for dev in sc.devices:
-            if dev.vendor != "amd":
-                continue
-            base = f"/sys/class/drm/card{dev.card}/device"
-            used = sc.device_used(sc.devices.index(dev))
-            table[f"{base}/vendor"] = "0x1002\n"
-            table[f"{base}/uevent"] = f"DRIVER=amdgpu\nPCI_SLOT_NAME={_kernel_bus_id(dev.pci_bus_id)}\n"
-            table[f"{base}/mem_info_vram_total"] = f"{dev.total}\n"
-            table[f"{base}/mem_info_vram_used"] = f"{used if not dev.integrated else dev.base_used}\n"
-            if dev.gtt_total:
-                table[f"{base}/mem_info_gtt_total"] = f"{dev.gtt_total}\n"
-                table[f"{base}/mem_info_gtt_used"] = f"{dev.gtt_used}\n"
-            index = sc.devices.index(dev)
-            held = sc.usage.get(sc.own_driver_pid, {}).get(index, 0)
-            if held:  # this process's DRM client on the card, as amdgpu's fdinfo shows it
-                region = "gtt" if dev.integrated and dev.gtt_total else "vram"
-                rows = {
-                    "drm-driver": "amdgpu",
-                    "drm-client-id": str(100 + index),
-                    "drm-pdev": _kernel_bus_id(dev.pci_bus_id),
-                    f"drm-memory-{region}": f"{held // KiB} KiB",
-                }
-                table[f"/proc/self/fdinfo/{100 + index}"] = "".join(f"{k}:\t{v}\n" for k, v in rows.items())
+        for driver in sc.active_drivers():
+            table.update(driver.files(sc))
         return table
 
     def read_text(self, path: str) -> str:
@@ -222,20 +227,19 @@ class ScriptedFiles:
 
 @dataclass
 class Scenario:
-    """A whole machine: devices, who holds what on them, host memory, files and injected failures.
+    """A whole machine: devices, who holds what on them, host memory, drivers, files and injected failures.
 
     - ``usage[pid][device]`` is what the driver attributes to ``pid`` on ``device``.
     - ``pid`` is this process's PID as it sees itself; ``driver_pid`` the PID the driver reports for
       it (they differ in a container whose PID namespace the driver does not see); ``nspid_visible``
       says whether ``/proc/self/status`` lists ``driver_pid`` on its ``NSpid`` line.
-    - ``failures`` maps a vendor call name (``"nvmlDeviceGetMemoryInfo"``, ``"amdsmi_get_gpu_process_list"``)
-      to an error name (``"NotSupported"``, ``"Unknown"``, ``"GpuIsLost"``, ``"NoPermission"``): the
-      scripted library raises that error from that call.
-    - ``wddm``: Windows display driver model (native Windows or WSL2): no per-process figures.
-    - ``libraries``: vendor libraries present on the machine (``"nvml"``, ``"amdsmi"``, ``"cuda"``).
+    - ``failures`` maps a vendor call name, or a glob of names, to an error name (``"NotSupported"``,
+      ``"Unknown"``, ...): the scripted library raises that error from that call (see :meth:`failure`).
+    - ``drivers``: the vendors' driver stacks with their machine-level facts; one of each kind its devices
+      name is added with its defaults where not given (:meth:`driver`).
     """
 
-    devices: list[ScriptedDevice] = field(default_factory=lambda: [ScriptedDevice()])
+    devices: list[ScriptedDevice] = field(default_factory=list)
     host: HostMemory = field(default_factory=HostMemory)
     usage: dict[int, dict[int, int]] = field(default_factory=dict)
     pid: int = field(default_factory=os.getpid)
@@ -243,19 +247,43 @@ class Scenario:
     nspid_visible: bool = True
     other_pid: int = 4242
     failures: dict[str, str] = field(default_factory=dict)
-    wddm: bool = False
-    libraries: set[str] = field(default_factory=lambda: {"nvml", "cuda"})
-    driver_version: str = "580.159.04"
+    drivers: list[ScriptedDriver] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
-    #: Environment the backend sees (CUDA_VISIBLE_DEVICES, ...); tests pass it as ``environ=``.
+    #: Environment the backend sees (a runtime's visible-devices variable, ...); tests pass it as ``environ=``.
     environ: dict[str, str] = field(default_factory=dict)
-    #: PID -> kind of device context, as nvidia-smi's Type column: "C" (default), "G", "C+G", or "M" (an MPS client).
-    process_kinds: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.active_drivers()
+
+    # ---- devices and drivers ------------------------------------------------------------------------
+    def driver(self, kind: type[Driver]) -> Driver:
+        """The scenario's driver of ``kind``: the one in :attr:`drivers`, or one with its defaults, added now."""
+        for driver in self.drivers:
+            if isinstance(driver, kind):
+                return driver
+        made = kind()
+        self.drivers.append(made)
+        return made
+
+    def active_drivers(self) -> list[ScriptedDriver]:
+        """:attr:`drivers`, with a default one added for each kind a device names and none given."""
+        for dev in self.devices:
+            if dev.driver_type is not None:
+                self.driver(dev.driver_type)
+        return list(self.drivers)
+
+    def indices(self, kind: type[ScriptedDevice]) -> list[int]:
+        """Positions in :attr:`devices` of the devices of ``kind`` (a vendor's :class:`ScriptedDevice` subclass)."""
+        return [i for i, dev in enumerate(self.devices) if isinstance(dev, kind)]
 
     # ---- who holds what -------------------------------------------------------------------------
     @property
     def own_driver_pid(self) -> int:
         return self.pid if self.driver_pid is None else self.driver_pid
+
+    def held(self, device: int = 0, pid: int | None = None) -> int:
+        """Bytes the driver attributes to ``pid`` (this process by default) on ``device``."""
+        return self.usage.get(self.own_driver_pid if pid is None else pid, {}).get(device, 0)
 
     def allocate(self, nbytes: int, device: int = 0, pid: int | None = None) -> None:
         """``pid`` (this process by default) allocates ``nbytes`` on ``device``."""
@@ -265,8 +293,7 @@ class Scenario:
             raise MemoryError(f"scripted device {device} has {self.device_free(device)} bytes free, asked {nbytes}")
         if dev.integrated:
             self.host.take(nbytes)
-            if dev.gtt_total:
-                dev.gtt_used += nbytes
+            dev.draw(nbytes)
         per_device = self.usage.setdefault(pid, {})
         per_device[device] = per_device.get(device, 0) + nbytes
 
@@ -282,8 +309,7 @@ class Scenario:
         dev = self.devices[device]
         if dev.integrated:
             self.host.give(nbytes)
-            if dev.gtt_total:
-                dev.gtt_used -= nbytes
+            dev.draw(-nbytes)
 
     def processes(self, device: int = 0) -> dict[int, int]:
         """PID -> bytes on ``device`` as the driver lists them."""
@@ -297,23 +323,22 @@ class Scenario:
         """What a new allocation can obtain on ``device``."""
         dev = self.devices[device]
         if dev.integrated:
-            avail = self.host.available
-            if dev.gtt_total:
-                avail = min(avail, dev.gtt_total - dev.gtt_used)
-            return avail
+            return dev.shared_free(self.host.available)
         return dev.total - dev.reserved - self.device_used(device)
 
-    # ---- the CUDA runtime's view ----------------------------------------------------------------
+    # ---- the runtime's view ---------------------------------------------------------------------
     def mem_get_info(self, device: int = 0) -> tuple[int, int]:
-        """``cudaMemGetInfo`` / ``torch.cuda.mem_get_info``: on unified memory it counts only MemFree."""
-        self.check("cudaMemGetInfo")
+        """The runtime's ``(free, total)`` (torch's ``mem_get_info``): ``total - reserved`` and what an allocation
+        can obtain; on an integrated device the host's MemFree and MemTotal (not counting the page cache).
+        :attr:`failures` fails it under the device's ``runtime_call``."""
         dev = self.devices[device]
+        self.check(dev.runtime_call)
         if dev.integrated:
             return self.host.free, self.host.total
         return self.device_free(device), dev.total - dev.reserved
 
     def failure(self, call: str) -> str | None:
-        """The error name :attr:`failures` scripts for ``call``: by its name, or by a glob (``"nvmlDevice*"``)."""
+        """The error name :attr:`failures` scripts for ``call``: by its name, or by a glob (``"lib_get_*"``)."""
         for pattern, error in self.failures.items():
             if pattern == call or (any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(call, pattern)):
                 return error
@@ -333,25 +358,10 @@ class Scenario:
         return f"Name:\tpython3\nPid:\t{self.pid}\nNSpid:\t" + "\t".join(map(str, ns)) + "\n"
 
     def proc_self_maps(self) -> str:
-        """The NVIDIA lines of ``/proc/self/maps``: ``libcuda`` and ``/dev/nvidia<minor>`` for each NVIDIA
-        device (minor = its position among NVIDIA devices) where this process holds memory."""
-        nvidia = [i for i, d in enumerate(self.devices) if d.vendor == "nvidia"]
-        pid = self.own_driver_pid
-        held = [
-            minor
-            for minor, i in enumerate(nvidia)
-            if self.usage.get(pid, {}).get(i) or any(m.processes.get(pid) for m in self.devices[i].mig)
-        ]
-        if not held:
-            return "55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1048 /usr/bin/python3.11\n"
-        lines = [
-            "7f1c40000000-7f1c40200000 r-xp 00000000 08:01 2048 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
-            "7f1c50000000-7f1c50001000 rw-s 00000000 00:05 512 /dev/nvidiactl",
-        ]
-        lines += [
-            f"7f1c6{minor}000000-7f1c6{minor}001000 rw-s 00000000 00:05 {600 + minor} /dev/nvidia{minor}"
-            for minor in held
-        ]
+        """``/proc/self/maps``: the interpreter, then each driver's lines (:meth:`ScriptedDriver.mapped`)."""
+        lines = ["55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 1048 /usr/bin/python3.11"]
+        for driver in self.active_drivers():
+            lines += driver.mapped(self)
         return "\n".join(lines) + "\n"
 
     @property

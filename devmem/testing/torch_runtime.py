@@ -80,12 +80,13 @@ def _empty_caches(allocators: list[ScriptedCachingAllocator]) -> None:
 
 
 class ScriptedTorch(SimpleNamespace):
-    """A ``torch`` module whose ``cuda`` namespace answers from :class:`ScriptedCachingAllocator` objects."""
+    """A ``torch`` module whose device namespace ``namespace`` (the platform's ``torch_device``) answers from
+    :class:`ScriptedCachingAllocator` objects, one per scenario device."""
 
-    def __init__(self, scenario: Scenario, granularity: int = GRANULARITY):
+    def __init__(self, scenario: Scenario, namespace: str, granularity: int = GRANULARITY):
         allocators = [ScriptedCachingAllocator(scenario, d, granularity) for d in range(len(scenario.devices))]
         a = allocators.__getitem__
-        cuda = SimpleNamespace(
+        module = SimpleNamespace(
             is_available=lambda: True,
             is_initialized=lambda: any(x.initialized for x in allocators),
             device_count=lambda: len(allocators),
@@ -97,7 +98,7 @@ class ScriptedTorch(SimpleNamespace):
             empty_cache=lambda: _empty_caches(allocators),
             mem_get_info=lambda device=0: scenario.mem_get_info(device),
         )
-        super().__init__(__version__="2.13.0+scripted", cuda=cuda, allocators=allocators)
+        super().__init__(__version__="2.13.0+scripted", allocators=allocators, **{namespace: module})
 
     def malloc(self, nbytes: int, device: int = 0) -> Any:
         """Allocate through device ``device``'s allocator (what a tensor's creation does); a handle to :meth:`free`."""

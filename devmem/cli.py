@@ -548,7 +548,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 ENVIRONMENT = """environment:
-  DEVMEM_PLATFORM=NAME       use this platform (cpu, nvml, wsl2, rocm, uma, ...; `devmem plugins` lists them)
+  DEVMEM_PLATFORM=NAME       use this platform (by name; `devmem plugins` lists them)
   DEVMEM_LOAD_PLUGINS=A,B    load only these plugins' entry points (cpu is always loaded)
   CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
                              which devices a process sees, and their order, as the device runtime applies them
@@ -712,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
         "every registered platform, detected or not, and why",
         "Every platform the installed plugins offer, its priority, whether it was detected here and why, "
         "and which one `devmem info` uses (*). DEVMEM_PLATFORM overrides the choice.",
-        "  devmem plugins\n  devmem plugins --json\n  DEVMEM_LOAD_PLUGINS=nvidia devmem plugins",
+        "  devmem plugins\n  devmem plugins --json\n  DEVMEM_LOAD_PLUGINS=NAME devmem plugins",
     )
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(handler=cmd_plugins)

@@ -4,7 +4,7 @@ Linux keeps, for every open DRM file descriptor, key-value lines in ``/proc/<pid
 (Documentation/gpu/drm-usage-stats.rst): ``drm-driver``, ``drm-pdev`` (the PCI address),
 ``drm-client-id``, and the memory of each region as ``drm-total-<region>`` (older kernels:
 ``drm-memory-<region>``), in bytes or with a ``KiB``/``MiB`` unit. Every DRM driver that implements it
-(amdgpu, xe, i915, ...) is read the same way; a backend names its driver and the regions it allocates from.
+is read the same way; a backend names its driver and the regions it allocates from.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the conformance kit call; each returns its value together with its reason, so no
 call ran before. A platform also states what the core needs to know about it, instead of the core testing
 its name:
 
-- ``torch_device``: torch's device namespace for this platform's devices (``"cuda"``, ``"xpu"``, ...), or
+- ``torch_device``: torch's device namespace for this platform's devices (its ``torch.device`` type), or
   ``None`` where the device is host memory that torch's device allocator does not manage;
 - ``dist_backend``: the ``torch.distributed`` backend whose collectives take tensors on ``torch_device``
   (``None`` where none does).

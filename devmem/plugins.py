@@ -1,13 +1,14 @@
 """Choosing one platform among those the ``devmem`` entry-point group registers, once per process.
 
 Rules:
-- ``DEVMEM_LOAD_PLUGINS=a,b`` names what takes part in resolution: a plugin (entry-point name, such as
-  ``nvidia``) with all its platforms, or a platform (such as ``nvml``) alone; the built-in ``cpu`` always takes
+- ``DEVMEM_LOAD_PLUGINS=a,b`` names what takes part in resolution: a plugin (its entry-point name) with
+  all its platforms, or one platform (by its name) alone; the built-in ``cpu`` always takes
   part. A name that is neither is warned about, with the names it could be.
 - ``DEVMEM_PLATFORM=name`` forces a platform; unknown, excluded or undetected -> :class:`PluginError`.
 - Otherwise the detected candidate with the highest priority; a tie is an error naming both providers.
-- Two distributions may provide the same platform name (a vendor overriding ``nvml``, say): each is a candidate
-  of its own, the higher priority is preferred, and equal priorities are an error naming both distributions.
+- Two distributions may provide the same platform name (a vendor's wheel overriding a built-in one, say): each
+  is a candidate of its own, the higher priority is preferred, and equal priorities are an error naming both
+  distributions.
 - Only the chosen candidate's ``factory`` runs; one that raises passes the choice to the next candidate.
 - Detection runs once per process (``detect`` bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds, see
   :mod:`devmem.discovery`); :func:`current_platform` and :func:`platform_candidates` share it, and

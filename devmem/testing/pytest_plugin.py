@@ -1,7 +1,8 @@
 """pytest plugin (entry point ``pytest11``): ``--devmem-platform NAME`` certifies an installed platform.
 
-``pytest --pyargs devmem.testing --devmem-platform nvml`` runs the conformance kit
-(:mod:`devmem.testing.test_installed_platform`) against the platform ``nvml`` on this machine. Without
+``pytest --pyargs devmem.testing --devmem-platform NAME`` runs the conformance kit
+(:mod:`devmem.testing.test_installed_platform`) against the platform ``NAME`` on this machine (``devmem plugins``
+lists the names). Without
 the option those tests skip. The plugin also prints the per-call and detection times that the kit
 records. It is loaded by every pytest run where devmem is installed, so it imports nothing but pytest.
 """
@@ -49,8 +50,8 @@ def pytest_collection_modifyitems(config, items):
     if config.getoption("devmem_platform", None):
         return
     skip = pytest.mark.skip(
-        reason="devmem's installed-platform conformance runs only with --devmem-platform NAME, "
-        "e.g. `pytest --pyargs devmem.testing --devmem-platform nvml`"
+        reason="devmem's installed-platform conformance runs only with --devmem-platform NAME "
+        "(`devmem plugins` lists the names)"
     )
     for item in items:
         module = getattr(item, "module", None)

@@ -59,4 +59,26 @@ def dmem_limits(pci_slot: str, regions: tuple[str, ...] = (), files: Files = REA
     return out
 
 
-__all__ = ["CGROUP_ROOT", "cgroup_dirs", "dmem_limits", "parse_regions"]
+class DmemLimits:
+    """:func:`dmem_limits` for a platform, reading nothing where the kernel has no ``dmem`` controller.
+
+    Whether the controller exists (``dmem`` in ``/sys/fs/cgroup/cgroup.controllers``, the root of this process's
+    cgroup namespace) is read once: it does not change while the system runs. Where it exists, every call reads
+    the limits and their counts afresh (a cgroup's limit can change at any time). Without it a reading costs no
+    file access instead of one per cgroup level (about 90 us a call on the H200)."""
+
+    def __init__(self, files: Files = REAL_FILES):
+        self._files = files
+        self._controller: bool | None = None
+
+    def controller_present(self) -> bool:
+        if self._controller is None:
+            text = read_stripped(self._files, f"{CGROUP_ROOT}/cgroup.controllers")
+            self._controller = text is not None and "dmem" in text.split()
+        return self._controller
+
+    def __call__(self, pci_slot: str, regions: tuple[str, ...] = ()) -> list[MemoryLimit]:
+        return dmem_limits(pci_slot, regions, self._files) if self.controller_present() else []
+
+
+__all__ = ["CGROUP_ROOT", "DmemLimits", "cgroup_dirs", "dmem_limits", "parse_regions"]

@@ -45,6 +45,7 @@ class CudaDriver:
         self._ready = False
         self._failure: str | None = None
         self._lock = threading.Lock()
+        self._devices: dict[int, int] = {}
 
     @property
     def library(self) -> Any:
@@ -101,9 +102,12 @@ class CudaDriver:
         return count.value
 
     def device(self, ordinal: int) -> int:
-        dev = ctypes.c_int()
-        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
-        return dev.value
+        """The driver's handle of device ``ordinal`` (fixed for the process, so asked once)."""
+        if ordinal not in self._devices:
+            dev = ctypes.c_int()
+            self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
+            self._devices[ordinal] = dev.value
+        return self._devices[ordinal]
 
     def total_memory(self, ordinal: int) -> int:
         size = ctypes.c_size_t()
@@ -132,20 +136,36 @@ class CudaDriver:
         self.call("cuDevicePrimaryCtxGetState", self.device(ordinal), ctypes.byref(flags), ctypes.byref(active))
         return bool(active.value)
 
+    def _free_total(self) -> tuple[int, int]:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+    def _current_device(self) -> int | None:
+        """The device of this thread's current context, ``None`` without one."""
+        ctx = ctypes.c_void_p()
+        self.call("cuCtxGetCurrent", ctypes.byref(ctx))
+        if not ctx.value:
+            return None
+        dev = ctypes.c_int()
+        self.call("cuCtxGetDevice", ctypes.byref(dev))
+        return dev.value
+
     def mem_get_info(self, ordinal: int) -> tuple[int, int] | None:
         """``(free, total)`` as the runtime reports them, or ``None`` where this process has no context on the
-        device (asking would create one)."""
+        device (asking would create one). Where this thread's current context is on the device (as torch leaves
+        it) that context answers; otherwise the device's primary context, retained for the one call."""
+        dev = self.device(ordinal)
+        if self._current_device() == dev:
+            return self._free_total()
         if not self.context_active(ordinal):
             return None
-        dev = self.device(ordinal)
         ctx = ctypes.c_void_p()
         self.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
         try:
             self.call("cuCtxPushCurrent_v2", ctx)
             try:
-                free, total = ctypes.c_size_t(), ctypes.c_size_t()
-                self.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
-                return free.value, total.value
+                return self._free_total()
             finally:
                 self.call("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
         finally:

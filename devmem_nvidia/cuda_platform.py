@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem.dmem import dmem_limits
+from devmem.dmem import DmemLimits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
@@ -67,6 +67,7 @@ class CudaPlatform(PlatformBase):
     def __init__(self, *, library: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None):
         self._driver = CudaDriver(library)
         self._files = files
+        self._dmem = DmemLimits(files)
         self._environ = os.environ if environ is None else environ
         self._count = self._driver.device_count()
 
@@ -96,7 +97,7 @@ class CudaPlatform(PlatformBase):
                 },
                 "cuMemGetInfo_v2",
             )
-        limits = env_limits(self._environ, device) + dmem_limits(self._driver.pci_bus_id(device), files=self._files)
+        limits = env_limits(self._environ, device) + self._dmem(self._driver.pci_bus_id(device))
         return apply_limits(memory, limits, None) if limits else memory
 
     def _process_memory(self, device: int) -> ProcessMemory:

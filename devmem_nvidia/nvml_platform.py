@@ -21,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from devmem.dmem import dmem_limits
+from devmem.dmem import DmemLimits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import MemoryLimit, apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
@@ -172,6 +172,7 @@ class NvmlPlatform(PlatformBase):
         self._mps_defaults: dict[int, MemoryLimit] | None = None
         self._mps_lock = threading.Lock()
         self._files = files
+        self._dmem = DmemLimits(files)
         self._environ = os.environ if environ is None else environ
         self._table = DeviceTable(self._session, self._environ)
         self._allocator = allocator if allocator is not None else CudaDriverAllocator(files)
@@ -205,7 +206,7 @@ class NvmlPlatform(PlatformBase):
             }
         memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
-        limits = env_limits(self._environ, device) + dmem_limits(kernel_slot(dev.pci_bus_id), files=self._files)
+        limits = env_limits(self._environ, device) + self._dmem(kernel_slot(dev.pci_bus_id))
         limits += self._mps_default_limit(device)
         runtime = self._runtime.reading(device)
         if runtime is not None:

@@ -50,11 +50,17 @@ class RuntimeView:
         self._driver = CudaDriver(library) if library is not None else None
         self._real = real
         self._files = files
+        self._cuda_seen = False  # once CUDA is in use here cuInit has run, so /proc/self/maps need not be read again
+
+    def _cuda_in_use(self) -> bool:
+        if not self._cuda_seen:
+            self._cuda_seen = bool(cuda_in_use(self._files))
+        return self._cuda_seen
 
     def reading(self, device: int) -> MemoryInfo | None:
         """``(free, total)`` as the runtime reports them to this process, or ``None`` where it cannot be read
         without initialising CUDA or creating a context."""
-        if (self._driver is None and not self._real) or not cuda_in_use(self._files):
+        if (self._driver is None and not self._real) or not self._cuda_in_use():
             return None
         if self._driver is None:
             self._driver = CudaDriver()

@@ -592,7 +592,8 @@ class ScriptedLibcuda:
     ``Scenario.failures`` maps a function name to a ``CUresult`` name (``"CUDA_ERROR_UNKNOWN"``). ``contexts_created``
     counts primary contexts a caller brought into being (retaining one that was not active). ``mps_limits`` and
     ``interposed_limits`` (scenario device index -> bytes) cap what ``cuMemGetInfo`` reports: an MPS daemon's
-    pinned limit (free only) and an interposed vGPU library's limit (total and free); ``mps_uncounted``: bytes of
+    pinned limit (free only) and an interposed vGPU library's limit (total and free); ``current``: the device
+    whose primary context is current on the calling thread (as torch leaves it), if active; ``mps_uncounted``: bytes of
     this process's NVML figure that MPS does not count against the limit (1939312 on the H200).
     """
 
@@ -614,8 +615,10 @@ class ScriptedLibcuda:
         mps_limits: dict[int, int] | None = None,
         interposed_limits: dict[int, int] | None = None,
         mps_uncounted: int = 0,
+        current: int | None = None,
     ):
         self.scenario = scenario
+        self.current = current
         self.mps_limits = mps_limits or {}
         self.mps_uncounted = mps_uncounted
         self.interposed_limits = interposed_limits or {}
@@ -734,12 +737,29 @@ class ScriptedLibcuda:
             ctx._obj.value = 0x1000 + self._stack.pop()
         return code
 
-    def cuMemGetInfo_v2(self, free: Any, total: Any) -> int:
-        code = self._enter("cuMemGetInfo_v2")
-        if code == 0 and not self._stack:
+    def cuCtxGetCurrent(self, ctx: Any) -> int:
+        code = self._enter("cuCtxGetCurrent")
+        if code == 0:
+            current = self._stack[-1] if self._stack else self.current
+            ctx._obj.value = None if current is None or not self._active(current) else 0x1000 + current
+        return code
+
+    def cuCtxGetDevice(self, dev: Any) -> int:
+        code = self._enter("cuCtxGetDevice")
+        current = self._stack[-1] if self._stack else self.current
+        if code == 0 and (current is None or not self._active(current)):
             code = self.CODES["CUDA_ERROR_INVALID_CONTEXT"]
         if code == 0:
-            free._obj.value, total._obj.value = self._mem_get_info(self._stack[-1])
+            dev._obj.value = current
+        return code
+
+    def cuMemGetInfo_v2(self, free: Any, total: Any) -> int:
+        code = self._enter("cuMemGetInfo_v2")
+        current = self._stack[-1] if self._stack else self.current
+        if code == 0 and (current is None or not self._active(current)):
+            code = self.CODES["CUDA_ERROR_INVALID_CONTEXT"]
+        if code == 0 and current is not None:
+            free._obj.value, total._obj.value = self._mem_get_info(current)
         return code
 
     def _mem_get_info(self, dev: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem.dmem import dmem_limits
+from devmem.dmem import DmemLimits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
@@ -86,6 +86,7 @@ class RocmPlatform(PlatformBase):
         self._smi = _session(amdsmi, clock, sleep)
         self._environ = os.environ if environ is None else environ
         self._files = files
+        self._dmem = DmemLimits(files)
         try:
             _, self._selection, self._order_rule = _inventory(self._smi, self._environ)
         except DevmemError as exc:
@@ -127,7 +128,7 @@ class RocmPlatform(PlatformBase):
             },
             "amdsmi VRAM total minus used",
         )
-        limits = dmem_limits(gpu.bdf, ("vram",), self._files)
+        limits = self._dmem(gpu.bdf, ("vram",))
         return apply_limits(memory, limits, None) if limits else memory
 
     def _process_memory(self, device: int) -> ProcessMemory:

@@ -113,3 +113,21 @@ def test_failing_memory_call_is_a_devmem_error_naming_it():
 
 def test_device_name_is_the_driver_s():
     assert scripted_cuda_platform(no_nvml_scenario()).device_name(0) == "NVIDIA H200"
+
+
+def test_current_context_on_the_device_answers_without_retaining_the_primary_one():
+    from devmem_nvidia.cuda_driver import CudaDriver
+
+    sc = h200_scenario(context=True)
+    lib = ScriptedLibcuda(sc, current=0)
+    assert CudaDriver(lib).mem_get_info(0) == sc.mem_get_info(0)
+    assert lib.calls["cuDevicePrimaryCtxRetain"] == 0
+
+
+def test_without_a_current_context_the_primary_one_is_retained_for_the_call():
+    from devmem_nvidia.cuda_driver import CudaDriver
+
+    sc = h200_scenario(context=True)
+    lib = ScriptedLibcuda(sc)
+    assert CudaDriver(lib).mem_get_info(0) == sc.mem_get_info(0)
+    assert lib.calls["cuDevicePrimaryCtxRetain"] == lib.calls["cuDevicePrimaryCtxRelease_v2"] == 1

@@ -210,3 +210,21 @@ def test_runtime_estimate_of_a_limit_is_rounded_down_to_the_driver_page():
     sc = mps_scenario()  # NVML's figure for this process runs 1939312 bytes over what MPS counts, as on the H200
     platform = scripted_platform(sc, cuda=ScriptedLibcuda(sc, mps_limits={0: 8 * GiB}, mps_uncounted=1939312))
     assert platform.device_memory_info(0).total == 8 * GiB
+
+
+class CountingMaps(NvmlOnlyMaps):
+    """``/proc/self/maps`` of a process with a CUDA context, counting its reads."""
+
+    reads = 0
+
+    def read_text(self, path: str) -> str:
+        self.reads += 1
+        return super().read_text(path) + "7f1c60000000-7f1c60001000 rw-s 00000000 00:05 600 /dev/nvidia0\n"
+
+
+def test_maps_are_read_once_cuda_is_known_to_be_in_use():
+    files = CountingMaps()
+    view = RuntimeView(ScriptedLibcuda(h200_scenario(context=True)), files, real=False)
+    view.reading(0)
+    view.reading(0)
+    assert files.reads == 1

@@ -165,6 +165,7 @@ def test_bad_limit_in_the_environment_is_a_clear_error():
 def dmem_scenario(limit: str, current: str = ""):
     sc = h200_scenario(context=True)
     sc.files["/proc/self/cgroup"] = "0::/kubepods/pod1/ctr\n"
+    sc.files["/sys/fs/cgroup/cgroup.controllers"] = "cpuset cpu io memory pids dmem\n"
     sc.files["/sys/fs/cgroup/kubepods/pod1/dmem.max"] = limit
     sc.files["/sys/fs/cgroup/kubepods/pod1/dmem.current"] = current
     return sc
@@ -198,6 +199,12 @@ def test_dmem_limit_of_an_ancestor_binds():
     sc = dmem_scenario("")
     sc.files["/sys/fs/cgroup/kubepods/dmem.max"] = f"drm/{SLOT}/vram0 {4 * GiB}\n"
     assert scripted_platform(sc).device_memory_info(0).total == 4 * GiB
+
+
+def test_dmem_is_not_read_on_a_kernel_without_the_controller():
+    sc = dmem_scenario(f"drm/{SLOT}/vram0 {GiB}\n")
+    sc.files["/sys/fs/cgroup/cgroup.controllers"] = "cpuset cpu io memory pids\n"
+    assert scripted_platform(sc).device_memory_info(0).total == H200_RUNTIME_TOTAL
 
 
 def test_dmem_over_the_limit_leaves_nothing_free():

@@ -12,6 +12,7 @@ def limited(limit: str, current: str = ""):
     sc = mi300x_scenario()
     slot = sc.devices[0].pci_bus_id.lower()[-12:]
     sc.files["/proc/self/cgroup"] = "0::/job\n"
+    sc.files["/sys/fs/cgroup/cgroup.controllers"] = "cpu memory pids dmem\n"
     sc.files["/sys/fs/cgroup/job/dmem.max"] = limit.format(slot=slot)
     sc.files["/sys/fs/cgroup/job/dmem.current"] = current.format(slot=slot)
     clock = ScriptedClock()

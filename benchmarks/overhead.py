@@ -83,6 +83,10 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
     raw = {
         "raw nvmlDeviceGetMemoryInfo (v2)": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2),
         "torch.cuda.mem_get_info": lambda: torch.cuda.mem_get_info(device),
+        "raw NVML memory info + torch.cuda.mem_get_info": lambda: (
+            pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2),
+            torch.cuda.mem_get_info(device),
+        ),
         "raw nvmlDeviceGetComputeRunningProcesses": lambda: processes(handle),
         "raw nvmlDeviceGetCount": pynvml.nvmlDeviceGetCount,
         "raw snapshot (mem_get_info + processes + torch stats)": raw_snapshot,
@@ -90,6 +94,11 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
     pairs = {
         "device_memory_info / raw NVML": ("device_memory_info", "raw nvmlDeviceGetMemoryInfo (v2)"),
         "device_memory_info / torch.cuda.mem_get_info": ("device_memory_info", "torch.cuda.mem_get_info"),
+        # what devmem reads in a process with a context: NVML's device figures and the runtime's (caps NVML misses)
+        "device_memory_info / raw NVML + runtime": (
+            "device_memory_info",
+            "raw NVML memory info + torch.cuda.mem_get_info",
+        ),
         "get_process_memory_usage / raw process list": (
             "get_process_memory_usage",
             "raw nvmlDeviceGetComputeRunningProcesses",

@@ -227,16 +227,16 @@ class NvmlPlatform(PlatformBase):
         (a client's variable overrides the daemon's default). Asked once per platform."""
         if self._mps_control is None:
             return []
-        own = mps_limits(self._environ)
-        if device in own or None in own:
-            return []
         with self._mps_lock:
             if self._mps_defaults is None:
                 self._mps_defaults = daemon_limits(
                     len(self._table.devices()), self._environ, self._files, self._mps_control
                 )
         limit = self._mps_defaults.get(device)
-        return [] if limit is None else [limit]
+        if limit is None:
+            return []
+        own = mps_limits(self._environ)
+        return [] if device in own or None in own else [limit]
 
     def _is_integrated(self, device: int) -> bool:
         return False

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: The distribution's name, as pyproject.toml declares it (its wheel is named after it).
+DISTRIBUTION = re.search(r'^name\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE).group(1)
 BASELINE = "python -c pass"
 CASES = {
     BASELINE: "pass",
@@ -55,7 +58,7 @@ def wheel_venv(root: Path) -> Path:
         env=_quiet_env(),
         cwd=root,
     )
-    (wheel,) = wheels.glob("devmem-*.whl")
+    (wheel,) = wheels.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"

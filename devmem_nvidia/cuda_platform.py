@@ -7,7 +7,9 @@ A container without ``libnvidia-ml``, or one where NVML is denied outright, stil
   ``total`` are ``cuMemGetInfo_v2`` (what ``torch.cuda.mem_get_info`` reports). Without a context devmem does
   not create one: ``free`` is reported as ``total`` and its source says it was not readable. An engine reads
   its figures after loading its model, when its context exists.
-- limits that bind this process (MPS, HAMi-style, cgroup ``dmem``) cap both, as on ``nvml``.
+- limits that bind this process (MPS, the MPS control daemon's default, HAMi-style, cgroup ``dmem``) cap both, as
+  on ``nvml``. Under an MPS daemon's default limit the runtime's ``free`` already counts it, but its ``total`` is
+  the device's: asking the daemon (:mod:`devmem_nvidia.mps_control`) is what caps ``total``.
 - per process: ``None`` (``no-source``): nothing without NVML attributes device memory to processes.
 - device indices are the driver's own (it applies ``CUDA_VISIBLE_DEVICES``).
 """
@@ -28,6 +30,7 @@ from devmem.types import Detection, DevmemError, MemoryInfo
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
+from devmem_nvidia.mps_control import MpsDefaults, Runner, run_control
 
 NO_PROCESS_FIGURE = (
     "the cuda platform reads device-wide figures from the CUDA driver; without NVML nothing "
@@ -57,18 +60,29 @@ class CudaPlatform(PlatformBase):
     """NVIDIA GPUs through the CUDA driver API. See the module docstring.
 
     ``library``: a loaded ``libcuda`` or a scripted one (``None``: load ``libcuda.so.1`` on first use);
-    ``files``: the /proc and cgroup boundary; ``environ``: where the limit variables come from.
+    ``files``: the /proc and cgroup boundary; ``environ``: where the limit variables come from; ``mps_control``: how
+    to ask the MPS control daemon (``None``: its program, with the real ``libcuda``).
     Raises :class:`DevmemError` when the driver cannot be initialised."""
 
     name = "cuda"
     torch_device = "cuda"
     dist_backend = "nccl"
 
-    def __init__(self, *, library: Any = None, files: Files = REAL_FILES, environ: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        *,
+        library: Any = None,
+        files: Files = REAL_FILES,
+        environ: Mapping[str, str] | None = None,
+        mps_control: Runner | None = None,
+    ):
         self._driver = CudaDriver(library)
         self._files = files
         self._dmem = DmemLimits(files)
         self._environ = os.environ if environ is None else environ
+        self._mps_defaults = MpsDefaults(
+            mps_control if mps_control is not None else run_control if library is None else None, self._environ, files
+        )
         self._count = self._driver.device_count()
 
     def device_count(self) -> int:
@@ -98,6 +112,7 @@ class CudaPlatform(PlatformBase):
                 "cuMemGetInfo_v2",
             )
         limits = env_limits(self._environ, device) + self._dmem(self._driver.pci_bus_id(device))
+        limits += self._mps_defaults.limit(device, self._count)
         return apply_limits(memory, limits, None) if limits else memory
 
     def _process_memory(self, device: int) -> ProcessMemory:

@@ -17,12 +17,13 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 
 from devmem.host import Files
 from devmem.limits import MemoryLimit
 from devmem.types import DevmemError
-from devmem_nvidia.limits import parse_size
+from devmem_nvidia.limits import mps_limits, parse_size
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -85,4 +86,39 @@ def daemon_limits(
     }
 
 
-__all__ = ["CONTROL", "DEFAULT_PIPE_DIRECTORY", "Runner", "daemon_limits", "pipe_directory", "run_control"]
+class MpsDefaults:
+    """The daemon's default limits for a platform: asked once (on the first reading), then per device.
+
+    ``run``: how to ask the daemon (``None``: never ask, for a platform on scripted libraries without one)."""
+
+    def __init__(self, run: Runner | None, environ: Mapping[str, str], files: Files):
+        self._run = run
+        self._environ = environ
+        self._files = files
+        self._limits: dict[int, MemoryLimit] | None = None
+        self._lock = threading.Lock()
+
+    def limit(self, device: int, count: int) -> list[MemoryLimit]:
+        """The default limit on ``device`` (of ``count`` devices), unless this process's environment sets its own
+        (a client's ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` overrides the daemon's default)."""
+        if self._run is None:
+            return []
+        with self._lock:
+            if self._limits is None:
+                self._limits = daemon_limits(count, self._environ, self._files, self._run)
+        found = self._limits.get(device)
+        if found is None:
+            return []
+        own = mps_limits(self._environ)
+        return [] if device in own or None in own else [found]
+
+
+__all__ = [
+    "CONTROL",
+    "DEFAULT_PIPE_DIRECTORY",
+    "MpsDefaults",
+    "Runner",
+    "daemon_limits",
+    "pipe_directory",
+    "run_control",
+]

@@ -23,14 +23,14 @@ from typing import Any, NamedTuple
 
 from devmem.dmem import DmemLimits
 from devmem.host import REAL_FILES, Files
-from devmem.limits import MemoryLimit, apply_limits
+from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
 from devmem.readings import checked_memory
 from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
-from devmem_nvidia.limits import env_limits, mps_limits
-from devmem_nvidia.mps_control import Runner, daemon_limits, run_control
+from devmem_nvidia.limits import env_limits
+from devmem_nvidia.mps_control import MpsDefaults, Runner, run_control
 from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
@@ -168,12 +168,12 @@ class NvmlPlatform(PlatformBase):
     ):
         self._session = NvmlSession.for_module(nvml)
         self._runtime = RuntimeView(cuda, files, real=nvml is None)
-        self._mps_control = mps_control if mps_control is not None else run_control if nvml is None else None
-        self._mps_defaults: dict[int, MemoryLimit] | None = None
-        self._mps_lock = threading.Lock()
         self._files = files
         self._dmem = DmemLimits(files)
         self._environ = os.environ if environ is None else environ
+        self._mps_defaults = MpsDefaults(
+            mps_control if mps_control is not None else run_control if nvml is None else None, self._environ, files
+        )
         self._table = DeviceTable(self._session, self._environ)
         self._allocator = allocator if allocator is not None else CudaDriverAllocator(files)
         self._learn_pid = learn_pid
@@ -207,7 +207,7 @@ class NvmlPlatform(PlatformBase):
         memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
         limits = env_limits(self._environ, device) + self._dmem(kernel_slot(dev.pci_bus_id))
-        limits += self._mps_default_limit(device)
+        limits += self._mps_defaults.limit(device, len(self._table.devices()))
         runtime = self._runtime.reading(device)
         if runtime is not None:
             limits += runtime_limits(
@@ -221,22 +221,6 @@ class NvmlPlatform(PlatformBase):
             return memory
         process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
         return apply_limits(memory, limits, process)
-
-    def _mps_default_limit(self, device: int) -> list[MemoryLimit]:
-        """The MPS control daemon's default limit on ``device``, unless this process's environment sets its own
-        (a client's variable overrides the daemon's default). Asked once per platform."""
-        if self._mps_control is None:
-            return []
-        with self._mps_lock:
-            if self._mps_defaults is None:
-                self._mps_defaults = daemon_limits(
-                    len(self._table.devices()), self._environ, self._files, self._mps_control
-                )
-        limit = self._mps_defaults.get(device)
-        if limit is None:
-            return []
-        own = mps_limits(self._environ)
-        return [] if device in own or None in own else [limit]
 
     def _is_integrated(self, device: int) -> bool:
         return False

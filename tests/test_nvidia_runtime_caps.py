@@ -17,6 +17,7 @@ from devmem_nvidia.testing import (
     ScriptedMpsControl,
     h200_scenario,
     mps_scenario,
+    scripted_cuda_platform,
     scripted_platform,
 )
 
@@ -228,3 +229,11 @@ def test_maps_are_read_once_cuda_is_known_to_be_in_use():
     view.reading(0)
     view.reading(0)
     assert files.reads == 1
+
+
+def test_cuda_platform_takes_the_mps_daemon_default_as_its_total():
+    sc = mps_scenario()
+    platform = scripted_cuda_platform(
+        sc, library=ScriptedLibcuda(sc, mps_limits={0: 8 * GiB}), mps_control=ScriptedMpsControl({0: "8G"})
+    )
+    assert platform.device_memory_info(0) == MemoryInfo(8 * GiB - H200_CONTEXT, 8 * GiB)

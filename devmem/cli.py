@@ -641,7 +641,8 @@ def _add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | N
 INFO_DESCRIPTION = """\
 Per device: free and total memory, what a new process can allocate, every process holding memory on it
 (PID, user, command and bytes as the driver reports them; NS PID is the PID inside the process's own
-container where it differs; an MPS server is marked), and where each figure came from.
+container where it differs; a process the platform names, such as a server holding memory for its
+clients, is marked with its role), and where each figure came from.
 User and command are "-" for a PID this PID namespace cannot see. Sizes scale from B to TiB; --json
 gives exact bytes. `devmem` alone is `devmem info`, so `devmem --json` works too."""
 

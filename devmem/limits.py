@@ -1,7 +1,7 @@
 """Limits that bind this process on a device, and how they cap a reading (vendor-neutral).
 
-A backend reads its device, gathers the :class:`MemoryLimit` objects that bind this process there (an MPS
-pinned-memory limit, a vGPU limit, a cgroup ``dmem.max``), and passes both to :func:`apply_limits`, which
+A backend reads its device, gathers the :class:`MemoryLimit` objects that bind this process there (a limit
+its runtime enforces, a vGPU limit, a cgroup ``dmem.max``), and passes both to :func:`apply_limits`, which
 caps ``total`` at the tightest limit and ``free`` at what each limit leaves, names the limit as the source
 of every figure it lowered, and adds a note a person (and ``devmem doctor``) can read.
 """
@@ -19,8 +19,8 @@ from devmem.types import MemoryInfo, gib
 class MemoryLimit:
     """A cap on the device memory this process may use.
 
-    ``limit``: bytes; ``name``: what it is, for people ("MPS pinned device memory limit"); ``origin``: where it
-    was read (``"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G"``); ``used``: bytes already counted against it where the
+    ``limit``: bytes; ``name``: what it is, for people ("cgroup dmem limit"); ``origin``: where it was read (a
+    file and its line, an environment variable and its value); ``used``: bytes already counted against it where the
     limit's owner says so (cgroup ``dmem.current``), ``None`` where this process's own usage is what counts.
     """
 

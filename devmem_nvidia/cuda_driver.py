@@ -47,6 +47,15 @@ class CudaDriver:
         self._lock = threading.Lock()
         self._devices: dict[int, int] = {}
 
+    @classmethod
+    def shared(cls) -> CudaDriver:
+        """The process's driver on the real ``libcuda`` (loaded and initialised once, for every platform)."""
+        global _shared
+        with _shared_lock:
+            if _shared is None:
+                _shared = cls()
+            return _shared
+
     @property
     def library(self) -> Any:
         """The initialised library; raises :class:`DevmemError` with the reason where it cannot be."""
@@ -170,6 +179,10 @@ class CudaDriver:
                 self.call("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
         finally:
             self.call("cuDevicePrimaryCtxRelease_v2", dev)
+
+
+_shared: CudaDriver | None = None
+_shared_lock = threading.Lock()
 
 
 __all__ = ["CU_DEVICE_ATTRIBUTE_INTEGRATED", "CUDA_SUCCESS", "CudaCallError", "CudaDriver", "LIBRARY"]

@@ -76,7 +76,7 @@ class CudaPlatform(PlatformBase):
         environ: Mapping[str, str] | None = None,
         mps_control: Runner | None = None,
     ):
-        self._driver = CudaDriver(library)
+        self._driver = CudaDriver.shared() if library is None else CudaDriver(library)
         self._files = files
         self._dmem = DmemLimits(files)
         self._environ = os.environ if environ is None else environ

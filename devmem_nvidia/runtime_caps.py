@@ -63,7 +63,7 @@ class RuntimeView:
         if (self._driver is None and not self._real) or not self._cuda_in_use():
             return None
         if self._driver is None:
-            self._driver = CudaDriver()
+            self._driver = CudaDriver.shared()
         try:
             reading = self._driver.mem_get_info(device)
         except DevmemError as exc:

@@ -18,7 +18,6 @@ Rules:
 from __future__ import annotations
 
 import os
-import threading
 
 from devmem.discovery import (
     BUILTIN,
@@ -35,6 +34,7 @@ from devmem.discovery import (
     warn,
 )
 from devmem.entrypoints import entry_points
+from devmem.forksafe import ForkSafeLock
 from devmem.platform import CONTRACT, Platform
 from devmem.records import Record
 from devmem.types import PluginError
@@ -191,7 +191,7 @@ def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
     return top
 
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _resolution: _Resolution | None = None
 _current: Platform | None = None
 
@@ -272,9 +272,9 @@ def clear_cache() -> None:
 
 def _start_afresh_in_child() -> None:
     """After ``fork()``: the parent's lock may have been held by a thread that does not exist here, and its
-    platform's vendor sessions belong to the parent, so the child gets a new lock and resolves again."""
-    global _lock, _current, _resolution
-    _lock = threading.Lock()
+    platform's vendor sessions belong to the parent, so the child resolves again (``_lock`` is a ForkSafeLock:
+    renewed already)."""
+    global _current, _resolution
     _current = None
     _resolution = None
 

@@ -13,7 +13,6 @@ import logging
 import math
 import numbers
 import os
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from devmem.forksafe import ForkSafeLock
 from devmem.parsing import shown
 from devmem.platform import Platform
 from devmem.plugins import current_platform
@@ -360,7 +360,7 @@ class _OpenWindows:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._carried: dict[int, list[list[int]]] = {}
 
     def open(self, module: Any, device: int) -> list[int]:

@@ -12,9 +12,10 @@ error mapping.
 Every session registers here:
 
 - at exit, :func:`shutdown_all` calls ``shutdown()`` on every live session (registered with :mod:`atexit` once);
-- in a child made by ``os.fork()``, each session's ``renew_locks()`` runs first (``os.register_at_fork``), so a
-  lock some other thread held at the moment of the fork cannot deadlock the child; so does the lock guarding
-  the shared sessions.
+- in a child made by ``os.fork()``, each session's locks are renewed first (each is a
+  :class:`~devmem.forksafe.ForkSafeLock`, and ``renew_locks()`` runs for a subclass's own), so a lock some other
+  thread held at the moment of the fork cannot deadlock the child; so are the locks guarding the registry and the
+  shared sessions.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
 import weakref
 from typing import Any, ClassVar, TypeVar
 
+from devmem.forksafe import ForkSafeLock
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem")
@@ -67,7 +68,7 @@ class VendorSession:
         self.failure: str | None = None
         #: What would make the library usable where that is known (a package to install), else ``""``.
         self.action = ""
-        self._lock = threading.RLock()
+        self._lock = ForkSafeLock(reentrant=True)
         track(self)
 
     # ---- what a vendor supplies ----------------------------------------------------------------------
@@ -186,15 +187,16 @@ class VendorSession:
                 log.debug("devmem: %s failed: %s", self.shutdown_function, self.describe_error(exc))
 
     def renew_locks(self) -> None:
-        """A fresh lock (in a forked child, where another thread may have held this one at the fork)."""
-        self._lock = threading.RLock()
+        """Fresh locks (in a forked child, where another thread may have held one at the fork); the session's
+        own lock is renewed already, a subclass extends this for locks it keeps that are not ForkSafeLocks."""
+        self._lock.renew()
 
 
 _live: weakref.WeakSet[VendorSession] = weakref.WeakSet()
-_registry_lock = threading.Lock()
+_registry_lock = ForkSafeLock()
 _atexit_registered = False
 _shared: dict[type[VendorSession], VendorSession] = {}
-_shared_lock = threading.Lock()
+_shared_lock = ForkSafeLock()
 
 
 def track(session: VendorSession) -> None:
@@ -217,9 +219,6 @@ def shutdown_all() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _registry_lock, _shared_lock
-    _registry_lock = threading.Lock()
-    _shared_lock = threading.Lock()
     for session in list(_live):
         session.renew_locks()
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import threading
 from typing import Any
 
+from devmem.forksafe import ForkSafeLock
 from devmem.types import DevmemError
 
 log = logging.getLogger("devmem.nvidia")
@@ -44,7 +44,7 @@ class CudaDriver:
         self._library = library
         self._ready = False
         self._failure: str | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._devices: dict[int, int] = {}
 
     @classmethod
@@ -182,7 +182,7 @@ class CudaDriver:
 
 
 _shared: CudaDriver | None = None
-_shared_lock = threading.Lock()
+_shared_lock = ForkSafeLock()
 
 
 __all__ = ["CU_DEVICE_ATTRIBUTE_INTEGRATED", "CUDA_SUCCESS", "CudaCallError", "CudaDriver", "LIBRARY"]

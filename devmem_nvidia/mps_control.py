@@ -17,9 +17,9 @@ import logging
 import os
 import shutil
 import subprocess
-import threading
 from collections.abc import Callable, Mapping
 
+from devmem.forksafe import ForkSafeLock
 from devmem.host import Files
 from devmem.limits import MemoryLimit
 from devmem.types import DevmemError
@@ -96,7 +96,7 @@ class MpsDefaults:
         self._environ = environ
         self._files = files
         self._limits: dict[int, MemoryLimit] | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def limit(self, device: int, count: int) -> list[MemoryLimit]:
         """The default limit on ``device`` (of ``count`` devices), unless this process's environment sets its own

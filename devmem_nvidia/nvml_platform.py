@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from devmem.dmem import DmemLimits
+from devmem.forksafe import ForkSafeLock
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
@@ -177,7 +177,7 @@ class NvmlPlatform(PlatformBase):
         self._table = DeviceTable(self._session, self._environ)
         self._allocator = allocator if allocator is not None else CudaDriverAllocator(files)
         self._learn_pid = learn_pid
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._ns_pids: set[int] | None = None
         self._learned: int | None = None
         self._learn_note: str | None = None

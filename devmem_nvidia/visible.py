@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from devmem.forksafe import ForkSafeLock
 from devmem.host import REAL_FILES, Files
 from devmem.visible import VisibleDevices, dropped, pick
 from devmem.visible import index as device_index
@@ -217,7 +217,7 @@ class DeviceTable:
         self._environ = environ
         self._bus_order = bus_order if bus_order is not None else driver_bus_ids
         self._selection: VisibleDevices[VisibleDevice] | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def selection(self) -> VisibleDevices[VisibleDevice]:
         """Raises ``NvmlUnavailable``/``NvmlCallError`` (both ``DevmemError``) when NVML cannot enumerate."""

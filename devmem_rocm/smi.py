@@ -20,12 +20,12 @@ import contextlib
 import importlib
 import io
 import logging
-import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from devmem.forksafe import ForkSafeLock
 from devmem.sessions import LibraryUnavailable, VendorSession
 from devmem.types import DevmemError
 
@@ -69,7 +69,7 @@ def describe(exc: BaseException) -> tuple[str, str, int | None]:
 
 
 # ---- the silent import ----------------------------------------------------------------------------
-_import_lock = threading.Lock()
+_import_lock = ForkSafeLock()
 _imported: tuple[ModuleType | None, str] | None = None
 
 

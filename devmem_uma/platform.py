@@ -19,10 +19,10 @@ MemAvailable is capped by the process's cgroup memory limit, as for the ``cpu`` 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Mapping
 
 import devmem_nvidia
+from devmem.forksafe import ForkSafeLock
 from devmem.host import REAL_FILES, CpuPlatform, Files
 from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory
 from devmem_uma import amd
@@ -68,7 +68,7 @@ class UmaPlatform(PlatformBase):
         self._environ = os.environ if environ is None else environ
         self._allocator = allocator
         self._host = CpuPlatform(files=files)
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._survey: Survey | None = None
         self._devices_seen: list[UmaDevice] = []
         self._conflicts: tuple[str, ...] = ()

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from devmem import __version__
 from devmem.host import REAL_FILES, Files
+from devmem.parsing import env_text
 from devmem.platform import DeviceReport, Platform, device_report
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
@@ -49,7 +49,7 @@ def _chosen(platform_name: str, cands: list[Candidate]) -> Candidate | None:
 def _why(chosen: Candidate | None) -> str:
     if chosen is None:
         return "chosen"
-    if os.environ.get("DEVMEM_PLATFORM", "").strip():
+    if env_text("DEVMEM_PLATFORM"):
         return f"forced by DEVMEM_PLATFORM; {chosen.reason}"
     return f"highest-priority detected platform ({chosen.priority}): {chosen.reason}"
 

@@ -10,7 +10,6 @@ the plugin or platform is skipped; only ``KeyboardInterrupt`` propagates, becaus
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -19,11 +18,15 @@ from typing import Any, NamedTuple, TypeVar
 
 from devmem import hookspecs
 from devmem.entrypoints import EntryPoint
+from devmem.parsing import env_seconds, env_text
 from devmem.types import Detection, PlatformSpec, PluginError
 
 LOGGER = "devmem.plugins"
 BUILTIN = "cpu"
 DEFAULT_DETECT_TIMEOUT = 10.0
+#: The longest ``DEVMEM_DETECT_TIMEOUT`` (an hour): a detection is a cheap probe, and a thread can wait no longer
+#: than ``threading.TIMEOUT_MAX`` (``1e11`` overflowed it).
+MAX_DETECT_TIMEOUT = 3600.0
 
 T = TypeVar("T")
 
@@ -61,7 +64,7 @@ class AllowList(NamedTuple):
 
     @classmethod
     def from_environ(cls) -> AllowList | None:
-        raw = os.environ.get("DEVMEM_LOAD_PLUGINS", "").strip()
+        raw = env_text("DEVMEM_LOAD_PLUGINS", error=PluginError)
         if not raw:
             return None
         return cls(frozenset(n.strip() for n in raw.split(",") if n.strip()) | {BUILTIN})
@@ -73,7 +76,7 @@ class AllowList(NamedTuple):
         return plugin in self.names or platform in self.names
 
     def text(self) -> str:
-        return os.environ.get("DEVMEM_LOAD_PLUGINS", "").strip()
+        return env_text("DEVMEM_LOAD_PLUGINS", error=PluginError)
 
 
 class Plugin(NamedTuple):
@@ -196,20 +199,11 @@ def admitted(regs: list[Registration], eps: list[EntryPoint], allow: AllowList |
 
 
 def detect_timeout() -> float:
-    """``DEVMEM_DETECT_TIMEOUT`` in seconds (default :data:`DEFAULT_DETECT_TIMEOUT`)."""
-    raw = os.environ.get("DEVMEM_DETECT_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_DETECT_TIMEOUT
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise PluginError(
-            f"DEVMEM_DETECT_TIMEOUT={raw!r} is not a positive number of seconds; "
-            f"give one such as {DEFAULT_DETECT_TIMEOUT:g}, or unset it"
-        )
-    return seconds
+    """``DEVMEM_DETECT_TIMEOUT`` in seconds (default :data:`DEFAULT_DETECT_TIMEOUT`), above 0 and at most
+    :data:`MAX_DETECT_TIMEOUT`; a :class:`PluginError` naming the value otherwise."""
+    return env_seconds(
+        "DEVMEM_DETECT_TIMEOUT", default=DEFAULT_DETECT_TIMEOUT, high=MAX_DETECT_TIMEOUT, error=PluginError
+    )
 
 
 def probe(reg: Registration, timeout: float) -> Detection:

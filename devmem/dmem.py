@@ -45,7 +45,9 @@ def cgroup_dirs(files: Files = REAL_FILES) -> list[str]:
 def dmem_limits(pci_slot: str, regions: tuple[str, ...] = (), files: Files = REAL_FILES) -> list[MemoryLimit]:
     """The ``dmem.max`` limits that bind this process on the DRM device at ``pci_slot`` (kernel form,
     ``0000:03:00.0``), for the regions whose name starts with one of ``regions`` (all regions when empty).
-    Each limit carries its cgroup's ``dmem.current`` for that region as ``used`` (``0`` where unreadable)."""
+    Each limit carries its cgroup's ``dmem.current`` for that region as ``used``; ``None`` where the file, or its
+    line for the region, cannot be read, so that :func:`devmem.limits.apply_limits` counts this process's own
+    figure instead (or says that free may be overstated), never 0 bytes in use."""
     prefix = f"drm/{pci_slot.lower()}/"
     out = []
     for base in cgroup_dirs(files):
@@ -55,7 +57,7 @@ def dmem_limits(pci_slot: str, regions: tuple[str, ...] = (), files: Files = REA
             name = region[len(prefix) :]
             if limit is None or not region.startswith(prefix) or (regions and not name.startswith(regions)):
                 continue
-            out.append(MemoryLimit(limit, "cgroup dmem limit", f"{base}/dmem.max {region}", current.get(region) or 0))
+            out.append(MemoryLimit(limit, "cgroup dmem limit", f"{base}/dmem.max {region}", current.get(region)))
     return out
 
 

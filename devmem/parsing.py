@@ -1,14 +1,23 @@
-"""Whole numbers read from files and environment variables: ASCII digits only, of a bounded length.
+"""Numbers and names read from files and environment variables: ASCII only, of a bounded length, in a range.
 
-``str.isdigit()`` and ``int()`` accept far more than a kernel or a runtime writes: full-width and other Unicode
-digits (``"１"``), superscripts that ``int()`` then refuses (``"²"``), underscores (``"1_0"``) and numbers of
-thousands of digits. Every integer devmem reads from text goes through :func:`parse_int` (``None`` for
-anything else) or :func:`require_int` (a :class:`~devmem.DevmemError` naming where the text came from).
+``str.isdigit()``, ``int()`` and ``float()`` accept far more than a kernel, a runtime or a person writes:
+full-width and other Unicode digits (``"１"``), superscripts that ``int()`` then refuses (``"²"``), underscores
+(``"1_0"``), ``nan``/``inf``, and numbers of thousands of digits or past what a timeout can hold (``1e308``).
+
+- Every integer devmem reads from text goes through :func:`parse_int` (``None`` for anything else) or
+  :func:`require_int` (a :class:`~devmem.DevmemError` naming where the text came from).
+- Every environment variable devmem (or a backend) reads goes through one of :func:`env_text` (text of a
+  bounded length), :func:`env_seconds` (a finite decimal number of seconds in a range) or :func:`env_choice`
+  (one of a few words, else the default with one log line). A value out of its range is a
+  :class:`~devmem.DevmemError` (of the class the caller names) that names the variable, the value and what is
+  allowed; README.md and docs/containers.md list the variables and their ranges.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 
 from devmem.types import DevmemError
 
@@ -50,3 +59,88 @@ def require_int(text: object, source: str, *, signed: bool = False, max_digits: 
             f"{source}: {shown(text)} is not a whole number: expected {sign}1 to {max_digits} ASCII digits"
         )
     return value
+
+
+# ---- environment variables ----------------------------------------------------------------------------------
+#: The longest value a variable may hold (a path, a list of names or devices): longer is an error.
+MAX_TEXT = 4096
+
+#: A decimal number as people write one: ASCII digits, an optional fraction and exponent, no sign but ``+``.
+_DECIMAL = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?", re.ASCII)
+_MAX_DECIMAL = 64
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def env_text(
+    name: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    max_length: int = MAX_TEXT,
+    error: type[DevmemError] = DevmemError,
+) -> str:
+    """Variable ``name``'s value without surrounding whitespace (``""`` where unset or empty); ``error`` naming
+    the variable where it holds more than ``max_length`` characters or a NUL."""
+    raw = _environ(environ).get(name)
+    if not isinstance(raw, str):
+        return ""
+    text = raw.strip()
+    if len(text) > max_length or "\0" in text:
+        what = f"more than {max_length} characters" if len(text) > max_length else "a NUL character"
+        raise error(f"{name}={shown(raw)} holds {what}: give at most {max_length} characters, or unset it")
+    return text
+
+
+def parse_decimal(text: object) -> float | None:
+    """The finite, non-negative number ``text`` spells in ASCII (``"10"``, ``"0.5"``, ``"2e3"``; surrounding
+    whitespace allowed), or ``None`` for anything else: ``nan``, ``inf``, a sign other than ``+``, Unicode
+    digits, underscores, more than 64 characters."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip(" \t\n\r\f\v")
+    if len(text) > _MAX_DECIMAL or not _DECIMAL.fullmatch(text):
+        return None
+    value = float(text)
+    return value if value != float("inf") else None
+
+
+def env_seconds(
+    name: str,
+    *,
+    default: float,
+    high: float,
+    environ: Mapping[str, str] | None = None,
+    error: type[DevmemError] = DevmemError,
+) -> float:
+    """Variable ``name`` as seconds: ``default`` where unset or empty, else a decimal above 0 and at most
+    ``high``; ``error`` naming the variable, its value and that range otherwise."""
+    raw = env_text(name, environ, max_length=_MAX_DECIMAL * 2, error=error)
+    if not raw:
+        return default
+    seconds = parse_decimal(raw)
+    if seconds is None or not 0 < seconds <= high:
+        raise error(
+            f"{name}={shown(raw)} is not a positive number of seconds up to {high:g}: give a decimal number "
+            f"above 0 and at most {high:g} (default {default:g}), or unset it"
+        )
+    return seconds
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str, environ: Mapping[str, str] | None = None) -> str:
+    """Variable ``name`` as one of ``choices`` (upper case, compared without case or surrounding whitespace):
+    ``default`` where unset or empty, and where it holds anything else, with one log line naming the variable,
+    the value and the choices (as the runtime that defines the variable falls back itself)."""
+    raw = _environ(environ).get(name)
+    text = raw.strip().upper() if isinstance(raw, str) else ""
+    if not text:
+        return default
+    if text in choices:
+        return text
+    import logging  # only for a value that is wrong: the common path stays clear of logging's import
+
+    logging.getLogger("devmem").warning(
+        "devmem: %s=%s is not one of %s; taken as %s", name, shown(raw), ", ".join(choices), default
+    )
+    return default

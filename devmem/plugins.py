@@ -35,6 +35,7 @@ from devmem.discovery import (
 )
 from devmem.entrypoints import entry_points
 from devmem.forksafe import ForkSafeLock
+from devmem.parsing import env_text
 from devmem.platform import CONTRACT, Platform
 from devmem.records import Record
 from devmem.types import PluginError
@@ -162,7 +163,7 @@ def _unknown_forced(forced: str, res: _Resolution) -> PluginError:
 
 def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
     """The candidate resolution builds (``cands`` is highest priority first)."""
-    forced = os.environ.get("DEVMEM_PLATFORM", "").strip()
+    forced = env_text("DEVMEM_PLATFORM", error=PluginError)
     if forced:
         matches = [c for c in cands if c.name == forced]
         if not matches:
@@ -223,7 +224,7 @@ def platform_candidates() -> list[Candidate]:
 def _build(res: _Resolution) -> Platform:
     """Build the chosen candidate from its own registration; a factory that raises marks it undetected in ``res``
     and passes the choice on (unless the platform was forced or is the built-in)."""
-    forced = bool(os.environ.get("DEVMEM_PLATFORM", "").strip())
+    forced = bool(env_text("DEVMEM_PLATFORM", error=PluginError))
     while True:
         choice = _choose(res, [c for c, _ in res.probed])
         index = next(i for i, (c, _) in enumerate(res.probed) if c is choice)

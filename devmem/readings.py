@@ -3,15 +3,25 @@
 - a figure must be a whole number of bytes: an ``int`` (not a ``bool``), or a float with no fraction; anything
   else is an error naming the call and the value (a broken or mismatched vendor library), never a guess;
 - a negative total is an error (e.g. a driver reservation larger than the total it came with);
-- a negative free is taken as 0, and a free above total as total, each with a note saying what was reported.
+- a negative free is taken as 0, and a free above total as total, each with a note saying what was reported
+  (:func:`checked_memory`: a device's reading, or a runtime's view beside it).
 
-Per-process figures have their own rule in each backend: an impossible one becomes ``None`` with a reason.
+The other figures a vendor hands over pass here too, each into ``None`` where it is not what it should be, so
+that the caller gives ``None`` with a reason (or skips one entry) instead of a traceback or a wrong number:
+
+- :func:`process_bytes`: a per-process figure: a whole number of bytes from 0 to below 2**63 (``True``, ``-1``,
+  NVML's "not available" sentinel ``2**64 - 1``, ``nan`` and text are unknown);
+- :func:`process_id`: a process id: a whole number from 0 to below 2**32;
+- :func:`process_list`: a list of processes: any iterable but text, bytes or a mapping, read in full (``None``
+  and other non-iterables, or one that fails while read, are no list);
+- :func:`vendor_text`: what a vendor program printed: text, or bytes read as UTF-8 with anything else replaced.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from devmem.platform import DeviceMemory
@@ -49,4 +59,70 @@ def checked_memory(free: Any, total: Any, sources: Mapping[str, str], what: str)
     return DeviceMemory(MemoryInfo(free=free, total=total), dict(sources), tuple(notes))
 
 
-__all__ = ["checked_memory", "whole_bytes"]
+#: Per-process figures at or above this are sentinels seen through a signed type, not bytes.
+PROCESS_BYTES_LIMIT = 1 << 63
+
+
+def process_bytes(value: Any) -> int | None:
+    """A per-process figure as ``int`` bytes, or ``None`` where it is none: anything but an integer (a ``bool``
+    is not one; a numpy integer is) or a float with no fraction, or a value outside ``0 <= value < 2**63``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        if not (math.isfinite(value) and value.is_integer()):
+            return None
+        value = int(value)
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return None
+    return value if 0 <= value < PROCESS_BYTES_LIMIT else None
+
+
+#: Process ids are below this (Linux allows at most 2**22; Windows' are 32-bit).
+PID_LIMIT = 1 << 32
+
+
+def process_id(value: Any) -> int | None:
+    """A process id a vendor lists, as ``int``, or ``None`` where it is none: anything but an integer (a
+    ``bool`` is not one), or a value outside ``0 <= value < 2**32``."""
+    if isinstance(value, bool):
+        return None
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return None
+    return value if 0 <= value < PID_LIMIT else None
+
+
+def process_list(value: Any) -> list[Any] | None:
+    """The entries of a process list as a ``list``, or ``None`` where ``value`` is not one: ``None``, a number,
+    text, bytes, a mapping, or an iterable that raises while it is read."""
+    if value is None or isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        return None
+    try:
+        return list(value)
+    except Exception:  # a vendor's iterable that fails part-way: no list rather than a partial one
+        return None
+
+
+def vendor_text(value: Any) -> str | None:
+    """What a vendor program or library printed, as text: ``str`` as it is, ``bytes`` read as UTF-8 with what is
+    not UTF-8 replaced (so it parses as no number), anything else ``None``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return None
+
+
+__all__ = [
+    "PID_LIMIT",
+    "PROCESS_BYTES_LIMIT",
+    "checked_memory",
+    "process_bytes",
+    "process_id",
+    "process_list",
+    "vendor_text",
+    "whole_bytes",
+]

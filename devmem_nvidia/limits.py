@@ -7,7 +7,8 @@
 - HAMi-style vGPU limits (HAMi-core's ``libvgpu.so``): ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` for CUDA device ``i``,
   else ``CUDA_DEVICE_MEMORY_LIMIT`` for every device.
 
-A size is a whole number with an optional binary unit: ``8G``/``8GB``/``8GiB``, ``8192m``, ``512K``, or bytes.
+A size is a whole number with an optional binary unit: ``8G``/``8GB``/``8GiB``, ``8192m``, ``512K``, or bytes,
+below 2**64 bytes (16 EiB). The variables are read through :mod:`devmem.parsing` (at most 4096 characters).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from collections.abc import Mapping
 
 from devmem.limits import MemoryLimit
+from devmem.parsing import env_text, shown
 from devmem.types import DevmemError
 
 MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -23,23 +25,29 @@ VGPU_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
 
 _SIZE = re.compile(r"^\s*([0-9]{1,19})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE | re.ASCII)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+#: Sizes must be below this: 2**64 bytes (16 EiB) is more than any device has.
+TOO_LARGE = 1 << 64
 
 
 def parse_size(text: str, variable: str) -> int:
-    """``"8G"`` -> 8589934592; raises :class:`DevmemError` naming ``variable`` and the allowed forms."""
-    m = _SIZE.match(text)
+    """``"8G"`` -> 8589934592; raises :class:`DevmemError` naming ``variable``, the value and the allowed forms
+    and range (below 2**64 bytes)."""
+    m = _SIZE.match(text) if isinstance(text, str) else None
     if m is None or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
         raise DevmemError(
-            f"{variable}: {text!r} is not a size; use a whole number of bytes or one with a unit "
+            f"{variable}: {shown(text)} is not a size; use a whole number of bytes or one with a unit "
             "K, M, G or T (binary: 8G = 8 GiB; 8192M, 8GB and 8GiB also work)"
         )
-    return int(m.group(1)) * _SCALE[m.group(2).lower()]
+    size = int(m.group(1)) * _SCALE[m.group(2).lower()]
+    if size >= TOO_LARGE:
+        raise DevmemError(f"{variable}: {shown(text)} is larger than any device: a size must be below 2**64 bytes")
+    return size
 
 
 def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
     """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` as ``{ordinal: bytes}``; the key ``None`` holds a bare size (every
     device)."""
-    raw = environ.get(MPS_LIMIT, "").strip()
+    raw = env_text(MPS_LIMIT, environ)
     out: dict[int | None, int] = {}
     for entry in (e.strip() for e in raw.split(",") if e.strip()):
         ordinal, sep, size = entry.partition("=")
@@ -48,7 +56,7 @@ def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
             continue
         if not re.fullmatch(r"[0-9]{1,6}", ordinal.strip()):
             raise DevmemError(
-                f"{MPS_LIMIT}={raw!r}: {ordinal.strip()!r} is not a device ordinal; "
+                f"{MPS_LIMIT}={shown(raw)}: {shown(ordinal.strip())} is not a device ordinal; "
                 "use <ordinal>=<size> pairs separated by commas, e.g. 0=8G,1=4G"
             )
         out[int(ordinal)] = parse_size(size, MPS_LIMIT)
@@ -61,13 +69,15 @@ def env_limits(environ: Mapping[str, str], device: int) -> list[MemoryLimit]:
     mps = mps_limits(environ)
     key = device if device in mps else None if None in mps else -1
     if key != -1:
-        out.append(MemoryLimit(mps[key], "MPS pinned device memory limit", f"{MPS_LIMIT}={environ[MPS_LIMIT]}"))
+        out.append(
+            MemoryLimit(mps[key], "MPS pinned device memory limit", f"{MPS_LIMIT}={env_text(MPS_LIMIT, environ)}")
+        )
     for name in (f"{VGPU_LIMIT}_{device}", VGPU_LIMIT):
-        raw = environ.get(name, "").strip()
+        raw = env_text(name, environ)
         if raw:
             out.append(MemoryLimit(parse_size(raw, name), "vGPU memory limit (HAMi-style)", f"{name}={raw}"))
             break
     return out
 
 
-__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_size"]
+__all__ = ["MPS_LIMIT", "TOO_LARGE", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_size"]

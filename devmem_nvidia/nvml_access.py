@@ -33,6 +33,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from devmem import readings
+from devmem.parsing import shown
 from devmem.sessions import LibraryUnavailable, VendorSession
 from devmem.types import DevmemError
 
@@ -227,21 +229,21 @@ class ProcessEntry(NamedTuple):
 def process_bytes(value: Any) -> int | None:
     """A per-process ``usedGpuMemory`` as bytes, or ``None`` where NVML means "not available": ``None`` (converted
     by nvidia-ml-py), the unsigned sentinel ``2**64 - 1`` or anything at or above ``2**63`` (a sentinel seen
-    through a signed type), a negative number (``-1``), or something that is not a whole number."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        if not (isinstance(value, float) and value.is_integer()):
-            return None
-        value = int(value)
-    return value if 0 <= value < (1 << 63) else None
+    through a signed type), a negative number (``-1``), or something that is not a whole number (the checked
+    readings' rule, :func:`devmem.readings.process_bytes`)."""
+    return readings.process_bytes(value)
 
 
 def _entry(p: Any, kind: str) -> ProcessEntry | None:
     try:
+        pid = readings.process_id(p.pid)
+        if pid is None:
+            raise ValueError(f"pid {shown(p.pid)} is no process id")
         used = process_bytes(p.usedGpuMemory)
         gi = getattr(p, "gpuInstanceId", None)
         ci = getattr(p, "computeInstanceId", None)
         return ProcessEntry(
-            int(p.pid),
+            pid,
             used,
             None if gi in (None, 0xFFFFFFFF) else int(gi),
             None if ci in (None, 0xFFFFFFFF) else int(ci),
@@ -252,8 +254,22 @@ def _entry(p: Any, kind: str) -> ProcessEntry | None:
         return None
 
 
+def _pid(p: Any) -> int | None:
+    return readings.process_id(getattr(p, "pid", None))
+
+
 def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
     return [e for e in (_entry(p, kind) for p in raw) if e is not None]
+
+
+def _process_list(session: NvmlSession, calls: tuple[str, ...], handle: Any) -> list[Any]:
+    """One of NVML's process lists (newest call first), through :func:`devmem.readings.process_list`: an answer
+    that is no list (``None``, a number) raises :class:`NvmlCallError`, as a failed call would."""
+    raw = session.call_newest(calls, handle)
+    entries = readings.process_list(raw)
+    if entries is None:
+        raise NvmlCallError(calls[0], "NotAList", f"answered {shown(raw)}, not a list of processes")
+    return entries
 
 
 def _merge(a: ProcessEntry, b: ProcessEntry) -> ProcessEntry:
@@ -270,7 +286,7 @@ def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEnt
     by_pid: dict[int, ProcessEntry] = {}
     for kind, calls in PROCESS_LISTS:
         try:
-            raw = session.call_newest(calls, handle)
+            raw = _process_list(session, calls, handle)
         except NvmlCallError as exc:
             if not exc.not_supported:
                 raise
@@ -292,14 +308,14 @@ def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> Proc
     answered = False
     for kind, calls in PROCESS_LISTS:
         try:
-            raw = session.call_newest(calls, handle)
+            raw = _process_list(session, calls, handle)
         except NvmlCallError as exc:
             if not exc.not_supported:
                 raise
             unsupported = exc
             continue
         answered = True
-        found = [e for e in (_entry(p, kind) for p in raw if getattr(p, "pid", None) in wanted) if e is not None]
+        found = [e for e in (_entry(p, kind) for p in raw if _pid(p) in wanted) if e is not None]
         if found:
             return max(found, key=lambda e: -1 if e.used is None else e.used)
     if not answered and unsupported is not None:

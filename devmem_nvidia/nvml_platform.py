@@ -208,10 +208,11 @@ class NvmlPlatform(PlatformBase):
         dev = self._table.devices()[device]
         limits = env_limits(self._environ, device) + self._dmem(kernel_slot(dev.pci_bus_id))
         limits += self._mps_defaults.limit(device, len(self._table.devices()))
-        runtime = self._runtime.reading(device)
+        runtime = self._runtime.checked(device)
         if runtime is not None:
+            memory = DeviceMemory(memory.info, memory.sources, memory.notes + runtime.notes)
             limits += runtime_limits(
-                runtime,
+                runtime.info,
                 memory.info,
                 lambda: device_memory(self._session, self.name, device, dev).free,
                 lambda: self._process_memory(device).used,

@@ -11,7 +11,9 @@ the process and the device caps it, and the process's environment need not say s
 The runtime is read only where this process already holds a CUDA context (it maps an NVIDIA device, so
 ``cuInit`` has run) and has one on the device (:meth:`CudaDriver.mem_get_info` creates none). A gap counts only
 beyond :func:`slack` and, for ``free``, only when NVML's free read again after the runtime still exceeds it: a
-co-tenant allocating between the reads cannot fake a cap.
+co-tenant allocating between the reads cannot fake a cap. The runtime's figures pass the checked-readings rule
+(:func:`devmem.readings.checked_memory`): a free above total (a buggy interposer) is taken as the total, with a
+note; figures that are no whole numbers of bytes, or a negative total, make the runtime's view unreadable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 from devmem.host import Files
 from devmem.limits import MemoryLimit
+from devmem.platform import DeviceMemory
+from devmem.readings import checked_memory
 from devmem.types import DevmemError, MemoryInfo, gib
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.pidns import cuda_in_use
@@ -59,17 +63,25 @@ class RuntimeView:
 
     def reading(self, device: int) -> MemoryInfo | None:
         """``(free, total)`` as the runtime reports them to this process, or ``None`` where it cannot be read
-        without initialising CUDA or creating a context."""
+        without initialising CUDA or creating a context (:meth:`checked` without its notes)."""
+        checked = self.checked(device)
+        return None if checked is None else checked.info
+
+    def checked(self, device: int) -> DeviceMemory | None:
+        """The runtime's ``(free, total)`` through the checked-readings rule, with a note where it corrected one;
+        ``None`` where it cannot be read without initialising CUDA or creating a context, or is unusable."""
         if (self._driver is None and not self._real) or not self._cuda_in_use():
             return None
         if self._driver is None:
             self._driver = CudaDriver.shared()
         try:
             reading = self._driver.mem_get_info(device)
+            if reading is None:
+                return None
+            return checked_memory(reading[0], reading[1], {}, "the CUDA runtime (cuMemGetInfo)")
         except DevmemError as exc:
             log.debug("devmem: the CUDA runtime's view of device %d is not readable: %s", device, exc)
             return None
-        return None if reading is None else MemoryInfo(free=reading[0], total=reading[1])
 
 
 def runtime_limits(

@@ -36,6 +36,7 @@ from typing import Any
 
 from devmem.forksafe import ForkSafeLock
 from devmem.host import REAL_FILES, Files
+from devmem.parsing import env_choice
 from devmem.visible import VisibleDevices, dropped, pick
 from devmem.visible import index as device_index
 from devmem_nvidia.nvml_access import (
@@ -123,7 +124,7 @@ def cuda_order(
     loaded; it settles ``FASTEST_FIRST`` when it names every GPU. Otherwise ``FASTEST_FIRST`` is guessed from
     compute capability, with a warning on a machine whose GPUs differ.
     """
-    order = environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
+    order = env_choice("CUDA_DEVICE_ORDER", ("FASTEST_FIRST", "PCI_BUS_ID"), "FASTEST_FIRST", environ)
     by_bus = sorted(gpus, key=lambda g: g.pci_bus_id)
     if order == "PCI_BUS_ID":
         return by_bus

@@ -25,8 +25,9 @@ from typing import Any
 from devmem.dmem import DmemLimits
 from devmem.host import REAL_FILES, Files
 from devmem.limits import apply_limits
+from devmem.parsing import shown
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.readings import checked_memory, whole_bytes
+from devmem.readings import checked_memory, process_bytes, process_id, process_list, whole_bytes
 from devmem.types import Detection, DevmemError
 from devmem.units import format_size
 from devmem.visible import VisibleDevices
@@ -129,7 +130,10 @@ class RocmPlatform(PlatformBase):
             "amdsmi VRAM total minus used",
         )
         limits = self._dmem(gpu.bdf, ("vram",))
-        return apply_limits(memory, limits, None) if limits else memory
+        if not limits:
+            return memory
+        process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
+        return apply_limits(memory, limits, process)
 
     def _process_memory(self, device: int) -> ProcessMemory:
         table = self._processes(device)
@@ -155,14 +159,22 @@ class RocmPlatform(PlatformBase):
         gpu = self._selection.devices[device]
         try:
             self._smi.settle(PROCESS_FIGURES_VALID_AFTER)
-            return self._entries(gpu, self._smi.call("amdsmi_get_gpu_process_list", gpu.handle))
+            answer = self._smi.call("amdsmi_get_gpu_process_list", gpu.handle)
+            entries = process_list(answer)
+            if entries is None:
+                raise AmdsmiCallError(
+                    "amdsmi_get_gpu_process_list", "unexpected", f"answered {shown(answer)}, not a list of processes"
+                )
+            return self._entries(gpu, entries)
         except DevmemError as exc:
             hint = " (run as root, or as the user that owns the processes)" if "NO_PERM" in str(exc) else ""
             return ProcessMemory.unknown(
                 ReasonKind.QUERY_FAILED, f"amdsmi cannot list the processes on {gpu.label}: {exc}{hint}"
             )
 
-    def _entries(self, gpu: AmdGpu, raw: Any) -> dict[int, int | None]:
+    def _entries(self, gpu: AmdGpu, raw: list[Any]) -> dict[int, int | None]:
+        """PID -> VRAM bytes of the entries amdsmi listed; a VRAM figure that is no whole number of bytes from 0
+        (``True``, ``-1``, text) makes that PID's figure unknown (:func:`devmem.readings.process_bytes`)."""
         table: dict[int, int | None] = {}
         for item in raw:
             if isinstance(item, Mapping):
@@ -171,18 +183,21 @@ class RocmPlatform(PlatformBase):
                 try:
                     info = self._smi.call("amdsmi_get_gpu_process_info", gpu.handle, item)
                 except AmdsmiCallError as exc:
-                    if int(getattr(item, "value", -1)) == os.getpid():
+                    if process_id(getattr(item, "value", None)) == os.getpid():
                         raise
                     log.debug("devmem: skipping a process that amdsmi cannot describe (it may have exited): %s", exc)
                     continue
             try:
-                pid = int(info["pid"])
-                vram = info["memory_usage"]["vram_mem"]
-            except (KeyError, TypeError, ValueError) as exc:  # one odd entry never breaks the list
-                log.debug("devmem: skipping an amdsmi process entry %r: %s", info, exc)
+                pid = process_id(info["pid"])
+                vram = process_bytes(info["memory_usage"]["vram_mem"])
+            except (KeyError, TypeError, ValueError, IndexError) as exc:  # one odd entry never breaks the list
+                log.debug("devmem: skipping an amdsmi process entry %s: %s", shown(info), exc)
                 continue
-            known = isinstance(vram, int) and table.get(pid, 0) is not None
-            table[pid] = (table.get(pid) or 0) + vram if known else None
+            if pid is None:
+                log.debug("devmem: skipping an amdsmi process entry %s: its pid is no process id", shown(info))
+                continue
+            known = vram is not None and table.get(pid, 0) is not None
+            table[pid] = (table.get(pid) or 0) + vram if known and vram is not None else None
         return table
 
     # ---- optional members ------------------------------------------------------------------------

@@ -15,7 +15,9 @@ from typing import Protocol
 
 from devmem import drm
 from devmem.host import CpuPlatform, Files
+from devmem.parsing import shown
 from devmem.platform import DeviceMemory, Platform, ProcessMemory, ReasonKind
+from devmem.readings import checked_memory
 from devmem.types import DevmemError, MemoryInfo
 from devmem.units import format_size
 from devmem_uma import amd
@@ -53,17 +55,27 @@ def runtime_figures(host: CpuPlatform, mem_get_info: MemGetInfo, index: int) -> 
     except Exception as exc:  # the runtime's failure must not become ours: MemTotal will do
         log.debug("devmem: the CUDA runtime's mem_get_info(%d) failed: %s", index, exc)
         runtime = None
-    if runtime is None:
+    reading = None
+    if runtime is not None:
+        try:
+            free, total = runtime
+            reading = checked_memory(free, total, {}, f"the CUDA runtime's mem_get_info({index})")
+        except (DevmemError, TypeError, ValueError) as exc:  # not a pair of whole numbers: MemTotal will do
+            log.debug("devmem: the CUDA runtime's mem_get_info(%d) answered %s: %s", index, shown(runtime), exc)
+    if reading is None:
         total = info.total
         total_source = "MemTotal (the CUDA runtime is not initialised in this process)"
     else:
-        total = int(runtime[1])
+        total = reading.info.total
         total_source = "the CUDA runtime's total (cudaMemGetInfo)"
         free_source += (
-            f"; the CUDA runtime's own figure, {format_size(runtime[0])}, leaves the page cache out and is not used"
+            f"; the CUDA runtime's own figure, {format_size(reading.info.free)}, leaves the page cache out and "
+            "is not used"
         )
     return DeviceMemory(
-        MemoryInfo(free=max(0, min(info.free, total)), total=total), {"free": free_source, "total": total_source}
+        MemoryInfo(free=max(0, min(info.free, total)), total=total),
+        {"free": free_source, "total": total_source},
+        () if reading is None else reading.notes,
     )
 
 

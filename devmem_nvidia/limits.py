@@ -23,7 +23,7 @@ from devmem.types import DevmemError
 MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 VGPU_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
 
-_SIZE = re.compile(r"^\s*([0-9]{1,19})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE | re.ASCII)
+_SIZE = re.compile(r"^\s*([0-9]{1,20})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE | re.ASCII)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 #: Sizes must be below this: 2**64 bytes (16 EiB) is more than any device has.
 TOO_LARGE = 1 << 64
@@ -36,7 +36,7 @@ def parse_size(text: str, variable: str) -> int:
     if m is None or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
         raise DevmemError(
             f"{variable}: {shown(text)} is not a size; use a whole number of bytes or one with a unit "
-            "K, M, G or T (binary: 8G = 8 GiB; 8192M, 8GB and 8GiB also work)"
+            "K, M, G or T (binary: 8G = 8 GiB; 8192M, 8GB and 8GiB also work), below 2**64 bytes"
         )
     size = int(m.group(1)) * _SCALE[m.group(2).lower()]
     if size >= TOO_LARGE:

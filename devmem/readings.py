@@ -1,7 +1,8 @@
 """The one checked boundary where a vendor's memory figures enter devmem, the same rule for every backend.
 
-- a figure must be a whole number of bytes: an ``int`` (not a ``bool``), or a float with no fraction; anything
-  else is an error naming the call and the value (a broken or mismatched vendor library), never a guess;
+- a figure must be a whole number of bytes: an integer (not a ``bool``), or a float with no fraction, of less
+  than 2**64 bytes either way; anything else is an error naming the call and the value (a broken or mismatched
+  vendor library), never a guess;
 - a negative total is an error (e.g. a driver reservation larger than the total it came with);
 - a negative free is taken as 0, and a free above total as total, each with a note saying what was reported
   (:func:`checked_memory`: a device's reading, or a runtime's view beside it).
@@ -24,20 +25,37 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from devmem.parsing import shown
 from devmem.platform import DeviceMemory
 from devmem.types import DevmemError, MemoryInfo
 
+#: No device figure reaches this many bytes (16 EiB), either way.
+FIGURE_LIMIT = 1 << 64
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an ``int`` where it is an integer (a numpy one too, not a ``bool``) or a float with no
+    fraction, else ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
 
 def whole_bytes(value: Any, what: str) -> int:
-    """``value`` as ``int`` bytes; raises :class:`DevmemError` naming ``what`` where it is not a whole number."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    raise DevmemError(
-        f"{what} is {value!r}, not a whole number of bytes: the vendor library answered something "
-        "devmem cannot use; check that it matches the installed driver"
-    )
+    """``value`` as ``int`` bytes; raises :class:`DevmemError` naming ``what`` where it is not a whole number of
+    less than 2**64 bytes either way."""
+    number = _integer(value)
+    if number is None or not -FIGURE_LIMIT < number < FIGURE_LIMIT:
+        raise DevmemError(
+            f"{what} is {shown(value)}, not a whole number of bytes below 2**64: the vendor library answered "
+            "something devmem cannot use; check that it matches the installed driver"
+        )
+    return number
 
 
 def checked_memory(free: Any, total: Any, sources: Mapping[str, str], what: str) -> DeviceMemory:
@@ -66,17 +84,8 @@ PROCESS_BYTES_LIMIT = 1 << 63
 def process_bytes(value: Any) -> int | None:
     """A per-process figure as ``int`` bytes, or ``None`` where it is none: anything but an integer (a ``bool``
     is not one; a numpy integer is) or a float with no fraction, or a value outside ``0 <= value < 2**63``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float):
-        if not (math.isfinite(value) and value.is_integer()):
-            return None
-        value = int(value)
-    try:
-        value = operator.index(value)
-    except TypeError:
-        return None
-    return value if 0 <= value < PROCESS_BYTES_LIMIT else None
+    number = _integer(value)
+    return number if number is not None and 0 <= number < PROCESS_BYTES_LIMIT else None
 
 
 #: Process ids are below this (Linux allows at most 2**22; Windows' are 32-bit).
@@ -86,13 +95,8 @@ PID_LIMIT = 1 << 32
 def process_id(value: Any) -> int | None:
     """A process id a vendor lists, as ``int``, or ``None`` where it is none: anything but an integer (a
     ``bool`` is not one), or a value outside ``0 <= value < 2**32``."""
-    if isinstance(value, bool):
-        return None
-    try:
-        value = operator.index(value)
-    except TypeError:
-        return None
-    return value if 0 <= value < PID_LIMIT else None
+    number = None if isinstance(value, float) else _integer(value)
+    return number if number is not None and 0 <= number < PID_LIMIT else None
 
 
 def process_list(value: Any) -> list[Any] | None:
@@ -117,6 +121,7 @@ def vendor_text(value: Any) -> str | None:
 
 
 __all__ = [
+    "FIGURE_LIMIT",
     "PID_LIMIT",
     "PROCESS_BYTES_LIMIT",
     "checked_memory",

@@ -14,7 +14,14 @@ from devmem.parsing import env_choice, env_seconds, env_text, parse_decimal
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB
 from devmem_nvidia.limits import env_limits
-from devmem_nvidia.testing import ScriptedMpsControl, ScriptedNvidiaGpu, h200_scenario, mps_scenario, scripted_platform
+from devmem_nvidia.testing import (
+    H200_RUNTIME_TOTAL,
+    ScriptedMpsControl,
+    ScriptedNvidiaGpu,
+    h200_scenario,
+    mps_scenario,
+    scripted_platform,
+)
 
 REFUSED_SECONDS = ["1e11", "1e308", "1e309", "nan", "inf", "-1", "0", "0.0", "1e-400", "１０", "1_0", "0x10", "3601"]
 
@@ -111,7 +118,7 @@ def test_mps_pipe_directory_that_is_no_path_asks_no_daemon_with_one_log_line(cap
     caplog.set_level(logging.WARNING, logger="devmem")
     control = ScriptedMpsControl({0: "8G"})
     sc = mps_scenario(environ={"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps\0"})
-    assert scripted_platform(sc, mps_control=control).device_memory_info(0).total != 8 * GiB
+    assert scripted_platform(sc, mps_control=control).device_memory_info(0).total == H200_RUNTIME_TOTAL
     assert control.calls == 0
     assert any("CUDA_MPS_PIPE_DIRECTORY=" in r.getMessage() for r in caplog.records)
 

@@ -22,8 +22,9 @@ from model_configs import TINY_LLAMA, write_model
 from devmem import drm
 from devmem.cli import main
 from devmem.host import CpuPlatform, cgroup_memory, parse_meminfo
-from devmem.parsing import MAX_DIGITS, parse_int, require_int
+from devmem.parsing import MAX_DIGITS, env_choice, env_seconds, env_text, parse_decimal, parse_int, require_int
 from devmem.profiling import MemorySnapshot, check_startup_memory
+from devmem.readings import checked_memory, process_bytes, process_id, process_list, vendor_text
 from devmem.sizing import (
     SizingError,
     blocks_for_bytes,
@@ -36,6 +37,7 @@ from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB, NotEnoughMemoryError, gib
 from devmem.units import format_size, parse_size
 from devmem.visible import index, pick
+from devmem_nvidia.limits import env_limits
 
 #: CLI examples build a parser and resolve a platform each: fewer of them.
 CLI = settings(
@@ -151,6 +153,96 @@ def test_format_size_and_gib_always_give_text(nbytes):
         assert isinstance(rendered, str) and len(rendered) < 40
     if isinstance(nbytes, int) and nbytes < 0:
         assert format_size(nbytes).startswith("-")
+
+
+# ---- environment variables and vendor readings ----------------------------------------------------------------
+@given(text)
+def test_env_seconds_gives_a_number_in_its_range_or_one_error_line(raw):
+    try:
+        seconds = env_seconds("DEVMEM_X", default=10.0, high=3600.0, environ={"DEVMEM_X": raw})
+    except DevmemError as exc:
+        assert str(exc).startswith("DEVMEM_X=") and "\n" not in str(exc) and len(str(exc)) < 300
+        return
+    assert type(seconds) is float and (0 < seconds <= 3600 or (seconds == 10.0 and not raw.strip()))
+
+
+@given(st.floats(min_value=1e-6, max_value=3600.0))
+def test_env_seconds_reads_back_every_number_in_its_range(seconds):
+    assert env_seconds("DEVMEM_X", default=1.0, high=3600.0, environ={"DEVMEM_X": repr(seconds)}) == seconds
+
+
+@given(text)
+def test_parse_decimal_gives_none_or_a_finite_non_negative_float(raw):
+    value = parse_decimal(raw)
+    assert value is None or (type(value) is float and 0 <= value < float("inf"))
+
+
+@given(st.one_of(text, st.text(max_size=5000)))
+def test_env_text_gives_bounded_text_or_one_error_line(raw):
+    try:
+        value = env_text("DEVMEM_X", {"DEVMEM_X": raw}, max_length=64)
+    except DevmemError as exc:
+        assert str(exc).startswith("DEVMEM_X=") and "\n" not in str(exc) and len(str(exc)) < 300
+        return
+    assert value == raw.strip() and len(value) <= 64 and "\0" not in value
+
+
+@given(text)
+def test_env_choice_gives_one_of_its_choices(raw):
+    with mock.patch("logging.Logger.warning"):
+        value = env_choice("DEVMEM_X", ("A", "B"), "A", {"DEVMEM_X": raw})
+    assert value in ("A", "B")
+
+
+@given(text)
+def test_limit_size_variable_gives_bytes_below_2_64_or_one_error(raw):
+    try:
+        limits = env_limits({"CUDA_DEVICE_MEMORY_LIMIT": raw}, 0)
+    except DevmemError as exc:
+        assert str(exc).startswith("CUDA_DEVICE_MEMORY_LIMIT: ") and len(str(exc)) < 400
+        return
+    assert all(type(lim.limit) is int and 0 <= lim.limit < 2**64 for lim in limits)
+
+
+@given(anything)
+def test_process_figure_is_none_or_bytes_below_2_63(value):
+    figure = process_bytes(value)
+    assert figure is None or (type(figure) is int and 0 <= figure < 2**63)
+    if isinstance(value, bool):
+        assert figure is None
+
+
+@given(anything)
+def test_process_id_is_none_or_below_2_32(value):
+    pid = process_id(value)
+    assert pid is None or (type(pid) is int and 0 <= pid < 2**32)
+
+
+@given(st.one_of(anything, st.lists(anything, max_size=4), st.tuples(anything), st.dictionaries(text, anything)))
+def test_process_list_is_none_or_a_list(value):
+    entries = process_list(value)
+    assert entries is None or type(entries) is list
+    if isinstance(value, (list, tuple)):
+        assert entries == list(value)
+
+
+@given(st.one_of(st.binary(max_size=64), text, anything))
+def test_vendor_text_is_text_or_none(value):
+    out = vendor_text(value)
+    assert out is None or type(out) is str
+    if isinstance(value, (str, bytes)):
+        assert out is not None
+
+
+@given(anything, anything)
+def test_checked_memory_gives_free_within_total_or_a_devmem_error(free, total):
+    try:
+        memory = checked_memory(free, total, {}, "the vendor call")
+    except DevmemError as exc:
+        assert "the vendor call" in str(exc)
+        return
+    assert type(memory.info.free) is int and type(memory.info.total) is int
+    assert 0 <= memory.info.free <= memory.info.total
 
 
 # ---- sizing -------------------------------------------------------------------------------------------------------

@@ -87,9 +87,10 @@ def env_text(
     if not isinstance(raw, str):
         return ""
     text = raw.strip()
-    if len(text) > max_length or "\0" in text:
-        what = f"more than {max_length} characters" if len(text) > max_length else "a NUL character"
-        raise error(f"{name}={shown(raw)} holds {what}: give at most {max_length} characters, or unset it")
+    if len(text) > max_length:
+        raise error(f"{name}={shown(raw)} holds more than {max_length} characters: give fewer, or unset it")
+    if "\0" in text:
+        raise error(f"{name}={shown(raw)} holds a NUL character, which no value may hold: fix it, or unset it")
     return text
 
 

@@ -8,6 +8,7 @@ import os
 import pathlib
 import signal
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -19,11 +20,14 @@ from devmem.forksafe import ForkSafeLock
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     ScriptedAllocator,
+    ScriptedLibcuda,
     ScriptedMpsControl,
+    ScriptedNvml,
     h200_scenario,
     mps_scenario,
     scripted_platform,
 )
+from devmem_uma import UmaPlatform
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -112,6 +116,69 @@ def test_child_reads_its_process_memory_while_a_parent_thread_learns_the_pid():
         platform.process_memory(0)
 
     assert hold.fork_while_held(lambda: platform.process_memory(0), in_child) == 0
+
+
+class SlowEnumerationNvml(ScriptedNvml):
+    """pynvml whose first device lookup blocks until released (the device table's enumeration holds its lock)."""
+
+    def __init__(self, scenario, hold: Hold):
+        super().__init__(scenario)
+        self.hold = hold
+
+    def nvmlDeviceGetHandleByIndex(self, index: int):
+        self.hold()
+        return super().nvmlDeviceGetHandleByIndex(index)
+
+
+def test_child_counts_devices_while_a_parent_thread_enumerates_them():
+    hold = Hold()
+    sc = h200_scenario()
+    platform = scripted_platform(sc, nvml=SlowEnumerationNvml(sc, hold))
+
+    def in_child() -> None:
+        assert platform.device_count() == 1
+
+    assert hold.fork_while_held(platform.device_count, in_child) == 0
+
+
+def _locks() -> dict[str, Callable[[], ForkSafeLock]]:
+    """Every lock devmem and its backends hold, by where it lives (each read again in the child)."""
+    from devmem import plugins, profiling, sessions
+    from devmem_nvidia import cuda_driver
+    from devmem_rocm import smi
+
+    sc = h200_scenario()
+    nvml = scripted_platform(sc)
+    uma = UmaPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ, mem_get_info=lambda d: None)
+    driver = cuda_driver.CudaDriver(ScriptedLibcuda(sc))
+    return {
+        "resolution": lambda: plugins._lock,
+        "session registry": lambda: sessions._registry_lock,
+        "shared sessions": lambda: sessions._shared_lock,
+        "a vendor session": lambda: nvml._session._lock,
+        "profile windows": lambda: profiling._WINDOWS._lock,
+        "shared CUDA driver": lambda: cuda_driver._shared_lock,
+        "a CUDA driver": lambda: driver._lock,
+        "a device table": lambda: nvml._table._lock,
+        "PID learning": lambda: nvml._lock,
+        "MPS daemon query": lambda: nvml._mps_defaults._lock,
+        "amdsmi import": lambda: smi._import_lock,
+        "uma survey": lambda: uma._lock,
+    }
+
+
+@pytest.mark.parametrize("where", sorted(_locks()))
+def test_every_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(where):
+    lock, hold = _locks()[where], Hold()
+
+    def busy() -> None:
+        with lock():
+            hold()
+
+    def in_child() -> None:
+        assert lock().acquire(timeout=2)
+
+    assert hold.fork_while_held(busy, in_child) == 0
 
 
 @pytest.mark.parametrize("reentrant", [False, True])

@@ -4,6 +4,7 @@ unreadable ``dmem.current``) give a correct number, ``None`` with a reason, or a
 
 from __future__ import annotations
 
+import os
 import stat
 import threading
 
@@ -60,7 +61,7 @@ def control_program(tmp_path, monkeypatch):
         program = tmp_path / "nvidia-cuda-mps-control"
         program.write_text(f"#!/bin/sh\ncat > /dev/null\nprintf '{output}'\n")
         program.chmod(program.stat().st_mode | stat.S_IXUSR)
-        monkeypatch.setenv("PATH", str(tmp_path))
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
 
     return install
 

@@ -16,15 +16,17 @@ figures that explain the memory that is not KV cache):
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict
 
+from devmem import arguments
+from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
+from devmem.arguments import ArgumentError
 from devmem.parsing import shown
-from devmem.types import DevmemError, GiB, NotEnoughMemoryError
+from devmem.types import GiB, NotEnoughMemoryError
 from devmem.units import format_size
 
 #: Share of the device an engine asks for when it names none.
@@ -35,45 +37,24 @@ MARGIN_FLOOR_BYTES = GiB
 MARGIN_FRACTION = 0.75
 
 
-class SizingError(DevmemError, ValueError):
-    """An input to the sizing arithmetic is outside what it accepts."""
+class SizingError(ArgumentError):
+    """An input to the sizing arithmetic is outside what it accepts (a ``DevmemError`` and a ``ValueError``)."""
 
 
 #: A margin of more than this many transient peaks is a mistake, not a setting.
 MAX_MARGIN_FRACTION = 100
-#: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
-MAX_BYTES = 1 << 64
 
 
 def _bytes(name: str, value: object, *, positive: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SizingError(
-            f"{name} must be a whole number of bytes (int), got {shown(value)} of type {type(value).__name__}"
-        )
-    value = int(value)
-    if value < 0 or (positive and value == 0):
-        raise SizingError(f"{name} must be {'> 0' if positive else '>= 0'} bytes, got {shown(value)}")
-    if value >= MAX_BYTES:
-        raise SizingError(f"{name} must be below 2**64 bytes (16 EiB), got {shown(value)}")
-    return value
+    return arguments.byte_count(name, value, positive=positive, error=SizingError)
 
 
 def _real(name: str, value: object) -> Fraction:
-    """An exact rational of a real number; a float means the decimal it prints as (0.9 is 9/10)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise SizingError(f"{name} must be a real number, got {shown(value)} of type {type(value).__name__}")
-    if isinstance(value, numbers.Rational):  # numpy integers too: keep Python ints inside
-        return Fraction(int(value.numerator), int(value.denominator))
-    if not math.isfinite(float(value)):
-        raise SizingError(f"{name} must be finite, got {shown(value)}")
-    return Fraction(repr(float(value)))
+    return arguments.real(name, value, error=SizingError)
 
 
 def _utilization(value: object) -> Fraction:
-    u = _real("utilization", value)
-    if not 0 < u <= 1:
-        raise SizingError(f"utilization must be in (0, 1], got {shown(value)}")
-    return u
+    return arguments.utilization(value, error=SizingError)
 
 
 def requested_memory(total: int, utilization: float) -> int:
@@ -177,13 +158,7 @@ def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> in
 
 
 def _layers(num_layers: object) -> int:
-    if (
-        isinstance(num_layers, bool)
-        or not isinstance(num_layers, numbers.Integral)
-        or not (0 < int(num_layers) < MAX_BYTES)
-    ):
-        raise SizingError(f"num_layers must be an int > 0, got {shown(num_layers)}")
-    return int(num_layers)
+    return arguments.count("num_layers", num_layers, error=SizingError)
 
 
 _LABELS = {

@@ -61,6 +61,8 @@ def allocate_kv_cache(
         )
     if isinstance(device, numbers.Integral):
         index = arguments.device_index(device, error=SizingError)
+        if plan.device is not None and plan.device != index:
+            raise SizingError(f"the plan was made for device {plan.device}, not device {index}: plan on each device")
         device = torch_device_for(platform if platform is not None else current_platform(), index)
     import torch
 

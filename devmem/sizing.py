@@ -195,7 +195,9 @@ _PATHS = {
 
 @dataclass(frozen=True)
 class KvCachePlan:
-    """How many bytes and blocks the KV cache gets, by which path, and the figures that led there."""
+    """How many bytes and blocks the KV cache gets, by which path, and the figures that led there; ``layout``
+    says how the plan assumed the cache is allocated, ``device`` the device it was made for (where known:
+    :class:`devmem.EngineMemory` sets it, and allocating it elsewhere is refused)."""
 
     kv_cache_bytes: int
     num_blocks: int
@@ -204,6 +206,7 @@ class KvCachePlan:
     utilization: float | None = None
     breakdown: Mapping[str, int] = field(default_factory=dict)
     layout: str = ""
+    device: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "breakdown", MappingProxyType(dict(self.breakdown)))
@@ -233,6 +236,7 @@ class KvCachePlan:
             "utilization": self.utilization,
             "breakdown": dict(self.breakdown),
             "layout": self.layout,
+            "device": self.device,
         }
 
 

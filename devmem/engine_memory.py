@@ -96,8 +96,9 @@ class EngineMemory:
     one by default), lets it prepare the device where it has a ``prepare`` step, takes the baseline snapshot and,
     unless the cache is ``pinned_bytes``, checks that free memory covers ``ceil(utilization * total)``
     (:class:`~devmem.NotEnoughMemoryError` otherwise; ``check_startup=False`` skips it).
-    ``allocation_granularity`` is what torch's allocator rounds an allocation up to (2 MiB; with expandable
-    segments the profile window's finding raises it to their 20 MiB mapping unit).
+    ``allocation_granularity`` is what torch's allocator rounds an allocation up to (2 MiB). With expandable
+    segments, which the profile window detects, tensors are packed into one mapping that grows in units of
+    20 MiB: the plan rounds the cache's total up to that unit once, whatever the layout.
     """
 
     def __init__(
@@ -215,26 +216,34 @@ class EngineMemory:
         if self.pinned_bytes is not None:
             figures.pop("consumed", None)
             figures.pop("graph_capture", None)
+        expandable = self._expandable_segments()
         plan = plan_kv_cache(
             total=self.baseline.total,
             utilization=self.utilization,
             pinned_bytes=self.pinned_bytes,
             page_size_bytes=page_size_bytes,
             num_layers=layers,
-            allocation_granularity=self._granularity(),
-            allocations=layout.allocations(layers),
+            allocation_granularity=(
+                max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)
+                if expandable
+                else self.allocation_granularity
+            ),
+            allocations=1 if expandable else layout.allocations(layers),
             **figures,
         )
-        self.kv_plan = replace(plan, device=self.device)
+        described = plan.layout
+        if expandable:  # tensors are packed into the segment; what it maps grows in whole units, once
+            described = (
+                f"{layout.allocations(layers)} tensor(s) in torch's expandable segments, which map memory in units "
+                f"of {format_size(EXPANDABLE_SEGMENT_GRANULARITY)}: their total rounded up once to it"
+            )
+        self.kv_plan = replace(plan, device=self.device, layout=described)
         self.layout, self.num_layers = layout, layers
         return self.kv_plan
 
-    def _granularity(self) -> int:
-        """The allocator's rounding of one allocation: its mapping unit under expandable segments."""
-        windows = [w for w in (self.profile_result, self.graphs_result) if w is not None]
-        if any(w.expandable_segments for w in windows):
-            return max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)
-        return self.allocation_granularity
+    def _expandable_segments(self) -> bool:
+        """Whether a window found torch's allocator mapping memory in expandable segments."""
+        return any(w is not None and w.expandable_segments for w in (self.profile_result, self.graphs_result))
 
     def allocate(self, plan: KvCachePlan | None = None) -> KvCacheTensors:
         """Release the allocator's cache, then allocate the planned cache as one zeroed allocation with a view

@@ -3,7 +3,8 @@
 
 The model is a Hugging Face transformers architecture built from a config with random weights (no hub, no
 download): ``--model llama-1b`` (TinyLlama's shape: 22 layers, hidden 2048, 4 KV heads, 1.1B parameters),
-``--model moe`` (a Mixtral-shaped mixture of experts, 8 experts, top-2), ``--model tiny`` / ``tiny-moe`` for
+``--model moe`` (a Mixtral-shaped mixture of experts, 8 experts, top-2), ``--model qwen3-0.6b`` (Qwen3-0.6B's
+shape: 28 layers, a 151,936-token vocabulary), ``--model tiny`` / ``tiny-moe`` for
 CPUs and CI, or ``--config FILE.json`` (any causal LM config transformers knows, ``model_type`` included).
 
 1. Create ``devmem.EngineMemory`` before the device context and the model exist (the baseline snapshot, and
@@ -84,6 +85,20 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 32000,
             "max_position_embeddings": 4096,
             "sliding_window": None,
+        },
+    ),
+    "qwen3-0.6b": (  # Qwen3-0.6B's shape: a 151,936-token vocabulary, 28 layers, tied embeddings
+        "Qwen3Config",
+        {
+            "hidden_size": 1024,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "tie_word_embeddings": True,
         },
     ),
     "tiny": (

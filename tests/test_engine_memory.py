@@ -195,3 +195,12 @@ def test_cpu_platform_allocates_the_cache_on_torchs_cpu_device(monkeypatch):
             memory.allocate()
     finally:
         devmem.clear_cache()
+
+
+def test_expandable_segments_round_the_whole_cache_once_to_their_mapping_unit(h200, torch_rt, platform, monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer())
+    mapped = -(-plan.num_blocks * plan.block_bytes // (20 * MiB)) * 20 * MiB
+    assert mapped <= plan.kv_cache_bytes < mapped + 20 * MiB + plan.block_bytes
+    assert "22 tensor(s) in torch's expandable segments" in memory.explain()

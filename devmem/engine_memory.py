@@ -137,8 +137,6 @@ class EngineMemory:
         self.num_layers: int | None = None
         self.released_bytes: int | None = None
         self.cache: KvCacheTensors | None = None
-        # Where a measured per-block cost (a black-box cache's) or a stored profile will feed the plan.
-        self.block_cost: int | None = None
 
     @property
     def torch_device(self) -> Any:
@@ -196,7 +194,9 @@ class EngineMemory:
         ``layout`` says (:meth:`KvLayout.one_allocation`, :meth:`allocate`'s, by default).
 
         At the utilization the profile window (and the graph window, where one was opened) is required; a
-        pinned cache is checked against the total beside what the profile measured, where it ran.
+        pinned cache is checked against the total beside what the profile measured, where it ran. A block's
+        bytes are ``page_size_bytes * num_layers``: the place where a black-box cache's measured per-block cost,
+        or a stored profile, enters the plan.
         """
         if self.kv_plan is not None:
             raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; plan once")

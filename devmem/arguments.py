@@ -69,7 +69,7 @@ def utilization(value: object, *, name: str = "utilization", error: type[Argumen
 
 def device_index(value: object, *, name: str = "device", error: type[ArgumentError] = ArgumentError) -> int:
     """A device index: an int (or numpy integer) >= 0. Whether the device exists is the platform's to say
-    (:meth:`devmem.Platform.check_device`); a torch device (``torch.device("cuda", 0)``) is not an index."""
+    (:meth:`devmem.Platform.check_device`); a torch device (``torch.device("cpu")``) is not an index."""
     try:
         if isinstance(value, bool):
             raise TypeError

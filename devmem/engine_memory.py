@@ -6,7 +6,7 @@
     model = load_model(memory.torch_device)
     with memory.profile(weights_memory=model_bytes):
         forward(largest_batch)
-    with memory.graphs():  # where the engine captures CUDA graphs: charged what capture kept
+    with memory.graphs():  # where the engine captures graphs: charged what capture kept
         capture_graphs()
     memory.plan(page_size_bytes=page, num_layers=layers)
     cache = memory.allocate()  # releases the allocator cache, then one allocation with a view per layer
@@ -140,7 +140,8 @@ class EngineMemory:
 
     @property
     def torch_device(self) -> Any:
-        """torch's device for this engine's device (``cuda:0``; the CPU on the ``cpu`` platform). Imports torch."""
+        """torch's device for this engine's device: the platform's torch namespace and the index, or the CPU on
+        the ``cpu`` platform. Imports torch."""
         return torch_device_for(self.platform, self.device)
 
     # ---- the windows --------------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class EngineMemory:
 
     @contextmanager
     def graphs(self) -> Iterator[ProfileResult]:
-        """The graph window: capture the engine's CUDA graphs in it, after the profile window and before the plan.
+        """The graph window: capture the engine's device graphs in it, after the profile window and before the plan.
 
         The plan is charged what capture kept (the graphs' pool), and the larger of the two windows' transients.
         """

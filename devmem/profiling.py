@@ -350,7 +350,7 @@ def _transient(
 ) -> None:
     """The reserved peak over what the window kept AND already held at the peak.
 
-    Memory kept at the end that did not exist at the peak (a CUDA graph pool captured after the forward pass)
+    Memory kept at the end that did not exist at the peak (a graph pool captured after the forward pass)
     is not subtracted: the allocator's history says how much that is (``created_after_peak``); without it only
     what was reserved both when the window opened and after it is subtracted, which can only overcharge.
     """

@@ -1,7 +1,7 @@
 """What of the memory a profile window keeps already existed at the window's peak, from the allocator's history.
 
 The transient a forward pass needs is its reserved peak over what stays reserved. Subtracting everything the
-window keeps is wrong when part of it appeared after the peak: a CUDA graph pool captured after the forward pass
+window keeps is wrong when part of it appeared after the peak: a graph pool captured after the forward pass
 did not exist when the pass peaked, and subtracting it undercharges the next pass by the pool's size. torch's
 caching allocator can record its history; devmem asks it for segment events only (``segment_alloc``,
 ``segment_free``, ``segment_map``, ``segment_unmap``: a few per pass, no stack traces) while a window is open,

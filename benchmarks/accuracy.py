@@ -1,15 +1,21 @@
 """Accuracy on a real model: the process's footprint, read from the driver after it served with its KV cache in
 place, against what it requested.
 
-For each (model, utilization u, allocator), one engine (examples/engine.py: a transformers model with random
-weights) takes its init snapshot before its device context exists, profiles a prefill + decode step, sizes its
-KV cache with devmem's process-scoped budget, allocates it, and runs the same step again ``--rounds`` times with
-the cache in place. Its footprint is then read with raw NVML (``nvmlDeviceGetComputeRunningProcesses``), not
-computed. The goal: ``footprint <= ceil(u * total)`` and ``requested - footprint <= max(64 MiB, 0.25 %)``.
-The budget the device-wide method (vLLM's) gives in the same run is shown beside it.
+For each (model, utilization u, allocator, CUDA graphs off/on, KV layout), one engine (examples/engine.py: a
+transformers model with random weights) creates its ``devmem.EngineMemory`` before its device context exists,
+profiles a prefill + decode step, captures decode CUDA graphs for batch 1..256 in one pool in the graph window
+(graphs on), sizes its KV cache, allocates it, and runs the same step again ``--rounds`` times with the cache in
+place. Its footprint is then read with raw NVML (``nvmlDeviceGetComputeRunningProcesses``), not computed. The
+goal: ``footprint <= ceil(u * total)`` and ``requested - footprint <= max(64 MiB, 0.25 %)``.
 
-Usage: python benchmarks/accuracy.py [--models llama-1b,moe] [--utilizations 0.1,0.5,0.9]
-                                     [--allocators default,expandable] [--out DIR] [--quick]
+Two KV layouts: ``devmem`` (``EngineMemory.allocate()``: one allocation, a view per layer: the object's path)
+and ``per-layer`` (the engine allocates one tensor per layer itself, planned with ``KvLayout.per_layer()``: the
+README snippet's path for such an engine). The budget the device-wide method (vLLM's) gives in the same run, and
+the bytes graph capture kept, are shown beside it.
+
+Usage: python benchmarks/accuracy.py [--models llama-1b,moe,qwen3-0.6b] [--utilizations 0.1,0.9]
+                                     [--allocators default,expandable] [--graphs off,on]
+                                     [--layouts devmem,per-layer] [--out DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -36,9 +42,11 @@ from common import (
 import devmem
 
 GPU = {
-    "models": "llama-1b,moe",
-    "utilizations": "0.1,0.5,0.9",
+    "models": "llama-1b,moe,qwen3-0.6b",
+    "utilizations": "0.1,0.9",
     "allocators": "default,expandable",
+    "graphs": "off,on",
+    "layouts": "devmem,per-layer",
     "batch_tokens": 8192,
     "slack": 256 * MiB,
     "settle": 20.0,
@@ -47,6 +55,8 @@ CPU = {
     "models": "tiny,tiny-moe",
     "utilizations": "320MiB",
     "allocators": "default",
+    "graphs": "off",
+    "layouts": "devmem,per-layer",
     "batch_tokens": 256,
     "slack": 64 * MiB,
     "settle": 1.0,
@@ -62,6 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default=None, help="engine model names, comma-separated")
     p.add_argument("--utilizations", default=None, help="shares of the total, or sizes to request (96MiB)")
     p.add_argument("--allocators", default=None, help="default,expandable")
+    p.add_argument("--graphs", default=None, help="off,on: capture decode CUDA graphs (GPU only)")
+    p.add_argument("--layouts", default=None, help="devmem,per-layer: who allocates the KV cache")
     p.add_argument("--batch-tokens", type=int, default=None)
     p.add_argument("--quick", action="store_true", help="the first configuration only (for CI)")
     p.add_argument("--out", default=None, help="a .json file, or a folder to write accuracy.json/.txt into")
@@ -80,20 +92,27 @@ def tolerance(requested: int) -> int:
     return max(TOLERANCE, int(requested * TOLERANCE_SHARE))
 
 
-def measure(r: dict[str, Any], model: str, allocator: str) -> dict[str, Any]:
+def measure(r: dict[str, Any], model: str, allocator: str, graphs: str, layout: str) -> dict[str, Any]:
     """The accuracy figures of one engine's result."""
     requested, footprint = r.get("requested"), r.get("footprint")
+    memory = r.get("memory") or {}
+    profile = memory.get("profile") or {}
     row = {
         "model": model,
         "allocator": allocator,
+        "graphs": graphs,
+        "layout": layout,
         "utilization": r["utilization"],
         "requested": requested,
         "failure": failure_text(r),
         "weights": r.get("weights"),
         "kv_allocated_bytes": r.get("kv_allocated_bytes"),
         "num_blocks": r.get("num_blocks"),
-        "transient": r.get("profile", {}).get("transient_peak_bytes"),
-        "transient_allocated": r.get("profile", {}).get("transient_allocated_bytes"),
+        "transient": profile.get("transient_peak_bytes"),
+        "transient_allocated": profile.get("transient_allocated_bytes"),
+        "transient_rule": profile.get("transient_rule"),
+        "graph_capture": memory.get("graph_capture_bytes"),
+        "graph_sizes": (r.get("graphs") or {}).get("captured"),
         "footprint": footprint,
         "footprint_source": r.get("footprint_source"),
         "device_budget": r.get("budgets", {}).get("device", {}).get("kv_cache_bytes"),
@@ -118,10 +137,13 @@ def render(result: dict[str, Any]) -> str:
         [
             "model",
             "allocator",
+            "graphs",
+            "layout",
             "u",
             "requested GiB",
             "KV GiB",
             "transient MiB (allocated)",
+            "graphs kept MiB",
             "footprint GiB",
             "requested - footprint MiB",
             "device-wide KV GiB",
@@ -131,10 +153,13 @@ def render(result: dict[str, Any]) -> str:
             [
                 r["model"],
                 r["allocator"],
+                r["graphs"],
+                r["layout"],
                 r["utilization"],
                 gib(r["requested"]),
                 gib(r["kv_allocated_bytes"]),
                 f"{mib(r['transient'])} ({mib(r['transient_allocated'])})",
+                mib(r["graph_capture"]),
                 gib(r["footprint"]),
                 mib(r["gap_bytes"]),
                 gib(r["device_budget"]),
@@ -150,7 +175,11 @@ def render(result: dict[str, Any]) -> str:
         )
     else:
         verdict = "devmem goal: not judged here (no driver figure for this process's footprint on this platform)"
-    return "\n\n".join([head, table, verdict])
+    worst = "; ".join(
+        f"{layout}: most over {mib(w['most_over'])} MiB, most under {mib(w['most_under'])} MiB"
+        for layout, w in result.get("worst_by_layout", {}).items()
+    )
+    return "\n\n".join([head, table, verdict] + ([worst] if worst else []))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -159,15 +188,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     d = GPU if on_accelerator(platform) else CPU
     start_info = platform.device_memory_info(args.device)
     configs = [
-        (model, share(u, start_info.total), alloc)
+        (model, share(u, start_info.total), alloc, graphs, layout)
         for model in (args.models or d["models"]).split(",")
         for alloc in (args.allocators or d["allocators"]).split(",")
+        for graphs in (args.graphs or d["graphs"]).split(",")
         for u in (args.utilizations or d["utilizations"]).split(",")
+        for layout in (args.layouts or d["layouts"]).split(",")
     ]
     if args.quick:
         configs = configs[:1]
     rows = []
-    for model, u, allocator in configs:
+    for model, u, allocator, graphs, layout in configs:
         settle(platform, args.device, start_info.free, d["slack"], d["settle"])
         (r,) = run_engines(
             [
@@ -177,11 +208,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     utilization=u,
                     batch_tokens=args.batch_tokens or d["batch_tokens"],
                     expandable_segments=allocator == "expandable",
+                    graphs=graphs == "on",
+                    kv_layout=layout,
                 )
             ]
         )
-        rows.append({**measure(r, model, allocator), "engine": r})
+        rows.append({**measure(r, model, allocator, graphs, layout), "engine": r})
     measured = all(r["footprint"] is not None for r in rows)
+    gaps: dict[str, list[int]] = {}
+    for r in rows:
+        if r["gap_bytes"] is not None:
+            gaps.setdefault(r["layout"], []).append(r["gap_bytes"])
+    worst = {layout: {"most_over": -min(g), "most_under": max(g)} for layout, g in gaps.items()}
     result = {
         "benchmark": "accuracy",
         "command": ["python", "benchmarks/accuracy.py", *(argv if argv is not None else sys.argv[1:])],
@@ -192,6 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "tolerance_share": TOLERANCE_SHARE,
         },
         "rows": rows,
+        "worst_by_layout": worst,
         "measured": measured,
         "goal_met": measured and all(r["goal_met"] for r in rows),
     }

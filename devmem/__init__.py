@@ -32,6 +32,7 @@ from devmem.types import (
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.distributed import agree_on_minimum
+    from devmem.engine_memory import EngineMemory, EngineMemoryError, KvLayout
     from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
     from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
     from devmem.profiling import (
@@ -59,6 +60,9 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
 #: Public names imported on first use (PEP 562), so ``import devmem`` stays cheap.
 _LAZY = {
     "agree_on_minimum": "devmem.distributed",
+    "EngineMemory": "devmem.engine_memory",
+    "EngineMemoryError": "devmem.engine_memory",
+    "KvLayout": "devmem.engine_memory",
     "MemorySnapshot": "devmem.profiling",
     "ProfileResult": "devmem.profiling",
     "check_startup_memory": "devmem.profiling",
@@ -99,9 +103,12 @@ __all__ = [
     "DeviceMemory",
     "DeviceReport",
     "DevmemError",
+    "EngineMemory",
+    "EngineMemoryError",
     "GiB",
     "KvCachePlan",
     "KvCacheTensors",
+    "KvLayout",
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",

@@ -10,9 +10,20 @@ import numbers
 import sys
 from typing import Any
 
+from devmem import arguments
+from devmem.arguments import ArgumentError
+from devmem.parsing import shown
 from devmem.platform import Platform
 
 log = logging.getLogger("devmem.distributed")
+
+#: What a byte count is shifted by to fit the int64 a collective carries.
+INT64_SHIFT = 1 << 63
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """``agree_on_minimum`` was given something that is not an int (a ``TypeError``, as before, and a
+    ``DevmemError``)."""
 
 
 def _device(torch: Any, dist: Any, group: Any, platform: Platform | None) -> Any:
@@ -35,10 +46,15 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
     Uses whatever backend the group has: a CPU tensor for a host backend (gloo), a tensor on the current device
     for the platform's own backend (``platform.dist_backend``; ``platform`` defaults to the current one).
     Returns ``value`` unchanged when torch is not imported or torch.distributed is unavailable or not initialised.
-    Every rank must call it, as with any collective.
+    Every rank must call it, as with any collective. ``value`` is a byte count, ``0 <= value < 2**64``, agreed
+    exactly (shifted into the int64 a collective carries); anything else raises :class:`ArgumentTypeError` (a
+    ``TypeError``) or :class:`~devmem.arguments.ArgumentError` naming it, before the collective runs.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"agree_on_minimum takes an int, got {value!r} of type {type(value).__name__}")
+        raise ArgumentTypeError(
+            f"agree_on_minimum takes an int (a byte count), got {shown(value)} of type {type(value).__name__}"
+        )
+    value = arguments.byte_count("agree_on_minimum's value", value)
     torch = sys.modules.get("torch")
     if torch is None:
         return int(value)
@@ -46,9 +62,10 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
 
     if not dist.is_available() or not dist.is_initialized():
         return int(value)
-    tensor = torch.tensor([int(value)], dtype=torch.int64, device=_device(torch, dist, group, platform))
+    shifted = value - INT64_SHIFT  # [0, 2**64) onto int64's [-2**63, 2**63): the order, so the minimum, is kept
+    tensor = torch.tensor([shifted], dtype=torch.int64, device=_device(torch, dist, group, platform))
     dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
-    agreed = int(tensor.item())
+    agreed = int(tensor.item()) + INT64_SHIFT
     if agreed != value:
         log.info(
             "devmem: rank %d lowers its budget from %d to %d bytes, the smallest over %d ranks",

@@ -9,10 +9,16 @@ torch is imported on first use only.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from devmem import arguments
+from devmem.parsing import shown
+from devmem.platform import Platform
+from devmem.plugins import current_platform
 from devmem.sizing import KvCachePlan, SizingError
+from devmem.torch_device import torch_device_for
 from devmem.types import MiB
 
 #: What PyTorch's caching allocator rounds an allocation above 1 MiB up to; pass it to
@@ -34,20 +40,30 @@ class KvCacheTensors:
         return self.num_blocks * self.page_size_bytes * len(self.layers)
 
 
-def allocate_kv_cache(plan: KvCachePlan, num_layers: int, device: Any) -> KvCacheTensors:
-    """Allocate ``plan.num_blocks`` blocks on ``device`` (a torch device or its name) as one zeroed allocation.
+def allocate_kv_cache(
+    plan: KvCachePlan, num_layers: int, device: Any = 0, platform: Platform | None = None
+) -> KvCacheTensors:
+    """Allocate ``plan.num_blocks`` blocks on ``device`` as one zeroed allocation.
 
+    ``device`` is devmem's device index, as every other call takes it, mapped to torch's device by ``platform``
+    (the current one by default: the CPU on the ``cpu`` platform); a torch device or its name is taken as it is.
     Layer ``i``'s view holds its page of every block contiguously; reshape it to the engine's layout with
     ``.view(dtype).view(...)``. ``num_layers`` must divide ``plan.block_bytes`` (a block is one page per layer).
     Allocate right after :func:`devmem.profiling.release_allocator_cache`.
     """
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
-        raise SizingError(f"num_layers must be an int > 0, got {num_layers!r}")
+    if not isinstance(plan, KvCachePlan):
+        raise SizingError(f"plan must be a KvCachePlan (from plan_kv_cache), got {shown(plan)}")
+    num_layers = arguments.count("num_layers", num_layers, error=SizingError)
     if plan.block_bytes % num_layers:
         raise SizingError(
             f"a block of {plan.block_bytes} bytes does not split into {num_layers} equal layer pages; "
             "give the num_layers the plan was made with"
         )
+    if isinstance(device, numbers.Integral):
+        index = arguments.device_index(device, error=SizingError)
+        if plan.device is not None and plan.device != index:
+            raise SizingError(f"the plan was made for device {plan.device}, not device {index}: plan on each device")
+        device = torch_device_for(platform if platform is not None else current_platform(), index)
     import torch
 
     page = plan.block_bytes // num_layers

@@ -16,14 +16,17 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from devmem import arguments
+from devmem.arguments import ArgumentError
 from devmem.forksafe import ForkSafeLock
 from devmem.parsing import shown
 from devmem.platform import Platform
 from devmem.plugins import current_platform
+from devmem.segment_history import SegmentHistory, created_after_peak
 from devmem.sizing import MAX_BYTES
 from devmem.torch_device import device_module, initialised_module
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
@@ -45,8 +48,9 @@ class MemorySnapshot:
     ``process`` is this process's device memory, ``None`` where the platform cannot attribute memory to
     processes. ``torch_peak`` and ``torch_reserved_peak`` are the allocator's peaks of allocated and reserved
     bytes since its peak statistics were last reset. ``torch_measured`` says whether torch's allocator was
-    consulted; ``notes`` say why not.
-    Subtracting two snapshots gives their differences (``process`` is ``None`` unless both have it).
+    consulted; ``notes`` say why not. ``platform`` names the platform that read it, where known.
+    Subtracting two snapshots gives their differences (``process`` is ``None`` unless both have it); snapshots of
+    two devices, or of two platforms, refuse to subtract.
     """
 
     device: int
@@ -60,6 +64,7 @@ class MemorySnapshot:
     timestamp: float = 0.0
     torch_measured: bool = False
     notes: tuple[str, ...] = ()
+    platform: str | None = None
 
     @classmethod
     def measure(cls, device: int = 0, platform: Platform | None = None) -> MemorySnapshot:
@@ -103,7 +108,14 @@ class MemorySnapshot:
         if not isinstance(other, MemorySnapshot):
             return NotImplemented
         if other.device != self.device:
-            raise ValueError(f"cannot subtract a snapshot of device {other.device} from one of device {self.device}")
+            raise SnapshotMismatchError(
+                f"cannot subtract a snapshot of device {other.device} from one of device {self.device}"
+            )
+        if None not in (self.platform, other.platform) and self.platform != other.platform:
+            raise SnapshotMismatchError(
+                f"cannot subtract a snapshot read by the {other.platform!r} platform from one read by "
+                f"{self.platform!r}: their figures count different things"
+            )
         process = None if self.process is None or other.process is None else self.process - other.process
         return MemorySnapshot(
             self.device,
@@ -117,7 +129,16 @@ class MemorySnapshot:
             self.timestamp - other.timestamp,
             self.torch_measured and other.torch_measured,
             self.notes,
+            self.platform if self.platform is not None else other.platform,
         )
+
+    def read_by(self, platform: Platform) -> MemorySnapshot:
+        """This snapshot, marked as read by ``platform`` (so that one of another platform refuses to mix with it)."""
+        return replace(self, platform=platform.name)
+
+
+class SnapshotMismatchError(DevmemError, ValueError):
+    """Two snapshots that do not describe the same device through the same platform were combined."""
 
 
 def release_allocator_cache(device: int = 0, platform: Platform | None = None) -> int:
@@ -205,7 +226,11 @@ class ProfileResult:
     - ``transient_peak_bytes``: the headroom the KV cache must leave for the next forward pass: what torch's
       caching allocator reserved at its peak over what it kept after the window (``transient_source`` says
       ``"reserved"``). The same pass reserves it again, with its rounding and fragmentation, whatever it
-      allocates. ``transient_allocated_bytes`` is the allocated peak over what stays allocated, beside it.
+      allocates. What the window kept but reserved only after the peak (``kept_after_peak_bytes``: a graph
+      pool captured after the forward pass) is not subtracted: ``transient_rule`` says how that was known
+      (``"history"``: the allocator's segment history; ``"bounded"``: only memory reserved both when the window
+      opened and after it is subtracted). ``transient_allocated_bytes`` is the allocated peak over what stays
+      allocated, beside it.
     - ``torch_peak_increase``: torch's allocated peak in the window above what it held when the window opened.
     - ``non_torch_increase``: growth outside torch's allocator.
     - ``non_kv_cache_memory``: ``total_consumed + transient_peak_bytes``.
@@ -227,6 +252,8 @@ class ProfileResult:
     transient_peak_bytes: int = 0
     transient_allocated_bytes: int = 0
     transient_source: str = "none"
+    transient_rule: str = "none"
+    kept_after_peak_bytes: int = 0
     non_torch_increase: int = 0
     non_kv_cache_memory: int = 0
     released_cache_bytes: int = 0
@@ -275,14 +302,28 @@ class ProfileResult:
         }
 
 
-def _consumed(result: ProfileResult, own: int, after: MemorySnapshot) -> int:
-    """``own`` floored at 0 and raised to the lower bounds this process knows of itself, with a note saying why."""
+def _consumed(result: ProfileResult, own: int, before: MemorySnapshot, after: MemorySnapshot) -> int:
+    """``own`` floored at 0 and raised to the lower bounds this process knows of itself, with a note saying why.
+
+    What the window itself kept in torch's allocator adds to what the process held when it opened: the declared
+    weights and, where no per-process figure exists, the device-wide drop before the window (read before a
+    co-tenant's release inside the window could hide it).
+    """
     baseline = result.baseline
     bounds = {"the declared weights_memory": result.weights_memory}
     if baseline.torch_measured and after.torch_measured:
         bounds["the growth of torch's reserved memory since the baseline"] = (
             after.torch_reserved - baseline.torch_reserved
         )
+    if before.torch_measured and after.torch_measured:
+        kept = max(0, after.torch_reserved - before.torch_reserved)
+        bounds["the declared weights_memory plus what torch's allocator kept from the window"] = (
+            result.weights_memory + kept
+        )
+        if not result.process_scoped:
+            bounds["the device-wide growth before the window plus what torch's allocator kept from it"] = (
+                baseline.free - before.free + kept
+            )
     name, bound = max(bounds.items(), key=lambda item: item[1])
     if bound > max(0, own):
         cause = (
@@ -300,8 +341,53 @@ def _consumed(result: ProfileResult, own: int, after: MemorySnapshot) -> int:
     return max(0, own)
 
 
+def _transient(
+    result: ProfileResult,
+    before: MemorySnapshot,
+    after: MemorySnapshot,
+    reserved_peak: int,
+    created_after_peak: int | None,
+) -> None:
+    """The reserved peak over what the window kept AND already held at the peak.
+
+    Memory kept at the end that did not exist at the peak (a graph pool captured after the forward pass)
+    is not subtracted: the allocator's history says how much that is (``created_after_peak``); without it only
+    what was reserved both when the window opened and after it is subtracted, which can only overcharge.
+    """
+    if created_after_peak is not None:
+        held_at_peak = after.torch_reserved - created_after_peak
+        result.transient_rule = "history"
+        how = (
+            f"the allocator's history shows {format_size(created_after_peak)} of what it kept was reserved after "
+            "the peak, so only the rest is subtracted"
+        )
+    else:
+        held_at_peak = min(before.torch_reserved, after.torch_reserved)
+        result.transient_rule = "bounded"
+        how = (
+            "without the allocator's history only what was reserved both when the window opened and after it "
+            "is subtracted (an upper bound)"
+        )
+    result.kept_after_peak_bytes = after.torch_reserved - held_at_peak
+    result.transient_peak_bytes = max(0, reserved_peak - held_at_peak)
+    result.transient_source = "reserved"
+    result.expandable_segments = _expandable_segments()
+    result.notes.append(
+        f"transient headroom {format_size(result.transient_peak_bytes)}: torch's allocator reserved "
+        f"{format_size(reserved_peak)} at its peak and kept {format_size(after.torch_reserved)}; {how}; the next "
+        f"pass reserves the difference again (its allocated peak over what stays allocated is "
+        f"{format_size(result.transient_allocated_bytes)}; expandable segments "
+        f"{'on' if result.expandable_segments else 'off'})"
+    )
+
+
 def _finish(
-    result: ProfileResult, before: MemorySnapshot, after: MemorySnapshot, peaks: tuple[int, int], platform: Platform
+    result: ProfileResult,
+    before: MemorySnapshot,
+    after: MemorySnapshot,
+    peaks: tuple[int, int],
+    platform: Platform,
+    created_after_peak: int | None = None,
 ) -> None:
     baseline = result.baseline
     result.after_profile = after
@@ -325,22 +411,13 @@ def _finish(
             f"{platform.name} gives no per-process figure: total_consumed is the device-wide drop of "
             "free memory, which also counts what other processes allocated or freed meanwhile"
         )
-    result.total_consumed = _consumed(result, own, after)
+    result.total_consumed = _consumed(result, own, before, after)
     result.torch_measured = before.torch_measured and after.torch_measured
     allocated_peak, reserved_peak = peaks
     result.torch_peak_increase = max(0, allocated_peak - before.torch_allocated)
     result.transient_allocated_bytes = max(0, allocated_peak - after.torch_allocated)
     if result.torch_measured:
-        result.transient_peak_bytes = max(0, reserved_peak - after.torch_reserved)
-        result.transient_source = "reserved"
-        result.expandable_segments = _expandable_segments()
-        result.notes.append(
-            f"transient headroom {format_size(result.transient_peak_bytes)}: torch's allocator reserved "
-            f"{format_size(reserved_peak)} at its peak and kept {format_size(after.torch_reserved)}; the next pass "
-            f"reserves the difference again (its allocated peak over what stays allocated is "
-            f"{format_size(result.transient_allocated_bytes)}; expandable segments "
-            f"{'on' if result.expandable_segments else 'off'})"
-        )
+        _transient(result, before, after, reserved_peak, created_after_peak)
     result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
     result.non_kv_cache_memory = result.total_consumed + result.transient_peak_bytes
     result.notes.extend(n for n in after.notes if n not in result.notes)
@@ -363,17 +440,19 @@ class _OpenWindows:
         self._lock = ForkSafeLock()
         self._carried: dict[int, list[list[int]]] = {}
 
-    def open(self, module: Any, device: int) -> list[int]:
+    def open(self, module: Any, device: int) -> tuple[list[int], bool]:
+        """The list the window's carried peaks go into, and whether it is the only window open on ``device``."""
         carried = [0, 0]
         with self._lock:
             stack = self._carried.setdefault(device, [])
+            outermost = not stack
             if module is not None:
                 now = [module.max_memory_allocated(device), module.max_memory_reserved(device)]
                 for outer in stack:
                     outer[0], outer[1] = max(outer[0], now[0]), max(outer[1], now[1])
                 module.reset_peak_memory_stats(device)
             stack.append(carried)
-        return carried
+        return carried, outermost
 
     def close(self, device: int, carried: list[int]) -> None:
         with self._lock:
@@ -398,14 +477,31 @@ def memory_profiling(
 
     Run everything the engine will run again once the KV cache exists inside the window: the largest
     forward pass, and CUDA graph capture or collective warm-up where the engine uses them, so that what they
-    reserve is measured instead of guessed.
+    reserve is measured instead of guessed. The order of that work inside the window does not matter: memory
+    kept at the end that did not exist at the peak is not subtracted from it (see ``transient_rule``).
+
+    The arguments are checked before the block runs: :class:`~devmem.DevmemError` for a baseline that is no
+    :class:`MemorySnapshot`, or one read by another platform, and for a ``weights_memory`` that is not a whole
+    number of bytes.
     """
+    if not isinstance(baseline, MemorySnapshot):
+        raise ArgumentError(
+            f"baseline must be a MemorySnapshot (MemorySnapshot.measure(device) before the model exists), got "
+            f"{shown(baseline)} of type {type(baseline).__name__}"
+        )
+    weights_memory = arguments.byte_count("weights_memory", weights_memory)
     platform = platform if platform is not None else current_platform()
-    device = baseline.device
+    if baseline.platform is not None and baseline.platform != platform.name:
+        raise SnapshotMismatchError(
+            f"the baseline was read by the {baseline.platform!r} platform, the window would measure with "
+            f"{platform.name!r}: take the baseline with the platform that profiles"
+        )
+    device = arguments.device_index(baseline.device, name="baseline.device")
     module, _ = initialised_module(platform)
-    carried = _WINDOWS.open(module, device)
+    carried, outermost = _WINDOWS.open(module, device)
+    history = SegmentHistory.start(module, device) if module is not None and outermost else None
     try:
-        before = MemorySnapshot.measure(device, platform)
+        before = MemorySnapshot.measure(device, platform).read_by(platform)
         result = ProfileResult(baseline, weights_memory, before_profile=before)
         try:
             yield result
@@ -414,8 +510,12 @@ def memory_profiling(
             raise
         gc.collect()
         result.released_cache_bytes = release_allocator_cache(device, platform)
-        after = MemorySnapshot.measure(device, platform)
+        after = MemorySnapshot.measure(device, platform).read_by(platform)
+        events, history = (history.stop() if history is not None else None), None
         peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
-        _finish(result, before, after, peaks, platform)
+        created = None if events is None else created_after_peak(events, before.torch_reserved, peaks[1])
+        _finish(result, before, after, peaks, platform, created)
     finally:
+        if history is not None:
+            history.stop()
         _WINDOWS.close(device, carried)

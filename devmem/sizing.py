@@ -16,15 +16,17 @@ figures that explain the memory that is not KV cache):
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict
 
+from devmem import arguments
+from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
+from devmem.arguments import ArgumentError
 from devmem.parsing import shown
-from devmem.types import DevmemError, GiB, NotEnoughMemoryError
+from devmem.types import GiB, NotEnoughMemoryError
 from devmem.units import format_size
 
 #: Share of the device an engine asks for when it names none.
@@ -35,45 +37,24 @@ MARGIN_FLOOR_BYTES = GiB
 MARGIN_FRACTION = 0.75
 
 
-class SizingError(DevmemError, ValueError):
-    """An input to the sizing arithmetic is outside what it accepts."""
+class SizingError(ArgumentError):
+    """An input to the sizing arithmetic is outside what it accepts (a ``DevmemError`` and a ``ValueError``)."""
 
 
 #: A margin of more than this many transient peaks is a mistake, not a setting.
 MAX_MARGIN_FRACTION = 100
-#: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
-MAX_BYTES = 1 << 64
 
 
 def _bytes(name: str, value: object, *, positive: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SizingError(
-            f"{name} must be a whole number of bytes (int), got {shown(value)} of type {type(value).__name__}"
-        )
-    value = int(value)
-    if value < 0 or (positive and value == 0):
-        raise SizingError(f"{name} must be {'> 0' if positive else '>= 0'} bytes, got {shown(value)}")
-    if value >= MAX_BYTES:
-        raise SizingError(f"{name} must be below 2**64 bytes (16 EiB), got {shown(value)}")
-    return value
+    return arguments.byte_count(name, value, positive=positive, error=SizingError)
 
 
 def _real(name: str, value: object) -> Fraction:
-    """An exact rational of a real number; a float means the decimal it prints as (0.9 is 9/10)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise SizingError(f"{name} must be a real number, got {shown(value)} of type {type(value).__name__}")
-    if isinstance(value, numbers.Rational):  # numpy integers too: keep Python ints inside
-        return Fraction(int(value.numerator), int(value.denominator))
-    if not math.isfinite(float(value)):
-        raise SizingError(f"{name} must be finite, got {shown(value)}")
-    return Fraction(repr(float(value)))
+    return arguments.real(name, value, error=SizingError)
 
 
 def _utilization(value: object) -> Fraction:
-    u = _real("utilization", value)
-    if not 0 < u <= 1:
-        raise SizingError(f"utilization must be in (0, 1], got {shown(value)}")
-    return u
+    return arguments.utilization(value, error=SizingError)
 
 
 def requested_memory(total: int, utilization: float) -> int:
@@ -177,13 +158,7 @@ def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> in
 
 
 def _layers(num_layers: object) -> int:
-    if (
-        isinstance(num_layers, bool)
-        or not isinstance(num_layers, numbers.Integral)
-        or not (0 < int(num_layers) < MAX_BYTES)
-    ):
-        raise SizingError(f"num_layers must be an int > 0, got {shown(num_layers)}")
-    return int(num_layers)
+    return arguments.count("num_layers", num_layers, error=SizingError)
 
 
 _LABELS = {
@@ -208,6 +183,7 @@ _LABELS = {
     "block": "one block",
     "kv_cache": "KV cache",
     "granularity": "allocation granularity",
+    "allocations": "allocations",
 }
 
 _PATHS = {
@@ -219,7 +195,9 @@ _PATHS = {
 
 @dataclass(frozen=True)
 class KvCachePlan:
-    """How many bytes and blocks the KV cache gets, by which path, and the figures that led there."""
+    """How many bytes and blocks the KV cache gets, by which path, and the figures that led there; ``layout``
+    says how the plan assumed the cache is allocated, ``device`` the device it was made for (where known:
+    :class:`devmem.EngineMemory` sets it, and allocating it elsewhere is refused)."""
 
     kv_cache_bytes: int
     num_blocks: int
@@ -227,6 +205,8 @@ class KvCachePlan:
     block_bytes: int
     utilization: float | None = None
     breakdown: Mapping[str, int] = field(default_factory=dict)
+    layout: str = ""
+    device: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "breakdown", MappingProxyType(dict(self.breakdown)))
@@ -241,8 +221,11 @@ class KvCachePlan:
             else f"= {self.num_blocks} blocks x {format_size(self.block_bytes)} = {held} bytes, {left} bytes left over"
         )
         width = max((len(_LABELS[k]) for k in self.breakdown), default=0)
-        rows = [f"  {_LABELS[k]:<{width}}  {format_size(v)}" for k, v in self.breakdown.items()]
-        return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *rows])
+        rows = [
+            f"  {_LABELS[k]:<{width}}  {v if k == 'allocations' else format_size(v)}" for k, v in self.breakdown.items()
+        ]
+        layout = [f"layout: {self.layout}"] if self.layout else []
+        return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *layout, *rows])
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -252,6 +235,8 @@ class KvCachePlan:
             "block_bytes": self.block_bytes,
             "utilization": self.utilization,
             "breakdown": dict(self.breakdown),
+            "layout": self.layout,
+            "device": self.device,
         }
 
 
@@ -265,6 +250,7 @@ class _Shared(NamedTuple):
     other_processes: int | None
     released_cache: int
     granularity: int
+    allocations: int
 
     def parts(self) -> dict[str, int]:
         return {"weights": self.weights, "transient_peak": self.transient_peak, "non_torch": self.non_torch}
@@ -278,13 +264,31 @@ class _Shared(NamedTuple):
                 ("other_processes", self.other_processes),
                 ("released_cache", self.released_cache or None),
                 ("granularity", self.granularity if self.granularity > 1 else None),
+                ("allocations", self.allocations if self.allocations > 1 else None),
             )
             if v is not None
         }
 
     def blocks(self, kv: int) -> int:
-        """The most whole blocks whose allocation, rounded up to the granularity, fits in ``kv`` bytes."""
-        return kv // self.granularity * self.granularity // self.block
+        """The most whole blocks whose allocations (``allocations`` equal ones, each rounded up to the
+        granularity) fit in ``kv`` bytes together."""
+        each = kv // self.allocations // self.granularity * self.granularity
+        return each // (self.block // self.allocations)
+
+    def smallest(self) -> int:
+        """The bytes one block takes once allocated."""
+        return self.allocations * -(-(self.block // self.allocations) // self.granularity) * self.granularity
+
+    def layout(self) -> str:
+        """How the plan assumed the cache is allocated, for people ("" for a plan that assumed no rounding)."""
+        if self.allocations == 1:
+            if self.granularity == 1:
+                return ""
+            return f"one allocation, rounded up once to {format_size(self.granularity)}"
+        return (
+            f"{self.allocations} equal tensors allocated separately, each rounded up to "
+            f"{format_size(self.granularity)} (the most the allocator can add)"
+        )
 
 
 def _shared(
@@ -296,15 +300,25 @@ def _shared(
     other_processes: int | None,
     released_cache: int,
     allocation_granularity: int,
+    allocations: int = 1,
 ) -> _Shared:
+    block = _bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers)
+    count = arguments.count("allocations", allocations, error=SizingError)
+    if block % count:
+        raise SizingError(
+            f"allocations={count}: a block of {block} bytes (page_size_bytes x num_layers) does not split into "
+            f"{count} equal tensors; give the number of tensors the cache is allocated in (1, the layers, or "
+            "twice the layers for separate keys and values)"
+        )
     return _Shared(
-        block=_bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers),
+        block=block,
         weights=_bytes("weights", weights),
         transient_peak=_bytes("transient_peak_bytes", transient_peak_bytes),
         non_torch=_bytes("non_torch", non_torch),
         other_processes=None if other_processes is None else _bytes("other_processes", other_processes),
         released_cache=_bytes("released_cache", released_cache),
         granularity=_bytes("allocation_granularity", allocation_granularity, positive=True),
+        allocations=count,
     )
 
 
@@ -364,6 +378,7 @@ def plan_utilization(
     other_processes: int | None = None,
     released_cache: int = 0,
     allocation_granularity: int = 1,
+    allocations: int = 1,
 ) -> KvCachePlan:
     """``requested - (consumed + transient_peak_bytes + graph_capture)``; ``consumed`` (the process's measured
     growth) defaults to ``weights + non_torch``."""
@@ -376,6 +391,7 @@ def plan_utilization(
         other_processes,
         released_cache,
         allocation_granularity,
+        allocations,
     )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
@@ -409,6 +425,7 @@ def plan_utilization(
         shared.block,
         float(_utilization(utilization)),
         {**figures, **shared.reported()},
+        shared.layout(),
     )
 
 
@@ -436,9 +453,11 @@ def plan_pinned(
     other_processes: int | None = None,
     released_cache: int = 0,
     allocation_granularity: int = 1,
+    allocations: int = 1,
 ) -> KvCachePlan:
     """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block, and one
-    larger than ``total`` (the device's total memory) where it is given."""
+    larger than ``total`` (the device's total memory) where it is given, or that does not fit in it beside the
+    weights, transient peak and non-torch memory (:class:`~devmem.NotEnoughMemoryError`)."""
     shared = _shared(
         page_size_bytes,
         num_layers,
@@ -448,6 +467,7 @@ def plan_pinned(
         other_processes,
         released_cache,
         allocation_granularity,
+        allocations,
     )
     pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
     known_total = {} if total is None else {"total": _bytes("total", total, positive=True)}
@@ -457,15 +477,31 @@ def plan_pinned(
             f"{known_total['total']} ({format_size(known_total['total'])}); pin at most the total, less "
             "what the model and its activations need"
         )
+    if known_total:
+        _check_pinned_fits(pinned, known_total["total"], shared)
     if shared.blocks(pinned) == 0:
-        least = -(-shared.block // shared.granularity) * shared.granularity
+        least = shared.smallest()
         raise SizingError(
             f"pinned_bytes={pinned} ({format_size(pinned)}) is smaller than one block of "
-            f"{shared.block} bytes (page_size_bytes x num_layers) allocated in units of "
-            f"{shared.granularity} bytes; pin at least {least} bytes"
+            f"{shared.block} bytes (page_size_bytes x num_layers) allocated as {shared.allocations} tensor(s) in "
+            f"units of {shared.granularity} bytes; pin at least {least} bytes"
         )
     figures = {"pinned": pinned, **known_total, **{k: v for k, v in shared.parts().items() if v}, **shared.reported()}
-    return KvCachePlan(pinned, shared.blocks(pinned), "pinned", shared.block, None, figures)
+    return KvCachePlan(pinned, shared.blocks(pinned), "pinned", shared.block, None, figures, shared.layout())
+
+
+def _check_pinned_fits(pinned: int, total: int, shared: _Shared) -> None:
+    """The pinned cache and what else stays on the device (weights, transient peak, non-torch) fit in ``total``,
+    as ``devmem plan --pinned --total`` checks them."""
+    parts = {"pinned": pinned, **shared.parts()}
+    needed = sum(parts.values())
+    if needed > total:
+        shown_parts = " + ".join(_figure(k, v) for k, v in parts.items() if v)
+        raise NotEnoughMemoryError(
+            f"the pinned plan needs {shown_parts} = {format_size(needed)} ({needed} bytes), more than the "
+            f"total {format_size(total)} ({total} bytes): pin less, or use a smaller model",
+            {"total": total, **parts, "needed": needed},
+        )
 
 
 def plan_growable(
@@ -485,6 +521,7 @@ def plan_growable(
     margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
     margin_fraction: float = MARGIN_FRACTION,
     allocation_granularity: int = 1,
+    allocations: int = 1,
 ) -> KvCachePlan:
     """:func:`growable_kv_cache_bytes` with ``requested = ceil(total * utilization)``; ``weights`` and
     ``non_torch`` only explain (the free-memory readings already count them)."""
@@ -497,6 +534,7 @@ def plan_growable(
         other_processes,
         released_cache,
         allocation_granularity,
+        allocations,
     )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
@@ -542,6 +580,7 @@ def plan_growable(
         shared.block,
         float(_utilization(utilization)),
         {**figures, **shared.reported()},
+        shared.layout(),
     )
 
 
@@ -592,6 +631,7 @@ def plan_kv_cache(
     margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
     margin_fraction: float = MARGIN_FRACTION,
     allocation_granularity: int = 1,
+    allocations: int = 1,
 ) -> KvCachePlan:
     """Size the KV cache by the path its arguments choose: ``pinned_bytes`` -> :func:`plan_pinned` (capped by
     ``total`` where given); ``init_free_memory`` and ``free_memory`` -> :func:`plan_growable`; otherwise
@@ -602,7 +642,9 @@ def plan_kv_cache(
     utilization path only, ``graph_capture`` on the utilization path only (the growable readings are taken after
     graph capture). ``allocation_granularity`` is what the allocator rounds the cache's one allocation up to
     (2 MiB for PyTorch's caching allocator, see :func:`devmem.kvcache.allocate_kv_cache`): ``num_blocks`` is the
-    most whole blocks whose rounded allocation still fits the budget. Raises
+    most whole blocks whose rounded allocation still fits the budget. ``allocations`` is how many equal tensors
+    the cache is allocated in (1: one allocation, a view per layer; the layers: one tensor per layer; twice
+    them: keys and values apart), each rounded up to the granularity; ``KvCachePlan.layout`` says which. Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input,
     whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """
@@ -626,6 +668,7 @@ def plan_kv_cache(
         other_processes=other_processes,
         released_cache=released_cache,
         allocation_granularity=allocation_granularity,
+        allocations=allocations,
     )
     if pinned_bytes is not None:
         if growable:

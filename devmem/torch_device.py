@@ -48,3 +48,20 @@ def _call(module: Any, name: str, default: bool) -> bool:
         return bool(fn()) if callable(fn) else default
     except Exception:  # a half-initialised or CPU-only torch
         return False
+
+
+def torch_device_for(platform: Platform, index: int) -> Any:
+    """torch's device for devmem's device ``index`` on ``platform``: ``torch.device(<namespace>, index)``, or
+    the CPU where the platform's device is host memory (``torch_device`` is ``None``). Imports torch.
+    :class:`~devmem.arguments.ArgumentError` for an index that is not one of the platform's devices."""
+    from devmem.arguments import ArgumentError, device_index
+
+    index = device_index(index)
+    count = platform.device_count()
+    if index >= count:
+        valid = f"0..{count - 1}" if count else "none (no device is visible)"
+        raise ArgumentError(f"{platform.name}: device index {index} is out of range; valid indices: {valid}")
+    import torch
+
+    namespace = platform.torch_device
+    return torch.device("cpu") if namespace is None else torch.device(namespace, index)

@@ -3,22 +3,26 @@
 
 The model is a Hugging Face transformers architecture built from a config with random weights (no hub, no
 download): ``--model llama-1b`` (TinyLlama's shape: 22 layers, hidden 2048, 4 KV heads, 1.1B parameters),
-``--model moe`` (a Mixtral-shaped mixture of experts, 8 experts, top-2), ``--model tiny`` / ``tiny-moe`` for
+``--model moe`` (a Mixtral-shaped mixture of experts, 8 experts, top-2), ``--model qwen3-0.6b`` (Qwen3-0.6B's
+shape: 28 layers, a 151,936-token vocabulary), ``--model tiny`` / ``tiny-moe`` for
 CPUs and CI, or ``--config FILE.json`` (any causal LM config transformers knows, ``model_type`` included).
 
-1. Take the init snapshot before the device context and the model exist, and check that free memory covers
-   ``u * total`` (``check_startup_memory``); then create the context and the model.
-2. Profile one step inside ``memory_profiling``: a prefill of ``--batch-tokens`` tokens (``--sequences``
-   sequences) and ``--decode-steps`` decode steps, as serving runs them.
+1. Create ``devmem.EngineMemory`` before the device context and the model exist (the baseline snapshot, and
+   the check that free memory covers ``u * total``); then create the context and the model.
+2. Profile one step in its profile window: a prefill of ``--batch-tokens`` tokens (``--sequences`` sequences)
+   and ``--decode-steps`` decode steps, as serving runs them. With ``--graphs`` (on a GPU), then capture decode
+   CUDA graphs for batch sizes 1, 2, 4, ..., ``--max-graph-batch`` into one shared pool, largest first, in its
+   graph window, as vLLM does after its profile run: the plan is charged what capture kept.
 3. Plan the KV cache at utilization ``u`` from ``--accounting process`` (devmem's process-scoped budget) or
    ``--accounting device`` (today's device-wide method: non-KV = the drop of free memory since the init
    snapshot + torch's allocated peak, with vLLM's assertion that free memory did not grow), or at ``--pinned``
    bytes. One block is ``--block-size`` tokens on every layer, its bytes taken from the K and V tensors the
    model produced. Both budgets are reported; the chosen one is allocated.
-4. Release the allocator cache (``--no-release`` skips it), allocate the cache as one allocation viewed per
-   layer (``devmem.allocate_kv_cache``), then serve ``--rounds`` steps: each prefill's keys and values are
-   written into the cache's blocks (paged, round-robin over the pool). Attention during decode reads the
-   model's own per-step cache; the paged pool is what an engine keeps between steps.
+4. ``--kv-layout devmem``: ``EngineMemory.allocate()`` (the allocator cache released, one allocation viewed per
+   layer); ``--kv-layout per-layer``: the engine allocates one tensor per layer itself, planned with
+   ``KvLayout.per_layer()``. Then serve ``--rounds`` steps: each prefill's keys and values are written into the
+   cache's blocks (paged, round-robin over the pool). Attention during decode reads the model's own per-step
+   cache; the paged pool is what an engine keeps between steps.
 5. Read this process's device memory from the driver (raw NVML on NVIDIA, not devmem) with the cache alive
    after the passes ran, hold it ``--hold`` seconds so co-tenants overlap, and free everything.
 
@@ -43,16 +47,15 @@ from typing import Any
 import devmem
 from devmem import (
     ALLOCATOR_GRANULARITY,
+    EngineMemory,
     KvCachePlan,
+    KvCacheTensors,
+    KvLayout,
     MemorySnapshot,
     NotEnoughMemoryError,
     allocate_kv_cache,
-    check_startup_memory,
-    memory_profiling,
     parse_size,
     plan_kv_cache,
-    release_allocator_cache,
-    requested_memory,
 )
 
 #: Model shapes by name: (transformers config class, its arguments).
@@ -82,6 +85,20 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 32000,
             "max_position_embeddings": 4096,
             "sliding_window": None,
+        },
+    ),
+    "qwen3-0.6b": (  # Qwen3-0.6B's shape: a 151,936-token vocabulary, 28 layers, tied embeddings
+        "Qwen3Config",
+        {
+            "hidden_size": 1024,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "tie_word_embeddings": True,
         },
     ),
     "tiny": (
@@ -158,6 +175,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-steps", type=int, default=4)
     p.add_argument("--rounds", type=_positive, default=2, help="serving steps run with the cache in place")
     p.add_argument("--expandable-segments", action="store_true", help="run torch's allocator with expandable segments")
+    p.add_argument("--graphs", action="store_true", help="capture decode CUDA graphs after the profile run (GPU only)")
+    p.add_argument("--max-graph-batch", type=_positive, default=256, help="largest decode batch captured")
+    p.add_argument(
+        "--kv-layout",
+        choices=("devmem", "per-layer"),
+        default="devmem",
+        help="devmem: EngineMemory.allocate (one allocation); per-layer: one tensor per layer, allocated here",
+    )
     p.add_argument(
         "--no-release",
         action="store_true",
@@ -219,6 +244,14 @@ def layer_kv(cache: Any) -> list[tuple[Any, Any]]:
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
+def gc_collect_and_empty(torch: Any) -> None:
+    """Collect garbage and empty torch's cache (vLLM does this before capturing its graphs)."""
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
 def _sync(torch: Any, device: Any) -> None:
     if device.type != "cpu":
         torch.cuda.synchronize(device)
@@ -258,6 +291,8 @@ class Engine:
                 f"--sequences {args.sequences} of whole blocks of {args.block_size} tokens",
             )
         self.model: Any = None
+        self.memory: Any = None
+        self.graphs: dict[int, tuple[Any, Any, Any]] = {}
         self.kv: Any = None
         self.kv_shapes: list[tuple[int, int, int, int]] = []
         self.out: dict[str, Any] = {"batch_tokens": self.batch_tokens, "dtype": str(self.dtype).replace("torch.", "")}
@@ -297,8 +332,8 @@ class Engine:
 
     def _write(self, pool: Any, cache: Any) -> None:
         """Copy every layer's prompt keys and values into the next blocks of the pool, round-robin."""
-        bs = self.args.block_size
-        blocks = self.batch_tokens // bs
+        bs, seqs = self.args.block_size, self.args.sequences
+        blocks, length = self.batch_tokens // bs, self.batch_tokens // seqs
         start = self.next_block if self.next_block + blocks <= pool.num_blocks else 0
         self.next_block = (start + blocks) % pool.num_blocks
         for layer, (k, v) in zip(pool.layers, layer_kv(cache), strict=True):
@@ -306,12 +341,9 @@ class Engine:
             split = bs * k.shape[1] * k.shape[3]
             for part, src in ((elems[:, :split], k), (elems[:, split:], v)):
                 heads, dim = src.shape[1], src.shape[3]
-                dst = part[start : start + blocks].view(blocks, bs, heads, dim)
-                dst.copy_(
-                    src[:, :, : self.batch_tokens // self.args.sequences]
-                    .permute(0, 2, 1, 3)
-                    .reshape(blocks, bs, heads, dim)
-                )
+                dst = part[start : start + blocks].view(seqs, blocks // seqs, bs, heads, dim)
+                # views only: a copy through a reshaped temporary would allocate outside the profiled work
+                dst.copy_(src[:, :, :length].permute(0, 2, 1, 3).unflatten(1, (blocks // seqs, bs)))
 
     def _warm_up(self, during_profile: Callable[[], None] | None) -> None:
         """One serving step without the cache, then a one-token probe for every layer's K and V shapes."""
@@ -340,60 +372,73 @@ class Engine:
 
     def size(self, during_profile: Callable[[], None] | None) -> KvCachePlan:
         a, out, t = self.args, self.out, self.torch
-        baseline = MemorySnapshot.measure(a.device, self.platform)
-        requested = requested_memory(baseline.total, a.utilization)
-        out.update(total=baseline.total, requested=requested, init_free=baseline.free, init_process=baseline.process)
-        try:
-            if a.pinned is None:  # a pinned cache asks for its size, not for a share of the device
-                check_startup_memory(baseline, requested, self.platform)
+        try:  # before the device context and the model: the baseline, and the start-up check
+            self.memory = EngineMemory(
+                a.device, utilization=a.utilization, pinned_bytes=a.pinned, platform=self.platform
+            )
         except NotEnoughMemoryError as exc:
             raise Failure("startup", "not_enough_memory", str(exc)) from exc
+        baseline = self.memory.baseline
+        out.update(total=baseline.total, requested=self.memory.requested, init_free=baseline.free)
+        out["init_process"] = baseline.process
         if self.device.type != "cpu":
-            # The device context exists only from here on, after the init snapshot (which creates none), so the
-            # whole footprint, context included, is inside the requested share.
             t.cuda.set_device(self.device)
-            t.empty(1, device=self.device)
-            context = self.platform.get_process_memory_usage(a.device)
-            if context is not None and baseline.process is not None:
-                out["context_bytes"] = context - baseline.process
+            t.empty(1, device=self.device)  # the device context, inside the measured share
         self.model = self._timed("model_s", lambda: build_model(a, t, self.device, self.dtype))
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         out.update(weights=weights, model_type=self.model.config.model_type, layers=self.model.config.num_hidden_layers)
         if a.pinned is not None:  # engines skip the memory profile when the size is given
             self._timed("profile_s", lambda: self._warm_up(during_profile))
-            return plan_kv_cache(
-                pinned_bytes=a.pinned,
-                page_size_bytes=self.page_size(),
-                num_layers=len(self.kv_shapes),
-                allocation_granularity=ALLOCATOR_GRANULARITY,
+            self._timed("graphs_s", self.capture_graphs)
+        else:
+            with self.memory.profile(weights_memory=weights):
+                self._timed("profile_s", lambda: self._warm_up(during_profile))
+            with self.memory.graphs():
+                self._timed("graphs_s", self.capture_graphs)
+        page, layers = self.page_size(), len(self.kv_shapes)
+        out.update(page_size=page, kv_layers=layers, block_size=a.block_size)
+        layout = KvLayout.per_layer() if a.kv_layout == "per-layer" else KvLayout.one_allocation()
+        plans = {"process": _budget(lambda: self.memory.plan(page_size_bytes=page, num_layers=layers, layout=layout))}
+        if a.pinned is None:
+            profile = self.memory.profile_result
+            out.update(
+                after_profile_free=profile.after_profile.free, after_profile_process=profile.after_profile.process
             )
-        self.stage, start = "profile", time.perf_counter()
-        with memory_profiling(baseline, weights_memory=weights, platform=self.platform) as profile:
-            self._warm_up(during_profile)
-        self.timings["profile_s"] = time.perf_counter() - start
-        page = self.page_size()
-        layers = len(self.kv_shapes)
-        out.update(
-            page_size=page,
-            kv_layers=layers,
-            block_size=a.block_size,
-            profile={k: v for k, v in profile.as_dict().items() if k != "weights_memory"},
-            after_profile_free=profile.after_profile.free,
-            after_profile_process=profile.after_profile.process,
-        )
-        shape = {"page_size_bytes": page, "num_layers": layers, "allocation_granularity": ALLOCATOR_GRANULARITY}
-        plans = {
-            "process": _budget(
-                lambda: plan_kv_cache(total=baseline.total, utilization=a.utilization, **shape, **profile.plan_inputs())
-            ),
-            "device": _budget(lambda: device_wide_plan(a, profile, weights, shape)),
-        }
+            shape = {"page_size_bytes": page, "num_layers": layers, "allocation_granularity": ALLOCATOR_GRANULARITY}
+            plans["device"] = _budget(lambda: device_wide_plan(a, profile, weights, shape))
         out["budgets"] = {name: figures for name, (_, figures) in plans.items()}
-        plan, figures = plans[a.accounting]
+        out["memory"] = self.memory.as_dict()
+        plan, figures = plans["process" if a.pinned is not None else a.accounting]
         if plan is None:
             failure = figures["failure"]
             raise Failure(failure["stage"], failure["kind"], failure["message"])
         return plan
+
+    def capture_graphs(self) -> None:
+        """Decode CUDA graphs for batch sizes 1, 2, 4, ..., ``--max-graph-batch``, largest first, in one shared
+        pool (vLLM's order): each graph runs one decode step's compute at its batch size (attention over the
+        step's token; a paged kernel would read the cache outside it). Skipped, with a note, on the CPU."""
+        a, t, out = self.args, self.torch, self.out
+        sizes = [1 << i for i in range(a.max_graph_batch.bit_length()) if 1 << i <= a.max_graph_batch]
+        if not a.graphs or self.device.type == "cpu":
+            out["graphs"] = {"captured": [], "note": "not asked for" if not a.graphs else "no CUDA graphs on the CPU"}
+            return
+        pool, self.graphs = t.cuda.graph_pool_handle(), {}
+        gc_collect_and_empty(t)  # as vLLM does before capturing
+        with t.inference_mode():
+            for bs in reversed(sizes):
+                ids = t.zeros((bs, 1), dtype=t.long, device=self.device)
+                stream = t.cuda.Stream(self.device)
+                stream.wait_stream(t.cuda.current_stream(self.device))
+                with t.cuda.stream(stream):  # warm-up on a side stream, as torch's capture recipe does
+                    self.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+                t.cuda.current_stream(self.device).wait_stream(stream)
+                graph = t.cuda.CUDAGraph()
+                with t.cuda.graph(graph, pool=pool):
+                    logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+                self.graphs[bs] = (graph, ids, logits)
+        _sync(t, self.device)
+        out["graphs"] = {"captured": sizes, "note": "one shared pool, largest batch first"}
 
     def _cached(self) -> tuple[int | None, int | None]:
         """Bytes torch's allocator holds cached and unused, and of them the bytes in segments holding no live
@@ -412,7 +457,7 @@ class Engine:
         a, t, d, out = self.args, self.torch, self.device, self.out
         out.update(
             plan=plan.as_dict(),
-            explain=plan.explain(),
+            explain=self.memory.explain(),
             kv_cache_bytes=plan.kv_cache_bytes,
             num_blocks=plan.num_blocks,
             block_bytes=plan.block_bytes,
@@ -426,16 +471,27 @@ class Engine:
                 f"hold one prefill of {self.batch_tokens} tokens",
             )
         out["allocator_cache_before_release"], out["idle_segments_before_release"] = self._cached()
-        out["released_before_kv"] = (
-            None if a.no_release else self._timed("release_s", lambda: release_allocator_cache(a.device))
-        )
+        # --no-release shows what engines do today on the pinned path: allocate beside the profile's cached blocks
+        out["released_before_kv"] = None if a.no_release else self.memory.release_allocator_cache()
         out["allocator_cache_at_kv_alloc"], out["idle_segments_at_kv_alloc"] = self._cached()
-        self.kv = self._timed("kv_alloc_s", lambda: allocate_kv_cache(plan, len(self.kv_shapes), d))
+        self.stage, start = "kv_alloc", time.perf_counter()
+        if a.kv_layout == "devmem" and not a.no_release:
+            self.kv = self.memory.allocate()  # releases again (nothing left), then one allocation
+        elif a.kv_layout == "devmem":
+            self.kv = allocate_kv_cache(plan, len(self.kv_shapes), a.device, self.platform)
+        else:  # the engine's own tensors, one per layer, as the plan assumed (KvLayout.per_layer())
+            page = plan.block_bytes // len(self.kv_shapes)
+            layers = tuple(t.zeros((plan.num_blocks, page), dtype=t.uint8, device=d) for _ in self.kv_shapes)
+            self.kv = KvCacheTensors(None, layers, plan.num_blocks, page)
+        self.timings["kv_alloc_s"] = time.perf_counter() - start
         _sync(t, d)
         out["kv_allocated_bytes"] = self.kv.nbytes
         start, generated = time.perf_counter(), 0
+        replay = min((bs for bs in self.graphs if bs >= a.sequences), default=None)
         for _ in range(a.rounds):
             generated += self.step(self.kv)
+            if replay is not None:  # a captured decode step, replayed: it allocates nothing
+                self.graphs[replay][0].replay()
         self.timings["serve_s"] = time.perf_counter() - start
         out.update(prefill_tokens=a.rounds * self.batch_tokens, generated_tokens=generated)
         after = MemorySnapshot.measure(a.device, self.platform)
@@ -452,7 +508,7 @@ class Engine:
 
     def release(self) -> None:
         """Give back everything this run holds (so a process can run the engine again)."""
-        self.kv, self.model = None, None
+        self.kv, self.model, self.graphs = None, None, {}
         if self.device.type != "cpu":
             self.torch.cuda.synchronize(self.device)
             self.torch.cuda.empty_cache()

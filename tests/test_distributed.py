@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from devmem import GiB
+from devmem import DevmemError, GiB
 from devmem.distributed import agree_on_minimum
 
 _RANK = """
@@ -22,12 +22,15 @@ dist.destroy_process_group()
 """
 
 
-def test_two_gloo_ranks_with_different_budgets_both_end_with_the_smaller(tmp_path):
-    """Rank 1 runs in a child process, rank 0 in this one (which has torch imported already)."""
+@pytest.mark.parametrize(
+    "budgets", [[41 * GiB, 38 * GiB + 12345], [(1 << 64) - 1, (1 << 63) + 5]], ids=["budgets", "beyond-int64"]
+)
+def test_two_gloo_ranks_with_different_budgets_both_end_with_the_smaller(tmp_path, budgets):
+    """Rank 1 runs in a child process, rank 0 in this one (which has torch imported already). Byte counts past
+    int64 are agreed exactly."""
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    budgets = [41 * GiB, 38 * GiB + 12345]
     rendezvous = tmp_path / "rendezvous"
     other = subprocess.Popen(
         [sys.executable, "-c", _RANK, "1", str(budgets[1]), str(rendezvous)],
@@ -68,4 +71,10 @@ def test_without_torch_imported_nothing_is_imported_and_the_value_is_kept():
 @pytest.mark.parametrize("bad", [1.5, True, "7", None])
 def test_a_budget_that_is_not_an_int_is_refused(bad):
     with pytest.raises(TypeError, match="takes an int"):
+        agree_on_minimum(bad)
+
+
+@pytest.mark.parametrize("bad", [1 << 70, -1])
+def test_a_budget_that_is_no_byte_count_is_a_devmem_error_naming_it(bad):
+    with pytest.raises(DevmemError, match=str(bad)):
         agree_on_minimum(bad)

@@ -164,3 +164,15 @@ def _wide_config():
         )
     )
     return path
+
+
+def test_engine_allocating_one_tensor_per_layer_is_planned_for_it(engine):
+    result = engine.run(SMALL + requesting(REQUEST) + ["--kv-layout", "per-layer"])
+    assert result["ok"] and result["kv_allocated_bytes"] == result["num_blocks"] * result["block_bytes"]
+    assert "2 equal tensors allocated separately" in result["explain"]
+
+
+def test_graphs_asked_for_on_the_cpu_are_skipped_with_a_note(engine):
+    result = engine.run(SMALL + requesting(REQUEST) + ["--graphs"])
+    assert result["ok"] and result["graphs"] == {"captured": [], "note": "no CUDA graphs on the CPU"}
+    assert result["memory"]["graphs"]["error"] is None and result["memory"]["graph_capture_bytes"] is not None

@@ -188,3 +188,29 @@ def test_runtime_view_adds_no_limit_outside_mps():
     sources = NvmlPlatform().memory_sources(0)
     RESULTS["sources_with_context"] = sources
     assert sources["total"].startswith("NVML memory info")
+
+
+def test_graph_pool_captured_after_the_forward_is_not_subtracted_from_its_peak(platform):
+    """A forward pass, then a CUDA graph capture keeping its pool, in one window: the allocator's segment history
+    shows the pool was reserved after the peak, so the transient is still the forward's."""
+    torch.cuda.empty_cache()
+    baseline = MemorySnapshot.measure(0, platform)
+    weights = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda:0")
+    with memory_profiling(baseline, weights_memory=weights.nbytes, platform=platform) as profile:
+        activation = torch.empty(1 * GiB, dtype=torch.uint8, device="cuda:0")
+        del activation
+        torch.cuda.empty_cache()
+        static = torch.zeros(1, device="cuda:0")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            kept = static + torch.empty(300 * MiB // 4, device="cuda:0").fill_(1).sum()
+    RESULTS["graph_after_forward"] = {
+        "transient_rule": profile.transient_rule,
+        "transient": profile.transient_peak_bytes,
+        "kept_after_peak": profile.kept_after_peak_bytes,
+        "notes": profile.notes,
+    }
+    assert profile.transient_rule == "history"
+    assert profile.kept_after_peak_bytes >= 300 * MiB
+    assert profile.transient_peak_bytes >= GiB
+    del graph, kept, weights

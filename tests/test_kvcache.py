@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 import devmem
-from devmem import MiB
+from devmem import DevmemError, GiB, MiB
 from devmem.kvcache import ALLOCATOR_GRANULARITY, allocate_kv_cache
 from devmem.sizing import SizingError, plan_kv_cache
+from devmem.types import KiB
 
 torch = pytest.importorskip("torch")
 
@@ -84,3 +85,55 @@ def test_layer_count_that_does_not_split_a_block_is_refused():
 
 def test_allocation_is_exported_from_the_package():
     assert devmem.allocate_kv_cache is allocate_kv_cache
+
+
+def test_device_index_is_mapped_to_the_platforms_torch_device(monkeypatch):
+    """On the cpu platform device 0 is host memory: the cache lands on torch's CPU device, no torch error."""
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    devmem.clear_cache()
+    plan = plan_kv_cache(pinned_bytes=8 * MiB, page_size_bytes=64 * KiB, num_layers=4)
+    cache = allocate_kv_cache(plan, 4, 0)
+    assert cache.buffer.device.type == "cpu"
+    devmem.clear_cache()
+
+
+def test_device_index_out_of_range_is_a_devmem_error(monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    devmem.clear_cache()
+    plan = plan_kv_cache(pinned_bytes=8 * MiB, page_size_bytes=64 * KiB, num_layers=4)
+    with pytest.raises(DevmemError, match="device index 3 is out of range"):
+        allocate_kv_cache(plan, 4, 3)
+    devmem.clear_cache()
+
+
+def test_one_tensor_per_layer_is_planned_with_each_rounded_up():
+    """22 layers of 3 MiB + 1 KiB pages, budget 1 GiB: per-layer tensors, each rounded to 2 MiB, still fit."""
+    page = 3 * MiB + KiB
+    plan = plan_kv_cache(
+        pinned_bytes=GiB,
+        page_size_bytes=page,
+        num_layers=22,
+        allocation_granularity=ALLOCATOR_GRANULARITY,
+        allocations=22,
+    )
+    per_tensor = -(-plan.num_blocks * page // ALLOCATOR_GRANULARITY) * ALLOCATOR_GRANULARITY
+    assert 22 * per_tensor <= GiB
+    assert 22 * -(-(plan.num_blocks + 1) * page // ALLOCATOR_GRANULARITY) * ALLOCATOR_GRANULARITY > GiB
+    assert "22 equal tensors allocated separately" in plan.explain()
+
+
+def test_allocations_that_do_not_split_a_block_are_refused():
+    with pytest.raises(SizingError, match="allocations=3"):
+        plan_kv_cache(pinned_bytes=GiB, page_size_bytes=MiB, num_layers=2, allocations=3)
+
+
+def test_one_allocation_says_so_in_the_explanation():
+    plan = plan_kv_cache(
+        pinned_bytes=GiB, page_size_bytes=MiB, num_layers=2, allocation_granularity=ALLOCATOR_GRANULARITY
+    )
+    assert "layout: one allocation, rounded up once to 2.00 MiB" in plan.explain()
+
+
+def test_pinned_cache_beside_weights_larger_than_the_total_is_refused():
+    with pytest.raises(devmem.NotEnoughMemoryError, match="more than the total"):
+        plan_kv_cache(pinned_bytes=60 * GiB, weights=30 * GiB, total=80 * GiB, page_size_bytes=MiB, num_layers=2)

@@ -161,3 +161,132 @@ def test_expandable_segments_setting_is_reported(torch_rt, platform, monkeypatch
         _forward(torch_rt, [MiB])
     assert profile.expandable_segments is True
     assert any("expandable segments on" in note for note in profile.notes)
+
+
+def _capture(rt, sizes):
+    """A CUDA graph capture as engines run it: the allocator's cache is emptied first (vLLM does), then the
+    graph's private pool is allocated and kept (the graph holds it)."""
+    rt.cuda.empty_cache()
+    pool = object()
+    return [rt.malloc(n, pool=pool) for n in sizes]
+
+
+def test_graph_pool_kept_after_the_peak_is_not_subtracted_from_it(torch_rt, platform):
+    """Forward (peak 3 GiB above the weights) then a capture keeping 1 GiB: the next pass needs 3 GiB again
+    (subtracting the pool from the peak would leave 2 GiB)."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(2 * GiB)
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+        _forward(torch_rt, [3 * GiB])
+        _capture(torch_rt, [GiB])
+    assert profile.transient_rule == "history"
+    assert profile.kept_after_peak_bytes == GiB
+    assert profile.transient_peak_bytes == 3 * GiB
+
+
+def test_graph_pool_kept_before_the_peak_is_subtracted(torch_rt, platform):
+    """Capture first, then the forward: the pool existed at the peak, so the transient is the forward's alone."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(2 * GiB)
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+        _capture(torch_rt, [GiB])
+        _forward(torch_rt, [3 * GiB])
+    assert profile.kept_after_peak_bytes == 0
+    assert profile.transient_peak_bytes == 3 * GiB
+
+
+def test_footprint_stays_inside_the_request_when_graphs_are_captured_after_the_forward(torch_rt, platform, h200):
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(4 * GiB)
+    activations = [300 * MiB + 1, 2 * GiB + 5]
+    with memory_profiling(baseline, weights_memory=4 * GiB, platform=platform) as profile:
+        _forward(torch_rt, activations)
+        _capture(torch_rt, [400 * MiB, 10 * MiB + 7])
+    plan = plan_kv_cache(
+        total=baseline.total, utilization=0.1, page_size_bytes=2 * MiB, num_layers=1, **profile.plan_inputs()
+    )
+    torch_rt.malloc(plan.num_blocks * plan.block_bytes)
+    _forward(torch_rt, activations)
+    assert h200.processes(0)[h200.own_driver_pid] <= -(-baseline.total // 10)
+
+
+def test_without_the_allocator_history_the_transient_is_bounded_from_above(torch_rt, platform, monkeypatch):
+    """A runtime without memory history: only what was reserved at the window's start and end is subtracted."""
+    monkeypatch.delattr(torch_rt.cuda, "memory")
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(2 * GiB)
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+        _forward(torch_rt, [3 * GiB])
+        _capture(torch_rt, [GiB])
+    assert profile.transient_rule == "bounded"
+    assert profile.transient_peak_bytes == 3 * GiB
+
+
+def test_history_that_does_not_replay_to_the_peak_is_not_trusted(torch_rt, platform):
+    """A history missing events (a ring that wrapped) falls back to the bound."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(2 * GiB)
+    with memory_profiling(baseline, platform=platform) as profile:
+        _forward(torch_rt, [3 * GiB])
+        torch_rt.allocators[0].trace.clear()
+        _capture(torch_rt, [GiB])
+    assert profile.transient_rule == "bounded"
+    assert profile.transient_peak_bytes == 3 * GiB
+
+
+def test_capture_in_a_window_of_its_own_is_charged_what_it_kept(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(2 * GiB)
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+        _forward(torch_rt, [3 * GiB])
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as graphs:
+        _capture(torch_rt, [GiB, 6 * MiB])
+    assert graphs.total_consumed - profile.total_consumed == GiB + 6 * MiB
+    assert graphs.transient_peak_bytes == 0
+
+
+def test_allocator_history_is_off_after_the_window(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform):
+        _forward(torch_rt, [GiB])
+    assert torch_rt.allocators[0].recording is None
+
+
+def test_weights_memory_written_as_text_is_refused_before_the_work_runs(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    ran = []
+    window = memory_profiling(baseline, weights_memory="16GiB", platform=platform)
+    with pytest.raises(DevmemError, match="weights_memory.*'16GiB'"), window:
+        ran.append(True)
+    assert ran == []
+
+
+def test_baseline_of_another_platform_is_refused(platform, h200):
+    other = WslPlatform(nvml=ScriptedNvml(wsl2_scenario()), files=h200.fs, environ=h200.environ)
+    baseline = MemorySnapshot.measure(0, other).read_by(other)
+    with pytest.raises(DevmemError, match="'wsl2'"), memory_profiling(baseline, platform=platform):
+        pass
+
+
+def test_snapshots_of_two_platforms_refuse_to_subtract(platform):
+    sc = wsl2_scenario()
+    other = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    with pytest.raises(DevmemError, match="platform"):
+        MemorySnapshot.measure(0, platform).read_by(platform) - MemorySnapshot.measure(0, other).read_by(other)
+
+
+def test_what_the_window_kept_counts_when_a_cotenant_frees_during_a_device_wide_window(monkeypatch):
+    """No per-process figure; 4 GiB weights and a 2 GiB context before the window, 2 GiB kept by the profile run,
+    and a co-tenant frees 10 GiB meanwhile: 8 GiB is consumed, not the 6 GiB torch saw."""
+    sc = wsl2_scenario()
+    sc.allocate(12 * GiB, pid=sc.other_pid)
+    rt = ScriptedTorch(sc, "cuda")
+    monkeypatch.setitem(sys.modules, "torch", rt)
+    platform = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    baseline = MemorySnapshot.measure(0, platform)
+    sc.allocate(2 * GiB)  # the device context, outside torch's allocator
+    rt.malloc(4 * GiB)
+    with memory_profiling(baseline, weights_memory=4 * GiB, platform=platform) as profile:
+        rt.malloc(2 * GiB)
+        sc.release(10 * GiB, pid=sc.other_pid)
+    assert profile.total_consumed == 8 * GiB

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SNIPPETS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
-ENGINE = next(s for s in SNIPPETS if "plan_kv_cache" in s)
+ENGINE = next(s for s in SNIPPETS if "EngineMemory" in s)
 SCRIPTED = next(s for s in SNIPPETS if "ScriptedNvml" in s)
 
 
@@ -62,6 +62,8 @@ def test_readme_engine_snippet_runs_on_the_cpu_platform(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "KV cache" in done.stdout, done.stdout
+    assert "layout: one allocation, rounded up once to 2.00 MiB" in done.stdout, done.stdout
+    assert "allocated " in done.stdout, done.stdout
 
 
 def test_readme_scripted_machine_snippet_runs(tmp_path):

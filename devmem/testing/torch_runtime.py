@@ -10,11 +10,15 @@ GPU is present. It keeps the two properties of PyTorch's caching allocator that 
 - freeing keeps the segment reserved until ``empty_cache()`` gives the unused ones back.
 
 ``memory_allocated``, ``memory_reserved`` and their peaks follow what happened, and ``reset_peak_memory_stats``
-resets both peaks to the current values, as torch does.
+resets both peaks to the current values, as torch does. ``memory._record_memory_history`` and
+``memory._snapshot`` record and return the allocator's history as torch does (``alloc``, ``free_completed``,
+``segment_alloc`` and ``segment_free`` entries with ``addr`` and ``size``, less the ``skip_actions``), per device.
+Memory that is allocated and never freed stands for what an engine keeps: its weights, a CUDA graph's pool.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,9 +36,16 @@ class ScriptedCachingAllocator:
         self.scenario, self.device, self.granularity = scenario, device, granularity
         self.segments: dict[int, int] = {}  # segment id -> reserved bytes
         self.in_use: dict[int, int] = {}  # segment id -> allocated bytes (absent when the segment is free)
+        self.pools: dict[int, object] = {}  # segment id -> the pool it serves (None: the default pool)
         self.initialized = False
         self._next = 0
         self.peak_allocated = self.peak_reserved = 0
+        self.trace: list[dict[str, Any]] = []
+        self.recording: set[str] | None = None  # the actions recorded while the history is on
+
+    def _record(self, action: str, segment: int, size: int) -> None:
+        if self.recording is not None and action in self.recording:
+            self.trace.append({"action": action, "addr": (segment + 1) << 40, "size": size, "stream": 0})
 
     @property
     def allocated(self) -> int:
@@ -48,10 +59,13 @@ class ScriptedCachingAllocator:
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         self.peak_reserved = max(self.peak_reserved, self.reserved)
 
-    def malloc(self, nbytes: int) -> int:
-        """Allocate ``nbytes``; return a handle for :meth:`free`."""
+    def malloc(self, nbytes: int, pool: object = None) -> int:
+        """Allocate ``nbytes`` from ``pool`` (a private pool, as a CUDA graph's, serves only its own requests);
+        return a handle for :meth:`free`."""
         self.initialized = True
-        free = [s for s, size in self.segments.items() if s not in self.in_use and size >= nbytes]
+        free = [
+            s for s, size in self.segments.items() if s not in self.in_use and size >= nbytes and self.pools[s] is pool
+        ]
         if free:
             segment = min(free, key=lambda s: self.segments[s])
         else:
@@ -59,16 +73,22 @@ class ScriptedCachingAllocator:
             self.scenario.allocate(size, self.device)
             segment, self._next = self._next, self._next + 1
             self.segments[segment] = size
+            self.pools[segment] = pool
+            self._record("segment_alloc", segment, size)
         self.in_use[segment] = nbytes
+        self._record("alloc", segment, nbytes)
         self._track()
         return segment
 
     def free(self, handle: int) -> None:
-        del self.in_use[handle]
+        self._record("free_completed", handle, self.in_use.pop(handle))
 
     def empty_cache(self) -> None:
         for segment in [s for s in self.segments if s not in self.in_use]:
-            self.scenario.release(self.segments.pop(segment), self.device)
+            size = self.segments.pop(segment)
+            del self.pools[segment]
+            self.scenario.release(size, self.device)
+            self._record("segment_free", segment, size)
 
     def reset_peak(self) -> None:
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
@@ -77,6 +97,26 @@ class ScriptedCachingAllocator:
 def _empty_caches(allocators: list[ScriptedCachingAllocator]) -> None:
     for allocator in allocators:
         allocator.empty_cache()
+
+
+#: The actions the scripted allocator records.
+ACTIONS = ("alloc", "free_completed", "segment_alloc", "segment_free")
+
+
+def _record_memory_history(
+    allocators: list[ScriptedCachingAllocator],
+    enabled: str | None = "all",
+    context: str | None = "all",
+    stacks: str = "all",
+    max_entries: int = 1 << 62,
+    device: Any = None,
+    clear_history: bool = False,
+    skip_actions: list[str] | None = None,
+) -> None:
+    for allocator in allocators:
+        if clear_history:
+            allocator.trace.clear()
+        allocator.recording = None if enabled is None else set(ACTIONS) - set(skip_actions or ())
 
 
 class ScriptedTorch(SimpleNamespace):
@@ -97,12 +137,20 @@ class ScriptedTorch(SimpleNamespace):
             reset_peak_memory_stats=lambda device=0: a(device).reset_peak(),
             empty_cache=lambda: _empty_caches(allocators),
             mem_get_info=lambda device=0: scenario.mem_get_info(device),
+            memory=SimpleNamespace(
+                _record_memory_history=partial(_record_memory_history, allocators),
+                _snapshot=lambda device=None: {
+                    "segments": [],
+                    "device_traces": [[dict(e) for e in x.trace] for x in allocators],
+                },
+            ),
         )
         super().__init__(__version__="2.13.0+scripted", allocators=allocators, **{namespace: module})
 
-    def malloc(self, nbytes: int, device: int = 0) -> Any:
-        """Allocate through device ``device``'s allocator (what a tensor's creation does); a handle to :meth:`free`."""
-        return device, self.allocators[device].malloc(nbytes)
+    def malloc(self, nbytes: int, device: int = 0, pool: object = None) -> Any:
+        """Allocate through device ``device``'s allocator (what a tensor's creation does), from ``pool`` where given
+        (what a CUDA graph capture does); a handle to :meth:`free`."""
+        return device, self.allocators[device].malloc(nbytes, pool)
 
     def free(self, handle: Any) -> None:
         device, segment = handle

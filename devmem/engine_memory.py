@@ -1,0 +1,333 @@
+"""One object an engine keeps from start-up to its KV cache: the baseline, the profile windows, the plan, the cache.
+
+::
+
+    memory = devmem.EngineMemory(device=0, utilization=0.9)  # before the model and the device context exist
+    model = load_model(memory.torch_device)
+    with memory.profile(weights_memory=model_bytes):
+        forward(largest_batch)
+    with memory.graphs():  # where the engine captures graphs: charged what capture kept
+        capture_graphs()
+    memory.plan(page_size_bytes=page, num_layers=layers)
+    cache = memory.allocate()  # releases the allocator cache, then one allocation with a view per layer
+    log.info(memory.explain())
+
+Each step checks that the one before it happened, and refuses a step taken twice, with an
+:class:`EngineMemoryError` naming what is missing. Device indexes are devmem's everywhere; the platform maps them
+to torch's device (:attr:`EngineMemory.torch_device`). The functions beneath (``MemorySnapshot.measure``,
+``check_startup_memory``, ``memory_profiling``, ``plan_kv_cache``, ``release_allocator_cache``,
+``allocate_kv_cache``) stay public for engines that need another order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from devmem import arguments
+from devmem.arguments import ArgumentError
+from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
+from devmem.parsing import shown
+from devmem.platform import Platform
+from devmem.plugins import current_platform
+from devmem.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
+from devmem.profiling import release_allocator_cache as _release
+from devmem.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
+from devmem.torch_device import torch_device_for
+from devmem.types import MiB
+from devmem.units import format_size
+
+log = logging.getLogger("devmem.engine")
+
+#: What torch's allocator maps at a time in expandable segments (its large pool's segment size): with
+#: ``expandable_segments:True`` the cache's allocation, and every later growth, is rounded up to it.
+EXPANDABLE_SEGMENT_GRANULARITY = 20 * MiB
+
+
+class EngineMemoryError(ArgumentError):
+    """A step of :class:`EngineMemory` taken out of order, twice, or with an argument it does not accept."""
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """How the KV cache will be allocated, so that the plan charges the allocator's rounding it will really pay.
+
+    - ``KvLayout.one_allocation()`` (the default): :meth:`EngineMemory.allocate`'s one allocation with a view per
+      layer, rounded up once;
+    - ``KvLayout.per_layer(tensors_per_layer=1)``: the engine allocates its own tensors, ``tensors_per_layer`` per
+      layer (2 for keys and values apart), each rounded up to the allocator's granularity;
+    - ``KvLayout.tensors(count)``: the engine allocates ``count`` equal tensors (one per group of layers, say),
+      each rounded up.
+
+    Where the engine allocates, every tensor is charged the most the allocator can add to it, so the plan is
+    never over whatever the allocator does; ``EngineMemory.explain()`` says which layout was assumed.
+    """
+
+    by_engine: bool
+    count: int | None = None
+    per_layer_count: int = 1
+
+    @classmethod
+    def one_allocation(cls) -> KvLayout:
+        return cls(False)
+
+    @classmethod
+    def per_layer(cls, tensors_per_layer: int = 1) -> KvLayout:
+        return cls(True, None, arguments.count("tensors_per_layer", tensors_per_layer, error=EngineMemoryError))
+
+    @classmethod
+    def tensors(cls, count: int) -> KvLayout:
+        return cls(True, arguments.count("count", count, error=EngineMemoryError))
+
+    def allocations(self, num_layers: int) -> int:
+        """How many separately rounded allocations the cache is made of, for ``num_layers`` layers."""
+        if not self.by_engine:
+            return 1
+        return self.count if self.count is not None else self.per_layer_count * num_layers
+
+
+class EngineMemory:
+    """The engine's device memory from start-up to its KV cache, for one device (devmem's index ``device``).
+
+    Created before the model and the device context exist: it resolves the platform (``platform``, the current
+    one by default), lets it prepare the device where it has a ``prepare`` step, takes the baseline snapshot and,
+    unless the cache is ``pinned_bytes``, checks that free memory covers ``ceil(utilization * total)``
+    (:class:`~devmem.NotEnoughMemoryError` otherwise; ``check_startup=False`` skips it).
+    ``allocation_granularity`` is what torch's allocator rounds an allocation up to (2 MiB). With expandable
+    segments, which the profile window detects, tensors are packed into one mapping that grows in units of
+    20 MiB: the plan rounds the cache's total up to that unit once, whatever the layout.
+    """
+
+    def __init__(
+        self,
+        device: int = 0,
+        *,
+        utilization: float = DEFAULT_UTILIZATION,
+        pinned_bytes: int | None = None,
+        platform: Platform | None = None,
+        check_startup: bool = True,
+        allocation_granularity: int = ALLOCATOR_GRANULARITY,
+    ):
+        self.device = arguments.device_index(device, error=EngineMemoryError)
+        arguments.utilization(utilization, error=EngineMemoryError)
+        self.utilization = utilization
+        self.pinned_bytes = (
+            None
+            if pinned_bytes is None
+            else arguments.byte_count("pinned_bytes", pinned_bytes, positive=True, error=EngineMemoryError)
+        )
+        self.allocation_granularity = arguments.byte_count(
+            "allocation_granularity", allocation_granularity, positive=True, error=EngineMemoryError
+        )
+        self.platform = platform if platform is not None else current_platform()
+        prepare = getattr(self.platform, "prepare", None)
+        if callable(prepare):  # a platform that learns what it needs (this process's PIDs) before the context
+            prepare(self.device)
+        self.baseline = MemorySnapshot.measure(self.device, self.platform).read_by(self.platform)
+        self.requested = requested_memory(self.baseline.total, utilization)
+        if check_startup and self.pinned_bytes is None:
+            check_startup_memory(self.baseline, self.requested, self.platform)
+        self.profile_result: ProfileResult | None = None
+        self.graphs_result: ProfileResult | None = None
+        self.kv_plan: KvCachePlan | None = None
+        self.layout: KvLayout | None = None
+        self.num_layers: int | None = None
+        self.released_bytes: int | None = None
+        self.cache: KvCacheTensors | None = None
+
+    @property
+    def torch_device(self) -> Any:
+        """torch's device for this engine's device: the platform's torch namespace and the index, or the CPU on
+        the ``cpu`` platform. Imports torch."""
+        return torch_device_for(self.platform, self.device)
+
+    # ---- the windows --------------------------------------------------------------------------------------
+    @contextmanager
+    def profile(self, weights_memory: int = 0) -> Iterator[ProfileResult]:
+        """The profile window: run the largest forward pass in it (after loading the model, before the plan).
+
+        ``weights_memory`` is what the engine knows its weights take, a lower bound of what it consumed.
+        """
+        if self.profile_result is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: the profile window was already opened; profile once, then plan"
+            )
+        if self.kv_plan is not None:
+            raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; profile before plan()")
+        weights = arguments.byte_count("weights_memory", weights_memory, error=EngineMemoryError)
+        with memory_profiling(self.baseline, weights, self.platform) as result:
+            self.profile_result = result
+            yield result
+
+    @contextmanager
+    def graphs(self) -> Iterator[ProfileResult]:
+        """The graph window: capture the engine's device graphs in it, after the profile window and before the plan.
+
+        The plan is charged what capture kept (the graphs' pool), and the larger of the two windows' transients.
+        """
+        profile = self._profiled("open the graph window")
+        if self.graphs_result is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: the graph window was already opened; capture every graph in one window"
+            )
+        if self.kv_plan is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: the KV cache was already planned; capture graphs before plan()"
+            )
+        with memory_profiling(self.baseline, profile.weights_memory, self.platform) as result:
+            self.graphs_result = result
+            yield result
+
+    def _profiled(self, step: str) -> ProfileResult:
+        if self.profile_result is None:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step} before the profile window: run the largest forward pass "
+                "inside `with memory.profile(weights_memory=...)` first"
+            )
+        return self.profile_result
+
+    # ---- the plan and the cache ---------------------------------------------------------------------------
+    def plan(self, *, page_size_bytes: int, num_layers: int, layout: KvLayout | None = None) -> KvCachePlan:
+        """Size the KV cache for blocks of ``page_size_bytes`` on each of ``num_layers`` layers, allocated as
+        ``layout`` says (:meth:`KvLayout.one_allocation`, :meth:`allocate`'s, by default).
+
+        At the utilization the profile window (and the graph window, where one was opened) is required; a
+        pinned cache is checked against the total beside what the profile measured, where it ran. A block's
+        bytes are ``page_size_bytes * num_layers``: the place where a black-box cache's measured per-block cost,
+        or a stored profile, enters the plan.
+        """
+        if self.kv_plan is not None:
+            raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; plan once")
+        layout = KvLayout.one_allocation() if layout is None else layout
+        if not isinstance(layout, KvLayout):
+            raise EngineMemoryError(f"layout must be a KvLayout, got {shown(layout)} of type {type(layout).__name__}")
+        layers = arguments.count("num_layers", num_layers, error=EngineMemoryError)
+        figures: dict[str, Any] = {}
+        if self.pinned_bytes is None or self.profile_result is not None:
+            figures = dict(self._profiled("plan").plan_inputs())
+        if self.graphs_result is not None:
+            graphs = self.graphs_result.plan_inputs()
+            figures["graph_capture"] = max(0, graphs["consumed"] - figures["consumed"])
+            figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], graphs["transient_peak_bytes"])
+            figures["other_processes"] = graphs["other_processes"]
+            figures["released_cache"] += graphs["released_cache"]
+        if self.pinned_bytes is not None:
+            figures.pop("consumed", None)
+            figures.pop("graph_capture", None)
+        expandable = self._expandable_segments()
+        plan = plan_kv_cache(
+            total=self.baseline.total,
+            utilization=self.utilization,
+            pinned_bytes=self.pinned_bytes,
+            page_size_bytes=page_size_bytes,
+            num_layers=layers,
+            allocation_granularity=(
+                max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)
+                if expandable
+                else self.allocation_granularity
+            ),
+            allocations=1 if expandable else layout.allocations(layers),
+            **figures,
+        )
+        described = plan.layout
+        if expandable:  # tensors are packed into the segment; what it maps grows in whole units, once
+            described = (
+                f"{layout.allocations(layers)} tensor(s) in torch's expandable segments, which map memory in units "
+                f"of {format_size(EXPANDABLE_SEGMENT_GRANULARITY)}: their total rounded up once to it"
+            )
+        self.kv_plan = replace(plan, device=self.device, layout=described)
+        self.layout, self.num_layers = layout, layers
+        return self.kv_plan
+
+    def _expandable_segments(self) -> bool:
+        """Whether a window found torch's allocator mapping memory in expandable segments."""
+        return any(w is not None and w.expandable_segments for w in (self.profile_result, self.graphs_result))
+
+    def allocate(self, plan: KvCachePlan | None = None) -> KvCacheTensors:
+        """Release the allocator's cache, then allocate the planned cache as one zeroed allocation with a view
+        per layer (:func:`devmem.allocate_kv_cache`) on this engine's device. ``plan``, where given, must be the
+        one :meth:`plan` returned."""
+        if plan is not None and plan != self.kv_plan:
+            where = "another device's" if plan.device not in (None, self.device) else "not this engine's"
+            raise EngineMemoryError(
+                f"device {self.device}: the plan given is {where} (made for device {plan.device}); allocate the "
+                "plan this EngineMemory made"
+            )
+        if self.kv_plan is None or self.num_layers is None:
+            raise EngineMemoryError(
+                f"device {self.device}: nothing to allocate yet: call plan(page_size_bytes=..., num_layers=...) first"
+            )
+        if self.cache is not None:
+            raise EngineMemoryError(f"device {self.device}: the KV cache was already allocated")
+        if self.layout is not None and self.layout.by_engine:
+            raise EngineMemoryError(
+                f"device {self.device}: the plan assumed the engine allocates its own tensors ({self.layout}); "
+                "allocate them yourself after release_allocator_cache(), or plan with KvLayout.one_allocation()"
+            )
+        self.released_bytes = self.release_allocator_cache()
+        self.cache = allocate_kv_cache(self.kv_plan, self.num_layers, self.device, self.platform)
+        return self.cache
+
+    def release_allocator_cache(self) -> int:
+        """Give torch's cached, unused blocks back (right before an engine allocates its own cache tensors)."""
+        return _release(self.device, self.platform)
+
+    # ---- for people and for logs ---------------------------------------------------------------------------
+    def explain(self) -> str:
+        """Lines for people: the start, each window, the plan with its layout, and the allocation."""
+        b = self.baseline
+        lines = [
+            f"device {self.device} on {self.platform.name}: at start {format_size(b.free)} free of "
+            f"{format_size(b.total)}"
+            + (
+                f"; pinned cache {format_size(self.pinned_bytes)}"
+                if self.pinned_bytes is not None
+                else f"; requested {format_size(self.requested)} (utilization {self.utilization})"
+            )
+        ]
+        for name, window in (("profile", self.profile_result), ("graphs", self.graphs_result)):
+            if window is None or not window.complete:
+                continue
+            lines.append(
+                f"{name} window: consumed {format_size(window.total_consumed)} since start, transient "
+                f"{format_size(window.transient_peak_bytes)} ({window.transient_rule})"
+                + (
+                    f", {format_size(window.kept_after_peak_bytes)} kept after its peak"
+                    if window.kept_after_peak_bytes
+                    else ""
+                )
+            )
+        if self.kv_plan is not None:
+            lines.append(self.kv_plan.explain())
+            if self.layout is not None and not self.layout.by_engine:
+                lines.append("allocated by devmem: one allocation with a view per layer (EngineMemory.allocate)")
+        if self.cache is not None:
+            lines.append(
+                f"allocated {format_size(self.cache.nbytes)} after releasing {format_size(self.released_bytes or 0)} "
+                "of cached allocator blocks"
+            )
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, object]:
+        """Every figure, in bytes, for JSON."""
+        return {
+            "device": self.device,
+            "platform": self.platform.name,
+            "total": self.baseline.total,
+            "free_at_start": self.baseline.free,
+            "utilization": self.utilization,
+            "pinned_bytes": self.pinned_bytes,
+            "requested": self.requested,
+            "profile": None if self.profile_result is None else self.profile_result.as_dict(),
+            "graphs": None if self.graphs_result is None else self.graphs_result.as_dict(),
+            "graph_capture_bytes": None if self.kv_plan is None else self.kv_plan.breakdown.get("graph_capture"),
+            "plan": None if self.kv_plan is None else self.kv_plan.as_dict(),
+            "allocated_bytes": None if self.cache is None else self.cache.nbytes,
+            "released_bytes": self.released_bytes,
+        }
+
+
+__all__ = ["EXPANDABLE_SEGMENT_GRANULARITY", "EngineMemory", "EngineMemoryError", "KvLayout"]

@@ -1,0 +1,206 @@
+"""devmem.EngineMemory: the engine's memory from its start to its KV cache, in order, on a scripted H200 whose
+torch runtime is scripted (devmem.testing.torch_runtime), and on the cpu platform with the real torch."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import devmem
+from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
+from devmem.kvcache import ALLOCATOR_GRANULARITY
+from devmem.testing.torch_runtime import ScriptedTorch
+from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario
+
+PAGE = 3 * MiB + 4096  # a page that does not fill whole 2 MiB units
+LAYERS = 22
+
+
+@pytest.fixture
+def h200():
+    return h200_scenario()
+
+
+@pytest.fixture
+def torch_rt(h200, monkeypatch):
+    rt = ScriptedTorch(h200, "cuda")
+    monkeypatch.setitem(sys.modules, "torch", rt)
+    return rt
+
+
+@pytest.fixture
+def platform(h200):
+    return NvmlPlatform(nvml=ScriptedNvml(h200), files=h200.fs, environ=h200.environ)
+
+
+def _forward(rt, sizes):
+    for handle in [rt.malloc(n) for n in sizes]:
+        rt.free(handle)
+
+
+def _capture(rt, sizes):
+    rt.cuda.empty_cache()
+    pool = object()
+    return [rt.malloc(n, pool=pool) for n in sizes]
+
+
+def _serve(h200, rt, memory, plan, activations, tensors):
+    """The engine allocates its own ``tensors`` equal tensors, runs the pass again, and reads the driver."""
+    memory.release_allocator_cache()
+    each = plan.num_blocks * plan.block_bytes // tensors
+    for _ in range(tensors):
+        rt.malloc(each)
+    _forward(rt, activations)
+    return h200.processes(0)[h200.own_driver_pid]
+
+
+ACTIVATIONS = [300 * MiB + 1, 2 * GiB + 5]
+
+
+def _engine(h200, rt, platform, *, graphs: bool, utilization=0.1):
+    memory = EngineMemory(0, utilization=utilization, platform=platform)
+    h200.allocate(545 * MiB)  # the device context, created after the baseline
+    rt.malloc(4 * GiB)  # the weights
+    with memory.profile(weights_memory=4 * GiB):
+        _forward(rt, ACTIVATIONS)
+    if graphs:
+        with memory.graphs():
+            _capture(rt, [400 * MiB + 3, 12 * MiB])
+    return memory
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_engine_allocating_one_tensor_per_layer_stays_inside_the_request(h200, torch_rt, platform, graphs):
+    memory = _engine(h200, torch_rt, platform, graphs=graphs)
+    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer())
+    footprint = _serve(h200, torch_rt, memory, plan, ACTIVATIONS, LAYERS)
+    assert footprint <= memory.requested
+    assert memory.requested - footprint <= max(64 * MiB, memory.requested // 400)
+
+
+def test_graph_window_is_charged_what_capture_kept(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=True)
+    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    assert plan.breakdown["graph_capture"] == 400 * MiB + 3 + 12 * MiB + (2 * MiB - 3)  # two 2 MiB-rounded segments
+    assert memory.as_dict()["graph_capture_bytes"] == plan.breakdown["graph_capture"]
+
+
+def test_explain_says_which_layout_the_plan_assumed(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=True)
+    memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer(tensors_per_layer=2))
+    text = memory.explain()
+    assert "44 equal tensors allocated separately, each rounded up to 2.00 MiB" in text
+    assert "graphs window" in text and "graph capture" in text
+
+
+def test_profile_window_reopened_is_refused(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    with pytest.raises(EngineMemoryError, match="already opened"), memory.profile():
+        pass
+
+
+def test_graph_window_before_the_profile_is_refused(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    with pytest.raises(EngineMemoryError, match="before the profile window"), memory.graphs():
+        pass
+
+
+def test_plan_before_the_profile_is_refused(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    with pytest.raises(EngineMemoryError, match="cannot plan before the profile window"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+
+
+def test_allocate_before_plan_is_refused(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    with pytest.raises(EngineMemoryError, match="call plan"):
+        memory.allocate()
+
+
+def test_plan_of_another_engine_is_refused(h200, torch_rt, platform):
+    ours = _engine(h200, torch_rt, platform, graphs=False)
+    ours.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    other = devmem.plan_kv_cache(pinned_bytes=GiB, page_size_bytes=PAGE, num_layers=LAYERS)
+    with pytest.raises(EngineMemoryError, match="not this engine's"):
+        ours.allocate(other)
+
+
+def test_allocating_a_plan_on_another_device_is_refused(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with pytest.raises(devmem.DevmemError, match="made for device 0, not device 1"):
+        devmem.allocate_kv_cache(plan, LAYERS, 1, platform)
+
+
+def test_engine_layout_cannot_be_allocated_by_devmem(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer())
+    with pytest.raises(EngineMemoryError, match="allocates its own tensors"):
+        memory.allocate()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"pinned_bytes": -1}, "pinned_bytes"),
+        ({"utilization": "0.9"}, "'0.9'"),
+        ({"utilization": 0}, "utilization"),
+        ({"device": -1}, "-1"),
+        ({"device": 0.0}, "0.0"),
+    ],
+)
+def test_bad_constructor_arguments_are_named(platform, arguments, named):
+    with pytest.raises(EngineMemoryError, match=named):
+        EngineMemory(**{"platform": platform, **arguments})
+
+
+def test_negative_weights_are_refused_before_the_window_runs(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    ran = []
+    with pytest.raises(EngineMemoryError, match="-5"), memory.profile(weights_memory=-5):
+        ran.append(True)
+    assert ran == []
+
+
+def test_layout_of_zero_tensors_is_refused():
+    with pytest.raises(EngineMemoryError, match="tensors_per_layer"):
+        KvLayout.per_layer(0)
+
+
+def test_startup_check_refuses_a_request_above_free_memory(h200, platform):
+    h200.allocate(100 * GiB, pid=h200.other_pid)
+    with pytest.raises(devmem.NotEnoughMemoryError, match="Lower the utilization"):
+        EngineMemory(0, utilization=0.9, platform=platform)
+
+
+def test_cpu_platform_allocates_the_cache_on_torchs_cpu_device(monkeypatch):
+    """The whole path with the real torch on the cpu platform: device index 0 is host memory."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    devmem.clear_cache()
+    try:
+        total = devmem.current_platform().device_memory_info(0).total
+        memory = EngineMemory(0, utilization=max(512 * MiB / total, 1e-6))
+        weights = torch.zeros(16 * MiB // 4, device=memory.torch_device)
+        with memory.profile(weights_memory=weights.nbytes):
+            torch.ones(8 * MiB // 4, device=memory.torch_device).mul_(2)  # a forward pass
+        plan = memory.plan(page_size_bytes=64 * 1024, num_layers=4)
+        cache = memory.allocate()
+        assert cache.buffer.device.type == "cpu" and cache.nbytes == plan.num_blocks * plan.block_bytes
+        assert plan.breakdown["granularity"] == ALLOCATOR_GRANULARITY
+        assert memory.as_dict()["allocated_bytes"] == cache.nbytes
+        with pytest.raises(EngineMemoryError, match="already allocated"):
+            memory.allocate()
+    finally:
+        devmem.clear_cache()
+
+
+def test_expandable_segments_round_the_whole_cache_once_to_their_mapping_unit(h200, torch_rt, platform, monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer())
+    mapped = -(-plan.num_blocks * plan.block_bytes // (20 * MiB)) * 20 * MiB
+    assert mapped <= plan.kv_cache_bytes < mapped + 20 * MiB + plan.block_bytes
+    assert "22 tensor(s) in torch's expandable segments" in memory.explain()

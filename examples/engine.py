@@ -486,6 +486,9 @@ class Engine:
         self.timings["kv_alloc_s"] = time.perf_counter() - start
         _sync(t, d)
         out["kv_allocated_bytes"] = self.kv.nbytes
+        if d.type == "cuda":  # where the serving steps' memory goes, for diagnosis
+            out["torch_reserved_at_serve"] = t.cuda.memory_reserved(d)
+            t.cuda.reset_peak_memory_stats(d)
         start, generated = time.perf_counter(), 0
         replay = min((bs for bs in self.graphs if bs >= a.sequences), default=None)
         for _ in range(a.rounds):
@@ -493,6 +496,20 @@ class Engine:
             if replay is not None:  # a captured decode step, replayed: it allocates nothing
                 self.graphs[replay][0].replay()
         self.timings["serve_s"] = time.perf_counter() - start
+        if d.type == "cuda":
+            out["torch_reserved_peak_serving"] = t.cuda.max_memory_reserved(d)
+            stats = t.cuda.memory_stats(d)
+            out["torch_segments_after_serve"] = {
+                k: stats.get(k)
+                for k in (
+                    "segment.all.current",
+                    "segment.large_pool.current",
+                    "segment.small_pool.current",
+                    "reserved_bytes.large_pool.current",
+                    "reserved_bytes.small_pool.current",
+                    "inactive_split_bytes.all.current",
+                )
+            }
         out.update(prefill_tokens=a.rounds * self.batch_tokens, generated_tokens=generated)
         after = MemorySnapshot.measure(a.device, self.platform)
         footprint, source = device_footprint(t, d)

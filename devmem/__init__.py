@@ -31,6 +31,7 @@ from devmem.types import (
 )
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem.adapter import as_platform
     from devmem.distributed import agree_on_minimum
     from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
     from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
 #: Public names imported on first use (PEP 562), so ``import devmem`` stays cheap.
 _LAZY = {
     "agree_on_minimum": "devmem.distributed",
+    "as_platform": "devmem.adapter",
     "MemorySnapshot": "devmem.profiling",
     "ProfileResult": "devmem.profiling",
     "check_startup_memory": "devmem.profiling",
@@ -122,6 +124,7 @@ __all__ = [
     "__version__",
     "agree_on_minimum",
     "allocate_kv_cache",
+    "as_platform",
     "blocks_for_bytes",
     "check_startup_memory",
     "clear_cache",

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any
 
-from devmem.types import DevmemError
+from devmem import DevmemError
 
 log = logging.getLogger("devmem.nvidia")
 

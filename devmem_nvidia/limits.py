@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from devmem.limits import MemoryLimit
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import MemoryLimit
 
 MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 VGPU_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"

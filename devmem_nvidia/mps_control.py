@@ -20,9 +20,8 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping
 
-from devmem.host import Files
-from devmem.limits import MemoryLimit
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import Files, MemoryLimit
 from devmem_nvidia.limits import mps_limits, parse_size
 
 log = logging.getLogger("devmem.nvidia")

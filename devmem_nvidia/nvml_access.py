@@ -33,8 +33,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from devmem.sessions import LibraryUnavailable, VendorSession
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import LibraryUnavailable, VendorSession
 
 log = logging.getLogger("devmem.nvidia")
 

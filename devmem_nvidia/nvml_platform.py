@@ -21,13 +21,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from devmem.dmem import DmemLimits
-from devmem.host import REAL_FILES, Files
-from devmem.limits import apply_limits
-from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.readings import checked_memory
-from devmem.types import Detection, DevmemError
-from devmem.units import format_size
+from devmem import Detection, DeviceMemory, DevmemError, PlatformBase, ProcessMemory, ReasonKind
+from devmem.sdk import REAL_FILES, DmemLimits, Files, apply_limits, checked_memory, format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
 from devmem_nvidia.mps_control import MpsDefaults, Runner, run_control

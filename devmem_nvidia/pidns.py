@@ -26,8 +26,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from devmem.host import REAL_FILES, Files
-from devmem.types import MiB
+from devmem import MiB
+from devmem.sdk import REAL_FILES, Files
 
 log = logging.getLogger("devmem.nvidia")
 

@@ -20,9 +20,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from devmem.host import Files
-from devmem.limits import MemoryLimit
-from devmem.types import DevmemError, MemoryInfo, gib
+from devmem import DevmemError, MemoryInfo
+from devmem.sdk import Files, MemoryLimit, gib
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.pidns import cuda_in_use
 

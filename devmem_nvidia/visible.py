@@ -35,9 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from devmem.host import REAL_FILES, Files
-from devmem.visible import VisibleDevices, dropped, pick
-from devmem.visible import index as device_index
+from devmem.sdk import REAL_FILES, Files, VisibleDevices, device_index, dropped, pick
 from devmem_nvidia.nvml_access import (
     NvmlCallError,
     NvmlSession,

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from devmem.sessions import LibraryUnavailable, VendorSession
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import LibraryUnavailable, VendorSession
 
 log = logging.getLogger("devmem.rocm")
 

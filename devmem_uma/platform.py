@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable, Mapping
 
 import devmem_nvidia
-from devmem.host import REAL_FILES, CpuPlatform, Files
-from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory
+from devmem import DeviceMemory, Platform, PlatformBase, ProcessMemory
+from devmem.sdk import REAL_FILES, CpuPlatform, Files
 from devmem_uma import amd
 from devmem_uma.devices import AmdApu, Jetson, NvidiaUnified, UmaDevice
 from devmem_uma.runtime import MemGetInfo, runtime_integrated, runtime_mem_get_info

@@ -4,8 +4,8 @@ from devmem_acme.classic import ClassicAcmePlatform
 from devmem_acme.platform import AcmePlatform
 from devmem_acme.testing import BASE_RSS, ScriptedAcmeDriver, ScriptedPsutil, acme_scenario
 
+from devmem import GiB
 from devmem.testing import PlatformConformance, Scenario, scripted_fixtures
-from devmem.types import GiB
 
 
 def acme(sc):

@@ -6,7 +6,7 @@ Imports no vendor library: psutil loads only when a platform is chosen.
 from __future__ import annotations
 
 import devmem
-from devmem.lazy import deferred
+from devmem.sdk import deferred
 
 
 def _detect() -> devmem.Detection:

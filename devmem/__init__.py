@@ -6,6 +6,17 @@ helpers only on first use; resolving a platform imports a vendor library only wh
 
 from typing import TYPE_CHECKING
 
+from devmem.errors import (
+    DevmemError,
+    InvalidTypeError,
+    InvalidValueError,
+    LibraryUnavailable,
+    ModelConfigError,
+    NotEnoughMemoryError,
+    PluginError,
+    SizingError,
+    UnknownArchitectureError,
+)
 from devmem.hookspecs import hookimpl
 from devmem.lazy import lazy_exports
 from devmem.platform import (
@@ -19,22 +30,13 @@ from devmem.platform import (
     device_report,
 )
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
-from devmem.types import (
-    Detection,
-    DevmemError,
-    GiB,
-    MemoryInfo,
-    MiB,
-    NotEnoughMemoryError,
-    PlatformSpec,
-    PluginError,
-)
+from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.adapter import as_platform
     from devmem.distributed import agree_on_minimum
     from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
-    from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
+    from devmem.models import ModelMemory, load_model
     from devmem.profiling import (
         MemorySnapshot,
         ProfileResult,
@@ -45,7 +47,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.sizing import (
         KvCachePlan,
         PlanInputs,
-        SizingError,
         blocks_for_bytes,
         growable_kv_cache_bytes,
         plan_growable,
@@ -70,12 +71,9 @@ _LAZY = {
     "KvCacheTensors": "devmem.kvcache",
     "allocate_kv_cache": "devmem.kvcache",
     "ModelMemory": "devmem.models",
-    "ModelConfigError": "devmem.models",
-    "UnknownArchitectureError": "devmem.models",
     "load_model": "devmem.models",
     "KvCachePlan": "devmem.sizing",
     "PlanInputs": "devmem.sizing",
-    "SizingError": "devmem.sizing",
     "blocks_for_bytes": "devmem.sizing",
     "growable_kv_cache_bytes": "devmem.sizing",
     "plan_growable": "devmem.sizing",
@@ -102,8 +100,11 @@ __all__ = [
     "DeviceReport",
     "DevmemError",
     "GiB",
+    "InvalidTypeError",
+    "InvalidValueError",
     "KvCachePlan",
     "KvCacheTensors",
+    "LibraryUnavailable",
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",

@@ -510,7 +510,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        _print_wrapped(*model.explain(), plan.explain(), *answer.lines(), *_sizes_read_lines(read))
+        _print_wrapped(model.explain(), plan.explain(), answer.explain(), *_sizes_read_lines(read))
     return 0
 
 
@@ -541,8 +541,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     else:
         _print_wrapped(
             f"device {args.device} ({platform.name}): total {format_size(info.total)}, free {format_size(info.free)}",
-            *model.explain(),
-            *result.lines(),
+            model.explain(),
+            result.explain(),
         )
     return 0 if result.fits else 1
 

@@ -10,6 +10,7 @@ import numbers
 import sys
 from typing import Any
 
+from devmem.errors import InvalidTypeError
 from devmem.platform import Platform
 
 log = logging.getLogger("devmem.distributed")
@@ -38,7 +39,7 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
     Every rank must call it, as with any collective.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"agree_on_minimum takes an int, got {value!r} of type {type(value).__name__}")
+        raise InvalidTypeError(f"agree_on_minimum takes an int, got {value!r} of type {type(value).__name__}")
     torch = sys.modules.get("torch")
     if torch is None:
         return int(value)

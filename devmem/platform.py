@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from devmem.errors import DevmemError, InvalidTypeError
 from devmem.parsing import shown
 from devmem.records import Record
-from devmem.types import DevmemError, MemoryInfo
+from devmem.types import MemoryInfo
 
 
 class ReasonKind(str, Enum):
@@ -50,7 +51,7 @@ class Reason(Record):
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ReasonKind(self.kind))
         if not isinstance(self.text, str) or not self.text:
-            raise TypeError(f"Reason.text must be a non-empty string, got {self.text!r}")
+            raise InvalidTypeError(f"Reason.text must be a non-empty string, got {self.text!r}")
 
 
 class ProcessMemory(Record):
@@ -61,7 +62,7 @@ class ProcessMemory(Record):
 
     def __post_init__(self) -> None:
         if self.used is None and self.reason is None:
-            raise TypeError("ProcessMemory(None) needs a Reason saying why the figure is unknown")
+            raise InvalidTypeError("ProcessMemory(None) needs a Reason saying why the figure is unknown")
 
     @classmethod
     def unknown(cls, kind: ReasonKind, text: str) -> ProcessMemory:
@@ -290,6 +291,21 @@ class DeviceReport(Record):
     notes: list[str] = []
     #: The :class:`ReasonKind` value of ``process_reason`` (``None`` where the figure is known).
     process_reason_kind: str | None = None
+
+    def explain(self) -> str:
+        """For people: the device and its figures, this process's share or why it is unknown, where each figure
+        came from, and the notes."""
+        from devmem.units import format_size
+
+        process = format_size(self.process) if self.process is not None else f"unknown ({self.process_reason})"
+        lines = [
+            f"device {self.index}: {self.name} ({self.platform}): free {format_size(self.free)} of "
+            f"{format_size(self.total)}",
+            f"this process: {process}",
+            *(f"{figure}: {source}" for figure, source in self.sources.items()),
+            *(f"note: {note}" for note in self.notes),
+        ]
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)

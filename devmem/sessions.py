@@ -26,20 +26,11 @@ import threading
 import weakref
 from typing import Any, ClassVar, TypeVar
 
-from devmem.types import DevmemError
+from devmem.errors import DevmemError, LibraryUnavailable
 
 log = logging.getLogger("devmem")
 
 S = TypeVar("S", bound="VendorSession")
-
-
-class LibraryUnavailable(DevmemError):
-    """A vendor library cannot be loaded or initialised; the message is the reason, for people, and ``action``
-    what to do about it where that is known (``""`` otherwise)."""
-
-    def __init__(self, reason: str, action: str = ""):
-        super().__init__(reason)
-        self.action = action
 
 
 class VendorSession:

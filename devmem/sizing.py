@@ -23,8 +23,9 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict
 
+from devmem.errors import NotEnoughMemoryError, SizingError
 from devmem.parsing import shown
-from devmem.types import DevmemError, GiB, NotEnoughMemoryError
+from devmem.types import GiB
 from devmem.units import format_size
 
 #: Share of the device an engine asks for when it names none.
@@ -33,10 +34,6 @@ DEFAULT_UTILIZATION = 0.9
 MARGIN_FLOOR_BYTES = GiB
 #: ... or this share of the transient peak, whichever is larger.
 MARGIN_FRACTION = 0.75
-
-
-class SizingError(DevmemError, ValueError):
-    """An input to the sizing arithmetic is outside what it accepts."""
 
 
 #: A margin of more than this many transient peaks is a mistake, not a setting.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.drm import client_memory
     from devmem.drm import fields as drm_fields
     from devmem.drm import size as drm_size
+    from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
     from devmem.hookspecs import hookimpl
     from devmem.host import (
         REAL_FILES,
@@ -52,8 +53,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.parsing import parse_int, require_int, shown
     from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
     from devmem.readings import checked_memory, whole_bytes
-    from devmem.sessions import LibraryUnavailable, VendorSession
-    from devmem.types import Detection, DevmemError, GiB, KiB, MemoryInfo, MiB, PlatformSpec, PluginError, gib
+    from devmem.sessions import VendorSession
+    from devmem.types import Detection, GiB, KiB, MemoryInfo, MiB, PlatformSpec, gib
     from devmem.units import format_size, parse_size
     from devmem.visible import VisibleDevices, dropped, pick
     from devmem.visible import index as device_index
@@ -84,9 +85,11 @@ _SDK = {
     "lazy_exports": "devmem.lazy",
     "load_object": "devmem.lazy",
     # errors
-    "DevmemError": "devmem.types",
-    "PluginError": "devmem.types",
-    "LibraryUnavailable": "devmem.sessions",
+    "DevmemError": "devmem.errors",
+    "InvalidTypeError": "devmem.errors",
+    "InvalidValueError": "devmem.errors",
+    "LibraryUnavailable": "devmem.errors",
+    "PluginError": "devmem.errors",
     "VendorSession": "devmem.sessions",
     # host files and the host's memory
     "Files": "devmem.host",
@@ -132,6 +135,8 @@ __all__ = [
     "DriverGate",
     "Files",
     "GiB",
+    "InvalidTypeError",
+    "InvalidValueError",
     "HostFiles",
     "KiB",
     "LibraryUnavailable",

@@ -21,6 +21,7 @@ from devmem.hookspecs import hookimpl
 from devmem.lazy import lazy_exports
 from devmem.platform import (
     DeviceMemory,
+    DeviceReading,
     DeviceReport,
     Platform,
     PlatformBase,
@@ -28,6 +29,7 @@ from devmem.platform import (
     Reason,
     ReasonKind,
     device_report,
+    read_device,
 )
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
 from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
@@ -97,6 +99,7 @@ __all__ = [
     "Candidate",
     "Detection",
     "DeviceMemory",
+    "DeviceReading",
     "DeviceReport",
     "DevmemError",
     "GiB",
@@ -143,6 +146,7 @@ __all__ = [
     "plan_utilization",
     "platform_candidates",
     "profiled_kv_cache_bytes",
+    "read_device",
     "release_allocator_cache",
     "requested_memory",
 ]

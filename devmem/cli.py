@@ -17,7 +17,7 @@ from typing import Any
 
 from devmem import __version__
 from devmem.host import REAL_FILES, Files
-from devmem.platform import DeviceReport, Platform, device_report
+from devmem.platform import DeviceReport, Platform, read_device
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
 from devmem.units import format_size
@@ -63,9 +63,10 @@ def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[di
 
     devices: list[dict[str, object]] = []
     for index in indices:
-        report = device_report(platform, index)
+        reading = read_device(platform, index)
+        report = DeviceReport.from_reading(platform.name, reading)
         others = report.other_processes
-        rows = None if others is None else process_rows(others, files, platform.process_roles(index))
+        rows = None if others is None else process_rows(others, files, dict(reading.roles))
         devices.append({"report": report, "processes": rows})
     return devices
 

@@ -77,6 +77,27 @@ class DeviceMemory(Record):
     notes: tuple[str, ...] = ()
 
 
+class DeviceReading(Record):
+    """One coherent snapshot of a device, from one set of vendor queries: its memory (free/total, where each came
+    from, notes on them), this process's memory with its reason, the other processes and the roles of those that
+    serve others, what the device is, and the notes an operator should know. :meth:`PlatformBase.read` gives it.
+    """
+
+    index: int
+    name: str
+    memory: DeviceMemory
+    process: ProcessMemory
+    other_processes: Mapping[int, int] | None
+    roles: Mapping[int, str]
+    integrated: bool
+    pages_instead_of_failing: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def info(self) -> MemoryInfo:
+        return self.memory.info
+
+
 @runtime_checkable
 class Platform(Protocol):
     """Device memory as an inference engine needs to see it. All figures are ``int`` bytes.
@@ -216,6 +237,28 @@ class PlatformBase:
     def _notes(self, device: int) -> list[str]:
         return []
 
+    def _read(self, device: int) -> DeviceReading:
+        """Every figure of ``device`` in one :class:`DeviceReading`. The default asks each hook once; a backend
+        whose hooks share vendor queries overrides it to make each query once per reading."""
+        return DeviceReading(
+            index=device,
+            name=self._device_name(device),
+            memory=self._memory(device),
+            process=self._process_memory(device),
+            other_processes=self._other_processes_memory(device),
+            roles=dict(self._process_roles(device)),
+            integrated=self._is_integrated(device),
+            pages_instead_of_failing=self._pages_instead_of_failing(device),
+            notes=tuple(self._notes(device)),
+        )
+
+    def prepare(self, device: int = 0) -> None:
+        """Do, once, the device work that lets later readings attribute memory to this process (none by default).
+
+        Called by whoever may do device work (the engine-facing object, when it is created); readings never do it.
+        """
+        self.check_device(device)
+
     # ---- the contract ---------------------------------------------------------------------------
     def check_device(self, device: int) -> int:
         """``device`` as an int if it is a valid index (an int or numpy integer), else :class:`DevmemError` naming
@@ -234,6 +277,10 @@ class PlatformBase:
         if not 0 <= device < count:
             raise DevmemError(f"{self.name}: device index {shown(device)} is out of range; valid indices: {valid}")
         return int(device)
+
+    def read(self, device: int = 0) -> DeviceReading:
+        """One coherent :class:`DeviceReading` of ``device``: every figure from one set of vendor queries."""
+        return self._read(self.check_device(device))
 
     def memory(self, device: int = 0) -> DeviceMemory:
         return self._memory(self.check_device(device))
@@ -292,6 +339,26 @@ class DeviceReport(Record):
     #: The :class:`ReasonKind` value of ``process_reason`` (``None`` where the figure is known).
     process_reason_kind: str | None = None
 
+    @classmethod
+    def from_reading(cls, platform: str, reading: DeviceReading) -> DeviceReport:
+        """The report of one :class:`DeviceReading` of a device of the platform named ``platform``."""
+        reason = reading.process.reason
+        return cls(
+            index=reading.index,
+            name=reading.name,
+            platform=platform,
+            free=reading.info.free,
+            total=reading.info.total,
+            process=reading.process.used,
+            process_reason=None if reason is None else reason.text,
+            process_reason_kind=None if reason is None else reason.kind.value,
+            other_processes=None if reading.other_processes is None else dict(reading.other_processes),
+            integrated=reading.integrated,
+            pages_instead_of_failing=reading.pages_instead_of_failing,
+            sources=dict(reading.memory.sources),
+            notes=list(reading.notes),
+        )
+
     def explain(self) -> str:
         """For people: the device and its figures, this process's share or why it is unknown, where each figure
         came from, and the notes."""
@@ -314,23 +381,25 @@ class DeviceReport(Record):
         return d
 
 
-def device_report(platform: Platform, device: int = 0) -> DeviceReport:
-    """Collect a :class:`DeviceReport` of ``device`` from every member of the contract."""
-    memory = platform.memory(device)
-    info = memory.info
-    process = platform.process_memory(device)
-    return DeviceReport(
+def read_device(platform: Platform, device: int = 0) -> DeviceReading:
+    """One :class:`DeviceReading` of ``device``: ``platform.read(device)`` where the platform has it (every
+    :class:`PlatformBase`), else composed from the members of the contract."""
+    read = getattr(platform, "read", None)
+    if read is not None:
+        return read(device)
+    return DeviceReading(
         index=device,
         name=platform.device_name(device),
-        platform=platform.name,
-        free=info.free,
-        total=info.total,
-        process=process.used,
-        process_reason=None if process.reason is None else process.reason.text,
-        process_reason_kind=None if process.reason is None else process.reason.kind.value,
+        memory=platform.memory(device),
+        process=platform.process_memory(device),
         other_processes=platform.other_processes_memory(device),
+        roles=platform.process_roles(device),
         integrated=platform.is_integrated_gpu(device),
         pages_instead_of_failing=platform.pages_instead_of_failing(device),
-        sources=dict(memory.sources),
-        notes=list(platform.notes(device)),
+        notes=tuple(platform.notes(device)),
     )
+
+
+def device_report(platform: Platform, device: int = 0) -> DeviceReport:
+    """A :class:`DeviceReport` of ``device`` from one reading (:func:`read_device`)."""
+    return DeviceReport.from_reading(platform.name, read_device(platform, device))

@@ -64,13 +64,15 @@ class MemorySnapshot:
     @classmethod
     def measure(cls, device: int = 0, platform: Platform | None = None) -> MemorySnapshot:
         """Read the platform's free/total/process figures and torch's allocated/reserved/peak for ``device``."""
+        from devmem.platform import read_device
+
         platform = platform if platform is not None else current_platform()
-        info = platform.device_memory_info(device)
-        process = platform.get_process_memory_usage(device)
+        reading = read_device(platform, device)  # one coherent reading: the figure and its reason agree
+        info, process = reading.info, reading.process.used
         notes = []
-        if process is None:
-            why = platform.process_memory_reason(device)
-            notes.append(f"{platform.name} cannot attribute device memory to processes" + (f": {why}" if why else ""))
+        if reading.process.reason is not None:
+            why = reading.process.reason.text
+            notes.append(f"{platform.name} cannot attribute device memory to processes: {why}")
         module, why_not = device_module(platform)
         allocated = reserved = peak = reserved_peak = 0
         if module is not None:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from devmem import Detection, DeviceMemory, DevmemError, PlatformBase, ProcessMemory, ReasonKind
+from devmem import Detection, DeviceMemory, DeviceReading, DevmemError, PlatformBase, ProcessMemory, ReasonKind
 from devmem.sdk import REAL_FILES, DmemLimits, Files, apply_limits, checked_memory, format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
@@ -208,7 +208,7 @@ class NvmlPlatform(PlatformBase):
             limits += runtime_limits(
                 runtime,
                 memory.info,
-                lambda: device_memory(self._session, self.name, device, dev).free,
+                lambda: self._free_again(device, dev),
                 lambda: self._process_memory(device).used,
                 limits,
             )
@@ -216,6 +216,29 @@ class NvmlPlatform(PlatformBase):
             return memory
         process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
         return apply_limits(memory, limits, process)
+
+    def _free_again(self, device: int, dev: VisibleDevice) -> int:
+        """NVML's free read again, even within one reading: whether it moved since the first read."""
+        with self._session.fresh():
+            return device_memory(self._session, self.name, device, dev).free
+
+    def _read(self, device: int) -> DeviceReading:
+        """Every figure of ``device`` from one set of NVML queries (:meth:`~devmem.sdk.VendorSession.one_reading`):
+        the memory reading once, each process list once, shared by the process figure, the other processes, the
+        roles and the notes."""
+        with self._session.one_reading():
+            memory = self._memory(device)
+            return DeviceReading(
+                index=device,
+                name=self._device_name(device),
+                memory=memory,
+                process=self._process_memory(device),
+                other_processes=self._other_processes_memory(device),
+                roles=self._process_roles(device),
+                integrated=False,
+                pages_instead_of_failing=False,
+                notes=tuple(self._device_notes(device, memory)),
+            )
 
     def _is_integrated(self, device: int) -> bool:
         return False
@@ -387,6 +410,10 @@ class NvmlPlatform(PlatformBase):
         return self._names[device]
 
     def _notes(self, device: int) -> list[str]:
+        return self._device_notes(device, self._memory(device))
+
+    def _device_notes(self, device: int, memory: DeviceMemory) -> list[str]:
+        """The notes on ``device``, whose memory reading is ``memory``."""
         dev = self._table.devices()[device]
         out = []
         if dev.mig:
@@ -405,7 +432,7 @@ class NvmlPlatform(PlatformBase):
             out.append(f"PID namespace: the driver sees this process as PID {self._learned} ({self._learn_note})")
         elif len(ns) > 1:
             out.append(f"PID namespace: this process is PID {ns[-1]} here and PID {ns[0]} outside (NSpid)")
-        out += self._memory(device).notes
+        out += memory.notes
         out += self._mps_notes(dev)
         driver = self._session.driver_version()
         if driver:

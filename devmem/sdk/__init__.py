@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
     from devmem.limits import MemoryLimit, apply_limits
     from devmem.parsing import parse_int, require_int, shown
-    from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
+    from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
     from devmem.readings import checked_memory, whole_bytes
     from devmem.sessions import VendorSession
     from devmem.types import Detection, GiB, KiB, MemoryInfo, MiB, PlatformSpec, gib
@@ -65,6 +65,7 @@ _SDK = {
     "Platform": "devmem.platform",
     "PlatformBase": "devmem.platform",
     "DeviceMemory": "devmem.platform",
+    "DeviceReading": "devmem.platform",
     "ProcessMemory": "devmem.platform",
     "Reason": "devmem.platform",
     "ReasonKind": "devmem.platform",
@@ -130,6 +131,7 @@ __all__ = [
     "CpuPlatform",
     "Detection",
     "DeviceMemory",
+    "DeviceReading",
     "DevmemError",
     "DmemLimits",
     "DriverGate",

@@ -29,6 +29,7 @@ from devmem.platform import (
     Reason,
     ReasonKind,
     device_report,
+    prepare_device,
     read_device,
 )
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
@@ -144,6 +145,7 @@ __all__ = [
     "plan_kv_cache",
     "plan_pinned",
     "plan_utilization",
+    "prepare_device",
     "platform_candidates",
     "profiled_kv_cache_bytes",
     "read_device",

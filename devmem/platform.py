@@ -400,6 +400,15 @@ def read_device(platform: Platform, device: int = 0) -> DeviceReading:
     )
 
 
+def prepare_device(platform: Platform, device: int = 0) -> None:
+    """``platform.prepare(device)`` where the platform has it (every :class:`PlatformBase`): the one step that may
+    do device work so that later readings can attribute memory to this process. Call it where device work is
+    expected (when an engine's memory object is created); readings never do it."""
+    prepare = getattr(platform, "prepare", None)
+    if prepare is not None:
+        prepare(device)
+
+
 def device_report(platform: Platform, device: int = 0) -> DeviceReport:
     """A :class:`DeviceReport` of ``device`` from one reading (:func:`read_device`)."""
     return DeviceReport.from_reading(platform.name, read_device(platform, device))

@@ -8,8 +8,13 @@
 - ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
   NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
   process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
-  learned once from distinctive allocations (:mod:`devmem_nvidia.pidns`). A process that
-  maps no NVIDIA device holds 0 bytes. Otherwise ``None``, with the reason in ``process_memory_reason``.
+  :meth:`NvmlPlatform.prepare` learned. A process that maps no NVIDIA device holds 0 bytes. Otherwise ``None``,
+  with the reason in ``process_memory_reason`` (which says to call ``prepare`` where it has not run).
+- ``prepare(device)``: the one step that may do device work. Where this process holds a CUDA context on the
+  device but NVML does not list it under a PID it knows (a container without ``--pid=host`` on a driver that
+  lists host PIDs), it allocates 42 MiB and then 26 MiB through the CUDA driver (``cuMemAlloc`` on the primary
+  context, freed at once) and learns the driver-side PID as the one whose usage moved by exactly those sizes
+  (:mod:`devmem_nvidia.pidns`). Readings never allocate.
 """
 
 from __future__ import annotations
@@ -138,10 +143,11 @@ class NvmlPlatform(PlatformBase):
 
     ``nvml``: the pynvml module or a scripted one (``None``: import pynvml lazily, shared by the process);
     ``files``: the /proc boundary; ``environ``: where ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` come from;
-    ``allocator``: the runtime boundary used to learn this process's driver-side PID (default: the CUDA
-    driver, only where this process already has a context); ``learn_pid=False`` never allocates; ``cuda``: the
-    ``libcuda`` whose ``cuMemGetInfo`` shows caps NVML cannot see (``None``: the real one with real NVML, only
-    where this process has loaded it and holds a context; see :mod:`devmem_nvidia.runtime_caps`);
+    ``allocator``: the runtime boundary :meth:`prepare` learns this process's driver-side PID through (default:
+    the CUDA driver, only where this process already has a context); ``learn_pid=False``: ``prepare`` never
+    allocates; ``cuda``: the ``libcuda`` whose ``cuMemGetInfo`` shows caps NVML cannot see (``None``: the real
+    one with real NVML, only where this process has loaded it and holds a context; see
+    :mod:`devmem_nvidia.runtime_caps`);
     ``mps_control``: how to ask the MPS control daemon for its default limit (``None``: its program, with real
     NVML; see :mod:`devmem_nvidia.mps_control`).
     """
@@ -286,16 +292,27 @@ class NvmlPlatform(PlatformBase):
             except NvmlCallError as exc:
                 self._learn_note = f"cannot learn the driver-side PID: {exc}"
 
+    def prepare(self, device: int = 0) -> None:
+        """Learn this process's driver-side PID on ``device`` where NVML does not list it under a PID it knows
+        and it holds a CUDA context there: allocates 42 MiB, then 26 MiB, through the CUDA driver, each freed at
+        once (see the module docstring). Done at most once per device; a no-op where the PID is known, where this
+        process holds no context, or with ``learn_pid=False``. NVML errors are kept in the reason, never raised.
+        """
+        device = self.check_device(device)
+        dev = self._table.devices()[device]
+        try:
+            listed = find_process(self._session, dev.handle, self._driver_pids()) is not None
+        except NvmlCallError:
+            return
+        if not listed and self._holds_context(dev, device):
+            self._try_learning(device)
+
     def _process_memory(self, device: int) -> ProcessMemory:
         dev = self._table.devices()[device]
         try:
             entry = find_process(self._session, dev.handle, self._driver_pids())
             if entry is None and self._holds_context(dev, device):
-                self._try_learning(device)
-                if self._learned is not None:
-                    entry = find_process(self._session, dev.handle, {self._learned})
-                if entry is None:
-                    return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev))
+                return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev, device))
             elif entry is None and self._hidden_by_namespace(dev):
                 return self._unknown(
                     device,
@@ -331,9 +348,17 @@ class NvmlPlatform(PlatformBase):
         listed = running_processes(self._session, dev.handle)
         return any(not self._files.exists(f"/proc/{pid}") for pid in listed)
 
-    def _not_listed(self, dev: VisibleDevice) -> str:
+    def _not_listed(self, dev: VisibleDevice, device: int) -> str:
         pids = namespace_pids(self._files) or [os.getpid()]
-        learned = f"; {self._learn_note}" if self._learn_note else ""
+        if self._learn_note:
+            learned = f"; {self._learn_note}"
+        elif self._learn_pid and device not in self._learn_tried:
+            learned = (
+                f"; call platform.prepare({device}) once (it allocates 42 MiB and 26 MiB on the device to learn "
+                "this process's driver-side PID)"
+            )
+        else:
+            learned = ""
         return (
             f"this process (PID {pids[-1]}) uses {dev.uuid} but is not in NVML's process list: NVML lists the "
             f"PIDs the driver sees (host PIDs on this driver) and this PID namespace hides them{learned}. "
@@ -348,10 +373,7 @@ class NvmlPlatform(PlatformBase):
             return None
         own = set(self._driver_pids())
         if not own & entries.keys() and self._holds_context(dev, device):
-            self._try_learning(device)
-            own = set(self._driver_pids())
-            if not own & entries.keys():
-                return None  # this process is somewhere in the list under a PID we do not know
+            return None  # this process is somewhere in the list under a PID we do not know
         others = {pid: e.used for pid, e in entries.items() if pid not in own}
         if any(used is None for used in others.values()):
             return None

@@ -58,7 +58,7 @@ import pytest
 
 import devmem
 from devmem.adapter import MINIMAL_CONTRACT, as_platform, missing_members
-from devmem.platform import DeviceMemory, Platform, ProcessMemory, Reason, device_report
+from devmem.platform import DeviceMemory, Platform, ProcessMemory, Reason, device_report, prepare_device
 from devmem.testing.allocations import Allocation
 from devmem.testing.probe import run_detection_probe
 from devmem.types import DevmemError, GiB, MemoryInfo, MiB, gib
@@ -236,14 +236,18 @@ class PlatformConformance:
     @pytest.fixture
     def contract(self, platform) -> Platform:
         """The platform under test as a full :class:`devmem.Platform`: itself, or a minimal backend (the six members
-        devmem started from) adapted as resolution adapts it (:func:`devmem.as_platform`)."""
+        devmem started from) adapted as resolution adapts it (:func:`devmem.as_platform`); each device prepared
+        (:func:`devmem.prepare_device`) as an engine prepares it before reading."""
         missing = missing_members(platform)
         if missing:
             pytest.fail(
                 f"{platform!r} lacks {', '.join(missing)}: a devmem backend implements at least "
                 f"{', '.join(MINIMAL_CONTRACT)} (or subclasses devmem.PlatformBase)"
             )
-        return as_platform(platform)
+        contract = as_platform(platform)
+        for device in _devices(contract):
+            prepare_device(contract, device)
+        return contract
 
     def test_platform_satisfies_the_protocol(self, platform):
         missing = missing_members(platform)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from devmem import Detection, DeviceMemory, DeviceReading, DevmemError, PlatformBase, ProcessMemory, ReasonKind
-from devmem.sdk import REAL_FILES, DmemLimits, Files, apply_limits, checked_memory, format_size
+from devmem.sdk import REAL_FILES, DmemLimits, Files, MemoryLimit, apply_limits, checked_memory, format_size
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
 from devmem_nvidia.mps_control import MpsDefaults, Runner, run_control
@@ -43,6 +43,7 @@ from devmem_nvidia.nvml_access import (
     running_processes,
 )
 from devmem_nvidia.pidns import (
+    AddressSpaceFiles,
     CudaDriverAllocator,
     DeviceAllocator,
     learn_driver_pid,
@@ -132,6 +133,19 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     return Detection(True, "; ".join([reason + (f", driver {driver}" if driver else ""), *survey.restricted]))
 
 
+def memory_sources(reserved: int | None) -> dict[str, str]:
+    """Where NVML memory info's figures come from, for people (``reserved`` is ``None`` for v1)."""
+    if reserved is None:
+        return {
+            "free": "NVML memory info v1 free",
+            "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)",
+        }
+    return {
+        "free": "NVML memory info v2 free",
+        "total": f"NVML memory info v2 total - reserved ({format_size(reserved)} kept by the driver)",
+    }
+
+
 def kernel_slot(bus_id: str) -> str:
     """NVML's ``00000000:19:00.0`` -> the kernel's ``0000:19:00.0`` (what cgroup ``dmem`` regions name)."""
     domain, _, rest = bus_id.strip().lower().partition(":")
@@ -168,6 +182,7 @@ class NvmlPlatform(PlatformBase):
         mps_control: Runner | None = None,
     ):
         self._session = NvmlSession.for_module(nvml)
+        files = AddressSpaceFiles(files)  # /proc/self/maps read again only once the address space changed
         self._runtime = RuntimeView(cuda, files, real=nvml is None)
         self._files = files
         self._dmem = DmemLimits(files)
@@ -184,6 +199,13 @@ class NvmlPlatform(PlatformBase):
         self._learn_note: str | None = None
         self._learn_tried: set[int] = set()
         self._names: dict[int, str] = {}
+        #: Per device, what does not change while this process runs: the environment's limits (the CUDA runtime
+        #: reads them once, at its start) and the PCI slot cgroup dmem regions name.
+        self._fixed: dict[int, tuple[list[MemoryLimit], str]] = {}
+        #: NVML memory info's sources, by the reservation they name.
+        self._sources: dict[int | None, dict[str, str]] = {}
+        self._minors: dict[str, int | None] = {}  # by device UUID: the minor of its /dev/nvidia node
+        self._mapped: set[str] = set()  # UUIDs of the devices this process has been seen mapping
 
     # ---- devices -------------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -194,20 +216,16 @@ class NvmlPlatform(PlatformBase):
         return self._table.devices()[self.check_device(device)]
 
     def _memory(self, device: int) -> DeviceMemory:
-        reading = device_memory(self._session, self.name, device, self._table.devices()[device])
-        if reading.reserved is None:
-            sources = {
-                "free": "NVML memory info v1 free",
-                "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)",
-            }
-        else:
-            sources = {
-                "free": "NVML memory info v2 free",
-                "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)",
-            }
-        memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
-        limits = env_limits(self._environ, device) + self._dmem(kernel_slot(dev.pci_bus_id))
+        reading = device_memory(self._session, self.name, device, dev)
+        sources = self._sources.get(reading.reserved)
+        if sources is None:
+            sources = self._sources[reading.reserved] = memory_sources(reading.reserved)
+        memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
+        fixed = self._fixed.get(device)
+        if fixed is None:
+            fixed = self._fixed[device] = (env_limits(self._environ, device), kernel_slot(dev.pci_bus_id))
+        limits = fixed[0] + self._dmem(fixed[1])
         limits += self._mps_defaults.limit(device, len(self._table.devices()))
         runtime = self._runtime.reading(device)
         if runtime is not None:
@@ -267,8 +285,7 @@ class NvmlPlatform(PlatformBase):
 
     def _holds_context(self, dev: VisibleDevice, device: int) -> bool:
         """Whether this process may hold memory on ``dev``: it maps the device and has a context there."""
-        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
-        if maps_nvidia_device(self._files, minor) is False:
+        if maps_nvidia_device(self._files, self._minor(dev)) is False:
             return False
         return self._allocator.has_context(device) is not False
 
@@ -307,8 +324,21 @@ class NvmlPlatform(PlatformBase):
         if not listed and self._holds_context(dev, device):
             self._try_learning(device)
 
+    def _minor(self, dev: VisibleDevice) -> int | None:
+        """The minor of the ``/dev/nvidia<minor>`` node of ``dev`` (its parent GPU's for a MIG instance; ``None``
+        where NVML does not say), asked once: it does not change while the driver is loaded."""
+        if dev.uuid not in self._minors:
+            self._minors[dev.uuid] = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
+        return self._minors[dev.uuid]
+
     def _process_memory(self, device: int) -> ProcessMemory:
         dev = self._table.devices()[device]
+        if dev.uuid not in self._mapped:  # until this process has been seen mapping the device
+            mapped = maps_nvidia_device(self._files, self._minor(dev))
+            if mapped is False:
+                return ProcessMemory(0)  # no mapping of this device: no context on it, nothing held there
+            if mapped:
+                self._mapped.add(dev.uuid)  # from now on NVML first: a lost mapping shows as not listed
         try:
             entry = find_process(self._session, dev.handle, self._driver_pids())
             if entry is None and self._holds_context(dev, device):
@@ -342,8 +372,7 @@ class NvmlPlatform(PlatformBase):
     def _hidden_by_namespace(self, dev: VisibleDevice) -> bool:
         """This process maps the device, and NVML lists PIDs that ``/proc`` here does not show (the driver's PID
         namespace is another one): this process may be among them under a PID it cannot know."""
-        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
-        if maps_nvidia_device(self._files, minor) is not True:
+        if maps_nvidia_device(self._files, self._minor(dev)) is not True:
             return False
         listed = running_processes(self._session, dev.handle)
         return any(not self._files.exists(f"/proc/{pid}") for pid in listed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import devmem
 from devmem import MiB
 from devmem_nvidia.pidns import LEARN_SIZES, learn_driver_pid, maps_nvidia_device, namespace_pids
-from devmem_nvidia.testing import H200_CONTEXT, ScriptedAllocator, h200_scenario, scripted_platform
+from devmem_nvidia.testing import H200_CONTEXT, ScriptedAllocator, ScriptedNvml, h200_scenario, scripted_platform
 
 HOST_PID = 81234
 CHILD = 5151
@@ -225,3 +225,42 @@ def test_nspid_with_full_width_or_huge_entries_is_unknown():
     assert namespace_pids(Status("NSpid:\t１２\t7")) == []
     assert namespace_pids(Status("NSpid:\t" + "9" * 5000)) == []
     assert namespace_pids(Status("NSpid:\t4242\t7")) == [4242, 7]
+
+
+class CountingFiles:
+    """The scenario's files, counting the reads of each path."""
+
+    def __init__(self, sc):
+        self.files, self.reads = sc.fs, {}
+
+    def read_text(self, path):
+        self.reads[path] = self.reads.get(path, 0) + 1
+        return self.files.read_text(path)
+
+    def exists(self, path):
+        return self.files.exists(path)
+
+    def listdir(self, path):
+        return self.files.listdir(path)
+
+
+def test_maps_are_read_again_only_once_the_address_space_changed():
+    from devmem_nvidia.pidns import AddressSpaceFiles
+
+    sc = h200_scenario()
+    counting = CountingFiles(sc)
+    files = AddressSpaceFiles(counting)
+    assert [files.maps_nvidia_device(0) for _ in range(3)] == [False] * 3
+    sc.allocate(H200_CONTEXT)  # a context maps the device: the address space grows
+    assert files.maps_nvidia_device(0) is True
+    assert counting.reads["/proc/self/maps"] == 2 and counting.reads["/proc/self/statm"] == 4
+
+
+def test_a_process_mapping_no_device_reads_zero_without_asking_nvml():
+    sc = h200_scenario()
+    nvml = ScriptedNvml(sc)
+    platform = platform_for(sc, nvml=nvml)
+    platform.get_process_memory_usage(0)
+    nvml.calls.clear()
+    assert platform.get_process_memory_usage(0) == 0
+    assert not [name for name in nvml.calls if "RunningProcesses" in name]

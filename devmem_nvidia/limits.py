@@ -7,12 +7,16 @@
 - HAMi-style vGPU limits (HAMi-core's ``libvgpu.so``): ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` for CUDA device ``i``,
   else ``CUDA_DEVICE_MEMORY_LIMIT`` for every device.
 
-A size is a whole number with an optional binary unit: ``8G``/``8GB``/``8GiB``, ``8192m``, ``512K``, or bytes.
+These variables define their own size grammar, which is not devmem's (:func:`devmem.parse_size`, where ``8GB`` is
+8e9 bytes): a whole number with an optional unit that is always binary, ``8G`` = ``8GB`` = ``8GiB`` = 8 GiB,
+``8192m``, ``512K``, or bytes. :func:`parse_cuda_limit_size` reads it, for these variables and for the MPS control
+daemon's answers only; every other size in devmem and its backends is :func:`devmem.parse_size`'s.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 
 from devmem import DevmemError
@@ -25,8 +29,9 @@ _SIZE = re.compile(r"^\s*([0-9]{1,19})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE | r
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def parse_size(text: str, variable: str) -> int:
-    """``"8G"`` -> 8589934592; raises :class:`DevmemError` naming ``variable`` and the allowed forms."""
+def parse_cuda_limit_size(text: str, variable: str) -> int:
+    """A size in the grammar of CUDA's MPS and HAMi limit variables (units always binary: ``"8G"`` and ``"8GB"``
+    are 8589934592); raises :class:`DevmemError` naming ``variable`` and the allowed forms."""
     m = _SIZE.match(text)
     if m is None or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
         raise DevmemError(
@@ -44,14 +49,14 @@ def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
     for entry in (e.strip() for e in raw.split(",") if e.strip()):
         ordinal, sep, size = entry.partition("=")
         if not sep:
-            out[None] = parse_size(entry, MPS_LIMIT)
+            out[None] = parse_cuda_limit_size(entry, MPS_LIMIT)
             continue
         if not re.fullmatch(r"[0-9]{1,6}", ordinal.strip()):
             raise DevmemError(
                 f"{MPS_LIMIT}={raw!r}: {ordinal.strip()!r} is not a device ordinal; "
                 "use <ordinal>=<size> pairs separated by commas, e.g. 0=8G,1=4G"
             )
-        out[int(ordinal)] = parse_size(size, MPS_LIMIT)
+        out[int(ordinal)] = parse_cuda_limit_size(size, MPS_LIMIT)
     return out
 
 
@@ -65,9 +70,20 @@ def env_limits(environ: Mapping[str, str], device: int) -> list[MemoryLimit]:
     for name in (f"{VGPU_LIMIT}_{device}", VGPU_LIMIT):
         raw = environ.get(name, "").strip()
         if raw:
-            out.append(MemoryLimit(parse_size(raw, name), "vGPU memory limit (HAMi-style)", f"{name}={raw}"))
+            out.append(MemoryLimit(parse_cuda_limit_size(raw, name), "vGPU memory limit (HAMi-style)", f"{name}={raw}"))
             break
     return out
 
 
-__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_size"]
+def parse_size(text: str, variable: str) -> int:
+    """Deprecated: :func:`parse_cuda_limit_size` (this name read as devmem's own grammar, which it is not)."""
+    warnings.warn(
+        "devmem_nvidia.limits.parse_size is deprecated: use parse_cuda_limit_size (CUDA's binary size grammar) or "
+        "devmem.parse_size (devmem's)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return parse_cuda_limit_size(text, variable)
+
+
+__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_cuda_limit_size", "parse_size"]

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 
 from devmem import DevmemError
 from devmem.sdk import Files, MemoryLimit
-from devmem_nvidia.limits import mps_limits, parse_size
+from devmem_nvidia.limits import mps_limits
+from devmem_nvidia.limits import parse_cuda_limit_size as parse_size
 
 log = logging.getLogger("devmem.nvidia")
 

@@ -562,6 +562,20 @@ class PlatformConformance:
             "every call must stay cheap"
         )
 
+    def test_hook_implementations_match_devmems_specs(self, contract):
+        registered = [c for c in devmem.platform_candidates() if c.name == contract.name]
+        if not registered:
+            pytest.skip(
+                f"platform {contract.name!r} is not registered through the 'devmem' entry-point group here, "
+                "so its plugin's hooks cannot be found"
+            )
+        from devmem.entrypoints import entry_points
+        from devmem.testing.hooks import hook_problems
+
+        plugin = next(ep for ep in entry_points("devmem") if ep.name == registered[0].plugin).load()
+        problems = hook_problems(plugin)
+        assert not problems, f"plugin {registered[0].plugin!r}'s hook implementations: {'; '.join(problems)}"
+
     def test_detection_in_a_fresh_process_is_cheap(self, contract, capabilities, request):
         registered = [c for c in devmem.platform_candidates() if c.name == contract.name]
         if not registered:

@@ -205,7 +205,6 @@ class NvmlPlatform(PlatformBase):
         #: NVML memory info's sources, by the reservation they name.
         self._sources: dict[int | None, dict[str, str]] = {}
         self._minors: dict[str, int | None] = {}  # by device UUID: the minor of its /dev/nvidia node
-        self._mapped: set[str] = set()  # UUIDs of the devices this process has been seen mapping
 
     # ---- devices -------------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -333,12 +332,6 @@ class NvmlPlatform(PlatformBase):
 
     def _process_memory(self, device: int) -> ProcessMemory:
         dev = self._table.devices()[device]
-        if dev.uuid not in self._mapped:  # until this process has been seen mapping the device
-            mapped = maps_nvidia_device(self._files, self._minor(dev))
-            if mapped is False:
-                return ProcessMemory(0)  # no mapping of this device: no context on it, nothing held there
-            if mapped:
-                self._mapped.add(dev.uuid)  # from now on NVML first: a lost mapping shows as not listed
         try:
             entry = find_process(self._session, dev.handle, self._driver_pids())
             if entry is None and self._holds_context(dev, device):

@@ -256,11 +256,10 @@ def test_maps_are_read_again_only_once_the_address_space_changed():
     assert counting.reads["/proc/self/maps"] == 2 and counting.reads["/proc/self/statm"] == 4
 
 
-def test_a_process_mapping_no_device_reads_zero_without_asking_nvml():
+def test_the_device_minor_is_asked_once():
     sc = h200_scenario()
     nvml = ScriptedNvml(sc)
     platform = platform_for(sc, nvml=nvml)
-    platform.get_process_memory_usage(0)
-    nvml.calls.clear()
-    assert platform.get_process_memory_usage(0) == 0
-    assert not [name for name in nvml.calls if "RunningProcesses" in name]
+    for _ in range(3):
+        assert platform.get_process_memory_usage(0) == 0
+    assert nvml.calls["nvmlDeviceGetMinorNumber"] == 1

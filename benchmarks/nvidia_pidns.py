@@ -50,6 +50,7 @@ def inner() -> dict:
     torch.cuda.synchronize()
     plain = NvmlPlatform(learn_pid=False)
     learning = NvmlPlatform()
+    learning.prepare(0)  # the explicit step that may allocate 42 + 26 MiB to learn the driver-side PID
     handle = plain.visible_device(0).handle
     raw = {pid: e.used for pid, e in running_processes(NvmlSession.shared(), handle).items()}
     out = {

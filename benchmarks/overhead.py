@@ -2,6 +2,11 @@
 
 In one run, interleaved round by round so machine noise hits every case alike, medians reported:
 
+- The issue-23 goals side by side, in one run: on nvml, ``device_memory_info`` within 2x of the raw reading it
+  stands for (no CUDA context: ``nvmlDeviceGetMemoryInfo``; with one: ``torch.cuda.mem_get_info``) and
+  ``get_process_memory_usage`` within 1.2x of the raw process list (+ finding this process in it), each with and
+  without a context. The no-context side runs in a child interpreter that never imports torch
+  (``--no-context-child``); on other platforms the child measures the calls against their raw reads without goals.
 - nvml platform: ``device_memory_info`` against raw ``nvmlDeviceGetMemoryInfo`` (v2) and ``torch.cuda.mem_get_info``;
   ``get_process_memory_usage`` and ``other_processes_memory`` against raw ``nvmlDeviceGetComputeRunningProcesses``;
   ``device_count`` against ``nvmlDeviceGetCount``; ``MemorySnapshot.measure`` against the snapshot engines take
@@ -13,11 +18,15 @@ In one run, interleaved round by round so machine noise hits every case alike, m
   ``device_memory_info``, beside ``python -c pass`` and the raw library's own import and first call.
 
 Usage: python benchmarks/overhead.py [--rounds 2000] [--import-runs 10] [--out DIR_OR_FILE.json] [--quick]
+
+H200: python benchmarks/overhead.py --out benchmarks/results/h200/ (about 2 minutes)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,7 +49,86 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--import-runs", type=int, default=10, help="fresh interpreters per import case")
     p.add_argument("--quick", action="store_true", help="200 rounds and 2 import runs (for CI)")
     p.add_argument("--out", default=None, help="a .json file, or a folder to write overhead.json/.txt into")
+    p.add_argument("--no-context-child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+#: (devmem call, raw case it stands for, goal ratio): the issue's overhead goals.
+GOALS = {
+    "device_memory_info, no context": ("device_memory_info", "raw nvmlDeviceGetMemoryInfo (v2)", 2.0),
+    "get_process_memory_usage, no context": ("get_process_memory_usage", "raw process list + filter", 1.2),
+    "device_memory_info, with a context": ("device_memory_info", "torch.cuda.mem_get_info", 2.0),
+    "get_process_memory_usage, with a context": ("get_process_memory_usage", "raw process list + filter", 1.2),
+}
+
+
+def nvml_process_filter(platform: Any, device: int) -> tuple[Any, Callable[[], object]]:
+    """pynvml (initialised) and the raw read ``get_process_memory_usage`` stands for: the compute process list
+    of the very handle devmem reads, and this process's entry in it."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle, pid = platform.visible_device(device).handle, os.getpid()
+    processes = pynvml.nvmlDeviceGetComputeRunningProcesses
+
+    def raw() -> object:
+        return next((p.usedGpuMemory for p in processes(handle) if p.pid == pid), None)
+
+    return pynvml, raw
+
+
+def no_context_child(args: argparse.Namespace) -> None:
+    """In an interpreter that never imported torch (so no CUDA context): devmem's two calls beside their raw reads,
+    printed as JSON medians in seconds."""
+    platform = devmem.current_platform()
+    cases: Cases = {
+        "device_memory_info": lambda: platform.device_memory_info(args.device),
+        "get_process_memory_usage": lambda: platform.get_process_memory_usage(args.device),
+    }
+    if platform.name == "nvml":
+        pynvml, raw_list = nvml_process_filter(platform, args.device)
+        handle = platform.visible_device(args.device).handle
+        cases["raw nvmlDeviceGetMemoryInfo (v2)"] = lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2)
+        cases["raw process list + filter"] = raw_list
+    else:
+        raw, _, _ = cpu_raw() if platform.name == "cpu" else ({}, {}, "")
+        cases.update(raw)
+    found = medians(cases, args.rounds)
+    print(json.dumps({"torch_imported": "torch" in sys.modules, "median_s": found}))
+
+
+def no_context_medians(device: int, rounds: int) -> dict[str, float]:
+    """:func:`no_context_child` in a fresh interpreter; its medians in seconds."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's devmem, as imported here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, __file__, "--no-context-child", "--device", str(device), "--rounds", str(rounds)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not answer["torch_imported"], "the no-context child imported torch"
+    return answer["median_s"]
+
+
+def goals(no_context: dict[str, float], with_context: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each goal's devmem and raw medians (us), ratio and whether it is met, where both sides were measured."""
+    out = {}
+    for name, (ours, raw, goal) in GOALS.items():
+        found = no_context if "no context" in name else with_context
+        if ours in found and raw in found:
+            ratio = found[ours] / found[raw]
+            out[name] = {
+                "devmem_us": found[ours] * 1e6,
+                "raw": raw,
+                "raw_us": found[raw] * 1e6,
+                "ratio": ratio,
+                "goal": goal,
+                "met": ratio <= goal,
+            }
+    return out
 
 
 def devmem_cases(platform: Any, device: int) -> Cases:
@@ -89,6 +177,7 @@ def nvml_raw(platform: Any, device: int) -> tuple[Cases, dict[str, tuple[str, st
         ),
         "raw nvmlDeviceGetComputeRunningProcesses": lambda: processes(handle),
         "raw nvmlDeviceGetCount": pynvml.nvmlDeviceGetCount,
+        "raw process list + filter": nvml_process_filter(platform, device)[1],
         "raw snapshot (mem_get_info + processes + torch stats)": raw_snapshot,
     }
     pairs = {
@@ -201,12 +290,39 @@ def render(result: dict[str, Any]) -> str:
         ["fresh interpreter", "median ms", "added ms"],
         [[name, f"{ms:.1f}", f"{ms - base:.1f}"] for name, ms in result["import_ms"].items()],
     )
-    return "\n\n".join([head, calls, ratios, imports])
+    sections = [head, calls, ratios]
+    if result["goals"]:
+        sections.append(
+            format_table(
+                ["goal (issue 23)", "devmem us", "raw", "raw us", "ratio", "goal", "met"],
+                [
+                    [
+                        name,
+                        f"{g['devmem_us']:.2f}",
+                        g["raw"],
+                        f"{g['raw_us']:.2f}",
+                        f"{g['ratio']:.2f}",
+                        f"{g['goal']:.1f}x",
+                        "yes" if g["met"] else "NO",
+                    ]
+                    for name, g in result["goals"].items()
+                ],
+            )
+        )
+    no_context = format_table(
+        ["no CUDA context (child interpreter)", "median us"],
+        [[name, f"{us:.2f}"] for name, us in result["no_context_median_us"].items()],
+    )
+    return "\n\n".join([*sections, no_context, imports])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.no_context_child:
+        no_context_child(args)
+        return {}
     rounds, runs = (200, 2) if args.quick else (args.rounds, args.import_runs)
+    no_context = no_context_medians(args.device, rounds)  # first, while this process has imported no torch
     resolve_start = time.perf_counter()
     platform = devmem.current_platform()
     resolve_s = time.perf_counter() - resolve_start
@@ -229,6 +345,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "resolve_in_process_ms": resolve_s * 1e3,
         "median_us": {name: s * 1e6 for name, s in found.items()},
         "ratios": {name: found[ours] / found[raw_name] for name, (ours, raw_name) in pairs.items()},
+        "no_context_median_us": {name: s * 1e6 for name, s in no_context.items()},
+        "goals": goals(no_context, found),
         "import_ms": {name: s * 1e3 for name, s in imports.items()},
     }
     text = render(result)

@@ -6,10 +6,22 @@ helpers only on first use; resolving a platform imports a vendor library only wh
 
 from typing import TYPE_CHECKING
 
+from devmem.errors import (
+    DevmemError,
+    InvalidTypeError,
+    InvalidValueError,
+    LibraryUnavailable,
+    ModelConfigError,
+    NotEnoughMemoryError,
+    PluginError,
+    SizingError,
+    UnknownArchitectureError,
+)
 from devmem.hookspecs import hookimpl
 from devmem.lazy import lazy_exports
 from devmem.platform import (
     DeviceMemory,
+    DeviceReading,
     DeviceReport,
     Platform,
     PlatformBase,
@@ -17,24 +29,18 @@ from devmem.platform import (
     Reason,
     ReasonKind,
     device_report,
+    prepare_device,
+    read_device,
 )
 from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
-from devmem.types import (
-    Detection,
-    DevmemError,
-    GiB,
-    MemoryInfo,
-    MiB,
-    NotEnoughMemoryError,
-    PlatformSpec,
-    PluginError,
-)
+from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem.adapter import as_platform
     from devmem.distributed import agree_on_minimum
     from devmem.engine_memory import EngineMemory, EngineMemoryError, KvLayout
     from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
-    from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
+    from devmem.models import ModelMemory, load_model
     from devmem.profiling import (
         MemorySnapshot,
         ProfileResult,
@@ -45,7 +51,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.sizing import (
         KvCachePlan,
         PlanInputs,
-        SizingError,
         blocks_for_bytes,
         growable_kv_cache_bytes,
         plan_growable,
@@ -63,6 +68,7 @@ _LAZY = {
     "EngineMemory": "devmem.engine_memory",
     "EngineMemoryError": "devmem.engine_memory",
     "KvLayout": "devmem.engine_memory",
+    "as_platform": "devmem.adapter",
     "MemorySnapshot": "devmem.profiling",
     "ProfileResult": "devmem.profiling",
     "check_startup_memory": "devmem.profiling",
@@ -72,12 +78,9 @@ _LAZY = {
     "KvCacheTensors": "devmem.kvcache",
     "allocate_kv_cache": "devmem.kvcache",
     "ModelMemory": "devmem.models",
-    "ModelConfigError": "devmem.models",
-    "UnknownArchitectureError": "devmem.models",
     "load_model": "devmem.models",
     "KvCachePlan": "devmem.sizing",
     "PlanInputs": "devmem.sizing",
-    "SizingError": "devmem.sizing",
     "blocks_for_bytes": "devmem.sizing",
     "growable_kv_cache_bytes": "devmem.sizing",
     "plan_growable": "devmem.sizing",
@@ -101,14 +104,18 @@ __all__ = [
     "Candidate",
     "Detection",
     "DeviceMemory",
+    "DeviceReading",
     "DeviceReport",
     "DevmemError",
     "EngineMemory",
     "EngineMemoryError",
     "GiB",
+    "InvalidTypeError",
+    "InvalidValueError",
     "KvCachePlan",
     "KvCacheTensors",
     "KvLayout",
+    "LibraryUnavailable",
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",
@@ -129,6 +136,7 @@ __all__ = [
     "__version__",
     "agree_on_minimum",
     "allocate_kv_cache",
+    "as_platform",
     "blocks_for_bytes",
     "check_startup_memory",
     "clear_cache",
@@ -144,8 +152,10 @@ __all__ = [
     "plan_kv_cache",
     "plan_pinned",
     "plan_utilization",
+    "prepare_device",
     "platform_candidates",
     "profiled_kv_cache_bytes",
+    "read_device",
     "release_allocator_cache",
     "requested_memory",
 ]

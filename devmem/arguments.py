@@ -13,15 +13,11 @@ import numbers
 import operator
 from fractions import Fraction
 
+from devmem.errors import ArgumentError as ArgumentError  # re-exported: its home is devmem.errors
 from devmem.parsing import shown
-from devmem.types import DevmemError
 
 #: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
 MAX_BYTES = 1 << 64
-
-
-class ArgumentError(DevmemError, ValueError):
-    """An argument of a public entry point is outside what it accepts."""
 
 
 def byte_count(name: str, value: object, *, positive: bool = False, error: type[ArgumentError] = ArgumentError) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from devmem.models import MAX_TP, ModelMemory
 from devmem.parsing import shown
+from devmem.results import deprecated_lines
 from devmem.sizing import MAX_BYTES, KvCachePlan, SizingError, plan_kv_cache
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
@@ -175,7 +176,7 @@ class Capacity:
     sequences: int | None = None
     longest_context: int | None = None
 
-    def lines(self) -> list[str]:
+    def explain(self) -> str:
         """The arithmetic, one line per answer."""
         m, budget = self.model, format_size(self.usable_bytes)
         out = []
@@ -210,7 +211,11 @@ class Capacity:
             out.append(f"longest context for {self.sequences} sequence(s): {limit}")
             if m.max_context is not None and (self.longest_context is None or self.longest_context > m.max_context):
                 out.append(f"  the model's max_position_embeddings {m.max_context} is the lower limit")
-        return out
+        return "\n".join(out)
+
+    def lines(self) -> list[str]:
+        """Deprecated: ``explain().splitlines()``."""
+        return deprecated_lines("Capacity.lines", self.explain())
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -331,7 +336,8 @@ class Fit:
             out.append("the context exceeds the model's max_position_embeddings")
         return out
 
-    def lines(self) -> list[str]:
+    def explain(self) -> str:
+        """The verdict, then the arithmetic behind it, one line each."""
         f = format_size
         non_kv = " + ".join(f"{k.replace('_', ' ')} {f(v)}" for k, v in self.non_kv.items() if v) or "0 B"
         verdict = "yes" if self.fits else f"no ({'; '.join(self.reasons)})"
@@ -367,7 +373,11 @@ class Fit:
                 f"  context {self.context} {'<=' if self.fits_context else '>'} the model's "
                 f"max_position_embeddings {self.model.max_context}"
             )
-        return out
+        return "\n".join(out)
+
+    def lines(self) -> list[str]:
+        """Deprecated: ``explain().splitlines()``."""
+        return deprecated_lines("Fit.lines", self.explain())
 
     def as_dict(self) -> dict[str, object]:
         return {

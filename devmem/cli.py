@@ -17,7 +17,7 @@ from typing import Any
 from devmem import __version__
 from devmem.host import REAL_FILES, Files
 from devmem.parsing import env_text
-from devmem.platform import DeviceReport, Platform, device_report
+from devmem.platform import DeviceReport, Platform, read_device
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
 from devmem.units import format_size
@@ -63,9 +63,10 @@ def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[di
 
     devices: list[dict[str, object]] = []
     for index in indices:
-        report = device_report(platform, index)
+        reading = read_device(platform, index)
+        report = DeviceReport.from_reading(platform.name, reading)
         others = report.other_processes
-        rows = None if others is None else process_rows(others, files, platform.process_roles(index))
+        rows = None if others is None else process_rows(others, files, dict(reading.roles))
         devices.append({"report": report, "processes": rows})
     return devices
 
@@ -510,7 +511,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        _print_wrapped(*model.explain(), plan.explain(), *answer.lines(), *_sizes_read_lines(read))
+        _print_wrapped(model.explain(), plan.explain(), answer.explain(), *_sizes_read_lines(read))
     return 0
 
 
@@ -541,8 +542,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     else:
         _print_wrapped(
             f"device {args.device} ({platform.name}): total {format_size(info.total)}, free {format_size(info.free)}",
-            *model.explain(),
-            *result.lines(),
+            model.explain(),
+            result.explain(),
         )
     return 0 if result.fits else 1
 

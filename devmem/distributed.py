@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from devmem import arguments
-from devmem.arguments import ArgumentError
+from devmem.errors import ArgumentTypeError as ArgumentTypeError  # re-exported
 from devmem.parsing import shown
 from devmem.platform import Platform
 
@@ -19,11 +19,6 @@ log = logging.getLogger("devmem.distributed")
 
 #: What a byte count is shifted by to fit the int64 a collective carries.
 INT64_SHIFT = 1 << 63
-
-
-class ArgumentTypeError(ArgumentError, TypeError):
-    """``agree_on_minimum`` was given something that is not an int (a ``TypeError``, as before, and a
-    ``DevmemError``)."""
 
 
 def _device(torch: Any, dist: Any, group: Any, platform: Platform | None) -> Any:

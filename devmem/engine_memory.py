@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
-from devmem.arguments import ArgumentError
+from devmem.errors import EngineMemoryError
 from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
 from devmem.parsing import shown
 from devmem.platform import Platform
@@ -45,10 +45,6 @@ log = logging.getLogger("devmem.engine")
 #: What torch's allocator maps at a time in expandable segments (its large pool's segment size): with
 #: ``expandable_segments:True`` the cache's allocation, and every later growth, is rounded up to it.
 EXPANDABLE_SEGMENT_GRANULARITY = 20 * MiB
-
-
-class EngineMemoryError(ArgumentError):
-    """A step of :class:`EngineMemory` taken out of order, twice, or with an argument it does not accept."""
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,15 @@ def lazy_exports(
     namespace: dict[str, Any], names: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for the module owning ``namespace``, whose ``names`` map each lazily
-    exported attribute to the module that defines it. A loaded attribute is cached in ``namespace``."""
+    exported attribute to the module that defines it (``"module"``), or to ``"module:attr"`` where it has another
+    name there. A loaded attribute is cached in ``namespace``."""
 
     def __getattr__(name: str) -> Any:
-        module = names.get(name)
-        if module is None:
+        target = names.get(name)
+        if target is None:
             raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        module, _, attr = target.partition(":")
+        value = getattr(importlib.import_module(module), attr or name)
         namespace[name] = value
         return value
 

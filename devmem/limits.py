@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from devmem.errors import InvalidValueError
 from devmem.platform import DeviceMemory
 from devmem.types import MemoryInfo, gib
 
@@ -31,9 +32,9 @@ class MemoryLimit:
 
     def __post_init__(self) -> None:
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
-            raise ValueError(f"MemoryLimit.limit must be a non-negative int of bytes, got {self.limit!r}")
+            raise InvalidValueError(f"MemoryLimit.limit must be a non-negative int of bytes, got {self.limit!r}")
         if self.used is not None and (isinstance(self.used, bool) or not isinstance(self.used, int) or self.used < 0):
-            raise ValueError(f"MemoryLimit.used must be None or a non-negative int of bytes, got {self.used!r}")
+            raise InvalidValueError(f"MemoryLimit.used must be None or a non-negative int of bytes, got {self.used!r}")
 
     @property
     def label(self) -> str:

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from devmem.types import DevmemError
+from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.results import Explanation
 from devmem.units import format_size
 
 #: Bytes per element of each dtype name a config or a user may give, and its short name.
@@ -98,18 +99,6 @@ MAX_LAYERS = 10_000
 MAX_TP = 1024
 #: Top-level keys a nested ``text_config`` inherits when it does not set them.
 _INHERITED = ("torch_dtype", "dtype", "tie_word_embeddings", "quantization_config", "model_type")
-
-
-class ModelConfigError(DevmemError, ValueError):
-    """A model config, or an argument about it (dtype, tensor parallelism), is not one devmem can size."""
-
-
-class UnknownArchitectureError(ModelConfigError):
-    """The config lacks keys devmem needs, or uses ones it does not model; ``missing`` names them."""
-
-    def __init__(self, message: str, model_type: str | None, missing: tuple[str, ...]):
-        super().__init__(message)
-        self.model_type, self.missing = model_type, missing
 
 
 def _dtype(name: object, what: str) -> tuple[str, int]:
@@ -291,8 +280,8 @@ class ModelMemory:
     def weights_estimated(self) -> bool:
         return self.weights_source.startswith("estimated")
 
-    def explain(self) -> list[str]:
-        """Lines for people: the layers, the per-token and per-sequence arithmetic, the weights."""
+    def explain(self) -> str:
+        """For people, one line each: the layers, the per-token and per-sequence arithmetic, the weights."""
         if self.attention == "mla":
             kv = f"{self.head_dim} latent (kv_lora_rank + qk_rope_head_dim), the same on every rank"
         else:
@@ -335,7 +324,7 @@ class ModelMemory:
             f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source}){per_rank}"
         )
         lines += [f"note: {note}" for note in self.notes]
-        return lines
+        return Explanation("\n".join(lines))
 
     def as_dict(self) -> dict[str, object]:
         return {

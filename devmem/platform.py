@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from devmem.errors import DevmemError, InvalidTypeError
 from devmem.parsing import shown
 from devmem.records import Record
-from devmem.types import DevmemError, MemoryInfo
+from devmem.types import MemoryInfo
 
 
 class ReasonKind(str, Enum):
@@ -50,7 +51,7 @@ class Reason(Record):
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ReasonKind(self.kind))
         if not isinstance(self.text, str) or not self.text:
-            raise TypeError(f"Reason.text must be a non-empty string, got {self.text!r}")
+            raise InvalidTypeError(f"Reason.text must be a non-empty string, got {self.text!r}")
 
 
 class ProcessMemory(Record):
@@ -61,7 +62,7 @@ class ProcessMemory(Record):
 
     def __post_init__(self) -> None:
         if self.used is None and self.reason is None:
-            raise TypeError("ProcessMemory(None) needs a Reason saying why the figure is unknown")
+            raise InvalidTypeError("ProcessMemory(None) needs a Reason saying why the figure is unknown")
 
     @classmethod
     def unknown(cls, kind: ReasonKind, text: str) -> ProcessMemory:
@@ -74,6 +75,27 @@ class DeviceMemory(Record):
     info: MemoryInfo
     sources: Mapping[str, str] = {}
     notes: tuple[str, ...] = ()
+
+
+class DeviceReading(Record):
+    """One coherent snapshot of a device, from one set of vendor queries: its memory (free/total, where each came
+    from, notes on them), this process's memory with its reason, the other processes and the roles of those that
+    serve others, what the device is, and the notes an operator should know. :meth:`PlatformBase.read` gives it.
+    """
+
+    index: int
+    name: str
+    memory: DeviceMemory
+    process: ProcessMemory
+    other_processes: Mapping[int, int] | None
+    roles: Mapping[int, str]
+    integrated: bool
+    pages_instead_of_failing: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def info(self) -> MemoryInfo:
+        return self.memory.info
 
 
 @runtime_checkable
@@ -215,6 +237,28 @@ class PlatformBase:
     def _notes(self, device: int) -> list[str]:
         return []
 
+    def _read(self, device: int) -> DeviceReading:
+        """Every figure of ``device`` in one :class:`DeviceReading`. The default asks each hook once; a backend
+        whose hooks share vendor queries overrides it to make each query once per reading."""
+        return DeviceReading(
+            index=device,
+            name=self._device_name(device),
+            memory=self._memory(device),
+            process=self._process_memory(device),
+            other_processes=self._other_processes_memory(device),
+            roles=dict(self._process_roles(device)),
+            integrated=self._is_integrated(device),
+            pages_instead_of_failing=self._pages_instead_of_failing(device),
+            notes=tuple(self._notes(device)),
+        )
+
+    def prepare(self, device: int = 0) -> None:
+        """Do, once, the device work that lets later readings attribute memory to this process (none by default).
+
+        Called by whoever may do device work (the engine-facing object, when it is created); readings never do it.
+        """
+        self.check_device(device)
+
     # ---- the contract ---------------------------------------------------------------------------
     def check_device(self, device: int) -> int:
         """``device`` as an int if it is a valid index (an int or numpy integer), else :class:`DevmemError` naming
@@ -233,6 +277,10 @@ class PlatformBase:
         if not 0 <= device < count:
             raise DevmemError(f"{self.name}: device index {shown(device)} is out of range; valid indices: {valid}")
         return int(device)
+
+    def read(self, device: int = 0) -> DeviceReading:
+        """One coherent :class:`DeviceReading` of ``device``: every figure from one set of vendor queries."""
+        return self._read(self.check_device(device))
 
     def memory(self, device: int = 0) -> DeviceMemory:
         return self._memory(self.check_device(device))
@@ -291,6 +339,41 @@ class DeviceReport(Record):
     #: The :class:`ReasonKind` value of ``process_reason`` (``None`` where the figure is known).
     process_reason_kind: str | None = None
 
+    @classmethod
+    def from_reading(cls, platform: str, reading: DeviceReading) -> DeviceReport:
+        """The report of one :class:`DeviceReading` of a device of the platform named ``platform``."""
+        reason = reading.process.reason
+        return cls(
+            index=reading.index,
+            name=reading.name,
+            platform=platform,
+            free=reading.info.free,
+            total=reading.info.total,
+            process=reading.process.used,
+            process_reason=None if reason is None else reason.text,
+            process_reason_kind=None if reason is None else reason.kind.value,
+            other_processes=None if reading.other_processes is None else dict(reading.other_processes),
+            integrated=reading.integrated,
+            pages_instead_of_failing=reading.pages_instead_of_failing,
+            sources=dict(reading.memory.sources),
+            notes=list(reading.notes),
+        )
+
+    def explain(self) -> str:
+        """For people: the device and its figures, this process's share or why it is unknown, where each figure
+        came from, and the notes."""
+        from devmem.units import format_size
+
+        process = format_size(self.process) if self.process is not None else f"unknown ({self.process_reason})"
+        lines = [
+            f"device {self.index}: {self.name} ({self.platform}): free {format_size(self.free)} of "
+            f"{format_size(self.total)}",
+            f"this process: {process}",
+            *(f"{figure}: {source}" for figure, source in self.sources.items()),
+            *(f"note: {note}" for note in self.notes),
+        ]
+        return "\n".join(lines)
+
     def as_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
         if self.other_processes is not None:
@@ -298,23 +381,34 @@ class DeviceReport(Record):
         return d
 
 
-def device_report(platform: Platform, device: int = 0) -> DeviceReport:
-    """Collect a :class:`DeviceReport` of ``device`` from every member of the contract."""
-    memory = platform.memory(device)
-    info = memory.info
-    process = platform.process_memory(device)
-    return DeviceReport(
+def read_device(platform: Platform, device: int = 0) -> DeviceReading:
+    """One :class:`DeviceReading` of ``device``: ``platform.read(device)`` where the platform has it (every
+    :class:`PlatformBase`), else composed from the members of the contract."""
+    read = getattr(platform, "read", None)
+    if read is not None:
+        return read(device)
+    return DeviceReading(
         index=device,
         name=platform.device_name(device),
-        platform=platform.name,
-        free=info.free,
-        total=info.total,
-        process=process.used,
-        process_reason=None if process.reason is None else process.reason.text,
-        process_reason_kind=None if process.reason is None else process.reason.kind.value,
+        memory=platform.memory(device),
+        process=platform.process_memory(device),
         other_processes=platform.other_processes_memory(device),
+        roles=platform.process_roles(device),
         integrated=platform.is_integrated_gpu(device),
         pages_instead_of_failing=platform.pages_instead_of_failing(device),
-        sources=dict(memory.sources),
-        notes=list(platform.notes(device)),
+        notes=tuple(platform.notes(device)),
     )
+
+
+def prepare_device(platform: Platform, device: int = 0) -> None:
+    """``platform.prepare(device)`` where the platform has it (every :class:`PlatformBase`): the one step that may
+    do device work so that later readings can attribute memory to this process. Call it where device work is
+    expected (when an engine's memory object is created); readings never do it."""
+    prepare = getattr(platform, "prepare", None)
+    if prepare is not None:
+        prepare(device)
+
+
+def device_report(platform: Platform, device: int = 0) -> DeviceReport:
+    """A :class:`DeviceReport` of ``device`` from one reading (:func:`read_device`)."""
+    return DeviceReport.from_reading(platform.name, read_device(platform, device))

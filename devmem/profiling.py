@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
-from devmem.arguments import ArgumentError
+from devmem.errors import ArgumentError, SnapshotMismatchError
 from devmem.forksafe import ForkSafeLock
 from devmem.parsing import shown
 from devmem.platform import Platform
@@ -69,13 +69,15 @@ class MemorySnapshot:
     @classmethod
     def measure(cls, device: int = 0, platform: Platform | None = None) -> MemorySnapshot:
         """Read the platform's free/total/process figures and torch's allocated/reserved/peak for ``device``."""
+        from devmem.platform import read_device
+
         platform = platform if platform is not None else current_platform()
-        info = platform.device_memory_info(device)
-        process = platform.get_process_memory_usage(device)
+        reading = read_device(platform, device)  # one coherent reading: the figure and its reason agree
+        info, process = reading.info, reading.process.used
         notes = []
-        if process is None:
-            why = platform.process_memory_reason(device)
-            notes.append(f"{platform.name} cannot attribute device memory to processes" + (f": {why}" if why else ""))
+        if reading.process.reason is not None:
+            why = reading.process.reason.text
+            notes.append(f"{platform.name} cannot attribute device memory to processes: {why}")
         module, why_not = device_module(platform)
         allocated = reserved = peak = reserved_peak = 0
         if module is not None:
@@ -135,10 +137,6 @@ class MemorySnapshot:
     def read_by(self, platform: Platform) -> MemorySnapshot:
         """This snapshot, marked as read by ``platform`` (so that one of another platform refuses to mix with it)."""
         return replace(self, platform=platform.name)
-
-
-class SnapshotMismatchError(DevmemError, ValueError):
-    """Two snapshots that do not describe the same device through the same platform were combined."""
 
 
 def release_allocator_cache(device: int = 0, platform: Platform | None = None) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
+from devmem.errors import InvalidTypeError
+
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
 else:  # pragma: no cover - type checkers read the 3.11 branch
@@ -45,24 +47,24 @@ class Record:
             if name in own:
                 defaults[name] = own[name]
             elif defaults and name not in defaults:
-                raise TypeError(f"{cls.__name__}: field {name!r} without a default follows one with a default")
+                raise InvalidTypeError(f"{cls.__name__}: field {name!r} without a default follows one with a default")
         cls._fields, cls._defaults = tuple(fields), defaults
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cls = type(self).__name__
         if len(args) > len(self._fields):
-            raise TypeError(f"{cls}() takes {len(self._fields)} arguments, got {len(args)}")
+            raise InvalidTypeError(f"{cls}() takes {len(self._fields)} arguments, got {len(args)}")
         values = dict(zip(self._fields, args, strict=False))
         for name, value in kwargs.items():
             if name not in self._fields:
-                raise TypeError(f"{cls}() got an unexpected keyword argument {name!r}")
+                raise InvalidTypeError(f"{cls}() got an unexpected keyword argument {name!r}")
             if name in values:
-                raise TypeError(f"{cls}() got multiple values for argument {name!r}")
+                raise InvalidTypeError(f"{cls}() got multiple values for argument {name!r}")
             values[name] = value
         for name in self._fields:
             if name not in values:
                 if name not in self._defaults:
-                    raise TypeError(f"{cls}() missing required argument {name!r}")
+                    raise InvalidTypeError(f"{cls}() missing required argument {name!r}")
                 default = self._defaults[name]
                 values[name] = type(default)(default) if isinstance(default, _MUTABLE_DEFAULTS) else default
             object.__setattr__(self, name, values[name])

@@ -3,7 +3,8 @@
 The pattern is nvitop's NVML layer: the library is loaded and initialised lazily (``initialise()``, or the first
 use), once, under a lock; a failed load or init is recorded (``failure``, with ``action`` where the fix is known)
 and re-raised on every later use without trying again; every call goes through one ``call(name, *args)`` wrapper
-that turns the library's errors into a :class:`~devmem.DevmemError`; ``has(name)`` says whether the library offers
+that turns the library's errors into a :class:`~devmem.DevmemError` (and, inside ``one_reading()``, asks each
+query once: one reading of a device makes one set of vendor calls); ``has(name)`` says whether the library offers
 a function; ``shutdown()`` releases it (only where this session initialised it; a later call initialises it
 again); ``shared()`` is the process-wide session on the real library. A backend subclasses :class:`VendorSession`
 and supplies only its vendor's specifics: the init/shutdown function names, how to load the real library, and its
@@ -24,23 +25,17 @@ import atexit
 import logging
 import os
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
+from devmem.errors import DevmemError, LibraryUnavailable
 from devmem.forksafe import ForkSafeLock
-from devmem.types import DevmemError
 
 log = logging.getLogger("devmem")
 
 S = TypeVar("S", bound="VendorSession")
-
-
-class LibraryUnavailable(DevmemError):
-    """A vendor library cannot be loaded or initialised; the message is the reason, for people, and ``action``
-    what to do about it where that is known (``""`` otherwise)."""
-
-    def __init__(self, reason: str, action: str = ""):
-        super().__init__(reason)
-        self.action = action
 
 
 class VendorSession:
@@ -159,7 +154,53 @@ class VendorSession:
 
     def call(self, name: str, *args: Any) -> Any:
         """``library.<name>(*args)`` once initialised; whatever the library raises becomes :meth:`call_error`,
-        a missing function :meth:`missing_function`."""
+        a missing function :meth:`missing_function`. Within :meth:`one_reading`, a repeated call (same function,
+        same arguments) gets the first call's answer, or raises its error again, without asking the library."""
+        memo = _reading.get()
+        if memo is not None:
+            try:
+                key = (id(self), name, args)
+                answer = memo.get(key, _MISSING)
+            except TypeError:  # an unhashable argument: asked every time
+                return self._dispatch(name, args)
+            if answer is _MISSING:
+                try:
+                    answer = memo[key] = self._dispatch(name, args)
+                except DevmemError as exc:
+                    memo[key] = _Raised(exc)
+                    raise
+            if isinstance(answer, _Raised):
+                raise answer.error
+            return answer
+        return self._dispatch(name, args)
+
+    @staticmethod
+    @contextmanager
+    def one_reading() -> Iterator[None]:
+        """Within the block, every session asks its library each query at most once (see :meth:`call`): one
+        reading of a device makes one set of vendor calls, and its figures come from the same answers. Nested
+        blocks share the outermost one's answers."""
+        if _reading.get() is not None:
+            yield
+            return
+        token = _reading.set({})
+        try:
+            yield
+        finally:
+            _reading.reset(token)
+
+    @staticmethod
+    @contextmanager
+    def fresh() -> Iterator[None]:
+        """Within the block, calls reach the library even inside :meth:`one_reading` (a figure read again on
+        purpose, to see whether it moved)."""
+        token = _reading.set(None)
+        try:
+            yield
+        finally:
+            _reading.reset(token)
+
+    def _dispatch(self, name: str, args: tuple[Any, ...]) -> Any:
         if self.serialise_calls:
             with self._lock:
                 return self._call(name, args)
@@ -192,6 +233,16 @@ class VendorSession:
         self._lock.renew()
 
 
+class _Raised:
+    """A call's error, kept by :meth:`VendorSession.one_reading` to raise again for a repeated call."""
+
+    def __init__(self, error: DevmemError):
+        self.error = error
+
+
+_MISSING = object()
+#: The answers of the reading in progress in this context (``None`` outside :meth:`VendorSession.one_reading`).
+_reading: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("devmem_one_reading", default=None)
 _live: weakref.WeakSet[VendorSession] = weakref.WeakSet()
 _registry_lock = ForkSafeLock()
 _atexit_registered = False

@@ -24,9 +24,9 @@ from typing import Any, NamedTuple, TypedDict
 
 from devmem import arguments
 from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
-from devmem.arguments import ArgumentError
+from devmem.errors import NotEnoughMemoryError, SizingError
 from devmem.parsing import shown
-from devmem.types import GiB, NotEnoughMemoryError
+from devmem.types import GiB
 from devmem.units import format_size
 
 #: Share of the device an engine asks for when it names none.
@@ -35,10 +35,6 @@ DEFAULT_UTILIZATION = 0.9
 MARGIN_FLOOR_BYTES = GiB
 #: ... or this share of the transient peak, whichever is larger.
 MARGIN_FRACTION = 0.75
-
-
-class SizingError(ArgumentError):
-    """An input to the sizing arithmetic is outside what it accepts (a ``DevmemError`` and a ``ValueError``)."""
 
 
 #: A margin of more than this many transient peaks is a mistake, not a setting.

@@ -1,11 +1,12 @@
-"""Small value types and the error hierarchy shared by the core and every backend."""
+"""Small value types shared by the core and every backend (the errors are :mod:`devmem.errors`'s, re-exported)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, NotEnoughMemoryError, PluginError
 from devmem.records import Record
 
 if TYPE_CHECKING:
@@ -25,26 +26,6 @@ def gib(nbytes: int | float) -> str:
 
         return format_size(nbytes)
     return f"{nbytes / GiB:.2f} GiB"
-
-
-class DevmemError(Exception):
-    """Base of every error devmem raises."""
-
-
-class PluginError(DevmemError):
-    """A platform asked for by name is unknown, broken or not detected, or two platforms tie."""
-
-
-class NotEnoughMemoryError(DevmemError, ValueError):
-    """The KV-cache budget came out at or below zero.
-
-    ``breakdown`` maps each figure of the message (``"requested"``, ``"weights"``, ...) to bytes,
-    so an engine can report it in its own words.
-    """
-
-    def __init__(self, message: str, breakdown: Mapping[str, int | float | None] | None = None):
-        super().__init__(message)
-        self.breakdown: dict[str, int | float | None] = dict(breakdown or {})
 
 
 class MemoryInfo(NamedTuple):
@@ -68,11 +49,11 @@ class Detection(Record):
 
     def __post_init__(self) -> None:
         if not isinstance(self.detected, bool):
-            raise TypeError(f"Detection.detected must be a bool, got {self.detected!r}")
+            raise InvalidTypeError(f"Detection.detected must be a bool, got {self.detected!r}")
         if not isinstance(self.reason, str) or not self.reason:
-            raise TypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
+            raise InvalidTypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
         if not isinstance(self.action, str):
-            raise TypeError(f"Detection.action must be a string, got {self.action!r}")
+            raise InvalidTypeError(f"Detection.action must be a string, got {self.action!r}")
 
 
 class PlatformSpec(Record):
@@ -93,17 +74,31 @@ class PlatformSpec(Record):
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ValueError(
+            raise InvalidValueError(
                 f"PlatformSpec.name {self.name!r} is not allowed: use lowercase letters, digits, '-' or '_', "
                 "starting with a letter"
             )
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
-            raise TypeError(f"PlatformSpec.priority must be an int, got {self.priority!r}")
+            raise InvalidTypeError(f"PlatformSpec.priority must be an int, got {self.priority!r}")
         if not callable(self.detect) or not callable(self.factory):
-            raise TypeError(f"PlatformSpec {self.name!r}: detect and factory must be callables")
+            raise InvalidTypeError(f"PlatformSpec {self.name!r}: detect and factory must be callables")
         if isinstance(self.runtime_markers, str) or not all(isinstance(m, str) and m for m in self.runtime_markers):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"PlatformSpec {self.name!r}: runtime_markers must be a tuple of non-empty strings, "
                 f"got {self.runtime_markers!r}"
             )
         object.__setattr__(self, "runtime_markers", tuple(self.runtime_markers))
+
+
+__all__ = [
+    "Detection",
+    "DevmemError",
+    "GiB",
+    "KiB",
+    "MemoryInfo",
+    "MiB",
+    "NotEnoughMemoryError",
+    "PlatformSpec",
+    "PluginError",
+    "gib",
+]

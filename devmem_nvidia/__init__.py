@@ -15,7 +15,7 @@ unified-memory one) use these and nothing else:
 
 from typing import TYPE_CHECKING
 
-from devmem.lazy import lazy_exports
+from devmem.sdk import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, for type checkers
     from devmem_nvidia.driver import NO_DRIVER, driver_loaded

@@ -17,8 +17,8 @@ import ctypes
 import logging
 from typing import Any
 
-from devmem.forksafe import ForkSafeLock
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import ForkSafeLock
 
 log = logging.getLogger("devmem.nvidia")
 

@@ -21,12 +21,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem.dmem import DmemLimits
-from devmem.host import REAL_FILES, Files
-from devmem.limits import apply_limits
-from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.readings import checked_memory
-from devmem.types import Detection, DevmemError, MemoryInfo
+from devmem import Detection, DeviceMemory, DevmemError, MemoryInfo, PlatformBase, ProcessMemory, ReasonKind
+from devmem.sdk import REAL_FILES, DmemLimits, Files, apply_limits, checked_memory
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits

@@ -3,7 +3,7 @@ NVML cannot serve. Importing this module imports no vendor library and not the p
 
 from __future__ import annotations
 
-from devmem.hookspecs import hookimpl
+from devmem import hookimpl
 from devmem_nvidia.plugin import DRIVER
 
 CUDA = "devmem_nvidia.cuda_platform"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from devmem.host import REAL_FILES, Files
+from devmem.sdk import REAL_FILES, Files
 
 #: What a Linux machine with the NVIDIA kernel driver (or WSL2's GPU paravirtualisation) has.
 DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")

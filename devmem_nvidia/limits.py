@@ -7,18 +7,20 @@
 - HAMi-style vGPU limits (HAMi-core's ``libvgpu.so``): ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` for CUDA device ``i``,
   else ``CUDA_DEVICE_MEMORY_LIMIT`` for every device.
 
-A size is a whole number with an optional binary unit: ``8G``/``8GB``/``8GiB``, ``8192m``, ``512K``, or bytes,
-below 2**64 bytes (16 EiB). The variables are read through :mod:`devmem.parsing` (at most 4096 characters).
+These variables define their own size grammar, which is not devmem's (:func:`devmem.parse_size`, where ``8GB`` is
+8e9 bytes): a whole number with an optional unit that is always binary, ``8G`` = ``8GB`` = ``8GiB`` = 8 GiB,
+``8192m``, ``512K``, or bytes. :func:`parse_cuda_limit_size` reads it, for these variables and for the MPS control
+daemon's answers only; every other size in devmem and its backends is :func:`devmem.parse_size`'s.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 
-from devmem.limits import MemoryLimit
-from devmem.parsing import env_text, shown
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import MemoryLimit, env_text, shown
 
 MPS_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 VGPU_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
@@ -29,10 +31,10 @@ _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 TOO_LARGE = 1 << 64
 
 
-def parse_size(text: str, variable: str) -> int:
-    """``"8G"`` -> 8589934592; raises :class:`DevmemError` naming ``variable``, the value and the allowed forms
-    and range (below 2**64 bytes)."""
-    m = _SIZE.match(text) if isinstance(text, str) else None
+def parse_cuda_limit_size(text: str, variable: str) -> int:
+    """A size in the grammar of CUDA's MPS and HAMi limit variables (units always binary: ``"8G"`` and ``"8GB"``
+    are 8589934592); raises :class:`DevmemError` naming ``variable`` and the allowed forms."""
+    m = _SIZE.match(text)
     if m is None or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
         raise DevmemError(
             f"{variable}: {shown(text)} is not a size; use a whole number of bytes or one with a unit "
@@ -52,14 +54,14 @@ def mps_limits(environ: Mapping[str, str]) -> dict[int | None, int]:
     for entry in (e.strip() for e in raw.split(",") if e.strip()):
         ordinal, sep, size = entry.partition("=")
         if not sep:
-            out[None] = parse_size(entry, MPS_LIMIT)
+            out[None] = parse_cuda_limit_size(entry, MPS_LIMIT)
             continue
         if not re.fullmatch(r"[0-9]{1,6}", ordinal.strip()):
             raise DevmemError(
                 f"{MPS_LIMIT}={shown(raw)}: {shown(ordinal.strip())} is not a device ordinal; "
                 "use <ordinal>=<size> pairs separated by commas, e.g. 0=8G,1=4G"
             )
-        out[int(ordinal)] = parse_size(size, MPS_LIMIT)
+        out[int(ordinal)] = parse_cuda_limit_size(size, MPS_LIMIT)
     return out
 
 
@@ -75,9 +77,20 @@ def env_limits(environ: Mapping[str, str], device: int) -> list[MemoryLimit]:
     for name in (f"{VGPU_LIMIT}_{device}", VGPU_LIMIT):
         raw = env_text(name, environ)
         if raw:
-            out.append(MemoryLimit(parse_size(raw, name), "vGPU memory limit (HAMi-style)", f"{name}={raw}"))
+            out.append(MemoryLimit(parse_cuda_limit_size(raw, name), "vGPU memory limit (HAMi-style)", f"{name}={raw}"))
             break
     return out
 
 
-__all__ = ["MPS_LIMIT", "TOO_LARGE", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_size"]
+def parse_size(text: str, variable: str) -> int:
+    """Deprecated: :func:`parse_cuda_limit_size` (this name read as devmem's own grammar, which it is not)."""
+    warnings.warn(
+        "devmem_nvidia.limits.parse_size is deprecated: use parse_cuda_limit_size (CUDA's binary size grammar) or "
+        "devmem.parse_size (devmem's)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return parse_cuda_limit_size(text, variable)
+
+
+__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_cuda_limit_size", "parse_size"]

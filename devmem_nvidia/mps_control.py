@@ -25,13 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from devmem.forksafe import ForkSafeLock
-from devmem.host import Files
-from devmem.limits import MemoryLimit
-from devmem.parsing import env_text
-from devmem.readings import vendor_text
-from devmem.types import DevmemError
-from devmem_nvidia.limits import mps_limits, parse_size
+from devmem import DevmemError
+from devmem.sdk import Files, ForkSafeLock, MemoryLimit, env_text, vendor_text
+from devmem_nvidia.limits import mps_limits
+from devmem_nvidia.limits import parse_cuda_limit_size as parse_size
 
 log = logging.getLogger("devmem.nvidia")
 

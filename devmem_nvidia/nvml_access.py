@@ -33,10 +33,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from devmem import readings
-from devmem.parsing import shown
-from devmem.sessions import LibraryUnavailable, VendorSession
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import LibraryUnavailable, VendorSession, process_id, process_list, shown
+from devmem.sdk import process_bytes as checked_process_bytes
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -231,12 +230,12 @@ def process_bytes(value: Any) -> int | None:
     by nvidia-ml-py), the unsigned sentinel ``2**64 - 1`` or anything at or above ``2**63`` (a sentinel seen
     through a signed type), a negative number (``-1``), or something that is not a whole number (the checked
     readings' rule, :func:`devmem.readings.process_bytes`)."""
-    return readings.process_bytes(value)
+    return checked_process_bytes(value)
 
 
 def _entry(p: Any, kind: str) -> ProcessEntry | None:
     try:
-        pid = readings.process_id(p.pid)
+        pid = process_id(p.pid)
         if pid is None:
             raise ValueError(f"pid {shown(p.pid)} is no process id")
         used = process_bytes(p.usedGpuMemory)
@@ -255,7 +254,7 @@ def _entry(p: Any, kind: str) -> ProcessEntry | None:
 
 
 def _pid(p: Any) -> int | None:
-    return readings.process_id(getattr(p, "pid", None))
+    return process_id(getattr(p, "pid", None))
 
 
 def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
@@ -266,7 +265,7 @@ def _process_list(session: NvmlSession, calls: tuple[str, ...], handle: Any) -> 
     """One of NVML's process lists (newest call first), through :func:`devmem.readings.process_list`: an answer
     that is no list (``None``, a number) raises :class:`NvmlCallError`, as a failed call would."""
     raw = session.call_newest(calls, handle)
-    entries = readings.process_list(raw)
+    entries = process_list(raw)
     if entries is None:
         raise NvmlCallError(calls[0], "NotAList", f"answered {shown(raw)}, not a list of processes")
     return entries

@@ -8,8 +8,13 @@
 - ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
   NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
   process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
-  learned once from distinctive allocations (:mod:`devmem_nvidia.pidns`). A process that
-  maps no NVIDIA device holds 0 bytes. Otherwise ``None``, with the reason in ``process_memory_reason``.
+  :meth:`NvmlPlatform.prepare` learned. A process that maps no NVIDIA device holds 0 bytes. Otherwise ``None``,
+  with the reason in ``process_memory_reason`` (which says to call ``prepare`` where it has not run).
+- ``prepare(device)``: the one step that may do device work. Where this process holds a CUDA context on the
+  device but NVML does not list it under a PID it knows (a container without ``--pid=host`` on a driver that
+  lists host PIDs), it allocates 42 MiB and then 26 MiB through the CUDA driver (``cuMemAlloc`` on the primary
+  context, freed at once) and learns the driver-side PID as the one whose usage moved by exactly those sizes
+  (:mod:`devmem_nvidia.pidns`). Readings never allocate.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from devmem.dmem import DmemLimits
-from devmem.forksafe import ForkSafeLock
-from devmem.host import REAL_FILES, Files
-from devmem.limits import apply_limits
-from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.readings import checked_memory
-from devmem.types import Detection, DevmemError
-from devmem.units import format_size
+from devmem import Detection, DeviceMemory, DeviceReading, DevmemError, PlatformBase, ProcessMemory, ReasonKind
+from devmem.sdk import (
+    REAL_FILES,
+    DmemLimits,
+    Files,
+    ForkSafeLock,
+    MemoryLimit,
+    apply_limits,
+    checked_memory,
+    format_size,
+)
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
 from devmem_nvidia.mps_control import MpsDefaults, Runner, run_control
@@ -43,6 +51,7 @@ from devmem_nvidia.nvml_access import (
     running_processes,
 )
 from devmem_nvidia.pidns import (
+    AddressSpaceFiles,
     CudaDriverAllocator,
     DeviceAllocator,
     learn_driver_pid,
@@ -132,6 +141,19 @@ def detect_nvml(nvml: Any = None, files: Files = REAL_FILES, system: str = sys.p
     return Detection(True, "; ".join([reason + (f", driver {driver}" if driver else ""), *survey.restricted]))
 
 
+def memory_sources(reserved: int | None) -> dict[str, str]:
+    """Where NVML memory info's figures come from, for people (``reserved`` is ``None`` for v1)."""
+    if reserved is None:
+        return {
+            "free": "NVML memory info v1 free",
+            "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)",
+        }
+    return {
+        "free": "NVML memory info v2 free",
+        "total": f"NVML memory info v2 total - reserved ({format_size(reserved)} kept by the driver)",
+    }
+
+
 def kernel_slot(bus_id: str) -> str:
     """NVML's ``00000000:19:00.0`` -> the kernel's ``0000:19:00.0`` (what cgroup ``dmem`` regions name)."""
     domain, _, rest = bus_id.strip().lower().partition(":")
@@ -143,10 +165,11 @@ class NvmlPlatform(PlatformBase):
 
     ``nvml``: the pynvml module or a scripted one (``None``: import pynvml lazily, shared by the process);
     ``files``: the /proc boundary; ``environ``: where ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` come from;
-    ``allocator``: the runtime boundary used to learn this process's driver-side PID (default: the CUDA
-    driver, only where this process already has a context); ``learn_pid=False`` never allocates; ``cuda``: the
-    ``libcuda`` whose ``cuMemGetInfo`` shows caps NVML cannot see (``None``: the real one with real NVML, only
-    where this process has loaded it and holds a context; see :mod:`devmem_nvidia.runtime_caps`);
+    ``allocator``: the runtime boundary :meth:`prepare` learns this process's driver-side PID through (default:
+    the CUDA driver, only where this process already has a context); ``learn_pid=False``: ``prepare`` never
+    allocates; ``cuda``: the ``libcuda`` whose ``cuMemGetInfo`` shows caps NVML cannot see (``None``: the real
+    one with real NVML, only where this process has loaded it and holds a context; see
+    :mod:`devmem_nvidia.runtime_caps`);
     ``mps_control``: how to ask the MPS control daemon for its default limit (``None``: its program, with real
     NVML; see :mod:`devmem_nvidia.mps_control`).
     """
@@ -167,6 +190,7 @@ class NvmlPlatform(PlatformBase):
         mps_control: Runner | None = None,
     ):
         self._session = NvmlSession.for_module(nvml)
+        files = AddressSpaceFiles(files)  # /proc/self/maps read again only once the address space changed
         self._runtime = RuntimeView(cuda, files, real=nvml is None)
         self._files = files
         self._dmem = DmemLimits(files)
@@ -183,6 +207,12 @@ class NvmlPlatform(PlatformBase):
         self._learn_note: str | None = None
         self._learn_tried: set[int] = set()
         self._names: dict[int, str] = {}
+        #: Per device, what does not change while this process runs: the environment's limits (the CUDA runtime
+        #: reads them once, at its start) and the PCI slot cgroup dmem regions name.
+        self._fixed: dict[int, tuple[list[MemoryLimit], str]] = {}
+        #: NVML memory info's sources, by the reservation they name.
+        self._sources: dict[int | None, dict[str, str]] = {}
+        self._minors: dict[str, int | None] = {}  # by device UUID: the minor of its /dev/nvidia node
 
     # ---- devices -------------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -193,20 +223,16 @@ class NvmlPlatform(PlatformBase):
         return self._table.devices()[self.check_device(device)]
 
     def _memory(self, device: int) -> DeviceMemory:
-        reading = device_memory(self._session, self.name, device, self._table.devices()[device])
-        if reading.reserved is None:
-            sources = {
-                "free": "NVML memory info v1 free",
-                "total": "NVML memory info v1 total (this driver has no v2; it includes the driver's reservation)",
-            }
-        else:
-            sources = {
-                "free": "NVML memory info v2 free",
-                "total": f"NVML memory info v2 total - reserved ({format_size(reading.reserved)} kept by the driver)",
-            }
-        memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         dev = self._table.devices()[device]
-        limits = env_limits(self._environ, device) + self._dmem(kernel_slot(dev.pci_bus_id))
+        reading = device_memory(self._session, self.name, device, dev)
+        sources = self._sources.get(reading.reserved)
+        if sources is None:
+            sources = self._sources[reading.reserved] = memory_sources(reading.reserved)
+        memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
+        fixed = self._fixed.get(device)
+        if fixed is None:
+            fixed = self._fixed[device] = (env_limits(self._environ, device), kernel_slot(dev.pci_bus_id))
+        limits = fixed[0] + self._dmem(fixed[1])
         limits += self._mps_defaults.limit(device, len(self._table.devices()))
         runtime = self._runtime.checked(device)
         if runtime is not None:
@@ -214,7 +240,7 @@ class NvmlPlatform(PlatformBase):
             limits += runtime_limits(
                 runtime.info,
                 memory.info,
-                lambda: device_memory(self._session, self.name, device, dev).free,
+                lambda: self._free_again(device, dev),
                 lambda: self._process_memory(device).used,
                 limits,
             )
@@ -222,6 +248,29 @@ class NvmlPlatform(PlatformBase):
             return memory
         process = self._process_memory(device).used if any(lim.used is None for lim in limits) else None
         return apply_limits(memory, limits, process)
+
+    def _free_again(self, device: int, dev: VisibleDevice) -> int:
+        """NVML's free read again, even within one reading: whether it moved since the first read."""
+        with self._session.fresh():
+            return device_memory(self._session, self.name, device, dev).free
+
+    def _read(self, device: int) -> DeviceReading:
+        """Every figure of ``device`` from one set of NVML queries (:meth:`~devmem.sdk.VendorSession.one_reading`):
+        the memory reading once, each process list once, shared by the process figure, the other processes, the
+        roles and the notes."""
+        with self._session.one_reading():
+            memory = self._memory(device)
+            return DeviceReading(
+                index=device,
+                name=self._device_name(device),
+                memory=memory,
+                process=self._process_memory(device),
+                other_processes=self._other_processes_memory(device),
+                roles=self._process_roles(device),
+                integrated=False,
+                pages_instead_of_failing=False,
+                notes=tuple(self._device_notes(device, memory)),
+            )
 
     def _is_integrated(self, device: int) -> bool:
         return False
@@ -244,8 +293,7 @@ class NvmlPlatform(PlatformBase):
 
     def _holds_context(self, dev: VisibleDevice, device: int) -> bool:
         """Whether this process may hold memory on ``dev``: it maps the device and has a context there."""
-        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
-        if maps_nvidia_device(self._files, minor) is False:
+        if maps_nvidia_device(self._files, self._minor(dev)) is False:
             return False
         return self._allocator.has_context(device) is not False
 
@@ -269,16 +317,34 @@ class NvmlPlatform(PlatformBase):
             except NvmlCallError as exc:
                 self._learn_note = f"cannot learn the driver-side PID: {exc}"
 
+    def prepare(self, device: int = 0) -> None:
+        """Learn this process's driver-side PID on ``device`` where NVML does not list it under a PID it knows
+        and it holds a CUDA context there: allocates 42 MiB, then 26 MiB, through the CUDA driver, each freed at
+        once (see the module docstring). Done at most once per device; a no-op where the PID is known, where this
+        process holds no context, or with ``learn_pid=False``. NVML errors are kept in the reason, never raised.
+        """
+        device = self.check_device(device)
+        dev = self._table.devices()[device]
+        try:
+            listed = find_process(self._session, dev.handle, self._driver_pids()) is not None
+        except NvmlCallError:
+            return
+        if not listed and self._holds_context(dev, device):
+            self._try_learning(device)
+
+    def _minor(self, dev: VisibleDevice) -> int | None:
+        """The minor of the ``/dev/nvidia<minor>`` node of ``dev`` (its parent GPU's for a MIG instance; ``None``
+        where NVML does not say), asked once: it does not change while the driver is loaded."""
+        if dev.uuid not in self._minors:
+            self._minors[dev.uuid] = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
+        return self._minors[dev.uuid]
+
     def _process_memory(self, device: int) -> ProcessMemory:
         dev = self._table.devices()[device]
         try:
             entry = find_process(self._session, dev.handle, self._driver_pids())
             if entry is None and self._holds_context(dev, device):
-                self._try_learning(device)
-                if self._learned is not None:
-                    entry = find_process(self._session, dev.handle, {self._learned})
-                if entry is None:
-                    return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev))
+                return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev, device))
             elif entry is None and self._hidden_by_namespace(dev):
                 return self._unknown(
                     device,
@@ -308,15 +374,22 @@ class NvmlPlatform(PlatformBase):
     def _hidden_by_namespace(self, dev: VisibleDevice) -> bool:
         """This process maps the device, and NVML lists PIDs that ``/proc`` here does not show (the driver's PID
         namespace is another one): this process may be among them under a PID it cannot know."""
-        minor = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
-        if maps_nvidia_device(self._files, minor) is not True:
+        if maps_nvidia_device(self._files, self._minor(dev)) is not True:
             return False
         listed = running_processes(self._session, dev.handle)
         return any(not self._files.exists(f"/proc/{pid}") for pid in listed)
 
-    def _not_listed(self, dev: VisibleDevice) -> str:
+    def _not_listed(self, dev: VisibleDevice, device: int) -> str:
         pids = namespace_pids(self._files) or [os.getpid()]
-        learned = f"; {self._learn_note}" if self._learn_note else ""
+        if self._learn_note:
+            learned = f"; {self._learn_note}"
+        elif self._learn_pid and device not in self._learn_tried:
+            learned = (
+                f"; call platform.prepare({device}) once (it allocates 42 MiB and 26 MiB on the device to learn "
+                "this process's driver-side PID)"
+            )
+        else:
+            learned = ""
         return (
             f"this process (PID {pids[-1]}) uses {dev.uuid} but is not in NVML's process list: NVML lists the "
             f"PIDs the driver sees (host PIDs on this driver) and this PID namespace hides them{learned}. "
@@ -331,10 +404,7 @@ class NvmlPlatform(PlatformBase):
             return None
         own = set(self._driver_pids())
         if not own & entries.keys() and self._holds_context(dev, device):
-            self._try_learning(device)
-            own = set(self._driver_pids())
-            if not own & entries.keys():
-                return None  # this process is somewhere in the list under a PID we do not know
+            return None  # this process is somewhere in the list under a PID we do not know
         others = {pid: e.used for pid, e in entries.items() if pid not in own}
         if any(used is None for used in others.values()):
             return None
@@ -393,6 +463,10 @@ class NvmlPlatform(PlatformBase):
         return self._names[device]
 
     def _notes(self, device: int) -> list[str]:
+        return self._device_notes(device, self._memory(device))
+
+    def _device_notes(self, device: int, memory: DeviceMemory) -> list[str]:
+        """The notes on ``device``, whose memory reading is ``memory``."""
         dev = self._table.devices()[device]
         out = []
         if dev.mig:
@@ -411,7 +485,7 @@ class NvmlPlatform(PlatformBase):
             out.append(f"PID namespace: the driver sees this process as PID {self._learned} ({self._learn_note})")
         elif len(ns) > 1:
             out.append(f"PID namespace: this process is PID {ns[-1]} here and PID {ns[0]} outside (NSpid)")
-        out += self._memory(device).notes
+        out += memory.notes
         out += self._mps_notes(dev)
         driver = self._session.driver_version()
         if driver:

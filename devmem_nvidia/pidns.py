@@ -14,7 +14,8 @@ them into the caller's namespace (580.159.04 on an H200 listed a process under `
    by exactly that much; repeat with a second size; the one PID that matched both times is this process's
    driver-side PID. This makes per-process accounting work in a container without ``--pid=host``.
 
-Public names: ``namespace_pids(files)``, ``maps_nvidia_device(files, minor)``, ``DeviceAllocator``,
+Public names: ``namespace_pids(files)``, ``maps_nvidia_device(files, minor)``, ``AddressSpaceFiles``,
+``DeviceAllocator``,
 ``CudaDriverAllocator``, ``LEARN_SIZES``, ``learn_driver_pid(read_usage, allocator, device)``.
 """
 
@@ -26,8 +27,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from devmem.host import REAL_FILES, Files
-from devmem.types import MiB
+from devmem import MiB
+from devmem.sdk import REAL_FILES, Files
 
 log = logging.getLogger("devmem.nvidia")
 
@@ -52,20 +53,24 @@ def namespace_pids(files: Files = REAL_FILES) -> list[int]:
     return []
 
 
+def mapped_minors(maps: str) -> list[int]:
+    """The minors of the ``/dev/nvidia<minor>`` devices a ``/proc/self/maps`` text maps."""
+    return [int(m.group(1)) for m in map(_NVIDIA_DEV.search, maps.splitlines()) if m]
+
+
 def maps_nvidia_device(files: Files = REAL_FILES, minor: int | None = None) -> bool | None:
     """Whether this process maps ``/dev/nvidia<minor>`` (any NVIDIA GPU when ``minor`` is None).
 
     ``None`` when ``/proc/self/maps`` cannot be read.
     """
+    if isinstance(files, AddressSpaceFiles):
+        return files.maps_nvidia_device(minor)
     try:
         text = files.read_text("/proc/self/maps")
     except OSError:
         return None
-    for line in text.splitlines():
-        m = _NVIDIA_DEV.search(line)
-        if m and (minor is None or int(m.group(1)) == minor):
-            return True
-    return False
+    minors = mapped_minors(text)
+    return bool(minors) if minor is None else minor in minors
 
 
 def cuda_in_use(files: Files = REAL_FILES) -> bool | None:
@@ -75,6 +80,51 @@ def cuda_in_use(files: Files = REAL_FILES) -> bool | None:
     in a process that has not would initialise CUDA in it, and under MPS connect it to the MPS server as a
     client (measured on the H200). ``None`` when ``/proc/self/maps`` cannot be read."""
     return maps_nvidia_device(files)
+
+
+class AddressSpaceFiles:
+    """``files``, with ``/proc/self/maps`` read again only where the address space changed since the last read.
+
+    A CUDA context maps the device (and its memory) into the process, which changes the size of its address space
+    (``/proc/self/statm``'s first field); reading that size costs a few microseconds where reading the maps of a
+    process with torch loaded costs a hundred or more. Where statm is unreadable the maps are read every time.
+    """
+
+    def __init__(self, files: Files):
+        self._files = files
+        #: (statm's size field, the maps read with it, the NVIDIA device minors they map)
+        self._maps: tuple[str, str, frozenset[int]] | None = None
+
+    def _current(self) -> tuple[str, str, frozenset[int]] | None:
+        try:
+            size = self._files.read_text("/proc/self/statm").split(" ", 1)[0]
+        except OSError:
+            return None
+        cached = self._maps
+        if cached is None or cached[0] != size:
+            text = self._files.read_text("/proc/self/maps")
+            cached = self._maps = (size, text, frozenset(mapped_minors(text)))
+        return cached
+
+    def read_text(self, path: str) -> str:
+        current = self._current() if path == "/proc/self/maps" else None
+        return current[1] if current is not None else self._files.read_text(path)
+
+    def maps_nvidia_device(self, minor: int | None) -> bool | None:
+        """:func:`maps_nvidia_device` from the maps read with the current address-space size."""
+        try:
+            current = self._current()
+        except OSError:
+            return None
+        if current is None:
+            return maps_nvidia_device(self._files, minor)
+        return bool(current[2]) if minor is None else minor in current[2]
+
+    def exists(self, path: str) -> bool:
+        return self._files.exists(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return self._files.listdir(path)
 
 
 class DeviceAllocator(Protocol):

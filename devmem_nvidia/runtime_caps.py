@@ -22,11 +22,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from devmem.host import Files
-from devmem.limits import MemoryLimit
-from devmem.platform import DeviceMemory
-from devmem.readings import checked_memory
-from devmem.types import DevmemError, MemoryInfo, gib
+from devmem import DeviceMemory, DevmemError, MemoryInfo
+from devmem.sdk import Files, MemoryLimit, checked_memory, gib
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.pidns import cuda_in_use
 

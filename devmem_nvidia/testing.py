@@ -36,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devmem.testing.scenario import Scenario, ScriptedDevice, ScriptedDriver, ScriptedLibrary
-from devmem.types import GiB, MiB
+from devmem import GiB, MiB
+from devmem.testing import Scenario, ScriptedDevice, ScriptedDriver, ScriptedLibrary
 
 #: Readings of an H200 (driver 580.159.04) with no process on it.
 H200_TOTAL = 150754820096

@@ -34,11 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from devmem.forksafe import ForkSafeLock
-from devmem.host import REAL_FILES, Files
-from devmem.parsing import env_choice
-from devmem.visible import VisibleDevices, dropped, pick
-from devmem.visible import index as device_index
+from devmem.sdk import REAL_FILES, Files, ForkSafeLock, VisibleDevices, device_index, dropped, env_choice, pick
 from devmem_nvidia.nvml_access import (
     NvmlCallError,
     NvmlSession,

@@ -13,7 +13,7 @@ is imported here. The names below are this package's public surface; other backe
 
 from typing import TYPE_CHECKING
 
-from devmem.lazy import lazy_exports
+from devmem.sdk import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, for type checkers
     from devmem_rocm.devices import CARVE_OUT_MAX

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from devmem.types import GiB
+from devmem import GiB
 from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession
 
 log = logging.getLogger("devmem.rocm")

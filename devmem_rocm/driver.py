@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devmem.host import REAL_FILES, Files
+from devmem.sdk import REAL_FILES, Files
 
 #: What a machine with the amdgpu kernel driver has: the ROCm compute device and the loaded module.
 DRIVER_PATHS = ("/dev/kfd", "/sys/module/amdgpu")

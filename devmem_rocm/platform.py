@@ -22,15 +22,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem.dmem import DmemLimits
-from devmem.host import REAL_FILES, Files
-from devmem.limits import apply_limits
-from devmem.parsing import shown
-from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory, ReasonKind
-from devmem.readings import checked_memory, process_bytes, process_id, process_list, whole_bytes
-from devmem.types import Detection, DevmemError
-from devmem.units import format_size
-from devmem.visible import VisibleDevices
+from devmem import Detection, DeviceMemory, DevmemError, PlatformBase, ProcessMemory, ReasonKind
+from devmem.sdk import (
+    REAL_FILES,
+    DmemLimits,
+    Files,
+    VisibleDevices,
+    apply_limits,
+    checked_memory,
+    format_size,
+    process_bytes,
+    process_id,
+    process_list,
+    shown,
+    whole_bytes,
+)
 from devmem_rocm.devices import AmdGpu, hip_order, read_gpus
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 from devmem_rocm.smi import AmdsmiCallError, AmdsmiSession, AmdsmiUnavailable, load_amdsmi

@@ -3,8 +3,8 @@ checks for the amdgpu driver's files first (:mod:`devmem_rocm.driver`), and only
 
 from __future__ import annotations
 
-from devmem.hookspecs import hookimpl
-from devmem.lazy import DriverGate
+from devmem import hookimpl
+from devmem.sdk import DriverGate
 from devmem_rocm.driver import NO_DRIVER, driver_loaded
 
 PLATFORM = "devmem_rocm.platform"

@@ -25,9 +25,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from devmem.forksafe import ForkSafeLock
-from devmem.sessions import LibraryUnavailable, VendorSession
-from devmem.types import DevmemError
+from devmem import DevmemError
+from devmem.sdk import ForkSafeLock, LibraryUnavailable, VendorSession
 
 log = logging.getLogger("devmem.rocm")
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from devmem.testing.scenario import (
+from devmem import GiB, MiB
+from devmem.testing import (
     HostMemory,
     Scenario,
     ScriptedClock,
@@ -50,7 +51,6 @@ from devmem.testing.scenario import (
     ScriptedLibrary,
     drm_fdinfo,
 )
-from devmem.types import GiB, MiB
 
 
 def _bdf(pci_bus_id: str) -> str:

@@ -23,8 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from devmem.visible import VisibleDevices, dropped, pick
-from devmem.visible import index as device_index
+from devmem.sdk import VisibleDevices, device_index, dropped, pick
 
 ROCR = "ROCR_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"

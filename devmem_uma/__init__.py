@@ -5,7 +5,7 @@ No vendor library is imported here; see :mod:`devmem_uma.platform` for what the 
 
 from typing import TYPE_CHECKING
 
-from devmem.lazy import lazy_exports
+from devmem.sdk import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, for type checkers
     from devmem_uma.amd import AmdCard, ApuMemory, amd_cards

@@ -25,8 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devmem.host import Files, read_int, read_stripped
-from devmem.units import format_size
+from devmem.sdk import Files, format_size, read_int, read_stripped
 from devmem_rocm import CARVE_OUT_MAX, select_visible
 
 log = logging.getLogger("devmem.uma")

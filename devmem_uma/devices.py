@@ -13,13 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from devmem import drm
-from devmem.host import CpuPlatform, Files
-from devmem.parsing import shown
-from devmem.platform import DeviceMemory, Platform, ProcessMemory, ReasonKind
-from devmem.readings import checked_memory
-from devmem.types import DevmemError, MemoryInfo
-from devmem.units import format_size
+from devmem import DeviceMemory, DevmemError, MemoryInfo, Platform, ProcessMemory, ReasonKind
+from devmem.sdk import CpuPlatform, Files, checked_memory, client_memory, format_size, shown
 from devmem_uma import amd
 from devmem_uma.runtime import MemGetInfo
 from devmem_uma.survey import NvidiaGpu
@@ -183,7 +178,7 @@ class AmdApu:
         return DeviceMemory(MemoryInfo(free=max(0, min(host.free, gtt_left, total)), total=total), sources, notes)
 
     def process_memory(self, index: int) -> ProcessMemory:
-        return drm.client_memory(self._files, amd.DRM_DRIVER, self._card.pci_slot, amd.DRM_REGIONS)
+        return client_memory(self._files, amd.DRM_DRIVER, self._card.pci_slot, amd.DRM_REGIONS)
 
     def other_processes_memory(self, index: int) -> dict[int, int] | None:
         return None

@@ -22,9 +22,8 @@ import os
 from collections.abc import Callable, Mapping
 
 import devmem_nvidia
-from devmem.forksafe import ForkSafeLock
-from devmem.host import REAL_FILES, CpuPlatform, Files
-from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory
+from devmem import DeviceMemory, PlatformBase, ProcessMemory
+from devmem.sdk import REAL_FILES, CpuPlatform, Files, ForkSafeLock
 from devmem_uma import amd
 from devmem_uma.devices import AmdApu, Jetson, NvidiaUnified, UmaDevice
 from devmem_uma.runtime import MemGetInfo, runtime_integrated, runtime_mem_get_info
@@ -72,7 +71,7 @@ class UmaPlatform(PlatformBase):
         self._survey: Survey | None = None
         self._devices_seen: list[UmaDevice] = []
         self._conflicts: tuple[str, ...] = ()
-        self._per_process: Platform | None = None
+        self._per_process: devmem_nvidia.NvmlPlatform | None = None
 
     # ---- devices -------------------------------------------------------------------------------
     def survey(self) -> Survey:
@@ -112,7 +111,7 @@ class UmaPlatform(PlatformBase):
     def device_count(self) -> int:
         return len(self._devices())
 
-    def _nvml_processes(self) -> Platform:
+    def _nvml_processes(self) -> devmem_nvidia.NvmlPlatform:
         """NVIDIA's per-process lookup (NSpid, learned driver PID), over the same CUDA-visible devices."""
         with self._lock:
             if self._per_process is None:
@@ -120,6 +119,13 @@ class UmaPlatform(PlatformBase):
                     nvml=self._nvml, files=self._files, environ=self._environ, allocator=self._allocator
                 )
             return self._per_process
+
+    def prepare(self, device: int = 0) -> None:
+        """On an NVIDIA part, let NVML's per-process lookup learn this process's driver-side PID
+        (:meth:`devmem_nvidia.NvmlPlatform.prepare`, which may allocate 42 + 26 MiB once); nothing elsewhere."""
+        device = self.check_device(device)
+        if isinstance(self._devices()[device], NvidiaUnified):
+            self._nvml_processes().prepare(device)
 
     # ---- the contract --------------------------------------------------------------------------
     def _memory(self, device: int) -> DeviceMemory:

@@ -13,10 +13,8 @@ from typing import Any
 
 import devmem_nvidia
 import devmem_rocm
-from devmem.hookspecs import hookimpl
-from devmem.host import REAL_FILES, Files
-from devmem.lazy import deferred
-from devmem.types import Detection, PlatformSpec
+from devmem import Detection, PlatformSpec, hookimpl
+from devmem.sdk import REAL_FILES, Files, deferred
 from devmem_uma.tegra import jetson_reason
 
 PRIORITY = 200

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import devmem_nvidia
-from devmem.host import Files
-from devmem.types import Detection, DevmemError
+from devmem import Detection, DevmemError
+from devmem.sdk import Files
 from devmem_nvidia import NvmlCallError, NvmlSession, VisibleDevice, device_name, read_memory, visible_devices
 from devmem_uma.amd import AmdCard, amd_cards
 from devmem_uma.runtime import runtime_integrated

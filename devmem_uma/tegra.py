@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devmem.host import Files, read_stripped
+from devmem.sdk import Files, read_stripped
 
 TEGRA_RELEASE = "/etc/nv_tegra_release"
 DT_COMPATIBLE = "/proc/device-tree/compatible"

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from devmem.testing.scenario import HostMemory, Scenario
-from devmem.types import GiB, KiB, MiB
+from devmem import GiB, MiB
+from devmem.sdk import KiB
+from devmem.testing import HostMemory, Scenario
 from devmem_nvidia.testing import ScriptedNvidiaDriver, ScriptedNvidiaGpu
 from devmem_rocm.testing import ScriptedAmdGpu, ScriptedAmdgpuDriver
 

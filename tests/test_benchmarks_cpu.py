@@ -63,6 +63,14 @@ def test_overhead_measures_devmem_beside_the_raw_reads(bench):
     assert "import devmem; current_platform()" in result["import_ms"]
 
 
+def test_overhead_measures_the_calls_without_a_context_in_a_child_without_torch(bench):
+    result = bench("overhead", "--quick")
+    assert {"device_memory_info", "get_process_memory_usage", "raw /proc/meminfo"} <= set(
+        result["no_context_median_us"]
+    )
+    assert result["goals"] == {}  # the goals are NVIDIA's: measured on nvml only
+
+
 def test_ranks_agree_on_the_smallest_budget_through_gloo(bench):
     result = bench("ranks")
     assert [r["backend"] for r in result["ranks"]] == ["gloo", "gloo"]
@@ -121,3 +129,14 @@ def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):
         "ran": False,
         "reason": "no CUDA GPU on this machine: a no-op",
     }
+
+
+def test_overhead_goals_compare_each_call_with_the_read_it_stands_for(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    overhead = importlib.import_module("overhead")
+    no_context = {"device_memory_info": 15e-6, "raw nvmlDeviceGetMemoryInfo (v2)": 7.5e-6}
+    with_context = {"get_process_memory_usage": 31e-6, "raw process list + filter": 25e-6}
+    found = overhead.goals(no_context, with_context)
+    assert set(found) == {"device_memory_info, no context", "get_process_memory_usage, with a context"}
+    assert found["device_memory_info, no context"]["ratio"] == 2.0 and found["device_memory_info, no context"]["met"]
+    assert not found["get_process_memory_usage, with a context"]["met"]  # 1.24x against a goal of 1.2x

@@ -130,7 +130,7 @@ def test_longest_context_fits_and_one_block_more_does_not(model, budget, sequenc
 
 
 def test_capacity_explains_each_answer():
-    lines = capacity(QWEN3, 20 * GiB, context=32_768, sequences=4).lines()
+    lines = capacity(QWEN3, 20 * GiB, context=32_768, sequences=4).explain().splitlines()
     assert lines[0] == (
         "tokens: 21474836480 B // block 2359296 B (16 tokens x 147456 B per token) = 9102 blocks = 145632 tokens"
     )
@@ -140,7 +140,7 @@ def test_capacity_explains_each_answer():
 
 
 def test_capacity_says_when_the_models_max_context_is_lower():
-    lines = capacity(QWEN3, 20 * GiB, sequences=1).lines()
+    lines = capacity(QWEN3, 20 * GiB, sequences=1).explain().splitlines()
     assert lines[-1] == "  the model's max_position_embeddings 40960 is the lower limit"
 
 
@@ -212,8 +212,8 @@ def test_fit_fails_past_the_models_max_context():
 
 def test_fit_lines_say_why_not():
     result = fit(QWEN3, context=4096, sequences=1, total=16 * GiB)
-    assert result.lines()[0].startswith("fits: no (the KV budget is ")
-    assert "  GPUs of this kind needed (tensor parallel, same utilization): 2" in result.lines()
+    assert result.explain().splitlines()[0].startswith("fits: no (the KV budget is ")
+    assert "  GPUs of this kind needed (tensor parallel, same utilization): 2" in result.explain().splitlines()
 
 
 # --- one allocation, rounded up to the allocator's granularity -------------------------------------------------

@@ -124,7 +124,8 @@ def run_kit(where: Path, text: str, *options: str) -> tuple[int, dict[str, tuple
     """Run the kit file ``text`` in a fresh pytest process; return the exit code and
     "Class::test" -> (outcome, message)."""
     (where / "test_broken_kit.py").write_text(textwrap.dedent(text))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    here = Path(__file__).resolve().parent  # the tests, and the checkout they test (before any installed devmem)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
         [
             sys.executable,

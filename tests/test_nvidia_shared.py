@@ -6,7 +6,7 @@ import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo, MiB, device_report
 from devmem_nvidia import detect_nvml
-from devmem_nvidia.limits import mps_limits, parse_size
+from devmem_nvidia.limits import mps_limits, parse_cuda_limit_size
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     H200_RUNTIME_TOTAL,
@@ -61,13 +61,13 @@ def test_denied_gpu_without_mig_is_not_detected():
     ],
 )
 def test_limit_sizes_are_binary(text, expected):
-    assert parse_size(text, "X") == expected
+    assert parse_cuda_limit_size(text, "X") == expected
 
 
 @pytest.mark.parametrize("text", ["8.5G", "-1G", "8X", "", "G"])
 def test_bad_limit_size_names_the_variable_and_value(text):
     with pytest.raises(DevmemError, match=rf"X: {text!r} is not a size"):
-        parse_size(text, "X")
+        parse_cuda_limit_size(text, "X")
 
 
 def test_mps_limit_pairs_are_per_ordinal():
@@ -273,3 +273,16 @@ def test_mps_client_under_a_limit_gets_the_limit_less_its_context():
     sc = mps_scenario()
     sc.environ["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=8G"
     assert scripted_platform(sc).device_memory_info(0) == MemoryInfo(8 * GiB - H200_CONTEXT, 8 * GiB)
+
+
+def test_the_cuda_limit_grammar_differs_from_devmems_and_says_so():
+    from devmem import parse_size
+
+    assert (parse_cuda_limit_size("8GB", "X"), parse_size("8GB")) == (8 * GiB, 8 * 10**9)
+
+
+def test_the_old_limit_parser_name_warns_and_still_parses():
+    from devmem_nvidia.limits import parse_size
+
+    with pytest.warns(DeprecationWarning, match="parse_cuda_limit_size"):
+        assert parse_size("8G", "X") == 8 * GiB

@@ -636,4 +636,4 @@ def test_fit_gives_json_of_plain_numbers_or_a_devmem_error(model_dir, kwargs):
         return
     as_dict = answer.as_dict()
     json.dumps(as_dict)
-    assert _plain_ints(as_dict) and all(isinstance(line, str) for line in answer.lines())
+    assert _plain_ints(as_dict) and isinstance(answer.explain(), str)

@@ -128,6 +128,16 @@ def test_devmem_platform_selects_the_vendor_platform(vendor_env):
     assert [d["name"] for d in info["devices"]] == ["ACME reference accelerator (host memory)"]
 
 
+def test_a_platform_written_to_the_six_member_protocol_still_works(vendor_env):
+    info = json.loads(
+        _run([vendor_env["devmem"], "info", "--json"], vendor_env["venv"], DEVMEM_PLATFORM="acme-classic").stdout
+    )
+    assert info["platform"] == "acme-classic"
+    device = info["devices"][0]
+    assert device["total"] > 0 and device["process"] > 0
+    assert device["sources"]["total"].startswith("reported by acme-classic (devmem_acme.classic.")
+
+
 def test_vendor_conformance_file_passes_where_the_wheel_is_installed(vendor_env):
     done = _run(
         [vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_acme_conformance.py"],
@@ -144,3 +154,4 @@ def test_vendor_scripted_library_runs_the_kit_on_the_neutral_scenario(vendor_env
     )
     assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout
     assert "TestAcmeScripted" in done.stdout, "the kit's per-call timings name the scripted class: " + done.stdout
+    assert "TestAcmeClassicScripted" in done.stdout, "the kit ran on the six-member platform: " + done.stdout

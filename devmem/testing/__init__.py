@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.testing.allocations import Allocation
     from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures, ReferenceMemory
     from devmem.testing.fixtures import HostFixtures, ScriptedFixtures, TorchFixtures, scripted_fixtures
+    from devmem.testing.hooks import hook_problems
 
 # The conformance kit imports pytest, so it loads on first use: `from devmem.testing import PlatformConformance`.
 _KIT = {
@@ -37,6 +38,7 @@ _KIT = {
     "ScriptedFixtures": "devmem.testing.fixtures",
     "TorchFixtures": "devmem.testing.fixtures",
     "scripted_fixtures": "devmem.testing.fixtures",
+    "hook_problems": "devmem.testing.hooks",
 }
 __all__ = [
     "Allocation",
@@ -55,6 +57,7 @@ __all__ = [
     "ScriptedLibrary",
     "TorchFixtures",
     "drm_fdinfo",
+    "hook_problems",
     "scripted_fixtures",
 ]
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import devmem
+from devmem.adapter import as_platform
 from devmem.platform import Platform
 from devmem.testing.allocations import (
     Allocation,
@@ -80,6 +81,7 @@ def installed_platform(name: str) -> Platform:
 
 def torch_device_reason(platform: Platform) -> str | None:
     """Why torch cannot allocate on ``platform``'s devices here, or ``None`` when it can."""
+    platform = as_platform(platform)
     namespace = platform.torch_device
     if namespace is None:
         return f"the {platform.name} platform declares no torch device namespace (torch_device is None)"

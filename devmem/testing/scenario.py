@@ -188,7 +188,8 @@ def drm_fdinfo(driver: str, client_id: int, pdev: str, memory: dict[str, int]) -
 class ScriptedFiles:
     """The filesystem boundary (``read_text``, ``exists``, ``listdir``) served from a scenario.
 
-    ``/proc/meminfo``, ``/proc/self/status`` and ``/proc/self/maps`` are computed live; other paths come from
+    ``/proc/meminfo``, ``/proc/self/status``, ``/proc/self/maps`` and ``/proc/self/statm`` (whose size field follows
+    the maps) are computed live; other paths come from
     ``scenario.files`` (path -> text) and from the files of the scenario's drivers (:meth:`ScriptedDriver.files`),
     which take precedence over ``scenario.files``; ``scenario.files`` may replace ``/proc/self/maps``.
     """
@@ -203,6 +204,8 @@ class ScriptedFiles:
         table["/proc/self/status"] = sc.proc_self_status()
         table["/proc/self/fdinfo/0"] = "pos:\t0\nflags:\t02\n"  # stdin: a process always has descriptors
         table.setdefault("/proc/self/maps", sc.proc_self_maps())
+        # the address space's size in pages grows with each mapping, as the kernel's does
+        table["/proc/self/statm"] = f"{len(table['/proc/self/maps'])} 1024 512 1 0 2048 0\n"
         for driver in sc.active_drivers():
             table.update(driver.files(sc))
         return table

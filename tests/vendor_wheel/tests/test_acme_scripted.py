@@ -1,10 +1,11 @@
 """devmem's conformance kit against ACME's scripted machine: the same facilities a built-in backend uses."""
 
+from devmem_acme.classic import ClassicAcmePlatform
 from devmem_acme.platform import AcmePlatform
 from devmem_acme.testing import BASE_RSS, ScriptedAcmeDriver, ScriptedPsutil, acme_scenario
 
+from devmem import GiB
 from devmem.testing import PlatformConformance, Scenario, scripted_fixtures
-from devmem.types import GiB
 
 
 def acme(sc):
@@ -14,6 +15,18 @@ def acme(sc):
 class TestAcmeScripted(
     PlatformConformance,
     scripted_fixtures(acme_scenario, acme, integrated=True, pages_instead_of_failing=True),
+):
+    pass
+
+
+class TestAcmeClassicScripted(
+    PlatformConformance,
+    scripted_fixtures(
+        acme_scenario,
+        lambda sc: ClassicAcmePlatform(psutil=ScriptedPsutil(sc)),
+        integrated=True,
+        pages_instead_of_failing=True,
+    ),
 ):
     pass
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 import devmem
-from devmem.host import REAL_FILES, Files
+from devmem.sdk import REAL_FILES, Files
 
 #: Where the acme kernel module states its version (``MODULE_VERSION``), as every module with one does.
 DRIVER_VERSION = "/sys/module/acme/version"

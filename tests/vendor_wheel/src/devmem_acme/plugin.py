@@ -1,9 +1,12 @@
-"""Registers the ``acme`` platform with devmem. Imports no vendor library: psutil loads only when chosen."""
+"""Registers the ``acme`` and ``acme-classic`` platforms with devmem.
+
+Imports no vendor library: psutil loads only when a platform is chosen.
+"""
 
 from __future__ import annotations
 
 import devmem
-from devmem.lazy import deferred
+from devmem.sdk import deferred
 
 
 def _detect() -> devmem.Detection:
@@ -18,4 +21,11 @@ def devmem_platforms():
         detect=_detect,
         factory=deferred("devmem_acme.platform:AcmePlatform"),
         description="ACME reference accelerator (host memory, through psutil)",
+    )
+    yield devmem.PlatformSpec(
+        name="acme-classic",
+        priority=40,
+        detect=_detect,
+        factory=deferred("devmem_acme.classic:ClassicAcmePlatform"),
+        description="ACME's first backend, written to the six-member protocol (kept working by devmem's adapter)",
     )

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from devmem import GiB, MiB
 from devmem.testing import HostMemory, Scenario, ScriptedDevice, ScriptedDriver, ScriptedLibrary
-from devmem.types import GiB, MiB
 from devmem_acme.platform import DRIVER_VERSION
 
 #: What an idle interpreter holds before any allocation (its resident set).

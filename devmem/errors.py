@@ -1,0 +1,98 @@
+"""Every error devmem raises, in one place: each is a :class:`DevmemError`, and also a ``ValueError`` or
+``TypeError`` where callers would catch that.
+
+The modules that raise them re-export them (``devmem.types.DevmemError``, ``devmem.sizing.SizingError``,
+``devmem.models.ModelConfigError``, ``devmem.sessions.LibraryUnavailable``, ...), so every older import path keeps
+working; ``devmem`` exports them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class DevmemError(Exception):
+    """Base of every error devmem raises."""
+
+
+class InvalidValueError(DevmemError, ValueError):
+    """A value given to devmem is outside what it accepts (a size string, a limit); the message names the value
+    and what is allowed."""
+
+
+class InvalidTypeError(DevmemError, TypeError):
+    """A value given to devmem is of a type it does not accept (a field of a record, an argument)."""
+
+
+class PluginError(DevmemError):
+    """A platform asked for by name is unknown, broken or not detected, or two platforms tie."""
+
+
+class LibraryUnavailable(DevmemError):
+    """A vendor library cannot be loaded or initialised; the message is the reason, for people, and ``action``
+    what to do about it where that is known (``""`` otherwise)."""
+
+    def __init__(self, reason: str, action: str = ""):
+        super().__init__(reason)
+        self.action = action
+
+
+class NotEnoughMemoryError(DevmemError, ValueError):
+    """The KV-cache budget came out at or below zero.
+
+    ``breakdown`` maps each figure of the message (``"requested"``, ``"weights"``, ...) to bytes,
+    so an engine can report it in its own words.
+    """
+
+    def __init__(self, message: str, breakdown: Mapping[str, int | float | None] | None = None):
+        super().__init__(message)
+        self.breakdown: dict[str, int | float | None] = dict(breakdown or {})
+
+
+class ArgumentError(InvalidValueError):
+    """An argument of a public entry point is outside what it accepts (checked on entry, before any work runs)."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of a public entry point is of a type it does not accept (a ``TypeError`` too)."""
+
+
+class SizingError(ArgumentError):
+    """An input to the sizing arithmetic is outside what it accepts."""
+
+
+class EngineMemoryError(ArgumentError):
+    """A step of :class:`devmem.EngineMemory` out of order, repeated, or given a bad argument."""
+
+
+class SnapshotMismatchError(DevmemError, ValueError):
+    """Two snapshots that do not describe the same device through the same platform were combined."""
+
+
+class ModelConfigError(DevmemError, ValueError):
+    """A model config, or an argument about it (dtype, tensor parallelism), is not one devmem can size."""
+
+
+class UnknownArchitectureError(ModelConfigError):
+    """The config lacks keys devmem needs, or uses ones it does not model; ``missing`` names them."""
+
+    def __init__(self, message: str, model_type: str | None, missing: tuple[str, ...]):
+        super().__init__(message)
+        self.model_type, self.missing = model_type, missing
+
+
+__all__ = [
+    "DevmemError",
+    "InvalidTypeError",
+    "InvalidValueError",
+    "LibraryUnavailable",
+    "ModelConfigError",
+    "NotEnoughMemoryError",
+    "PluginError",
+    "SizingError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "EngineMemoryError",
+    "SnapshotMismatchError",
+    "UnknownArchitectureError",
+]

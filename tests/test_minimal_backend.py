@@ -1,0 +1,192 @@
+"""A backend written to the six-member protocol devmem started from resolves, is adapted with honest defaults, and
+is tested by the conformance kit, which fails it by name where its numbers are wrong (devmem/adapter.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from plugin_dists import write_dist
+from test_conformance_broken import failure, run_kit
+
+import devmem
+from devmem.adapter import MinimalPlatform, as_platform
+from devmem.testing import Scenario, ScriptedDevice
+from devmem.types import GiB, MemoryInfo, MiB
+
+MINIMAL_DIST = """
+import devmem
+
+class ClassicPlatform:
+    name = {name!r}
+
+    def device_count(self):
+        return 2
+
+    def device_memory_info(self, device=0):
+        return devmem.MemoryInfo(free=6 * 2**30, total=8 * 2**30)
+
+    def get_process_memory_usage(self, device=0):
+        return {usage}
+
+    def is_integrated_gpu(self, device=0):
+        return False
+
+    def pages_instead_of_failing(self, device=0):
+        return False
+
+@devmem.hookimpl
+def devmem_platforms():
+    yield devmem.PlatformSpec(name={name!r}, priority={priority}, detect=lambda: devmem.Detection(True, "present"),
+                              factory=ClassicPlatform)
+"""
+
+
+def minimal_dist(site, name: str, priority: int, usage: str = "None") -> str:
+    return write_dist(site, f"vendor-{name}", MINIMAL_DIST.format(name=name, priority=priority, usage=usage))
+
+
+def test_a_minimal_backend_resolves_by_priority(site, monkeypatch):
+    low = minimal_dist(site, "classic-low", 10)
+    high = minimal_dist(site, "classic-high", 20)
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", f"{low},{high}")
+    platform = devmem.current_platform()
+    assert isinstance(platform, MinimalPlatform) and platform.name == "classic-high"
+
+
+def test_a_minimal_backend_gives_its_own_figures(site, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", minimal_dist(site, "classic", 10, usage="3 * 2**30"))
+    platform = devmem.current_platform()
+    assert platform.device_memory_info(1) == MemoryInfo(6 * GiB, 8 * GiB)
+    assert platform.get_process_memory_usage(1) == 3 * GiB
+
+
+def test_a_minimal_backend_without_a_figure_says_it_gives_no_reason(site, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", minimal_dist(site, "classic", 10))
+    report = devmem.device_report(devmem.current_platform(), 0)
+    assert report.process is None
+    assert report.process_reason_kind == "not-attributed"
+    assert "classic gives no figure for this process and no reason" in report.process_reason
+
+
+def test_a_minimal_backends_sources_say_who_reported_them(site, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", minimal_dist(site, "classic", 10))
+    sources = devmem.current_platform().memory_sources(0)
+    assert set(sources) == {"free", "total"}
+    assert all(text.startswith("reported by classic (") for text in sources.values())
+
+
+def test_a_minimal_backend_declares_no_torch_device_or_roles(site, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", minimal_dist(site, "classic", 10))
+    platform = devmem.current_platform()
+    assert (platform.torch_device, platform.dist_backend) == (None, None)
+    assert platform.process_roles(0) == {}
+    assert json.dumps(devmem.device_report(platform, 1).as_dict())
+
+
+def test_a_minimal_backends_bad_index_is_a_devmem_error_naming_the_range(site, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", minimal_dist(site, "classic", 10))
+    with pytest.raises(devmem.DevmemError, match=r"valid indices: 0\.\.1"):
+        devmem.current_platform().device_memory_info(2)
+
+
+def test_a_factory_returning_less_than_the_minimal_protocol_is_refused_naming_what_it_lacks(site, monkeypatch):
+    body = """
+    import devmem
+    class Half:
+        name = "half"
+        def device_count(self):
+            return 1
+    @devmem.hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="half", priority=10, detect=lambda: devmem.Detection(True, "here"),
+                                  factory=Half)
+    """
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", write_dist(site, "vendor-half", body))
+    monkeypatch.setenv("DEVMEM_PLATFORM", "half")
+    with pytest.raises(devmem.PluginError, match="lacks device_memory_info, get_process_memory_usage"):
+        devmem.current_platform()
+
+
+def test_as_platform_returns_a_full_platform_itself():
+    platform = devmem.current_platform()
+    assert as_platform(platform) is platform
+
+
+# ---- the kit on minimal backends -------------------------------------------------------------------
+
+
+def minimal_scenario() -> Scenario:
+    return Scenario(devices=[ScriptedDevice(name="Classic 16G", total=16 * GiB, reserved=0)])
+
+
+class ScriptedClassic:
+    """A minimal backend reading a Scenario as its vendor library; ``unit`` is the unit its figures are in."""
+
+    name = "classic"
+
+    def __init__(self, scenario: Scenario, unit: int = 1):
+        self._sc, self._unit = scenario, unit
+
+    def device_count(self):
+        return len(self._sc.devices)
+
+    def device_memory_info(self, device=0):
+        free, total = self._sc.mem_get_info(device)
+        return MemoryInfo(free // self._unit, total // self._unit)
+
+    def get_process_memory_usage(self, device=0):
+        return self._sc.held(device) // self._unit
+
+    def is_integrated_gpu(self, device=0):
+        return False
+
+    def pages_instead_of_failing(self, device=0):
+        return False
+
+
+KIT_FILE = """
+from devmem.testing import PlatformConformance, scripted_fixtures
+from test_minimal_backend import ScriptedClassic, minimal_scenario
+from devmem.types import MiB
+
+
+class TestClassic(PlatformConformance, scripted_fixtures(minimal_scenario, ScriptedClassic)):
+    pass
+
+
+class TestClassicMib(PlatformConformance, scripted_fixtures(minimal_scenario, lambda sc: ScriptedClassic(sc, MiB))):
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def kit_run(tmp_path_factory) -> tuple[int, dict[str, tuple[str, str]]]:
+    return run_kit(tmp_path_factory.mktemp("minimal_kit"), KIT_FILE, "-k", "not fresh_process")
+
+
+def test_the_kit_passes_a_right_minimal_backend(kit_run):
+    outcomes = {test: outcome for test, (outcome, _) in kit_run[1].items() if test.startswith("TestClassic::")}
+    assert outcomes and set(outcomes.values()) <= {"passed", "skipped"}, outcomes
+    units = (
+        "test_total_is_in_bytes",
+        "test_process_usage_is_in_bytes",
+        "test_figures_agree_with_an_independent_source",
+    )
+    assert {outcomes[f"TestClassic::{test}"] for test in units} == {"passed"}
+
+
+def test_the_kit_fails_a_minimal_backend_reporting_mib_by_name(kit_run):
+    assert "wrong units" in failure(kit_run, "test_total_is_in_bytes", "TestClassicMib")
+    assert "wrong units" in failure(kit_run, "test_process_usage_is_in_bytes", "TestClassicMib")
+    assert "wrong units" in failure(kit_run, "test_figures_agree_with_an_independent_source", "TestClassicMib")
+
+
+def test_the_kit_raises_no_setup_error_on_a_minimal_backend(kit_run):
+    errors = {test: message for test, (outcome, message) in kit_run[1].items() if outcome == "error"}
+    assert not errors, errors
+
+
+def test_mib_is_the_unit_the_wrong_backend_uses():
+    sc = minimal_scenario()
+    assert ScriptedClassic(sc, MiB).device_memory_info(0).total == 16 * 1024

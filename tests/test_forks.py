@@ -106,16 +106,16 @@ def test_child_reads_memory_while_a_parent_thread_asks_the_mps_daemon():
     assert hold.fork_while_held(lambda: platform.device_memory_info(0), in_child) == 0
 
 
-def test_child_reads_its_process_memory_while_a_parent_thread_learns_the_pid():
+def test_child_prepares_the_device_while_a_parent_thread_learns_the_pid():
     hold = Hold()
     sc = h200_scenario(driver_pid=HOST_PID, nspid_visible=False)
     sc.allocate(H200_CONTEXT)
     platform = scripted_platform(sc, allocator=SlowAllocator(sc, hold))
 
     def in_child() -> None:
-        platform.process_memory(0)
+        platform.prepare(0)
 
-    assert hold.fork_while_held(lambda: platform.process_memory(0), in_child) == 0
+    assert hold.fork_while_held(lambda: platform.prepare(0), in_child) == 0
 
 
 class SlowEnumerationNvml(ScriptedNvml):

@@ -130,6 +130,7 @@ def engine_layout(model: ModelMemory, usable_bytes: int, block_size: int = 16) -
         needed = align * _cdiv(state_page, align * per_token)
         block_size = max(block_size, needed)
     page = block_size * per_token
+    groups: tuple[tuple[str, int, int], ...]
     if len(kinds) == 1:
         groups, group_size = ((kinds[0][0], kinds[0][1], 1),), kinds[0][1]
     else:

@@ -674,8 +674,7 @@ class _Config:
         if (
             isinstance(value, bool)
             or not isinstance(value, numbers.Integral)
-            or value < (1 if positive else 0)
-            or value > MAX_CONFIG_INT
+            or not (1 if positive else 0) <= int(value) <= MAX_CONFIG_INT
         ):
             raise ModelConfigError(
                 f"config key {key}={_shown(value)} must be a whole number from {1 if positive else 0} "

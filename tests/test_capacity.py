@@ -141,7 +141,7 @@ def test_capacity_explains_each_answer():
 
 def test_capacity_says_when_the_models_max_context_is_lower():
     lines = capacity(QWEN3, 20 * GiB, sequences=1).lines()
-    assert lines[-1] == "  the model's max_position_embeddings 40960 is the lower limit"
+    assert lines[-1] == "  capped at the model's maximum context: 40960 tokens (max_position_embeddings 40960)"
 
 
 def test_capacity_as_dict_gives_exact_ints():

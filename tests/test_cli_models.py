@@ -1,4 +1,4 @@
-"""``devmem plan --model`` and ``devmem fit``: human output, ``--json`` with exact ints, exit codes 0/1/2."""
+"""``devmem plan --model`` and ``devmem fit``: human output, ``--json`` with exact ints, exit codes 0/1/2/3."""
 
 from __future__ import annotations
 
@@ -98,14 +98,14 @@ def test_plan_model_block_size_sets_the_block(capsys, qwen3):
 def test_plan_model_not_enough_memory_exits_1_with_the_model_in_json(capsys, qwen3):
     code, out, _ = run(capsys, "plan", "--model", qwen3, "--total", "8GiB", "--json")
     data = json.loads(out)
-    assert code == 1 and data["model"]["model_type"] == "qwen3"
+    assert code == 1 and data["model"]["model_type"] == "qwen3" and data["kind"] == "does_not_fit"
     assert data["error"].startswith("not enough memory for the KV cache")
 
 
-def test_plan_model_unknown_architecture_exits_1_naming_the_missing_keys(capsys, tmp_path):
+def test_plan_model_unknown_architecture_exits_3_naming_the_missing_keys(capsys, tmp_path):
     folder = write_model(tmp_path / "odd", {"model_type": "mystery", "torch_dtype": "bfloat16", "n_layer": 12})
     code, out, err = run(capsys, "plan", "--model", str(folder), "--pinned", "1GiB")
-    assert code == 1 and out == ""
+    assert code == 3 and out == ""
     assert err.startswith(
         "devmem: error: config of model_type 'mystery' lacks num_hidden_layers, num_attention_heads, hidden_size"
     )
@@ -143,11 +143,28 @@ def test_fit_that_fits_exits_0(capsys, tiny):
 
 
 def test_fit_that_does_not_fit_exits_1_with_the_reason(capsys, tiny):
-    """4096 tokens x 512 B x 10^7 sequences = 20 TB: more than any host."""
+    """4096 tokens x 256 B (the float32 config served in bf16) x 10^7 sequences = 10 TB: more than any host."""
     code, out, _ = run(capsys, "fit", "--model", tiny, "--context", "4096", "--sequences", "10000000", "--json")
-    data = json.loads(out)["fit"]
-    assert code == 1 and data["fits"] is False and data["needed_kv_bytes"] == 20_971_520_000_000
-    assert data["reasons"][0].startswith("the KV budget is ")
+    data = json.loads(out)
+    assert code == 1 and data["fit"]["fits"] is False and data["fit"]["needed_kv_bytes"] == 10_485_760_000_000
+    assert data["fit"]["reasons"][0].startswith("the KV budget is ")
+    assert data["kind"] == "does_not_fit" and data["error"].startswith("does not fit: the KV budget is ")
+
+
+def test_fit_refused_model_exits_3_with_a_json_kind(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    folder = write_model(tmp_path / "odd", {"model_type": "mystery", "n_layer": 12})
+    code, out, err = run(capsys, "fit", "--model", str(folder), "--context", "64", "--sequences", "1", "--json")
+    data = json.loads(out)
+    assert code == 3 and err == "" and data["kind"] == "model_refused"
+    assert data["missing"] == ["num_hidden_layers", "num_attention_heads", "hidden_size"]
+
+
+def test_fit_that_fits_prints_no_error_kind(capsys, tiny):
+    code, out, _ = run(
+        capsys, "fit", "--model", tiny, "--context", "64", "--sequences", "1", "--utilization", "0.01", "--json"
+    )
+    assert code == 0 and "kind" not in json.loads(out)
 
 
 def test_fit_json_gives_the_platform_device_and_exact_ints(capsys, tiny):
@@ -161,11 +178,12 @@ def test_fit_json_gives_the_platform_device_and_exact_ints(capsys, tiny):
         "block_size": 16,
         "full_blocks": 7,
         "sliding_blocks": 0,
-        "kv_bytes": 7 * 16 * 512,
+        "chunked_blocks": 0,
+        "kv_bytes": 7 * 16 * 256,
         "state_bytes": 0,
-        "total_bytes": 7 * 16 * 512,
+        "total_bytes": 7 * 16 * 256,
     }
-    assert data["fit"]["needed_kv_bytes"] == 3 * 7 * 16 * 512
+    assert data["fit"]["needed_kv_bytes"] == 3 * 7 * 16 * 256
 
 
 @pytest.mark.parametrize(

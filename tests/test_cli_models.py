@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from model_configs import QWEN3_8B, TINY_LLAMA, write_model
@@ -239,3 +240,24 @@ def test_plan_model_output_fits_80_columns_without_cutting_a_size(capsys, qwen3,
         for line, nxt in zip(lines, lines[1:], strict=False)
     )
     assert "= 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over" in " ".join(out.split())
+
+
+# --- the README's quick start: the example configs -------------------------------------------------------------
+
+README_COMMANDS = re.findall(
+    r"^devmem ((?:plan|fit) --model examples/configs/\S+.*)$",
+    (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8"),
+    re.M,
+)
+
+
+def test_readme_quick_start_runs_plan_and_fit_on_the_example_configs():
+    assert {c.split()[0] for c in README_COMMANDS} == {"plan", "fit"} and len(README_COMMANDS) >= 4
+
+
+@pytest.mark.parametrize("command", README_COMMANDS)
+def test_readme_example_config_command_answers(capsys, monkeypatch, command):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    code, out, err = run(capsys, *command.split())
+    assert code in (0, 1) and "model:" in out and "error" not in err

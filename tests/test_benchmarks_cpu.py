@@ -121,3 +121,11 @@ def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):
         "ran": False,
         "reason": "no CUDA GPU on this machine: a no-op",
     }
+
+
+def test_planner_vs_engine_smoke_matches_the_engine_it_builds(bench):
+    pytest.importorskip("transformers", minversion="5.0")
+    result = bench("planner_vs_engine", "--smoke")
+    assert [r["architecture"] for r in result["rows"]] == ["dense", "sliding-window", "hybrid"]
+    assert all(r["engine_served"] > 0 and r["data_written"] for r in result["rows"])
+    assert result["goal_met"]

@@ -388,7 +388,7 @@ class Fit:
         if self.fits_free is False:
             out.append("free memory is below the request")
         if self.fits_context is False:
-            out.append("the context exceeds the model's max_position_embeddings")
+            out.append(f"the context exceeds the model's maximum context ({self.model.max_context_source})")
         return out
 
     def lines(self) -> list[str]:
@@ -424,8 +424,8 @@ class Fit:
             )
         if self.fits_context is not None:
             out.append(
-                f"  context {self.context} {'<=' if self.fits_context else '>'} the model's "
-                f"max_position_embeddings {self.model.max_context}"
+                f"  context {self.context} {'<=' if self.fits_context else '>'} the model's maximum context "
+                f"{self.model.max_context} ({self.model.max_context_source})"
             )
         return out
 

@@ -106,6 +106,16 @@ _UNMODELLED = {
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
 }
+#: Keys that describe recurrent layers: a config setting one whose layers devmem cannot place is refused.
+_RECURRENT_KEYS = (
+    "mamba_d_state",
+    "mamba_n_heads",
+    "mamba_num_heads",
+    "mamba_d_ssm",
+    "ssm_state_size",
+    "linear_num_value_heads",
+    "conv_L_cache",
+)
 #: Bounds past any real model, so a hostile config cannot make devmem build huge lists or loop for ever.
 MAX_LAYERS = 10_000
 MAX_TP = 1024
@@ -1158,6 +1168,14 @@ def _build(
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
+    recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]
+    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in kinds):
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} sets {', '.join(recurrent_keys)} (recurrent layers) but no layer "
+            "list or pattern devmem reads places them: their state per sequence would be left out",
+            c.model_type,
+            tuple(recurrent_keys),
+        )
     if not any(k in ATTENTION for k in kinds):
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} has no attention layer: a KV cache of tokens does not apply",

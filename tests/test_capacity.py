@@ -207,7 +207,9 @@ def test_fit_fails_when_free_memory_is_below_the_request():
 
 def test_fit_fails_past_the_models_max_context():
     result = fit(QWEN3, context=40_961, sequences=1, total=80 * GiB)
-    assert result.fits_memory and result.reasons == ["the context exceeds the model's max_position_embeddings"]
+    assert result.fits_memory and result.reasons == [
+        "the context exceeds the model's maximum context (max_position_embeddings 40960)"
+    ]
 
 
 def test_fit_lines_say_why_not():

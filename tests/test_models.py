@@ -15,12 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_configs import (
     DEEPSEEK_V3,
+    DEEPSEEK_V3_2,
     GEMMA_2_9B_IT,
+    GEMMA_3_4B_IT,
     GEMMA_3_12B_IT,
+    GPT_OSS_20B,
     JAMBA_V0_1,
+    LFM2_5_VL_1_6B,
     LLAMA_3_1_8B,
+    LLAMA_4_SCOUT,
     MISTRAL_7B_V0_1,
     MIXTRAL_8X7B,
+    NEMOTRON_3_NANO,
     QWEN2_5_7B,
     QWEN3_8B,
     QWEN3_30B_A3B,
@@ -272,7 +278,21 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=8,
 )
-FIXTURES = [LLAMA_3_1_8B, GEMMA_2_9B_IT, GEMMA_3_12B_IT, DEEPSEEK_V3, JAMBA_V0_1, QWEN3_NEXT_80B_A3B, QWEN3_30B_A3B]
+FIXTURES = [
+    LLAMA_3_1_8B,
+    GEMMA_2_9B_IT,
+    GEMMA_3_12B_IT,
+    DEEPSEEK_V3,
+    JAMBA_V0_1,
+    QWEN3_NEXT_80B_A3B,
+    QWEN3_30B_A3B,
+    GEMMA_3_4B_IT,
+    GPT_OSS_20B,
+    LLAMA_4_SCOUT,
+    DEEPSEEK_V3_2,
+    NEMOTRON_3_NANO,
+    LFM2_5_VL_1_6B,
+]
 
 
 @settings(max_examples=400, deadline=None)
@@ -284,9 +304,11 @@ def test_any_value_under_any_key_is_sized_or_refused_with_a_devmem_error(config,
     hostile = {**config, "text_config": {**config["text_config"], key: value}} if text else {**config, key: value}
     try:
         m = model(hostile, tp=data.draw(st.sampled_from([1, 2, 8])))
-    except DevmemError:
+    except DevmemError as exc:
+        assert "\n" not in str(exc)
         return
     assert m.kv_bytes_per_token > 0 and m.state_bytes_per_sequence >= 0 and m.weights_bytes > 0
+    assert "\n".join(m.explain()) and m.as_dict()
 
 
 # --- weights ---------------------------------------------------------------------------------------------------

@@ -186,3 +186,20 @@ def test_tensor_parallel_and_weights_take_numpy_integers():
 def test_max_position_embeddings_of_zero_is_refused_naming_the_key():
     with pytest.raises(ModelConfigError, match="config key max_position_embeddings=0 must be a whole number"):
         model({**GPT_OSS_20B, "max_position_embeddings": 0})
+
+
+def test_recurrent_keys_without_a_layer_pattern_are_refused_not_sized_as_attention_only():
+    """Falcon-H1 runs Mamba2 beside attention in every layer: devmem does not leave its state out."""
+    config = {
+        "model_type": "falcon_h1",
+        "num_hidden_layers": 44,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_size": 1024,
+        "mamba_d_state": 256,
+        "mamba_n_heads": 24,
+        "torch_dtype": "bfloat16",
+    }
+    with pytest.raises(UnknownArchitectureError, match="sets mamba_d_state, mamba_n_heads .recurrent layers."):
+        model(config)

@@ -889,10 +889,16 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
             c.first_int("ssm_state_size", "mamba_d_state", why=why),
             c.first_int("conv_kernel", "mamba_d_conv", why=why),
         )
+    heads = c.int("mamba_n_heads", why=why)
+    inner = c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
+    if c.get("mamba_d_head") == "auto" and inner % heads == 0:  # the config classes' default: inner / heads
+        head_dim = inner // heads
+    else:
+        head_dim = c.int("mamba_d_head", why=why)
     return (
-        c.int("mamba_n_heads", why=why),
-        c.int("mamba_d_head", why=why),
-        c.int("mamba_expand", why=why) * c.int("hidden_size", why=why),
+        heads,
+        head_dim,
+        inner,
         c.get_int("mamba_n_groups", 1, positive=True),
         c.int("mamba_d_state", why=why),
         c.int("mamba_d_conv", why=why),

@@ -203,3 +203,28 @@ def test_recurrent_keys_without_a_layer_pattern_are_refused_not_sized_as_attenti
     }
     with pytest.raises(UnknownArchitectureError, match="sets mamba_d_state, mamba_n_heads .recurrent layers."):
         model(config)
+
+
+def test_bamba_attention_indices_place_attention_among_mamba2_layers():
+    """A Bamba-9B-shaped config: attention at 9, 18, 27, Mamba2 elsewhere (29 layers); inner 2 x 4,096; conv 3 x
+    (8,192 + 2 x 1 x 128) x 2 B = 50,688 + SSM 128 x 64 x 128 x 2 B = 2,097,152; x 29 = 62,287,360 B; KV 3 x 2 x
+    8 x 128 x 2 B = 12,288 B per token."""
+    config = {
+        "model_type": "bamba",
+        "num_hidden_layers": 32,
+        "attn_layer_indices": [9, 18, 27],
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "mamba_n_heads": 128,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 128,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "torch_dtype": "bfloat16",
+    }
+    m = model(config)
+    assert (m.full_attention_layers, m.recurrent_layers) == (3, 29)
+    assert (m.kv_bytes_per_token, m.state_bytes_per_sequence) == (12_288, 62_287_360)
+    assert model({**config, "mamba_d_head": "auto"}).state_bytes_per_sequence == 62_287_360

@@ -795,12 +795,10 @@ def build_parser() -> argparse.ArgumentParser:
         "  devmem plan --model ./Qwen3-8B --total 80GiB --context 32768\n"
         "  devmem plan --model ./Qwen3-8B --pinned 20GiB --json\n"
         "  devmem plan --total 120GiB --init-free 100GiB --free 80GiB --page-size 65536 --layers 36",
-        MODEL_EXIT_CODES.format(
-            ok="a plan",
-            no="the figures leave no room for a KV cache, or the pinned plan does not fit --total (the message "
-            "shows the arithmetic)",
-        )
-        + " (--model only)",
+        "exit codes:\n  0  a plan\n  1  the figures leave no room for a KV cache, or the pinned plan does not fit "
+        "--total (the message shows the arithmetic; with --model --json: an object with kind does_not_fit)\n"
+        "  2  a usage error\n  3  with --model: the model is refused, its config cannot be read or sized (one line "
+        "naming the value; with --json: an object with kind model_refused)",
     )
     how = plan.add_mutually_exclusive_group()
     how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")

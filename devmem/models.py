@@ -99,6 +99,7 @@ _GATED_QUERY = {"qwen3_next"}
 #: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
 _UNMODELLED = {
     "num_kv_shared_layers": "KV shared across layers (Gemma 3n)",
+    "linear_attn_config": "Kimi-Linear's delta-attention layers",
     "cross_attention_layers": "cross-attention layers (Mllama)",
     "multi_query": "Falcon's multi-query flag",
     "n_head_kv": "a KV-head count under the key n_head_kv",

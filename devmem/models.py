@@ -343,6 +343,7 @@ class ModelMemory:
         if isinstance(self.tp, bool) or not isinstance(self.tp, numbers.Integral) or self.tp < 1:
             raise ModelConfigError(f"tp must be a whole number >= 1 (tensor-parallel ranks), got {_shown(self.tp)}")
         object.__setattr__(self, "tp", int(self.tp))
+        object.__setattr__(self, "weights_bytes", _whole_number("weights_bytes", self.weights_bytes, 0))
         if self.tp > MAX_TP:
             raise ModelConfigError(f"tp must be at most {MAX_TP} (tensor-parallel ranks), got {self.tp}")
         problems = self._tp_problems(self.tp)

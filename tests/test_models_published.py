@@ -181,6 +181,8 @@ def test_tensor_parallel_and_weights_take_numpy_integers():
     m = ModelMemory.from_config(GPT_OSS_20B, tp=np.int64(2), weights_bytes=np.int64(10**9))
     assert (m.tp, m.weights_bytes, type(m.tp), type(m.weights_bytes)) == (2, 10**9, int, int)
     assert m.at_tp(np.int32(4)).tp == 4
+    rebuilt = ModelMemory(**{**m.__dict__, "weights_bytes": np.int64(7), "tp": np.int64(1)})
+    assert (type(rebuilt.weights_bytes), type(rebuilt.weights_bytes_per_rank)) == (int, int)
 
 
 def test_max_position_embeddings_of_zero_is_refused_naming_the_key():

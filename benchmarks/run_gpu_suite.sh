@@ -7,7 +7,8 @@
 # Steps: the environment; `devmem info/plugins/doctor --json`; `pytest -m gpu` (GPU tests record their figures
 # in OUTDIR/test_gpu_nvidia.json); the conformance kit on the nvml platform; the NVIDIA scripts
 # benchmarks/nvidia_pidns.py (unshare --pid --fork [--mount-proc]); then
-# benchmarks cotenants, churn, accuracy, pinned, overhead, ranks and fit_check (OUTDIR/<name>.json and <name>.txt).
+# benchmarks cotenants, churn, accuracy, pinned, overhead, ranks, fit_check and planner_vs_engine (OUTDIR/<name>.json
+# and <name>.txt).
 # Each step's output goes to OUTDIR/<step>.log. A failing step is recorded and the suite goes on; each step has
 # its own time limit, and none starts once SUITE_BUDGET_S seconds (default 500) have passed. OUTDIR/suite.json
 # and suite.txt list every step with its exit status and seconds. Run from anywhere; it works in the repo root.
@@ -121,6 +122,7 @@ step pinned 90 python3 benchmarks/pinned.py --out "$OUT"
 step overhead 90 python3 benchmarks/overhead.py $QUICK --rounds "$ROUNDS" --out "$OUT"
 step ranks 120 python3 benchmarks/ranks.py --out "$OUT"
 step fit_check 180 python3 benchmarks/fit_check.py --engine $QUICK --out "$OUT"
+step planner_vs_engine 300 python3 benchmarks/planner_vs_engine.py ${QUICK:+--smoke} --out "$OUT"
 
 python3 - "$OUT" "$MODE" "$(( $(date +%s) - START ))" <<'PY'
 import json, sys

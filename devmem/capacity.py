@@ -8,7 +8,12 @@ layer's bytes per token`` and ``num_layers`` = the attention layers. Per sequenc
 - a full-attention layer holds ``ceil(c / block_size)`` blocks;
 - a sliding-window layer holds ``min(ceil(c / block_size), ceil(window / block_size) + 1)`` blocks: its window,
   plus one block because the window need not start on a block boundary;
+- a chunked-local layer (Llama 4) holds ``min(ceil(c / block_size), ceil(chunk / block_size))`` blocks: its
+  current chunk (one block more where the chunk is not a whole number of blocks);
 - recurrent layers hold their fixed state once per sequence.
+
+No answer goes past the model's maximum context: the longest context is capped at it, and a context beyond it
+holds no sequence. :mod:`devmem.engine_layout` gives the same budget as vLLM lays it out and logs it.
 
 The byte budget always comes from :func:`devmem.sizing.plan_kv_cache`; nothing here re-derives it. With an
 ``allocation_granularity`` (an engine allocating the cache as one allocation rounded up to it, as
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from devmem.engine_layout import EngineLayout, engine_layout
 from devmem.models import MAX_TP, ModelMemory
 from devmem.parsing import shown
 from devmem.results import deprecated_lines
@@ -81,6 +87,7 @@ class SequenceCost:
     sliding_blocks: int
     kv_bytes: int
     state_bytes: int
+    chunked_blocks: int = 0
 
     @property
     def total(self) -> int:
@@ -93,6 +100,8 @@ class SequenceCost:
             parts.append(f"{model.full_attention_layers} full layers x {self.full_blocks} blocks")
         if model.sliding_attention_layers:
             parts.append(f"{model.sliding_attention_layers} sliding layers x {self.sliding_blocks} blocks")
+        if model.chunked_attention_layers:
+            parts.append(f"{model.chunked_attention_layers} chunked layers x {self.chunked_blocks} blocks")
         text = f"({' + '.join(parts)}) x {page} B per layer-block"
         if self.state_bytes:
             text += f" + state {self.state_bytes} B"
@@ -104,6 +113,7 @@ class SequenceCost:
             "block_size": self.block_size,
             "full_blocks": self.full_blocks,
             "sliding_blocks": self.sliding_blocks,
+            "chunked_blocks": self.chunked_blocks,
             "kv_bytes": self.kv_bytes,
             "state_bytes": self.state_bytes,
             "total_bytes": self.total,
@@ -114,14 +124,31 @@ def _window_blocks(model: ModelMemory, block_size: int) -> int:
     return _cdiv(model.sliding_window or 0, block_size) + 1
 
 
+def _chunk_blocks(model: ModelMemory, block_size: int) -> int:
+    chunk = model.attention_chunk_size or 0
+    return _cdiv(chunk, block_size) + (1 if chunk % block_size else 0)
+
+
+def _kv_bytes_at(model: ModelMemory, blocks: int, block_size: int) -> int:
+    """KV bytes of one sequence whose full layers hold ``blocks`` blocks (sliding and chunked ones capped)."""
+    sliding = min(blocks, _window_blocks(model, block_size)) if model.sliding_attention_layers else 0
+    chunked = min(blocks, _chunk_blocks(model, block_size)) if model.chunked_attention_layers else 0
+    layer_blocks = (
+        model.full_attention_layers * blocks
+        + model.sliding_attention_layers * sliding
+        + model.chunked_attention_layers * chunked
+    )
+    return layer_blocks * block_size * model.kv_layer_bytes_per_token
+
+
 def sequence_cost(model: ModelMemory, context: int, block_size: int = DEFAULT_BLOCK_SIZE) -> SequenceCost:
     """The bytes one sequence of ``context`` tokens holds (sliding layers capped at their window)."""
     context, block_size = _whole("context", context), _whole("block_size", block_size)
     full = _cdiv(context, block_size)
     sliding = min(full, _window_blocks(model, block_size)) if model.sliding_attention_layers else 0
-    page = block_size * model.kv_layer_bytes_per_token
-    kv = (model.full_attention_layers * full + model.sliding_attention_layers * sliding) * page
-    return SequenceCost(context, block_size, full, sliding, kv, model.state_bytes_per_sequence)
+    chunked = min(full, _chunk_blocks(model, block_size)) if model.chunked_attention_layers else 0
+    kv = _kv_bytes_at(model, full, block_size)
+    return SequenceCost(context, block_size, full, sliding, kv, model.state_bytes_per_sequence, chunked)
 
 
 def tokens_in_pool(model: ModelMemory, kv_cache_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
@@ -139,23 +166,25 @@ def longest_context(
 ) -> int | None:
     """The longest context (whole blocks of tokens) each of ``sequences`` sequences can have at once.
 
-    0 when not even one block each fits; ``None`` when memory sets no limit (every attention layer slides, so
-    a sequence stops growing at its window).
+    0 when not even one block each fits; ``None`` when memory sets no limit (every attention layer slides or
+    attends in chunks, so a sequence stops growing at its window or chunk). This is memory's limit alone:
+    :func:`capacity` caps it at the model's maximum context.
     """
     kv_cache_bytes, sequences = _whole("kv_cache_bytes", kv_cache_bytes, 0), _whole("sequences", sequences)
     block_size = _whole("block_size", block_size)
-    page = block_size * model.kv_layer_bytes_per_token
-    full, sliding = model.full_attention_layers, model.sliding_attention_layers
     each = kv_cache_bytes // sequences - model.state_bytes_per_sequence
-    if each < 0:
+    if each < 0 or _kv_bytes_at(model, 1, block_size) > each:
         return 0
-    blocks = each // ((full + sliding) * page)
-    window = _window_blocks(model, block_size)
-    if sliding and blocks >= window:  # past the window only the full layers grow
-        if not full:
+    if not model.full_attention_layers:
+        caps = [_window_blocks(model, block_size)] * bool(model.sliding_attention_layers)
+        caps += [_chunk_blocks(model, block_size)] * bool(model.chunked_attention_layers)
+        if _kv_bytes_at(model, max(caps), block_size) <= each:
             return None
-        blocks = window + (each - (full + sliding) * window * page) // (full * page)
-    return blocks * block_size
+    low, high = 1, each // (block_size * model.kv_layer_bytes_per_token) + 1  # cost(low) fits, cost(high) not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if _kv_bytes_at(model, middle, block_size) <= each else (low, middle)
+    return low * block_size
 
 
 @dataclass(frozen=True)
@@ -175,6 +204,14 @@ class Capacity:
     sequences_at_context: int | None = None
     sequences: int | None = None
     longest_context: int | None = None
+    longest_context_by_memory: int | None = None
+    engine: EngineLayout | None = None
+
+    @property
+    def context_beyond_max(self) -> bool:
+        """Whether the context asked about is longer than the model takes (then no sequence of it fits)."""
+        m = self.model.max_context
+        return self.context is not None and m is not None and self.context > m
 
     def explain(self) -> str:
         """The arithmetic, one line per answer."""
@@ -185,9 +222,11 @@ class Capacity:
                 f"usable: {self.kv_cache_bytes} B in whole allocation units of {self.allocation_granularity} B "
                 f"= {self.usable_bytes} B"
             )
+        mixed = m.sliding_attention_layers or m.chunked_attention_layers or m.states
         out.append(
             f"tokens: {self.usable_bytes} B // block {self.block_bytes} B ({self.block_size} tokens x "
             f"{m.kv_bytes_per_token} B per token) = {self.num_blocks} blocks = {self.tokens} tokens"
+            + (" (the budget read as every attention layer holding every token; see sequences below)" if mixed else "")
         )
         if m.state_bytes_per_sequence:
             out.append(
@@ -198,19 +237,30 @@ class Capacity:
             out.append(
                 f"sequences at {self.context} tokens: each holds {self.cost.formula(m)}; "
                 f"{budget} holds {self.sequences_at_context}"
+                + (
+                    f", none: the model takes at most {m.max_context} tokens ({m.max_context_source})"
+                    if self.context_beyond_max
+                    else ""
+                )
             )
         if self.sequences is not None:
-            if self.longest_context is None:
-                limit = "no limit from memory (every attention layer slides)"
+            if self.longest_context_by_memory is None:
+                limit = "no limit from memory (every attention layer slides or attends in chunks)"
             else:
                 limit = (
                     f"({self.usable_bytes} B // {self.sequences}"
                     + (f" - state {m.state_bytes_per_sequence} B" if m.state_bytes_per_sequence else "")
-                    + f") in whole blocks = {self.longest_context} tokens"
+                    + f") in whole blocks = {self.longest_context_by_memory} tokens"
                 )
             out.append(f"longest context for {self.sequences} sequence(s): {limit}")
-            if m.max_context is not None and (self.longest_context is None or self.longest_context > m.max_context):
-                out.append(f"  the model's max_position_embeddings {m.max_context} is the lower limit")
+            by_memory = self.longest_context_by_memory
+            if m.max_context is not None and (by_memory is None or by_memory > m.max_context):
+                out.append(f"  capped at the model's maximum context: {m.max_context} tokens ({m.max_context_source})")
+        if self.engine is not None and (
+            self.engine.tokens != self.tokens or self.engine.block_size != self.block_size or mixed
+        ):
+            seqs = None if self.context_beyond_max else self.sequences_at_context
+            out += self.engine.lines(m, self.tokens, None if seqs is None else self.context, seqs)
         return "\n".join(out)
 
     def lines(self) -> list[str]:
@@ -231,8 +281,11 @@ class Capacity:
             "sequences_at_context": self.sequences_at_context,
             "sequences": self.sequences,
             "longest_context": self.longest_context,
+            "longest_context_by_memory": self.longest_context_by_memory,
             "longest_context_unbounded": self.sequences is not None and self.longest_context is None,
             "max_context": self.model.max_context,
+            "context_beyond_max": self.context_beyond_max,
+            "vllm": None if self.engine is None else self.engine.as_dict(self.model, self.context),
         }
 
 
@@ -257,6 +310,11 @@ def capacity(
     usable = _usable(kv_cache_bytes, granularity)
     block = block_bytes(model, block_size)
     cost = None if context is None else sequence_cost(model, context, block_size)
+    by_memory = None if sequences is None else longest_context(model, usable, sequences, block_size)
+    longest = by_memory
+    if sequences is not None and model.max_context is not None:
+        longest = model.max_context if by_memory is None else min(by_memory, model.max_context)
+    beyond = context is not None and model.max_context is not None and context > model.max_context
     return Capacity(
         model=model,
         kv_cache_bytes=kv_cache_bytes,
@@ -268,9 +326,11 @@ def capacity(
         allocation_granularity=granularity,
         context=context,
         cost=cost,
-        sequences_at_context=None if cost is None else usable // cost.total,
+        sequences_at_context=None if cost is None else 0 if beyond else usable // cost.total,
         sequences=sequences,
-        longest_context=None if sequences is None else longest_context(model, usable, sequences, block_size),
+        longest_context=longest,
+        longest_context_by_memory=by_memory,
+        engine=engine_layout(model, usable, block_size),
     )
 
 
@@ -333,7 +393,7 @@ class Fit:
         if self.fits_free is False:
             out.append("free memory is below the request")
         if self.fits_context is False:
-            out.append("the context exceeds the model's max_position_embeddings")
+            out.append(f"the context exceeds the model's maximum context ({self.model.max_context_source})")
         return out
 
     def explain(self) -> str:
@@ -370,8 +430,8 @@ class Fit:
             )
         if self.fits_context is not None:
             out.append(
-                f"  context {self.context} {'<=' if self.fits_context else '>'} the model's "
-                f"max_position_embeddings {self.model.max_context}"
+                f"  context {self.context} {'<=' if self.fits_context else '>'} the model's maximum context "
+                f"{self.model.max_context} ({self.model.max_context_source})"
             )
         return "\n".join(out)
 

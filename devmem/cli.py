@@ -342,7 +342,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from devmem.types import NotEnoughMemoryError
 
     if args.model is not None:
-        return cmd_plan_model(args)
+        return _model_command(cmd_plan_model)(args)
     _refuse_model_flags(args)
     read = _sizes_read(args)
     total = args.total
@@ -390,6 +390,41 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # --- model-aware planning: `devmem plan --model` and `devmem fit` ---------------------------------------------
 
 _MODEL_FLAGS = ("tp", "kv_dtype", "dtype", "block_size", "context", "sequences")
+#: ``plan --model`` and ``fit``: 1 when the target does not fit (or no KV cache fits), 3 when the model is refused
+#: (a config devmem cannot read or size, a broken model folder); with ``--json`` both print an object whose
+#: ``kind`` is ``does_not_fit`` or ``model_refused``.
+EXIT_DOES_NOT_FIT, EXIT_MODEL_REFUSED = 1, 3
+MODEL_EXIT_CODES = (
+    "exit codes:\n  0  {ok}\n  1  {no} (with --json: an object with kind does_not_fit)\n"
+    "  2  a usage error\n  3  the model is refused: its config cannot be read or sized, one line naming the "
+    "value (with --json: an object with kind model_refused)"
+)
+
+
+def _model_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``handler`` with a refused model (:class:`~devmem.models.ModelConfigError`) as exit 3: one line on
+    stderr, or with ``--json`` an object of kind ``model_refused`` on stdout."""
+
+    def run(args: argparse.Namespace) -> int:
+        from devmem.models import ModelConfigError
+
+        try:
+            return handler(args)
+        except ModelConfigError as exc:
+            if args.json:
+                _emit_json(
+                    {
+                        "kind": "model_refused",
+                        "error": str(exc),
+                        "model_type": getattr(exc, "model_type", None),
+                        "missing": list(getattr(exc, "missing", ())),
+                    }
+                )
+            else:
+                print(f"devmem: error: {exc}", file=sys.stderr)
+            return EXIT_MODEL_REFUSED
+
+    return run
 
 
 def _positive(what: str) -> Callable[[str], int]:
@@ -495,8 +530,8 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     except NotEnoughMemoryError as exc:
         if not args.json:
             raise
-        _emit_json({"model": model.as_dict(), "error": str(exc), "breakdown": exc.breakdown})
-        return 1
+        _emit_json({"kind": "does_not_fit", "model": model.as_dict(), "error": str(exc), "breakdown": exc.breakdown})
+        return EXIT_DOES_NOT_FIT
     context, sequences = args.context, args.sequences
     if context is None and sequences is None:
         context, sequences = model.max_context, 1
@@ -536,8 +571,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
         allocation_granularity=args.allocation_granularity or 1,
     )
     if args.json:
+        verdict = {} if result.fits else {"kind": "does_not_fit", "error": f"does not fit: {'; '.join(result.reasons)}"}
         _emit_json(
-            {"platform": platform.name, "device": args.device, "model": model.as_dict(), "fit": result.as_dict()}
+            {
+                **verdict,
+                "platform": platform.name,
+                "device": args.device,
+                "model": model.as_dict(),
+                "fit": result.as_dict(),
+            }
         )
     else:
         _print_wrapped(
@@ -545,7 +587,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             model.explain(),
             result.explain(),
         )
-    return 0 if result.fits else 1
+    return 0 if result.fits else EXIT_DOES_NOT_FIT
 
 
 ENVIRONMENT = """environment:
@@ -657,7 +699,7 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
         "utilization, read from the model's config.json (no weights are loaded).",
         "  devmem fit --model ./Qwen3-8B --context 32768 --sequences 8\n"
         "  devmem fit --model ./Qwen3-8B/config.json --context 131072 --sequences 1 --tp 2 --json",
-        "exit codes:\n  0  it fits\n  1  it does not fit (or an error devmem explains in one line)\n  2  a usage error",
+        MODEL_EXIT_CODES.format(ok="it fits", no="it does not fit (or another error devmem explains in one line)"),
     )
     _add_model_flags(fit, required=True)
     fit.add_argument("--context", type=_positive("context length"), required=True, help="tokens per sequence")
@@ -672,7 +714,7 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
         fit.add_argument(flag, type=_size, default=0, metavar="SIZE", help=f"{what} (default 0)")
     _add_granularity_flag(fit)
     fit.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    fit.set_defaults(handler=cmd_fit)
+    fit.set_defaults(handler=_model_command(cmd_fit))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -754,8 +796,10 @@ def build_parser() -> argparse.ArgumentParser:
         "  devmem plan --model ./Qwen3-8B --total 80GiB --context 32768\n"
         "  devmem plan --model ./Qwen3-8B --pinned 20GiB --json\n"
         "  devmem plan --total 120GiB --init-free 100GiB --free 80GiB --page-size 65536 --layers 36",
-        "exit codes:\n  0  a plan\n  1  the figures leave no room for a KV cache, or the pinned plan "
-        "does not fit --total (the message shows the arithmetic)\n  2  a usage error",
+        "exit codes:\n  0  a plan\n  1  the figures leave no room for a KV cache, or the pinned plan does not fit "
+        "--total (the message shows the arithmetic; with --model --json: an object with kind does_not_fit)\n"
+        "  2  a usage error\n  3  with --model: the model is refused, its config cannot be read or sized (one line "
+        "naming the value; with --json: an object with kind model_refused)",
     )
     how = plan.add_mutually_exclusive_group()
     how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")

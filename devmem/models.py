@@ -1,20 +1,27 @@
 """A model's memory shape from its Hugging Face ``config.json``: KV bytes per token, state per sequence, weights.
 
 Pure Python: the config is read as JSON (transformers is never imported) and every figure is an exact int.
-What is counted per architecture, with the formulas, is in docs/models.md:
+What is counted per architecture, with the formulas, is in docs/models.md; the shapes are the ones vLLM's KV
+cache specs give:
 
 - attention layers hold K and V for every token: ``2 x kv_heads_per_rank x head_dim x kv_dtype`` bytes per layer;
-  a sliding-window layer holds at most its window of tokens per sequence (the planner caps it);
+  a sliding-window layer holds at most its window of tokens per sequence, a chunked-local one (Llama 4) at most
+  its chunk (the planner caps both);
 - MLA layers (DeepSeek-V2/V3) hold one latent shared by every head: ``(kv_lora_rank + qk_rope_head_dim) x
-  kv_dtype`` bytes per layer, the same on every tensor-parallel rank;
-- recurrent layers (Mamba in Jamba, gated-delta-net linear attention in Qwen3-Next) hold a fixed state per
-  sequence, whatever its length: a convolution state and an SSM state, split across ranks;
-- mixture-of-experts changes the weights only.
+  kv_dtype`` bytes per layer, the same on every tensor-parallel rank; DeepSeek-V3.2 adds its sparse-attention
+  indexer's key (``index_head_dim`` fp8 bytes plus a 4-byte scale per 128) and caches the latent in vLLM's
+  ``fp8_ds_mla`` layout (656 bytes for DeepSeek's shape);
+- recurrent layers (Mamba in Jamba, Mamba2 in NemotronH and Bamba, gated-delta-net linear attention in Qwen3-Next,
+  short convolutions in LFM2) hold a fixed state per sequence, whatever its length, split across ranks;
+- mixture-of-experts and MLP-only layers change the weights only.
 
 Tensor parallelism follows vLLM: ``kv_heads_per_rank = max(1, kv_heads // tp)``, where ``tp`` must divide the
 KV heads, or the KV heads ``tp`` (then each KV head is replicated on ``tp // kv_heads`` ranks); ``tp`` must
-divide the attention heads and the recurrent heads too. A config devmem cannot read exactly raises
-:class:`UnknownArchitectureError` naming the missing or unmodelled keys: it never guesses.
+divide the attention heads and the recurrent heads too. The dtype is resolved as engines resolve "auto": a
+float32 checkpoint, or one that names no dtype, is served in bf16. A config devmem cannot read exactly raises
+:class:`UnknownArchitectureError` naming the missing or unmodelled keys: it never guesses. Config files are read
+by one bounded reader (:func:`read_json`): a file that is not a regular file, too large, not UTF-8, nested too
+deep or holding an integer too long to be a size is one :class:`ModelConfigError` naming it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 import math
 import numbers
 import os
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -31,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.model_defaults import FAMILY_DEFAULTS
 from devmem.results import Explanation
 from devmem.units import format_size
 
@@ -52,27 +61,35 @@ _DTYPES: dict[str, tuple[str, int]] = {
 }
 #: KV-cache dtypes a user may ask for; ``auto`` is the model's dtype.
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp32")
+#: vLLM's DeepSeek-V3.2 latent layout: the latent in fp8 with a float32 scale per 128, the rope part in bf16.
+FP8_DS_MLA = "fp8_ds_mla"
 
-FULL, SLIDING, MAMBA, LINEAR = "full_attention", "sliding_attention", "mamba", "linear_attention"
-_LAYER_TYPES = {"full_attention": FULL, "sliding_attention": SLIDING, "linear_attention": LINEAR}
-_BLOCK_TYPES = {"attention": FULL, "mamba": MAMBA}
-
-#: Keys that the transformers config class of a family fills in when a published config.json leaves them out
-#: (Gemma 3's text_config, for one, gives neither head_dim nor the sliding-window pattern).
-_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma": {"head_dim": 256},
-    "gemma2": {"head_dim": 256, "sliding_window": 4096},
-    "gemma3_text": {
-        "head_dim": 256,
-        "sliding_window": 4096,
-        "sliding_window_pattern": 6,
-        "num_key_value_heads": 4,
-        "vocab_size": 262208,
-    },
+FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
+MAMBA, MAMBA2, LINEAR, CONV = "mamba", "mamba2", "linear_attention", "short_conv"
+#: MLP-only and mixture-of-experts-only layers (NemotronH's ``-`` and ``E``): weights, no cache.
+NO_CACHE = ("mlp", "moe")
+ATTENTION = (FULL, SLIDING, CHUNKED)
+#: Layer names in ``layer_types`` / ``layers_block_type``, as transformers' config classes write them.
+_LAYER_TYPES = {
+    "full_attention": FULL,
+    "attention": FULL,
+    "indexed_attention": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+    "linear_attention": LINEAR,
+    "mamba": MAMBA,
+    "conv": CONV,
+    "mlp": "mlp",
+    "moe": "moe",
 }
-_FAMILY_DEFAULTS["gemma3"] = _FAMILY_DEFAULTS["gemma3_text"]
+#: NemotronH's ``hybrid_override_pattern``: one character per layer.
+_PATTERN = {"M": MAMBA2, "*": FULL, "-": "mlp", "E": "moe"}
+#: Families whose ``linear_attention`` / ``mamba`` layers are Mamba2 (transformers' NemotronHConfig names them so).
+_MAMBA2_FAMILIES = {"nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "zamba2"}
+#: Families whose attention is MLA: without ``kv_lora_rank`` they are refused, never sized as multi-head.
+_MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "minicpm3", "kimi_linear"}
 #: Families whose config class ties the output embedding to the input one unless told otherwise.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "lfm2"}
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
 #: Families whose q, k and v projections carry a bias whatever ``attention_bias`` says.
@@ -82,11 +99,8 @@ _GATED_QUERY = {"qwen3_next"}
 
 #: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
 _UNMODELLED = {
-    "attention_chunk_size": "chunked local attention (Llama 4)",
     "num_kv_shared_layers": "KV shared across layers (Gemma 3n)",
-    "index_topk": "the sparse-attention indexer cache (DeepSeek-V3.2)",
-    "hybrid_override_pattern": "the NemotronH hybrid layout",
-    "attn_layer_indices": "the Bamba hybrid layout",
+    "linear_attn_config": "Kimi-Linear's delta-attention layers",
     "cross_attention_layers": "cross-attention layers (Mllama)",
     "multi_query": "Falcon's multi-query flag",
     "n_head_kv": "a KV-head count under the key n_head_kv",
@@ -94,27 +108,156 @@ _UNMODELLED = {
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
 }
+#: Keys that describe recurrent layers: a config setting one whose layers devmem cannot place is refused.
+_RECURRENT_KEYS = (
+    "mamba_d_state",
+    "mamba_n_heads",
+    "mamba_num_heads",
+    "mamba_d_ssm",
+    "ssm_state_size",
+    "linear_num_value_heads",
+    "conv_L_cache",
+)
 #: Bounds past any real model, so a hostile config cannot make devmem build huge lists or loop for ever.
 MAX_LAYERS = 10_000
 MAX_TP = 1024
+#: The largest whole number a sizing key may hold (2**53: past every real dimension, exact as a float too).
+MAX_CONFIG_INT = 2**53
+#: What the bounded reader accepts: a config.json or a safetensors index of at most this many bytes, nested at
+#: most this deep, integers of at most this many digits (a longer one is kept as a marker, refused if read).
+MAX_JSON_BYTES = 64 << 20
+MAX_JSON_DEPTH = 64
+MAX_JSON_DIGITS = 30
 #: Top-level keys a nested ``text_config`` inherits when it does not set them.
 _INHERITED = ("torch_dtype", "dtype", "tie_word_embeddings", "quantization_config", "model_type")
+#: Keys naming a model's longest sequence, as vLLM reads them (the smallest present wins).
+_MAX_LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 
 
 def _dtype(name: object, what: str) -> tuple[str, int]:
     key = str(name).removeprefix("torch.").lower() if isinstance(name, str) else None
     if key not in _DTYPES:
-        raise ModelConfigError(f"{what} {name!r} is not a dtype devmem knows: use one of {', '.join(sorted(_DTYPES))}")
+        raise ModelConfigError(
+            f"{what} {_shown(name)} is not a dtype devmem knows: use one of {', '.join(sorted(_DTYPES))}"
+        )
     return _DTYPES[key]
+
+
+def _whole_number(name: str, value: object, minimum: int) -> int:
+    """``value`` as a Python int (numpy integers included), or a :class:`ModelConfigError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ModelConfigError(f"{name} must be a whole number >= {minimum}, got {_shown(value)}")
+    return int(value)
+
+
+class _LongInteger:
+    """An integer literal too long to be any size (kept as its digit count, so nothing converts it)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
+def _shown(value: object) -> str:
+    """``repr(value)`` cut to 200 characters (a hostile value can be long or deep)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<a {type(value).__name__}>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _parse_int(text: str) -> int | _LongInteger:
+    digits = len(text.lstrip("-"))
+    return _LongInteger(digits) if digits > MAX_JSON_DIGITS else int(text)
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_JSON_DEPTH:
+                stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _open_regular(file: Path, what: str) -> int:
+    """A descriptor of ``file`` opened for reading, refused unless it is a regular file (no FIFO, device,
+    directory or dangling link: opening never blocks)."""
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if file.is_symlink():
+            raise ModelConfigError(
+                f"{what} {str(file)!r} is a symbolic link to {os.readlink(file)!r}, which does not exist "
+                "(a moved or pruned cache?)"
+            ) from None
+        raise ModelConfigError(f"no {what} at {str(file)!r}") from None
+    except (OSError, ValueError) as exc:
+        raise ModelConfigError(f"{what} {str(file)!r} cannot be opened: {exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise ModelConfigError(f"{what} {str(file)!r} cannot be read: {exc}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
+        raise ModelConfigError(f"{what} {str(file)!r} is {kind}")
+    return fd
+
+
+def read_json(path: str | os.PathLike, what: str = "model config") -> dict[str, Any]:
+    """The JSON object in ``path``, read with bounds: a regular file of at most :data:`MAX_JSON_BYTES`, UTF-8,
+    nested at most :data:`MAX_JSON_DEPTH` deep. Integers longer than :data:`MAX_JSON_DIGITS` digits are kept as
+    a marker that any sizing read refuses by name. Anything else is one :class:`ModelConfigError`."""
+    file = Path(path)
+    fd = _open_regular(file, what)
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_JSON_BYTES + 1)
+    except OSError as exc:
+        raise ModelConfigError(f"{what} {str(file)!r} cannot be read: {exc}") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise ModelConfigError(f"{what} {str(file)!r} is larger than {MAX_JSON_BYTES} bytes: not a config")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{what} {str(file)!r} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_int=_parse_int)
+    except RecursionError:
+        raise ModelConfigError(f"{what} {str(file)!r} nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ModelConfigError(f"{what} {str(file)!r} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ModelConfigError(f"{what} {str(file)!r} holds a JSON {type(value).__name__}, not an object")
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ModelConfigError(f"{what} {str(file)!r} nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 @dataclass(frozen=True)
 class RecurrentState:
-    """The fixed per-sequence state of one kind of recurrent layer, in elements, before tensor parallelism.
+    """The fixed per-sequence state of one kind of recurrent layer, in elements at ``tp = 1``.
 
-    ``conv_elements`` is the convolution state of one layer (``channels x (kernel - 1)``), ``ssm_elements`` its
+    ``conv_elements`` is the convolution state of one layer (``(kernel - 1) x channels``), ``ssm_elements`` its
     SSM or linear-attention state (``conv_text`` and ``ssm_text`` say how); both are split evenly across
-    ranks, each of which must divide every count in ``split``.
+    ranks, each of which must divide every count in ``split``. Mamba2's ``groups`` (B and C, ``group_elements``
+    conv elements each) are replicated up to ``tp`` where they do not split, as vLLM does.
     """
 
     kind: str
@@ -124,10 +267,27 @@ class RecurrentState:
     split: tuple[tuple[str, int], ...]
     conv_text: str
     ssm_text: str
+    groups: int = 0
+    group_elements: int = 0
+
+    def conv_elements_at(self, tp: int) -> int:
+        """One layer's convolution state on one of ``tp`` ranks."""
+        extra = 0 if not self.groups or self.groups % tp == 0 else (tp - self.groups) * self.group_elements
+        return (self.conv_elements + extra) // tp
+
+    def tp_problems(self, tp: int) -> list[str]:
+        problems = [f"{what} {count} is not a multiple of {tp}" for what, count in self.split if count % tp]
+        if self.groups > 1 and self.groups % tp:
+            problems.append(f"Mamba2 n_groups {self.groups} is neither 1 nor a multiple of {tp}")
+        return problems
 
     def bytes_per_sequence(self, tp: int, conv_bytes: int, ssm_bytes: int) -> int:
         """Bytes one sequence holds in these layers on one of ``tp`` ranks."""
-        return self.layers * (self.conv_elements // tp * conv_bytes + self.ssm_elements // tp * ssm_bytes)
+        return self.layers * self.layer_bytes(tp, conv_bytes, ssm_bytes)
+
+    def layer_bytes(self, tp: int, conv_bytes: int, ssm_bytes: int) -> int:
+        """Bytes one sequence holds in one of these layers on one of ``tp`` ranks (vLLM's MambaSpec page)."""
+        return self.conv_elements_at(tp) * conv_bytes + self.ssm_elements // tp * ssm_bytes
 
 
 @dataclass(frozen=True)
@@ -136,7 +296,8 @@ class ModelMemory:
 
     Build it with :meth:`from_config` or :meth:`from_pretrained_dir`. Layer counts are of the whole model;
     every ``*_bytes`` property is per rank at ``tp``. ``kv_layer_bytes_per_token`` is one attention layer's
-    K and V (or MLA latent) for one token; ``sliding_window`` caps what each sliding layer holds per sequence.
+    K and V (or MLA latent, with the indexer key where there is one) for one token; ``sliding_window`` caps what
+    each sliding layer holds per sequence, ``attention_chunk_size`` what each chunked-local layer holds.
     """
 
     model_type: str
@@ -161,10 +322,19 @@ class ModelMemory:
     tp: int = 1
     layer_source: str = ""
     notes: tuple[str, ...] = field(default=())
+    chunked_attention_layers: int = 0
+    attention_chunk_size: int | None = None
+    mla_rope_dim: int = 0
+    indexer_bytes_per_token: int = 0
+    max_context_source: str = ""
 
     def __post_init__(self) -> None:
-        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
-            raise ModelConfigError(f"tp must be a whole number >= 1 (tensor-parallel ranks), got {self.tp!r}")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, numbers.Integral) or self.tp < 1:
+            raise ModelConfigError(f"tp must be a whole number >= 1 (tensor-parallel ranks), got {_shown(self.tp)}")
+        object.__setattr__(self, "tp", int(self.tp))
+        object.__setattr__(self, "weights_bytes", _whole_number("weights_bytes", self.weights_bytes, 0))
+        if self.tp > MAX_TP:
+            raise ModelConfigError(f"tp must be at most {MAX_TP} (tensor-parallel ranks), got {self.tp}")
         problems = self._tp_problems(self.tp)
         if problems:
             valid = [t for t in range(1, min(self.num_attention_heads, MAX_TP) + 1) if not self._tp_problems(t)]
@@ -182,7 +352,7 @@ class ModelMemory:
             if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
                 problems.append(f"{kv} KV heads neither split evenly over {tp} ranks nor replicate evenly onto them")
         for state in self.states:
-            problems += [f"{what} {count} is not a multiple of {tp}" for what, count in state.split if count % tp]
+            problems += state.tp_problems(tp)
         return problems
 
     @classmethod
@@ -199,12 +369,20 @@ class ModelMemory:
     ) -> ModelMemory:
         """The memory shape of the model a config describes (a dict, a config.json, or a folder holding one).
 
-        ``dtype`` overrides the config's ``torch_dtype``/``dtype`` (engines serve float32 checkpoints in 16 bits);
-        ``kv_dtype`` is ``auto`` (the model dtype), ``bf16``, ``fp16``, ``fp8`` or ``fp32``; ``state_dtype``
-        (``auto`` = the model dtype) is the recurrent state's. Without ``weights_bytes`` the weights are
-        estimated from the config, matrix by matrix (docs/models.md says what is counted).
+        ``dtype`` overrides the dtype the model is served in (by default the config's ``torch_dtype``/``dtype``
+        as engines resolve it: float32 or none given is bf16); ``kv_dtype`` is ``auto`` (the served dtype),
+        ``bf16``, ``fp16``, ``fp8`` or ``fp32``; ``state_dtype`` (``auto`` = the served dtype) is the recurrent
+        state's. ``tp`` and ``weights_bytes`` take any whole number (numpy integers too). Without
+        ``weights_bytes`` the weights are estimated from the config, matrix by matrix (docs/models.md).
         """
-        raw = _read_config(config) if not isinstance(config, Mapping) else dict(config)
+        if isinstance(config, Mapping):
+            raw = dict(config)
+        else:
+            file = Path(config)
+            raw = read_json(file / "config.json" if _is_dir(file) else file)
+        tp = _whole_number("tp", tp, 1)
+        if weights_bytes is not None:
+            weights_bytes = _whole_number("weights_bytes", weights_bytes, 0)
         return _build(
             raw,
             kv_dtype=kv_dtype,
@@ -221,24 +399,30 @@ class ModelMemory:
         ``model.safetensors.index.json``'s ``metadata.total_size``, else the tensor bytes of the safetensors
         files; otherwise estimated from the config, and said so."""
         folder = Path(path)
-        if not folder.is_dir():
+        if not _is_dir(folder):
             raise ModelConfigError(f"{str(path)!r} is not a folder holding a model's config.json")
-        found = checkpoint_weights(folder)
-        if found is not None and options.get("weights_bytes") is None:
-            options["weights_bytes"], options["weights_source"] = found
-        return cls.from_config(folder / "config.json", **options)
+        config = read_json(folder / "config.json")
+        if options.get("weights_bytes") is None:
+            found = checkpoint_weights(folder)
+            if found is not None:
+                options["weights_bytes"], options["weights_source"] = found
+        return cls.from_config(config, **options)
 
     def splits_over(self, tp: int) -> bool:
         """Whether ``tp`` ranks can split this model (heads, KV heads and recurrent heads)."""
-        return not self._tp_problems(tp)
+        return not self._tp_problems(_whole_number("tp", tp, 1))
 
     def at_tp(self, tp: int) -> ModelMemory:
         """The same model split over ``tp`` ranks (raises :class:`ModelConfigError` where it cannot be)."""
-        return replace(self, tp=tp)
+        return replace(self, tp=_whole_number("tp", tp, 1))
 
     @property
     def attention_layers(self) -> int:
-        return self.full_attention_layers + self.sliding_attention_layers
+        return self.full_attention_layers + self.sliding_attention_layers + self.chunked_attention_layers
+
+    @property
+    def recurrent_layers(self) -> int:
+        return sum(s.layers for s in self.states)
 
     @property
     def kv_heads_per_rank(self) -> int:
@@ -247,13 +431,17 @@ class ModelMemory:
 
     @property
     def kv_layer_bytes_per_token(self) -> int:
-        """Bytes one attention layer holds per token on one rank: K and V, or the MLA latent."""
-        entries = self.head_dim if self.attention == "mla" else 2 * self.kv_heads_per_rank * self.head_dim
-        return entries * self.kv_dtype_bytes
+        """Bytes one attention layer holds per token on one rank: K and V, or the MLA latent (and indexer key)."""
+        if self.attention != "mla":
+            return 2 * self.kv_heads_per_rank * self.head_dim * self.kv_dtype_bytes
+        if self.kv_dtype == FP8_DS_MLA:
+            latent = self.head_dim - self.mla_rope_dim
+            return latent + -(-latent // 128) * 4 + self.mla_rope_dim * 2 + self.indexer_bytes_per_token
+        return self.head_dim * self.kv_dtype_bytes + self.indexer_bytes_per_token
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV bytes per token over every attention layer, on one rank (sliding layers not yet capped)."""
+        """KV bytes per token over every attention layer, on one rank (sliding and chunked layers not capped)."""
         return self.attention_layers * self.kv_layer_bytes_per_token
 
     @property
@@ -283,33 +471,53 @@ class ModelMemory:
     def explain(self) -> str:
         """For people, one line each: the layers, the per-token and per-sequence arithmetic, the weights."""
         if self.attention == "mla":
-            kv = f"{self.head_dim} latent (kv_lora_rank + qk_rope_head_dim), the same on every rank"
+            latent = self.head_dim - self.mla_rope_dim
+            if self.kv_dtype == FP8_DS_MLA:
+                layout = (
+                    f"{latent} fp8 + {-(-latent // 128)} x 4 B scales + rope {self.mla_rope_dim} x bf16 2 B "
+                    f"({FP8_DS_MLA})"
+                )
+            else:
+                layout = (
+                    f"{self.head_dim} latent (kv_lora_rank + qk_rope_head_dim) x {self.kv_dtype} "
+                    f"{self.kv_dtype_bytes} B"
+                )
+            indexer = f" + indexer key {self.indexer_bytes_per_token} B" if self.indexer_bytes_per_token else ""
+            per_layer = (
+                f"KV per token per layer: {layout}{indexer}, the same on every rank = {self.kv_layer_bytes_per_token} B"
+            )
         else:
             split = "" if self.tp == 1 else f" (max(1, {self.num_kv_heads} // tp {self.tp}))"
-            kv = f"2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim {self.head_dim}"
+            per_layer = (
+                f"KV per token per layer: 2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim "
+                f"{self.head_dim} x {self.kv_dtype} {self.kv_dtype_bytes} B = {self.kv_layer_bytes_per_token} B"
+            )
+        no_cache = self.num_layers - self.attention_layers - self.recurrent_layers
         kinds = (
             (self.full_attention_layers, "full-attention"),
             (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"),
+            (self.chunked_attention_layers, f"chunked-local ({self.attention_chunk_size})"),
             *((s.layers, s.kind) for s in self.states),
+            (no_cache, "MLP/MoE only (no cache)"),
         )
         summary = ", ".join(f"{n} {k}" for n, k in kinds if n)
         source = f" (from {self.layer_source})" if self.layer_source else ""
-        capped = (
-            f"; the {self.sliding_attention_layers} sliding layers hold at most {self.sliding_window} tokens "
-            "per sequence"
-            if self.sliding_attention_layers
-            else ""
-        )
+        capped = []
+        if self.sliding_attention_layers:
+            capped.append(f"the {self.sliding_attention_layers} sliding layers hold at most {self.sliding_window}")
+        if self.chunked_attention_layers:
+            capped.append(
+                f"the {self.chunked_attention_layers} chunked layers at most {self.attention_chunk_size} "
+                "(their current chunk)"
+            )
+        cap = f"; {' and '.join(capped)} tokens per sequence" if capped else ""
         lines = [
             f"model: {self.model_type}, {self.num_layers} layers: {summary}{source}",
             f"attention: {self.attention.upper()}, {self.num_attention_heads} heads; tensor parallel {self.tp}",
-            (
-                f"KV per token per layer: {kv} x {self.kv_dtype} {self.kv_dtype_bytes} B = "
-                f"{self.kv_layer_bytes_per_token} B"
-            ),
+            per_layer,
             (
                 f"KV per token: {self.attention_layers} attention layers x {self.kv_layer_bytes_per_token} B = "
-                f"{self.kv_bytes_per_token} B{capped}"
+                f"{self.kv_bytes_per_token} B{cap}"
             ),
         ]
         for s in self.states:
@@ -319,6 +527,8 @@ class ModelMemory:
                 f"{self.conv_state_dtype_bytes} B + {s.ssm_text} x {self.ssm_state_dtype_bytes} B) / tp "
                 f"{self.tp} = {each} B"
             )
+        if self.max_context is not None:
+            lines.append(f"max context: {self.max_context} tokens ({self.max_context_source})")
         per_rank = f"; per rank {format_size(self.weights_bytes_per_rank)}" if self.tp > 1 else ""
         lines.append(
             f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source}){per_rank}"
@@ -333,6 +543,8 @@ class ModelMemory:
             "full_attention_layers": self.full_attention_layers,
             "sliding_attention_layers": self.sliding_attention_layers,
             "sliding_window": self.sliding_window,
+            "chunked_attention_layers": self.chunked_attention_layers,
+            "attention_chunk_size": self.attention_chunk_size,
             "recurrent_layers": {s.kind: s.layers for s in self.states},
             "layer_source": self.layer_source,
             "attention": self.attention,
@@ -345,6 +557,7 @@ class ModelMemory:
             "kv_dtype_bytes": self.kv_dtype_bytes,
             "tp": self.tp,
             "kv_layer_bytes_per_token": self.kv_layer_bytes_per_token,
+            "indexer_bytes_per_token": self.indexer_bytes_per_token,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "state_bytes_per_sequence": self.state_bytes_per_sequence,
             "weights_bytes": self.weights_bytes,
@@ -352,43 +565,39 @@ class ModelMemory:
             "weights_source": self.weights_source,
             "weights_estimated": self.weights_estimated,
             "max_context": self.max_context,
+            "max_context_source": self.max_context_source,
             "notes": list(self.notes),
         }
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError) as exc:
+        raise ModelConfigError(f"{str(path)!r} cannot be examined: {exc}") from None
 
 
 def load_model(path: str | os.PathLike, **options: Any) -> ModelMemory:
     """A model from a path: a folder (:meth:`ModelMemory.from_pretrained_dir`), a ``config.json`` (the same, on
     its folder) or another JSON config file (:meth:`ModelMemory.from_config`, weights estimated)."""
     file = Path(path)
-    if file.is_dir():
+    if _is_dir(file):
         return ModelMemory.from_pretrained_dir(file, **options)
-    if file.name == "config.json" and file.is_file():
+    if file.name == "config.json" and _is_dir(file.parent):
         return ModelMemory.from_pretrained_dir(file.parent, **options)
     return ModelMemory.from_config(file, **options)
 
 
-def _read_config(path: str | os.PathLike) -> dict[str, Any]:
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise ModelConfigError(
-            f"no model config at {str(file)!r}: give a config.json or a folder holding one"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelConfigError(f"{str(file)!r} is not a readable JSON config: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelConfigError(f"{str(file)!r} holds a JSON {type(data).__name__}, not a config object")
-    return data
-
-
 def _safetensors_data_bytes(file: Path) -> int:
     """Tensor bytes of one .safetensors file: its size less the 8-byte length and the JSON header."""
-    size = file.stat().st_size
-    with file.open("rb") as handle:
-        head = handle.read(8)
+    fd = _open_regular(file, "checkpoint shard")
+    try:
+        size = os.fstat(fd).st_size
+        head = os.read(fd, 8)
+    except OSError as exc:
+        raise ModelConfigError(f"checkpoint shard {str(file)!r} cannot be read: {exc}") from None
+    finally:
+        os.close(fd)
     if len(head) < 8 or struct.unpack("<Q", head)[0] > size - 8:
         raise ModelConfigError(f"{str(file)!r} is not a safetensors file (its header length does not fit the file)")
     return size - 8 - struct.unpack("<Q", head)[0]
@@ -398,30 +607,33 @@ def checkpoint_weights(folder: str | os.PathLike) -> tuple[int, str] | None:
     """``(bytes, where from)`` of a checkpoint's weights, or ``None`` when the folder holds none.
 
     ``model.safetensors.index.json``'s ``metadata.total_size`` when present, else the tensor bytes of
-    ``model.safetensors`` or of the ``model-*-of-*.safetensors`` shards.
+    ``model.safetensors`` or of the ``model-*-of-*.safetensors`` shards. Every file goes through the bounded
+    reader: a dangling link, a folder named like a shard or a device is one :class:`ModelConfigError`.
     """
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            total = json.loads(index.read_text())["metadata"]["total_size"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelConfigError(f"{str(index)!r} has no readable metadata.total_size: {exc!r}") from None
-        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-            raise ModelConfigError(f"{str(index)!r}: metadata.total_size must be a byte count > 0, got {total!r}")
+    if os.path.lexists(index):
+        metadata = read_json(index, "safetensors index").get("metadata")
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if isinstance(total, bool) or not isinstance(total, int) or not 0 < total < MAX_CONFIG_INT:
+            raise ModelConfigError(f"{str(index)!r}: metadata.total_size must be a byte count > 0, got {_shown(total)}")
         return total, "model.safetensors.index.json metadata.total_size"
-    files = (
-        [folder / "model.safetensors"]
-        if (folder / "model.safetensors").is_file()
-        else sorted(folder.glob("model-*-of-*.safetensors"))
-    )
+    single = folder / "model.safetensors"
+    try:
+        files = [single] if os.path.lexists(single) else sorted(folder.glob("model-*-of-*.safetensors"))
+    except OSError as exc:
+        raise ModelConfigError(f"{str(folder)!r} cannot be listed: {exc}") from None
     if not files:
         return None
     return sum(_safetensors_data_bytes(f) for f in files), f"tensor bytes of {len(files)} safetensors file(s)"
 
 
 class _Config:
-    """A flattened text config with typed, named reads that raise :class:`UnknownArchitectureError`."""
+    """A flattened text config with typed, named reads that raise :class:`UnknownArchitectureError`.
+
+    Keys the config leaves out are filled from the family's transformers defaults (``defaulted`` names those
+    that were read); a key present with ``null`` is absent and gets no default.
+    """
 
     def __init__(self, raw: Mapping[str, Any]):
         text = raw.get("text_config")
@@ -430,10 +642,11 @@ class _Config:
         if self.nested:
             merged.update({k: raw[k] for k in _INHERITED if k in raw and merged.get(k) is None})
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
-        self.values = {
-            **_FAMILY_DEFAULTS.get(self.model_type or "", {}),
-            **{k: v for k, v in merged.items() if v is not None},
-        }
+        self.family, defaults = FAMILY_DEFAULTS.get(self.model_type or "", ("", {}))
+        self.defaults = {k: v for k, v in defaults.items() if k not in merged}
+        self.values = {**self.defaults, **{k: v for k, v in merged.items() if v is not None}}
+        self.explicit_null = {k for k, v in merged.items() if v is None}
+        self.defaulted: dict[str, object] = {}
 
     def has(self, key: str) -> bool:
         return key in self.values
@@ -451,25 +664,47 @@ class _Config:
                 tuple(absent),
             )
 
+    def get(self, key: str, default: object = None) -> object:
+        if key in self.defaults and key in self.values:
+            self.defaulted[key] = self.values[key]
+        return self.values.get(key, default)
+
     def int(self, key: str, *, positive: bool = True, why: str = "sizing") -> int:
         self.require(key, why=why)
-        value = self.values[key]
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < (1 if positive else 0):
-            raise ModelConfigError(f"config key {key}={value!r} must be a whole number >= {1 if positive else 0}")
+        value = self.get(key)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Integral)
+            or not (1 if positive else 0) <= int(value) <= MAX_CONFIG_INT
+        ):
+            raise ModelConfigError(
+                f"config key {key}={_shown(value)} must be a whole number from {1 if positive else 0} "
+                f"to {MAX_CONFIG_INT}"
+            )
         return int(value)
 
     def get_int(self, key: str, default: builtins.int, *, positive: bool = False) -> builtins.int:
         return self.int(key, positive=positive) if key in self.values else default
 
+    def first_int(self, *keys: str, why: str) -> builtins.int:
+        """The first of ``keys`` the config sets (aliases of one dimension)."""
+        for key in keys:
+            if key in self.values:
+                return self.int(key)
+        self.require(keys[0], why=why)
+        raise AssertionError  # require raised
+
 
 def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
-    """Each layer's kind and which config keys said so."""
+    """Each layer's kind and which config keys said so (recurrent kinds not yet told apart: see below)."""
 
     def listed(key: str, table: Mapping[str, str]) -> list[str]:
-        values = c.values[key]
+        values = c.get(key)
+        if key == "hybrid_override_pattern" and isinstance(values, str):
+            values = list(values)
         if not isinstance(values, list) or len(values) != layers:
-            raise ModelConfigError(f"config key {key} must list one entry per layer ({layers}), got {values!r:.200}")
-        unknown = sorted({repr(v) for v in values if not isinstance(v, str) or v not in table})
+            raise ModelConfigError(f"config key {key} must list one entry per layer ({layers}), got {_shown(values)}")
+        unknown = sorted({_shown(v) for v in values if not isinstance(v, str) or v not in table})
         if unknown:
             raise UnknownArchitectureError(
                 f"config of model_type {c.model_type!r}: {key} holds {', '.join(unknown)}, layers devmem "
@@ -482,7 +717,23 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     if c.has("layer_types"):
         return listed("layer_types", _LAYER_TYPES), "layer_types"
     if c.has("layers_block_type"):
-        return listed("layers_block_type", _BLOCK_TYPES), "layers_block_type"
+        return listed("layers_block_type", _LAYER_TYPES), "layers_block_type"
+    if c.has("hybrid_override_pattern"):
+        return listed("hybrid_override_pattern", _PATTERN), "hybrid_override_pattern"
+    if c.has("attn_layer_indices"):  # Bamba: attention at these indices, Mamba2 elsewhere
+        indices = c.get("attn_layer_indices")
+        if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
+            raise ModelConfigError(
+                f"config key attn_layer_indices must list layer indices below {layers}, got {_shown(indices)}"
+            )
+        return [FULL if i in set(indices) else MAMBA2 for i in range(layers)], "attn_layer_indices"
+    if c.has("full_attn_idxs"):  # LFM2: attention at these indices, short convolutions elsewhere
+        indices = c.get("full_attn_idxs")
+        if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
+            raise ModelConfigError(
+                f"config key full_attn_idxs must list layer indices below {layers}, got {_shown(indices)}"
+            )
+        return [FULL if i in set(indices) else CONV for i in range(layers)], "full_attn_idxs"
     if c.has("attn_layer_period") or c.has("attn_layer_offset"):
         period, offset = c.int("attn_layer_period"), c.int("attn_layer_offset", positive=False)
         return (
@@ -495,14 +746,35 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             [FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers)],
             f"full_attention_interval {interval}",
         )
+    if c.has("attention_chunk_size"):  # Llama 4: rope layers attend in chunks, the NoPE layers fully
+        c.int("attention_chunk_size")
+        if c.get("no_rope_layers") not in (None, []):  # published empty: the config class fills it in
+            flags = c.get("no_rope_layers")
+            if not isinstance(flags, list) or len(flags) != layers or not all(f in (0, 1) for f in flags):
+                raise ModelConfigError(
+                    f"config key no_rope_layers must list 0 or 1 per layer ({layers}), got {_shown(flags)}"
+                )
+            return [CHUNKED if f else FULL for f in flags], "attention_chunk_size, no_rope_layers"
+        interval = c.get_int("no_rope_layer_interval", 4, positive=True)
+        return (
+            [CHUNKED if (i + 1) % interval else FULL for i in range(layers)],
+            f"attention_chunk_size, every {interval}th layer without rope attends fully",
+        )
     if not c.has("sliding_window"):
         return [FULL] * layers, ""
     if c.model_type == "gemma2":
         return [SLIDING if i % 2 == 0 else FULL for i in range(layers)], "gemma2: even layers slide"
+    if c.model_type == "gpt_oss":
+        return [SLIDING if i % 2 == 0 else FULL for i in range(layers)], "gpt_oss: even layers slide"
     for key in ("sliding_window_pattern", "_sliding_window_pattern"):
         if c.has(key):
             pattern = c.int(key)
             return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)], f"{key} {pattern}"
+    if c.family == "Gemma3TextConfig":
+        return (
+            [FULL if (i + 1) % 6 == 0 else SLIDING for i in range(layers)],
+            "Gemma3TextConfig's sliding_window_pattern 6",
+        )
     if c.values.get("use_sliding_window") is False:
         return [FULL] * layers, "use_sliding_window false"
     if c.has("use_sliding_window") and c.has("max_window_layers"):
@@ -511,7 +783,17 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     return [SLIDING] * layers, "sliding_window, on every layer"
 
 
+def _resolve_recurrent(c: _Config, kinds: list[str]) -> list[str]:
+    """``mamba`` and ``linear_attention`` layers as the family means them: Mamba2 in NemotronH (whose
+    transformers config calls its Mamba2 layers ``linear_attention``) and the other Mamba2 hybrids."""
+    mamba2 = c.model_type in _MAMBA2_FAMILIES or c.has("mamba_num_heads") or c.has("mamba_n_heads")
+    if not mamba2:
+        return kinds
+    return [MAMBA2 if k in (MAMBA, LINEAR) and (k == MAMBA or c.model_type == "nemotron_h") else k for k in kinds]
+
+
 def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...]:
+    """The per-sequence state of each recurrent kind, as vLLM's MambaStateShapeCalculator shapes it."""
     states = []
     if MAMBA in kinds:
         c.require("hidden_size", "mamba_d_state", "mamba_d_conv", "mamba_expand", why="the Mamba state per sequence")
@@ -526,6 +808,22 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
                 (("Mamba inner size", inner),),
                 f"conv {inner} x (d_conv {d_conv} - 1)",
                 f"ssm {inner} x d_state {d_state}",
+            )
+        )
+    if MAMBA2 in kinds:
+        heads, head_dim, inner, groups, d_state, kernel = _mamba2_dims(c)
+        channels = inner + 2 * groups * d_state
+        states.append(
+            RecurrentState(
+                MAMBA2,
+                kinds.count(MAMBA2),
+                (kernel - 1) * channels,
+                heads * head_dim * d_state,
+                (("Mamba2 heads", heads),),
+                f"conv (kernel {kernel} - 1) x ({inner} + 2 x {groups} groups x d_state {d_state})",
+                f"ssm {heads} heads x {head_dim} x d_state {d_state}",
+                groups,
+                (kernel - 1) * 2 * d_state,
             )
         )
     if LINEAR in kinds:
@@ -550,17 +848,73 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
                 f"state {nv} x {dk} x {dv}",
             )
         )
+    if CONV in kinds:
+        why = "the short-convolution state per sequence"
+        channels = c.first_int("conv_dim", "hidden_size", why=why)
+        kernel = c.int("conv_L_cache", why=why)
+        states.append(
+            RecurrentState(
+                CONV,
+                kinds.count(CONV),
+                (kernel - 1) * channels,
+                0,
+                (("convolution channels", channels),),
+                f"conv (L_cache {kernel} - 1) x {channels}",
+                "no SSM state",
+            )
+        )
     return tuple(states)
+
+
+def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
+    """``(heads, head dim, inner size, groups, d_state, conv kernel)`` of a Mamba2 layer, under NemotronH's keys
+    (inner = heads x head dim) or Bamba's and Granite's (inner = mamba_expand x hidden_size)."""
+    why = "the Mamba2 state per sequence"
+    if c.has("mamba_num_heads"):
+        heads, head_dim = c.int("mamba_num_heads"), c.int("mamba_head_dim", why=why)
+        return (
+            heads,
+            head_dim,
+            heads * head_dim,
+            c.first_int("n_groups", "mamba_n_groups", why=why),
+            c.first_int("ssm_state_size", "mamba_d_state", why=why),
+            c.first_int("conv_kernel", "mamba_d_conv", why=why),
+        )
+    heads = c.int("mamba_n_heads", why=why)
+    inner = c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
+    if c.get("mamba_d_head") == "auto" and inner % heads == 0:  # the config classes' default: inner / heads
+        head_dim = inner // heads
+    else:
+        head_dim = c.int("mamba_d_head", why=why)
+    return (
+        heads,
+        head_dim,
+        inner,
+        c.get_int("mamba_n_groups", 1, positive=True),
+        c.int("mamba_d_state", why=why),
+        c.int("mamba_d_conv", why=why),
+    )
 
 
 def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     """``(attention kind, attention heads, KV heads, head dim or MLA latent width, notes)``."""
     heads = c.int("num_attention_heads")
-    if c.has("kv_lora_rank"):
+    mla = c.model_type in _MLA_FAMILIES or c.has("kv_lora_rank") or c.has("qk_rope_head_dim")
+    if mla:
+        if "kv_lora_rank" in c.explicit_null or not c.has("kv_lora_rank"):
+            raise UnknownArchitectureError(
+                f"config of model_type {c.model_type!r} is MLA (multi-head latent attention) but "
+                f"{'sets kv_lora_rank to null' if 'kv_lora_rank' in c.explicit_null else 'has no kv_lora_rank'}"
+                ": its KV cache is the latent, which devmem does not size as multi-head attention",
+                c.model_type,
+                ("kv_lora_rank",),
+            )
         c.require("qk_rope_head_dim", why="the MLA latent (kv_lora_rank + qk_rope_head_dim)")
         return "mla", heads, 1, c.int("kv_lora_rank") + c.int("qk_rope_head_dim"), []
     notes = []
-    if c.has("head_dim"):
+    if c.has("attention_head_dim") and ("head_dim" in c.defaults or not c.has("head_dim")):
+        head_dim = c.int("attention_head_dim")  # NemotronH's name for it
+    elif c.has("head_dim"):
         head_dim = c.int("head_dim")
     else:
         hidden = c.int("hidden_size", why="head_dim (hidden_size / num_attention_heads when head_dim is absent)")
@@ -585,13 +939,56 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     return kind, heads, kv, head_dim, notes
 
 
+def _max_context(c: _Config) -> tuple[int | None, str]:
+    """The longest sequence the model takes, as vLLM derives it: the smallest length key, times the rope
+    scaling factor (yarn: of ``original_max_position_embeddings``) except for llama3/longrope scaling and Gemma 3,
+    whose ``max_position_embeddings`` is already scaled."""
+    found = [(k, c.int(k)) for k in _MAX_LENGTH_KEYS if c.has(k)]
+    if not found:
+        return None, ""
+    key, length = min(found, key=lambda kv: kv[1])
+    source = f"{key} {length}" + (" (the family default)" if key in c.defaults else "")
+    scaling = c.values.get("rope_scaling")
+    if not isinstance(scaling, Mapping) or (c.model_type or "").startswith("gemma3"):
+        return length, source
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling.get("factor")
+    if rope_type in (None, "default", "su", "longrope", "llama3", "mrope") or not isinstance(factor, int | float):
+        return length, source
+    if isinstance(factor, bool) or not 1 <= factor <= 1024:
+        raise ModelConfigError(f"config key rope_scaling.factor={_shown(factor)} must be a number from 1 to 1024")
+    if rope_type == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
+        base = scaling["original_max_position_embeddings"]
+        if isinstance(base, bool) or not 0 < base <= MAX_CONFIG_INT:
+            raise ModelConfigError(
+                f"config key rope_scaling.original_max_position_embeddings={_shown(base)} must be a whole number "
+                f"from 1 to {MAX_CONFIG_INT}"
+            )
+        return int(base * factor), f"rope_scaling yarn: original_max_position_embeddings {base} x factor {factor}"
+    return int(length * factor), f"{source} x rope_scaling {rope_type} factor {factor}"
+
+
 def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     """``(matrix parameters, other parameters)`` of one layer's MLP or mixture of experts."""
 
     def dense() -> int:
-        return 3 * hidden * c.int("intermediate_size", why="the weights estimate")
+        inner = c.int("intermediate_size", why="the weights estimate")
+        if c.model_type == "lfm2" and c.values.get("block_auto_adjust_ff_dim") is True:  # Lfm2MLP's sizing
+            multiple = c.get_int("block_multiple_of", 256, positive=True)
+            factor = c.values.get("block_ffn_dim_multiplier", 1.0)
+            scaled = int(2 * inner / 3)
+            if isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor <= 16:
+                scaled = int(factor * scaled)
+            inner = multiple * -(-scaled // multiple)
+        return 3 * hidden * inner
 
-    if c.get_int("num_local_experts", 0):  # Mixtral: every layer
+    if c.model_type in ("llama4", "llama4_text"):  # MoE every interleave_moe_layer_step, with a shared expert
+        step = c.get_int("interleave_moe_layer_step", 1, positive=True)
+        if (layer + 1) % step:
+            return 3 * hidden * c.int("intermediate_size_mlp", why="the weights estimate"), 0
+        experts = c.int("num_local_experts")
+        return (experts + 1) * dense(), hidden * experts
+    if c.get_int("num_local_experts", 0):  # Mixtral, gpt-oss: every layer
         experts = c.int("num_local_experts")
         return experts * dense(), hidden * experts
     if c.has("n_routed_experts"):  # DeepSeek-V2/V3
@@ -608,7 +1005,7 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     if c.get_int("num_experts", 0) and c.has("moe_intermediate_size"):  # Qwen2/3-MoE, Qwen3-Next
         step, dense_layers = c.get_int("decoder_sparse_step", 1, positive=True), c.values.get("mlp_only_layers", [])
         if not isinstance(dense_layers, list):
-            raise ModelConfigError(f"config key mlp_only_layers must list layer indices, got {dense_layers!r:.200}")
+            raise ModelConfigError(f"config key mlp_only_layers must list layer indices, got {_shown(dense_layers)}")
         experts = c.int("num_experts")
         if layer in dense_layers or (layer + 1) % step:
             return dense(), 0
@@ -620,10 +1017,38 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     return dense(), 0
 
 
+def _mamba2_params(c: _Config, hidden: int) -> tuple[int, int]:
+    """``(matrices, other)`` of one Mamba2 mixer: in_proj (z, x, B, C, dt), the convolution, out_proj."""
+    heads, _, inner, groups, d_state, kernel = _mamba2_dims(c)
+    channels = inner + 2 * groups * d_state
+    matrices = hidden * (inner + channels + heads) + inner * hidden
+    return matrices, channels * (kernel + 1) + 3 * heads + inner
+
+
+def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
+    """NemotronH's MLP (``-``: up and down, relu2) and mixture-of-experts (``E``) layers."""
+    if kind == "mlp":
+        return 2 * hidden * c.int("intermediate_size", why="the weights estimate"), hidden
+    experts = c.int("n_routed_experts", why="the weights estimate")
+    inner = c.int("moe_intermediate_size", why="the weights estimate")
+    shared = c.get_int("moe_shared_expert_intermediate_size", 0) * c.get_int("n_shared_experts", 1)
+    return 2 * hidden * (experts * inner + shared), hidden * experts + experts + hidden
+
+
 def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, int, int]) -> tuple[int, int]:
     hidden = c.int("hidden_size", why="the weights estimate")
-    mlp, router = _mlp_params(c, layer, hidden)
-    norms = 2 * hidden
+    if kind in ("mlp", "moe"):
+        return _cacheless_params(c, kind, hidden)
+    single_mixer = c.model_type == "nemotron_h"  # one mixer per layer: no MLP beside it
+    mlp, router = (0, 0) if single_mixer else _mlp_params(c, layer, hidden)
+    norms = hidden if single_mixer else 2 * hidden
+    if kind == MAMBA2:
+        matrices, other = _mamba2_params(c, hidden)
+        return mlp + matrices, router + norms + other
+    if kind == CONV:
+        channels = c.first_int("conv_dim", "hidden_size", why="the weights estimate")
+        kernel = c.int("conv_L_cache", why="the weights estimate")
+        return mlp + hidden * 3 * channels + channels * hidden, router + norms + channels * kernel
     if kind == MAMBA:
         inner, d_state, d_conv = c.int("mamba_expand") * hidden, c.int("mamba_d_state"), c.int("mamba_d_conv")
         rank = c.values.get("mamba_dt_rank", "auto")
@@ -722,7 +1147,7 @@ def _build(
     c.require(
         "num_hidden_layers",
         "num_attention_heads",
-        *([] if c.has("head_dim") or c.has("kv_lora_rank") else ["hidden_size"]),
+        *([] if c.has("head_dim") or c.has("kv_lora_rank") or c.has("attention_head_dim") else ["hidden_size"]),
         why="the KV cache per token",
     )
     layers = c.int("num_hidden_layers")
@@ -730,46 +1155,73 @@ def _build(
         raise ModelConfigError(
             f"config key num_hidden_layers={layers} is more layers than devmem sizes (at most {MAX_LAYERS})"
         )
-    given_dtype = dtype if dtype is not None else c.values.get("torch_dtype", c.values.get("dtype"))
-    if given_dtype is None:
-        raise UnknownArchitectureError(
-            f"config of model_type {c.model_type!r} names no dtype (torch_dtype or dtype): give one (dtype=, --dtype)",
-            c.model_type,
-            ("torch_dtype",),
-        )
-    model_dtype, model_bytes = _dtype(
-        given_dtype, "model dtype" if dtype is not None else "the config's dtype (give another with dtype= or --dtype)"
-    )
+    notes: list[str] = []
+    model_dtype, model_bytes = _served_dtype(c, dtype, notes)
     if kv_dtype not in KV_DTYPES:
-        raise ModelConfigError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
+        raise ModelConfigError(f"kv_dtype {_shown(kv_dtype)} is not one of {', '.join(KV_DTYPES)}")
     kv_name, kv_bytes = (model_dtype, model_bytes) if kv_dtype == "auto" else _dtype(kv_dtype, "kv_dtype")
+    if state_dtype != "auto" and not isinstance(state_dtype, str):
+        raise ModelConfigError(f"state_dtype {_shown(state_dtype)} is not a dtype name")
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
-    ssm_key = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if c.has(k)), None)
-    ssm_bytes = _dtype(c.values[ssm_key], ssm_key)[1] if ssm_key and state_dtype == "auto" else conv_bytes
     kinds, source = _layer_kinds(c, layers)
-    if FULL not in kinds and SLIDING not in kinds:
+    kinds = _resolve_recurrent(c, kinds)
+    recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]
+    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in kinds):
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} sets {', '.join(recurrent_keys)} (recurrent layers) but no layer "
+            "list or pattern devmem reads places them: their state per sequence would be left out",
+            c.model_type,
+            tuple(recurrent_keys),
+        )
+    if not any(k in ATTENTION for k in kinds):
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} has no attention layer: a KV cache of tokens does not apply",
             c.model_type,
             ("layer_types",),
         )
-    style, heads, kv, head_dim, notes = _attention_shape(c)
+    style, heads, kv, head_dim, attention_notes = _attention_shape(c)
+    notes += attention_notes
     window = c.int("sliding_window") if SLIDING in kinds else None
+    chunk = c.int("attention_chunk_size") if CHUNKED in kinds else None
+    if CHUNKED in kinds and chunk is None:
+        c.require("attention_chunk_size", why="chunked-local attention layers")
     states = _recurrent_states(c, kinds)
+    ssm_key = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if c.has(k)), None)
+    ssm_bytes = conv_bytes
+    if states and ssm_key and state_dtype == "auto":
+        ssm_name, ssm_bytes = _dtype(c.get(ssm_key), f"config key {ssm_key}")
+        if ssm_bytes != conv_bytes:
+            default = f" ({c.family}'s default)" if ssm_key in c.defaults else ""
+            notes.append(f"the SSM state is {ssm_name} ({ssm_key}{default}); the convolution state {conv_name}")
+    rope_dim, indexer = 0, 0
+    if style == "mla":
+        rope_dim = c.int("qk_rope_head_dim")
+        if c.has("index_topk") or c.model_type == "deepseek_v32":
+            index_dim = c.int("index_head_dim", why="the sparse-attention indexer's key cache")
+            indexer = index_dim + -(-index_dim // 128) * 4
+            notes.append(
+                f"DeepSeek-V3.2's indexer caches a key per token per layer: {index_dim} fp8 B + "
+                f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
+            )
+            if kv_dtype in ("auto", "fp8"):
+                kv_name, kv_bytes = FP8_DS_MLA, 1
+                notes.append(
+                    f"the latent is cached as vLLM caches DeepSeek-V3.2's by default ({FP8_DS_MLA}); "
+                    "--kv-dtype bf16 caches it in 16 bits"
+                )
+        elif kv_name == "fp8":
+            notes.append("fp8 MLA counted at 1 byte per latent element (vLLM's fp8 MLA cache)")
     if weights_bytes is None:
         weights_bytes, weight_notes = _estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
         weights_source = "estimated from config.json" + (" (text model only)" if c.nested else "")
         notes += weight_notes
-    elif isinstance(weights_bytes, bool) or not isinstance(weights_bytes, int) or weights_bytes < 0:
-        raise ModelConfigError(f"weights_bytes must be a byte count >= 0, got {weights_bytes!r}")
-    if style == "mla" and kv_name == "fp8":
+    max_context, context_source = _max_context(c)
+    defaulted = {k: v for k, v in c.defaulted.items() if k not in ("tie_word_embeddings", "attention_bias")}
+    if defaulted:
         notes.append(
-            "fp8 MLA counted at 1 byte per latent element; FlashMLA's fp8 layout (656 B per token per "
-            "layer for DeepSeek-V3) is not modelled"
+            f"{', '.join(f'{k} {v}' for k, v in sorted(defaulted.items()))}: absent from config.json, "
+            f"{c.family}'s defaults (as transformers reads it)"
         )
-    if ssm_key and state_dtype == "auto" and ssm_bytes != conv_bytes:
-        notes.append(f"the SSM state is {c.values[ssm_key]} ({ssm_key}); the convolution state {conv_name}")
-    max_context = c.values.get("max_position_embeddings")
     return ModelMemory(
         model_type=c.model_type,
         num_layers=layers,
@@ -792,5 +1244,28 @@ def _build(
         tp=tp,
         layer_source=source,
         notes=tuple(notes),
-        max_context=max_context if isinstance(max_context, int) and not isinstance(max_context, bool) else None,
+        max_context=max_context,
+        chunked_attention_layers=kinds.count(CHUNKED),
+        attention_chunk_size=chunk,
+        mla_rope_dim=rope_dim,
+        indexer_bytes_per_token=indexer,
+        max_context_source=context_source,
     )
+
+
+def _served_dtype(c: _Config, dtype: str | None, notes: list[str]) -> tuple[str, int]:
+    """The dtype an engine serves the model in: ``dtype`` when given, else the config's as vLLM's "auto"
+    resolves it on a GPU (float32, or no dtype at all, is bf16)."""
+    if dtype is not None:
+        return _dtype(dtype, "model dtype")
+    given = c.values.get("torch_dtype", c.values.get("dtype"))
+    if given is None:
+        notes.append("the config names no dtype (torch_dtype or dtype): served in bf16, as vLLM's auto does")
+        return "bf16", 2
+    name, size = _dtype(given, "the config's dtype (give another with dtype= or --dtype)")
+    if name == "fp32":
+        notes.append(
+            f"the config's dtype is {given}: served in bf16, as vLLM's auto does on GPUs (--dtype fp32 keeps it)"
+        )
+        return "bf16", 2
+    return name, size

@@ -140,3 +140,11 @@ def test_overhead_goals_compare_each_call_with_the_read_it_stands_for(monkeypatc
     assert set(found) == {"device_memory_info, no context", "get_process_memory_usage, with a context"}
     assert found["device_memory_info, no context"]["ratio"] == 2.0 and found["device_memory_info, no context"]["met"]
     assert not found["get_process_memory_usage, with a context"]["met"]  # 1.24x against a goal of 1.2x
+
+
+def test_planner_vs_engine_smoke_matches_the_engine_it_builds(bench):
+    pytest.importorskip("transformers", minversion="5.0")
+    result = bench("planner_vs_engine", "--smoke")
+    assert [r["architecture"] for r in result["rows"]] == ["dense", "sliding-window", "hybrid"]
+    assert all(r["engine_served"] > 0 and r["data_written"] for r in result["rows"])
+    assert result["goal_met"]

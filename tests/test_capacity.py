@@ -141,7 +141,7 @@ def test_capacity_explains_each_answer():
 
 def test_capacity_says_when_the_models_max_context_is_lower():
     lines = capacity(QWEN3, 20 * GiB, sequences=1).explain().splitlines()
-    assert lines[-1] == "  the model's max_position_embeddings 40960 is the lower limit"
+    assert lines[-1] == "  capped at the model's maximum context: 40960 tokens (max_position_embeddings 40960)"
 
 
 def test_capacity_as_dict_gives_exact_ints():
@@ -207,7 +207,9 @@ def test_fit_fails_when_free_memory_is_below_the_request():
 
 def test_fit_fails_past_the_models_max_context():
     result = fit(QWEN3, context=40_961, sequences=1, total=80 * GiB)
-    assert result.fits_memory and result.reasons == ["the context exceeds the model's max_position_embeddings"]
+    assert result.fits_memory and result.reasons == [
+        "the context exceeds the model's maximum context (max_position_embeddings 40960)"
+    ]
 
 
 def test_fit_lines_say_why_not():

@@ -1,4 +1,4 @@
-"""``devmem plan --model`` and ``devmem fit``: human output, ``--json`` with exact ints, exit codes 0/1/2."""
+"""``devmem plan --model`` and ``devmem fit``: human output, ``--json`` with exact ints, exit codes 0/1/2/3."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from model_configs import QWEN3_8B, TINY_LLAMA, write_model
@@ -98,14 +99,14 @@ def test_plan_model_block_size_sets_the_block(capsys, qwen3):
 def test_plan_model_not_enough_memory_exits_1_with_the_model_in_json(capsys, qwen3):
     code, out, _ = run(capsys, "plan", "--model", qwen3, "--total", "8GiB", "--json")
     data = json.loads(out)
-    assert code == 1 and data["model"]["model_type"] == "qwen3"
+    assert code == 1 and data["model"]["model_type"] == "qwen3" and data["kind"] == "does_not_fit"
     assert data["error"].startswith("not enough memory for the KV cache")
 
 
-def test_plan_model_unknown_architecture_exits_1_naming_the_missing_keys(capsys, tmp_path):
+def test_plan_model_unknown_architecture_exits_3_naming_the_missing_keys(capsys, tmp_path):
     folder = write_model(tmp_path / "odd", {"model_type": "mystery", "torch_dtype": "bfloat16", "n_layer": 12})
     code, out, err = run(capsys, "plan", "--model", str(folder), "--pinned", "1GiB")
-    assert code == 1 and out == ""
+    assert code == 3 and out == ""
     assert err.startswith(
         "devmem: error: config of model_type 'mystery' lacks num_hidden_layers, num_attention_heads, hidden_size"
     )
@@ -143,11 +144,28 @@ def test_fit_that_fits_exits_0(capsys, tiny):
 
 
 def test_fit_that_does_not_fit_exits_1_with_the_reason(capsys, tiny):
-    """4096 tokens x 512 B x 10^7 sequences = 20 TB: more than any host."""
+    """4096 tokens x 256 B (the float32 config served in bf16) x 10^7 sequences = 10 TB: more than any host."""
     code, out, _ = run(capsys, "fit", "--model", tiny, "--context", "4096", "--sequences", "10000000", "--json")
-    data = json.loads(out)["fit"]
-    assert code == 1 and data["fits"] is False and data["needed_kv_bytes"] == 20_971_520_000_000
-    assert data["reasons"][0].startswith("the KV budget is ")
+    data = json.loads(out)
+    assert code == 1 and data["fit"]["fits"] is False and data["fit"]["needed_kv_bytes"] == 10_485_760_000_000
+    assert data["fit"]["reasons"][0].startswith("the KV budget is ")
+    assert data["kind"] == "does_not_fit" and data["error"].startswith("does not fit: the KV budget is ")
+
+
+def test_fit_refused_model_exits_3_with_a_json_kind(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    folder = write_model(tmp_path / "odd", {"model_type": "mystery", "n_layer": 12})
+    code, out, err = run(capsys, "fit", "--model", str(folder), "--context", "64", "--sequences", "1", "--json")
+    data = json.loads(out)
+    assert code == 3 and err == "" and data["kind"] == "model_refused"
+    assert data["missing"] == ["num_hidden_layers", "num_attention_heads", "hidden_size"]
+
+
+def test_fit_that_fits_prints_no_error_kind(capsys, tiny):
+    code, out, _ = run(
+        capsys, "fit", "--model", tiny, "--context", "64", "--sequences", "1", "--utilization", "0.01", "--json"
+    )
+    assert code == 0 and "kind" not in json.loads(out)
 
 
 def test_fit_json_gives_the_platform_device_and_exact_ints(capsys, tiny):
@@ -161,11 +179,12 @@ def test_fit_json_gives_the_platform_device_and_exact_ints(capsys, tiny):
         "block_size": 16,
         "full_blocks": 7,
         "sliding_blocks": 0,
-        "kv_bytes": 7 * 16 * 512,
+        "chunked_blocks": 0,
+        "kv_bytes": 7 * 16 * 256,
         "state_bytes": 0,
-        "total_bytes": 7 * 16 * 512,
+        "total_bytes": 7 * 16 * 256,
     }
-    assert data["fit"]["needed_kv_bytes"] == 3 * 7 * 16 * 512
+    assert data["fit"]["needed_kv_bytes"] == 3 * 7 * 16 * 256
 
 
 @pytest.mark.parametrize(
@@ -221,3 +240,24 @@ def test_plan_model_output_fits_80_columns_without_cutting_a_size(capsys, qwen3,
         for line, nxt in zip(lines, lines[1:], strict=False)
     )
     assert "= 9102 blocks x 2.25 MiB = 21474312192 bytes, 524288 bytes left over" in " ".join(out.split())
+
+
+# --- the README's quick start: the example configs -------------------------------------------------------------
+
+README_COMMANDS = re.findall(
+    r"^devmem ((?:plan|fit) --model examples/configs/\S+.*)$",
+    (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8"),
+    re.M,
+)
+
+
+def test_readme_quick_start_runs_plan_and_fit_on_the_example_configs():
+    assert {c.split()[0] for c in README_COMMANDS} == {"plan", "fit"} and len(README_COMMANDS) >= 4
+
+
+@pytest.mark.parametrize("command", README_COMMANDS)
+def test_readme_example_config_command_answers(capsys, monkeypatch, command):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    code, out, err = run(capsys, *command.split())
+    assert code in (0, 1) and "model:" in out and "error" not in err

@@ -15,12 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_configs import (
     DEEPSEEK_V3,
+    DEEPSEEK_V3_2,
     GEMMA_2_9B_IT,
+    GEMMA_3_4B_IT,
     GEMMA_3_12B_IT,
+    GPT_OSS_20B,
     JAMBA_V0_1,
+    LFM2_5_VL_1_6B,
     LLAMA_3_1_8B,
+    LLAMA_4_SCOUT,
     MISTRAL_7B_V0_1,
     MIXTRAL_8X7B,
+    NEMOTRON_3_NANO,
     QWEN2_5_7B,
     QWEN3_8B,
     QWEN3_30B_A3B,
@@ -205,22 +211,24 @@ def test_unknown_architecture_error_is_a_devmem_error():
 
 
 def test_hybrid_without_its_state_dimensions_is_refused_naming_them():
+    """A family without transformers defaults (Qwen3.5's text config) gets no default for a missing dimension."""
     config = {k: v for k, v in QWEN3_NEXT_80B_A3B.items() if k != "linear_conv_kernel_dim"}
+    config["model_type"] = "qwen3_5_text"
     config["layer_types"] = (["linear_attention"] * 3 + ["full_attention"]) * 12
     with pytest.raises(UnknownArchitectureError, match="lacks linear_conv_kernel_dim, which the linear-attention"):
         model(config)
 
 
 def test_unmodelled_layer_kind_is_refused_naming_it():
-    config = {**LLAMA_3_1_8B, "layer_types": ["chunked_attention"] * 32}
-    with pytest.raises(UnknownArchitectureError, match="layer_types holds 'chunked_attention'"):
+    config = {**LLAMA_3_1_8B, "layer_types": ["cross_attention"] * 32}
+    with pytest.raises(UnknownArchitectureError, match="layer_types holds 'cross_attention'"):
         model(config)
 
 
 def test_key_for_unmodelled_memory_is_refused():
-    """Llama 4's chunked local attention changes what each layer holds; devmem does not size it as full."""
-    with pytest.raises(UnknownArchitectureError, match="sets attention_chunk_size: chunked local attention"):
-        model({**LLAMA_3_1_8B, "attention_chunk_size": 8192})
+    """Gemma 3n shares KV across layers; devmem does not size each layer as its own."""
+    with pytest.raises(UnknownArchitectureError, match="sets num_kv_shared_layers: KV shared across layers"):
+        model({**LLAMA_3_1_8B, "num_kv_shared_layers": 10})
 
 
 def test_config_without_model_type_is_refused():
@@ -228,16 +236,21 @@ def test_config_without_model_type_is_refused():
         model({k: v for k, v in LLAMA_3_1_8B.items() if k != "model_type"})
 
 
-def test_config_without_dtype_needs_one_given():
+def test_config_without_dtype_is_served_in_bf16_and_says_so():
+    """vLLM's "auto" serves a config naming no dtype in bf16: 131,072 B per token, as for Llama-3.1-8B in bf16."""
+    m = model({k: v for k, v in LLAMA_3_1_8B.items() if k != "torch_dtype"})
+    assert (m.dtype, m.kv_bytes_per_token) == ("bf16", 131_072)
+    assert any("names no dtype" in note and "bf16" in note for note in m.notes)
+
+
+def test_dtype_given_overrides_the_served_dtype():
     config = {k: v for k, v in LLAMA_3_1_8B.items() if k != "torch_dtype"}
-    with pytest.raises(UnknownArchitectureError, match="names no dtype"):
-        model(config)
-    assert model(config, dtype="fp16").kv_bytes_per_token == 131_072
+    assert model(config, dtype="fp32").kv_bytes_per_token == 262_144
 
 
 def test_transformers_5_dtype_key_is_read():
-    config = {**{k: v for k, v in LLAMA_3_1_8B.items() if k != "torch_dtype"}, "dtype": "float32"}
-    assert model(config).kv_bytes_per_token == 262_144
+    config = {**{k: v for k, v in LLAMA_3_1_8B.items() if k != "torch_dtype"}, "dtype": "float16"}
+    assert model(config).dtype == "fp16"
 
 
 def test_non_integer_layer_count_is_refused_naming_the_key():
@@ -265,7 +278,21 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=8,
 )
-FIXTURES = [LLAMA_3_1_8B, GEMMA_2_9B_IT, GEMMA_3_12B_IT, DEEPSEEK_V3, JAMBA_V0_1, QWEN3_NEXT_80B_A3B, QWEN3_30B_A3B]
+FIXTURES = [
+    LLAMA_3_1_8B,
+    GEMMA_2_9B_IT,
+    GEMMA_3_12B_IT,
+    DEEPSEEK_V3,
+    JAMBA_V0_1,
+    QWEN3_NEXT_80B_A3B,
+    QWEN3_30B_A3B,
+    GEMMA_3_4B_IT,
+    GPT_OSS_20B,
+    LLAMA_4_SCOUT,
+    DEEPSEEK_V3_2,
+    NEMOTRON_3_NANO,
+    LFM2_5_VL_1_6B,
+]
 
 
 @settings(max_examples=400, deadline=None)
@@ -277,9 +304,11 @@ def test_any_value_under_any_key_is_sized_or_refused_with_a_devmem_error(config,
     hostile = {**config, "text_config": {**config["text_config"], key: value}} if text else {**config, key: value}
     try:
         m = model(hostile, tp=data.draw(st.sampled_from([1, 2, 8])))
-    except DevmemError:
+    except DevmemError as exc:
+        assert "\n" not in str(exc)
         return
     assert m.kv_bytes_per_token > 0 and m.state_bytes_per_sequence >= 0 and m.weights_bytes > 0
+    assert "\n".join(m.explain()) and m.as_dict()
 
 
 # --- weights ---------------------------------------------------------------------------------------------------
@@ -344,7 +373,7 @@ def test_weights_per_rank_are_split_evenly_rounding_up():
 def test_broken_safetensors_index_is_a_clear_error(tmp_path):
     folder = write_model(tmp_path / "broken", QWEN3_8B)
     (folder / "model.safetensors.index.json").write_text('{"weight_map": {}}')
-    with pytest.raises(ModelConfigError, match="no readable metadata.total_size"):
+    with pytest.raises(ModelConfigError, match="metadata.total_size must be a byte count > 0"):
         ModelMemory.from_pretrained_dir(folder)
 
 
@@ -363,7 +392,7 @@ def test_missing_config_is_a_clear_error(tmp_path):
 
 def test_config_that_is_not_json_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ModelConfigError, match="is not a readable JSON config"):
+    with pytest.raises(ModelConfigError, match="is not valid JSON"):
         load_model(tmp_path)
 
 

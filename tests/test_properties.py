@@ -456,7 +456,12 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 
 def check_outcome(argv: list[str], code: object, out: str, err: str) -> None:
     assert "Traceback" not in err and "Traceback" not in out, (argv, err)
-    assert code in (0, 1, 2), (argv, code, err)
+    assert code in (0, 1, 2, 3), (argv, code, err)
+    if code == 3:  # a refused model (plan --model, fit): one line, or with --json an object of that kind
+        assert "--model" in argv or argv[:1] == ["fit"], (argv, err)
+        assert ("--json" in argv and json.loads(out)["kind"] == "model_refused") or (
+            err.startswith("devmem: error:") and err.count("\n") == 1
+        ), (argv, err)
     if code == 2:  # a usage error: the message names the flag (or the command) it is about
         message = err.partition("error:")[2]
         assert (
@@ -637,3 +642,59 @@ def test_fit_gives_json_of_plain_numbers_or_a_devmem_error(model_dir, kwargs):
     as_dict = answer.as_dict()
     json.dumps(as_dict)
     assert _plain_ints(as_dict) and isinstance(answer.explain(), str)
+
+
+# --- the model-folder reader ------------------------------------------------------------------------------------
+
+LONG_INTEGER = "9" * 5000  # past Python's int-from-text limit
+JSON_TEXT = st.just(LONG_INTEGER) | st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**4000), 10**4000) | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+).map(lambda value: json.dumps(value))
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300) | JSON_TEXT.map(str.encode), depth=st.integers(0, 3000))
+def test_model_reader_gives_an_object_or_one_model_config_error(tmp_path, data, depth):
+    from devmem.models import ModelConfigError, read_json
+
+    file = tmp_path / "config.json"
+    file.write_bytes(b"[" * depth + data + b"]" * depth)
+    try:
+        value = read_json(file)
+    except ModelConfigError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 2000
+        return
+    assert isinstance(value, dict)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.sampled_from(
+        sorted(TINY_LLAMA) + ["max_position_embeddings", "rope_scaling", "layer_types", "sliding_window"]
+    ),
+    value=JSON_TEXT,
+    index=st.none() | JSON_TEXT,
+    tp=st.sampled_from([1, 2, np.int64(2), np.int32(4)]),
+)
+def test_model_folder_sizes_or_is_refused_with_one_line(tmp_path, key, value, index, tp):
+    from devmem.models import load_model
+    from devmem.types import DevmemError
+
+    folder = tmp_path / "m"
+    folder.mkdir(exist_ok=True)
+    text = json.dumps({**TINY_LLAMA, key: None})
+    (folder / "config.json").write_text(text.replace(f'"{key}": null', f'"{key}": {value}'))
+    index_file = folder / "model.safetensors.index.json"
+    if index is None:
+        index_file.unlink(missing_ok=True)
+    else:
+        index_file.write_text('{"metadata": {"total_size": ' + index + "}}")
+    try:
+        model = load_model(folder, tp=tp)
+    except DevmemError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert type(model.kv_bytes_per_token) is int and model.kv_bytes_per_token > 0
+    assert type(model.weights_bytes) is int and model.weights_bytes >= 0

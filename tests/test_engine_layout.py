@@ -49,6 +49,6 @@ def test_mamba2_hybrid_sequences_count_one_block_per_recurrent_group():
 
 def test_capacity_reports_vllms_tokens_beside_devmems_for_a_hybrid():
     answer = capacity(ModelMemory.from_config(QWEN3_NEXT_80B_A3B), 72 * GiB, context=65536)
-    text = "\n".join(answer.lines())
+    text = answer.explain()
     assert 'vLLM\'s "GPU KV cache size"' in text and "= 786080 tokens" in text
     assert answer.as_dict()["vllm"]["tokens"] == 786_080

@@ -198,7 +198,7 @@ class Entry:
 # ---- accounting ---------------------------------------------------------------------------------------
 
 
-def _short(command: str, limit: int = 80) -> str:
+def short_command(command: str, limit: int = 80) -> str:
     """A command line on one line, cut to ``limit`` characters."""
     text = " ".join(command.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -224,7 +224,7 @@ class Holding:
 
     def describe(self) -> str:
         who = f"PID {self.pid}" if self.pid is not None else "processes the platform does not list"
-        command = f" ({_short(self.command)})" if self.command else ""
+        command = f" ({short_command(self.command)})" if self.command else ""
         if self.reserved is None:
             return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"
         using = "" if self.used is None else f", using {format_size(self.used)}"

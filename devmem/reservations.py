@@ -38,16 +38,15 @@ import re
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from devmem.parsing import shown
 from devmem.platform import Platform
+from devmem.records import Record
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -80,12 +79,13 @@ class ReservationRefused(NotEnoughMemoryError):
 
 
 def _start_time(pid: int) -> int | None:
-    """``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if it is gone.
-    Without ``/proc`` (not Linux): psutil's creation time in hundredths of a second."""
+    """``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if it is gone or
+    a zombie (killed, not yet reaped by its parent). Without ``/proc`` (not Linux): psutil's creation time in
+    hundredths of a second."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])
+            fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
     except (OSError, IndexError, ValueError):
         if os.path.isdir("/proc/self"):
             return None
@@ -134,8 +134,7 @@ def _command(pid: int) -> str:
         return "?"
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(Record):
     """A process that holds a reservation: PID, start time and PID namespace identify it; the rest is for people."""
 
     pid: int
@@ -159,8 +158,7 @@ class Owner:
         return self.nspid[0] if len(self.nspid) > 1 else None
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     """One reservation on the ledger."""
 
     id: str
@@ -204,8 +202,7 @@ def short_command(command: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-@dataclass(frozen=True)
-class Holding:
+class Holding(Record):
     """Who holds part of a device: an owner with its reservation (``reserved``), or a process that reserved
     nothing (``reserved`` ``None``). ``used`` is what it holds now where the platform says; ``pid`` is ``None``
     for memory the platform attributes to no process it lists."""
@@ -235,8 +232,7 @@ class Holding:
         return {**self.__dict__, "committed": self.committed, "over": over}
 
 
-@dataclass(frozen=True)
-class Accounting:
+class Accounting(Record):
     """What holds a device, as admission counts it against ``total``."""
 
     total: int
@@ -350,14 +346,7 @@ def _create(path: Path, flags: int) -> int:
     return fd
 
 
-@dataclass
-class _Loaded:
-    entries: list[Entry]
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class DeviceReservations:
+class DeviceReservations(Record):
     """A device's ledger as an operator sees it: the live holdings and the entries of dead owners."""
 
     key: str
@@ -437,22 +426,23 @@ class Ledger:
         finally:
             os.close(fd)  # closing drops the lock
 
-    def _read(self, key: str) -> _Loaded:
-        """The entries of ``key``'s ledger file; a file that is not a ledger gives none and the problem."""
+    def _read(self, key: str) -> tuple[list[Entry], str | None]:
+        """The entries of ``key``'s ledger file, and ``None``; for a file that is not a ledger, none and the
+        problem."""
         path = self.path(key)
         try:
             text = path.read_bytes()
         except FileNotFoundError:
-            return _Loaded([])
+            return [], None
         except OSError as exc:
-            return _Loaded([], f"cannot read {path}: {exc.strerror}")
+            return [], f"cannot read {path}: {exc.strerror}"
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError(f"not a version-{FORMAT} ledger")
-            return _Loaded([Entry.from_json(e) for e in data["entries"]])
+            return [Entry.from_json(e) for e in data["entries"]], None
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            return _Loaded([], f"{path} is corrupt ({exc})")
+            return [], f"{path} is corrupt ({exc})"
 
     def _owner_file(self, key: str, entry_id: str) -> Path:
         return self.directory / f"{key}.{entry_id}.owner"
@@ -528,13 +518,13 @@ class Ledger:
         self, key: str, me: Owner, others: Mapping[int, int] | None
     ) -> tuple[list[Entry], list[Entry], str | None]:
         """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger."""
-        loaded = self._read(key)
-        if loaded.problem is not None:
+        entries, problem = self._read(key)
+        if problem is not None:
             entries = self._rebuilt(key, me, others)
-            return entries, [], f"{loaded.problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
+            return entries, [], f"{problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
         live: list[Entry] = []
         dead: list[Entry] = []
-        for e in loaded.entries:
+        for e in entries:
             (live if self.alive(key, e, me, others) else dead).append(e)
         return live, dead, None
 
@@ -562,7 +552,7 @@ class Ledger:
                 log.warning("devmem: reservation ledger %s", problem)
             if dead:
                 log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
-            entry = Entry(uuid.uuid4().hex[:16], me, request, time.time())
+            entry = Entry(os.urandom(8).hex(), me, request, time.time())
             before = account(total, free, live, others, own_used, integrated, me)
             after = account(total, free, [*live, entry], others, own_used, integrated, me)
             if after.committed > total:
@@ -584,9 +574,9 @@ class Ledger:
 
     def _release(self, key: str, entry: Entry) -> None:
         with self._locked(key):
-            loaded = self._read(key)
-            if loaded.problem is None:
-                self._write(key, [e for e in loaded.entries if e.id != entry.id])
+            entries, problem = self._read(key)
+            if problem is None:
+                self._write(key, [e for e in entries if e.id != entry.id])
             self._owner_file(key, entry.id).unlink(missing_ok=True)
 
     # ---- reading, for operators -----------------------------------------------------------------------
@@ -666,19 +656,19 @@ def _refusal(
     )
 
 
-@dataclass(eq=False)
 class Reservation:
     """A reservation this process holds on a device, until :meth:`release` or the process's exit (at exit it is
     released by ``atexit``; after a SIGKILL it is reclaimed at the next admission). A context manager."""
 
-    ledger: Ledger
-    key: str
-    device: int
-    entry: Entry
-    total: int
-    _fd: int = field(repr=False)
-    released: bool = False
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(self, ledger: Ledger, key: str, device: int, entry: Entry, total: int, fd: int):
+        self.ledger, self.key, self.device, self.entry, self.total = ledger, key, device, entry, total
+        self._fd = fd
+        self.released = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"Reservation(device={self.device}, key={self.key!r}, bytes={self.bytes}, {state})"
 
     @property
     def bytes(self) -> int:

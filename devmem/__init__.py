@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         memory_profiling,
         release_allocator_cache,
     )
+    from devmem.reservations import LedgerError, Reservation, ReservationRefused, reserve
     from devmem.sizing import (
         KvCachePlan,
         PlanInputs,
@@ -71,6 +72,10 @@ _LAZY = {
     "ModelConfigError": "devmem.models",
     "UnknownArchitectureError": "devmem.models",
     "load_model": "devmem.models",
+    "LedgerError": "devmem.reservations",
+    "Reservation": "devmem.reservations",
+    "ReservationRefused": "devmem.reservations",
+    "reserve": "devmem.reservations",
     "KvCachePlan": "devmem.sizing",
     "PlanInputs": "devmem.sizing",
     "SizingError": "devmem.sizing",
@@ -102,6 +107,7 @@ __all__ = [
     "GiB",
     "KvCachePlan",
     "KvCacheTensors",
+    "LedgerError",
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",
@@ -117,6 +123,8 @@ __all__ = [
     "ProfileResult",
     "Reason",
     "ReasonKind",
+    "Reservation",
+    "ReservationRefused",
     "SizingError",
     "UnknownArchitectureError",
     "__version__",
@@ -141,4 +149,5 @@ __all__ = [
     "profiled_kv_cache_bytes",
     "release_allocator_cache",
     "requested_memory",
+    "reserve",
 ]

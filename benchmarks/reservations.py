@@ -6,13 +6,14 @@
 3. One holder is killed with SIGKILL and a waiting newcomer asks for its share at once (asking again every 10 ms
    while refused, as the kill lands asynchronously): goal, admitted within 1 s of the kill (the dead holder's
    entry is reclaimed at the newcomer's admission); the attempts it took are reported.
-4. Admission's cost, side by side in one run: an engine's start (``import devmem``, the platform, the init
-   snapshot and ``check_startup_memory``, as examples/engine.py starts) timed in ``--repeats`` fresh processes
-   without and with ``devmem.reserve`` before the snapshot, alternating. The difference of the two medians is
-   reported, but the processes' own start varies by more than 5 ms on a busy host, so the goal is read inside
-   the engines that reserve: the admission step (importing devmem.reservations and ``reserve()``, wall time,
-   median) adds <= 5 ms. The host's load average is recorded beside it. Both sides run from compiled bytecode,
-   as an installed package does (a cache outside the repository, written by one warm-up start).
+4. Admission's cost, side by side in one run: an engine's start (the standard modules examples/engine.py
+   imports, ``import devmem``, the platform, the init snapshot and ``check_startup_memory``, as
+   examples/engine.py starts) timed in ``--repeats`` fresh processes without and with ``devmem.reserve``
+   before the snapshot, alternating. The difference of the two medians is reported, but the processes' own
+   start varies by more than 5 ms on a busy host, so the goal is read inside the engines that reserve: the
+   admission step (importing devmem.reservations and ``reserve()``, wall time, median) adds <= 5 ms. The
+   host's load average is recorded beside it. Both sides run from compiled bytecode, as an installed package
+   does (a cache outside the repository, written by one warm-up start).
 
 The processes use a ledger directory of their own (a temporary one in /dev/shm, where the default ledger lives),
 never the host's.
@@ -75,6 +76,7 @@ sys.stdin.read()
 START = """
 import sys, time
 started = time.perf_counter()
+import argparse, inspect, json  # what examples/engine.py imports before devmem
 import devmem
 from devmem import MemorySnapshot, check_startup_memory
 platform = devmem.current_platform()

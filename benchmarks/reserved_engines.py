@@ -12,7 +12,7 @@ Each engine holds its cache ``--hold`` seconds after serving, so all of them ove
 ledger directory of this run's own (under /dev/shm), never the host's.
 
 GPU defaults: the llama-1b model, prefills of 4096 tokens. On the cpu platform (``--quick``): the tiny model,
-the engines sized at a few MiB of host memory while each still reserves its share of the host.
+the engines sized at 1 GiB of host memory while each still reserves its share of the host.
 
 Usage: python benchmarks/reserved_engines.py [--engines 5] [--share 0.25] [--out DIR_OR_FILE.json] [--quick]
 """
@@ -28,7 +28,7 @@ import traceback
 from typing import Any
 
 from common import (
-    MiB,
+    GiB,
     _load_engine,
     engine_argv,
     failure_text,
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     platform = devmem.current_platform()
     gpu = on_accelerator(platform)
     total = platform.device_memory_info(args.device).total
-    engine_utilization = args.share if gpu else utilization_for(64 * MiB, total)
+    engine_utilization = args.share if gpu else utilization_for(GiB, total)
     hold = args.hold if args.hold is not None else (10.0 if gpu else 1.0)
     common = engine_argv(
         device=args.device,

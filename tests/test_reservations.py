@@ -372,3 +372,17 @@ def test_processes_racing_never_admit_more_than_the_total(tmp_path):
     for p in procs:
         p.communicate("")
     assert sorted(answers) == ["ok"] * 4 + ["refused"] * 2
+
+
+def test_rocm_devices_are_keyed_by_the_amdsmi_uuid_whatever_the_visible_order():
+    from devmem_rocm import RocmPlatform
+    from devmem_rocm.testing import ScriptedAmdsmi, ScriptedClock, mi300x_scenario
+
+    def platform(sc) -> RocmPlatform:
+        clock = ScriptedClock()
+        return RocmPlatform(amdsmi=ScriptedAmdsmi(sc, clock=clock), environ=sc.environ, clock=clock, sleep=clock.sleep)
+
+    second = device_key(platform(mi300x_scenario(2)), 1)[0]
+    only_second = mi300x_scenario(2)
+    only_second.environ["HIP_VISIBLE_DEVICES"] = "1"
+    assert device_key(platform(only_second), 0)[0] == second == mi300x_scenario(2).devices[1].uuid

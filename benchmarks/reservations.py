@@ -9,8 +9,8 @@
 4. Admission's cost, side by side in one run: an engine's start (the standard modules examples/engine.py
    imports, ``import devmem``, the platform, the init snapshot and ``check_startup_memory``, as
    examples/engine.py starts) timed in ``--repeats`` fresh processes without and with ``devmem.reserve``
-   before the snapshot, alternating. The difference of the two medians is reported, but the processes' own
-   start varies by more than 5 ms on a busy host, so the goal is read inside the engines that reserve: the
+   before the snapshot, alternating. Goal: the two medians differ by <= 5 ms. The processes' own start
+   varies by more than 5 ms on a busy host, so the same goal is also read inside the engines that reserve: the
    admission step (importing devmem.reservations and ``reserve()``, wall time, median) adds <= 5 ms. The
    host's load average is recorded beside it. Both sides run from compiled bytecode, as an installed package
    does (a cache outside the repository, written by one warm-up start).
@@ -241,12 +241,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="devmem-ledger-", dir=where) as directory:
         raced = race(directory, args.device, processes, total)
     with tempfile.TemporaryDirectory(prefix="devmem-ledger-", dir=where) as directory:
-        cost = start_cost(directory, args.device, repeats, 0.5)
+        cost = start_cost(directory, args.device, repeats, 0.05)
     goals = {
         "all_admitted": raced["admitted"] == processes and raced["sum_within_total"],
         "extra_refused_naming_holders": raced["extra_refused"] and raced["refusal_names_holders"],
         "killed_share_admitted_within_1s": raced["newcomer_admitted"] and raced["kill_to_admission_s"] <= 1.0,
-        "admission_adds_at_most_5ms": cost["median_admission_step_wall_ms"] <= 5.0,
+        "side_by_side_medians_differ_by_at_most_5ms": cost["added_ms"] <= 5.0,
+        "admission_step_at_most_5ms": cost["median_admission_step_wall_ms"] <= 5.0,
     }
     result = {
         "benchmark": "reservations",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         memory_profiling,
         release_allocator_cache,
     )
+    from devmem.reservations import LedgerError, Reservation, ReservationRefused, reserve
     from devmem.sizing import (
         KvCachePlan,
         PlanInputs,
@@ -79,6 +80,10 @@ _LAZY = {
     "allocate_kv_cache": "devmem.kvcache",
     "ModelMemory": "devmem.models",
     "load_model": "devmem.models",
+    "LedgerError": "devmem.reservations",
+    "Reservation": "devmem.reservations",
+    "ReservationRefused": "devmem.reservations",
+    "reserve": "devmem.reservations",
     "KvCachePlan": "devmem.sizing",
     "PlanInputs": "devmem.sizing",
     "blocks_for_bytes": "devmem.sizing",
@@ -116,6 +121,7 @@ __all__ = [
     "KvCacheTensors",
     "KvLayout",
     "LibraryUnavailable",
+    "LedgerError",
     "MemoryInfo",
     "MemorySnapshot",
     "MiB",
@@ -131,6 +137,8 @@ __all__ = [
     "ProfileResult",
     "Reason",
     "ReasonKind",
+    "Reservation",
+    "ReservationRefused",
     "SizingError",
     "UnknownArchitectureError",
     "__version__",
@@ -158,4 +166,5 @@ __all__ = [
     "read_device",
     "release_allocator_cache",
     "requested_memory",
+    "reserve",
 ]

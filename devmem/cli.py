@@ -60,6 +60,7 @@ def _why(chosen: Candidate | None) -> str:
 def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
     """One reading of every device in ``indices``: its report, with the processes on it."""
     from devmem.processes import process_rows
+    from devmem.reservations import device_reservations
 
     devices: list[dict[str, object]] = []
     for index in indices:
@@ -67,22 +68,26 @@ def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[di
         report = DeviceReport.from_reading(platform.name, reading)
         others = report.other_processes
         rows = None if others is None else process_rows(others, files, dict(reading.roles))
-        devices.append({"report": report, "processes": rows})
+        reservations = device_reservations(platform, index, report)
+        devices.append({"report": report, "processes": rows, "reservations": reservations})
     return devices
 
 
 def _device_json(device: dict[str, object]) -> dict[str, object]:
     report: DeviceReport = device["report"]  # type: ignore[assignment]
     rows: Any = device["processes"]
+    reservations: Any = device["reservations"]
     return {
         **report.as_dict(),
         "available_to_new_process": report.free,
         "processes": None if rows is None else [row.as_dict() for row in rows],
+        "reservations": None if reservations is None else reservations.as_dict(),
     }
 
 
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
     from devmem.cli_format import key_values, table
+    from devmem.cli_reservations import reservation_rows, reservation_table
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list = device["processes"]  # type: ignore[assignment]
@@ -103,6 +108,8 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
     rows += [("integrated", _yes(r.integrated)), ("pages instead of failing", _yes(r.pages_instead_of_failing))]
     rows += [(f"{key} from", text) for key, text in r.sources.items()]
     rows += [("note", note) for note in r.notes]
+    reservations: Any = device["reservations"]
+    rows += reservation_rows(reservations, paint)
     lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows, width)]
     if rows_:
         with_ns = any(row.namespace_pid is not None for row in rows_)
@@ -116,6 +123,7 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
             cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
         right = frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
         lines += table(header, cells, width, right=right)
+    lines += reservation_table(reservations, width)
     return lines
 
 
@@ -595,6 +603,7 @@ ENVIRONMENT = """environment:
   DEVMEM_LOAD_PLUGINS=A,B    load only these plugins' entry points (cpu is always loaded)
   CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
                              which devices a process sees, and their order, as the device runtime applies them
+  DEVMEM_LEDGER_DIR=DIR      the reservation ledger's directory (default /dev/shm/devmem)
   NO_COLOR=1                 no colour (colour is used only on a terminal)
   COLUMNS=N                  wrap human output to N columns (default: the terminal's width, else 80)"""
 
@@ -686,8 +695,9 @@ Per device: free and total memory, what a new process can allocate, every proces
 (PID, user, command and bytes as the driver reports them; NS PID is the PID inside the process's own
 container where it differs; a process the platform names, such as a server holding memory for its
 clients, is marked with its role), and where each figure came from.
-User and command are "-" for a PID this PID namespace cannot see. Sizes scale from B to TiB; --json
-gives exact bytes. `devmem` alone is `devmem info`, so `devmem --json` works too."""
+User and command are "-" for a PID this PID namespace cannot see. Where engines reserved memory on a
+device (devmem.reserve), each reservation is listed: owner, reserved, used now, over or under.
+Sizes scale from B to TiB; --json gives exact bytes. `devmem` alone is `devmem info`, so `devmem --json` works too."""
 
 
 def _add_fit_parser(sub: argparse._SubParsersAction) -> None:

@@ -186,6 +186,61 @@ def _allocator_cache(device: int, platform: Platform) -> Finding | None:
     )
 
 
+def _reservations(device: int, platform: Platform, report: DeviceReport) -> list[Finding]:
+    """Over-commitment, stale entries and owners above their reservation, from the device's ledger."""
+    from devmem.reservations import device_reservations
+
+    view = device_reservations(platform, device, report)
+    if view is None:
+        return []
+    a, found = view.accounting, []
+    if a.committed > a.total:
+        found.append(
+            Finding(
+                device,
+                "reservations-over-committed",
+                "warning",
+                f"reservations and unreserved use add up to {format_size(a.committed)}, "
+                f"{format_size(a.committed - a.total)} more than the device's {format_size(a.total)}",
+                "an engine may run out of memory: stop a process that holds memory without a reservation, or "
+                "restart engines with smaller reservations",
+                {"committed": a.committed, "reserved": a.reserved, "unreserved": a.unreserved, "total": a.total},
+            )
+        )
+    over = [h for h in a.holdings if h.reserved is not None and h.used is not None and h.used > h.reserved]
+    if over:
+        found.append(
+            Finding(
+                device,
+                "above-reservation",
+                "warning",
+                "; ".join(
+                    f"PID {h.pid} uses {format_size(h.used or 0)}, above its reservation of "
+                    f"{format_size(h.reserved or 0)}"
+                    for h in over
+                ),
+                "reserve what the engine really uses (its budget plus weights, activations and the context), or "
+                "lower its budget",
+                {str(h.pid): {"reserved": h.reserved, "used": h.used} for h in over},
+            )
+        )
+    if view.stale:
+        found.append(
+            Finding(
+                device,
+                "stale-reservations",
+                "warning",
+                f"{len(view.stale)} reservation(s) of processes that are gone remain in {view.path}: "
+                + ", ".join(f"PID {e.owner.pid} ({format_size(e.bytes)})" for e in view.stale),
+                "nothing blocks on them: the next reservation on this device reclaims them",
+                {str(e.owner.pid): e.bytes for e in view.stale},
+            )
+        )
+    if view.problem:
+        found.append(Finding(device, "ledger-corrupt", "warning", view.problem, "the next reservation rewrites it"))
+    return found
+
+
 #: Words by which a platform note restates a finding's fact (the finding already says it, with what to do).
 RESTATED_BY = {"pages-instead-of-failing": "over-subscribed"}
 
@@ -232,6 +287,7 @@ def diagnose(
             )
             if f is not None
         ]
+        found += _reservations(device, platform, report)
         found += [
             Finding(device, "platform-note", "info", note, "")
             for note in dict.fromkeys(report.notes)

@@ -199,8 +199,13 @@ class PlatformBase:
 
     Required hooks: ``device_count()``, ``_memory(device) -> DeviceMemory``, ``_is_integrated(device)``,
     ``_pages_instead_of_failing(device)``. Optional hooks (neutral defaults): ``_process_memory(device) ->
-    ProcessMemory``, ``_device_name``, ``_other_processes_memory``, ``_process_roles``, ``_notes``. Hooks receive
-    a valid index.
+    ProcessMemory``, ``_device_name``, ``_device_uuid``, ``_other_processes_memory``, ``_process_roles``,
+    ``_notes``. Hooks receive a valid index.
+
+    ``device_uuid(d)`` is an optional member outside the :class:`Platform` protocol (a platform written against
+    the protocol alone keeps satisfying it): a stable identity of the device that survives renumbering by a
+    ``*_VISIBLE_DEVICES`` variable, or ``None`` where the platform has none (the reservation ledger then keys
+    the device by platform, name and index).
     """
 
     name: str = "base"
@@ -227,6 +232,9 @@ class PlatformBase:
 
     def _device_name(self, device: int) -> str:
         return f"{self.name}:{device}"
+
+    def _device_uuid(self, device: int) -> str | None:
+        return None
 
     def _other_processes_memory(self, device: int) -> dict[int, int] | None:
         return None
@@ -309,6 +317,10 @@ class PlatformBase:
 
     def device_name(self, device: int = 0) -> str:
         return self._device_name(self.check_device(device))
+
+    def device_uuid(self, device: int = 0) -> str | None:
+        """A stable identity of the device (a UUID), or ``None`` where the platform has none."""
+        return self._device_uuid(self.check_device(device))
 
     def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
         return self._other_processes_memory(self.check_device(device))

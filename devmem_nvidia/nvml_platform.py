@@ -462,6 +462,9 @@ class NvmlPlatform(PlatformBase):
                 return f"NVIDIA {dev.uuid}"
         return self._names[device]
 
+    def _device_uuid(self, device: int) -> str | None:
+        return self._table.devices()[device].uuid  # nvmlDeviceGetUUID: GPU-... or, for a MIG instance, MIG-...
+
     def _notes(self, device: int) -> list[str]:
         return self._device_notes(device, self._memory(device))
 

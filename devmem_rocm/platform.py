@@ -210,6 +210,10 @@ class RocmPlatform(PlatformBase):
     def _device_name(self, device: int) -> str:
         return self._selection.devices[device].market_name
 
+    def _device_uuid(self, device: int) -> str | None:
+        gpu = self._selection.devices[device]
+        return gpu.uuid or gpu.hip_uuid  # amdsmi_get_gpu_device_uuid, else HIP's GPU-<serial>
+
     def _other_processes_memory(self, device: int) -> dict[int, int] | None:
         table = self._processes(device)
         if isinstance(table, ProcessMemory):

@@ -1,4 +1,5 @@
-"""Shared fixtures: every test starts with no forced platform, no allow-list and no cached platform."""
+"""Shared fixtures: every test starts with no forced platform, no allow-list, no cached platform and a reservation
+ledger of its own."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ settings.load_profile(os.environ.get("DEVMEM_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)
-def fresh_resolution(monkeypatch):
+def fresh_resolution(monkeypatch, tmp_path):
     monkeypatch.delenv("DEVMEM_PLATFORM", raising=False)
+    monkeypatch.setenv("DEVMEM_LEDGER_DIR", str(tmp_path / "ledger"))  # never the host's reservation ledger
     monkeypatch.delenv("DEVMEM_LOAD_PLUGINS", raising=False)
     devmem.clear_cache()
     yield

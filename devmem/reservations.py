@@ -1,0 +1,791 @@
+"""Per-device reservations: engines claim their budget on a host-wide ledger before they load anything.
+
+An engine reserves its budget (bytes, or a fraction of the device's total, which is the platform's capped
+total where a cap applies) with :func:`reserve`. Admission is atomic across processes: each device has a
+ledger file ``<key>.json`` under the ledger directory, and the read-check-write runs under ``flock`` on
+``<key>.lock`` and ends with an fsync'd atomic replace. Admission counts every live reservation (at its
+owner's current use where that is larger) and the memory of processes that reserved nothing, from the
+platform's per-process figures, against the device's total; a request that does not fit is refused with a
+:class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the holders and what would fit.
+
+Identity: a device is keyed by ``platform.device_uuid(d)`` where the platform has one (stable across
+``*_VISIBLE_DEVICES`` renumbering), else by platform name, device name and index. An owner is its PID, its
+start time (``/proc/<pid>/stat`` field 22, so a reused PID is not mistaken for it) and its PID namespace
+(the inode of ``/proc/<pid>/ns/pid``). Each owner also holds ``flock`` on a file of its own,
+``<key>.<id>.owner``, holding a copy of its entry, for as long as it lives; the kernel drops that lock when
+the process dies, SIGKILL included. Liveness: an owner in this PID namespace is alive while its PID runs
+with its start time; an owner in another namespace (a container sharing the directory) while its owner
+lock is held, or, where its owner file is gone, while the platform's process list shows its outer PID.
+A dead owner's entry is reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner
+files of the live owners, with a warning.
+
+The directory is ``DEVMEM_LEDGER_DIR``, by default ``/dev/shm/devmem`` (``<tempdir>/devmem`` where there is
+no ``/dev/shm``): a host-local tmpfs, emptied at boot as reservations should be, writable by every user, and
+what containers share when they mount the host's ``/dev/shm`` (``--ipc=host`` or ``-v /dev/shm:/dev/shm``);
+a per-user runtime directory would hide users' engines from each other.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import fcntl
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from devmem.parsing import shown
+from devmem.platform import Platform
+from devmem.records import Record
+from devmem.types import DevmemError, NotEnoughMemoryError
+from devmem.units import format_size
+
+log = logging.getLogger("devmem.reservations")
+
+#: The environment variable naming the ledger directory.
+LEDGER_DIR_ENV = "DEVMEM_LEDGER_DIR"
+#: Seconds to wait for a device's ledger lock before failing.
+DEFAULT_LOCK_TIMEOUT = 10.0
+#: The ledger file's format version.
+FORMAT = 1
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class LedgerError(DevmemError):
+    """The ledger cannot be used: its directory is not writable, or its lock was not obtained in time."""
+
+
+class ReservationRefused(NotEnoughMemoryError):
+    """A reservation does not fit. ``holders`` lists who holds the device (:class:`Holding`); ``breakdown`` has
+    ``total``, ``requested``, ``reserved``, ``unreserved`` and ``available`` (what would fit) in bytes."""
+
+    def __init__(self, message: str, breakdown: Mapping[str, int], holders: Sequence[Holding]):
+        super().__init__(message, breakdown)
+        self.holders = list(holders)
+
+
+# ---- owners -------------------------------------------------------------------------------------------
+
+
+def _start_time(pid: int) -> int | None:
+    """``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if it is gone or
+    a zombie (killed, not yet reaped by its parent). Without ``/proc`` (not Linux): psutil's creation time in
+    hundredths of a second."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        if os.path.isdir("/proc/self"):
+            return None
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return None
+
+
+def _pid_namespace(pid: int | str = "self") -> int:
+    """The inode of ``pid``'s PID namespace (0 where unknown)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _namespace_pids() -> tuple[int, ...]:
+    """This process's PIDs from the outermost PID namespace this ``/proc`` shows to its own (``NSpid``)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return tuple(int(p) for p in line.split()[1:] if p.isdigit())
+    except OSError:
+        pass
+    return (os.getpid(),)
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        text = " ".join(a.decode("utf-8", "replace") for a in argv if a)
+        if text:
+            return text
+    except OSError:
+        pass
+    import psutil
+
+    try:
+        return " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
+
+
+class Owner(Record):
+    """A process that holds a reservation: PID, start time and PID namespace identify it; the rest is for people."""
+
+    pid: int
+    start_time: int
+    pidns: int
+    nspid: tuple[int, ...]
+    command: str
+
+    @classmethod
+    def current(cls) -> Owner:
+        pid = os.getpid()
+        return cls(pid, _start_time(pid) or 0, _pid_namespace(), _namespace_pids(), _command(pid))
+
+    def same_process(self, other: Owner) -> bool:
+        return (self.pid, self.start_time, self.pidns) == (other.pid, other.start_time, other.pidns)
+
+    def visible_pid(self, reader: Owner) -> int | None:
+        """This owner's PID as ``reader``'s PID namespace and the platform's process list name it, where known."""
+        if self.pidns == reader.pidns:
+            return self.pid
+        return self.nspid[0] if len(self.nspid) > 1 else None
+
+
+class Entry(Record):
+    """One reservation on the ledger."""
+
+    id: str
+    owner: Owner
+    bytes: int
+    created: float
+
+    def as_json(self) -> dict[str, Any]:
+        o = self.owner
+        owner = {"pid": o.pid, "start_time": o.start_time, "pidns": o.pidns, "nspid": list(o.nspid)}
+        return {"id": self.id, "bytes": self.bytes, "created": self.created, **owner, "command": o.command}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Entry:
+        """The entry ``d`` describes; ``ValueError`` for anything else."""
+        if not isinstance(d, dict):
+            raise ValueError(f"an entry must be an object, got {shown(d)}")
+        ints = {k: d.get(k) for k in ("pid", "start_time", "pidns", "bytes")}
+        for k, v in ints.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"entry field {k!r} must be a whole number >= 0, got {shown(v)}")
+        nspid = d.get("nspid")
+        if not isinstance(nspid, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in nspid):
+            raise ValueError(f"entry field 'nspid' must be a list of PIDs, got {shown(nspid)}")
+        if not isinstance(d.get("id"), str) or not _UNSAFE.sub("", d["id"]) == d["id"] or not d["id"]:
+            raise ValueError(f"entry field 'id' must be a plain name, got {shown(d.get('id'))}")
+        created = d.get("created")
+        if isinstance(created, bool) or not isinstance(created, (int, float)):
+            raise ValueError(f"entry field 'created' must be a time, got {shown(created)}")
+        pid, start, pidns, nbytes = (int(ints[k]) for k in ("pid", "start_time", "pidns", "bytes"))  # type: ignore[arg-type]
+        owner = Owner(pid, start, pidns, tuple(nspid), str(d.get("command", "?")))
+        return cls(d["id"], owner, nbytes, float(created))
+
+
+# ---- accounting ---------------------------------------------------------------------------------------
+
+
+def short_command(command: str, limit: int = 80) -> str:
+    """A command line on one line, cut to ``limit`` characters."""
+    text = " ".join(command.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Holding(Record):
+    """Who holds part of a device: an owner with its reservation (``reserved``), or a process that reserved
+    nothing (``reserved`` ``None``). ``used`` is what it holds now where the platform says; ``pid`` is ``None``
+    for memory the platform attributes to no process it lists."""
+
+    pid: int | None
+    command: str | None
+    reserved: int | None
+    used: int | None
+    #: This process (the one reading the ledger).
+    mine: bool = False
+
+    @property
+    def committed(self) -> int:
+        """What admission counts for it: its reservation, or what it uses where that is larger."""
+        return max(self.reserved or 0, self.used or 0)
+
+    def describe(self) -> str:
+        who = f"PID {self.pid}" if self.pid is not None else "processes the platform does not list"
+        command = f" ({short_command(self.command)})" if self.command else ""
+        if self.reserved is None:
+            return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"
+        using = "" if self.used is None else f", using {format_size(self.used)}"
+        return f"{who}{command} reserved {format_size(self.reserved)}{using}"
+
+    def as_dict(self) -> dict[str, object]:
+        over = None if self.used is None or self.reserved is None else self.used - self.reserved
+        return {**self.__dict__, "committed": self.committed, "over": over}
+
+
+class Accounting(Record):
+    """What holds a device, as admission counts it against ``total``."""
+
+    total: int
+    holdings: tuple[Holding, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def reserved(self) -> int:
+        return sum(h.reserved or 0 for h in self.holdings)
+
+    @property
+    def committed(self) -> int:
+        return sum(h.committed for h in self.holdings)
+
+    @property
+    def unreserved(self) -> int:
+        return self.committed - self.reserved
+
+
+def _who(pid: int) -> str | None:
+    from devmem.processes import _who as who
+
+    return who(pid)[1]
+
+
+def account(
+    total: int,
+    free: int,
+    live: Sequence[Entry],
+    others: Mapping[int, int] | None,
+    own_used: int | None,
+    integrated: bool,
+    me: Owner,
+) -> Accounting:
+    """The holdings of a device with ``total`` and ``free`` bytes: each owner of ``live`` entries with its
+    reservations and what it uses (``others``: other processes' bytes by PID, ``own_used``: this process's), each
+    process in ``others`` that reserved nothing, and, where ``others`` is unknown on a discrete device, the
+    device's used memory beyond the reservations."""
+    by_owner: dict[tuple[int, int, int], list[Entry]] = {}
+    for e in live:
+        by_owner.setdefault((e.owner.pid, e.owner.start_time, e.owner.pidns), []).append(e)
+    holdings: list[Holding] = []
+    matched: set[int] = set()
+    mine = False
+    for entries in by_owner.values():
+        owner = entries[0].owner
+        reserved = sum(e.bytes for e in entries)
+        if owner.same_process(me):
+            mine, used = True, own_used
+        else:
+            pid = owner.visible_pid(me)
+            used = None if others is None or pid is None else others.get(pid)
+            if pid is not None:
+                matched.add(pid)
+        holdings.append(Holding(owner.pid, owner.command, reserved, used, owner.same_process(me)))
+    notes: list[str] = []
+    if others is not None:
+        holdings += [
+            Holding(pid, _who(pid), None, used) for pid, used in sorted(others.items()) if pid not in matched and used
+        ]
+    elif not integrated:  # who uses what is unknown: all memory in use counts on top of the reservations
+        beyond = (total - free) - (own_used or 0)
+        notes.append(
+            "the platform lists no per-process figures: all memory in use on the device counts on top of the "
+            "reservations"
+        )
+        if beyond > 0:
+            holdings.append(Holding(None, None, None, beyond))
+    else:
+        notes.append("the platform lists no per-process figures (host memory): only reservations are counted")
+    if not mine and own_used and others is not None:
+        holdings.append(Holding(me.pid, me.command, None, own_used, True))
+    return Accounting(total, tuple(holdings), tuple(notes))
+
+
+# ---- the ledger ---------------------------------------------------------------------------------------
+
+
+def default_directory() -> Path:
+    """``DEVMEM_LEDGER_DIR``, else ``/dev/shm/devmem``, else ``<tempdir>/devmem`` where there is no /dev/shm."""
+    chosen = os.environ.get(LEDGER_DIR_ENV, "").strip()
+    if chosen:
+        return Path(chosen)
+    return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir()) / "devmem"
+
+
+def device_key(platform: Platform, device: int) -> tuple[str, str]:
+    """The ledger's name for ``device`` and how it was made (for people)."""
+    get_uuid = getattr(platform, "device_uuid", None)
+    uid = get_uuid(device) if callable(get_uuid) else None
+    if uid:
+        return _UNSAFE.sub("_", str(uid)), "the device's UUID"
+    key = _UNSAFE.sub("_", f"{platform.name}-{platform.device_name(device)}-{device}")
+    return key, (
+        f"platform {platform.name!r}, device name and index {device} (the platform gives no UUID: processes that "
+        "number the devices differently see different ledgers)"
+    )
+
+
+def _create(path: Path, flags: int) -> int:
+    """Open ``path`` (creating it readable and writable by every user); ``LedgerError`` naming it on failure."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot open the reservation ledger file {path}: {exc.strerror}; set {LEDGER_DIR_ENV} to a "
+            "writable directory shared by the engines on this host"
+        ) from None
+    with suppress(OSError):  # another user's file: its mode was set by its creator
+        os.fchmod(fd, 0o666)
+    return fd
+
+
+class DeviceReservations(Record):
+    """A device's ledger as an operator sees it: the live holdings and the entries of dead owners."""
+
+    key: str
+    path: str
+    accounting: Accounting
+    stale: tuple[Entry, ...] = ()
+    problem: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        a = self.accounting
+        return {
+            "ledger": self.path,
+            "total": a.total,
+            "reserved": a.reserved,
+            "unreserved": a.unreserved,
+            "committed": a.committed,
+            "holders": [h.as_dict() for h in a.holdings],
+            "stale": [e.as_json() for e in self.stale],
+            "notes": list(a.notes) + ([self.problem] if self.problem else []),
+        }
+
+
+class Ledger:
+    """The reservation ledger in ``directory`` (default: :func:`default_directory`)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
+        self.directory = Path(directory) if directory is not None else default_directory()
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not lock_timeout > 0:
+            raise DevmemError(f"lock_timeout must be a number of seconds > 0, got {shown(lock_timeout)}")
+        self.lock_timeout = float(lock_timeout)
+
+    # ---- files ----------------------------------------------------------------------------------------
+    def _writable(self) -> Path:
+        d = self.directory
+        try:
+            if not d.is_dir():
+                d.mkdir(parents=True, exist_ok=True)
+                with suppress(OSError):  # shared by every user, as /tmp is; each removes only its own files
+                    os.chmod(d, 0o1777)
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot create the reservation ledger directory {d}: {exc.strerror}; set {LEDGER_DIR_ENV} to a "
+                "writable directory shared by the engines on this host"
+            ) from None
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise LedgerError(
+                f"the reservation ledger directory {d} is not writable by this user; set {LEDGER_DIR_ENV} to a "
+                "writable directory shared by the engines on this host"
+            )
+        return d
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        fd = _create(self._writable() / f"{key}.lock", os.O_RDWR)
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise LedgerError(
+                        f"waited {self.lock_timeout:g} s for the reservation ledger lock {self.directory / key}.lock "
+                        "without getting it: another process holds it (a hung engine?); `devmem info` lists the "
+                        "holders"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
+            yield
+        finally:
+            os.close(fd)  # closing drops the lock
+
+    def _read(self, key: str) -> tuple[list[Entry], str | None]:
+        """The entries of ``key``'s ledger file, and ``None``; for a file that is not a ledger, none and the
+        problem."""
+        path = self.path(key)
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return [], None
+        except OSError as exc:
+            return [], f"cannot read {path}: {exc.strerror}"
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f"not a version-{FORMAT} ledger")
+            return [Entry.from_json(e) for e in data["entries"]], None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            return [], f"{path} is corrupt ({exc})"
+
+    def _owner_file(self, key: str, entry_id: str) -> Path:
+        return self.directory / f"{key}.{entry_id}.owner"
+
+    def _owner_files(self, key: str) -> list[Path]:
+        prefix = f"{key}."
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return [self.directory / n for n in names if n.startswith(prefix) and n.endswith(".owner")]
+
+    def _write(self, key: str, entries: Sequence[Entry]) -> None:
+        data = json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
+        try:
+            os.write(fd, data.encode())
+            os.fchmod(fd, 0o666)
+            os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, self.path(key))
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dfd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    # ---- liveness -------------------------------------------------------------------------------------
+    def _owner_lock_held(self, key: str, entry: Entry) -> bool | None:
+        """Whether ``entry``'s owner still holds its owner lock; ``None`` where the owner file is gone."""
+        try:
+            fd = os.open(self._owner_file(key, entry.id), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def alive(self, key: str, entry: Entry, me: Owner, others: Mapping[int, int] | None) -> bool:
+        """Whether ``entry``'s owner is alive, as ``me`` can tell: see the module docstring."""
+        o = entry.owner
+        if o.pidns and o.pidns == me.pidns:
+            return _start_time(o.pid) == o.start_time
+        held = self._owner_lock_held(key, entry)
+        if held is not None:
+            return held
+        outer = o.nspid[0] if len(o.nspid) > 1 else None
+        return others is not None and outer is not None and outer in others
+
+    def _rebuilt(self, key: str, me: Owner, others: Mapping[int, int] | None) -> list[Entry]:
+        """The live owners' entries from their owner files, for a ledger file that is corrupt."""
+        entries = []
+        for path in self._owner_files(key):
+            try:
+                entry = Entry.from_json(json.loads(path.read_bytes()))
+            except (OSError, ValueError):
+                continue
+            if self.alive(key, entry, me, others):
+                entries.append(entry)
+        return entries
+
+    def _load(
+        self, key: str, me: Owner, others: Mapping[int, int] | None
+    ) -> tuple[list[Entry], list[Entry], str | None]:
+        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger."""
+        entries, problem = self._read(key)
+        if problem is not None:
+            entries = self._rebuilt(key, me, others)
+            return entries, [], f"{problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
+        live: list[Entry] = []
+        dead: list[Entry] = []
+        for e in entries:
+            (live if self.alive(key, e, me, others) else dead).append(e)
+        return live, dead, None
+
+    # ---- reserving ------------------------------------------------------------------------------------
+    def reserve(
+        self,
+        platform: Platform,
+        device: int,
+        nbytes: int | None = None,
+        utilization: float | None = None,
+    ) -> Reservation:
+        """Admit a reservation of ``nbytes`` (or ``utilization`` of the total) on ``device``, or raise
+        :class:`ReservationRefused`."""
+        memory = platform.memory(device)
+        total, free = memory.info.total, memory.info.free
+        request = resolve_request(nbytes, utilization, total)
+        key, _ = device_key(platform, device)
+        others = platform.other_processes_memory(device)
+        own_used = platform.get_process_memory_usage(device)
+        integrated = platform.is_integrated_gpu(device)
+        me = Owner.current()
+        with self._locked(key):
+            live, dead, problem = self._load(key, me, others)
+            if problem:
+                log.warning("devmem: reservation ledger %s", problem)
+            if dead:
+                log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
+            entry = Entry(os.urandom(8).hex(), me, request, time.time())
+            before = account(total, free, live, others, own_used, integrated, me)
+            after = account(total, free, [*live, entry], others, own_used, integrated, me)
+            if after.committed > total:
+                raise _refusal(platform, device, key, request, before, after, self.path(key))
+            fd = _create(self._owner_file(key, entry.id), os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.write(fd, json.dumps(entry.as_json()).encode())
+                for stale in dead:
+                    self._owner_file(key, stale.id).unlink(missing_ok=True)
+                self._write(key, [*live, entry])
+            except BaseException:
+                os.close(fd)
+                self._owner_file(key, entry.id).unlink(missing_ok=True)
+                raise
+        reservation = Reservation(self, key, device, entry, total, fd)
+        _LIVE.add(reservation)
+        return reservation
+
+    def _release(self, key: str, entry: Entry) -> None:
+        with self._locked(key):
+            entries, problem = self._read(key)
+            if problem is None:
+                self._write(key, [e for e in entries if e.id != entry.id])
+            self._owner_file(key, entry.id).unlink(missing_ok=True)
+
+    # ---- reading, for operators -----------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return sorted(n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith("."))
+
+    def view(
+        self,
+        key: str,
+        total: int,
+        free: int,
+        others: Mapping[int, int] | None,
+        integrated: bool,
+        own_used: int | None = None,
+    ) -> DeviceReservations | None:
+        """``key``'s ledger as it stands (nothing is reclaimed), with the holdings as admission counts them;
+        ``None`` where the device has no ledger file."""
+        if not self.path(key).exists():
+            return None
+        me = Owner.current()
+        try:
+            with self._locked(key):
+                live, dead, problem = self._load(key, me, others)
+        except LedgerError:  # a directory this user cannot write: read without the lock (the file is replaced
+            live, dead, problem = self._load(key, me, others)  # atomically, so a read sees a whole file)
+        accounting = account(total, free, live, others, own_used, integrated, me)
+        return DeviceReservations(key, str(self.path(key)), accounting, tuple(dead), problem)
+
+
+def resolve_request(nbytes: int | None, utilization: float | None, total: int) -> int:
+    """The bytes a request asks for: ``nbytes``, or ``floor(utilization * total)``; exactly one is given."""
+    if (nbytes is None) == (utilization is None):
+        raise DevmemError(
+            f"give exactly one of bytes and utilization to reserve, got bytes={shown(nbytes)} and "
+            f"utilization={shown(utilization)}"
+        )
+    if utilization is not None:
+        if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+            raise DevmemError(f"utilization must be a number in (0, 1], got {shown(utilization)}")
+        return math.floor(Fraction(utilization) * total)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not nbytes > 0:
+        raise DevmemError(f"bytes must be a whole number of bytes > 0 (int), got {shown(nbytes)}")
+    if nbytes > total:
+        raise DevmemError(
+            f"bytes {nbytes} ({format_size(nbytes)}) is more than the device's total, {total} ({format_size(total)})"
+        )
+    return nbytes
+
+
+def _refusal(
+    platform: Platform, device: int, key: str, request: int, before: Accounting, after: Accounting, path: Path
+) -> ReservationRefused:
+    total = before.total
+    others = sum(h.committed for h in before.holdings if not h.mine)
+    available = max(0, total - others - sum(h.reserved or 0 for h in before.holdings if h.mine))
+    holders = sorted(before.holdings, key=lambda h: -h.committed)
+    named = "; ".join(h.describe() for h in holders) or "nothing else is counted"
+    fits = math.floor(Fraction(available, total) * 1000) / 1000 if total else 0.0
+    notes = "".join(f" ({n})" for n in before.notes)
+    return ReservationRefused(
+        f"device {device} ({platform.device_name(device)}): cannot reserve {format_size(request)} "
+        f"({request / total:.3f} of {format_size(total)}): {named}. What would fit: {format_size(available)} "
+        f"({available} bytes, utilization {fits:.3f}); stop a holder or ask for at most that{notes}. "
+        f"Ledger: {path}",
+        {
+            "total": total,
+            "requested": request,
+            "reserved": before.reserved,
+            "unreserved": before.unreserved,
+            "available": available,
+        },
+        holders,
+    )
+
+
+class Reservation:
+    """A reservation this process holds on a device, until :meth:`release` or the process's exit (at exit it is
+    released by ``atexit``; after a SIGKILL it is reclaimed at the next admission). A context manager."""
+
+    def __init__(self, ledger: Ledger, key: str, device: int, entry: Entry, total: int, fd: int):
+        self.ledger, self.key, self.device, self.entry, self.total = ledger, key, device, entry, total
+        self._fd = fd
+        self.released = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"Reservation(device={self.device}, key={self.key!r}, bytes={self.bytes}, {state})"
+
+    @property
+    def bytes(self) -> int:
+        return self.entry.bytes
+
+    @property
+    def path(self) -> Path:
+        return self.ledger.path(self.key)
+
+    def release(self) -> None:
+        """Remove the reservation from the ledger (again: nothing; in a forked child: nothing)."""
+        with self._lock:
+            if self.released or self.entry.owner.pid != os.getpid():
+                return
+            self.released = True
+        try:
+            self.ledger._release(self.key, self.entry)
+        finally:
+            os.close(self._fd)
+            _LIVE.discard(self)
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "device": self.device,
+            "key": self.key,
+            "bytes": self.bytes,
+            "total": self.total,
+            "ledger": str(self.path),
+        }
+
+
+#: Reservations this process holds, released at exit.
+_LIVE: set[Reservation] = set()
+
+
+def _release_all() -> None:
+    for r in list(_LIVE):
+        try:
+            r.release()
+        except Exception as exc:  # at exit: say it and go on; the next admission reclaims it anyway
+            log.warning("devmem: could not release reservation on %s at exit: %s", r.key, exc)
+
+
+def _forget_in_child() -> None:
+    """A forked child owns none of its parent's reservations: close its copies of the owner locks' files (the
+    parent's locks stay) and release nothing at its exit."""
+    for r in list(_LIVE):
+        with suppress(OSError):
+            os.close(r._fd)
+        r.released = True
+    _LIVE.clear()
+
+
+atexit.register(_release_all)
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def reserve(
+    device: int = 0,
+    bytes: int | None = None,  # noqa: A002 - the unit is the name callers read
+    utilization: float | None = None,
+    *,
+    platform: Platform | None = None,
+    ledger_dir: str | os.PathLike[str] | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> Reservation:
+    """Reserve ``bytes`` (or ``utilization`` of the total) of ``device`` on this host's ledger, before loading
+    anything; raise :class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the holders and
+    what would fit when it does not fit, :class:`LedgerError` when the ledger directory is not writable or its
+    lock is not obtained within ``lock_timeout`` seconds.
+
+    ``platform`` defaults to :func:`devmem.current_platform`, ``ledger_dir`` to ``DEVMEM_LEDGER_DIR`` or
+    ``/dev/shm/devmem``. Use it as a context manager or call ``release()``; it is released at exit otherwise.
+    """
+    if platform is None:
+        from devmem.plugins import current_platform
+
+        platform = current_platform()
+    return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(platform, device, bytes, utilization)
+
+
+def device_reservations(
+    platform: Platform, device: int, report: Any, ledger_dir: str | os.PathLike[str] | None = None
+) -> DeviceReservations | None:
+    """The reservations on ``device`` for ``devmem info`` and ``devmem doctor``, from its ``report`` (a
+    :class:`~devmem.DeviceReport`); ``None`` where the device has no ledger."""
+    ledger = Ledger(ledger_dir)
+    key, _ = device_key(platform, device)
+    try:
+        return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process)
+    except LedgerError as exc:
+        log.warning("devmem: %s", exc)
+        return None
+
+
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
+    "LEDGER_DIR_ENV",
+    "Accounting",
+    "DeviceReservations",
+    "Entry",
+    "Holding",
+    "Ledger",
+    "LedgerError",
+    "Owner",
+    "Reservation",
+    "ReservationRefused",
+    "account",
+    "default_directory",
+    "device_key",
+    "device_reservations",
+    "reserve",
+    "resolve_request",
+]

@@ -1,0 +1,84 @@
+"""Real processes that hold reservations, for the ledger's tests: each takes commands on stdin, one per line.
+
+``reserve N`` (bytes of the cpu platform's device 0) answers ``ok N`` or ``refused``; ``release`` releases what
+it holds and answers ``released``; end of input exits (releasing at exit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKER = """
+import sys
+from devmem.host import CpuPlatform
+from devmem.reservations import ReservationRefused, reserve
+
+held = []
+for line in sys.stdin:
+    word, *rest = line.split()
+    if word == "reserve":
+        try:
+            held.append(reserve(0, int(rest[0]), ledger_dir=sys.argv[1], platform=CpuPlatform()))
+            print("ok", rest[0], flush=True)
+        except ReservationRefused:
+            print("refused", flush=True)
+    elif word == "release":
+        for r in held:
+            r.release()
+        held.clear()
+        print("released", flush=True)
+"""
+
+
+class Worker:
+    """One process running :data:`WORKER` on the ledger in ``directory``."""
+
+    def __init__(self, directory: Path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(directory)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "DEVMEM_PLATFORM": "cpu"},
+        )
+        self.held = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ask(self, command: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def reserve(self, nbytes: int) -> bool:
+        answer = self.ask(f"reserve {nbytes}")
+        assert answer in (f"ok {nbytes}", "refused"), answer
+        if answer != "refused":
+            self.held += nbytes
+        return answer != "refused"
+
+    def release(self) -> None:
+        assert self.ask("release") == "released"
+        self.held = 0
+
+    def kill(self) -> None:
+        """SIGKILL: nothing of the process's own runs."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.held = 0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)

@@ -1,0 +1,388 @@
+"""The reservation ledger: admission against the total, identity of owners and devices, faults, and release."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ledger_workers import Worker
+
+import devmem
+from devmem import GiB, NotEnoughMemoryError
+from devmem.host import CpuPlatform
+from devmem.reservations import (
+    Entry,
+    Ledger,
+    LedgerError,
+    Owner,
+    ReservationRefused,
+    account,
+    device_key,
+    reserve,
+)
+from devmem.testing.scenario import HostMemory, Scenario
+from devmem_nvidia.testing import H200_RUNTIME_TOTAL, h200_scenario, scripted_platform
+
+CHILD = 5151
+
+
+@pytest.fixture
+def host():
+    """The cpu platform on a scripted 64 GiB host."""
+    return CpuPlatform(files=Scenario(host=HostMemory(total=64 * GiB, free=60 * GiB)).fs)
+
+
+@pytest.fixture
+def workers(tmp_path):
+    made: list[Worker] = []
+
+    def make() -> Worker:
+        made.append(Worker(tmp_path))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def ledger_entries(tmp_path, key: str) -> list[dict]:
+    path = tmp_path / f"{key}.json"
+    return json.loads(path.read_text())["entries"] if path.exists() else []
+
+
+def real_total() -> int:
+    return CpuPlatform().device_memory_info().total
+
+
+# ---- admission -------------------------------------------------------------------------------------------
+def test_reservation_within_the_total_is_admitted(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path) as r:
+        assert r.bytes == 40 * GiB
+
+
+def test_reservation_beyond_what_is_left_is_refused(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path), pytest.raises(ReservationRefused):
+        reserve(0, 30 * GiB, platform=host, ledger_dir=tmp_path)
+
+
+def test_refusal_is_a_not_enough_memory_error(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path), pytest.raises(NotEnoughMemoryError):
+        reserve(0, 30 * GiB, platform=host, ledger_dir=tmp_path)
+
+
+def test_refusal_says_what_would_fit(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path), pytest.raises(ReservationRefused) as caught:
+        reserve(0, 30 * GiB, platform=host, ledger_dir=tmp_path)
+    assert caught.value.breakdown["available"] == 24 * GiB
+    assert "What would fit: 24.00 GiB" in str(caught.value)
+
+
+def test_refusal_names_the_holder_pid_and_command(workers, tmp_path):
+    total = real_total()
+    holder = workers()
+    assert holder.reserve(total // 2)
+    with pytest.raises(ReservationRefused) as caught:
+        reserve(0, total // 2 + 1, platform=CpuPlatform(), ledger_dir=tmp_path)
+    assert f"PID {holder.pid} (" in str(caught.value) and "python" in str(caught.value)
+    assert [(h.pid, h.reserved) for h in caught.value.holders] == [(holder.pid, total // 2)]
+
+
+def test_utilization_is_a_share_of_the_total(host, tmp_path):
+    with reserve(0, utilization=0.25, platform=host, ledger_dir=tmp_path) as r:
+        assert r.bytes == 16 * GiB
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"bytes": GiB, "utilization": 0.5}, {"bytes": 0}, {"bytes": 65 * GiB}, {"bytes": True}, {"bytes": 1.5}],
+)
+def test_a_bad_byte_request_names_the_value(host, tmp_path, kwargs):
+    with pytest.raises(devmem.DevmemError, match="bytes"):
+        reserve(0, platform=host, ledger_dir=tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("utilization", [0, 1.5, -0.1, float("nan"), True])
+def test_a_bad_utilization_names_the_value(host, tmp_path, utilization):
+    with pytest.raises(devmem.DevmemError, match="utilization must be a number in"):
+        reserve(0, utilization=utilization, platform=host, ledger_dir=tmp_path)
+
+
+def test_a_bad_device_index_names_the_valid_range(host, tmp_path):
+    with pytest.raises(devmem.DevmemError, match="valid indices"):
+        reserve(3, GiB, platform=host, ledger_dir=tmp_path)
+
+
+def test_release_gives_the_share_back(host, tmp_path):
+    reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path).release()
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path):
+        pass
+
+
+def test_leaving_the_context_releases(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path):
+        pass
+    assert ledger_entries(tmp_path, "cpu-host_memory-0") == []
+
+
+def test_release_twice_is_harmless(host, tmp_path):
+    r = reserve(0, GiB, platform=host, ledger_dir=tmp_path)
+    r.release()
+    r.release()
+    assert r.released
+
+
+def test_memory_of_a_process_without_a_reservation_counts(tmp_path):
+    sc = h200_scenario()
+    sc.allocate(100 * GiB, pid=CHILD)
+    with pytest.raises(ReservationRefused, match=f"PID {CHILD}.* uses 100.00 GiB without a reservation"):
+        reserve(0, utilization=0.5, platform=scripted_platform(sc), ledger_dir=tmp_path)
+
+
+def test_an_owner_using_more_than_it_reserved_counts_its_use():
+    me = Owner.current()
+    other = Owner(CHILD, 1, me.pidns, (CHILD,), "engine")
+    entry = Entry("a", other, 10 * GiB, 0.0)
+    accounting = account(100 * GiB, 50 * GiB, [entry], {CHILD: 30 * GiB}, 0, False, me)
+    assert accounting.committed == 30 * GiB
+
+
+def test_a_discrete_device_without_per_process_figures_counts_all_memory_in_use():
+    me = Owner.current()
+    accounting = account(100 * GiB, 70 * GiB, [], None, None, False, me)
+    assert accounting.committed == 30 * GiB
+
+
+def test_admission_takes_a_few_milliseconds(host, tmp_path):
+    """Not a benchmark (benchmarks/reservations.py is): a guard against a lock that waits for nothing."""
+    started = time.perf_counter()
+    reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    assert time.perf_counter() - started < 1.0
+
+
+# ---- identity --------------------------------------------------------------------------------------------
+def test_nvml_devices_are_keyed_by_uuid():
+    platform = scripted_platform(h200_scenario())
+    assert device_key(platform, 0)[0] == platform.visible_device(0).uuid
+
+
+def test_a_platform_without_uuids_is_keyed_by_name_and_index(host):
+    assert device_key(host, 0) == (
+        "cpu-host_memory-0",
+        "platform 'cpu', device name and index 0 (the platform gives no UUID: processes that number the devices "
+        "differently see different ledgers)",
+    )
+
+
+def test_the_nvml_total_is_the_runtime_total(tmp_path):
+    with reserve(0, utilization=1.0, platform=scripted_platform(h200_scenario()), ledger_dir=tmp_path) as r:
+        assert r.total == H200_RUNTIME_TOTAL
+
+
+def test_a_reused_pid_with_another_start_time_is_reclaimed(host, tmp_path):
+    me = Owner.current()
+    impostor = Owner(me.pid, me.start_time + 1, me.pidns, me.nspid, "an engine that died")
+    Ledger(tmp_path)._writable()
+    Ledger(tmp_path)._write("cpu-host_memory-0", [Entry("old", impostor, 60 * GiB, 0.0)])
+    with reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path) as r:
+        assert [e["id"] for e in ledger_entries(tmp_path, "cpu-host_memory-0")] == [r.entry.id]
+
+
+def _other_namespace_entry(tmp_path, entry_id: str) -> Entry:
+    me = Owner.current()
+    stranger = Owner(7, 1, me.pidns + 1, (7,), "an engine in another container")
+    entry = Entry(entry_id, stranger, 60 * GiB, 0.0)
+    Ledger(tmp_path)._writable()
+    Ledger(tmp_path)._write("cpu-host_memory-0", [entry])
+    return entry
+
+
+def test_an_owner_in_another_pid_namespace_is_alive_while_it_holds_its_owner_lock(host, tmp_path):
+    _other_namespace_entry(tmp_path, "far")
+    fd = os.open(tmp_path / "cpu-host_memory-0.far.owner", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(ReservationRefused):
+            reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path)
+    finally:
+        os.close(fd)
+
+
+def test_an_owner_in_another_pid_namespace_is_dead_once_its_owner_lock_is_free(host, tmp_path):
+    _other_namespace_entry(tmp_path, "far")
+    (tmp_path / "cpu-host_memory-0.far.owner").write_text("{}")
+    with reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path):
+        pass
+
+
+# ---- death and exit --------------------------------------------------------------------------------------
+def test_a_killed_owner_is_reclaimed_at_the_next_admission(workers, tmp_path):
+    total = real_total()
+    holder = workers()
+    assert holder.reserve(total // 2)
+    holder.kill()
+    with reserve(0, total - total // 4, platform=CpuPlatform(), ledger_dir=tmp_path):
+        pass
+
+
+def test_an_owner_that_exits_releases_its_reservation(workers, tmp_path):
+    holder = workers()
+    assert holder.reserve(GiB)
+    holder.close()
+    assert ledger_entries(tmp_path, "cpu-host_memory-0") == []
+
+
+def test_a_forked_child_does_not_release_its_parents_reservation(host, tmp_path):
+    with reserve(0, GiB, platform=host, ledger_dir=tmp_path) as r:
+        pid = os.fork()
+        if pid == 0:  # the child runs the exit handlers, as a forked child that exits normally does
+            atexit._run_exitfuncs()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert [e["id"] for e in ledger_entries(tmp_path, "cpu-host_memory-0")] == [r.entry.id]
+
+
+# ---- faults ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "content",
+    [b"", b'{"format": 1, "entries": [', b"\x00\xff", b"null", b'{"format": 1, "entries": [{"pid": -1}]}'],
+    ids=["empty", "truncated", "binary", "null", "bad-entry"],
+)
+def test_a_corrupt_ledger_never_over_admits(workers, tmp_path, content):
+    total = real_total()
+    holder = workers()
+    assert holder.reserve(total // 2)
+    (tmp_path / "cpu-host_memory-0.json").write_bytes(content)
+    with pytest.raises(ReservationRefused, match=f"PID {holder.pid}"):
+        reserve(0, total // 2 + 1, platform=CpuPlatform(), ledger_dir=tmp_path)
+
+
+def test_a_corrupt_ledger_is_rebuilt_with_a_warning(host, tmp_path, caplog):
+    held = reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path)
+    (tmp_path / "cpu-host_memory-0.json").write_bytes(b'{"format": 1, "entr')
+    with caplog.at_level(logging.WARNING, logger="devmem.reservations"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    assert "is corrupt" in caplog.text and "rebuilt from the 1 live owner(s)" in caplog.text
+    assert [e["id"] for e in ledger_entries(tmp_path, "cpu-host_memory-0")] == [held.entry.id]
+    held.release()
+
+
+def test_an_unusable_directory_is_an_error_naming_it(host, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(LedgerError, match=f"{blocked}/devmem.*DEVMEM_LEDGER_DIR"):
+        reserve(0, GiB, platform=host, ledger_dir=blocked / "devmem")
+
+
+def test_the_directory_comes_from_devmem_ledger_dir(host, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LEDGER_DIR", str(tmp_path / "shared"))
+    with reserve(0, GiB, platform=host) as r:
+        assert r.path == tmp_path / "shared" / "cpu-host_memory-0.json"
+
+
+def test_a_held_lock_fails_within_the_timeout_naming_it(host, tmp_path):
+    Ledger(tmp_path)._writable()
+    fd = os.open(tmp_path / "cpu-host_memory-0.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    started = time.monotonic()
+    try:
+        with pytest.raises(LedgerError, match=r"waited 0.2 s .*cpu-host_memory-0\.lock"):
+            reserve(0, GiB, platform=host, ledger_dir=tmp_path, lock_timeout=0.2)
+    finally:
+        os.close(fd)
+    assert time.monotonic() - started < 1.0
+
+
+# ---- races and interleavings -----------------------------------------------------------------------------
+def test_threads_racing_never_admit_more_than_the_total(host, tmp_path):
+    admitted: list[int] = []
+
+    def one() -> None:
+        with contextlib.suppress(ReservationRefused):
+            admitted.append(reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path).bytes)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(admitted) == 6
+
+
+OPS = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(["reserve", "release", "kill"]), st.integers(1, 5)),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_interleavings_of_reserve_release_and_death_never_admit_more_than_the_total(tmp_path_factory, ops):
+    directory = tmp_path_factory.mktemp("ledger")
+    unit = real_total() // 8
+    pool = [Worker(directory) for _ in range(3)]
+    try:
+        for index, op, units in ops:
+            w = pool[index]
+            if op == "reserve":
+                fits = sum(p.held for p in pool) + units * unit <= real_total()
+                assert w.reserve(units * unit) == fits
+            elif op == "release":
+                w.release()
+            else:
+                w.kill()
+                pool[index] = Worker(directory)
+            live = {p.pid for p in pool}
+            held = sum(e["bytes"] for e in ledger_entries(directory, "cpu-host_memory-0") if e["pid"] in live)
+            assert held == sum(p.held for p in pool) <= real_total()
+    finally:
+        for w in pool:
+            w.close()
+
+
+def test_processes_racing_never_admit_more_than_the_total(tmp_path):
+    total = real_total()
+    code = (
+        "import sys\nfrom devmem.host import CpuPlatform\nfrom devmem.reservations import reserve, ReservationRefused\n"
+        "try:\n    reserve(0, int(sys.argv[2]), ledger_dir=sys.argv[1], platform=CpuPlatform())\n    print('ok')\n"
+        "except ReservationRefused:\n    print('refused')\nsys.stdin.read()\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), str(total // 4)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        for _ in range(6)
+    ]
+    answers = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
+    for p in procs:
+        p.communicate("")
+    assert sorted(answers) == ["ok"] * 4 + ["refused"] * 2
+
+
+def test_rocm_devices_are_keyed_by_the_amdsmi_uuid_whatever_the_visible_order():
+    from devmem_rocm import RocmPlatform
+    from devmem_rocm.testing import ScriptedAmdsmi, ScriptedClock, mi300x_scenario
+
+    def platform(sc) -> RocmPlatform:
+        clock = ScriptedClock()
+        return RocmPlatform(amdsmi=ScriptedAmdsmi(sc, clock=clock), environ=sc.environ, clock=clock, sleep=clock.sleep)
+
+    second = device_key(platform(mi300x_scenario(2)), 1)[0]
+    only_second = mi300x_scenario(2)
+    only_second.environ["HIP_VISIBLE_DEVICES"] = "1"
+    assert device_key(platform(only_second), 0)[0] == second == mi300x_scenario(2).devices[1].uuid

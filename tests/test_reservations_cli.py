@@ -1,0 +1,110 @@
+"""Reservations as operators see them: ``devmem info``/``top`` lines and JSON, and ``devmem doctor``'s findings.
+
+Owners are real processes of this machine (a reservation is alive while its PID runs with its start time), placed
+on a scripted H200 (devmem_nvidia.testing) where the test needs what they use now.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from devmem.cli import build_parser, cmd_info
+from devmem.doctor import diagnose
+from devmem.reservations import Entry, Ledger, Owner, _start_time, device_key, reserve
+from devmem.types import GiB
+from devmem_nvidia.testing import h200_scenario, scripted_platform
+
+
+def info(capsys, *argv: str, platform=None) -> str:
+    assert cmd_info(build_parser().parse_args(["info", *argv]), platform) == 0
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # an engine"])
+    while _start_time(proc.pid) is None:
+        pass
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def owned_by(proc, platform, nbytes: int) -> Entry:
+    """``proc`` holds a reservation of ``nbytes`` on the platform's device 0 (written as its reserve() would)."""
+    me = Owner.current()
+    owner = Owner(proc.pid, _start_time(proc.pid) or 0, me.pidns, (proc.pid,), "python engine.py")
+    entry = Entry("e1", owner, nbytes, 0.0)
+    ledger = Ledger()
+    ledger._writable()
+    ledger._write(device_key(platform, 0)[0], [entry])
+    return entry
+
+
+def test_info_json_lists_each_reservation_with_reserved_and_used_now(capsys, sleeper):
+    sc = h200_scenario()
+    platform = scripted_platform(sc)
+    owned_by(sleeper, platform, 40 * GiB)
+    sc.allocate(30 * GiB, pid=sleeper.pid)
+    (holder,) = json.loads(info(capsys, "--json", platform=platform))["devices"][0]["reservations"]["holders"]
+    assert (holder["pid"], holder["reserved"], holder["used"], holder["over"]) == (
+        sleeper.pid,
+        40 * GiB,
+        30 * GiB,
+        -10 * GiB,
+    )
+
+
+def test_info_shows_a_reservation_under_its_owner(capsys, sleeper, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    sc = h200_scenario()
+    platform = scripted_platform(sc)
+    owned_by(sleeper, platform, 40 * GiB)
+    sc.allocate(30 * GiB, pid=sleeper.pid)
+    out = info(capsys, platform=platform)
+    assert f"{sleeper.pid}  40.00 GiB  30.00 GiB  10.00 GiB under  python engine.py" in out
+
+
+def test_info_json_has_no_reservations_without_a_ledger(capsys):
+    assert (
+        json.loads(info(capsys, "--json", platform=scripted_platform(h200_scenario())))["devices"][0]["reservations"]
+        is None
+    )
+
+
+def test_doctor_flags_an_owner_above_its_reservation(sleeper):
+    sc = h200_scenario()
+    platform = scripted_platform(sc)
+    owned_by(sleeper, platform, 10 * GiB)
+    sc.allocate(30 * GiB, pid=sleeper.pid)
+    (found,) = [f for f in diagnose(platform, candidates=[]) if f.kind == "above-reservation"]
+    assert found.figures == {str(sleeper.pid): {"reserved": 10 * GiB, "used": 30 * GiB}}
+
+
+def test_doctor_flags_over_commitment(sleeper):
+    sc = h200_scenario()
+    platform = scripted_platform(sc)
+    owned_by(sleeper, platform, 100 * GiB)
+    sc.allocate(60 * GiB, pid=4242)
+    (found,) = [f for f in diagnose(platform, candidates=[]) if f.kind == "reservations-over-committed"]
+    assert found.severity == "warning" and found.figures["unreserved"] == 60 * GiB
+
+
+def test_doctor_flags_stale_entries_of_dead_owners(sleeper):
+    platform = scripted_platform(h200_scenario())
+    owned_by(sleeper, platform, 10 * GiB)
+    sleeper.kill()
+    sleeper.wait()
+    (found,) = [f for f in diagnose(platform, candidates=[]) if f.kind == "stale-reservations"]
+    assert found.figures == {str(sleeper.pid): 10 * GiB}
+
+
+def test_doctor_says_nothing_of_reservations_that_fit():
+    platform = scripted_platform(h200_scenario())
+    with reserve(0, 10 * GiB, platform=platform):
+        kinds = {f.kind for f in diagnose(platform, candidates=[])}
+    assert not kinds & {"reservations-over-committed", "above-reservation", "stale-reservations", "ledger-corrupt"}

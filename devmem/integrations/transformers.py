@@ -39,14 +39,19 @@ import copy
 import logging
 import math
 import numbers
+import os
+import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from devmem.block_cost import CAUTION, BlockCost, BlockRun, measure_block_cost
 from devmem.kvcache import ALLOCATOR_GRANULARITY
 from devmem.platform import Platform
 from devmem.plugins import current_platform
+from devmem.profile_store import ProfileStore, ProfileStoreError, resolve_store
 from devmem.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
-from devmem.sizing import KvCachePlan, SizingError, plan_kv_cache, requested_memory
+from devmem.sizing import KvCachePlan, SizingError, _bytes, plan_kv_cache, requested_memory
+from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
 if TYPE_CHECKING:
@@ -103,17 +108,25 @@ class SizedConfig:
     read_back_block_bytes: int
     block_tokens: int
     max_batch_tokens: int
-    profile: ProfileResult
+    profile: ProfileResult | None
     runs: tuple[EngineRun, ...]
     transient_peak_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    source: str = "measured now"
+    seconds: float | None = None
 
     @property
     def num_blocks(self) -> int:
         return self.plan.num_blocks
 
+    @property
+    def stored(self) -> bool:
+        """Whether the figures were read from a stored profile instead of measured by this call."""
+        return self.profile is None
+
     def explain(self) -> str:
-        """Lines for people: the blocks, what one costs and how it was measured, then the plan's figures."""
+        """Lines for people: where the figures came from, the blocks, what one costs and how it was measured,
+        then the plan's figures."""
         small, before, large = self.runs[0], self.runs[-2], self.runs[-1]
         graphs = "on" if any(small.cuda_graphs) else "off"
         measured = (
@@ -121,18 +134,21 @@ class SizedConfig:
             if large.peak_bytes is not None
             else "the tensors the engine holds; this allocator keeps no peak statistics"
         )
+        took = "" if self.seconds is None else f" (sized in {self.seconds:.2f} s)"
         lines = [
             f"transformers continuous batching: {self.num_blocks} blocks of {self.block_tokens} tokens "
             f"(max_batch_tokens {self.max_batch_tokens}, {small.attn_implementation}, CUDA graphs {graphs})",
+            f"figures: {self.source}{took}",
             f"one block costs {format_size(self.block_bytes)}: KV cache "
             f"{format_size(self.kv_block_bytes)}, batch tensors {format_size(self.static_block_bytes)} (attention "
             f"masks, read indices), forward read-back {format_size(self.read_back_block_bytes)}; measured as the "
             f"growth of {measured} from {before.num_blocks} to {large.num_blocks} blocks (runs at "
             f"{', '.join(str(r.num_blocks) for r in self.runs)} blocks)",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
-            f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its "
-            f"transient {format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors "
-            f"it held) less its {small.num_blocks} blocks, plus the allocator's rounding of what grows with the cache",
+            f"{small.forward_tokens} query tokens; the plan's transient peak {format_size(self.transient_peak_bytes)}"
+            f" is the window's transient (at least the tensors it held) and what the peak grew from there to the "
+            f"run at {large.num_blocks} blocks beyond one block's cost a block, less those blocks, plus the "
+            "allocator's rounding of what grows with the cache",
             self.plan.explain(),
         ]
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
@@ -148,9 +164,11 @@ class SizedConfig:
             "max_batch_tokens": self.max_batch_tokens,
             "transient_peak_bytes": self.transient_peak_bytes,
             "plan": self.plan.as_dict(),
-            "profile": self.profile.as_dict(),
+            "profile": None if self.profile is None else self.profile.as_dict(),
             "runs": [vars(r) for r in self.runs],
             "notes": list(self.notes),
+            "source": self.source,
+            "seconds": self.seconds,
         }
 
 
@@ -346,12 +364,34 @@ def _close(manager: Any, model: Any, attn_implementation: str) -> None:
         model.set_attn_implementation(attn_implementation)
 
 
+class _FailedWarmups(logging.Handler):
+    """Collects what transformers' continuous batching logs about warm-ups that failed (it catches their errors,
+    out of memory included, and logs "Failed to warm up")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Failed to warm up" in message:
+            self.messages.append(message.splitlines()[0])
+
+
+#: The logger transformers' continuous batching writes to.
+TRANSFORMERS_LOGGER = "ContinuousBatchingLogger"
+
+
 def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int) -> EngineRun:
     """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward, and take it down again.
 
-    Raises :class:`RuntimeError` when no forward over ``config.max_batch_tokens`` query tokens completed
-    (transformers logs why: its warm-up catches the error, out of memory included).
+    Every forward runs as transformers serves: without autograd (``torch.no_grad()``). Raises
+    :class:`RuntimeError` naming transformers' message when one of its warm-ups failed (it catches the error, out
+    of memory included, and logs "Failed to warm up"), or when no forward over ``config.max_batch_tokens`` query
+    tokens completed.
     """
+    import torch
+
     config = _with(config, num_blocks=num_blocks)
     attn_implementation = model.config._attn_implementation
     tokens: list[int] = [0]
@@ -361,39 +401,50 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
         if ids is not None:
             tokens.append(int(ids.shape[-1]))
 
+    failed = _FailedWarmups()
+    transformers_log = logging.getLogger(TRANSFORMERS_LOGGER)
+    transformers_log.addHandler(failed)
     hook = model.register_forward_hook(count, with_kwargs=True)
-    manager = model.init_continuous_batching(
-        generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
-    )
     try:
-        manager.batch_processor = manager._create_batch_processor()
-        _order_streams(manager.batch_processor.model_runner)
-        manager.warmup()
-        _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
-        _synchronize(model.device)
-        processor = manager.batch_processor
-        seen: set[int] = set()
-        cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
-        static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
-        resolved = manager.continuous_batching_config
-        run = EngineRun(
-            num_blocks,
-            cache_bytes,
-            static_bytes,
-            cache_count + static_count,
-            max(tokens),
-            model.config._attn_implementation,
-            cuda_graph_flags(resolved.use_cuda_graph),
-            bool(resolved.use_async_batching),
-        )
+        with torch.no_grad():
+            manager = model.init_continuous_batching(
+                generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
+            )
+            try:
+                manager.batch_processor = manager._create_batch_processor()
+                _order_streams(manager.batch_processor.model_runner)
+                manager.warmup()
+                _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
+                _synchronize(model.device)
+                processor = manager.batch_processor
+                seen: set[int] = set()
+                cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
+                static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
+                resolved = manager.continuous_batching_config
+                run = EngineRun(
+                    num_blocks,
+                    cache_bytes,
+                    static_bytes,
+                    cache_count + static_count,
+                    max(tokens),
+                    model.config._attn_implementation,
+                    cuda_graph_flags(resolved.use_cuda_graph),
+                    bool(resolved.use_async_batching),
+                )
+            finally:
+                _close(manager, model, attn_implementation)
     finally:
         hook.remove()
-        _close(manager, model, attn_implementation)
+        transformers_log.removeHandler(failed)
+    if failed.messages:
+        raise RuntimeError(
+            f"transformers' warm-up failed at {num_blocks} blocks ({len(failed.messages)} time(s)): "
+            f"{failed.messages[0]}"
+        )
     if run.forward_tokens < config.max_batch_tokens:
         raise RuntimeError(
             f"the engine's worst-case forward over {config.max_batch_tokens} query tokens did not "
-            f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens); "
-            "transformers logged why ('Failed to warm up')"
+            f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens)"
         )
     return run
 
@@ -437,56 +488,88 @@ def _profiled_run(
     return replace(run, peak_bytes=profile.torch_peak_increase, reserved_peak_bytes=reserved), profile
 
 
-#: Relative difference of the peak's growth per block between two successive doublings of the cache under which
-#: the worst-case forward's peak is taken to grow linearly with the block count (and over the held tensors'
-#: growth above which the cache-reading step sets the peak).
-LINEAR_GROWTH = 0.02
-#: Most profiled runs: the cache doubles from one to the next until the peak grows linearly.
-MAX_PROFILE_RUNS = 8
+def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_batch_tokens: int) -> int:
+    """Bytes a block adds to the worst-case forward's attention step, from the model's shapes: the keys and
+    values of one layer gathered for the block's tokens (``sdpa`` and ``eager`` also repeat them to every query
+    head and copy the mask's columns). Only steers the sizes of the runs; what is charged is measured."""
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = int(getattr(text, "num_attention_heads", 1) or 1)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    itemsize = model.dtype.itemsize
+    tokens = block_tokens(config)
+    gathered = 2 * tokens * kv_heads * head_dim * itemsize
+    if "flash" in attn_implementation:
+        return gathered
+    return gathered + 2 * tokens * heads * head_dim * itemsize + max_batch_tokens * tokens * itemsize
 
 
-def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
-    """(all, KV cache, batch tensors): bytes one block costs, as what grows from ``before`` to ``after``.
-
-    The whole cost is the largest of the held tensors' growth and the growths of the windows' allocated and
-    reserved peaks (where torch measures them): the peaks also hold what the worst-case forward reads back from
-    the cache and the graph pool keeps."""
-    step = after.num_blocks - before.num_blocks
-    if step <= 0:
-        raise ValueError(f"runs must grow in blocks, got {before.num_blocks} then {after.num_blocks}")
-    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
-    static_block = math.ceil((after.static_bytes - before.static_bytes) / step)
-    block = kv_block + static_block
-    for peak in ("peak_bytes", "reserved_peak_bytes"):
-        if getattr(before, peak) is not None and getattr(after, peak) is not None:
-            block = max(block, math.ceil((getattr(after, peak) - getattr(before, peak)) / step))
-    return block, kv_block, static_block
+#: The kind of figures :class:`~devmem.profile_store.ProfileStore` keeps for this integration; its version
+#: changes whenever the measurement does.
+STORE_KIND = "transformers-cb"
+METHOD_VERSION = 2
 
 
-def grows_linearly(runs: list[EngineRun]) -> bool:
-    """Whether the allocated peak of ``runs`` (ascending block counts) has reached its linear growth: its last two
-    growths per block agree within :data:`LINEAR_GROWTH`, both above the held tensors' growth by more than that
-    (the allocated peak is exact; the reserved one moves by the allocator's 2 MiB rounding).
+def _versions() -> dict[str, str | None]:
+    import torch
+    import transformers
 
-    A forward's peak is the largest of its steps'. At small caches a step that does not read the cache (the MLP
-    over ``max_batch_tokens`` tokens) sets it and the peak grows only by the held tensors, which would charge a
-    block nothing of what the attention reads back from the cache; once the attention's step sets it, the peak
-    grows by the whole cost of a block. Without peak statistics only the held tensors are known, and they grow
-    linearly from the start.
-    """
-    if runs[-1].peak_bytes is None:
-        return True
-    if len(runs) < 3:
-        return False
-    a, b, c = runs[-3:]
-    if a.peak_bytes is None or b.peak_bytes is None or c.peak_bytes is None:
-        return False  # statistics that came and went: no growth to compare
-    previous, last = (
-        (b.peak_bytes - a.peak_bytes) / (b.num_blocks - a.num_blocks),
-        (c.peak_bytes - b.peak_bytes) / (c.num_blocks - b.num_blocks),
-    )
-    held = (c.held_bytes - b.held_bytes) / (c.num_blocks - b.num_blocks)
-    return min(previous, last) > held * (1 + LINEAR_GROWTH) and abs(last - previous) <= previous * LINEAR_GROWTH
+    import devmem
+
+    return {
+        "devmem": devmem.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_cuda": getattr(torch.version, "cuda", None),
+        "torch_hip": getattr(torch.version, "hip", None),
+    }
+
+
+def _driver_version(device: Any) -> int | None:
+    """The GPU driver's version as the runtime reports it (``None`` on the CPU or where torch does not say)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    query = getattr(torch._C, "_cuda_getDriverVersion", None)
+    return int(query()) if query is not None else None
+
+
+def _allocator_settings() -> dict[str, str]:
+    return {n: v for n, v in sorted(os.environ.items()) if n.startswith("PYTORCH_") and "ALLOC" in n}
+
+
+def profile_key(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    platform: Platform,
+    device: int,
+    total: int,
+    weights: int,
+    baseline_given: bool,
+) -> dict[str, Any]:
+    """Everything the measured figures depend on: the model's config, dtype and attention, the continuous
+    batching and generation configs, the device (platform, name, total, driver), the libraries' versions, the
+    allocator's settings, the weights charged and whether the engine gave a baseline."""
+    generation = generation_config.to_diff_dict() if hasattr(generation_config, "to_diff_dict") else {}
+    return {
+        "method": METHOD_VERSION,
+        "model": model.config.to_dict(),
+        "model_class": type(model).__name__,
+        "dtype": str(model.dtype),
+        "attn_implementation": model.config._attn_implementation,
+        "continuous_batching": config.to_dict() if hasattr(config, "to_dict") else vars(config),
+        "generation": generation,
+        "platform": platform.name,
+        "device_name": platform.device_name(device),
+        "device_total": total,
+        "driver_version": _driver_version(model.device),
+        "versions": _versions(),
+        "allocator": _allocator_settings(),
+        "weights": weights,
+        "baseline_given": baseline_given,
+    }
 
 
 def _platform_and_device(model: Any, device: int | None, platform: Platform | None) -> tuple[Platform, int]:
@@ -507,6 +590,88 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     return platform, device
 
 
+def _check_baseline(baseline: Any, device: int | None, platform: Platform) -> None:
+    if not isinstance(baseline, MemorySnapshot):
+        raise SizingError(
+            f"baseline must be a devmem MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, "
+            f"got {type(baseline).__name__}"
+        )
+    if device is not None and baseline.device != device:
+        raise SizingError(
+            f"device={device!r} but the baseline was taken on device {baseline.device}: give the device the "
+            "baseline measured, or measure the baseline on this device"
+        )
+    taken_on = getattr(baseline, "platform", None)
+    if isinstance(taken_on, str) and taken_on != platform.name:
+        raise SizingError(
+            f"the baseline was taken on platform {taken_on!r} but sizing runs on {platform.name!r}: measure the "
+            "baseline with the same platform"
+        )
+    total = platform.device_memory_info(baseline.device).total
+    if total != baseline.total:
+        raise SizingError(
+            f"the baseline's device total is {baseline.total} bytes but {platform.name!r} device {baseline.device} "
+            f"has {total}: the baseline was taken on another platform or device; measure it with the platform "
+            "that sizes"
+        )
+
+
+def _check_arguments(
+    model: Any,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    config: Any,
+    generation_config: Any,
+    device: int | None,
+    baseline: MemorySnapshot | None,
+    weights_memory: int | None,
+    store: Any,
+) -> tuple[float | None, Any, ProfileStore | None]:
+    """Every argument checked before anything runs; raises :class:`SizingError` (or ``TypeError`` for a model or
+    config of the wrong kind) naming the value."""
+    from transformers import GenerationConfig
+
+    u = _check_request(utilization, pinned_bytes)
+    if weights_memory is not None:
+        if isinstance(weights_memory, str):
+            raise SizingError(
+                f"weights_memory must be a whole number of bytes (int), got the text {weights_memory!r}: "
+                f"write devmem.parse_size({weights_memory!r}) for a size written as text"
+            )
+        _bytes("weights_memory", weights_memory)
+    config = _check_config(config)
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise SizingError(
+            f"generation_config must be a transformers GenerationConfig or None (the model's), got "
+            f"{generation_config!r} of type {type(generation_config).__name__}"
+        )
+    if device is not None and (isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0):
+        raise SizingError(f"device must be a device index (an int >= 0) or None, got {device!r}")
+    if not hasattr(model, "init_continuous_batching"):
+        raise TypeError(
+            f"model must be a transformers model with continuous batching (init_continuous_batching), "
+            f"got {type(model).__name__}"
+        )
+    if getattr(model, "_cached_continuous_batching_manager", None) is not None:
+        raise ValueError(
+            "the model keeps a persistent continuous batching manager with its own cache; call "
+            "model.destroy_cached_continuous_batching_manager() before sizing"
+        )
+    try:
+        resolved_store = resolve_store(store)
+    except ProfileStoreError as exc:
+        raise SizingError(str(exc)) from None
+    return u, config, resolved_store
+
+
+def _engine_run(data: dict[str, Any]) -> EngineRun:
+    return EngineRun(**{**data, "cuda_graphs": tuple(data["cuda_graphs"])})
+
+
+def _block_run(run: EngineRun) -> BlockRun:
+    return BlockRun(run.num_blocks, run.held_bytes, run.peak_bytes, run.reserved_peak_bytes)
+
+
 def size_continuous_batching(
     model: Any,
     *,
@@ -518,6 +683,7 @@ def size_continuous_batching(
     baseline: MemorySnapshot | None = None,
     weights_memory: int | None = None,
     platform: Platform | None = None,
+    store: ProfileStore | str | os.PathLike[str] | bool | None = None,
 ) -> SizedConfig:
     """Size transformers' paged KV cache for ``model`` at ``utilization`` of the device (default 0.9) or at
     ``pinned_bytes``; returns a :class:`SizedConfig` whose ``config`` has ``num_blocks`` set.
@@ -528,29 +694,37 @@ def size_continuous_batching(
     (default ``model.generation_config``) to ``generate_batch``. ``baseline`` is the snapshot taken BEFORE the
     CUDA context and the model existed; without one, one is taken now, a warning is logged and this process's
     whole device memory (or, where the platform has no per-process figure, ``weights_memory``) counts as
-    consumed. ``weights_memory`` defaults to the model's parameters and buffers; ``device`` (devmem's index) to
-    the model's device. On the pinned path ``pinned_bytes`` is what every block-proportional tensor may take:
-    the cache, the batch's attention masks and read indices, and the forward's read-back.
+    consumed. ``weights_memory`` (int bytes) defaults to the model's parameters and buffers; ``device`` (devmem's
+    index) to the baseline's, else the model's device. On the pinned path ``pinned_bytes`` is what every
+    block-proportional tensor may take: the cache, the batch's attention masks and read indices, and the
+    forward's read-back.
 
-    Raises :class:`~devmem.sizing.SizingError` naming a bad value, :class:`~devmem.NotEnoughMemoryError` when
-    the budget holds no block, ``TypeError``/``ValueError`` for a model or config that cannot be sized.
+    ``store`` keeps the measured figures (:class:`~devmem.profile_store.ProfileStore`): ``None``/``True`` the
+    default folder (``$DEVMEM_PROFILE_DIR``, else the XDG cache folder), a path that folder, ``False`` none. A
+    start whose :func:`profile_key` was measured before plans from the stored figures without running the engine.
+
+    Every argument is checked before the engine runs. Raises :class:`~devmem.sizing.SizingError` naming a bad
+    value, :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, ``TypeError``/``ValueError``
+    for a model or config that cannot be sized.
     """
-    u = _check_request(utilization, pinned_bytes)
-    config = _check_config(config)
-    if not hasattr(model, "init_continuous_batching"):
-        raise TypeError(
-            f"model must be a transformers model with continuous batching (init_continuous_batching), "
-            f"got {type(model).__name__}"
-        )
-    if getattr(model, "_cached_continuous_batching_manager", None) is not None:
-        raise ValueError(
-            "the model keeps a persistent continuous batching manager with its own cache; call "
-            "model.destroy_cached_continuous_batching_manager() before sizing"
-        )
-    platform, device = _platform_and_device(model, device, platform)
+    began = time.perf_counter()
+    u, config, profile_store = _check_arguments(
+        model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
+    )
+    given = device if device is not None else (baseline.device if baseline is not None else None)
+    platform, device = _platform_and_device(model, given, platform)
+    check = getattr(platform, "check_device", None)
+    if check is not None:
+        try:
+            check(device)
+        except DevmemError as exc:
+            raise SizingError(f"device={device!r}: {exc}") from None
+    if baseline is not None:
+        _check_baseline(baseline, device, platform)
     generation_config = model.generation_config if generation_config is None else generation_config
     notes: list[str] = []
     held_before = 0
+    baseline_given = baseline is not None
     if baseline is None:
         baseline = MemorySnapshot.measure(device, platform)
         held_before = baseline.process if baseline.process is not None else 0
@@ -565,79 +739,153 @@ def size_continuous_batching(
         )
         log.warning("devmem: %s", message)
         notes.append(message)
-    weights = model_bytes(model) if weights_memory is None else weights_memory
+    weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     tokens = block_tokens(config)
     max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
-    profile_config = _with(
-        config,
-        max_batch_tokens=max_batch_tokens,
-        max_memory_percent=1.0 if config.max_memory_percent is None else config.max_memory_percent,
-    )
-    small = math.ceil(max_batch_tokens / tokens) + 1
-    interval = kv_padding_interval(model, generation_config, profile_config)
-    if interval:
-        per_interval = math.lcm(interval, tokens) // tokens
-        small = per_interval * math.ceil(small / per_interval)
-
-    def profile_run(blocks: int) -> tuple[EngineRun, ProfileResult]:
-        return _profiled_run(model, generation_config, profile_config, blocks, baseline, weights, platform)
-
-    large, _ = profile_run(2 * small)
-    small_run, profile = profile_run(small)
-    runs = [small_run, large]
-    inputs = profile.plan_inputs()
-    after = profile.after_profile
-    if held_before and after is not None and after.process is not None:
-        inputs["consumed"] = max(inputs["consumed"], after.process)
-    while True:
-        block, kv_block, static_block = block_cost(runs[-2], runs[-1])
-        # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps
-        # no statistics); its blocks are counted per block
-        transient = max(profile.transient_peak_bytes, small_run.held_bytes)
-        rounding = runs[-1].allocations * ALLOCATOR_GRANULARITY if runs[-1].peak_bytes is not None else 0
-        inputs["transient_peak_bytes"] = max(0, transient - small_run.num_blocks * block) + rounding
-        if u is None:
-            plan = plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
-        else:
-            plan = plan_kv_cache(page_size_bytes=block, num_layers=1, total=baseline.total, utilization=u, **inputs)
-        if grows_linearly(runs) or plan.num_blocks <= runs[-1].num_blocks:
-            break
-        if len(runs) >= MAX_PROFILE_RUNS:
-            notes.append(
-                f"after {len(runs)} runs up to {runs[-1].num_blocks} blocks the peak did not yet grow "
-                "linearly with the cache; one block is charged its last growth"
-            )
-            break
-        runs.append(profile_run(min(2 * runs[-1].num_blocks, plan.num_blocks))[0])
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
+    profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+    key = profile_key(
+        model, generation_config, profile_config, platform, device, baseline.total, weights, baseline_given
+    )
+    stored = profile_store.load(STORE_KIND, key) if profile_store is not None else None
+    if stored is not None:
+        figures = stored.figures
+        source = f"stored profile {stored.path} (measured {time.ctime(stored.created)})"
+        runs = tuple(_engine_run(r) for r in figures["runs"])
+        inputs = dict(figures["plan_inputs"])
+        costs = figures["costs"]
+        profile = None
+        notes.extend(figures["notes"])
+    else:
+        runs, inputs, costs, profile, measured_notes = _measure(
+            model, generation_config, profile_config, baseline, weights, platform, u, pinned_bytes, max_batch_tokens
+        )
+        notes.extend(measured_notes)
+        source = "measured now"
+    if held_before and stored is None:
+        after = profile.after_profile if profile is not None else None
+        if after is not None and after.process is not None:
+            inputs["consumed"] = max(inputs["consumed"], after.process)
+    plan = _plan(inputs, costs["block_bytes"], baseline.total, u, pinned_bytes)
+    if stored is None and profile_store is not None:
+        saved = profile_store.save(
+            STORE_KIND,
+            key,
+            {
+                "runs": [vars(r) for r in runs],
+                "plan_inputs": inputs,
+                "costs": costs,
+                "notes": notes,
+                "measure_seconds": time.perf_counter() - began,
+            },
+            time.time(),
+        )
+        if saved is not None:
+            source += f", stored in {saved}"
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
-    notes.extend(profile.notes)
     return SizedConfig(
         sized,
         plan,
-        block,
-        kv_block,
-        static_block,
-        block - kv_block - static_block,
+        costs["block_bytes"],
+        costs["kv_block_bytes"],
+        costs["static_block_bytes"],
+        costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
         tokens,
         max_batch_tokens,
         profile,
-        tuple(runs),
+        runs,
         inputs["transient_peak_bytes"],
         tuple(notes),
+        source,
+        time.perf_counter() - began,
     )
+
+
+def _plan(
+    inputs: dict[str, Any], block: int, total: int, utilization: float | None, pinned_bytes: int | None
+) -> KvCachePlan:
+    if utilization is None:
+        return plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
+    return plan_kv_cache(page_size_bytes=block, num_layers=1, total=total, utilization=utilization, **inputs)
+
+
+def _measure(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    baseline: MemorySnapshot,
+    weights: int,
+    platform: Platform,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    max_batch_tokens: int,
+) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
+    """Run the engine: its profile window at ``N_a`` blocks, then the runs :func:`measure_block_cost` asks for
+    (the first where the shapes say the cache-reading step sets the peak). Returns the runs, the plan's inputs,
+    the per-block costs, the window's profile and notes."""
+    tokens = block_tokens(config)
+    small = math.ceil(max_batch_tokens / tokens) + 1
+    interval = kv_padding_interval(model, generation_config, config)
+    if interval:
+        per_interval = math.lcm(interval, tokens) // tokens
+        small = per_interval * math.ceil(small / per_interval)
+    window, profile = _profiled_run(model, generation_config, config, small, baseline, weights, platform)
+    engine_runs = {small: window}
+    inputs: dict[str, Any] = dict(profile.plan_inputs())
+    window_transient = max(profile.transient_peak_bytes, window.held_bytes)
+    rounding = window.allocations * ALLOCATOR_GRANULARITY if window.peak_bytes is not None else 0
+
+    def run(blocks: int) -> BlockRun:
+        engine_runs[blocks] = _profiled_run(model, generation_config, config, blocks, baseline, weights, platform)[0]
+        return _block_run(engine_runs[blocks])
+
+    def blocks_for(cost: BlockCost) -> int:
+        transient = cost.fixed_bytes(window_transient) + rounding
+        try:
+            return _plan(
+                {**inputs, "transient_peak_bytes": transient},
+                cost.block_bytes,
+                baseline.total,
+                utilization,
+                pinned_bytes,
+            ).num_blocks
+        except NotEnoughMemoryError:
+            return 0
+
+    start = 2 * small
+    if window.peak_bytes is not None:
+        flat = max(0, window.peak_bytes - window.held_bytes)
+        estimate = read_back_estimate(model, config, window.attn_implementation, max_batch_tokens)
+        held = math.ceil(window.held_bytes / small)
+        wanted = math.ceil(2 * flat / max(1, estimate))
+        cap = blocks_for(BlockCost(math.ceil((held + estimate) * (1 + CAUTION)), (_block_run(window),) * 2, False))
+        start = max(small + 1, min(max(wanted, start), cap))
+    cost = measure_block_cost(run, [start], blocks_for, made=[_block_run(window)])
+    runs = tuple(engine_runs[r.num_blocks] for r in cost.runs)
+    before, after = runs[-2], runs[-1]
+    step = after.num_blocks - before.num_blocks
+    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
+    static_block = math.ceil((after.static_bytes - before.static_bytes) / step)
+    block = cost.block_bytes
+    inputs["transient_peak_bytes"] = cost.fixed_bytes(window_transient) + rounding
+    costs = {
+        "block_bytes": block,
+        "kv_block_bytes": min(kv_block, block),
+        "static_block_bytes": min(static_block, block - min(kv_block, block)),
+    }
+    return runs, inputs, costs, profile, [*cost.notes, *profile.notes]
 
 
 __all__ = [
     "EngineRun",
     "SizedConfig",
-    "block_cost",
     "block_tokens",
     "cuda_graph_flags",
     "default_max_batch_tokens",
-    "grows_linearly",
     "kv_padding_interval",
     "model_bytes",
+    "profile_key",
+    "read_back_estimate",
     "run_engine",
     "size_continuous_batching",
 ]

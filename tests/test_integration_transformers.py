@@ -415,3 +415,32 @@ def test_the_store_argument_names_the_folder(model, baseline, generation, tmp_pa
     _size(model, baseline, generation, store=folder)
     assert list(folder.glob("transformers-cb-*.json")) and not profile_dir.exists()
     assert _size(model, baseline, generation, store=str(folder)).stored
+
+
+def test_one_layer_per_attention_type_runs_one_layer_and_gives_every_layer_back(model):
+    from devmem.integrations.transformers import one_layer_per_attention_type
+
+    layers = model.model.layers
+    ran = []
+    hooks = [layer.register_forward_hook(lambda *args: ran.append(1)) for layer in layers]
+    try:
+        with one_layer_per_attention_type(model) as kept, torch.no_grad():
+            model(torch.tensor([[1, 2, 3]]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert kept == 1 and len(ran) == 1
+    assert model.model.layers is layers and len(layers) == LLAMA["num_hidden_layers"]
+
+
+def test_a_run_through_one_layer_holds_what_a_run_through_all_holds(model, generation):
+    from devmem.integrations.transformers import run_engine
+
+    config = cb_config(max_memory_percent=1.0)
+    every, one = run_engine(model, generation, config, 12), run_engine(model, generation, config, 12, all_layers=False)
+    assert (one.cache_bytes, one.static_bytes, one.forward_tokens) == (
+        every.cache_bytes,
+        every.static_bytes,
+        every.forward_tokens,
+    )
+    assert (every.layers_run, one.layers_run) == (None, 1)

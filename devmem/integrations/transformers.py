@@ -41,6 +41,8 @@ import math
 import numbers
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +74,7 @@ class EngineRun:
     them. ``peak_bytes`` and ``reserved_peak_bytes`` are torch's allocated and reserved peaks over the run's
     window above what it held when the window opened (``None`` where torch keeps no figure): the reserved one
     also holds what the allocator rounds and what a CUDA graph pool keeps of its captured forwards.
+    ``layers_run`` is how many decoder layers its forwards ran (``None``: all), ``seconds`` how long it took.
     """
 
     num_blocks: int
@@ -84,6 +87,8 @@ class EngineRun:
     async_batching: bool
     peak_bytes: int | None = None
     reserved_peak_bytes: int | None = None
+    layers_run: int | None = None
+    seconds: float | None = None
 
     @property
     def held_bytes(self) -> int:
@@ -364,6 +369,47 @@ def _close(manager: Any, model: Any, attn_implementation: str) -> None:
         model.set_attn_implementation(attn_implementation)
 
 
+def _decoder_layers(model: Any) -> tuple[Any, str, Any] | None:
+    """(parent, name, layers): the model's ``nn.ModuleList`` of decoder layers, one per hidden layer of its
+    config, or ``None`` where it has no such list."""
+    import torch
+
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    count = getattr(text, "num_hidden_layers", None)
+    for module in model.modules():
+        for child_name, child in module.named_children():
+            if child_name == "layers" and isinstance(child, torch.nn.ModuleList) and len(child) == count:
+                return module, child_name, child
+    return None
+
+
+@contextmanager
+def one_layer_per_attention_type(model: Any) -> Iterator[int | None]:
+    """Run the model's forwards through the first decoder layer of each attention type only (the cache keeps
+    every layer); yields how many layers run, ``None`` where the model's layers cannot be found (all run).
+
+    Under ``torch.no_grad()`` a layer's activations are freed before the next layer runs, so a forward's peak
+    is the largest of one layer's steps, the same in every layer of one attention type: running one layer of
+    each type reaches the same peak in a fraction of the time. The model's own loop runs
+    ``layers[:num_hidden_layers]``, so a shorter list runs the layers kept.
+    """
+    import torch
+
+    found = _decoder_layers(model)
+    if found is None:
+        yield None
+        return
+    parent, name, layers = found
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    types = list(getattr(text, "layer_types", None) or ["full_attention"] * len(layers))
+    kept = sorted({types.index(kind) for kind in set(types)})
+    setattr(parent, name, torch.nn.ModuleList([layers[i] for i in kept]))
+    try:
+        yield len(kept)
+    finally:
+        setattr(parent, name, layers)
+
+
 class _FailedWarmups(logging.Handler):
     """Collects what transformers' continuous batching logs about warm-ups that failed (it catches their errors,
     out of memory included, and logs "Failed to warm up")."""
@@ -382,8 +428,12 @@ class _FailedWarmups(logging.Handler):
 TRANSFORMERS_LOGGER = "ContinuousBatchingLogger"
 
 
-def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int) -> EngineRun:
-    """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward, and take it down again.
+def run_engine(
+    model: Any, generation_config: Any, config: Any, num_blocks: int, *, all_layers: bool = True
+) -> EngineRun:
+    """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward, and take it down again;
+    with ``all_layers=False`` the forwards run one decoder layer of each attention type
+    (:func:`one_layer_per_attention_type`: the same peak, a fraction of the time).
 
     Every forward runs as transformers serves: without autograd (``torch.no_grad()``). Raises
     :class:`RuntimeError` naming transformers' message when one of its warm-ups failed (it catches the error, out
@@ -405,8 +455,9 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
     transformers_log = logging.getLogger(TRANSFORMERS_LOGGER)
     transformers_log.addHandler(failed)
     hook = model.register_forward_hook(count, with_kwargs=True)
+    began = time.perf_counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), nullcontext(None) if all_layers else one_layer_per_attention_type(model) as layers:
             manager = model.init_continuous_batching(
                 generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
             )
@@ -430,6 +481,7 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
                     model.config._attn_implementation,
                     cuda_graph_flags(resolved.use_cuda_graph),
                     bool(resolved.use_async_batching),
+                    layers_run=layers,
                 )
             finally:
                 _close(manager, model, attn_implementation)
@@ -446,7 +498,7 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
             f"the engine's worst-case forward over {config.max_batch_tokens} query tokens did not "
             f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens)"
         )
-    return run
+    return replace(run, seconds=time.perf_counter() - began)
 
 
 def kv_padding_interval(model: Any, generation_config: Any, config: Any) -> int | None:
@@ -477,9 +529,10 @@ def _profiled_run(
     baseline: MemorySnapshot,
     weights: int,
     platform: Platform,
+    all_layers: bool = True,
 ) -> tuple[EngineRun, ProfileResult]:
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
-        run = run_engine(model, generation_config, config, num_blocks)
+        run = run_engine(model, generation_config, config, num_blocks, all_layers=all_layers)
     _release_engine_memory(model.device, baseline.device, platform)
     before, after = profile.before_profile, profile.after_profile
     if not profile.torch_measured or before is None or after is None:
@@ -836,7 +889,9 @@ def _measure(
     rounding = window.allocations * ALLOCATOR_GRANULARITY if window.peak_bytes is not None else 0
 
     def run(blocks: int) -> BlockRun:
-        engine_runs[blocks] = _profiled_run(model, generation_config, config, blocks, baseline, weights, platform)[0]
+        engine_runs[blocks] = _profiled_run(
+            model, generation_config, config, blocks, baseline, weights, platform, all_layers=False
+        )[0]
         return _block_run(engine_runs[blocks])
 
     def blocks_for(cost: BlockCost) -> int:
@@ -884,6 +939,7 @@ __all__ = [
     "default_max_batch_tokens",
     "kv_padding_interval",
     "model_bytes",
+    "one_layer_per_attention_type",
     "profile_key",
     "read_back_estimate",
     "run_engine",

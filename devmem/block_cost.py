@@ -7,8 +7,8 @@ largest of its steps': at small caches a step that reads nothing of the cache se
 the held tensors; once the step that reads the cache sets it, the peak grows by the whole cost of a block, and
 linearly. :func:`measure_block_cost` runs the engine at the sizes it is given, then towards the block count the
 engine would plan, until the last two runs are both in that linear part, and returns the growth per block
-between them, anchored at the last run (:class:`BlockCost`): the engine plans with the peak measured there plus
-that growth for every block more (or less).
+between them (:class:`BlockCost`): the engine plans with the peak measured at its first run (its profile window)
+plus that growth for every block more, a line above the peak wherever the peak is convex in the block count.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ LINEAR_GROWTH = 0.02
 #: The run after one that left the linear part unconfirmed is planned with the growth so far raised by this share,
 #: so that it stays below the engine's share while the growth is still being measured.
 CAUTION = 0.3
+#: Once the growth is linear, the next run is planned with it raised by this share (just below the plan).
+CONFIRM = 0.05
 #: Once the runs grow linearly, the plan may reach this share beyond the largest run (at the measured growth)
 #: without another run to confirm it.
 EXTEND = 0.25
@@ -117,34 +119,29 @@ def grows_linearly(runs: Sequence[BlockRun]) -> bool:
 
 @dataclass(frozen=True)
 class BlockCost:
-    """The measured cost of a block: ``block_bytes`` (growth per block between the last two runs) and the run
-    it is anchored at (the largest), whose footprint was measured; ``linear`` says whether the last two runs were
-    both in the linear part (else the growth is the last one measured, and a note says so)."""
+    """The measured cost of a block: ``block_bytes``, the growth per block between the last two of ``runs``;
+    ``linear`` says whether those were both in the linear part (else the growth is the last one measured, and a
+    note says so)."""
 
     block_bytes: int
     runs: tuple[BlockRun, ...]
     linear: bool
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
-    def anchor(self) -> BlockRun:
-        return self.runs[-1]
-
     def fixed_bytes(self, first_transient: int) -> int:
         """What the engine's footprint holds beside its blocks at its peak, for a plan that charges every block
         ``block_bytes``: the first run's transient (``first_transient``, measured in its profile window, its
-        blocks included) plus what the peak grew from the first run to the anchor beyond ``block_bytes`` a
-        block, less the anchor's blocks. The plan's line then passes through the anchor's measured peak."""
-        first, anchor = self.runs[0], self.anchor
-        grown = anchor.peak - first.peak
-        return max(0, first_transient + grown - anchor.num_blocks * self.block_bytes)
+        blocks included) less its blocks. The plan's line passes through the first run's measured peak with the
+        last growth per block: above the peak wherever it is convex in the block count (a step that reads
+        nothing of the cache sets it at small caches, the step that reads it at large ones)."""
+        return max(0, first_transient - self.runs[0].num_blocks * self.block_bytes)
 
     def explain(self) -> str:
         sizes = ", ".join(str(r.num_blocks) for r in self.runs)
         how = "in the linear part" if self.linear else "not yet linear"
         return (
             f"{self.block_bytes} bytes a block: the growth from {self.runs[-2].num_blocks} to "
-            f"{self.anchor.num_blocks} blocks ({how}; runs at {sizes} blocks)"
+            f"{self.runs[-1].num_blocks} blocks ({how}; runs at {sizes} blocks)"
         )
 
 
@@ -192,10 +189,11 @@ def measure_block_cost(
                 f"{EXTEND:.0%}; blocks past it are charged the growth measured below it"
             )
             return BlockCost(cost.block_bytes, cost.runs, linear, (note,))
-        cautious = plan(BlockCost(math.ceil(cost.block_bytes * (1 + CAUTION)), cost.runs, linear))
-        following = max(cautious, largest + 1) if linear else min(max(cautious, largest + 1), 4 * largest)
-        if following <= largest:
-            return cost
+        if target <= largest:
+            return cost  # the plan interpolates between measured runs
+        margin = CONFIRM if linear else CAUTION
+        following = plan(BlockCost(math.ceil(cost.block_bytes * (1 + margin)), cost.runs, linear))
+        following = max(following, largest + 1) if linear else min(max(following, largest + 1), 4 * largest)
         runs.append(run(following))
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from devmem.block_cost import (
     CAUTION,
+    CONFIRM,
     BlockCost,
     BlockRun,
     grows_linearly,
@@ -45,11 +46,10 @@ class Engine:
 
 
 def budget_plan(budget: int):
-    """The blocks a plan gives: the line through the anchor's measured peak at the cost's block bytes."""
+    """The blocks a plan gives: the line through the first run's measured peak at the cost's block bytes."""
 
     def plan(cost: BlockCost) -> int:
-        anchor = cost.anchor
-        return anchor.num_blocks + (budget - anchor.peak) // cost.block_bytes
+        return (budget - cost.fixed_bytes(cost.runs[0].peak)) // cost.block_bytes
 
     return plan
 
@@ -96,15 +96,24 @@ def test_measuring_runs_towards_the_plan_until_two_runs_grow_linearly():
     assert cost.linear and cost.block_bytes == HELD + READ_BACK
     assert engine.sizes[0] == 400 and len(engine.sizes) == 2
     # the run after one that did not confirm the growth is planned with the growth raised by CAUTION
-    assert 2000 / (1 + CAUTION) - 400 <= engine.sizes[1] < 2000
-    assert budget_plan(budget)(cost) == 2000
+    planned = budget_plan(budget)(cost)
+    assert planned / (1 + CAUTION) - 400 <= engine.sizes[1] < planned <= 2000
 
 
-def test_the_cost_is_anchored_at_the_largest_run():
+def test_the_plan_is_the_line_through_the_first_run_above_the_peak_of_every_size():
     cost = BlockCost(HELD + READ_BACK, (engine_run(33), engine_run(400), engine_run(800)), True)
-    first_transient = engine_run(33).peak  # the window's transient holds its blocks
-    fixed = cost.fixed_bytes(first_transient)
-    assert fixed + 800 * cost.block_bytes == first_transient + engine_run(800).peak - engine_run(33).peak
+    fixed = cost.fixed_bytes(engine_run(33).peak)  # the window's transient holds its blocks
+    assert fixed == engine_run(33).peak - 33 * cost.block_bytes
+    assert all(fixed + n * cost.block_bytes >= engine_run(n).peak for n in range(33, 5000, 7))
+
+
+def test_once_linear_a_plan_far_beyond_the_largest_run_is_confirmed_by_one_more_run_just_below_it():
+    engine = Engine()
+    budget = BASE + 20_000 * (HELD + READ_BACK)
+    cost = measure_block_cost(engine, [400, 800], budget_plan(budget), made=[engine_run(33)])
+    planned = budget_plan(budget)(cost)
+    assert engine.sizes[:2] == [400, 800] and len(engine.sizes) == 3
+    assert planned / (1 + 2 * CONFIRM) <= engine.sizes[2] < planned
 
 
 def test_without_peak_statistics_the_sizes_given_suffice():

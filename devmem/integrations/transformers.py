@@ -36,6 +36,7 @@ logits, and the CUDA graph pool. transformers and torch are imported when a func
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import math
 import numbers
@@ -119,6 +120,7 @@ class SizedConfig:
     notes: tuple[str, ...] = field(default_factory=tuple)
     source: str = "measured now"
     seconds: float | None = None
+    allocator_limit_bytes: int | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -150,12 +152,16 @@ class SizedConfig:
             f"growth of {measured} from {before.num_blocks} to {large.num_blocks} blocks (runs at "
             f"{', '.join(str(r.num_blocks) for r in self.runs)} blocks)",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
-            f"{small.forward_tokens} query tokens; the plan's transient peak {format_size(self.transient_peak_bytes)}"
-            f" is the window's transient (at least the tensors it held) and what the peak grew from there to the "
-            f"run at {large.num_blocks} blocks beyond one block's cost a block, less those blocks, plus the "
-            "allocator's rounding of what grows with the cache",
+            f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its "
+            f"transient (at least the tensors it held) less its {small.num_blocks} blocks, plus the allocator's "
+            "rounding of what grows with the cache",
             self.plan.explain(),
         ]
+        if self.allocator_limit_bytes is not None:
+            lines.append(
+                f"torch's caching allocator is capped at {format_size(self.allocator_limit_bytes)} (the share less "
+                "what torch does not allocate): it gives cached blocks back before it reserves past the share"
+            )
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def as_dict(self) -> dict[str, object]:
@@ -174,6 +180,7 @@ class SizedConfig:
             "notes": list(self.notes),
             "source": self.source,
             "seconds": self.seconds,
+            "allocator_limit_bytes": self.allocator_limit_bytes,
         }
 
 
@@ -717,6 +724,38 @@ def _check_arguments(
     return u, config, resolved_store
 
 
+#: Devices whose caching allocator :func:`limit_allocator` capped, and at what fraction of their total.
+_LIMITED: dict[str, float] = {}
+
+
+def limit_allocator(device: Any, nbytes: int | None) -> float | None:
+    """Cap torch's caching allocator on ``device`` at ``nbytes`` (``None``: lift a cap set here before); returns
+    the fraction of the device's total set, ``None`` on the CPU or where torch has no such cap.
+
+    At the cap the allocator gives its cached, unused blocks back and retries before it reserves more, so what
+    batch after batch leaves cached never takes the process past its share; a pass that needs more than the
+    cap fails with out of memory instead of taking memory from the engines beside it.
+    """
+    import torch
+
+    if device.type == "cpu":
+        return None
+    module = torch.get_device_module(device.type)
+    setter, info = getattr(module, "set_per_process_memory_fraction", None), getattr(module, "mem_get_info", None)
+    if setter is None or info is None:
+        return None
+    key = str(device)
+    if nbytes is None:
+        if key in _LIMITED:
+            setter(1.0, device)
+            del _LIMITED[key]
+        return None
+    fraction = min(1.0, max(0.0, nbytes / info(device)[1]))
+    setter(fraction, device)
+    _LIMITED[key] = fraction
+    return fraction
+
+
 def _engine_run(data: dict[str, Any]) -> EngineRun:
     return EngineRun(**{**data, "cuda_graphs": tuple(data["cuda_graphs"])})
 
@@ -737,6 +776,7 @@ def size_continuous_batching(
     weights_memory: int | None = None,
     platform: Platform | None = None,
     store: ProfileStore | str | os.PathLike[str] | bool | None = None,
+    limit_allocator_to_share: bool = True,
 ) -> SizedConfig:
     """Size transformers' paged KV cache for ``model`` at ``utilization`` of the device (default 0.9) or at
     ``pinned_bytes``; returns a :class:`SizedConfig` whose ``config`` has ``num_blocks`` set.
@@ -756,6 +796,10 @@ def size_continuous_batching(
     default folder (``$DEVMEM_PROFILE_DIR``, else the XDG cache folder), a path that folder, ``False`` none. A
     start whose :func:`profile_key` was measured before plans from the stored figures without running the engine.
 
+    On the utilization path, ``limit_allocator_to_share`` (default) caps torch's caching allocator of the device
+    at the share less what torch does not allocate (:func:`limit_allocator`), so that serving never reserves
+    past the share: the allocator gives cached blocks back first. Pass ``False`` to leave the allocator alone.
+
     Every argument is checked before the engine runs. Raises :class:`~devmem.sizing.SizingError` naming a bad
     value, :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, ``TypeError``/``ValueError``
     for a model or config that cannot be sized.
@@ -764,6 +808,8 @@ def size_continuous_batching(
     u, config, profile_store = _check_arguments(
         model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
     )
+    if not isinstance(limit_allocator_to_share, bool):
+        raise SizingError(f"limit_allocator_to_share must be True or False, got {limit_allocator_to_share!r}")
     given = device if device is not None else (baseline.device if baseline is not None else None)
     platform, device = _platform_and_device(model, given, platform)
     check = getattr(platform, "check_device", None)
@@ -810,6 +856,7 @@ def size_continuous_batching(
         profile = None
         notes.extend(figures["notes"])
     else:
+        limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
         runs, inputs, costs, profile, measured_notes = _measure(
             model, generation_config, profile_config, baseline, weights, platform, u, pinned_bytes, max_batch_tokens
         )
@@ -820,6 +867,11 @@ def size_continuous_batching(
         if after is not None and after.process is not None:
             inputs["consumed"] = max(inputs["consumed"], after.process)
     plan = _plan(inputs, costs["block_bytes"], baseline.total, u, pinned_bytes)
+    limit = None
+    if u is not None and limit_allocator_to_share:
+        limit = plan.breakdown["requested"] - inputs["non_torch"]
+        if limit_allocator(model.device, limit) is None:
+            limit = None
     if stored is None and profile_store is not None:
         saved = profile_store.save(
             STORE_KIND,
@@ -851,6 +903,7 @@ def size_continuous_batching(
         tuple(notes),
         source,
         time.perf_counter() - began,
+        limit,
     )
 
 
@@ -876,6 +929,39 @@ def _measure(
     """Run the engine: its profile window at ``N_a`` blocks, then the runs :func:`measure_block_cost` asks for
     (the first where the shapes say the cache-reading step sets the peak). Returns the runs, the plan's inputs,
     the per-block costs, the window's profile and notes."""
+    with _frozen_heap():
+        return _measure_runs(
+            model, generation_config, config, baseline, weights, platform, utilization, pinned_bytes, max_batch_tokens
+        )
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Collect garbage once, then keep every object that exists out of the collections each run's window makes
+    (``gc.freeze``): with transformers and torch loaded a full collection takes a large part of a second, and
+    each window collects (unless the application froze objects itself)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _measure_runs(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    baseline: MemorySnapshot,
+    weights: int,
+    platform: Platform,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    max_batch_tokens: int,
+) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
     tokens = block_tokens(config)
     small = math.ceil(max_batch_tokens / tokens) + 1
     interval = kv_padding_interval(model, generation_config, config)
@@ -938,6 +1024,7 @@ __all__ = [
     "cuda_graph_flags",
     "default_max_batch_tokens",
     "kv_padding_interval",
+    "limit_allocator",
     "model_bytes",
     "one_layer_per_attention_type",
     "profile_key",

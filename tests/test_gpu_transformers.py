@@ -44,6 +44,8 @@ def allocator_without_a_cap(tmp_path, monkeypatch):
     monkeypatch.setenv("DEVMEM_PROFILE_DIR", str(tmp_path / "profiles"))
     yield
     limit_allocator(torch.device("cuda", 0), None)
+
+
 PROMPT = 2048
 NEW = 4
 

@@ -444,3 +444,13 @@ def test_a_run_through_one_layer_holds_what_a_run_through_all_holds(model, gener
         every.forward_tokens,
     )
     assert (every.layers_run, one.layers_run) == (None, 1)
+
+
+def test_the_block_cost_helpers_that_moved_to_the_core_still_answer_with_a_deprecation_warning():
+    from devmem.integrations.transformers import EngineRun, block_cost, grows_linearly
+
+    runs = [EngineRun(n, 100 * n, 10 * n, 2, BATCH, "sdpa", (False, False), False) for n in (4, 8)]
+    with pytest.warns(DeprecationWarning, match="devmem.block_cost.growth_per_block"):
+        assert block_cost(*runs) == (110, 100, 10)
+    with pytest.warns(DeprecationWarning, match="devmem.block_cost.grows_linearly"):
+        assert grows_linearly(runs)

@@ -42,12 +42,14 @@ import math
 import numbers
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from devmem.block_cost import CAUTION, BlockCost, BlockRun, measure_block_cost
+from devmem.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
+from devmem.block_cost import grows_linearly as _grows_linearly
 from devmem.kvcache import ALLOCATOR_GRANULARITY
 from devmem.platform import Platform
 from devmem.plugins import current_platform
@@ -754,6 +756,30 @@ def limit_allocator(device: Any, nbytes: int | None) -> float | None:
     setter(fraction, device)
     _LIMITED[key] = fraction
     return fraction
+
+
+def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
+    """Deprecated: use :func:`devmem.block_cost.growth_per_block`. (all, KV cache, batch tensors): bytes one
+    block costs, as what grows from ``before`` to ``after``."""
+    warnings.warn(
+        "devmem.integrations.transformers.block_cost is deprecated: use devmem.block_cost.growth_per_block",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    step = after.num_blocks - before.num_blocks
+    block = growth_per_block(_block_run(before), _block_run(after))
+    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
+    return block, kv_block, math.ceil((after.static_bytes - before.static_bytes) / step)
+
+
+def grows_linearly(runs: list[EngineRun]) -> bool:
+    """Deprecated: use :func:`devmem.block_cost.grows_linearly` over :class:`~devmem.block_cost.BlockRun`."""
+    warnings.warn(
+        "devmem.integrations.transformers.grows_linearly is deprecated: use devmem.block_cost.grows_linearly",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _grows_linearly([_block_run(r) for r in runs])
 
 
 def _engine_run(data: dict[str, Any]) -> EngineRun:

@@ -454,3 +454,17 @@ def test_the_block_cost_helpers_that_moved_to_the_core_still_answer_with_a_depre
         assert block_cost(*runs) == (110, 100, 10)
     with pytest.warns(DeprecationWarning, match="devmem.block_cost.grows_linearly"):
         assert grows_linearly(runs)
+
+
+def test_a_stored_profile_with_incomplete_figures_is_ignored_with_a_warning(
+    model, baseline, generation, profile_dir, caplog
+):
+    first = _size(model, baseline, generation)
+    (path,) = profile_dir.glob("transformers-cb-*.json")
+    body = json.loads(path.read_text())
+    del body["figures"]["costs"]
+    path.write_text(json.dumps(body))
+    with caplog.at_level(logging.WARNING, logger="devmem.integrations.transformers"):
+        again = _size(model, baseline, generation)
+    assert not again.stored and again.num_blocks == first.num_blocks
+    assert "its figures are incomplete" in caplog.text

@@ -53,9 +53,9 @@ from devmem.block_cost import grows_linearly as _grows_linearly
 from devmem.kvcache import ALLOCATOR_GRANULARITY
 from devmem.platform import Platform
 from devmem.plugins import current_platform
-from devmem.profile_store import ProfileStore, ProfileStoreError, resolve_store
+from devmem.profile_store import ProfileStore, ProfileStoreError, StoredProfile, resolve_store
 from devmem.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
-from devmem.sizing import KvCachePlan, SizingError, _bytes, plan_kv_cache, requested_memory
+from devmem.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -782,8 +782,25 @@ def grows_linearly(runs: list[EngineRun]) -> bool:
     return _grows_linearly([_block_run(r) for r in runs])
 
 
-def _engine_run(data: dict[str, Any]) -> EngineRun:
-    return EngineRun(**{**data, "cuda_graphs": tuple(data["cuda_graphs"])})
+def _stored_figures(
+    stored: StoredProfile,
+) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], list[str]] | None:
+    """(runs, plan inputs, costs, notes) from a stored profile, or ``None`` with a warning where its figures do
+    not hold them (a file edited by hand, say)."""
+    figures = stored.figures
+    try:
+        runs = tuple(EngineRun(**{**r, "cuda_graphs": tuple(r["cuda_graphs"])}) for r in figures["runs"])
+        inputs = {name: figures["plan_inputs"][name] for name in PlanInputs.__annotations__}
+        costs = {name: int(figures["costs"][name]) for name in ("block_bytes", "kv_block_bytes", "static_block_bytes")}
+        notes = [str(n) for n in figures["notes"]]
+        if len(runs) < 2:
+            raise ValueError("fewer than two runs")
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning(
+            "devmem: ignoring the stored profile %s (its figures are incomplete: %r); measuring again", stored.path, exc
+        )
+        return None
+    return runs, inputs, costs, notes
 
 
 def _block_run(run: EngineRun) -> BlockRun:
@@ -873,32 +890,31 @@ def size_continuous_batching(
         model, generation_config, profile_config, platform, device, baseline.total, weights, baseline_given
     )
     stored = profile_store.load(STORE_KIND, key) if profile_store is not None else None
-    if stored is not None:
-        figures = stored.figures
+    read = _stored_figures(stored) if stored is not None else None
+    if stored is not None and read is not None:
+        runs, inputs, costs, figure_notes = read
         source = f"stored profile {stored.path} (measured {time.ctime(stored.created)})"
-        runs = tuple(_engine_run(r) for r in figures["runs"])
-        inputs = dict(figures["plan_inputs"])
-        costs = figures["costs"]
         profile = None
-        notes.extend(figures["notes"])
+        if held_before:
+            now = platform.get_process_memory_usage(device)
+            inputs["consumed"] = max(inputs["consumed"], now or 0)
     else:
         limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
-        runs, inputs, costs, profile, measured_notes = _measure(
+        runs, inputs, costs, profile, figure_notes = _measure(
             model, generation_config, profile_config, baseline, weights, platform, u, pinned_bytes, max_batch_tokens
         )
-        notes.extend(measured_notes)
         source = "measured now"
-    if held_before and stored is None:
-        after = profile.after_profile if profile is not None else None
-        if after is not None and after.process is not None:
+        after = profile.after_profile
+        if held_before and after is not None and after.process is not None:
             inputs["consumed"] = max(inputs["consumed"], after.process)
+    notes.extend(figure_notes)
     plan = _plan(inputs, costs["block_bytes"], baseline.total, u, pinned_bytes)
     limit = None
     if u is not None and limit_allocator_to_share:
         limit = plan.breakdown["requested"] - inputs["non_torch"]
         if limit_allocator(model.device, limit) is None:
             limit = None
-    if stored is None and profile_store is not None:
+    if profile is not None and profile_store is not None:
         saved = profile_store.save(
             STORE_KIND,
             key,
@@ -906,7 +922,7 @@ def size_continuous_batching(
                 "runs": [vars(r) for r in runs],
                 "plan_inputs": inputs,
                 "costs": costs,
-                "notes": notes,
+                "notes": figure_notes,
                 "measure_seconds": time.perf_counter() - began,
             },
             time.time(),

@@ -8,7 +8,7 @@ working; ``devmem`` exports them all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 
 class DevmemError(Exception):
@@ -65,6 +65,23 @@ class EngineMemoryError(ArgumentError):
     """A step of :class:`devmem.EngineMemory` out of order, repeated, or given a bad argument."""
 
 
+class ProfileStoreError(DevmemError, ValueError):
+    """A profile store argument (its folder, a kind, a key) is not usable."""
+
+
+class LedgerError(DevmemError):
+    """The reservation ledger cannot be used: its directory is not writable, or its lock was not obtained in time."""
+
+
+class ReservationRefused(NotEnoughMemoryError):
+    """A reservation does not fit. ``holders`` lists who holds the device (``devmem.reservations.Holding``);
+    ``breakdown`` has ``total``, ``requested``, ``reserved``, ``unreserved`` and ``available`` (what would fit)."""
+
+    def __init__(self, message: str, breakdown: Mapping[str, int], holders: Sequence[object]):
+        super().__init__(message, breakdown)
+        self.holders = list(holders)
+
+
 class SnapshotMismatchError(DevmemError, ValueError):
     """Two snapshots that do not describe the same device through the same platform were combined."""
 
@@ -94,5 +111,8 @@ __all__ = [
     "ArgumentTypeError",
     "EngineMemoryError",
     "SnapshotMismatchError",
+    "ProfileStoreError",
+    "LedgerError",
+    "ReservationRefused",
     "UnknownArchitectureError",
 ]

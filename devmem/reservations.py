@@ -44,10 +44,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from devmem.errors import DevmemError, LedgerError, ReservationRefused
 from devmem.parsing import shown
 from devmem.platform import Platform
 from devmem.records import Record
-from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.reservations")
@@ -60,19 +60,6 @@ DEFAULT_LOCK_TIMEOUT = 10.0
 FORMAT = 1
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-class LedgerError(DevmemError):
-    """The ledger cannot be used: its directory is not writable, or its lock was not obtained in time."""
-
-
-class ReservationRefused(NotEnoughMemoryError):
-    """A reservation does not fit. ``holders`` lists who holds the device (:class:`Holding`); ``breakdown`` has
-    ``total``, ``requested``, ``reserved``, ``unreserved`` and ``available`` (what would fit) in bytes."""
-
-    def __init__(self, message: str, breakdown: Mapping[str, int], holders: Sequence[Holding]):
-        super().__init__(message, breakdown)
-        self.holders = list(holders)
 
 
 # ---- owners -------------------------------------------------------------------------------------------

@@ -102,11 +102,17 @@ def test_fit_check_planner_tokens_equal_the_engines(bench):
 
 def test_transformers_cb_serves_with_devmem_and_stock_configs_side_by_side(bench):
     pytest.importorskip("transformers", minversion="5.17")
-    result = bench("transformers_cb", "--quick")
-    assert {(s["mode"], s["n"]) for s in result["summary"]} == {("devmem", 2), ("stock", 2)}
+    result = bench("transformers_cb", "--smoke")
+    assert {(s["mode"], s["n"], s["workload"]) for s in result["summary"]} == {
+        ("devmem", 2, "ordinary"),
+        ("devmem", 1, "worst"),
+        ("stock", 2, "ordinary"),
+    }
     devmem_rows = [r for r in result["rows"] if r["mode"] == "devmem"]
     assert devmem_rows and all(r["served"] and r["failure"] == "" and r["blocks"] for r in devmem_rows)
     assert all(r["within_request"] for r in devmem_rows)
+    # every engine sized twice with one key: a first start that measured, a restart that read the store
+    assert all(r["restart_blocks"] == r["blocks"] and r["size_s"] > r["restart_s"] for r in devmem_rows)
 
 
 def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):

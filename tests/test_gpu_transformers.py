@@ -33,6 +33,19 @@ WHY_NOT = _why_not()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 REQUEST = 1 * GiB
+
+
+@pytest.fixture(autouse=True)
+def allocator_without_a_cap(tmp_path, monkeypatch):
+    """Each test sizes from an empty profile store and lifts the allocator cap its sizing set, so that the
+    tests after it run with the whole device."""
+    from devmem.integrations.transformers import limit_allocator
+
+    monkeypatch.setenv("DEVMEM_PROFILE_DIR", str(tmp_path / "profiles"))
+    yield
+    limit_allocator(torch.device("cuda", 0), None)
+
+
 PROMPT = 2048
 NEW = 4
 

@@ -54,6 +54,14 @@ def build_model():
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval()
 
 
+@pytest.fixture(autouse=True)
+def profile_dir(tmp_path, monkeypatch):
+    """Every test keeps its stored profiles in a folder of its own (a first start, unless it sizes twice)."""
+    folder = tmp_path / "profiles"
+    monkeypatch.setenv("DEVMEM_PROFILE_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def baseline():
     """The engine's snapshot, taken before the model exists."""
@@ -76,7 +84,12 @@ def engine(generation):
     baseline = MemorySnapshot.measure(0, CpuPlatform())
     model = build_model()
     sized = size_continuous_batching(
-        model, utilization=utilization(baseline), config=cb_config(), generation_config=generation, baseline=baseline
+        model,
+        utilization=utilization(baseline),
+        config=cb_config(),
+        generation_config=generation,
+        baseline=baseline,
+        store=False,
     )
     return model, baseline, sized
 
@@ -264,61 +277,194 @@ def test_the_worst_case_forward_reads_every_token_the_cache_holds(model, generat
     assert max(reads) == 1026 * TOKENS
 
 
-def _run(num_blocks, peak, held_per_block=100, base=1000):
-    """An EngineRun at ``num_blocks`` whose tensors hold ``held_per_block`` bytes a block and whose window's
-    allocated and reserved peaks are ``peak`` (``None``: an allocator with no peak statistics)."""
-    from devmem.integrations.transformers import EngineRun
-
-    return EngineRun(
-        num_blocks,
-        held_per_block * num_blocks,
-        base,
-        4,
-        BATCH,
-        "paged|sdpa",
-        (False, False),
-        False,
-        peak_bytes=peak,
-        reserved_peak_bytes=peak,
-    )
+def test_sizing_runs_every_forward_without_autograd_so_no_warm_up_fails(model, baseline, generation, caplog):
+    # a model built normally has parameters that require grad: a forward under autograd fails in transformers'
+    # in-place cache writes, which its warm-up catches and logs
+    assert any(p.requires_grad for p in model.parameters())
+    with caplog.at_level(logging.WARNING):
+        _size(model, baseline, generation)
+    assert "Failed to warm up" not in caplog.text
 
 
-def _peak(num_blocks, flat=10_000, read_back=50):
-    """A forward's peak: the held tensors (100 B a block) plus the larger of a step that reads nothing of the cache
-    (``flat``) and the attention's, which reads ``read_back`` bytes a block back."""
-    return 1000 + 100 * num_blocks + max(flat, read_back * num_blocks)
+def test_a_warm_up_that_transformers_logs_as_failed_fails_the_run(model, generation):
+    from devmem.integrations.transformers import run_engine
+
+    # one block holds no request of max_batch_tokens query tokens: transformers logs "Failed to warm up"
+    with pytest.raises(RuntimeError, match="warm-up failed at 1 blocks .*Failed to warm up"):
+        run_engine(model, generation, cb_config(max_memory_percent=1.0), 1)
 
 
-def test_a_peak_that_grows_only_by_the_held_tensors_is_not_taken_as_its_linear_growth():
-    from devmem.integrations.transformers import block_cost, grows_linearly
+class Forwards:
+    """Counts the model's forwards: the checks below must refuse before the engine runs one."""
 
-    runs = [_run(n, _peak(n)) for n in (33, 66, 132)]  # the flat step sets the peak in all three
-    assert block_cost(runs[-2], runs[-1])[0] == 100
-    assert not grows_linearly(runs)
+    def __init__(self, model):
+        self.count = 0
+        model.register_forward_hook(self._hook)
 
-
-def test_a_block_is_charged_the_read_back_once_the_cache_reading_step_sets_the_peak():
-    from devmem.integrations.transformers import block_cost, grows_linearly
-
-    runs = [_run(n, _peak(n)) for n in (33, 66, 132, 264, 528, 1056)]
-    assert not grows_linearly(runs[:5])  # from 132 to 264 the attention's step takes over: not yet linear
-    assert grows_linearly(runs)
-    assert block_cost(runs[-2], runs[-1]) == (150, 100, 0)
+    def _hook(self, *args):
+        self.count += 1
 
 
-def test_the_reserved_peaks_growth_is_charged_where_it_outgrows_the_allocated_one():
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"weights_memory": "16GiB"}, r"weights_memory must be a whole number of bytes .*'16GiB'.*parse_size"),
+        ({"weights_memory": -1}, r"weights_memory must be >= 0 bytes, got -1"),
+        ({"weights_memory": 1.5}, r"weights_memory must be a whole number of bytes .*1.5"),
+        ({"generation_config": "greedy"}, r"generation_config must be a transformers GenerationConfig .*'greedy'"),
+        ({"device": -1}, r"device must be a device index .*-1"),
+        ({"device": 3}, r"device=3: .*out of range"),
+        ({"store": 3}, r"store must be a ProfileStore.*got 3"),
+    ],
+)
+def test_a_bad_argument_is_refused_naming_it_before_the_engine_runs(model, baseline, arguments, message):
+    forwards = Forwards(model)
+    with pytest.raises(SizingError, match=message):
+        size_continuous_batching(model, utilization=utilization(baseline), config=cb_config(), **arguments)
+    assert forwards.count == 0
+
+
+def test_a_device_other_than_the_baselines_is_refused(model, baseline):
     from dataclasses import replace
 
-    from devmem.integrations.transformers import block_cost
+    forwards = Forwards(model)
+    other = replace(baseline, device=1)
+    with pytest.raises(SizingError, match=r"device=0 but the baseline was taken on device 1"):
+        size_continuous_batching(model, utilization=0.5, config=cb_config(), device=0, baseline=other)
+    assert forwards.count == 0
 
-    before, after = _run(400, _peak(400)), _run(800, _peak(800))
-    after = replace(after, reserved_peak_bytes=after.peak_bytes + 400 * 70)  # a graph pool keeps 70 B a block
-    assert block_cost(before, after)[0] == 150 + 70
+
+def test_a_baseline_taken_on_another_platform_is_refused(model, baseline):
+    from dataclasses import replace
+
+    forwards = Forwards(model)
+    elsewhere = replace(baseline, total=baseline.total // 2)  # what another platform's device reported
+    with pytest.raises(SizingError, match=r"baseline's device total is .* taken on another platform or device"):
+        size_continuous_batching(model, utilization=0.5, config=cb_config(), baseline=elsewhere)
+    assert forwards.count == 0
 
 
-def test_without_peak_statistics_the_held_tensors_grow_linearly_from_the_first_two_runs():
-    from devmem.integrations.transformers import block_cost, grows_linearly
+def _size(model, baseline, generation, **overrides):
+    arguments = {
+        "utilization": utilization(baseline),
+        "config": cb_config(),
+        "generation_config": generation,
+        "baseline": baseline,
+        **overrides,
+    }
+    return size_continuous_batching(model, **arguments)
 
-    runs = [_run(33, None), _run(66, None)]
-    assert grows_linearly(runs)
-    assert block_cost(*runs)[0] == 100
+
+def test_a_restart_with_the_same_key_reads_the_stored_figures_and_gets_the_same_blocks(model, baseline, generation):
+    first = _size(model, baseline, generation)
+    forwards = Forwards(model)
+    again = _size(model, baseline, generation)
+    assert not first.stored and again.stored and forwards.count == 0
+    assert again.num_blocks == first.num_blocks and again.block_bytes == first.block_bytes
+    assert again.plan.breakdown == first.plan.breakdown
+    assert "figures: stored profile" in again.explain() and "figures: measured now" in first.explain()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["config", "generation", "dtype", "allocator", "weights", "attention"],
+)
+def test_a_changed_key_measures_again(model, baseline, generation, monkeypatch, change):
+    _size(model, baseline, generation)
+    overrides = {}
+    if change == "config":
+        overrides["config"] = cb_config(max_batch_tokens=BATCH // 2)
+    elif change == "generation":
+        overrides["generation_config"] = transformers.GenerationConfig(
+            max_new_tokens=7, do_sample=False, eos_token_id=-1, pad_token_id=0
+        )
+    elif change == "dtype":
+        model.to(torch.bfloat16)
+    elif change == "allocator":
+        monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    elif change == "weights":
+        overrides["weights_memory"] = 1 << 20
+    else:
+        model.set_attn_implementation("eager")
+    forwards = Forwards(model)
+    again = _size(model, baseline, generation, **overrides)
+    assert not again.stored and forwards.count > 0
+
+
+def test_a_corrupt_stored_profile_is_ignored_with_a_warning_and_measured_over(
+    model, baseline, generation, profile_dir, caplog
+):
+    first = _size(model, baseline, generation)
+    (path,) = profile_dir.glob("transformers-cb-*.json")
+    path.write_text("{ not json")
+    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+        again = _size(model, baseline, generation)
+    assert not again.stored and again.num_blocks == first.num_blocks
+    assert f"ignoring the stored profile {path}" in caplog.text
+    assert _size(model, baseline, generation).stored  # measured over: stored again
+
+
+def test_store_false_measures_every_time_and_writes_nothing(model, baseline, generation, profile_dir):
+    _size(model, baseline, generation, store=False)
+    assert not _size(model, baseline, generation, store=False).stored
+    assert not profile_dir.exists()
+
+
+def test_the_store_argument_names_the_folder(model, baseline, generation, tmp_path, profile_dir):
+    folder = tmp_path / "elsewhere"
+    _size(model, baseline, generation, store=folder)
+    assert list(folder.glob("transformers-cb-*.json")) and not profile_dir.exists()
+    assert _size(model, baseline, generation, store=str(folder)).stored
+
+
+def test_one_layer_per_attention_type_runs_one_layer_and_gives_every_layer_back(model):
+    from devmem.integrations.transformers import one_layer_per_attention_type
+
+    layers = model.model.layers
+    ran = []
+    hooks = [layer.register_forward_hook(lambda *args: ran.append(1)) for layer in layers]
+    try:
+        with one_layer_per_attention_type(model) as kept, torch.no_grad():
+            model(torch.tensor([[1, 2, 3]]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert kept == 1 and len(ran) == 1
+    assert model.model.layers is layers and len(layers) == LLAMA["num_hidden_layers"]
+
+
+def test_a_run_through_one_layer_holds_what_a_run_through_all_holds(model, generation):
+    from devmem.integrations.transformers import run_engine
+
+    config = cb_config(max_memory_percent=1.0)
+    every, one = run_engine(model, generation, config, 12), run_engine(model, generation, config, 12, all_layers=False)
+    assert (one.cache_bytes, one.static_bytes, one.forward_tokens) == (
+        every.cache_bytes,
+        every.static_bytes,
+        every.forward_tokens,
+    )
+    assert (every.layers_run, one.layers_run) == (None, 1)
+
+
+def test_the_block_cost_helpers_that_moved_to_the_core_still_answer_with_a_deprecation_warning():
+    from devmem.integrations.transformers import EngineRun, block_cost, grows_linearly
+
+    runs = [EngineRun(n, 100 * n, 10 * n, 2, BATCH, "sdpa", (False, False), False) for n in (4, 8)]
+    with pytest.warns(DeprecationWarning, match="devmem.block_cost.growth_per_block"):
+        assert block_cost(*runs) == (110, 100, 10)
+    with pytest.warns(DeprecationWarning, match="devmem.block_cost.grows_linearly"):
+        assert grows_linearly(runs)
+
+
+def test_a_stored_profile_with_incomplete_figures_is_ignored_with_a_warning(
+    model, baseline, generation, profile_dir, caplog
+):
+    first = _size(model, baseline, generation)
+    (path,) = profile_dir.glob("transformers-cb-*.json")
+    body = json.loads(path.read_text())
+    del body["figures"]["costs"]
+    path.write_text(json.dumps(body))
+    with caplog.at_level(logging.WARNING, logger="devmem.integrations.transformers"):
+        again = _size(model, baseline, generation)
+    assert not again.stored and again.num_blocks == first.num_blocks
+    assert "its figures are incomplete" in caplog.text

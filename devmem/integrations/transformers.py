@@ -36,17 +36,27 @@ logits, and the CUDA graph pool. transformers and torch are imported when a func
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import math
 import numbers
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from devmem.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
+from devmem.block_cost import grows_linearly as _grows_linearly
 from devmem.kvcache import ALLOCATOR_GRANULARITY
 from devmem.platform import Platform
 from devmem.plugins import current_platform
+from devmem.profile_store import ProfileStore, ProfileStoreError, StoredProfile, resolve_store
 from devmem.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
-from devmem.sizing import KvCachePlan, SizingError, plan_kv_cache, requested_memory
+from devmem.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
+from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
 if TYPE_CHECKING:
@@ -67,6 +77,7 @@ class EngineRun:
     them. ``peak_bytes`` and ``reserved_peak_bytes`` are torch's allocated and reserved peaks over the run's
     window above what it held when the window opened (``None`` where torch keeps no figure): the reserved one
     also holds what the allocator rounds and what a CUDA graph pool keeps of its captured forwards.
+    ``layers_run`` is how many decoder layers its forwards ran (``None``: all), ``seconds`` how long it took.
     """
 
     num_blocks: int
@@ -79,6 +90,8 @@ class EngineRun:
     async_batching: bool
     peak_bytes: int | None = None
     reserved_peak_bytes: int | None = None
+    layers_run: int | None = None
+    seconds: float | None = None
 
     @property
     def held_bytes(self) -> int:
@@ -103,17 +116,26 @@ class SizedConfig:
     read_back_block_bytes: int
     block_tokens: int
     max_batch_tokens: int
-    profile: ProfileResult
+    profile: ProfileResult | None
     runs: tuple[EngineRun, ...]
     transient_peak_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    source: str = "measured now"
+    seconds: float | None = None
+    allocator_limit_bytes: int | None = None
 
     @property
     def num_blocks(self) -> int:
         return self.plan.num_blocks
 
+    @property
+    def stored(self) -> bool:
+        """Whether the figures were read from a stored profile instead of measured by this call."""
+        return self.profile is None
+
     def explain(self) -> str:
-        """Lines for people: the blocks, what one costs and how it was measured, then the plan's figures."""
+        """Lines for people: where the figures came from, the blocks, what one costs and how it was measured,
+        then the plan's figures."""
         small, before, large = self.runs[0], self.runs[-2], self.runs[-1]
         graphs = "on" if any(small.cuda_graphs) else "off"
         measured = (
@@ -121,9 +143,11 @@ class SizedConfig:
             if large.peak_bytes is not None
             else "the tensors the engine holds; this allocator keeps no peak statistics"
         )
+        took = "" if self.seconds is None else f" (sized in {self.seconds:.2f} s)"
         lines = [
             f"transformers continuous batching: {self.num_blocks} blocks of {self.block_tokens} tokens "
             f"(max_batch_tokens {self.max_batch_tokens}, {small.attn_implementation}, CUDA graphs {graphs})",
+            f"figures: {self.source}{took}",
             f"one block costs {format_size(self.block_bytes)}: KV cache "
             f"{format_size(self.kv_block_bytes)}, batch tensors {format_size(self.static_block_bytes)} (attention "
             f"masks, read indices), forward read-back {format_size(self.read_back_block_bytes)}; measured as the "
@@ -131,10 +155,15 @@ class SizedConfig:
             f"{', '.join(str(r.num_blocks) for r in self.runs)} blocks)",
             f"profile window: the engine at {small.num_blocks} blocks, its worst-case forward over "
             f"{small.forward_tokens} query tokens; transient peak {format_size(self.transient_peak_bytes)} = its "
-            f"transient {format_size(max(self.profile.transient_peak_bytes, small.held_bytes))} (at least the tensors "
-            f"it held) less its {small.num_blocks} blocks, plus the allocator's rounding of what grows with the cache",
+            f"transient (at least the tensors it held) less its {small.num_blocks} blocks, plus the allocator's "
+            "rounding of what grows with the cache",
             self.plan.explain(),
         ]
+        if self.allocator_limit_bytes is not None:
+            lines.append(
+                f"torch's caching allocator is capped at {format_size(self.allocator_limit_bytes)} (the share less "
+                "what torch does not allocate): it gives cached blocks back before it reserves past the share"
+            )
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def as_dict(self) -> dict[str, object]:
@@ -148,9 +177,12 @@ class SizedConfig:
             "max_batch_tokens": self.max_batch_tokens,
             "transient_peak_bytes": self.transient_peak_bytes,
             "plan": self.plan.as_dict(),
-            "profile": self.profile.as_dict(),
+            "profile": None if self.profile is None else self.profile.as_dict(),
             "runs": [vars(r) for r in self.runs],
             "notes": list(self.notes),
+            "source": self.source,
+            "seconds": self.seconds,
+            "allocator_limit_bytes": self.allocator_limit_bytes,
         }
 
 
@@ -346,12 +378,79 @@ def _close(manager: Any, model: Any, attn_implementation: str) -> None:
         model.set_attn_implementation(attn_implementation)
 
 
-def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int) -> EngineRun:
-    """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward, and take it down again.
+def _decoder_layers(model: Any) -> tuple[Any, str, Any] | None:
+    """(parent, name, layers): the model's ``nn.ModuleList`` of decoder layers, one per hidden layer of its
+    config, or ``None`` where it has no such list."""
+    import torch
 
-    Raises :class:`RuntimeError` when no forward over ``config.max_batch_tokens`` query tokens completed
-    (transformers logs why: its warm-up catches the error, out of memory included).
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    count = getattr(text, "num_hidden_layers", None)
+    for module in model.modules():
+        for child_name, child in module.named_children():
+            if child_name == "layers" and isinstance(child, torch.nn.ModuleList) and len(child) == count:
+                return module, child_name, child
+    return None
+
+
+@contextmanager
+def one_layer_per_attention_type(model: Any) -> Iterator[int | None]:
+    """Run the model's forwards through the first decoder layer of each attention type only (the cache keeps
+    every layer); yields how many layers run, ``None`` where the model's layers cannot be found (all run).
+
+    Under ``torch.no_grad()`` a layer's activations are freed before the next layer runs, so a forward's peak
+    is the largest of one layer's steps, the same in every layer of one attention type: running one layer of
+    each type reaches the same peak in a fraction of the time. The model's own loop runs
+    ``layers[:num_hidden_layers]``, so a shorter list runs the layers kept.
     """
+    import torch
+
+    found = _decoder_layers(model)
+    if found is None:
+        yield None
+        return
+    parent, name, layers = found
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    types = list(getattr(text, "layer_types", None) or ["full_attention"] * len(layers))
+    kept = sorted({types.index(kind) for kind in set(types)})
+    setattr(parent, name, torch.nn.ModuleList([layers[i] for i in kept]))
+    try:
+        yield len(kept)
+    finally:
+        setattr(parent, name, layers)
+
+
+class _FailedWarmups(logging.Handler):
+    """Collects what transformers' continuous batching logs about warm-ups that failed (it catches their errors,
+    out of memory included, and logs "Failed to warm up")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Failed to warm up" in message:
+            self.messages.append(message.splitlines()[0])
+
+
+#: The logger transformers' continuous batching writes to.
+TRANSFORMERS_LOGGER = "ContinuousBatchingLogger"
+
+
+def run_engine(
+    model: Any, generation_config: Any, config: Any, num_blocks: int, *, all_layers: bool = True
+) -> EngineRun:
+    """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward, and take it down again;
+    with ``all_layers=False`` the forwards run one decoder layer of each attention type
+    (:func:`one_layer_per_attention_type`: the same peak, a fraction of the time).
+
+    Every forward runs as transformers serves: without autograd (``torch.no_grad()``). Raises
+    :class:`RuntimeError` naming transformers' message when one of its warm-ups failed (it catches the error, out
+    of memory included, and logs "Failed to warm up"), or when no forward over ``config.max_batch_tokens`` query
+    tokens completed.
+    """
+    import torch
+
     config = _with(config, num_blocks=num_blocks)
     attn_implementation = model.config._attn_implementation
     tokens: list[int] = [0]
@@ -361,41 +460,54 @@ def run_engine(model: Any, generation_config: Any, config: Any, num_blocks: int)
         if ids is not None:
             tokens.append(int(ids.shape[-1]))
 
+    failed = _FailedWarmups()
+    transformers_log = logging.getLogger(TRANSFORMERS_LOGGER)
+    transformers_log.addHandler(failed)
     hook = model.register_forward_hook(count, with_kwargs=True)
-    manager = model.init_continuous_batching(
-        generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
-    )
+    began = time.perf_counter()
     try:
-        manager.batch_processor = manager._create_batch_processor()
-        _order_streams(manager.batch_processor.model_runner)
-        manager.warmup()
-        _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
-        _synchronize(model.device)
-        processor = manager.batch_processor
-        seen: set[int] = set()
-        cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
-        static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
-        resolved = manager.continuous_batching_config
-        run = EngineRun(
-            num_blocks,
-            cache_bytes,
-            static_bytes,
-            cache_count + static_count,
-            max(tokens),
-            model.config._attn_implementation,
-            cuda_graph_flags(resolved.use_cuda_graph),
-            bool(resolved.use_async_batching),
-        )
+        with torch.no_grad(), nullcontext(None) if all_layers else one_layer_per_attention_type(model) as layers:
+            manager = model.init_continuous_batching(
+                generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
+            )
+            try:
+                manager.batch_processor = manager._create_batch_processor()
+                _order_streams(manager.batch_processor.model_runner)
+                manager.warmup()
+                _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
+                _synchronize(model.device)
+                processor = manager.batch_processor
+                seen: set[int] = set()
+                cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
+                static_bytes, static_count = _storage_bytes([processor.inputs_and_outputs], model.device, seen)
+                resolved = manager.continuous_batching_config
+                run = EngineRun(
+                    num_blocks,
+                    cache_bytes,
+                    static_bytes,
+                    cache_count + static_count,
+                    max(tokens),
+                    model.config._attn_implementation,
+                    cuda_graph_flags(resolved.use_cuda_graph),
+                    bool(resolved.use_async_batching),
+                    layers_run=layers,
+                )
+            finally:
+                _close(manager, model, attn_implementation)
     finally:
         hook.remove()
-        _close(manager, model, attn_implementation)
+        transformers_log.removeHandler(failed)
+    if failed.messages:
+        raise RuntimeError(
+            f"transformers' warm-up failed at {num_blocks} blocks ({len(failed.messages)} time(s)): "
+            f"{failed.messages[0]}"
+        )
     if run.forward_tokens < config.max_batch_tokens:
         raise RuntimeError(
             f"the engine's worst-case forward over {config.max_batch_tokens} query tokens did not "
-            f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens); "
-            "transformers logged why ('Failed to warm up')"
+            f"complete at {num_blocks} blocks (largest forward: {run.forward_tokens} tokens)"
         )
-    return run
+    return replace(run, seconds=time.perf_counter() - began)
 
 
 def kv_padding_interval(model: Any, generation_config: Any, config: Any) -> int | None:
@@ -426,9 +538,10 @@ def _profiled_run(
     baseline: MemorySnapshot,
     weights: int,
     platform: Platform,
+    all_layers: bool = True,
 ) -> tuple[EngineRun, ProfileResult]:
     with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
-        run = run_engine(model, generation_config, config, num_blocks)
+        run = run_engine(model, generation_config, config, num_blocks, all_layers=all_layers)
     _release_engine_memory(model.device, baseline.device, platform)
     before, after = profile.before_profile, profile.after_profile
     if not profile.torch_measured or before is None or after is None:
@@ -437,56 +550,88 @@ def _profiled_run(
     return replace(run, peak_bytes=profile.torch_peak_increase, reserved_peak_bytes=reserved), profile
 
 
-#: Relative difference of the peak's growth per block between two successive doublings of the cache under which
-#: the worst-case forward's peak is taken to grow linearly with the block count (and over the held tensors'
-#: growth above which the cache-reading step sets the peak).
-LINEAR_GROWTH = 0.02
-#: Most profiled runs: the cache doubles from one to the next until the peak grows linearly.
-MAX_PROFILE_RUNS = 8
+def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_batch_tokens: int) -> int:
+    """Bytes a block adds to the worst-case forward's attention step, from the model's shapes: the keys and
+    values of one layer gathered for the block's tokens (``sdpa`` and ``eager`` also repeat them to every query
+    head and copy the mask's columns). Only steers the sizes of the runs; what is charged is measured."""
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = int(getattr(text, "num_attention_heads", 1) or 1)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    itemsize = model.dtype.itemsize
+    tokens = block_tokens(config)
+    gathered = 2 * tokens * kv_heads * head_dim * itemsize
+    if "flash" in attn_implementation:
+        return gathered
+    return gathered + 2 * tokens * heads * head_dim * itemsize + max_batch_tokens * tokens * itemsize
 
 
-def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
-    """(all, KV cache, batch tensors): bytes one block costs, as what grows from ``before`` to ``after``.
-
-    The whole cost is the largest of the held tensors' growth and the growths of the windows' allocated and
-    reserved peaks (where torch measures them): the peaks also hold what the worst-case forward reads back from
-    the cache and the graph pool keeps."""
-    step = after.num_blocks - before.num_blocks
-    if step <= 0:
-        raise ValueError(f"runs must grow in blocks, got {before.num_blocks} then {after.num_blocks}")
-    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
-    static_block = math.ceil((after.static_bytes - before.static_bytes) / step)
-    block = kv_block + static_block
-    for peak in ("peak_bytes", "reserved_peak_bytes"):
-        if getattr(before, peak) is not None and getattr(after, peak) is not None:
-            block = max(block, math.ceil((getattr(after, peak) - getattr(before, peak)) / step))
-    return block, kv_block, static_block
+#: The kind of figures :class:`~devmem.profile_store.ProfileStore` keeps for this integration; its version
+#: changes whenever the measurement does.
+STORE_KIND = "transformers-cb"
+METHOD_VERSION = 2
 
 
-def grows_linearly(runs: list[EngineRun]) -> bool:
-    """Whether the allocated peak of ``runs`` (ascending block counts) has reached its linear growth: its last two
-    growths per block agree within :data:`LINEAR_GROWTH`, both above the held tensors' growth by more than that
-    (the allocated peak is exact; the reserved one moves by the allocator's 2 MiB rounding).
+def _versions() -> dict[str, str | None]:
+    import torch
+    import transformers
 
-    A forward's peak is the largest of its steps'. At small caches a step that does not read the cache (the MLP
-    over ``max_batch_tokens`` tokens) sets it and the peak grows only by the held tensors, which would charge a
-    block nothing of what the attention reads back from the cache; once the attention's step sets it, the peak
-    grows by the whole cost of a block. Without peak statistics only the held tensors are known, and they grow
-    linearly from the start.
-    """
-    if runs[-1].peak_bytes is None:
-        return True
-    if len(runs) < 3:
-        return False
-    a, b, c = runs[-3:]
-    if a.peak_bytes is None or b.peak_bytes is None or c.peak_bytes is None:
-        return False  # statistics that came and went: no growth to compare
-    previous, last = (
-        (b.peak_bytes - a.peak_bytes) / (b.num_blocks - a.num_blocks),
-        (c.peak_bytes - b.peak_bytes) / (c.num_blocks - b.num_blocks),
-    )
-    held = (c.held_bytes - b.held_bytes) / (c.num_blocks - b.num_blocks)
-    return min(previous, last) > held * (1 + LINEAR_GROWTH) and abs(last - previous) <= previous * LINEAR_GROWTH
+    import devmem
+
+    return {
+        "devmem": devmem.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_cuda": getattr(torch.version, "cuda", None),
+        "torch_hip": getattr(torch.version, "hip", None),
+    }
+
+
+def _driver_version(device: Any) -> int | None:
+    """The GPU driver's version as the runtime reports it (``None`` on the CPU or where torch does not say)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    query = getattr(torch._C, "_cuda_getDriverVersion", None)
+    return int(query()) if query is not None else None
+
+
+def _allocator_settings() -> dict[str, str]:
+    return {n: v for n, v in sorted(os.environ.items()) if n.startswith("PYTORCH_") and "ALLOC" in n}
+
+
+def profile_key(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    platform: Platform,
+    device: int,
+    total: int,
+    weights: int,
+    baseline_given: bool,
+) -> dict[str, Any]:
+    """Everything the measured figures depend on: the model's config, dtype and attention, the continuous
+    batching and generation configs, the device (platform, name, total, driver), the libraries' versions, the
+    allocator's settings, the weights charged and whether the engine gave a baseline."""
+    generation = generation_config.to_diff_dict() if hasattr(generation_config, "to_diff_dict") else {}
+    return {
+        "method": METHOD_VERSION,
+        "model": model.config.to_dict(),
+        "model_class": type(model).__name__,
+        "dtype": str(model.dtype),
+        "attn_implementation": model.config._attn_implementation,
+        "continuous_batching": config.to_dict() if hasattr(config, "to_dict") else vars(config),
+        "generation": generation,
+        "platform": platform.name,
+        "device_name": platform.device_name(device),
+        "device_total": total,
+        "driver_version": _driver_version(model.device),
+        "versions": _versions(),
+        "allocator": _allocator_settings(),
+        "weights": weights,
+        "baseline_given": baseline_given,
+    }
 
 
 def _platform_and_device(model: Any, device: int | None, platform: Platform | None) -> tuple[Platform, int]:
@@ -507,6 +652,161 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     return platform, device
 
 
+def _check_baseline(baseline: Any, device: int | None, platform: Platform) -> None:
+    if not isinstance(baseline, MemorySnapshot):
+        raise SizingError(
+            f"baseline must be a devmem MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, "
+            f"got {type(baseline).__name__}"
+        )
+    if device is not None and baseline.device != device:
+        raise SizingError(
+            f"device={device!r} but the baseline was taken on device {baseline.device}: give the device the "
+            "baseline measured, or measure the baseline on this device"
+        )
+    taken_on = getattr(baseline, "platform", None)
+    if isinstance(taken_on, str) and taken_on != platform.name:
+        raise SizingError(
+            f"the baseline was taken on platform {taken_on!r} but sizing runs on {platform.name!r}: measure the "
+            "baseline with the same platform"
+        )
+    total = platform.device_memory_info(baseline.device).total
+    if total != baseline.total:
+        raise SizingError(
+            f"the baseline's device total is {baseline.total} bytes but {platform.name!r} device {baseline.device} "
+            f"has {total}: the baseline was taken on another platform or device; measure it with the platform "
+            "that sizes"
+        )
+
+
+def _check_arguments(
+    model: Any,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    config: Any,
+    generation_config: Any,
+    device: int | None,
+    baseline: MemorySnapshot | None,
+    weights_memory: int | None,
+    store: Any,
+) -> tuple[float | None, Any, ProfileStore | None]:
+    """Every argument checked before anything runs; raises :class:`SizingError` (or ``TypeError`` for a model or
+    config of the wrong kind) naming the value."""
+    from transformers import GenerationConfig
+
+    u = _check_request(utilization, pinned_bytes)
+    if weights_memory is not None:
+        if isinstance(weights_memory, str):
+            raise SizingError(
+                f"weights_memory must be a whole number of bytes (int), got the text {weights_memory!r}: "
+                f"write devmem.parse_size({weights_memory!r}) for a size written as text"
+            )
+        _bytes("weights_memory", weights_memory)
+    config = _check_config(config)
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise SizingError(
+            f"generation_config must be a transformers GenerationConfig or None (the model's), got "
+            f"{generation_config!r} of type {type(generation_config).__name__}"
+        )
+    if device is not None and (isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0):
+        raise SizingError(f"device must be a device index (an int >= 0) or None, got {device!r}")
+    if not hasattr(model, "init_continuous_batching"):
+        raise TypeError(
+            f"model must be a transformers model with continuous batching (init_continuous_batching), "
+            f"got {type(model).__name__}"
+        )
+    if getattr(model, "_cached_continuous_batching_manager", None) is not None:
+        raise ValueError(
+            "the model keeps a persistent continuous batching manager with its own cache; call "
+            "model.destroy_cached_continuous_batching_manager() before sizing"
+        )
+    try:
+        resolved_store = resolve_store(store)
+    except ProfileStoreError as exc:
+        raise SizingError(str(exc)) from None
+    return u, config, resolved_store
+
+
+#: Devices whose caching allocator :func:`limit_allocator` capped, and at what fraction of their total.
+_LIMITED: dict[str, float] = {}
+
+
+def limit_allocator(device: Any, nbytes: int | None) -> float | None:
+    """Cap torch's caching allocator on ``device`` at ``nbytes`` (``None``: lift a cap set here before); returns
+    the fraction of the device's total set, ``None`` on the CPU or where torch has no such cap.
+
+    At the cap the allocator gives its cached, unused blocks back and retries before it reserves more, so what
+    batch after batch leaves cached never takes the process past its share; a pass that needs more than the
+    cap fails with out of memory instead of taking memory from the engines beside it.
+    """
+    import torch
+
+    if device.type == "cpu":
+        return None
+    module = torch.get_device_module(device.type)
+    setter, info = getattr(module, "set_per_process_memory_fraction", None), getattr(module, "mem_get_info", None)
+    if setter is None or info is None:
+        return None
+    key = str(device)
+    if nbytes is None:
+        if key in _LIMITED:
+            setter(1.0, device)
+            del _LIMITED[key]
+        return None
+    fraction = min(1.0, max(0.0, nbytes / info(device)[1]))
+    setter(fraction, device)
+    _LIMITED[key] = fraction
+    return fraction
+
+
+def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
+    """Deprecated: use :func:`devmem.block_cost.growth_per_block`. (all, KV cache, batch tensors): bytes one
+    block costs, as what grows from ``before`` to ``after``."""
+    warnings.warn(
+        "devmem.integrations.transformers.block_cost is deprecated: use devmem.block_cost.growth_per_block",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    step = after.num_blocks - before.num_blocks
+    block = growth_per_block(_block_run(before), _block_run(after))
+    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
+    return block, kv_block, math.ceil((after.static_bytes - before.static_bytes) / step)
+
+
+def grows_linearly(runs: list[EngineRun]) -> bool:
+    """Deprecated: use :func:`devmem.block_cost.grows_linearly` over :class:`~devmem.block_cost.BlockRun`."""
+    warnings.warn(
+        "devmem.integrations.transformers.grows_linearly is deprecated: use devmem.block_cost.grows_linearly",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _grows_linearly([_block_run(r) for r in runs])
+
+
+def _stored_figures(
+    stored: StoredProfile,
+) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], list[str]] | None:
+    """(runs, plan inputs, costs, notes) from a stored profile, or ``None`` with a warning where its figures do
+    not hold them (a file edited by hand, say)."""
+    figures = stored.figures
+    try:
+        runs = tuple(EngineRun(**{**r, "cuda_graphs": tuple(r["cuda_graphs"])}) for r in figures["runs"])
+        inputs = {name: figures["plan_inputs"][name] for name in PlanInputs.__annotations__}
+        costs = {name: int(figures["costs"][name]) for name in ("block_bytes", "kv_block_bytes", "static_block_bytes")}
+        notes = [str(n) for n in figures["notes"]]
+        if len(runs) < 2:
+            raise ValueError("fewer than two runs")
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning(
+            "devmem: ignoring the stored profile %s (its figures are incomplete: %r); measuring again", stored.path, exc
+        )
+        return None
+    return runs, inputs, costs, notes
+
+
+def _block_run(run: EngineRun) -> BlockRun:
+    return BlockRun(run.num_blocks, run.held_bytes, run.peak_bytes, run.reserved_peak_bytes)
+
+
 def size_continuous_batching(
     model: Any,
     *,
@@ -518,6 +818,8 @@ def size_continuous_batching(
     baseline: MemorySnapshot | None = None,
     weights_memory: int | None = None,
     platform: Platform | None = None,
+    store: ProfileStore | str | os.PathLike[str] | bool | None = None,
+    limit_allocator_to_share: bool = True,
 ) -> SizedConfig:
     """Size transformers' paged KV cache for ``model`` at ``utilization`` of the device (default 0.9) or at
     ``pinned_bytes``; returns a :class:`SizedConfig` whose ``config`` has ``num_blocks`` set.
@@ -528,29 +830,43 @@ def size_continuous_batching(
     (default ``model.generation_config``) to ``generate_batch``. ``baseline`` is the snapshot taken BEFORE the
     CUDA context and the model existed; without one, one is taken now, a warning is logged and this process's
     whole device memory (or, where the platform has no per-process figure, ``weights_memory``) counts as
-    consumed. ``weights_memory`` defaults to the model's parameters and buffers; ``device`` (devmem's index) to
-    the model's device. On the pinned path ``pinned_bytes`` is what every block-proportional tensor may take:
-    the cache, the batch's attention masks and read indices, and the forward's read-back.
+    consumed. ``weights_memory`` (int bytes) defaults to the model's parameters and buffers; ``device`` (devmem's
+    index) to the baseline's, else the model's device. On the pinned path ``pinned_bytes`` is what every
+    block-proportional tensor may take: the cache, the batch's attention masks and read indices, and the
+    forward's read-back.
 
-    Raises :class:`~devmem.sizing.SizingError` naming a bad value, :class:`~devmem.NotEnoughMemoryError` when
-    the budget holds no block, ``TypeError``/``ValueError`` for a model or config that cannot be sized.
+    ``store`` keeps the measured figures (:class:`~devmem.profile_store.ProfileStore`): ``None``/``True`` the
+    default folder (``$DEVMEM_PROFILE_DIR``, else the XDG cache folder), a path that folder, ``False`` none. A
+    start whose :func:`profile_key` was measured before plans from the stored figures without running the engine.
+
+    On the utilization path, ``limit_allocator_to_share`` (default) caps torch's caching allocator of the device
+    at the share less what torch does not allocate (:func:`limit_allocator`), so that serving never reserves
+    past the share: the allocator gives cached blocks back first. Pass ``False`` to leave the allocator alone.
+
+    Every argument is checked before the engine runs. Raises :class:`~devmem.sizing.SizingError` naming a bad
+    value, :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, ``TypeError``/``ValueError``
+    for a model or config that cannot be sized.
     """
-    u = _check_request(utilization, pinned_bytes)
-    config = _check_config(config)
-    if not hasattr(model, "init_continuous_batching"):
-        raise TypeError(
-            f"model must be a transformers model with continuous batching (init_continuous_batching), "
-            f"got {type(model).__name__}"
-        )
-    if getattr(model, "_cached_continuous_batching_manager", None) is not None:
-        raise ValueError(
-            "the model keeps a persistent continuous batching manager with its own cache; call "
-            "model.destroy_cached_continuous_batching_manager() before sizing"
-        )
-    platform, device = _platform_and_device(model, device, platform)
+    began = time.perf_counter()
+    u, config, profile_store = _check_arguments(
+        model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
+    )
+    if not isinstance(limit_allocator_to_share, bool):
+        raise SizingError(f"limit_allocator_to_share must be True or False, got {limit_allocator_to_share!r}")
+    given = device if device is not None else (baseline.device if baseline is not None else None)
+    platform, device = _platform_and_device(model, given, platform)
+    check = getattr(platform, "check_device", None)
+    if check is not None:
+        try:
+            check(device)
+        except DevmemError as exc:
+            raise SizingError(f"device={device!r}: {exc}") from None
+    if baseline is not None:
+        _check_baseline(baseline, device, platform)
     generation_config = model.generation_config if generation_config is None else generation_config
     notes: list[str] = []
     held_before = 0
+    baseline_given = baseline is not None
     if baseline is None:
         baseline = MemorySnapshot.measure(device, platform)
         held_before = baseline.process if baseline.process is not None else 0
@@ -565,79 +881,196 @@ def size_continuous_batching(
         )
         log.warning("devmem: %s", message)
         notes.append(message)
-    weights = model_bytes(model) if weights_memory is None else weights_memory
+    weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     tokens = block_tokens(config)
     max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
-    profile_config = _with(
-        config,
-        max_batch_tokens=max_batch_tokens,
-        max_memory_percent=1.0 if config.max_memory_percent is None else config.max_memory_percent,
-    )
-    small = math.ceil(max_batch_tokens / tokens) + 1
-    interval = kv_padding_interval(model, generation_config, profile_config)
-    if interval:
-        per_interval = math.lcm(interval, tokens) // tokens
-        small = per_interval * math.ceil(small / per_interval)
-
-    def profile_run(blocks: int) -> tuple[EngineRun, ProfileResult]:
-        return _profiled_run(model, generation_config, profile_config, blocks, baseline, weights, platform)
-
-    large, _ = profile_run(2 * small)
-    small_run, profile = profile_run(small)
-    runs = [small_run, large]
-    inputs = profile.plan_inputs()
-    after = profile.after_profile
-    if held_before and after is not None and after.process is not None:
-        inputs["consumed"] = max(inputs["consumed"], after.process)
-    while True:
-        block, kv_block, static_block = block_cost(runs[-2], runs[-1])
-        # the tensors the window's engine held are a lower bound of its transient (all of it where torch keeps
-        # no statistics); its blocks are counted per block
-        transient = max(profile.transient_peak_bytes, small_run.held_bytes)
-        rounding = runs[-1].allocations * ALLOCATOR_GRANULARITY if runs[-1].peak_bytes is not None else 0
-        inputs["transient_peak_bytes"] = max(0, transient - small_run.num_blocks * block) + rounding
-        if u is None:
-            plan = plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
-        else:
-            plan = plan_kv_cache(page_size_bytes=block, num_layers=1, total=baseline.total, utilization=u, **inputs)
-        if grows_linearly(runs) or plan.num_blocks <= runs[-1].num_blocks:
-            break
-        if len(runs) >= MAX_PROFILE_RUNS:
-            notes.append(
-                f"after {len(runs)} runs up to {runs[-1].num_blocks} blocks the peak did not yet grow "
-                "linearly with the cache; one block is charged its last growth"
-            )
-            break
-        runs.append(profile_run(min(2 * runs[-1].num_blocks, plan.num_blocks))[0])
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
+    profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+    key = profile_key(
+        model, generation_config, profile_config, platform, device, baseline.total, weights, baseline_given
+    )
+    stored = profile_store.load(STORE_KIND, key) if profile_store is not None else None
+    read = _stored_figures(stored) if stored is not None else None
+    if stored is not None and read is not None:
+        runs, inputs, costs, figure_notes = read
+        source = f"stored profile {stored.path} (measured {time.ctime(stored.created)})"
+        profile = None
+        if held_before:
+            now = platform.get_process_memory_usage(device)
+            inputs["consumed"] = max(inputs["consumed"], now or 0)
+    else:
+        limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
+        runs, inputs, costs, profile, figure_notes = _measure(
+            model, generation_config, profile_config, baseline, weights, platform, u, pinned_bytes, max_batch_tokens
+        )
+        source = "measured now"
+        after = profile.after_profile
+        if held_before and after is not None and after.process is not None:
+            inputs["consumed"] = max(inputs["consumed"], after.process)
+    notes.extend(figure_notes)
+    plan = _plan(inputs, costs["block_bytes"], baseline.total, u, pinned_bytes)
+    limit = None
+    if u is not None and limit_allocator_to_share:
+        limit = plan.breakdown["requested"] - inputs["non_torch"]
+        if limit_allocator(model.device, limit) is None:
+            limit = None
+    if profile is not None and profile_store is not None:
+        saved = profile_store.save(
+            STORE_KIND,
+            key,
+            {
+                "runs": [vars(r) for r in runs],
+                "plan_inputs": inputs,
+                "costs": costs,
+                "notes": figure_notes,
+                "measure_seconds": time.perf_counter() - began,
+            },
+            time.time(),
+        )
+        if saved is not None:
+            source += f", stored in {saved}"
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
-    notes.extend(profile.notes)
     return SizedConfig(
         sized,
         plan,
-        block,
-        kv_block,
-        static_block,
-        block - kv_block - static_block,
+        costs["block_bytes"],
+        costs["kv_block_bytes"],
+        costs["static_block_bytes"],
+        costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
         tokens,
         max_batch_tokens,
         profile,
-        tuple(runs),
+        runs,
         inputs["transient_peak_bytes"],
         tuple(notes),
+        source,
+        time.perf_counter() - began,
+        limit,
     )
+
+
+def _plan(
+    inputs: dict[str, Any], block: int, total: int, utilization: float | None, pinned_bytes: int | None
+) -> KvCachePlan:
+    if utilization is None:
+        return plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
+    return plan_kv_cache(page_size_bytes=block, num_layers=1, total=total, utilization=utilization, **inputs)
+
+
+def _measure(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    baseline: MemorySnapshot,
+    weights: int,
+    platform: Platform,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    max_batch_tokens: int,
+) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
+    """Run the engine: its profile window at ``N_a`` blocks, then the runs :func:`measure_block_cost` asks for
+    (the first where the shapes say the cache-reading step sets the peak). Returns the runs, the plan's inputs,
+    the per-block costs, the window's profile and notes."""
+    with _frozen_heap():
+        return _measure_runs(
+            model, generation_config, config, baseline, weights, platform, utilization, pinned_bytes, max_batch_tokens
+        )
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Collect garbage once, then keep every object that exists out of the collections each run's window makes
+    (``gc.freeze``): with transformers and torch loaded a full collection takes a large part of a second, and
+    each window collects (unless the application froze objects itself)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _measure_runs(
+    model: Any,
+    generation_config: Any,
+    config: Any,
+    baseline: MemorySnapshot,
+    weights: int,
+    platform: Platform,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    max_batch_tokens: int,
+) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
+    tokens = block_tokens(config)
+    small = math.ceil(max_batch_tokens / tokens) + 1
+    interval = kv_padding_interval(model, generation_config, config)
+    if interval:
+        per_interval = math.lcm(interval, tokens) // tokens
+        small = per_interval * math.ceil(small / per_interval)
+    window, profile = _profiled_run(model, generation_config, config, small, baseline, weights, platform)
+    engine_runs = {small: window}
+    inputs: dict[str, Any] = dict(profile.plan_inputs())
+    window_transient = max(profile.transient_peak_bytes, window.held_bytes)
+    rounding = window.allocations * ALLOCATOR_GRANULARITY if window.peak_bytes is not None else 0
+
+    def run(blocks: int) -> BlockRun:
+        engine_runs[blocks] = _profiled_run(
+            model, generation_config, config, blocks, baseline, weights, platform, all_layers=False
+        )[0]
+        return _block_run(engine_runs[blocks])
+
+    def blocks_for(cost: BlockCost) -> int:
+        transient = cost.fixed_bytes(window_transient) + rounding
+        try:
+            return _plan(
+                {**inputs, "transient_peak_bytes": transient},
+                cost.block_bytes,
+                baseline.total,
+                utilization,
+                pinned_bytes,
+            ).num_blocks
+        except NotEnoughMemoryError:
+            return 0
+
+    start = 2 * small
+    if window.peak_bytes is not None:
+        flat = max(0, window.peak_bytes - window.held_bytes)
+        estimate = read_back_estimate(model, config, window.attn_implementation, max_batch_tokens)
+        held = math.ceil(window.held_bytes / small)
+        wanted = math.ceil(2 * flat / max(1, estimate))
+        cap = blocks_for(BlockCost(math.ceil((held + estimate) * (1 + CAUTION)), (_block_run(window),) * 2, False))
+        start = max(small + 1, min(max(wanted, start), cap))
+    cost = measure_block_cost(run, [start], blocks_for, made=[_block_run(window)])
+    runs = tuple(engine_runs[r.num_blocks] for r in cost.runs)
+    before, after = runs[-2], runs[-1]
+    step = after.num_blocks - before.num_blocks
+    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
+    static_block = math.ceil((after.static_bytes - before.static_bytes) / step)
+    block = cost.block_bytes
+    inputs["transient_peak_bytes"] = cost.fixed_bytes(window_transient) + rounding
+    costs = {
+        "block_bytes": block,
+        "kv_block_bytes": min(kv_block, block),
+        "static_block_bytes": min(static_block, block - min(kv_block, block)),
+    }
+    return runs, inputs, costs, profile, [*cost.notes, *profile.notes]
 
 
 __all__ = [
     "EngineRun",
     "SizedConfig",
-    "block_cost",
     "block_tokens",
     "cuda_graph_flags",
     "default_max_batch_tokens",
-    "grows_linearly",
     "kv_padding_interval",
+    "limit_allocator",
     "model_bytes",
+    "one_layer_per_attention_type",
+    "profile_key",
+    "read_back_estimate",
     "run_engine",
     "size_continuous_batching",
 ]

@@ -1,0 +1,173 @@
+"""Measure once, start fast: figures an engine measured, kept on disk under a key of everything that changes them.
+
+An engine that sizes its cache by running itself (:mod:`devmem.block_cost`) takes seconds; the figures depend
+only on what the engine runs and where (model and engine configuration, device, driver, library versions,
+allocator settings). :class:`ProfileStore` keeps them in one JSON file per key: a restart with the same key reads
+them back, any changed field measures again. A file that cannot be read, is not valid JSON, or holds another
+key or another format is ignored with one warning (and measured over). The folder is ``directory`` if given,
+else ``$DEVMEM_PROFILE_DIR``, else ``$XDG_CACHE_HOME/devmem/profiles`` (``~/.cache/devmem/profiles``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devmem.errors import ProfileStoreError
+
+log = logging.getLogger("devmem.profile_store")
+
+#: The variable naming the folder the profiles are kept in.
+ENV = "DEVMEM_PROFILE_DIR"
+#: What every stored file says it is; a file without it is not one of these.
+FORMAT = "devmem-profile"
+#: The layout of a stored file; a file of another version is measured over.
+VERSION = 1
+#: A stored file larger than this is not one of these (and is not read).
+MAX_FILE_BYTES = 1 << 22
+
+
+def default_directory() -> Path:
+    """``$DEVMEM_PROFILE_DIR``, else ``$XDG_CACHE_HOME/devmem/profiles``, else ``~/.cache/devmem/profiles``."""
+    named = os.environ.get(ENV, "").strip()
+    if named:
+        return Path(named).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "devmem" / "profiles"
+
+
+def canonical(key: Mapping[str, Any]) -> str:
+    """The key as canonical JSON (sorted keys, no spaces); values that JSON cannot hold are written as ``repr``."""
+    if not isinstance(key, Mapping) or not key:
+        raise ProfileStoreError(f"a profile key must be a non-empty mapping of names to values, got {key!r}")
+    return json.dumps(key, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    """Figures read back from ``path``, stored under ``key`` (``created``: seconds since the epoch)."""
+
+    kind: str
+    key: dict[str, Any]
+    figures: dict[str, Any]
+    path: Path
+    created: float
+
+
+class ProfileStore:
+    """One JSON file per ``kind`` and key under ``directory`` (see :func:`default_directory`)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        if directory is not None and not isinstance(directory, (str, os.PathLike)):
+            raise ProfileStoreError(f"directory must be a path (str or os.PathLike) or None, got {directory!r}")
+        if directory is not None and not str(os.fspath(directory)).strip():
+            raise ProfileStoreError("directory must name a folder, got an empty path")
+        self.directory = Path(directory).expanduser() if directory is not None else default_directory()
+
+    def __repr__(self) -> str:
+        return f"ProfileStore({str(self.directory)!r})"
+
+    def path(self, kind: str, key: Mapping[str, Any]) -> Path:
+        """The file the figures of ``kind`` under ``key`` live in."""
+        if not isinstance(kind, str) or not kind.replace("_", "").replace("-", "").isalnum():
+            raise ProfileStoreError(f"kind must be a name of letters, digits, '-' and '_', got {kind!r}")
+        digest = hashlib.sha256(canonical(key).encode()).hexdigest()[:32]
+        return self.directory / f"{kind}-{digest}.json"
+
+    def load(self, kind: str, key: Mapping[str, Any]) -> StoredProfile | None:
+        """The figures stored for ``kind`` under ``key``, or ``None``: none stored, or a file that is not
+        readable, not JSON, of another format or version, or stored under another key (a warning says which)."""
+        path = self.path(kind, key)
+        wanted = json.loads(canonical(key))
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, RecursionError) as exc:
+            log.warning("devmem: ignoring the stored profile %s (%s); measuring again", path, exc)
+            return None
+        why = _foreign(data, kind, wanted)
+        if why:
+            log.warning("devmem: ignoring the stored profile %s: %s; measuring again", path, why)
+            return None
+        return StoredProfile(kind, wanted, data["figures"], path, float(data["created"]))
+
+    def save(self, kind: str, key: Mapping[str, Any], figures: Mapping[str, Any], created: float) -> Path | None:
+        """Write ``figures`` for ``kind`` under ``key`` (atomically: a reader sees the old file or the new one);
+        returns the path, or ``None`` with a warning where the folder cannot be written."""
+        path = self.path(kind, key)
+        body = {
+            "format": FORMAT,
+            "version": VERSION,
+            "kind": kind,
+            "created": created,
+            "key": json.loads(canonical(key)),
+            "figures": figures,
+        }
+        try:
+            text = json.dumps(body, indent=1, sort_keys=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except (OSError, TypeError, ValueError) as exc:
+            log.warning("devmem: could not store the profile in %s (%s); the next start measures again", path, exc)
+            return None
+        return path
+
+
+def _foreign(data: object, kind: str, key: object) -> str | None:
+    """Why ``data`` is not the stored figures of ``kind`` under ``key`` (``None``: it is)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return f"not a {FORMAT} file"
+    if data.get("version") != VERSION:
+        return f"layout version {data.get('version')!r}, this devmem reads {VERSION}"
+    if data.get("kind") != kind:
+        return f"figures of {data.get('kind')!r}, not {kind!r}"
+    if data.get("key") != key:
+        return "stored under another key"
+    if not isinstance(data.get("figures"), dict) or not isinstance(data.get("created"), (int, float)):
+        return "no figures"
+    return None
+
+
+def resolve_store(store: ProfileStore | str | os.PathLike[str] | bool | None) -> ProfileStore | None:
+    """The store an entry point's ``store`` argument names: ``None`` or ``True`` the default folder, a path that
+    folder, ``False`` none (measure every time), a :class:`ProfileStore` itself."""
+    if isinstance(store, ProfileStore):
+        return store
+    if store is False:
+        return None
+    if store is None or store is True:
+        return ProfileStore()
+    if isinstance(store, (str, os.PathLike)):
+        return ProfileStore(store)
+    raise ProfileStoreError(
+        f"store must be a ProfileStore, a folder (str or os.PathLike), True/None (the default folder) or False "
+        f"(measure every time), got {store!r}"
+    )
+
+
+__all__ = [
+    "ENV",
+    "ProfileStore",
+    "ProfileStoreError",
+    "StoredProfile",
+    "default_directory",
+    "resolve_store",
+]

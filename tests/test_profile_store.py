@@ -1,0 +1,127 @@
+"""devmem.profile_store: measured figures kept on disk under a key, read back by a start with the same key."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from devmem.profile_store import ENV, ProfileStore, ProfileStoreError, default_directory, resolve_store
+
+KEY = {"model": {"layers": 22, "hidden": 2048}, "device_total": 150 << 30, "versions": {"torch": "2.11"}}
+FIGURES = {"block_bytes": 21757952, "runs": [{"num_blocks": 33}]}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return ProfileStore(tmp_path / "profiles")
+
+
+def test_figures_saved_under_a_key_are_read_back_under_the_same_key(store):
+    path = store.save("engine", KEY, FIGURES, 1700000000.0)
+    stored = store.load("engine", dict(reversed(list(KEY.items()))))  # the order of the fields does not matter
+    assert stored is not None and stored.path == path and stored.figures == FIGURES
+    assert stored.created == 1700000000.0 and stored.key == KEY
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {**KEY, "device_total": (150 << 30) - 1},
+        {**KEY, "versions": {"torch": "2.12"}},
+        {**KEY, "model": {"layers": 22, "hidden": 2048, "dtype": "bf16"}},
+        {**KEY, "allocator": {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}},
+    ],
+)
+def test_any_changed_field_finds_nothing(store, changed):
+    store.save("engine", KEY, FIGURES, 0.0)
+    assert store.load("engine", changed) is None
+
+
+def test_another_kind_finds_nothing(store):
+    store.save("engine", KEY, FIGURES, 0.0)
+    assert store.load("other-engine", KEY) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{ not json", "Expecting property name"),
+        ('{"format": "something-else", "figures": {}}', "not a devmem-profile file"),
+        ("[1, 2, 3]", "not a devmem-profile file"),
+        ("[" * 100_000, "ignoring the stored profile"),
+    ],
+)
+def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning(store, caplog, text, why):
+    path = store.save("engine", KEY, FIGURES, 0.0)
+    path.write_text(text)
+    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+        assert store.load("engine", KEY) is None
+    assert f"ignoring the stored profile {path}" in caplog.text and why in caplog.text
+
+
+def test_a_file_stored_under_another_key_at_the_same_path_is_ignored(store, caplog):
+    path = store.save("engine", KEY, FIGURES, 0.0)
+    body = json.loads(path.read_text())
+    body["key"] = {**KEY, "device_total": 1}
+    path.write_text(json.dumps(body))
+    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+        assert store.load("engine", KEY) is None
+    assert "stored under another key" in caplog.text
+
+
+def test_a_file_of_another_layout_version_is_ignored(store, caplog):
+    path = store.save("engine", KEY, FIGURES, 0.0)
+    body = json.loads(path.read_text())
+    body["version"] = 999
+    path.write_text(json.dumps(body))
+    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+        assert store.load("engine", KEY) is None
+    assert "layout version 999" in caplog.text
+
+
+def test_a_folder_that_cannot_be_written_gives_a_warning_and_no_file(tmp_path, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+        assert ProfileStore(blocker / "profiles").save("engine", KEY, FIGURES, 0.0) is None
+    assert "could not store the profile" in caplog.text
+
+
+def test_the_folder_comes_from_the_variable_then_the_xdg_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, str(tmp_path / "named"))
+    assert default_directory() == tmp_path / "named"
+    monkeypatch.delenv(ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_directory() == tmp_path / "xdg" / "devmem" / "profiles"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # not absolute: ignored, as the XDG spec says
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_directory() == tmp_path / "home" / ".cache" / "devmem" / "profiles"
+
+
+def test_the_store_argument_names_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, str(tmp_path / "named"))
+    assert resolve_store(None).directory == tmp_path / "named" == resolve_store(True).directory
+    assert resolve_store(False) is None
+    assert resolve_store(tmp_path / "given").directory == tmp_path / "given"
+    store = ProfileStore(tmp_path)
+    assert resolve_store(store) is store
+
+
+@pytest.mark.parametrize("bad", [3, 1.5, b"bytes", ["a"]])
+def test_a_store_argument_of_another_kind_is_refused(bad):
+    with pytest.raises(ProfileStoreError, match="store must be a ProfileStore"):
+        resolve_store(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "../x", 3])
+def test_a_kind_that_is_not_a_plain_name_is_refused(store, bad):
+    with pytest.raises(ProfileStoreError, match="kind must be a name"):
+        store.path(bad, KEY)
+
+
+@pytest.mark.parametrize("bad", [{}, [], "key", None])
+def test_a_key_that_is_not_a_non_empty_mapping_is_refused(store, bad):
+    with pytest.raises(ProfileStoreError, match="a profile key must be a non-empty mapping"):
+        store.path("engine", bad)

@@ -488,6 +488,7 @@ class Engine:
         out["kv_allocated_bytes"] = self.kv.nbytes
         if d.type == "cuda":  # where the serving steps' memory goes, for diagnosis
             out["torch_reserved_at_serve"] = t.cuda.memory_reserved(d)
+            out["torch_allocated_at_serve"] = t.cuda.memory_allocated(d)
             t.cuda.reset_peak_memory_stats(d)
         start, generated = time.perf_counter(), 0
         replay = min((bs for bs in self.graphs if bs >= a.sequences), default=None)
@@ -498,6 +499,7 @@ class Engine:
         self.timings["serve_s"] = time.perf_counter() - start
         if d.type == "cuda":
             out["torch_reserved_peak_serving"] = t.cuda.max_memory_reserved(d)
+            out["torch_allocated_peak_serving"] = t.cuda.max_memory_allocated(d)
             stats = t.cuda.memory_stats(d)
             out["torch_segments_after_serve"] = {
                 k: stats.get(k)

@@ -4,13 +4,16 @@
 
     memory = devmem.EngineMemory(device=0, utilization=0.9)  # before the model and the device context exist
     model = load_model(memory.torch_device)
-    with memory.profile(weights_memory=model_bytes):
-        forward(largest_batch)
+    memory.profile_forward(lambda: forward(largest_batch), weights_memory=model_bytes)  # run twice in the window
     with memory.graphs():  # where the engine captures graphs: charged what capture kept
         capture_graphs()
     memory.plan(page_size_bytes=page, num_layers=layers)
     cache = memory.allocate()  # releases the allocator cache, then one allocation with a view per layer
     log.info(memory.explain())
+
+Creating it reserves the engine's share on the host's per-device ledger (:func:`devmem.reserve`; ``reserve=False``
+opts out), so engines started together are admitted or refused before any of them loads a model; ``close()`` (or
+leaving its ``with`` block, or the process's exit) releases the reservation.
 
 Each step checks that the one before it happened, and refuses a step taken twice, with an
 :class:`EngineMemoryError` naming what is missing. Device indexes are devmem's everywhere; the platform maps them
@@ -22,7 +25,7 @@ to torch's device (:attr:`EngineMemory.torch_device`). The functions beneath (``
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,12 +38,19 @@ from devmem.platform import Platform
 from devmem.plugins import current_platform
 from devmem.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
 from devmem.profiling import release_allocator_cache as _release
+from devmem.reservations import Reservation
+from devmem.reservations import reserve as reserve_share
 from devmem.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.torch_device import torch_device_for
 from devmem.types import MiB
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine")
+
+#: How many times :meth:`EngineMemory.profile_forward` runs the forward pass: a caching allocator reaches its
+#: steady state on the second pass (blocks cached by the first are split and reused in another order; on the H200
+#: a 28-layer model's second pass reserved 54 MiB more than its first), which is what serving then needs.
+PROFILE_PASSES = 2
 
 #: What torch's allocator maps at a time in expandable segments (its large pool's segment size): with
 #: ``expandable_segments:True`` the cache's allocation, and every later growth, is rounded up to it.
@@ -95,6 +105,11 @@ class EngineMemory:
     ``allocation_granularity`` is what torch's allocator rounds an allocation up to (2 MiB). With expandable
     segments, which the profile window detects, tensors are packed into one mapping that grows in units of
     20 MiB: the plan rounds the cache's total up to that unit once, whatever the layout.
+
+    ``reserve`` (default ``True``): reserve the requested share on the host's per-device ledger before anything
+    else (:func:`devmem.reserve`; a refusal is a :class:`~devmem.ReservationRefused` naming the holders), for
+    a pinned cache the ``pinned_bytes``; ``ledger_dir`` overrides ``DEVMEM_LEDGER_DIR``. Use the object as a
+    context manager, or call :meth:`close`, to release it.
     """
 
     def __init__(
@@ -106,6 +121,8 @@ class EngineMemory:
         platform: Platform | None = None,
         check_startup: bool = True,
         allocation_granularity: int = ALLOCATOR_GRANULARITY,
+        reserve: bool = True,
+        ledger_dir: str | None = None,
     ):
         self.device = arguments.device_index(device, error=EngineMemoryError)
         arguments.utilization(utilization, error=EngineMemoryError)
@@ -124,6 +141,12 @@ class EngineMemory:
             prepare(self.device)
         self.baseline = MemorySnapshot.measure(self.device, self.platform).read_by(self.platform)
         self.requested = requested_memory(self.baseline.total, utilization)
+        if not isinstance(reserve, bool):
+            raise EngineMemoryError(f"reserve must be True or False, got {shown(reserve)}")
+        self.reservation: Reservation | None = None
+        if reserve:  # before the start-up check: a refusal names who holds the device
+            share = self.requested if self.pinned_bytes is None else self.pinned_bytes
+            self.reservation = reserve_share(self.device, share, platform=self.platform, ledger_dir=ledger_dir)
         if check_startup and self.pinned_bytes is None:
             check_startup_memory(self.baseline, self.requested, self.platform)
         self.profile_result: ProfileResult | None = None
@@ -157,6 +180,22 @@ class EngineMemory:
         with memory_profiling(self.baseline, weights, self.platform) as result:
             self.profile_result = result
             yield result
+
+    def profile_forward(
+        self, forward: Callable[[], object], *, weights_memory: int = 0, passes: int = PROFILE_PASSES
+    ) -> ProfileResult:
+        """The profile window around ``forward()`` (the largest forward pass), run ``passes`` times (default 2):
+        torch's caching allocator reserves more on the second pass of the same work than on the first, and
+        serving runs it many times."""
+        if not callable(forward):
+            raise EngineMemoryError(
+                f"forward must be a callable running the largest forward pass, got {shown(forward)}"
+            )
+        count = arguments.count("passes", passes, error=EngineMemoryError)
+        with self.profile(weights_memory) as result:
+            for _ in range(count):
+                forward()
+        return result
 
     @contextmanager
     def graphs(self) -> Iterator[ProfileResult]:
@@ -271,6 +310,17 @@ class EngineMemory:
         """Give torch's cached, unused blocks back (right before an engine allocates its own cache tensors)."""
         return _release(self.device, self.platform)
 
+    def close(self) -> None:
+        """Release the reservation (the cache itself is the engine's to drop). Idempotent."""
+        if self.reservation is not None:
+            self.reservation.release()
+
+    def __enter__(self) -> EngineMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---- for people and for logs ---------------------------------------------------------------------------
     def explain(self) -> str:
         """Lines for people: the start, each window, the plan with its layout, and the allocation."""
@@ -284,6 +334,10 @@ class EngineMemory:
                 else f"; requested {format_size(self.requested)} (utilization {self.utilization})"
             )
         ]
+        if self.reservation is not None:
+            lines.append(
+                f"reserved {format_size(self.reservation.bytes)} on the host's ledger ({self.reservation.path})"
+            )
         for name, window in (("profile", self.profile_result), ("graphs", self.graphs_result)):
             if window is None or not window.complete:
                 continue
@@ -317,6 +371,7 @@ class EngineMemory:
             "utilization": self.utilization,
             "pinned_bytes": self.pinned_bytes,
             "requested": self.requested,
+            "reserved_bytes": None if self.reservation is None else self.reservation.bytes,
             "profile": None if self.profile_result is None else self.profile_result.as_dict(),
             "graphs": None if self.graphs_result is None else self.graphs_result.as_dict(),
             "graph_capture_bytes": None if self.kv_plan is None else self.kv_plan.breakdown.get("graph_capture"),
@@ -326,4 +381,4 @@ class EngineMemory:
         }
 
 
-__all__ = ["EXPANDABLE_SEGMENT_GRANULARITY", "EngineMemory", "EngineMemoryError", "KvLayout"]
+__all__ = ["PROFILE_PASSES", "EXPANDABLE_SEGMENT_GRANULARITY", "EngineMemory", "EngineMemoryError", "KvLayout"]

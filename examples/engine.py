@@ -57,6 +57,7 @@ from devmem import (
     parse_size,
     plan_kv_cache,
 )
+from devmem.engine_memory import PROFILE_PASSES
 
 #: Model shapes by name: (transformers config class, its arguments).
 MODELS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -346,9 +347,12 @@ class Engine:
                 dst.copy_(src[:, :, :length].permute(0, 2, 1, 3).unflatten(1, (blocks // seqs, bs)))
 
     def _warm_up(self, during_profile: Callable[[], None] | None) -> None:
-        """One serving step without the cache, then a one-token probe for every layer's K and V shapes."""
+        """Serving steps without the cache, as many as the allocator needs to reach its steady state
+        (``PROFILE_PASSES``: its second pass reserves more than its first), then a one-token probe for every
+        layer's K and V shapes."""
         t = self.torch
-        self.step()
+        for _ in range(PROFILE_PASSES):
+            self.step()
         with t.inference_mode():
             probe = self.model(input_ids=t.zeros((1, 1), dtype=t.long, device=self.device), use_cache=True)
             self.kv_shapes = [

@@ -172,7 +172,37 @@ def test_layout_of_zero_tensors_is_refused():
 def test_startup_check_refuses_a_request_above_free_memory(h200, platform):
     h200.allocate(100 * GiB, pid=h200.other_pid)
     with pytest.raises(devmem.NotEnoughMemoryError, match="Lower the utilization"):
+        EngineMemory(0, utilization=0.9, platform=platform, reserve=False)
+
+
+def test_creation_reserves_the_share_and_refuses_one_that_does_not_fit_naming_the_holder(h200, platform):
+    h200.allocate(100 * GiB, pid=h200.other_pid)
+    with pytest.raises(devmem.ReservationRefused, match=str(h200.other_pid)):
         EngineMemory(0, utilization=0.9, platform=platform)
+
+
+def test_the_reservation_is_released_by_close_and_admits_the_next_engine(platform):
+    first = EngineMemory(0, utilization=0.6, platform=platform)
+    assert first.reservation is not None and first.reservation.bytes == first.requested
+    with pytest.raises(devmem.ReservationRefused):
+        EngineMemory(0, utilization=0.6, platform=platform)
+    first.close()
+    with EngineMemory(0, utilization=0.6, platform=platform) as second:
+        assert second.reservation is not None
+    assert second.reservation.released
+
+
+def test_profile_forward_runs_the_forward_twice_in_the_profile_window(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    calls = []
+    result = memory.profile_forward(lambda: calls.append(memory.profile_result), weights_memory=0)
+    assert len(calls) == 2 and calls[0] is result and memory.profile_result is result
+
+
+def test_profile_forward_refuses_a_forward_that_is_no_callable(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with pytest.raises(EngineMemoryError, match="forward must be a callable"):
+        memory.profile_forward("forward")  # type: ignore[arg-type]
 
 
 def test_cpu_platform_allocates_the_cache_on_torchs_cpu_device(monkeypatch):

@@ -16,25 +16,32 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from devmem import __version__
+from devmem.cli_output import Output, error_line
 from devmem.host import REAL_FILES, Files
 from devmem.platform import DeviceReport, Platform, device_report
 from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
 from devmem.units import format_size
 
+#: Every command's stdout: the verdict's exit code survives a reader that went away.
+_out = Output()
+
 
 def _emit_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=False))
+    _out.print(json.dumps(obj, indent=2, sort_keys=False))
 
 
 def _print_wrapped(*lines: str) -> None:
-    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two)."""
-    from devmem.cli_format import terminal_width, wrap
+    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two); a pipe or a
+    file gets them whole."""
+    from devmem.cli_format import width_for, wrap
 
-    width = terminal_width()
+    width = width_for(sys.stdout)
+    out = []
     for line in "\n".join(lines).splitlines():
         indent = line[: len(line) - len(line.lstrip())]
-        print("\n".join(wrap(line.lstrip(), width, indent, indent + "  ")))
+        out += wrap(line.lstrip(), width, indent, indent + "  ")
+    _out.print(*out)
 
 
 def _yes(flag: bool) -> str:
@@ -80,7 +87,32 @@ def _device_json(device: dict[str, object]) -> dict[str, object]:
     }
 
 
+def _process_cells(rows_: list) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
+    """The process table's header, cells and right-aligned columns (NS PID only where a process has one)."""
+    with_ns = any(row.namespace_pid is not None for row in rows_)
+    header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
+    cells = []
+    for row in rows_:
+        command = row.command or "-"
+        if row.role:
+            command = f"[{row.role}] {command}"
+        ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
+        cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
+    return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
+
+
+def _static_facts(r: DeviceReport, platform: Platform) -> list[tuple[str, str]]:
+    """What a device's report says that does not change from one sample to the next."""
+    rows: list[tuple[str, str]] = []
+    if r.process is None and platform.torch_device is not None:
+        rows.append(("per-process figures", f"unavailable: {r.process_reason}"))
+    rows += [("integrated", _yes(r.integrated)), ("pages instead of failing", _yes(r.pages_instead_of_failing))]
+    rows += [(f"{key} from", text) for key, text in r.sources.items()]
+    return rows + [("note", note) for note in r.notes]
+
+
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
+    """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
     from devmem.cli_format import key_values, table
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
@@ -91,37 +123,22 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
         ("a new process", f"can allocate up to {format_size(r.free)} (free now)"),
     ]
     if r.process:  # the CLI's own figure means something only where it holds memory (host RAM, not a GPU)
-        rows.append(("this process", format_size(r.process)))
-    elif r.process is None and platform.torch_device is not None:
-        rows.append(("per-process figures", f"unavailable: {r.process_reason}"))
+        rows.append(("this process", f"{format_size(r.process)} (this devmem command itself)"))
     if rows_ is not None:
         held = sum(row.used for row in rows_)
         rows.append(("processes", f"{len(rows_)} hold {format_size(held)}" if rows_ else "none hold memory"))
     else:
         rows.append(("processes", f"not listed by the {r.platform} platform"))
-    rows += [("integrated", _yes(r.integrated)), ("pages instead of failing", _yes(r.pages_instead_of_failing))]
-    rows += [(f"{key} from", text) for key, text in r.sources.items()]
-    rows += [("note", note) for note in r.notes]
-    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows, width)]
+    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows + _static_facts(r, platform), width)]
     if rows_:
-        with_ns = any(row.namespace_pid is not None for row in rows_)
-        header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
-        cells = []
-        for row in rows_:
-            command = row.command or "-"
-            if row.role:
-                command = f"[{row.role}] {command}"
-            ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
-            cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
-        right = frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
+        header, cells, right = _process_cells(rows_)
         lines += table(header, cells, width, right=right)
     return lines
 
 
-def _screen(platform: Platform, because: str, devices: list[dict[str, object]], paint) -> str:
-    from devmem.cli_format import terminal_width, wrap
+def _screen(platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int) -> str:
+    from devmem.cli_format import wrap
 
-    width = terminal_width()
     lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
     for device in devices:
         lines += _device_screen(device, platform, width, paint)
@@ -149,10 +166,84 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
             }
         )
         return 0
-    from devmem.cli_format import Painter, wants_colour
+    from devmem.cli_format import Painter, wants_colour, width_for
 
-    print(_screen(platform, because, devices, Painter(wants_colour(sys.stdout))))
+    _out.print(_screen(platform, because, devices, Painter(wants_colour(sys.stdout)), width_for(sys.stdout)))
     return 0
+
+
+# --- devmem top: one line per device, one per process, the static facts once --------------------------------
+
+#: Columns of a device line other than its bar: index and name, percentage, used, free and total.
+_TOP_NAME = 16
+_TOP_FIXED = 3 + 1 + _TOP_NAME + 1 + 5 + 3 * 11
+#: A process line's columns before its command: indent, PID, user, device memory.
+_TOP_PROCESS = "    {pid:>7}  {user:<8.8}  {used:>10}  "
+
+
+def _bar(fraction: float, inner: int) -> str:
+    filled = min(inner, round(fraction * inner))
+    return "[" + "#" * filled + "." * (inner - filled) + "]"
+
+
+def _top_header(width: int) -> list[str]:
+    inner = width - _TOP_FIXED - 2
+    memory = f" {'MEMORY IN USE':<{inner + 2}}" if inner >= 5 else ""
+    head = f"{'DEV':>3} {'NAME':<{_TOP_NAME}}{memory}{'USE':>5}{'USED':>11}{'FREE':>11}{'TOTAL':>11}"
+    return [head, _TOP_PROCESS.format(pid="PID", user="USER", used="DEVICE MEM") + "COMMAND"]
+
+
+def _top_device_lines(device: dict[str, object], width: int, full_commands: bool, paint) -> list[str]:
+    """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
+    process, its command cut to the column (whole, wrapped, with ``full_commands``)."""
+    from devmem.cli_format import wrap
+
+    r: DeviceReport = device["report"]  # type: ignore[assignment]
+    rows_: list | None = device["processes"]  # type: ignore[assignment]
+    used = r.total - r.free
+    share = used / r.total if r.total else 0.0
+    inner = width - _TOP_FIXED - 2
+    bar = f" {_bar(share, inner)}" if inner >= 5 else ""
+    name = r.name if len(r.name) <= _TOP_NAME else r.name[: _TOP_NAME - 1] + "~"
+    sizes = "".join(f"{format_size(n):>11}" for n in (used, r.free, r.total))
+    lines = [paint(f"{r.index:>3} {name:<{_TOP_NAME}}", "bold") + f"{bar}{share:>5.0%}{sizes}"]
+    for row in rows_ or []:
+        head = _TOP_PROCESS.format(pid=row.pid, user=row.user or "-", used=format_size(row.used))
+        ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
+        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{row.command or '-'}"
+        room = max(8, width - len(head))
+        if full_commands:
+            lines += wrap(command, width, head, " " * len(head), break_long=True)
+        else:
+            lines.append(head + (command if len(command) <= room else command[: room - 3] + "..."))
+    return lines
+
+
+def _top_facts(platform: Platform, because: str, devices: list[dict[str, object]], width: int) -> list[str]:
+    """The title and what does not change between samples, once for all devices that share it."""
+    from devmem.cli_format import wrap
+
+    by_text: dict[str, list[int]] = {}
+    for device in devices:
+        r: DeviceReport = device["report"]  # type: ignore[assignment]
+        facts = _static_facts(r, platform)
+        if device["processes"] is None:
+            facts.append(("processes", f"not listed by the {r.platform} platform"))
+        by_text.setdefault("; ".join(f"{k}: {v}" for k, v in facts), []).append(r.index)
+    lines = wrap(f"devmem top on {platform.name} ({because})", width, "", "  ")
+    for text, indices in by_text.items():
+        who = "every device" if len(by_text) == 1 else "device " + ", ".join(map(str, indices))
+        lines += wrap(f"{who}: {text}", width, "", "  ")
+    return lines
+
+
+def _top_screen(args: argparse.Namespace, devices: list[dict[str, object]], width: int, paint) -> list[str]:
+    """The part of ``top`` redrawn each sample: the column headers (processes' only where one is listed), then
+    each device's lines."""
+    lines = _top_header(width)[: 2 if any(device["processes"] for device in devices) else 1]
+    for device in devices:
+        lines += _top_device_lines(device, width, bool(getattr(args, "verbose", False)), paint)
+    return lines
 
 
 class _Stop(Exception):
@@ -160,35 +251,52 @@ class _Stop(Exception):
 
 
 def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int], files: Files) -> int:
-    """Sample every ``args.watch`` seconds until Ctrl-C or SIGTERM (exit 0): one JSON line per sample with
-    ``--json``, else the screen, redrawn in place on a terminal."""
+    """Sample every ``args.watch`` seconds until Ctrl-C, SIGTERM or the reader going away (exit 0): one JSON line
+    per sample with ``--json``, else the screen, redrawn in place on a terminal that can (the static facts of
+    ``top`` are written once, above the part redrawn)."""
     import signal
     import time
     from datetime import datetime, timezone
 
-    from devmem.cli_format import Painter, wants_colour
+    from devmem.cli_format import Painter, redraw_ok, terminal_width, wants_colour, width_for
 
     def stop(signum, frame):
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, stop)
-    in_place = not args.json and sys.stdout.isatty()
+    in_place = not args.json and redraw_ok(sys.stdout)
     paint = Painter(wants_colour(sys.stdout))
+    compact = getattr(args, "compact", False)
+    width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
+    redraw_from = None  # the screen line below the static facts, once they are written
     try:
-        while True:
+        while not _out.lost:
             started = time.monotonic()
             devices = _sample(platform, indices, files)
-            stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
             if args.json:
+                stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
                 line = {"time": stamp, "platform": platform.name, "devices": [_device_json(d) for d in devices]}
-                sys.stdout.write(json.dumps(line) + "\n")
+                _out.write(json.dumps(line) + "\n")
+            elif compact:
+                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+                body = [f"{stamp}  every {args.watch:g} s, Ctrl-C to stop", *_top_screen(args, devices, width, paint)]
+                if redraw_from is None:
+                    facts = _top_facts(platform, because, devices, width)
+                    redraw_from = len(facts) + 1
+                    head = ("\x1b[H\x1b[2J" if in_place else "") + "\n".join(facts) + "\n"
+                    _out.write(head)
+                if in_place:
+                    _out.write(f"\x1b[{redraw_from};1H\x1b[J" + "\n".join(body) + "\n")
+                else:
+                    _out.write("\n".join(body) + "\n\n")
             else:
+                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
                 screen = f"{stamp}  every {args.watch:g} s, Ctrl-C to stop\n" + _screen(
-                    platform, because, devices, paint
+                    platform, because, devices, paint, width
                 )
-                sys.stdout.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
-            sys.stdout.flush()
+                _out.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
             time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+        return 0
     except (KeyboardInterrupt, _Stop):
         return 0
     finally:
@@ -200,7 +308,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
-    from devmem.cli_format import table, terminal_width
+    from devmem.cli_format import table, width_for
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
@@ -215,13 +323,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         )
         for c in cands
     ]
-    print("\n".join(table(header, rows, terminal_width(), indent="")))
+    _out.print(*table(header, rows, width_for(sys.stdout), indent=""))
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> int:
     """Findings on ``platform`` (the resolved one by default) for people or programs; 1 when any is a warning."""
-    from devmem.cli_format import Painter, terminal_width, wants_colour
+    from devmem.cli_format import Painter, wants_colour, width_for
     from devmem.doctor import diagnose, render
 
     platform = platform or current_platform()
@@ -230,7 +338,7 @@ def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> in
     if args.json:
         _emit_json({"platform": platform.name, "warnings": warnings, "findings": [f.as_dict() for f in findings]})
     else:
-        print(render(findings, platform.name, terminal_width(), Painter(wants_colour(sys.stdout))))
+        _out.print(render(findings, platform.name, width_for(sys.stdout), Painter(wants_colour(sys.stdout))))
     return 1 if warnings else 0
 
 
@@ -701,11 +809,28 @@ def build_parser() -> argparse.ArgumentParser:
     top = _sub(
         sub,
         "top",
-        "devmem info --watch: memory and processes, redrawn every SECONDS until Ctrl-C",
-        INFO_DESCRIPTION + "\nRedrawn in place on a terminal; Ctrl-C or SIGTERM stops it with exit 0.",
-        "  devmem top\n  devmem top --watch 0.5\n  devmem top --json > samples.jsonl   # one line per sample",
+        "memory and processes, one line each, every SECONDS (default 2) until Ctrl-C",
+        "One line per device (used, free and total, a bar and the share in use) and one per process on it "
+        "(PID, user, device memory, the command cut to the column; whole with -v), sampled every SECONDS. "
+        "What does not change between samples (integrated or not, paging, where each figure comes from, "
+        "driver notes) is written once, above. Redrawn in place on a terminal (not under TERM=dumb); "
+        "through a pipe the samples follow each other. Ctrl-C or SIGTERM stops it with exit 0, and so "
+        "does a reader going away. `devmem info` shows one device per block with every detail.",
+        "  devmem top                            # every 2 s\n"
+        "  devmem top 1                          # every second, as watch -n 1 or nvidia-smi -l 1\n"
+        "  devmem top -v --device 0              # whole command lines\n"
+        "  devmem top --json > samples.jsonl     # one JSON line per sample",
+    )
+    top.add_argument(
+        "interval",
+        nargs="?",
+        type=_interval,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between samples (the same as --interval)",
     )
     _add_info_flags(top, watch_default=2.0)
+    top.set_defaults(compact=True)
 
     plugins = _sub(
         sub,
@@ -846,10 +971,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
+    if getattr(args, "interval", None) is not None:
+        args.watch = args.interval
+    _out.lost = False
     try:
         return args.handler(args)
     except DevmemError as exc:
-        print(f"devmem: error: {exc}", file=sys.stderr)
+        error_line(f"devmem: error: {exc}")
         return 1
-    except BrokenPipeError:  # `devmem | head`
-        return 0

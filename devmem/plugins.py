@@ -129,13 +129,10 @@ def _resolve_candidates() -> _Resolution:
 
 
 def _listing(cands: list[Candidate]) -> str:
-    return (
-        "; ".join(
-            f"{c.name} (from {c.distribution}): {'detected' if c.detected else 'not detected'}, {c.reason}"
-            for c in cands
-        )
-        or "none"
-    )
+    """The registered names and the detected ones, short enough for one line; `devmem plugins` says why."""
+    names = ", ".join(sorted({c.name for c in cands})) or "none"
+    detected = ", ".join(sorted({c.name for c in cands if c.detected})) or "none"
+    return f"{names} (detected: {detected}; `devmem plugins` says why)"
 
 
 def _same_name_tie(top: Candidate, cands: list[Candidate]) -> None:

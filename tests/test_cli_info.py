@@ -235,7 +235,7 @@ def test_watch_through_a_pipe_appends_screens_without_escape_codes():
 def test_watch_on_a_terminal_redraws_in_place():
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devmem", "top", "--watch", "0.5"],
+        [sys.executable, "-m", "devmem", "info", "--watch", "0.5"],
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env_with(),

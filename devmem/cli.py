@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from devmem import __version__
 from devmem.cli_output import Output, error_line
@@ -529,13 +529,18 @@ def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False)
         help="tensor-parallel ranks the model is split over (default 1)",
     )
     parser.add_argument(
-        "--kv-dtype", choices=KV_DTYPES, default=None, help="KV-cache dtype (default auto: the model's)"
+        "--kv-dtype",
+        choices=KV_DTYPES,
+        default=None,
+        metavar="DTYPE",
+        help=f"KV-cache dtype: {', '.join(KV_DTYPES)} (default auto: the model's)",
     )
     parser.add_argument(
         "--dtype",
         choices=("bf16", "fp16", "fp32"),
         default=None,
-        help="the dtype the model is served in (default: the config's torch_dtype)",
+        metavar="DTYPE",
+        help="the dtype the model is served in: bf16, fp16, fp32 (default: the config's torch_dtype)",
     )
     parser.add_argument(
         "--block-size",
@@ -669,6 +674,33 @@ EXIT_CODES = """exit codes:
   2  a usage error (an unknown flag, a value that is not a size)"""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs fitted to the terminal: a paragraph is wrapped, an indented line (an example, a
+    table row) keeps its start and wraps under its text column."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import re
+
+        from devmem.cli_format import wrap
+
+        lines: list[str] = []
+        for line in text.splitlines():
+            column = re.match(r"\s+\S+(?: \S+)*\s{2,}", line) if line[:1].isspace() else None
+            start = line[: len(line) - len(line.lstrip())]
+            hanging = " " * len(column.group(0)) if column else start + ("    " if len(start) <= 2 else "")
+            lines += wrap(line.strip(), width, indent + start, indent + hanging, break_long=True) if line else [""]
+        return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is its problem in one line (two on a narrow terminal) that points to ``--help``, not the
+    usage block first (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        error_line(f"{self.prog}: error: {message} (`{self.prog} --help` explains)")
+        sys.exit(2)
+
+
 def _sub(
     sub: argparse._SubParsersAction,
     name: str,
@@ -685,7 +717,7 @@ def _sub(
         description=description,
         parents=[_common()],
         epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         **kwargs,
     )
     parser.set_defaults(parser=parser)
@@ -783,12 +815,12 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="devmem",
         description="Show what this machine's accelerators really have, and size KV caches from it. "
         "Without a command, `devmem` runs `devmem info` (and takes its options).",
         epilog=f"{ENVIRONMENT}\n\n{EXIT_CODES}\n\n`devmem COMMAND --help` shows each command's examples.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"devmem {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of platform resolution")
@@ -882,7 +914,9 @@ def build_parser() -> argparse.ArgumentParser:
         "does not fit --total (the message shows the arithmetic)\n  2  a usage error",
     )
     how = plan.add_mutually_exclusive_group()
-    how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")
+    how.add_argument(
+        "--utilization", type=_fraction, default=0.9, metavar="U", help="share of the total to use (default 0.9)"
+    )
     how.add_argument(
         "--pinned",
         type=_positive_size,

@@ -361,25 +361,52 @@ def _size(text: str) -> int:
     return size
 
 
+#: Flags for a device-sized figure: a bare number below this many bytes is surely missing its unit.
+_DEVICE_SIZED = {"--total": 1 << 20, "--pinned": 1 << 20, "--init-free": 1 << 20, "--free": 1 << 20}
+
+
 def _sizes_read(args: argparse.Namespace) -> dict[str, dict[str, object]]:
-    """Every size flag given with a unit, by flag: the text, how it was read, the bytes (for the human output);
-    the flags' values become plain ints."""
+    """Every size flag given, by flag: the text, how it was read, the bytes (for the human output); the flags'
+    values become plain ints. A bare number far smaller than any device, where a device's memory is meant
+    (``--total 80``), is warned about on stderr at once."""
     read = {}
     for name, value in vars(args).items():
         if isinstance(value, _ReadSize):
             setattr(args, name, int(value))
-            if not value.text.strip().isdigit():
-                read[f"--{name.replace('_', '-')}"] = {"text": value.text, "read_as": value.how, "bytes": int(value)}
+            flag = f"--{name.replace('_', '-')}"
+            read[flag] = {"text": value.text, "read_as": value.how, "bytes": int(value)}
+            bare = value.text.strip()
+            if bare.isdigit() and int(value) < _DEVICE_SIZED.get(flag, 0):
+                error_line(
+                    f"devmem: warning: {flag} {bare} has no unit, so it is {int(value)} bytes, far less than any "
+                    f"device's memory: write {bare}GiB (or vLLM's {bare}G) for gibibytes"
+                )
     return read
 
 
 def _sizes_read_lines(read: dict[str, dict[str, object]]) -> list[str]:
     """How each size that people read two ways was read: vLLM's letters (``80G``) and powers of 10 (``80GB``);
-    ``GiB`` and plain bytes say it themselves."""
-    return [
+    sizes without a unit in one line (bytes); ``GiB`` says it itself."""
+    lines = [
         f"{flag} {r['text']} read as {r['read_as']}"
         for flag, r in read.items()
-        if not str(r["text"]).strip().lower().endswith("ib")
+        if not str(r["text"]).strip().isdigit() and not str(r["text"]).strip().lower().endswith("ib")
+    ]
+    bare = [f"{flag} {str(r['text']).strip()}" for flag, r in read.items() if str(r["text"]).strip().isdigit()]
+    return lines + ([f"sizes without a unit are bytes: {', '.join(bare)}"] if bare else [])
+
+
+def _machine_total(args: argparse.Namespace) -> tuple[int | None, list[str]]:
+    """The total to plan with: ``--total``, else (without ``--pinned``) this machine's device ``--device``, with a
+    line that says where it came from."""
+    if args.total is not None or args.pinned is not None:
+        return args.total, []
+    platform = current_platform()
+    total = platform.device_memory_info(args.device).total
+    name = platform.device_name(args.device)
+    return total, [
+        f"total: {format_size(total)} is device {args.device} ({name}) of the {platform.name} platform: --total "
+        "was not given"
     ]
 
 
@@ -452,9 +479,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cmd_plan_model(args)
     _refuse_model_flags(args)
     read = _sizes_read(args)
-    total = args.total
-    if total is None and args.pinned is None:
-        total = current_platform().device_memory_info(args.device).total
+    total, total_lines = _machine_total(args)
     growable = args.init_free is not None or args.free is not None
     if growable and args.pinned is not None:
         raise DevmemError("--pinned selects the pinned path and --init-free/--free the growable path; give one")
@@ -490,7 +515,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(plan.as_dict())
     else:
-        _print_wrapped(plan.explain(), *_sizes_read_lines(read))
+        _print_wrapped(plan.explain(), *total_lines, *_sizes_read_lines(read))
     return 0
 
 
@@ -586,9 +611,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     read = _sizes_read(args)
     model = _load_model(args)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
-    total = args.total
-    if total is None and args.pinned is None:
-        total = current_platform().device_memory_info(args.device).total
+    total, total_lines = _machine_total(args)
     granularity = args.allocation_granularity or 1
     sizing = {
         "total": total,
@@ -623,7 +646,16 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        _print_wrapped(*model.explain(), plan.explain(), *answer.lines(), *_sizes_read_lines(read))
+        verdict = []
+        if args.context is not None and args.sequences is not None:
+            held = answer.sequences_at_context or 0
+            verdict = [
+                f"{args.sequences} sequence(s) of {args.context} tokens: "
+                + ("fit" if held >= args.sequences else f"do not fit ({held} do); `devmem fit` says what they need")
+            ]
+        _print_wrapped(
+            *model.explain(), plan.explain(), *answer.lines(), *verdict, *total_lines, *_sizes_read_lines(read)
+        )
     return 0
 
 

@@ -1,8 +1,9 @@
 """The ``devmem`` command: what this machine really has, and why an engine's KV cache is the size it is.
 
 Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback),
-a plan that does not fit, or ``doctor`` warnings, 2 a usage error. Human output scales its units (B..TiB) and
-wraps to the terminal's width; ``--json`` output shows exact bytes.
+a plan that does not fit, or ``doctor`` warnings, 2 a usage error; a reader that goes away changes none of them.
+Human output scales its units (B..TiB) and wraps to the terminal's width (a pipe gets whole lines); ``--json``
+output shows exact bytes.
 """
 
 from __future__ import annotations
@@ -697,8 +698,9 @@ ENVIRONMENT = """environment:
   DEVMEM_LOAD_PLUGINS=A,B    load only these plugins' entry points (cpu is always loaded)
   CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
                              which devices a process sees, and their order, as the device runtime applies them
-  NO_COLOR=1                 no colour (colour is used only on a terminal)
-  COLUMNS=N                  wrap human output to N columns (default: the terminal's width, else 80)"""
+  NO_COLOR=1                 no colour (colour is used only on a terminal, not under TERM=dumb)
+  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; output to
+                             a pipe or a file is not wrapped)"""
 
 EXIT_CODES = """exit codes:
   0  success

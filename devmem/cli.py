@@ -196,7 +196,8 @@ def _top_header(width: int) -> list[str]:
 
 def _top_device_lines(device: dict[str, object], width: int, full_commands: bool, paint) -> list[str]:
     """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
-    process, its command cut to the column (whole, wrapped, with ``full_commands``)."""
+    process, its command cut to the column and its program named without its path (whole, wrapped, with
+    ``full_commands``)."""
     from devmem.cli_format import wrap
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
@@ -211,7 +212,10 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     for row in rows_ or []:
         head = _TOP_PROCESS.format(pid=row.pid, user=row.user or "-", used=format_size(row.used))
         ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
-        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{row.command or '-'}"
+        program, _, rest = (row.command or "-").partition(" ")
+        if not full_commands and program.startswith("/"):  # the program's name, not its path, when cut
+            program = os.path.basename(program)
+        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{program}{' ' if rest else ''}{rest}"
         room = max(8, width - len(head))
         if full_commands:
             lines += wrap(command, width, head, " " * len(head), break_long=True)

@@ -6,6 +6,7 @@ command lines, hold memory; ``top`` runs in-process until an interval timer inte
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -46,7 +47,7 @@ def node(ranks):
     return sc
 
 
-def top(capsys, monkeypatch, sc, *argv: str, seconds: float = 1.2) -> tuple[int, str]:
+def top(capsys, monkeypatch, sc, *argv: str, seconds: float = 2.5) -> tuple[int, str]:
     """``devmem top argv`` on ``sc`` with COLUMNS=80, stopped after ``seconds`` as Ctrl-C stops it."""
     monkeypatch.setenv("COLUMNS", "80")
     args = build_parser().parse_args(["top", *argv])
@@ -89,6 +90,12 @@ def test_each_process_has_one_line_with_its_command_cut_to_the_column(capsys, mo
     _, out = top(capsys, monkeypatch, node, "0.5")
     lines = [line for line in samples(out)[0] if line.split()[:1] == [str(ranks[0])]]
     assert len(lines) == 8 and all(line.endswith("...") and len(line) == 80 for line in lines)
+
+
+def test_a_cut_command_names_its_program_without_the_path(capsys, monkeypatch, node, ranks):
+    _, out = top(capsys, monkeypatch, node, "0.5")
+    line = next(line for line in samples(out)[0] if line.split()[:1] == [str(ranks[0])])
+    assert line.split("GiB  ", 1)[1].startswith(f"{os.path.basename(sys.executable)} -c import time")
 
 
 def test_verbose_shows_the_whole_command(capsys, monkeypatch, node, ranks):

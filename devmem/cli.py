@@ -313,7 +313,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
-    from devmem.cli_format import table, width_for
+    from devmem.cli_format import table, width_for, wrap
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
@@ -328,7 +328,17 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         )
         for c in cands
     ]
-    _out.print(*table(header, rows, width_for(sys.stdout), indent=""))
+    width = width_for(sys.stdout)
+    fixed = sum(max(len(row[i]) for row in [header, *rows]) + 2 for i in range(len(header) - 1))
+    if width - fixed >= 40:
+        _out.print(*table(header, rows, width, indent=""))
+        return 0
+    # a narrow terminal: each reason on its own lines under its row, across the whole width
+    head, *short = table(header[:-1] + ("",), [row[:-1] + ("",) for row in rows], width, indent="")
+    lines = [head.rstrip()]
+    for line, row in zip(short, rows, strict=True):
+        lines += [line.rstrip(), *wrap(row[-1], width, "      ", "      ")]
+    _out.print(*lines)
     return 0
 
 

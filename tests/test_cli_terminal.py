@@ -67,3 +67,10 @@ def test_an_error_on_a_terminal_is_wrapped_to_its_width():
     os.close(leader)
     lines = b"".join(chunks).decode().splitlines()
     assert 2 <= len(lines) <= 4 and all(len(line) <= 50 for line in lines), lines
+
+
+def test_plugins_on_a_narrow_terminal_gives_each_reason_the_whole_width():
+    lines = devmem("plugins", COLUMNS="80").stdout.splitlines()
+    cpu = next(i for i, line in enumerate(lines) if line.split()[:2] == ["*", "cpu"])
+    assert lines[cpu + 1] == "      host memory is always available" and all(len(line) <= 80 for line in lines)
+    assert lines[0].split() == ["name", "priority", "distribution", "version", "detected"]

@@ -183,7 +183,7 @@ _TOP_PROCESS = "    {pid:>7}  {user:<8.8}  {used:>10}  "
 
 
 def _bar(fraction: float, inner: int) -> str:
-    filled = min(inner, round(fraction * inner))
+    filled = max(0, min(inner, round(fraction * inner)))
     return "[" + "#" * filled + "." * (inner - filled) + "]"
 
 

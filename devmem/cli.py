@@ -745,7 +745,7 @@ class _Parser(argparse.ArgumentParser):
     usage block first (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        error_line(f"{self.prog}: error: {message} (`{self.prog} --help` explains)")
+        error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
         sys.exit(2)
 
 

@@ -40,7 +40,7 @@ def read_size(text: str) -> tuple[int, str]:
     unit = _LETTERS.get(suffix, suffix).lower() if match else None
     if match is None or unit not in _UNITS:
         raise ValueError(
-            f"{text!r} is not a size: write bytes (4096) or a number with a unit (16GiB, 1.5GB, vLLM's 80G)"
+            f"{text!r} is not a size: give bytes or a unit (KB..TB; KiB, MiB, GiB, TiB; vLLM's 80G = 80 GiB)"
         )
     nbytes = int(Decimal(match.group(1)) * _UNITS[unit]) if len(match.group(1)) <= 40 else _TOO_LARGE
     if nbytes >= _TOO_LARGE:

@@ -6,12 +6,15 @@ command lines, hold memory; ``top`` runs in-process until an interval timer inte
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import pytest
 
@@ -23,7 +26,7 @@ from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
 LONG = "import time; time.sleep(60)  # " + "a long command line that no column holds " * 3
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ranks():
     """Two real processes with long command lines; yields their PIDs."""
     procs = [subprocess.Popen([sys.executable, "-c", f"{LONG}{n}"]) for n in (1, 2)]
@@ -33,7 +36,7 @@ def ranks():
         p.wait()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def node(ranks):
     """Eight scripted H200s; on each, the two processes hold 20 GiB and 1 GiB."""
     gpus = [
@@ -47,9 +50,8 @@ def node(ranks):
     return sc
 
 
-def top(capsys, monkeypatch, sc, *argv: str, seconds: float = 2.5) -> tuple[int, str]:
-    """``devmem top argv`` on ``sc`` with COLUMNS=80, stopped after ``seconds`` as Ctrl-C stops it."""
-    monkeypatch.setenv("COLUMNS", "80")
+def run_top(sc, argv: tuple[str, ...], seconds: float = 2.5) -> tuple[int, str]:
+    """``devmem top argv`` on ``sc`` with COLUMNS=80 through a pipe, stopped after ``seconds`` as Ctrl-C stops it."""
     args = build_parser().parse_args(["top", *argv])
     if args.interval is not None:
         args.watch = args.interval
@@ -57,14 +59,29 @@ def top(capsys, monkeypatch, sc, *argv: str, seconds: float = 2.5) -> tuple[int,
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    out = io.StringIO()
     previous = signal.signal(signal.SIGALRM, interrupt)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        code = cmd_info(args, scripted_platform(sc))
+        with mock.patch.dict(os.environ, {"COLUMNS": "80"}), contextlib.redirect_stdout(out):
+            code = cmd_info(args, scripted_platform(sc))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    return code, capsys.readouterr().out
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def top(node):
+    """``top(*argv)``: the exit code and output of ``devmem top argv`` on the node; each argv runs once."""
+    runs: dict[tuple[str, ...], tuple[int, str]] = {}
+
+    def run(*argv: str) -> tuple[int, str]:
+        if argv not in runs:
+            runs[argv] = run_top(node, argv)
+        return runs[argv]
+
+    return run
 
 
 def samples(out: str) -> list[list[str]]:
@@ -72,52 +89,52 @@ def samples(out: str) -> list[list[str]]:
     return [s.splitlines() for s in out.strip("\n").split("\n\n")]
 
 
-def test_an_8_gpu_node_fits_a_50_line_terminal_at_80_columns(capsys, monkeypatch, node):
-    code, out = top(capsys, monkeypatch, node, "0.5")
+def test_an_8_gpu_node_fits_a_50_line_terminal_at_80_columns(top):
+    code, out = top("0.4")
     first = samples(out)[0]
     assert code == 0 and len(first) <= 50, "\n".join(first)
     assert all(len(line) <= 80 for line in out.splitlines()), [line for line in out.splitlines() if len(line) > 80]
 
 
-def test_each_device_has_one_header_line_with_used_free_total_a_bar_and_the_share(capsys, monkeypatch, node):
-    _, out = top(capsys, monkeypatch, node, "0.5")
+def test_each_device_has_one_header_line_with_used_free_total_a_bar_and_the_share(top):
+    _, out = top("0.4")
     devices = [line for line in samples(out)[0] if re.match(r" *\d NVIDIA H200 ", line)]
     assert [line.split()[0] for line in devices] == [str(i) for i in range(8)]
     assert all(line.split()[-7:] == ["15%", "21.00", "GiB", "118.80", "GiB", "139.80", "GiB"] for line in devices)
 
 
-def test_each_process_has_one_line_with_its_command_cut_to_the_column(capsys, monkeypatch, node, ranks):
-    _, out = top(capsys, monkeypatch, node, "0.5")
+def test_each_process_has_one_line_with_its_command_cut_to_the_column(top, ranks):
+    _, out = top("0.4")
     lines = [line for line in samples(out)[0] if line.split()[:1] == [str(ranks[0])]]
     assert len(lines) == 8 and all(line.endswith("...") and len(line) == 80 for line in lines)
 
 
-def test_a_cut_command_names_its_program_without_the_path(capsys, monkeypatch, node, ranks):
-    _, out = top(capsys, monkeypatch, node, "0.5")
+def test_a_cut_command_names_its_program_without_the_path(top, ranks):
+    _, out = top("0.4")
     line = next(line for line in samples(out)[0] if line.split()[:1] == [str(ranks[0])])
     assert line.split("GiB  ", 1)[1].startswith(f"{os.path.basename(sys.executable)} -c import time")
 
 
-def test_verbose_shows_the_whole_command(capsys, monkeypatch, node, ranks):
-    _, out = top(capsys, monkeypatch, node, "-v", "0.5")
+def test_verbose_shows_the_whole_command(top, ranks):
+    _, out = top("-v", "0.4")
     assert " ".join(f"{LONG}1".split()) in " ".join(" ".join(samples(out)[0]).split())
 
 
-def test_static_facts_are_written_once_not_every_sample(capsys, monkeypatch, node):
-    _, out = top(capsys, monkeypatch, node, "0.4")
+def test_static_facts_are_written_once_not_every_sample(top):
+    _, out = top("0.4")
     assert len(samples(out)) >= 2
     assert out.count("pages instead of failing: no") == 1 and out.count("total from:") == 1
 
 
-def test_the_timestamp_is_to_the_second(capsys, monkeypatch, node):
-    _, out = top(capsys, monkeypatch, node, "0.5")
+def test_the_timestamp_is_to_the_second(top):
+    _, out = top("0.4")
     stamps = [line.split("  ")[0] for line in out.splitlines() if "Ctrl-C to stop" in line]
     assert stamps and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", s) for s in stamps), stamps
 
 
-def test_an_interval_is_taken_as_watch_and_nvidia_smi_l_take_it(capsys, monkeypatch, node):
-    _, out = top(capsys, monkeypatch, node, "0.3")
-    assert "every 0.3 s" in out and len(samples(out)) >= 3
+def test_an_interval_is_taken_as_watch_and_nvidia_smi_l_take_it(top):
+    _, out = top("0.4")
+    assert "every 0.4 s" in out and len(samples(out)) >= 2
 
 
 @pytest.mark.parametrize("interval", ["0", "soon"])

@@ -22,6 +22,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # two gloo ranks in subprocesses
 def test_two_gloo_ranks_with_different_budgets_both_end_with_the_smaller(tmp_path):
     """Rank 1 runs in a child process, rank 0 in this one (which has torch imported already)."""
     torch = pytest.importorskip("torch")

@@ -1055,7 +1055,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
     if getattr(args, "interval", None) is not None:
         args.watch = args.interval
-    _out.lost = False
     try:
         return args.handler(args)
     except DevmemError as exc:

@@ -19,6 +19,10 @@ from devmem.types import DevmemError
 _READER_GONE = frozenset({errno.EPIPE, errno.EBADF, errno.ECONNRESET})
 
 
+#: No stream: the reader of none has gone.
+_NOWHERE = object()
+
+
 class OutputError(DevmemError):
     """stdout cannot take the output (a full disk, an I/O error); not raised when its reader went away."""
 
@@ -34,28 +38,31 @@ def _silence(stream: IO[str]) -> None:
 
 
 class Output:
-    """stdout for the CLI, looked up at each write (tests swap ``sys.stdout``); ``lost`` once its reader is gone."""
+    """stdout for the CLI, looked up at each write (tests swap ``sys.stdout``); :attr:`lost` once its reader is
+    gone, for that stream only."""
 
     def __init__(self) -> None:
-        self.lost = False
+        self._lost_on: object = _NOWHERE
+
+    @property
+    def lost(self) -> bool:
+        """Whether the current stdout's reader went away (or stdout is closed): writes to it are dropped."""
+        return sys.stdout is None or self._lost_on is sys.stdout
 
     def write(self, text: str) -> None:
         """Write and flush ``text``: dropped once the reader is gone, :class:`OutputError` on any other failure."""
         stream = sys.stdout
-        if self.lost:
-            return
-        if stream is None:  # started with fd 1 closed
-            self.lost = True
+        if self.lost:  # also: started with fd 1 closed (sys.stdout is None)
             return
         try:
             stream.write(text)
             stream.flush()
         except ValueError:  # a stream closed under us
-            self.lost = True
+            self._lost_on = stream
         except OSError as exc:
             _silence(stream)
             if isinstance(exc, BrokenPipeError) or exc.errno in _READER_GONE:
-                self.lost = True
+                self._lost_on = stream
                 return
             reason = exc.strerror or type(exc).__name__
             raise OutputError(f"cannot write the output to stdout: {reason} (errno {exc.errno})") from None

@@ -3,6 +3,8 @@ is one error line, escape sequences go only to a terminal that shows them, and a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import pty
 import signal
@@ -13,6 +15,8 @@ import time
 import pytest
 from model_configs import TINY_LLAMA, write_model
 from test_cli_info import env_with
+
+from devmem.cli import main
 
 DEVMEM = [sys.executable, "-m", "devmem"]
 
@@ -128,3 +132,13 @@ def test_a_pipe_gets_each_line_whole():
     result = subprocess.run([*DEVMEM, *argv], capture_output=True, text=True, env=env)
     line = next(line for line in result.stdout.splitlines() if line.startswith("KV cache:"))
     assert len(line) > 80 and line.endswith("60129017856 bytes, 524288 bytes left over"), line
+
+
+def test_a_gone_reader_silences_only_its_own_stream(capsys, monkeypatch):
+    """In one process (an engine calling the CLI twice, the tests): a new stdout is written to again."""
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    gone = io.StringIO()
+    gone.close()
+    with contextlib.redirect_stdout(gone):
+        assert main(["info", "--json"]) == 0
+    assert main(["info", "--json"]) == 0 and '"platform": "cpu"' in capsys.readouterr().out

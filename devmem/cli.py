@@ -1,8 +1,9 @@
 """The ``devmem`` command: what this machine really has, and why an engine's KV cache is the size it is.
 
 Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback),
-a plan that does not fit, or ``doctor`` warnings, 2 a usage error. Human output scales its units (B..TiB) and
-wraps to the terminal's width; ``--json`` output shows exact bytes.
+a plan that does not fit, or ``doctor`` warnings, 2 a usage error; a reader that goes away changes none of them.
+Human output scales its units (B..TiB) and wraps to the terminal's width (a pipe gets whole lines); ``--json``
+output shows exact bytes.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from devmem import __version__
+from devmem.cli_output import Output, error_line
 from devmem.host import REAL_FILES, Files
 from devmem.parsing import env_text
 from devmem.platform import DeviceReport, Platform, read_device
@@ -22,19 +24,25 @@ from devmem.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import DevmemError
 from devmem.units import format_size
 
+#: Every command's stdout: the verdict's exit code survives a reader that went away.
+_out = Output()
+
 
 def _emit_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=False))
+    _out.print(json.dumps(obj, indent=2, sort_keys=False))
 
 
 def _print_wrapped(*lines: str) -> None:
-    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two)."""
-    from devmem.cli_format import terminal_width, wrap
+    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two); a pipe or a
+    file gets them whole."""
+    from devmem.cli_format import width_for, wrap
 
-    width = terminal_width()
+    width = width_for(sys.stdout)
+    out = []
     for line in "\n".join(lines).splitlines():
         indent = line[: len(line) - len(line.lstrip())]
-        print("\n".join(wrap(line.lstrip(), width, indent, indent + "  ")))
+        out += wrap(line.lstrip(), width, indent, indent + "  ")
+    _out.print(*out)
 
 
 def _yes(flag: bool) -> str:
@@ -85,7 +93,32 @@ def _device_json(device: dict[str, object]) -> dict[str, object]:
     }
 
 
+def _process_cells(rows_: list) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
+    """The process table's header, cells and right-aligned columns (NS PID only where a process has one)."""
+    with_ns = any(row.namespace_pid is not None for row in rows_)
+    header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
+    cells = []
+    for row in rows_:
+        command = row.command or "-"
+        if row.role:
+            command = f"[{row.role}] {command}"
+        ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
+        cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
+    return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
+
+
+def _static_facts(r: DeviceReport, platform: Platform) -> list[tuple[str, str]]:
+    """What a device's report says that does not change from one sample to the next."""
+    rows: list[tuple[str, str]] = []
+    if r.process is None and platform.torch_device is not None:
+        rows.append(("per-process figures", f"unavailable: {r.process_reason}"))
+    rows += [("integrated", _yes(r.integrated)), ("pages instead of failing", _yes(r.pages_instead_of_failing))]
+    rows += [(f"{key} from", text) for key, text in r.sources.items()]
+    return rows + [("note", note) for note in r.notes]
+
+
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
+    """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
     from devmem.cli_format import key_values, table
     from devmem.cli_reservations import reservation_rows, reservation_table
 
@@ -97,40 +130,25 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
         ("a new process", f"can allocate up to {format_size(r.free)} (free now)"),
     ]
     if r.process:  # the CLI's own figure means something only where it holds memory (host RAM, not a GPU)
-        rows.append(("this process", format_size(r.process)))
-    elif r.process is None and platform.torch_device is not None:
-        rows.append(("per-process figures", f"unavailable: {r.process_reason}"))
+        rows.append(("this process", f"{format_size(r.process)} (this devmem command itself)"))
     if rows_ is not None:
         held = sum(row.used for row in rows_)
         rows.append(("processes", f"{len(rows_)} hold {format_size(held)}" if rows_ else "none hold memory"))
     else:
         rows.append(("processes", f"not listed by the {r.platform} platform"))
-    rows += [("integrated", _yes(r.integrated)), ("pages instead of failing", _yes(r.pages_instead_of_failing))]
-    rows += [(f"{key} from", text) for key, text in r.sources.items()]
-    rows += [("note", note) for note in r.notes]
     reservations: Any = device["reservations"]
     rows += reservation_rows(reservations, paint)
-    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows, width)]
+    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows + _static_facts(r, platform), width)]
     if rows_:
-        with_ns = any(row.namespace_pid is not None for row in rows_)
-        header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
-        cells = []
-        for row in rows_:
-            command = row.command or "-"
-            if row.role:
-                command = f"[{row.role}] {command}"
-            ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
-            cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
-        right = frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
+        header, cells, right = _process_cells(rows_)
         lines += table(header, cells, width, right=right)
     lines += reservation_table(reservations, width)
     return lines
 
 
-def _screen(platform: Platform, because: str, devices: list[dict[str, object]], paint) -> str:
-    from devmem.cli_format import terminal_width, wrap
+def _screen(platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int) -> str:
+    from devmem.cli_format import wrap
 
-    width = terminal_width()
     lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
     for device in devices:
         lines += _device_screen(device, platform, width, paint)
@@ -158,10 +176,88 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
             }
         )
         return 0
-    from devmem.cli_format import Painter, wants_colour
+    from devmem.cli_format import Painter, wants_colour, width_for
 
-    print(_screen(platform, because, devices, Painter(wants_colour(sys.stdout))))
+    _out.print(_screen(platform, because, devices, Painter(wants_colour(sys.stdout)), width_for(sys.stdout)))
     return 0
+
+
+# --- devmem top: one line per device, one per process, the static facts once --------------------------------
+
+#: Columns of a device line other than its bar: index and name, percentage, used, free and total.
+_TOP_NAME = 16
+_TOP_FIXED = 3 + 1 + _TOP_NAME + 1 + 5 + 3 * 11
+#: A process line's columns before its command: indent, PID, user, device memory.
+_TOP_PROCESS = "    {pid:>7}  {user:<8.8}  {used:>10}  "
+
+
+def _bar(fraction: float, inner: int) -> str:
+    filled = max(0, min(inner, round(fraction * inner)))
+    return "[" + "#" * filled + "." * (inner - filled) + "]"
+
+
+def _top_header(width: int) -> list[str]:
+    inner = width - _TOP_FIXED - 2
+    memory = f" {'MEMORY IN USE':<{inner + 2}}" if inner >= 5 else ""
+    head = f"{'DEV':>3} {'NAME':<{_TOP_NAME}}{memory}{'USE':>5}{'USED':>11}{'FREE':>11}{'TOTAL':>11}"
+    return [head, _TOP_PROCESS.format(pid="PID", user="USER", used="DEVICE MEM") + "COMMAND"]
+
+
+def _top_device_lines(device: dict[str, object], width: int, full_commands: bool, paint) -> list[str]:
+    """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
+    process, its command cut to the column and its program named without its path (whole, wrapped, with
+    ``full_commands``)."""
+    from devmem.cli_format import wrap
+
+    r: DeviceReport = device["report"]  # type: ignore[assignment]
+    rows_: list | None = device["processes"]  # type: ignore[assignment]
+    used = r.total - r.free
+    share = used / r.total if r.total else 0.0
+    inner = width - _TOP_FIXED - 2
+    bar = f" {_bar(share, inner)}" if inner >= 5 else ""
+    name = r.name if len(r.name) <= _TOP_NAME else r.name[: _TOP_NAME - 1] + "~"
+    sizes = "".join(f"{format_size(n):>11}" for n in (used, r.free, r.total))
+    lines = [paint(f"{r.index:>3} {name:<{_TOP_NAME}}", "bold") + f"{bar}{share:>5.0%}{sizes}"]
+    for row in rows_ or []:
+        head = _TOP_PROCESS.format(pid=row.pid, user=row.user or "-", used=format_size(row.used))
+        ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
+        program, _, rest = (row.command or "-").partition(" ")
+        if not full_commands and program.startswith("/"):  # the program's name, not its path, when cut
+            program = program.rsplit("/", 1)[-1]
+        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{program}{' ' if rest else ''}{rest}"
+        room = max(8, width - len(head))
+        if full_commands:
+            lines += wrap(command, width, head, " " * len(head), break_long=True)
+        else:
+            lines.append(head + (command if len(command) <= room else command[: room - 3] + "..."))
+    return lines
+
+
+def _top_facts(platform: Platform, because: str, devices: list[dict[str, object]], width: int) -> list[str]:
+    """The title and what does not change between samples, once for all devices that share it."""
+    from devmem.cli_format import wrap
+
+    by_text: dict[str, list[int]] = {}
+    for device in devices:
+        r: DeviceReport = device["report"]  # type: ignore[assignment]
+        facts = _static_facts(r, platform)
+        if device["processes"] is None:
+            facts.append(("processes", f"not listed by the {r.platform} platform"))
+        by_text.setdefault("; ".join(f"{k}: {v}" for k, v in facts), []).append(r.index)
+    lines = wrap(f"devmem top on {platform.name} ({because})", width, "", "  ")
+    for text, indices in by_text.items():
+        who = "every device" if len(by_text) == 1 else "device " + ", ".join(map(str, indices))
+        lines += wrap(f"{who}: {text}", width, "", "  ")
+    return lines
+
+
+def _top_screen(args: argparse.Namespace, devices: list[dict[str, object]], width: int, paint) -> list[str]:
+    """The part of ``top`` redrawn each sample: the column headers (processes' only where one is listed), then
+    each device's lines."""
+    lines = _top_header(width)[: 2 if any(device["processes"] for device in devices) else 1]
+    for device in devices:
+        lines += _top_device_lines(device, width, bool(getattr(args, "verbose", False)), paint)
+    return lines
 
 
 class _Stop(Exception):
@@ -169,35 +265,52 @@ class _Stop(Exception):
 
 
 def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int], files: Files) -> int:
-    """Sample every ``args.watch`` seconds until Ctrl-C or SIGTERM (exit 0): one JSON line per sample with
-    ``--json``, else the screen, redrawn in place on a terminal."""
+    """Sample every ``args.watch`` seconds until Ctrl-C, SIGTERM or the reader going away (exit 0): one JSON line
+    per sample with ``--json``, else the screen, redrawn in place on a terminal that can (the static facts of
+    ``top`` are written once, above the part redrawn)."""
     import signal
     import time
     from datetime import datetime, timezone
 
-    from devmem.cli_format import Painter, wants_colour
+    from devmem.cli_format import Painter, redraw_ok, terminal_width, wants_colour, width_for
 
     def stop(signum, frame):
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, stop)
-    in_place = not args.json and sys.stdout.isatty()
+    in_place = not args.json and redraw_ok(sys.stdout)
     paint = Painter(wants_colour(sys.stdout))
+    compact = getattr(args, "compact", False)
+    width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
+    redraw_from = None  # the screen line below the static facts, once they are written
     try:
-        while True:
+        while not _out.lost:
             started = time.monotonic()
             devices = _sample(platform, indices, files)
-            stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
             if args.json:
+                stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
                 line = {"time": stamp, "platform": platform.name, "devices": [_device_json(d) for d in devices]}
-                sys.stdout.write(json.dumps(line) + "\n")
+                _out.write(json.dumps(line) + "\n")
+            elif compact:
+                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+                body = [f"{stamp}  every {args.watch:g} s, Ctrl-C to stop", *_top_screen(args, devices, width, paint)]
+                if redraw_from is None:
+                    facts = _top_facts(platform, because, devices, width)
+                    redraw_from = len(facts) + 1
+                    head = ("\x1b[H\x1b[2J" if in_place else "") + "\n".join(facts) + "\n"
+                    _out.write(head)
+                if in_place:
+                    _out.write(f"\x1b[{redraw_from};1H\x1b[J" + "\n".join(body) + "\n")
+                else:
+                    _out.write("\n".join(body) + "\n\n")
             else:
+                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
                 screen = f"{stamp}  every {args.watch:g} s, Ctrl-C to stop\n" + _screen(
-                    platform, because, devices, paint
+                    platform, because, devices, paint, width
                 )
-                sys.stdout.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
-            sys.stdout.flush()
+                _out.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
             time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+        return 0
     except (KeyboardInterrupt, _Stop):
         return 0
     finally:
@@ -209,7 +322,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
-    from devmem.cli_format import table, terminal_width
+    from devmem.cli_format import table, width_for, wrap
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
@@ -224,13 +337,23 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         )
         for c in cands
     ]
-    print("\n".join(table(header, rows, terminal_width(), indent="")))
+    width = width_for(sys.stdout)
+    fixed = sum(max(len(row[i]) for row in [header, *rows]) + 2 for i in range(len(header) - 1))
+    if width - fixed >= 40:
+        _out.print(*table(header, rows, width, indent=""))
+        return 0
+    # a narrow terminal: each reason on its own lines under its row, across the whole width
+    head, *short = table(header[:-1] + ("",), [row[:-1] + ("",) for row in rows], width, indent="")
+    lines = [head.rstrip()]
+    for line, row in zip(short, rows, strict=True):
+        lines += [line.rstrip(), *wrap(row[-1], width, "      ", "      ")]
+    _out.print(*lines)
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> int:
     """Findings on ``platform`` (the resolved one by default) for people or programs; 1 when any is a warning."""
-    from devmem.cli_format import Painter, terminal_width, wants_colour
+    from devmem.cli_format import Painter, wants_colour, width_for
     from devmem.doctor import diagnose, render
 
     platform = platform or current_platform()
@@ -239,7 +362,7 @@ def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> in
     if args.json:
         _emit_json({"platform": platform.name, "warnings": warnings, "findings": [f.as_dict() for f in findings]})
     else:
-        print(render(findings, platform.name, terminal_width(), Painter(wants_colour(sys.stdout))))
+        _out.print(render(findings, platform.name, width_for(sys.stdout), Painter(wants_colour(sys.stdout))))
     return 1 if warnings else 0
 
 
@@ -262,25 +385,52 @@ def _size(text: str) -> int:
     return size
 
 
+#: Flags for a device-sized figure: a bare number below this many bytes is surely missing its unit.
+_DEVICE_SIZED = {"--total": 1 << 20, "--pinned": 1 << 20, "--init-free": 1 << 20, "--free": 1 << 20}
+
+
 def _sizes_read(args: argparse.Namespace) -> dict[str, dict[str, object]]:
-    """Every size flag given with a unit, by flag: the text, how it was read, the bytes (for the human output);
-    the flags' values become plain ints."""
+    """Every size flag given, by flag: the text, how it was read, the bytes (for the human output); the flags'
+    values become plain ints. A bare number far smaller than any device, where a device's memory is meant
+    (``--total 80``), is warned about on stderr at once."""
     read = {}
     for name, value in vars(args).items():
         if isinstance(value, _ReadSize):
             setattr(args, name, int(value))
-            if not value.text.strip().isdigit():
-                read[f"--{name.replace('_', '-')}"] = {"text": value.text, "read_as": value.how, "bytes": int(value)}
+            flag = f"--{name.replace('_', '-')}"
+            read[flag] = {"text": value.text, "read_as": value.how, "bytes": int(value)}
+            bare = value.text.strip()
+            if bare.isdigit() and int(value) < _DEVICE_SIZED.get(flag, 0):
+                error_line(
+                    f"devmem: warning: {flag} {bare} has no unit, so it is {int(value)} bytes, far less than any "
+                    f"device's memory: write {bare}GiB (or vLLM's {bare}G) for gibibytes"
+                )
     return read
 
 
 def _sizes_read_lines(read: dict[str, dict[str, object]]) -> list[str]:
     """How each size that people read two ways was read: vLLM's letters (``80G``) and powers of 10 (``80GB``);
-    ``GiB`` and plain bytes say it themselves."""
-    return [
+    sizes without a unit in one line (bytes); ``GiB`` says it itself."""
+    lines = [
         f"{flag} {r['text']} read as {r['read_as']}"
         for flag, r in read.items()
-        if not str(r["text"]).strip().lower().endswith("ib")
+        if not str(r["text"]).strip().isdigit() and not str(r["text"]).strip().lower().endswith("ib")
+    ]
+    bare = [f"{flag} {str(r['text']).strip()}" for flag, r in read.items() if str(r["text"]).strip().isdigit()]
+    return lines + ([f"sizes without a unit are bytes: {', '.join(bare)}"] if bare else [])
+
+
+def _machine_total(args: argparse.Namespace) -> tuple[int | None, list[str]]:
+    """The total to plan with: ``--total``, else (without ``--pinned``) this machine's device ``--device``, with a
+    line that says where it came from."""
+    if args.total is not None or args.pinned is not None:
+        return args.total, []
+    platform = current_platform()
+    total = platform.device_memory_info(args.device).total
+    name = platform.device_name(args.device)
+    return total, [
+        f"total: {format_size(total)} is device {args.device} ({name}) of the {platform.name} platform: --total "
+        "was not given"
     ]
 
 
@@ -353,9 +503,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _model_command(cmd_plan_model)(args)
     _refuse_model_flags(args)
     read = _sizes_read(args)
-    total = args.total
-    if total is None and args.pinned is None:
-        total = current_platform().device_memory_info(args.device).total
+    total, total_lines = _machine_total(args)
     growable = args.init_free is not None or args.free is not None
     if growable and args.pinned is not None:
         raise DevmemError("--pinned selects the pinned path and --init-free/--free the growable path; give one")
@@ -391,7 +539,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(plan.as_dict())
     else:
-        _print_wrapped(plan.explain(), *_sizes_read_lines(read))
+        _print_wrapped(plan.explain(), *total_lines, *_sizes_read_lines(read))
     return 0
 
 
@@ -465,13 +613,18 @@ def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False)
         help="tensor-parallel ranks the model is split over (default 1)",
     )
     parser.add_argument(
-        "--kv-dtype", choices=KV_DTYPES, default=None, help="KV-cache dtype (default auto: the model's)"
+        "--kv-dtype",
+        choices=KV_DTYPES,
+        default=None,
+        metavar="DTYPE",
+        help=f"KV-cache dtype: {', '.join(KV_DTYPES)} (default auto: the model's)",
     )
     parser.add_argument(
         "--dtype",
         choices=("bf16", "fp16", "fp32"),
         default=None,
-        help="the dtype the model is served in (default: the config's torch_dtype)",
+        metavar="DTYPE",
+        help="the dtype the model is served in: bf16, fp16, fp32 (default: the config's torch_dtype)",
     )
     parser.add_argument(
         "--block-size",
@@ -517,9 +670,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     read = _sizes_read(args)
     model = _load_model(args)
     block_size = args.block_size or DEFAULT_BLOCK_SIZE
-    total = args.total
-    if total is None and args.pinned is None:
-        total = current_platform().device_memory_info(args.device).total
+    total, total_lines = _machine_total(args)
     granularity = args.allocation_granularity or 1
     sizing = {
         "total": total,
@@ -554,7 +705,16 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        _print_wrapped(model.explain(), plan.explain(), answer.explain(), *_sizes_read_lines(read))
+        verdict = []
+        if args.context is not None and args.sequences is not None:
+            held = answer.sequences_at_context or 0
+            verdict = [
+                f"{args.sequences} sequence(s) of {args.context} tokens: "
+                + ("fit" if held >= args.sequences else f"do not fit ({held} do); `devmem fit` says what they need")
+            ]
+        _print_wrapped(
+            model.explain(), plan.explain(), answer.explain(), *verdict, *total_lines, *_sizes_read_lines(read)
+        )
     return 0
 
 
@@ -604,13 +764,41 @@ ENVIRONMENT = """environment:
   CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
                              which devices a process sees, and their order, as the device runtime applies them
   DEVMEM_LEDGER_DIR=DIR      the reservation ledger's directory (default /dev/shm/devmem)
-  NO_COLOR=1                 no colour (colour is used only on a terminal)
-  COLUMNS=N                  wrap human output to N columns (default: the terminal's width, else 80)"""
+  NO_COLOR=1                 no colour (colour is used only on a terminal, not under TERM=dumb)
+  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; output to
+                             a pipe or a file is not wrapped)"""
 
 EXIT_CODES = """exit codes:
   0  success
   1  an error devmem explains in one line (a bad device index, a plan that does not fit)
   2  a usage error (an unknown flag, a value that is not a size)"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs fitted to the terminal: a paragraph is wrapped, an indented line (an example, a
+    table row) keeps its start and wraps under its text column."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import re
+
+        from devmem.cli_format import wrap
+
+        lines: list[str] = []
+        for line in text.splitlines():
+            column = re.match(r"\s+\S+(?: \S+)*\s{2,}", line) if line[:1].isspace() else None
+            start = line[: len(line) - len(line.lstrip())]
+            hanging = " " * len(column.group(0)) if column else start + ("    " if len(start) <= 2 else "")
+            lines += wrap(line.strip(), width, indent + start, indent + hanging, break_long=True) if line else [""]
+        return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is its problem in one line (two on a narrow terminal) that points to ``--help``, not the
+    usage block first (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
+        sys.exit(2)
 
 
 def _sub(
@@ -629,7 +817,7 @@ def _sub(
         description=description,
         parents=[_common()],
         epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         **kwargs,
     )
     parser.set_defaults(parser=parser)
@@ -728,12 +916,12 @@ def _add_fit_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="devmem",
         description="Show what this machine's accelerators really have, and size KV caches from it. "
         "Without a command, `devmem` runs `devmem info` (and takes its options).",
         epilog=f"{ENVIRONMENT}\n\n{EXIT_CODES}\n\n`devmem COMMAND --help` shows each command's examples.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"devmem {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of platform resolution")
@@ -754,11 +942,28 @@ def build_parser() -> argparse.ArgumentParser:
     top = _sub(
         sub,
         "top",
-        "devmem info --watch: memory and processes, redrawn every SECONDS until Ctrl-C",
-        INFO_DESCRIPTION + "\nRedrawn in place on a terminal; Ctrl-C or SIGTERM stops it with exit 0.",
-        "  devmem top\n  devmem top --watch 0.5\n  devmem top --json > samples.jsonl   # one line per sample",
+        "memory and processes, one line each, every SECONDS (default 2) until Ctrl-C",
+        "One line per device (used, free and total, a bar and the share in use) and one per process on it "
+        "(PID, user, device memory, the command cut to the column; whole with -v), sampled every SECONDS. "
+        "What does not change between samples (integrated or not, paging, where each figure comes from, "
+        "driver notes) is written once, above. Redrawn in place on a terminal (not under TERM=dumb); "
+        "through a pipe the samples follow each other. Ctrl-C or SIGTERM stops it with exit 0, and so "
+        "does a reader going away. `devmem info` shows one device per block with every detail.",
+        "  devmem top                            # every 2 s\n"
+        "  devmem top 1                          # every second, as watch -n 1 or nvidia-smi -l 1\n"
+        "  devmem top -v --device 0              # whole command lines\n"
+        "  devmem top --json > samples.jsonl     # one JSON line per sample",
+    )
+    top.add_argument(
+        "interval",
+        nargs="?",
+        type=_interval,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between samples (the same as --interval)",
     )
     _add_info_flags(top, watch_default=2.0)
+    top.set_defaults(compact=True)
 
     plugins = _sub(
         sub,
@@ -812,7 +1017,9 @@ def build_parser() -> argparse.ArgumentParser:
         "naming the value; with --json: an object with kind model_refused)",
     )
     how = plan.add_mutually_exclusive_group()
-    how.add_argument("--utilization", type=_fraction, default=0.9, help="share of the total to use (default 0.9)")
+    how.add_argument(
+        "--utilization", type=_fraction, default=0.9, metavar="U", help="share of the total to use (default 0.9)"
+    )
     how.add_argument(
         "--pinned",
         type=_positive_size,
@@ -901,10 +1108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
+    if getattr(args, "interval", None) is not None:
+        args.watch = args.interval
     try:
         return args.handler(args)
     except DevmemError as exc:
-        print(f"devmem: error: {exc}", file=sys.stderr)
+        error_line(f"devmem: error: {exc}")
         return 1
-    except BrokenPipeError:  # `devmem | head`
-        return 0

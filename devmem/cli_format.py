@@ -1,7 +1,8 @@
 """Text for a terminal: lines wrapped at word boundaries to its width, and colour only where it belongs.
 
-A size (``22.79 GiB``) is never split from its unit and no word is ever cut. Colour is used only when the
-stream is a terminal and ``NO_COLOR`` is unset or empty (https://no-color.org); a pipe gets plain text.
+A size (``22.79 GiB``) is never split from its unit and no word is ever cut; output to a pipe or a file is not
+wrapped unless ``COLUMNS`` asks. Colour is used only when the stream is a terminal other than ``TERM=dumb`` and
+``NO_COLOR`` is unset or empty (https://no-color.org); a pipe gets plain text.
 """
 
 from __future__ import annotations
@@ -18,17 +19,39 @@ _NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|bytes|blocks)\b"
 _STYLES = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "dim": "2"}
 
 
+#: The width of output that is not wrapped: a pipe or a file keeps each line whole (``grep`` finds it).
+UNWRAPPED = 1 << 20
+
+
 def terminal_width() -> int:
-    """Columns to fit: ``COLUMNS``, else the terminal's width, else 80."""
+    """Columns to fit on a screen: ``COLUMNS``, else the terminal's width, else 80."""
     return max(20, shutil.get_terminal_size((80, 24)).columns)
 
 
-def wants_colour(stream: IO[str]) -> bool:
-    """True only for a terminal, and never with ``NO_COLOR`` set to a non-empty value."""
-    if os.environ.get("NO_COLOR", ""):
-        return False
+def width_for(stream: IO[str] | None) -> int:
+    """Columns to wrap output for ``stream`` to: ``COLUMNS`` when set, the terminal's width on a terminal, else
+    :data:`UNWRAPPED` (a pipe or a file is not wrapped)."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or is_terminal(stream):
+        return terminal_width()
+    return UNWRAPPED
+
+
+def is_terminal(stream: IO[str] | None) -> bool:
     isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):  # closed
+        return False
+
+
+def redraw_ok(stream: IO[str] | None) -> bool:
+    """Cursor movement (``top`` redrawn in place): a terminal whose ``TERM`` is not ``dumb``."""
+    return is_terminal(stream) and os.environ.get("TERM", "") != "dumb"
+
+
+def wants_colour(stream: IO[str] | None) -> bool:
+    """Colour: :func:`redraw_ok`, and ``NO_COLOR`` unset or empty (https://no-color.org)."""
+    return redraw_ok(stream) and not os.environ.get("NO_COLOR", "")
 
 
 class Painter:

@@ -130,13 +130,8 @@ def _resolve_candidates() -> _Resolution:
 
 
 def _listing(cands: list[Candidate]) -> str:
-    return (
-        "; ".join(
-            f"{c.name} (from {c.distribution}): {'detected' if c.detected else 'not detected'}, {c.reason}"
-            for c in cands
-        )
-        or "none"
-    )
+    """The registered names, short enough for an error of one line; `devmem plugins` says the rest."""
+    return ", ".join(sorted({c.name for c in cands})) or "none"
 
 
 def _same_name_tie(top: Candidate, cands: list[Candidate]) -> None:
@@ -151,14 +146,13 @@ def _same_name_tie(top: Candidate, cands: list[Candidate]) -> None:
 
 def _unknown_forced(forced: str, res: _Resolution) -> PluginError:
     cands = [c for c, _ in res.probed]
-    message = f"DEVMEM_PLATFORM={forced!r} names no registered platform. Registered: {_listing(cands)}."
+    message = f"DEVMEM_PLATFORM={forced!r} names no registered platform ({_listing(cands)})"
     if res.allow is not None and res.excluded:
         return PluginError(
-            f"{message} DEVMEM_LOAD_PLUGINS={res.allow.text()!r} excludes the installed plugins "
-            f"{', '.join(res.excluded)}: add {forced!r} (or the plugin providing it) to "
-            "DEVMEM_LOAD_PLUGINS, or unset it."
+            f"{message}: DEVMEM_LOAD_PLUGINS={res.allow.text()!r} excludes the installed plugins "
+            f"{', '.join(res.excluded)}; add {forced!r} (or its plugin) to it, or unset it"
         )
-    return PluginError(f"{message} Install the backend that provides it, or unset DEVMEM_PLATFORM.")
+    return PluginError(f"{message}; `devmem plugins` says what each needs")
 
 
 def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
@@ -173,13 +167,13 @@ def _choose(res: _Resolution, cands: list[Candidate]) -> Candidate:
             fix = f" To use it: {matches[0].action}." if matches[0].action else ""
             raise PluginError(
                 f"DEVMEM_PLATFORM={forced!r} is registered but not detected: {matches[0].reason}.{fix} "
-                f"Registered: {_listing(cands)}. Name another platform or unset DEVMEM_PLATFORM."
+                "`devmem plugins` lists the others"
             )
         _same_name_tie(detected[0], matches)
         return detected[0]
     detected = [c for c in cands if c.detected]
     if not detected:
-        raise PluginError(f"no platform was detected. Registered: {_listing(cands)}")
+        raise PluginError(f"no platform was detected ({_listing(cands)}); `devmem plugins` says why")
     top = detected[0]
     _same_name_tie(top, cands)
     tied = [c for c in detected if c.priority == top.priority]

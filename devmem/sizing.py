@@ -217,11 +217,29 @@ class KvCachePlan:
             else f"= {self.num_blocks} blocks x {format_size(self.block_bytes)} = {held} bytes, {left} bytes left over"
         )
         width = max((len(_LABELS[k]) for k in self.breakdown), default=0)
+        how = self._how_figures_add_up()
         rows = [
-            f"  {_LABELS[k]:<{width}}  {v if k == 'allocations' else format_size(v)}" for k, v in self.breakdown.items()
+            f"  {_LABELS[k]:<{width}}  {v if k == 'allocations' else format_size(v)}"
+            + (f"  ({how[k]})" if k in how else "")
+            for k, v in self.breakdown.items()
         ]
         layout = [f"layout: {self.layout}"] if self.layout else []
         return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *layout, *rows])
+
+    def _how_figures_add_up(self) -> dict[str, str]:
+        """For the breakdown's derived lines: what they add up from (the utilization path), and which figures are
+        only reported."""
+        b = self.breakdown
+        how = {k: "reported, not subtracted" for k in ("other_processes", "released_cache") if k in b}
+        if self.path != "utilization":
+            return how
+        how["requested"] = f"{self.utilization} x total, rounded up"
+        if b["consumed"] == b["weights"] + b["non_torch"]:
+            how["consumed"] = "weights + non-torch"
+        else:  # measured by a profile: the weights and memory outside torch's allocator are inside it
+            how["consumed"] = "this process's measured growth: it holds the weights and non-torch, which may overlap"
+        how["non_kv"] = "consumed + transient peak + graph capture"
+        return how
 
     def as_dict(self) -> dict[str, object]:
         return {

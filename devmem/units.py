@@ -42,9 +42,7 @@ def read_size(text: str) -> tuple[int, str]:
     unit = _LETTERS.get(suffix, suffix).lower() if match else None
     if match is None or unit not in _UNITS:
         raise InvalidValueError(
-            f"{text!r} is not a size: write a byte count (4096) or a number with a unit: "
-            "B, KB, MB, GB, TB (powers of 10) or KiB, MiB, GiB, TiB (powers of 2), e.g. 16GiB or 1.5GB, "
-            "or vLLM's k, m, g, t (powers of 10) and K, M, G, T (powers of 2), e.g. 80G = 80 GiB"
+            f"{text!r} is not a size: give bytes or a unit (KB..TB; KiB, MiB, GiB, TiB; vLLM's 80G = 80 GiB)"
         )
     nbytes = int(Decimal(match.group(1)) * _UNITS[unit]) if len(match.group(1)) <= 40 else _TOO_LARGE
     if nbytes >= _TOO_LARGE:

@@ -1,7 +1,8 @@
 """Every benchmark runs end to end in its small cpu-platform configuration, so none can rot between GPU runs.
 
 Each writes its JSON and its table; the figures are checked for shape, and for what holds on any host (devmem's
-engines do not fail; ranks agree on the smallest budget), not for the GPU goals.
+engines do not fail; ranks agree on the smallest budget), not for the GPU goals. Marked slow: left out of the
+default run, run by `pytest -m slow` and by CI (.ci/run).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
+
+#: Each runs a benchmark end to end (engines serving a model, several at a time): `pytest -m slow`, and CI, run them.
+pytestmark = pytest.mark.slow
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -215,6 +215,7 @@ def watch(argv: list[str], seconds: float, stop: int) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow  # watches for 6 s
 def test_watch_samples_at_least_10_times_in_6_seconds_and_exits_0_on_sigint():
     result = watch(["info", "--watch", "0.5", "--json"], 6, signal.SIGINT)
     samples = [json.loads(line) for line in result.stdout.splitlines()]
@@ -235,7 +236,7 @@ def test_watch_through_a_pipe_appends_screens_without_escape_codes():
 def test_watch_on_a_terminal_redraws_in_place():
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devmem", "top", "--watch", "0.5"],
+        [sys.executable, "-m", "devmem", "info", "--watch", "0.5"],
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env_with(),

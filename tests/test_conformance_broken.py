@@ -21,6 +21,8 @@ from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
 from devmem.testing import Scenario, ScriptedDevice
 from devmem.types import GiB, KiB, MemoryInfo, MiB
 
+pytestmark = pytest.mark.slow  # runs the kit in a pytest subprocess: `pytest -m slow` and CI run it
+
 
 def broken_scenario() -> Scenario:
     return Scenario(devices=[ScriptedDevice(name="Broken 16G", total=16 * GiB, reserved=0)])

@@ -32,12 +32,14 @@ def _pyargs(tmp_path, *options: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a pytest subprocess running the kit
 def test_plugin_certifies_the_installed_cpu_platform(tmp_path):
     done = _pyargs(tmp_path, "--devmem-platform", "cpu")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "test_installed_platform.py::TestInstalledPlatform: device_count" in done.stdout
 
 
+@pytest.mark.slow  # a pytest subprocess running the kit
 def test_plugin_skips_the_installed_platform_tests_without_the_option(tmp_path):
     done = _pyargs(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -22,6 +22,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # two gloo ranks in subprocesses
 @pytest.mark.parametrize(
     "budgets", [[41 * GiB, 38 * GiB + 12345], [(1 << 64) - 1, (1 << 63) + 5]], ids=["budgets", "beyond-int64"]
 )

@@ -21,6 +21,8 @@ import devmem
 from devmem import GiB, MiB
 from devmem.testing.allocations import allocate_host_in_subprocess
 
+pytestmark = pytest.mark.slow  # each test serves a model on the CPU: `pytest -m slow` and CI run them
+
 ENGINE = Path(__file__).resolve().parents[1] / "examples" / "engine.py"
 SMALL = ["--model", "tiny", "--batch-tokens", "128", "--sequences", "4", "--decode-steps", "2"]
 REQUEST = 512 * MiB

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "import_time.py"
 
 
+@pytest.mark.slow  # a benchmark run end to end: `pytest -m slow` and CI run it
 def test_import_time_reports_every_case_against_python_c_pass(tmp_path):
     out = tmp_path / "import_time.json"
     subprocess.run(

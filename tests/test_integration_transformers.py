@@ -24,6 +24,8 @@ from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E
 from devmem.host import CpuPlatform  # noqa: E402
 from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each test builds and serves a model: `pytest -m slow` and CI run them
+
 TOKENS = 16  # tokens in a block
 BATCH = 64  # max_batch_tokens
 LLAMA = {

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
+
+import pytest
 
 import devmem
 
@@ -33,3 +36,24 @@ def test_nvidia_ml_py_is_a_default_dependency():
 
 def test_the_distribution_version_is_the_package_version():
     assert metadata.version(DIST) == devmem.__version__
+
+
+def _project() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def test_the_metadata_names_its_authors_and_maintainers():
+    project = _project()
+    assert project["authors"] == project["maintainers"] == [{"name": "devmem developers"}]
+
+
+def test_the_metadata_classifies_the_project_for_an_index_page():
+    classifiers = set(_project()["classifiers"])
+    assert {
+        "Environment :: Console",
+        "Environment :: GPU",
+        "Typing :: Typed",
+        "Operating System :: POSIX :: Linux",
+    } <= (classifiers)

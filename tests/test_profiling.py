@@ -177,6 +177,7 @@ def quiet_run() -> Run:
 # ---- co-tenants, for real --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real co-tenant processes churning memory
 @pytest.mark.parametrize("run", ["churn", "again", "release"])
 def test_total_consumed_is_own_growth_whatever_the_cotenant_does(cotenant_runs, run):
     result = cotenant_runs.runs[run].result
@@ -184,11 +185,13 @@ def test_total_consumed_is_own_growth_whatever_the_cotenant_does(cotenant_runs, 
     assert abs(result.total_consumed - OWN) <= 0.05 * OWN, format_size(result.total_consumed)
 
 
+@pytest.mark.slow  # real co-tenant processes churning memory
 def test_repeated_runs_under_cotenant_churn_agree(cotenant_runs, quiet_run):
     figures = [run.result.total_consumed for run in [*cotenant_runs.runs.values(), quiet_run]]
     assert max(figures) - min(figures) <= 0.05 * OWN
 
 
+@pytest.mark.slow  # real co-tenant processes churning memory
 @pytest.mark.parametrize("run", ["churn", "again", "release"])
 def test_device_wide_figure_is_the_drop_of_free_memory_and_others_the_rest(cotenant_runs, run):
     r = cotenant_runs.runs[run].result
@@ -197,6 +200,7 @@ def test_device_wide_figure_is_the_drop_of_free_memory_and_others_the_rest(coten
     assert r.other_processes_delta == r.device_wide_consumed - own and r.total_consumed == own
 
 
+@pytest.mark.slow  # real co-tenant processes churning memory
 def test_device_wide_figure_moves_with_the_cotenant(cotenant_runs):
     """Over each of the co-tenant's 8 steps, device-wide free memory moves by what the co-tenant moved, but for
     the pages the kernel parks on its per-CPU free lists (see :func:`_per_cpu_free_pages`). The median over
@@ -205,6 +209,7 @@ def test_device_wide_figure_moves_with_the_cotenant(cotenant_runs):
     assert len(errors) == 8 and errors[len(errors) // 2] <= COTENANT // 4, [format_size(e) for e in errors]
 
 
+@pytest.mark.slow  # real co-tenant processes churning memory
 def test_cotenant_release_is_not_fatal(cotenant_runs):
     """The co-tenant frees 1 GiB inside the window: profiling goes on and sizes from this process alone."""
     r = cotenant_runs.runs["release"]
@@ -212,6 +217,7 @@ def test_cotenant_release_is_not_fatal(cotenant_runs):
     assert r.result.process_scoped and r.result.non_kv_cache_memory == r.result.total_consumed
 
 
+@pytest.mark.slow  # real co-tenant processes churning memory
 def test_warning_only_when_others_moved_128_mib_or_more(cotenant_runs, quiet_run):
     for run in [*cotenant_runs.runs.values(), quiet_run]:
         assert bool(run.warnings) == (abs(run.result.other_processes_delta) >= 128 * MiB)

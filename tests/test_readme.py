@@ -50,6 +50,7 @@ def test_the_readme_has_python_snippets():
     assert len(SNIPPETS) >= 2
 
 
+@pytest.mark.slow  # one mypy run: `pytest -m slow` and CI run it
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_readme_python_snippet_type_checks(mypy_report, index):
     assert mypy_report[f"readme_snippet_{index}.py"] == ""

@@ -600,4 +600,6 @@ def test_explain_names_the_result_the_path_and_each_figure():
     assert lines[0].startswith(f"KV cache: {plan.kv_cache_bytes / GiB:.2f} GiB ({plan.kv_cache_bytes} bytes)")
     assert lines[1].startswith("path: utilization 0.9")
     assert any(line.split() == ["weights", "16.00", "GiB"] for line in lines)
-    assert any(line.split() == ["other", "processes", "1.00", "GiB"] for line in lines)
+    assert any(
+        line.split() == ["other", "processes", "1.00", "GiB", "(reported,", "not", "subtracted)"] for line in lines
+    )

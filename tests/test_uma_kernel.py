@@ -151,6 +151,7 @@ for line in sys.stdin:
 """
 
 
+@pytest.mark.slow  # fills the page cache for real
 def test_host_churn_by_a_process_without_gpu_context_moves_only_the_device_wide_figure():
     churn = 3 * GiB
     if read_meminfo()["MemAvailable"] < churn + SAFETY:

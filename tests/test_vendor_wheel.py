@@ -22,6 +22,8 @@ import pytest
 
 import devmem
 
+pytestmark = pytest.mark.slow  # builds two wheels and a virtualenv: `pytest -m slow` and CI run them
+
 REPO = Path(__file__).resolve().parents[1]
 VENDOR = REPO / "tests" / "vendor_wheel"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")

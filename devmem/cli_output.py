@@ -1,0 +1,88 @@
+"""Where the ``devmem`` command writes: one writer for stdout that keeps the command's exit code.
+
+A reader that went away (``devmem fit ... | true``, ``| head``) or a closed stdout (``>&-``) drops the rest of
+the output silently: the command still returns its verdict (``fit`` exits 1 for a target that does not fit), and
+``top`` stops. Any other write error (a full disk: ``devmem info > /dev/full``) is one :class:`OutputError` line.
+Which escape sequences a stream may get is :mod:`devmem.cli_format`'s business.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from typing import IO
+
+from devmem.types import DevmemError
+
+#: errno values that mean nobody reads the stream any more.
+_READER_GONE = frozenset({errno.EPIPE, errno.EBADF, errno.ECONNRESET})
+
+
+#: No stream: the reader of none has gone.
+_NOWHERE = object()
+
+
+class OutputError(DevmemError):
+    """stdout cannot take the output (a full disk, an I/O error); not raised when its reader went away."""
+
+
+def _silence(stream: IO[str]) -> None:
+    """Point ``stream``'s file descriptor at /dev/null, so the interpreter's flush at exit raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class Output:
+    """stdout for the CLI, looked up at each write (tests swap ``sys.stdout``); :attr:`lost` once its reader is
+    gone, for that stream only."""
+
+    def __init__(self) -> None:
+        self._lost_on: object = _NOWHERE
+
+    @property
+    def lost(self) -> bool:
+        """Whether the current stdout's reader went away (or stdout is closed): writes to it are dropped."""
+        return sys.stdout is None or self._lost_on is sys.stdout
+
+    def write(self, text: str) -> None:
+        """Write and flush ``text``: dropped once the reader is gone, :class:`OutputError` on any other failure."""
+        stream = sys.stdout
+        if self.lost:  # also: started with fd 1 closed (sys.stdout is None)
+            return
+        try:
+            stream.write(text)
+            stream.flush()
+        except ValueError:  # a stream closed under us
+            self._lost_on = stream
+        except OSError as exc:
+            _silence(stream)
+            if isinstance(exc, BrokenPipeError) or exc.errno in _READER_GONE:
+                self._lost_on = stream
+                return
+            reason = exc.strerror or type(exc).__name__
+            raise OutputError(f"cannot write the output to stdout: {reason} (errno {exc.errno})") from None
+
+    def print(self, *lines: str) -> None:
+        self.write("".join(f"{line}\n" for line in lines))
+
+
+def error_line(text: str) -> None:
+    """``text`` on stderr, wrapped to the terminal's width on a terminal (whole in a log); nothing when stderr is
+    gone too."""
+    from devmem.cli_format import is_terminal, terminal_width, wrap
+
+    stream = sys.stderr
+    if stream is None:
+        return
+    if is_terminal(stream):
+        text = "\n".join(wrap(text, terminal_width(), "", "  ", break_long=True))
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass

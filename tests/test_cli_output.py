@@ -1,0 +1,144 @@
+"""The command's output streams: the exit code survives a reader that went away or a closed stdout, a full disk
+is one error line, escape sequences go only to a terminal that shows them, and a pipe gets lines whole."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from model_configs import TINY_LLAMA, write_model
+from test_cli_info import env_with
+
+from devmem.cli import main
+
+DEVMEM = [sys.executable, "-m", "devmem"]
+
+
+def to_a_gone_reader(*argv: str) -> subprocess.CompletedProcess:
+    """``devmem argv | true``: stdout is a pipe whose reader has already gone."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([*DEVMEM, *argv], stdout=write, stderr=subprocess.PIPE, text=True, env=env_with())
+    finally:
+        os.close(write)
+
+
+def with_stdout_closed(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """``devmem argv >&-``."""
+    return subprocess.run(
+        [*DEVMEM, *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_with(),
+        preexec_fn=lambda: os.close(1),
+        timeout=timeout,
+    )
+
+
+def run_on_a_terminal(argv: list[str], env: dict[str, str], stop_after: float | None = None) -> str:
+    """``devmem argv`` with its stdout on a pseudo-terminal, interrupted after ``stop_after`` seconds; its output."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*DEVMEM, *argv], stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    if stop_after is not None:
+        time.sleep(stop_after)
+        proc.send_signal(signal.SIGINT)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(30) == 0
+    os.close(leader)
+    return b"".join(chunks).decode()
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return str(write_model(tmp_path / "tiny-llama", TINY_LLAMA))
+
+
+def test_fit_keeps_exit_1_when_its_reader_went_away(tiny):
+    result = to_a_gone_reader("fit", "--model", tiny, "--context", "4096", "--sequences", "10000000")
+    assert result.returncode == 1 and result.stderr == ""
+
+
+def test_fit_keeps_exit_0_when_its_reader_went_away(tiny):
+    result = to_a_gone_reader("fit", "--model", tiny, "--context", "64", "--sequences", "1", "--utilization", "0.01")
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_plan_json_keeps_exit_1_when_its_reader_went_away():
+    argv = ["plan", "--json", "--total", "1GiB", "--weights", "2GiB", "--page-size", "64KiB", "--layers", "32"]
+    result = to_a_gone_reader(*argv)
+    assert result.returncode == 1 and result.stderr == ""
+
+
+def test_fit_keeps_its_exit_code_with_stdout_closed(tiny):
+    result = with_stdout_closed("fit", "--model", tiny, "--context", "4096", "--sequences", "10000000")
+    assert result.returncode == 1 and result.stderr == ""
+
+
+@pytest.mark.parametrize("argv", [["top"], ["top", "--json"]], ids=["top", "top --json"])
+def test_top_with_stdout_closed_stops_with_exit_0(argv):
+    result = with_stdout_closed(*argv, "0.2")
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_top_stops_when_its_reader_goes_away():
+    top = subprocess.Popen([*DEVMEM, "top", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_with())
+    assert top.stdout is not None and top.stdout.readline()
+    top.stdout.close()
+    assert top.wait(30) == 0 and top.stderr is not None and top.stderr.read() == b""
+
+
+def test_a_full_disk_is_one_error_line_and_exit_1():
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([*DEVMEM, "info"], stdout=full, stderr=subprocess.PIPE, text=True, env=env_with())
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "devmem: error: cannot write the output to stdout: No space left on device (errno 28)"
+    ]
+
+
+@pytest.mark.parametrize("argv", [["info"], ["doctor"], ["top", "0.2"]])
+def test_a_dumb_terminal_gets_no_escape_sequences(argv):
+    out = run_on_a_terminal(argv, env_with(TERM="dumb"), stop_after=2 if argv[0] == "top" else None)
+    assert "cpu" in out and "\x1b" not in out
+
+
+def test_top_redraws_in_place_on_a_terminal_that_can():
+    out = run_on_a_terminal(["top", "0.2"], env_with(TERM="xterm"), stop_after=2)
+    assert out.startswith("\x1b[H\x1b[2J") and out.count("\x1b[J") >= 2
+
+
+def test_a_pipe_gets_each_line_whole():
+    """`devmem plan | grep "KV cache:"` keeps the byte count: lines to a pipe are not wrapped."""
+    argv = ["plan", "--total", "80GiB", "--weights", "16GiB", "--page-size", "64KiB", "--layers", "36"]
+    env = {k: v for k, v in env_with().items() if k != "COLUMNS"}
+    result = subprocess.run([*DEVMEM, *argv], capture_output=True, text=True, env=env)
+    line = next(line for line in result.stdout.splitlines() if line.startswith("KV cache:"))
+    assert len(line) > 80 and line.endswith("60129017856 bytes, 524288 bytes left over"), line
+
+
+def test_a_gone_reader_silences_only_its_own_stream(capsys, monkeypatch):
+    """In one process (an engine calling the CLI twice, the tests): a new stdout is written to again."""
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    gone = io.StringIO()
+    gone.close()
+    with contextlib.redirect_stdout(gone):
+        assert main(["info", "--json"]) == 0
+    assert main(["info", "--json"]) == 0 and '"platform": "cpu"' in capsys.readouterr().out

@@ -1,0 +1,78 @@
+"""Help and errors fitted to the terminal: every ``--help`` within its width, usage errors saying the problem first,
+errors of at most two lines that point to the command explaining more."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+from test_cli_info import env_with
+
+COMMANDS = ["info", "top", "plugins", "doctor", "plan", "fit"]
+
+
+def devmem(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "devmem", *argv], capture_output=True, text=True, env=env_with(**env), timeout=60
+    )
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_fits_the_terminal_width(command, columns):
+    result = devmem(*([command] if command else []), "--help", COLUMNS=str(columns))
+    too_long = [line for line in result.stdout.splitlines() if len(line) > columns]
+    assert result.returncode == 0 and too_long == []
+
+
+def test_help_keeps_each_example_on_its_own_line():
+    out = devmem("plan", "--help", COLUMNS="80").stdout
+    assert "\n  devmem plan --model ./Qwen3-8B --pinned 20GiB --json\n" in out
+
+
+def test_a_usage_error_says_the_problem_first_and_points_to_help():
+    result = devmem("plan", "--total", "1x", "--page-size", "64KiB", "--layers", "32")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line == (
+        "devmem plan: error: argument --total: '1x' is not a size: give bytes or a unit (KB..TB; KiB, MiB, GiB, "
+        "TiB; vLLM's 80G = 80 GiB) (see `devmem plan --help`)"
+    )
+    assert len(line) <= 160  # two lines of a terminal 80 columns wide
+
+
+def test_an_unknown_platform_is_an_error_of_at_most_two_lines_pointing_to_devmem_plugins():
+    result = devmem(DEVMEM_PLATFORM="nope")
+    [line] = result.stderr.splitlines()
+    assert result.returncode == 1 and len(line) <= 160 and "`devmem plugins`" in line
+    assert line.startswith("devmem: error: DEVMEM_PLATFORM='nope' names no registered platform (cpu, ")
+
+
+def test_an_error_on_a_terminal_is_wrapped_to_its_width():
+    leader, follower = pty.openpty()
+    env = env_with(DEVMEM_PLATFORM="nope", COLUMNS="50")
+    proc = subprocess.Popen([sys.executable, "-m", "devmem"], stdout=subprocess.DEVNULL, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(30) == 1
+    os.close(leader)
+    lines = b"".join(chunks).decode().splitlines()
+    assert 2 <= len(lines) <= 4 and all(len(line) <= 50 for line in lines), lines
+
+
+def test_plugins_on_a_narrow_terminal_gives_each_reason_the_whole_width():
+    lines = devmem("plugins", COLUMNS="80").stdout.splitlines()
+    cpu = next(i for i, line in enumerate(lines) if line.split()[:2] == ["*", "cpu"])
+    assert lines[cpu + 1] == "      host memory is always available" and all(len(line) <= 80 for line in lines)
+    assert lines[0].split() == ["name", "priority", "distribution", "version", "detected"]

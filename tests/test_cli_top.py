@@ -1,0 +1,168 @@
+"""``devmem top``: a line per device and per process, the static facts once, an interval as ``watch`` takes it.
+
+The node is a scripted 8-GPU machine (devmem_nvidia.testing) on which real processes of this machine, with long
+command lines, hold memory; ``top`` runs in-process until an interval timer interrupts it as Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from unittest import mock
+
+import pytest
+
+from devmem.cli import build_parser, cmd_info, main
+from devmem.testing import Scenario
+from devmem.types import GiB
+from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
+
+LONG = "import time; time.sleep(60)  # " + "a long command line that no column holds " * 3
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    """Two real processes with long command lines; yields their PIDs."""
+    procs = [subprocess.Popen([sys.executable, "-c", f"{LONG}{n}"]) for n in (1, 2)]
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture(scope="module")
+def node(ranks):
+    """Eight scripted H200s; on each, the two processes hold 20 GiB and 1 GiB."""
+    gpus = [
+        ScriptedNvidiaGpu(uuid=f"GPU-00000000-0000-0000-0000-00000000000{i}", pci_bus_id=f"00000000:{16 + i:02x}:00.0")
+        for i in range(8)
+    ]
+    sc = Scenario(devices=gpus)
+    for device in range(8):
+        sc.allocate(20 * GiB, device, pid=ranks[0])
+        sc.allocate(1 * GiB, device, pid=ranks[1])
+    return sc
+
+
+def run_top(sc, argv: tuple[str, ...], seconds: float = 2.5) -> tuple[int, str]:
+    """``devmem top argv`` on ``sc`` with COLUMNS=80 through a pipe, stopped after ``seconds`` as Ctrl-C stops it."""
+    args = build_parser().parse_args(["top", *argv])
+    if args.interval is not None:
+        args.watch = args.interval
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    out = io.StringIO()
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        with mock.patch.dict(os.environ, {"COLUMNS": "80"}), contextlib.redirect_stdout(out):
+            code = cmd_info(args, scripted_platform(sc))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def top(node):
+    """``top(*argv)``: the exit code and output of ``devmem top argv`` on the node; each argv runs once."""
+    runs: dict[tuple[str, ...], tuple[int, str]] = {}
+
+    def run(*argv: str) -> tuple[int, str]:
+        if argv not in runs:
+            runs[argv] = run_top(node, argv)
+        return runs[argv]
+
+    return run
+
+
+def samples(out: str) -> list[list[str]]:
+    """The samples of a piped ``top``, each as its lines (the static facts stay with the first)."""
+    return [s.splitlines() for s in out.strip("\n").split("\n\n")]
+
+
+def test_an_8_gpu_node_fits_a_50_line_terminal_at_80_columns(top):
+    code, out = top("0.4")
+    first = samples(out)[0]
+    assert code == 0 and len(first) <= 50, "\n".join(first)
+    assert all(len(line) <= 80 for line in out.splitlines()), [line for line in out.splitlines() if len(line) > 80]
+
+
+def test_each_device_has_one_header_line_with_used_free_total_a_bar_and_the_share(top):
+    _, out = top("0.4")
+    devices = [line for line in samples(out)[0] if re.match(r" *\d NVIDIA H200 ", line)]
+    assert [line.split()[0] for line in devices] == [str(i) for i in range(8)]
+    assert all(line.split()[-7:] == ["15%", "21.00", "GiB", "118.80", "GiB", "139.80", "GiB"] for line in devices)
+
+
+def test_each_process_has_one_line_with_its_command_cut_to_the_column(top, ranks):
+    _, out = top("0.4")
+    lines = [line for line in samples(out)[0] if line.split()[:1] == [str(ranks[0])]]
+    assert len(lines) == 8 and all(line.endswith("...") and len(line) == 80 for line in lines)
+
+
+def test_a_cut_command_names_its_program_without_the_path(top, ranks):
+    _, out = top("0.4")
+    line = next(line for line in samples(out)[0] if line.split()[:1] == [str(ranks[0])])
+    assert line.split("GiB  ", 1)[1].startswith(f"{os.path.basename(sys.executable)} -c import time")
+
+
+def test_verbose_shows_the_whole_command(top, ranks):
+    _, out = top("-v", "0.4")
+    assert " ".join(f"{LONG}1".split()) in " ".join(" ".join(samples(out)[0]).split())
+
+
+def test_static_facts_are_written_once_not_every_sample(top):
+    _, out = top("0.4")
+    assert len(samples(out)) >= 2
+    assert out.count("pages instead of failing: no") == 1 and out.count("total from:") == 1
+
+
+def test_the_timestamp_is_to_the_second(top):
+    _, out = top("0.4")
+    stamps = [line.split("  ")[0] for line in out.splitlines() if "Ctrl-C to stop" in line]
+    assert stamps and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", s) for s in stamps), stamps
+
+
+def test_an_interval_is_taken_as_watch_and_nvidia_smi_l_take_it(top):
+    _, out = top("0.4")
+    assert "every 0.4 s" in out and len(samples(out)) >= 2
+
+
+@pytest.mark.parametrize("interval", ["0", "soon"])
+def test_an_interval_that_is_not_a_duration_is_a_usage_error(capsys, interval):
+    with pytest.raises(SystemExit) as exited:
+        main(["top", interval])
+    assert exited.value.code == 2 and "is not a watch interval" in capsys.readouterr().err
+
+
+def test_top_on_a_real_terminal_fits_50_lines_at_80_columns(tmp_path):
+    """`devmem top` in tmux at 80x50: every line of the screen is within it (on the cpu platform)."""
+    import shutil
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    session = f"devmem-top-{time.monotonic_ns()}"
+    socket = str(tmp_path / "tmux.sock")
+    tmux = ["tmux", "-S", socket]
+    command = f"DEVMEM_PLATFORM=cpu {sys.executable} -m devmem top 0.5"
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "50", command], check=True)
+    try:
+        time.sleep(3)
+        screen = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+    lines = screen.rstrip("\n").splitlines()
+    assert "devmem top on cpu" in screen and "host memory" in screen, screen
+    assert screen.count("devmem top on cpu") == 1 and screen.count("every 0.5 s") == 1, screen
+    assert len(lines) <= 50 and all(len(line) <= 80 for line in lines)

@@ -1,0 +1,182 @@
+"""Every code block of the README, docs/*.md and examples/README.md runs as written, and every sample output is
+what the command prints.
+
+A block is run by its info string: ``python`` (a script), ``bash``/``sh`` (``bash -e``), ``console`` or no info
+string with lines starting ``$ `` (each command run; the lines after it, up to the next ``$ ``, are its output), and
+``toml`` (parsed). ``text`` is prose laid out (a tree, a synopsis, a message quoted). An HTML comment on the line
+before the fence changes that, with the reason:
+
+- ``<!-- doc-test: skip REASON -->``: not run (it needs a GPU, a download, a vendor package);
+- ``<!-- doc-test: compile-only REASON -->``: Python compiled, not run (a fragment of a larger program);
+- ``<!-- doc-test: recorded PATH -->``: a sample output recorded on other hardware; it must equal the file PATH.
+
+Blocks run in a fresh directory holding ``examples``, ``benchmarks`` and ``docs`` (links to the repository's) and
+the model folders the docs name (``Qwen3-8B``, ``gemma-3-12b-it``: their published configs, from
+tests/model_configs.py), on the cpu platform, with this checkout's ``devmem`` first on ``PATH``. In a sample
+output, a line ``...`` stands for any lines, and a line ending in `` ...`` for any line starting with the rest.
+An untagged block that is neither fails: say what it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from model_configs import GEMMA_3_12B_IT, QWEN3_8B, write_model
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "examples" / "README.md"]
+MODELS = {"Qwen3-8B": QWEN3_8B, "gemma-3-12b-it": GEMMA_3_12B_IT}
+#: Blocks that take more than a few seconds (they serve a model on the CPU): run by CI, not by default.
+SLOW = re.compile(r"examples/engine\.py|benchmarks/")
+FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+MARK = re.compile(r"<!--\s*doc-test:\s*(skip|compile-only|recorded)\s+(.*?)\s*-->\s*\n$")
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: Path
+    line: int
+    lang: str
+    body: str
+    mark: str | None
+    reason: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc.relative_to(REPO)}:{self.line}"
+
+
+def blocks() -> list[Block]:
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            before = text[: m.start()]
+            mark = MARK.search(before[before.rfind("\n", 0, len(before) - 1) + 1 :])
+            lang = m.group(1) or ("console" if m.group(2).startswith("$ ") else "")
+            found.append(
+                Block(doc, before.count("\n") + 1, lang, m.group(2), mark and mark.group(1), mark and mark.group(2))
+            )
+    return found
+
+
+BLOCKS = blocks()
+
+
+def param(block: Block):
+    runs = block.mark is None and block.lang != "text"
+    marks = [pytest.mark.slow] if runs and SLOW.search(block.body) else []
+    return pytest.param(block, id=block.id, marks=marks)
+
+
+@pytest.fixture
+def workdir(tmp_path) -> tuple[Path, dict[str, str]]:
+    """A directory with the repository's examples, benchmarks and docs and the models the docs name; the
+    environment that runs this checkout's devmem on the cpu platform."""
+    for name in ("examples", "benchmarks", "docs"):
+        (tmp_path / name).symlink_to(REPO / name)
+    for name, config in MODELS.items():
+        write_model(tmp_path / name, config)
+    bin_dir = tmp_path / ".bin"
+    bin_dir.mkdir()
+    (bin_dir / "devmem").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m devmem "$@"\n')
+    (bin_dir / "devmem").chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR", "DEVMEM_LOAD_PLUGINS")}
+    env.update(
+        DEVMEM_PLATFORM="cpu",
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+    )
+    return tmp_path, env
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def commands(body: str) -> list[tuple[str, list[str]]]:
+    """``$ `` commands (joined over trailing backslashes), each with the output lines shown after it."""
+    out: list[tuple[str, list[str]]] = []
+    lines = body.splitlines()
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("$ "):
+            raise AssertionError(f"output before any command: {lines[i]!r}")
+        command = lines[i][2:]
+        while command.endswith("\\"):
+            i += 1
+            command = command[:-1] + lines[i].strip()
+        i += 1
+        shown = []
+        while i < len(lines) and not lines[i].startswith("$ "):
+            shown.append(lines[i])
+            i += 1
+        out.append((command, shown))
+    return out
+
+
+def matches(shown: list[str], printed: list[str]) -> bool:
+    """Whether ``printed`` is what ``shown`` shows: ``...`` is any lines, ``text ...`` any line starting so."""
+    if not shown:
+        return not printed
+    head, rest = shown[0], shown[1:]
+    if head == "...":
+        return any(matches(rest, printed[k:]) for k in range(len(printed) + 1))
+    if not printed:
+        return False
+    same = printed[0].startswith(head[:-4]) if head.endswith(" ...") else printed[0] == head
+    return same and matches(rest, printed[1:])
+
+
+def test_every_block_is_found_and_known():
+    unknown = [b.id for b in BLOCKS if b.lang not in ("python", "bash", "sh", "console", "toml", "text")]
+    assert len(BLOCKS) >= 20 and unknown == [], f"give these blocks an info string (text for prose): {unknown}"
+
+
+@pytest.mark.parametrize("block", [param(b) for b in BLOCKS])
+def test_doc_block_runs_as_written(block: Block, workdir):
+    cwd, env = workdir
+    if block.mark == "skip":
+        pytest.skip(block.reason)
+    if block.mark == "recorded":
+        [(_, shown)] = commands(block.body)
+        recorded = (REPO / block.reason).read_text(encoding="utf-8").splitlines()
+        assert shown == recorded, f"{block.id} differs from {block.reason}"
+        return
+    if block.lang == "python":
+        compile(block.body, block.id, "exec")
+        if block.mark == "compile-only":
+            return
+        done = run([sys.executable, "-c", block.body], cwd, env)
+        assert done.returncode == 0, f"{block.id}:\n{done.stderr[-3000:]}"
+    elif block.lang in ("bash", "sh"):
+        done = run(["bash", "-e", "-c", block.body], cwd, env)
+        assert done.returncode == 0, f"{block.id}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    elif block.lang == "console":
+        for command, shown in commands(block.body):
+            done = run(["bash", "-c", command], cwd, env)
+            assert done.returncode in (0, 1) and "Traceback" not in done.stderr, f"{command}\n{done.stderr}"
+            printed = done.stdout.splitlines()
+            assert not shown or matches(shown, printed), f"{block.id}: {command}\n" + "\n".join(printed)
+    elif block.lang == "toml":
+        pytest.importorskip("tomllib", reason="tomllib is Python 3.11+").loads(block.body)
+
+
+@pytest.mark.parametrize(
+    ("shown", "printed", "same"),
+    [
+        (["a", "...", "d"], ["a", "b", "c", "d"], True),
+        (["a", "b ..."], ["a", "b and more"], True),
+        (["a", "b"], ["a", "c"], False),
+        (["a"], ["a", "b"], False),
+    ],
+)
+def test_a_sample_output_matches_only_what_it_shows(shown, printed, same):
+    assert matches(shown, printed) is same

@@ -33,9 +33,9 @@ from typing import Any
 from common import ENGINE_PATH, engine_argv, format_table, machine, on_accelerator, run_engines, write_outputs
 
 import devmem
-from devmem.capacity import DEFAULT_BLOCK_SIZE, longest_context, plan_for_model, tokens_in_pool
-from devmem.kvcache import ALLOCATOR_GRANULARITY
-from devmem.models import load_model
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
+from devmem.planner.capacity import DEFAULT_BLOCK_SIZE, longest_context, plan_for_model, tokens_in_pool
+from devmem.planner.models import load_model
 
 #: transformers config classes of the engine's shapes, by the model_type a config.json names them with.
 _MODEL_TYPES = {"LlamaConfig": "llama", "MixtralConfig": "mixtral"}

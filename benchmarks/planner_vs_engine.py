@@ -4,8 +4,9 @@ For three of the published configs in examples/configs (Qwen3-8B dense, gpt-oss-
 Qwen3-Next-80B-A3B with gated-delta-net linear attention), with fewer layers and a smaller hidden size (what the
 KV cache holds per layer is the published shape: heads, KV heads, head dims, windows, linear-attention dims):
 
-1. the planner (``devmem.models``, ``devmem.capacity``) sizes a pinned KV budget (``--budget``) into blocks, and
-   lays it out as vLLM does (``devmem.engine_layout``): its tokens ("GPU KV cache size"), blocks and sequences;
+1. the planner (``devmem.planner.models``, ``devmem.planner.capacity``) sizes a pinned KV budget (``--budget``)
+   into blocks, and
+   lays it out as vLLM does (``devmem.planner.engine_layout``): its tokens ("GPU KV cache size"), blocks and sequences;
 2. the engine builds the model with random weights in bf16 (HF transformers, no download; fp32 on a CPU, its cache
    counted in bf16 elements), runs a prompt through it
    and reads every layer's cache tensors from the transformers cache: the K and V bytes per token of each attention
@@ -38,8 +39,8 @@ from typing import Any
 from common import ROOT, format_table, machine, mib, on_accelerator, write_outputs
 
 import devmem
-from devmem.capacity import DEFAULT_BLOCK_SIZE, capacity, plan_for_model
-from devmem.models import ModelMemory
+from devmem.planner.capacity import DEFAULT_BLOCK_SIZE, capacity, plan_for_model
+from devmem.planner.models import ModelMemory
 from devmem.units import parse_size
 
 CONFIGS = ROOT / "examples" / "configs"

@@ -11,7 +11,7 @@
    examples/engine.py starts) timed in ``--repeats`` fresh processes without and with ``devmem.reserve``
    before the snapshot, alternating. Goal: the two medians differ by <= 5 ms. The processes' own start
    varies by more than 5 ms on a busy host, so the same goal is also read inside the engines that reserve: the
-   admission step (importing devmem.reservations and ``reserve()``, wall time, median) adds <= 5 ms. The
+   admission step (importing devmem.engine.reservations and ``reserve()``, wall time, median) adds <= 5 ms. The
    host's load average is recorded beside it. Both sides run from compiled bytecode, as an installed package
    does (a cache outside the repository, written by one warm-up start).
 
@@ -45,7 +45,7 @@ from devmem.units import format_size
 HOLDER = """
 import json, sys, time
 import devmem
-from devmem.reservations import ReservationRefused, reserve
+from devmem.engine.reservations import ReservationRefused, reserve
 platform = devmem.current_platform()
 platform.device_memory_info(int(sys.argv[2]))
 print("ready", flush=True)
@@ -72,7 +72,7 @@ sys.stdin.read()
 """
 
 #: An engine's start, without (argv[3] == "0") or with a reservation of utilization argv[4]; prints its seconds,
-#: and the wall and CPU seconds of the admission step (importing devmem.reservations and reserve()).
+#: and the wall and CPU seconds of the admission step (importing devmem.engine.reservations and reserve()).
 START = """
 import sys, time
 started = time.perf_counter()
@@ -84,7 +84,7 @@ device, utilization = int(sys.argv[2]), float(sys.argv[4])
 wall = cpu = 0.0
 if sys.argv[3] == "1":
     wall, cpu = time.perf_counter(), time.process_time()
-    from devmem.reservations import reserve
+    from devmem.engine.reservations import reserve
     held = reserve(device, utilization=utilization, ledger_dir=sys.argv[1], platform=platform)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 snapshot = MemorySnapshot.measure(device)

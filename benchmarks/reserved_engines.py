@@ -50,7 +50,7 @@ def _reserving_engine(conn: Any, argv: list[str], device: int, share: float, led
     entered = time.time()
     result: dict[str, Any]
     try:
-        from devmem.reservations import ReservationRefused, reserve
+        from devmem.engine.reservations import ReservationRefused, reserve
 
         try:
             held = reserve(device, utilization=share, ledger_dir=ledger)

@@ -6,6 +6,7 @@ helpers only on first use; resolving a platform imports a vendor library only wh
 
 from typing import TYPE_CHECKING
 
+from devmem import old_paths
 from devmem.errors import (
     DevmemError,
     InvalidTypeError,
@@ -17,8 +18,6 @@ from devmem.errors import (
     SizingError,
     UnknownArchitectureError,
 )
-from devmem.hookspecs import hookimpl
-from devmem.lazy import lazy_exports
 from devmem.platform import (
     DeviceMemory,
     DeviceReading,
@@ -32,24 +31,28 @@ from devmem.platform import (
     prepare_device,
     read_device,
 )
-from devmem.plugins import Candidate, clear_cache, current_platform, platform_candidates
+from devmem.resolution.plugins import Candidate, clear_cache, current_platform, platform_candidates
+from devmem.sdk.hookspecs import hookimpl
+from devmem.sdk.lazy import lazy_exports
 from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
+
+old_paths.install()  # modules that moved into subpackages keep their old import paths
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.adapter import as_platform
-    from devmem.distributed import agree_on_minimum
-    from devmem.engine_memory import EngineMemory, EngineMemoryError, KvLayout
-    from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
-    from devmem.models import ModelMemory, load_model
-    from devmem.profiling import (
+    from devmem.engine.distributed import agree_on_minimum
+    from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
+    from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
+    from devmem.engine.profiling import (
         MemorySnapshot,
         ProfileResult,
         check_startup_memory,
         memory_profiling,
         release_allocator_cache,
     )
-    from devmem.reservations import LedgerError, Reservation, ReservationRefused, reserve
-    from devmem.sizing import (
+    from devmem.engine.reservations import LedgerError, Reservation, ReservationRefused, reserve
+    from devmem.planner.models import ModelMemory, load_model
+    from devmem.planner.sizing import (
         KvCachePlan,
         PlanInputs,
         blocks_for_bytes,
@@ -65,35 +68,35 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
 
 #: Public names imported on first use (PEP 562), so ``import devmem`` stays cheap.
 _LAZY = {
-    "agree_on_minimum": "devmem.distributed",
-    "EngineMemory": "devmem.engine_memory",
-    "EngineMemoryError": "devmem.engine_memory",
-    "KvLayout": "devmem.engine_memory",
+    "agree_on_minimum": "devmem.engine.distributed",
+    "EngineMemory": "devmem.engine.memory",
+    "EngineMemoryError": "devmem.engine.memory",
+    "KvLayout": "devmem.engine.memory",
     "as_platform": "devmem.adapter",
-    "MemorySnapshot": "devmem.profiling",
-    "ProfileResult": "devmem.profiling",
-    "check_startup_memory": "devmem.profiling",
-    "memory_profiling": "devmem.profiling",
-    "release_allocator_cache": "devmem.profiling",
-    "ALLOCATOR_GRANULARITY": "devmem.kvcache",
-    "KvCacheTensors": "devmem.kvcache",
-    "allocate_kv_cache": "devmem.kvcache",
-    "ModelMemory": "devmem.models",
-    "load_model": "devmem.models",
-    "LedgerError": "devmem.reservations",
-    "Reservation": "devmem.reservations",
-    "ReservationRefused": "devmem.reservations",
-    "reserve": "devmem.reservations",
-    "KvCachePlan": "devmem.sizing",
-    "PlanInputs": "devmem.sizing",
-    "blocks_for_bytes": "devmem.sizing",
-    "growable_kv_cache_bytes": "devmem.sizing",
-    "plan_growable": "devmem.sizing",
-    "plan_kv_cache": "devmem.sizing",
-    "plan_pinned": "devmem.sizing",
-    "plan_utilization": "devmem.sizing",
-    "profiled_kv_cache_bytes": "devmem.sizing",
-    "requested_memory": "devmem.sizing",
+    "MemorySnapshot": "devmem.engine.profiling",
+    "ProfileResult": "devmem.engine.profiling",
+    "check_startup_memory": "devmem.engine.profiling",
+    "memory_profiling": "devmem.engine.profiling",
+    "release_allocator_cache": "devmem.engine.profiling",
+    "ALLOCATOR_GRANULARITY": "devmem.engine.kvcache",
+    "KvCacheTensors": "devmem.engine.kvcache",
+    "allocate_kv_cache": "devmem.engine.kvcache",
+    "ModelMemory": "devmem.planner.models",
+    "load_model": "devmem.planner.models",
+    "LedgerError": "devmem.engine.reservations",
+    "Reservation": "devmem.engine.reservations",
+    "ReservationRefused": "devmem.engine.reservations",
+    "reserve": "devmem.engine.reservations",
+    "KvCachePlan": "devmem.planner.sizing",
+    "PlanInputs": "devmem.planner.sizing",
+    "blocks_for_bytes": "devmem.planner.sizing",
+    "growable_kv_cache_bytes": "devmem.planner.sizing",
+    "plan_growable": "devmem.planner.sizing",
+    "plan_kv_cache": "devmem.planner.sizing",
+    "plan_pinned": "devmem.planner.sizing",
+    "plan_utilization": "devmem.planner.sizing",
+    "profiled_kv_cache_bytes": "devmem.planner.sizing",
+    "requested_memory": "devmem.planner.sizing",
     "format_size": "devmem.units",
     "parse_size": "devmem.units",
 }

@@ -2,6 +2,6 @@
 
 import sys
 
-from devmem.cli import main
+from devmem.command.main import main
 
 sys.exit(main())

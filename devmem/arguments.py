@@ -14,7 +14,7 @@ import operator
 from fractions import Fraction
 
 from devmem.errors import ArgumentError as ArgumentError  # re-exported: its home is devmem.errors
-from devmem.parsing import shown
+from devmem.sdk.parsing import shown
 
 #: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
 MAX_BYTES = 1 << 64

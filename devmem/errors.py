@@ -1,9 +1,9 @@
 """Every error devmem raises, in one place: each is a :class:`DevmemError`, and also a ``ValueError`` or
 ``TypeError`` where callers would catch that.
 
-The modules that raise them re-export them (``devmem.types.DevmemError``, ``devmem.sizing.SizingError``,
-``devmem.models.ModelConfigError``, ``devmem.sessions.LibraryUnavailable``, ...), so every older import path keeps
-working; ``devmem`` exports them all.
+The modules that raise them re-export them (``devmem.types.DevmemError``, ``devmem.planner.sizing.SizingError``,
+``devmem.planner.models.ModelConfigError``, ``devmem.sdk.sessions.LibraryUnavailable``, ...), so every older import
+path keeps working; ``devmem`` exports them all.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class LedgerError(DevmemError):
 
 
 class ReservationRefused(NotEnoughMemoryError):
-    """A reservation does not fit. ``holders`` lists who holds the device (``devmem.reservations.Holding``);
+    """A reservation does not fit. ``holders`` lists who holds the device (``devmem.engine.reservations.Holding``);
     ``breakdown`` has ``total``, ``requested``, ``reserved``, ``unreserved`` and ``available`` (what would fit)."""
 
     def __init__(self, message: str, breakdown: Mapping[str, int], holders: Sequence[object]):

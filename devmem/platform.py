@@ -20,8 +20,8 @@ from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from devmem.errors import DevmemError, InvalidTypeError
-from devmem.parsing import shown
 from devmem.records import Record
+from devmem.sdk.parsing import shown
 from devmem.types import MemoryInfo
 
 

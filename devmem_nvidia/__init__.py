@@ -9,7 +9,7 @@ unified-memory one) use these and nothing else:
 - the NVML session: ``NvmlSession`` (``NvmlSession.shared()``, ``NvmlSession.for_module(nvml)``),
   ``NvmlUnavailable``, ``NvmlCallError``;
 - NVML readings: ``read_memory(session, handle)``, ``device_name(session, handle)``;
-- CUDA devices: ``visible_devices(session, environ) -> devmem.visible.VisibleDevices[VisibleDevice]``;
+- CUDA devices: ``visible_devices(session, environ) -> devmem.sdk.visible.VisibleDevices[VisibleDevice]``;
 - this process's driver-side PID: ``DeviceAllocator`` (the runtime boundary), ``CudaDriverAllocator``.
 """
 

@@ -47,14 +47,14 @@ Runner = Callable[[str], str]
 
 
 def pipe_directory(environ: Mapping[str, str]) -> str:
-    """``CUDA_MPS_PIPE_DIRECTORY`` (through :func:`devmem.parsing.env_text`), else :data:`DEFAULT_PIPE_DIRECTORY`;
+    """``CUDA_MPS_PIPE_DIRECTORY`` (through :func:`devmem.sdk.parsing.env_text`), else :data:`DEFAULT_PIPE_DIRECTORY`;
     raises :class:`DevmemError` naming a value that is no path (longer than 4096 characters, a NUL)."""
     return env_text("CUDA_MPS_PIPE_DIRECTORY", environ) or DEFAULT_PIPE_DIRECTORY
 
 
 def run_control(commands: str) -> str:
     """``nvidia-cuda-mps-control`` with ``commands`` on stdin, under :data:`TIMEOUT_S`; its output as UTF-8, bytes
-    that are not replaced (:func:`devmem.readings.vendor_text`)."""
+    that are not replaced (:func:`devmem.sdk.readings.vendor_text`)."""
     program = shutil.which(CONTROL)
     if program is None:
         raise OSError(f"{CONTROL} is not installed")

@@ -1,12 +1,12 @@
 """NVML access shared by devmem's NVIDIA backends (nvml, wsl2, uma): no platform policy here.
 
-Everything takes an :class:`NvmlSession`, devmem's :class:`~devmem.sessions.VendorSession` for NVML: it wraps the
+Everything takes an :class:`NvmlSession`, devmem's :class:`~devmem.sdk.sessions.VendorSession` for NVML: it wraps the
 ``pynvml`` module (or a scripted one from ``devmem_nvidia.testing``), initialises NVML once (thread-safe) and turns
 NVML errors into :class:`NvmlCallError`, a :class:`~devmem.DevmemError`.
 
 Public names:
 
-- ``NvmlSession(nvml=None)``: a :class:`~devmem.sessions.VendorSession` (``NvmlSession.shared()``, the process-wide
+- ``NvmlSession(nvml=None)``: a :class:`~devmem.sdk.sessions.VendorSession` (``NvmlSession.shared()``, the process-wide
   session of the real pynvml; ``NvmlSession.for_module(nvml)``, that one or a new one around an injected module;
   ``.module``, ``.has(name)``, ``.call(name, *args)``, ``.failure``, ``.action``, ``.shutdown()``), plus
   ``.call_newest(names, *args)``, ``.probe() -> (ok, reason)``, ``.device_count()``, ``.handle_by_index(i)``,
@@ -97,7 +97,7 @@ def error_name(exc: BaseException) -> str:
 
 
 class NvmlSession(VendorSession):
-    """The NVML library (a :class:`~devmem.sessions.VendorSession`): ``nvml`` is the ``pynvml`` module or an
+    """The NVML library (a :class:`~devmem.sdk.sessions.VendorSession`): ``nvml`` is the ``pynvml`` module or an
     object with the same names (``devmem_nvidia.testing.ScriptedNvml``); ``None`` imports ``pynvml`` on first use.
     NVML is thread-safe: calls are not serialised.
     """
@@ -229,7 +229,7 @@ def process_bytes(value: Any) -> int | None:
     """A per-process ``usedGpuMemory`` as bytes, or ``None`` where NVML means "not available": ``None`` (converted
     by nvidia-ml-py), the unsigned sentinel ``2**64 - 1`` or anything at or above ``2**63`` (a sentinel seen
     through a signed type), a negative number (``-1``), or something that is not a whole number (the checked
-    readings' rule, :func:`devmem.readings.process_bytes`)."""
+    readings' rule, :func:`devmem.sdk.readings.process_bytes`)."""
     return checked_process_bytes(value)
 
 
@@ -262,7 +262,7 @@ def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
 
 
 def _process_list(session: NvmlSession, calls: tuple[str, ...], handle: Any) -> list[Any]:
-    """One of NVML's process lists (newest call first), through :func:`devmem.readings.process_list`: an answer
+    """One of NVML's process lists (newest call first), through :func:`devmem.sdk.readings.process_list`: an answer
     that is no list (``None``, a number) raises :class:`NvmlCallError`, as a failed call would."""
     raw = session.call_newest(calls, handle)
     entries = process_list(raw)

@@ -22,7 +22,7 @@ Rules, as the CUDA runtime applies them:
 
 Public names: ``VisibleDevice``, ``NvmlGpu``, ``enumerate_gpus(session)``, ``cuda_order(gpus, environ)``,
 ``select_visible(gpus, environ, driver_bus_ids)`` and ``visible_devices(session, environ, driver_bus_ids)``
-(a :class:`devmem.visible.VisibleDevices`), ``driver_bus_ids(files)``, ``DeviceTable(session, environ)``
+(a :class:`devmem.sdk.visible.VisibleDevices`), ``driver_bus_ids(files)``, ``DeviceTable(session, environ)``
 (the selection, built once on first use, thread-safe).
 """
 

@@ -7,7 +7,7 @@ is imported here. The names below are this package's public surface; other backe
 - the platform: ``RocmPlatform``, ``detect``;
 - the driver's files: ``driver_loaded(files)``, ``NO_DRIVER``;
 - which GPU is an APU: ``CARVE_OUT_MAX`` (the largest VRAM that is a BIOS carve-out);
-- HIP devices: ``select_visible(gpus, environ) -> devmem.visible.VisibleDevices`` for any GPUs with
+- HIP devices: ``select_visible(gpus, environ) -> devmem.sdk.visible.VisibleDevices`` for any GPUs with
   ``uuid_keys()`` (:class:`~devmem_rocm.visible.HipDevice`), in HIP order.
 """
 

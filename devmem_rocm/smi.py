@@ -8,7 +8,7 @@ imports it once per process with ``sys.stdout``/``sys.stderr`` captured and turn
 by Python, so capturing ``sys.stdout`` is enough; redirecting file descriptor 1 would also swallow what
 other threads of an engine write meanwhile.
 
-:class:`AmdsmiSession`, devmem's :class:`~devmem.sessions.VendorSession` for amdsmi, wraps one amdsmi module
+:class:`AmdsmiSession`, devmem's :class:`~devmem.sdk.sessions.VendorSession` for amdsmi, wraps one amdsmi module
 (the real one or ``devmem_rocm.testing.ScriptedAmdsmi``): ``amdsmi_init`` runs once, under a lock, on first use;
 every call is serialised; amdsmi's exceptions become :class:`AmdsmiCallError`; live sessions are shut down at
 interpreter exit. The real module has one shared session (``AmdsmiSession.shared()``).
@@ -113,7 +113,7 @@ def load_amdsmi() -> ModuleType:
 
 # ---- sessions ------------------------------------------------------------------------------------
 class AmdsmiSession(VendorSession):
-    """The amdsmi library (a :class:`~devmem.sessions.VendorSession`): ``module`` is amdsmi or a scripted one
+    """The amdsmi library (a :class:`~devmem.sdk.sessions.VendorSession`): ``module`` is amdsmi or a scripted one
     (``None``: the real one, imported silently on first use); calls are serialised (amdsmi is not thread-safe).
 
     ``clock`` and ``sleep`` time :meth:`settle`; tests pass a scripted clock.

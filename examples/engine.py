@@ -57,7 +57,7 @@ from devmem import (
     parse_size,
     plan_kv_cache,
 )
-from devmem.engine_memory import PROFILE_PASSES
+from devmem.engine.memory import PROFILE_PASSES
 
 #: Model shapes by name: (transformers config class, its arguments).
 MODELS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = """
 import sys
-from devmem.host import CpuPlatform
-from devmem.reservations import ReservationRefused, reserve
+from devmem.sdk.host import CpuPlatform
+from devmem.engine.reservations import ReservationRefused, reserve
 
 held = []
 for line in sys.stdin:

@@ -14,7 +14,7 @@ _serial = itertools.count()
 
 SPEC_SOURCE = """
 import devmem
-from devmem.host import CpuPlatform
+from devmem.sdk.host import CpuPlatform
 
 class {cls}(CpuPlatform):
     name = {name!r}

@@ -8,7 +8,7 @@ import pytest
 
 from devmem import DevmemError
 from devmem.arguments import ArgumentError, byte_count, count, device_index, real, utilization
-from devmem.sizing import SizingError
+from devmem.planner.sizing import SizingError
 
 
 def test_byte_count_returns_a_python_int():

@@ -21,7 +21,7 @@ BACKENDS = {
 }
 #: What a backend may import of devmem.
 PUBLIC = {"devmem", "devmem.sdk", "devmem.testing"}
-#: devmem's modules, which a backend may not name (``devmem.host``, ``devmem.platform``, ...).
+#: devmem's modules, which a backend may not name (``devmem.sdk.host``, ``devmem.platform``, ...).
 PRIVATE = {p.stem for p in (REPO / "devmem").glob("*.py")} | {"integrations"}
 
 
@@ -38,7 +38,7 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def devmem_attributes(tree: ast.AST) -> list[tuple[int, str]]:
-    """``devmem.host`` and the like reached as attributes of ``import devmem``."""
+    """``devmem.sdk.host`` and the like reached as attributes of ``import devmem``."""
     return [
         (node.lineno, f"devmem.{node.attr}")
         for node in ast.walk(tree)
@@ -74,11 +74,13 @@ def test_backend_imports_only_the_sdk_the_public_api_and_the_kit(package):
 
 def test_the_check_flags_a_private_import(tmp_path):
     module = tmp_path / "backend.py"
-    module.write_text("import devmem\nfrom devmem.host import Files\nfrom devmem import drm\nx = devmem.readings\n")
+    module.write_text(
+        "import devmem\nfrom devmem.sdk.host import Files\nfrom devmem import drm\nx = devmem.sdk.readings\n"
+    )
     assert [line.split(" imports ")[1] for line in disallowed("devmem_x", module)] == [
-        "devmem.host",
-        "devmem.drm",
-        "devmem.readings",
+        "devmem.sdk.host",
+        "devmem.sdk.drm",
+        "devmem.sdk.readings",
     ]
 
 
@@ -94,9 +96,9 @@ def test_every_sdk_name_resolves():
 
 
 def test_the_sdk_gives_the_same_objects_as_their_modules():
-    from devmem.host import Files
     from devmem.platform import PlatformBase
-    from devmem.visible import index
+    from devmem.sdk.host import Files
+    from devmem.sdk.visible import index
 
     assert (devmem.sdk.Files, devmem.sdk.PlatformBase, devmem.sdk.device_index) == (Files, PlatformBase, index)
 
@@ -104,7 +106,8 @@ def test_the_sdk_gives_the_same_objects_as_their_modules():
 def test_importing_the_sdk_loads_none_of_its_modules():
     code = (
         "import sys, devmem.sdk; "
-        "print(sorted(m for m in ('devmem.host', 'devmem.readings', 'devmem.dmem', 'devmem.drm', 'devmem.sessions') "
+        "print(sorted(m for m in ('devmem.sdk.host', 'devmem.sdk.readings', 'devmem.sdk.dmem', 'devmem.sdk.drm', "
+        "'devmem.sdk.sessions') "
         "if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

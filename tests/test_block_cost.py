@@ -1,4 +1,4 @@
-"""devmem.block_cost: a block's cost from runs of an engine at growing block counts.
+"""devmem.engine.block_cost: a block's cost from runs of an engine at growing block counts.
 
 The engine here is a formula standing in for an engine's runs (the callable is the engine's side of the API): it
 holds ``HELD`` bytes a block; its forward's peak is the larger of a step that reads nothing of the cache (``FLAT``)
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from devmem.block_cost import (
+from devmem.engine.block_cost import (
     CAUTION,
     CONFIRM,
     BlockCost,
@@ -18,7 +18,7 @@ from devmem.block_cost import (
     growth_per_block,
     measure_block_cost,
 )
-from devmem.sizing import SizingError
+from devmem.planner.sizing import SizingError
 
 HELD = 100
 READ_BACK = 50

@@ -1,4 +1,4 @@
-"""devmem.capacity: a KV budget in tokens and sequences, and what a (context, sequences) target needs.
+"""devmem.planner.capacity: a KV budget in tokens and sequences, and what a (context, sequences) target needs.
 
 Figures are worked out by hand in each docstring; the models are the published configs of tests/model_configs.py.
 """
@@ -18,7 +18,8 @@ from model_configs import (
 )
 
 from devmem import GiB, MiB
-from devmem.capacity import (
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
+from devmem.planner.capacity import (
     capacity,
     fit,
     longest_context,
@@ -27,9 +28,8 @@ from devmem.capacity import (
     sequences_at,
     tokens_in_pool,
 )
-from devmem.kvcache import ALLOCATOR_GRANULARITY
-from devmem.models import ModelMemory
-from devmem.sizing import SizingError, plan_kv_cache
+from devmem.planner.models import ModelMemory
+from devmem.planner.sizing import SizingError, plan_kv_cache
 
 QWEN3 = ModelMemory.from_config(QWEN3_8B)
 MISTRAL = ModelMemory.from_config(MISTRAL_7B_V0_1)

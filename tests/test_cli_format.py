@@ -1,4 +1,4 @@
-"""devmem.cli_format: wrapping at word boundaries, sizes kept whole, colour only on a terminal without NO_COLOR."""
+"""devmem.command.format: wrapping at word boundaries, sizes kept whole, colour only on a terminal without NO_COLOR."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pty
 
 import pytest
 
-from devmem.cli_format import Painter, key_values, table, terminal_width, wants_colour, wrap
+from devmem.command.format import Painter, key_values, table, terminal_width, wants_colour, wrap
 
 
 def test_wrap_never_separates_a_number_from_its_unit():

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from devmem.cli import build_parser, cmd_info, main
+from devmem.command.main import build_parser, cmd_info, main
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
 

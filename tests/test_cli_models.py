@@ -13,7 +13,7 @@ import pytest
 from model_configs import QWEN3_8B, TINY_LLAMA, write_model
 
 from devmem import GiB
-from devmem.cli import main
+from devmem.command.main import main
 
 
 @pytest.fixture(autouse=True)

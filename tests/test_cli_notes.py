@@ -9,8 +9,8 @@ import pytest
 from model_configs import QWEN3_8B, write_model
 
 from devmem import GiB, MiB
-from devmem.cli import main
-from devmem.sizing import plan_kv_cache
+from devmem.command.main import main
+from devmem.planner.sizing import plan_kv_cache
 
 PAGES = ["--page-size", "65536", "--layers", "36"]
 

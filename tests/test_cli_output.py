@@ -16,7 +16,7 @@ import pytest
 from model_configs import TINY_LLAMA, write_model
 from test_cli_info import env_with
 
-from devmem.cli import main
+from devmem.command.main import main
 
 DEVMEM = [sys.executable, "-m", "devmem"]
 

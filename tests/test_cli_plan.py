@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from devmem import GiB, MiB
-from devmem.cli import main
-from devmem.host import CpuPlatform
-from devmem.sizing import plan_kv_cache
+from devmem.command.main import main
+from devmem.planner.sizing import plan_kv_cache
+from devmem.sdk.host import CpuPlatform
 
 QWEN3_8B = ["--page-size", "64KiB", "--layers", "36"]
 

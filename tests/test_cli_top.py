@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from devmem.cli import build_parser, cmd_info, main
+from devmem.command.main import build_parser, cmd_info, main
 from devmem.testing import Scenario
 from devmem.types import GiB
 from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform

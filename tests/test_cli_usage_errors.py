@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devmem.cli import main
+from devmem.command.main import main
 
 
 def usage_error(capsys, monkeypatch, *argv: str) -> str:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from devmem.host import CpuPlatform
+from devmem.sdk.host import CpuPlatform
 from devmem.testing import HostFixtures, PlatformConformance
 
 

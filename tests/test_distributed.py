@@ -1,4 +1,5 @@
-"""devmem.distributed: ranks agree on the smallest budget through torch.distributed, for real, on CPU with gloo."""
+"""devmem.engine.distributed: ranks agree on the smallest budget through torch.distributed, for real, on CPU with
+gloo."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import sys
 import pytest
 
 from devmem import DevmemError, GiB
-from devmem.distributed import agree_on_minimum
+from devmem.engine.distributed import agree_on_minimum
 
 _RANK = """
 import sys
 import torch.distributed as dist
-from devmem.distributed import agree_on_minimum
+from devmem.engine.distributed import agree_on_minimum
 rank, budget, rendezvous = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
 print(agree_on_minimum(budget), flush=True)
@@ -62,7 +63,7 @@ def test_without_a_process_group_the_local_value_is_kept():
 
 def test_without_torch_imported_nothing_is_imported_and_the_value_is_kept():
     code = (
-        "import sys; from devmem.distributed import agree_on_minimum; "
+        "import sys; from devmem.engine.distributed import agree_on_minimum; "
         "print(agree_on_minimum(7), 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -8,8 +8,8 @@ import sys
 
 from plugin_dists import platform_dist
 
-from devmem.doctor import diagnose, render
-from devmem.host import CpuPlatform
+from devmem.command.doctor import diagnose, render
+from devmem.sdk.host import CpuPlatform
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform
@@ -143,7 +143,7 @@ def test_doctor_json_runs_as_a_command():
 
 
 def doctor(capsys, platform, *argv: str) -> tuple[int, str]:
-    from devmem.cli import build_parser, cmd_doctor
+    from devmem.command.main import build_parser, cmd_doctor
 
     code = cmd_doctor(build_parser().parse_args(["doctor", *argv]), platform)
     return code, capsys.readouterr().out

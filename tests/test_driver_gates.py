@@ -100,7 +100,8 @@ def test_resolving_on_a_machine_without_drivers_imports_no_vendor_library():
 
 def test_import_devmem_imports_no_sizing_profiling_or_distributed_module():
     code = (
-        "import devmem\nprint(sorted(m for m in ('devmem.sizing', 'devmem.profiling', 'devmem.distributed', "
+        "import devmem\nprint(sorted(m for m in ('devmem.planner.sizing', 'devmem.engine.profiling', "
+        "'devmem.engine.distributed', "
         "'fractions') if m in sys.modules))"
     )
     done = subprocess.run(
@@ -111,7 +112,7 @@ def test_import_devmem_imports_no_sizing_profiling_or_distributed_module():
 
 def test_lazy_names_resolve_to_their_modules_objects():
     import devmem
-    from devmem import sizing
+    from devmem.planner import sizing
 
     assert devmem.plan_kv_cache is sizing.plan_kv_cache
 

@@ -1,13 +1,13 @@
-"""devmem.engine_layout: the budget as vLLM's hybrid allocator lays it out, and the tokens vLLM logs."""
+"""devmem.planner.engine_layout: the budget as vLLM's hybrid allocator lays it out, and the tokens vLLM logs."""
 
 from __future__ import annotations
 
 from model_configs import GEMMA_3_27B_IT, GPT_OSS_20B, LLAMA_3_1_8B, NEMOTRON_3_NANO, QWEN3_NEXT_80B_A3B
 
 from devmem import GiB
-from devmem.capacity import capacity
-from devmem.engine_layout import engine_layout
-from devmem.models import ModelMemory
+from devmem.planner.capacity import capacity
+from devmem.planner.engine_layout import engine_layout
+from devmem.planner.models import ModelMemory
 
 
 def test_qwen3_next_logs_786080_tokens_at_72_gib():

@@ -9,7 +9,7 @@ import pytest
 
 import devmem
 from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
-from devmem.kvcache import ALLOCATOR_GRANULARITY
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario

@@ -11,10 +11,10 @@ from model_configs import QWEN3_8B
 
 import devmem
 import devmem.errors
-from devmem.capacity import capacity, fit
-from devmem.models import ModelMemory
+from devmem.planner.capacity import capacity, fit
+from devmem.planner.models import ModelMemory
+from devmem.planner.sizing import plan_kv_cache
 from devmem.platform import Reason, ReasonKind
-from devmem.sizing import plan_kv_cache
 from devmem.units import parse_size
 
 GiB = devmem.GiB
@@ -32,10 +32,10 @@ def test_every_error_is_a_devmem_error(name):
         ("devmem.types", "DevmemError"),
         ("devmem.types", "PluginError"),
         ("devmem.types", "NotEnoughMemoryError"),
-        ("devmem.sizing", "SizingError"),
-        ("devmem.models", "ModelConfigError"),
-        ("devmem.models", "UnknownArchitectureError"),
-        ("devmem.sessions", "LibraryUnavailable"),
+        ("devmem.planner.sizing", "SizingError"),
+        ("devmem.planner.models", "ModelConfigError"),
+        ("devmem.planner.models", "UnknownArchitectureError"),
+        ("devmem.sdk.sessions", "LibraryUnavailable"),
         ("devmem", "SizingError"),
         ("devmem.sdk", "LibraryUnavailable"),
     ],

@@ -16,7 +16,7 @@ import devmem
 import devmem_nvidia
 import devmem_rocm
 import devmem_uma
-from devmem.forksafe import ForkSafeLock
+from devmem.sdk.forksafe import ForkSafeLock
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     ScriptedAllocator,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from devmem import GiB, MiB
-from devmem.host import REAL_FILES
-from devmem.profiling import MemorySnapshot, memory_profiling
+from devmem.engine.profiling import MemorySnapshot, memory_profiling
+from devmem.sdk.host import REAL_FILES
 from devmem.testing import PlatformConformance, TorchFixtures
 from devmem.testing.allocations import allocate_torch_in_subprocess
 from devmem_nvidia import CudaDriverAllocator, NvmlPlatform, NvmlSession

@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
 
 from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E402
-from devmem.host import CpuPlatform  # noqa: E402
 from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
+from devmem.sdk.host import CpuPlatform  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test builds and serves a model: `pytest -m slow` and CI run them
 
@@ -399,7 +399,7 @@ def test_a_corrupt_stored_profile_is_ignored_with_a_warning_and_measured_over(
     first = _size(model, baseline, generation)
     (path,) = profile_dir.glob("transformers-cb-*.json")
     path.write_text("{ not json")
-    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
         again = _size(model, baseline, generation)
     assert not again.stored and again.num_blocks == first.num_blocks
     assert f"ignoring the stored profile {path}" in caplog.text
@@ -452,9 +452,9 @@ def test_the_block_cost_helpers_that_moved_to_the_core_still_answer_with_a_depre
     from devmem.integrations.transformers import EngineRun, block_cost, grows_linearly
 
     runs = [EngineRun(n, 100 * n, 10 * n, 2, BATCH, "sdpa", (False, False), False) for n in (4, 8)]
-    with pytest.warns(DeprecationWarning, match="devmem.block_cost.growth_per_block"):
+    with pytest.warns(DeprecationWarning, match="devmem.engine.block_cost.growth_per_block"):
         assert block_cost(*runs) == (110, 100, 10)
-    with pytest.warns(DeprecationWarning, match="devmem.block_cost.grows_linearly"):
+    with pytest.warns(DeprecationWarning, match="devmem.engine.block_cost.grows_linearly"):
         assert grows_linearly(runs)
 
 

@@ -6,8 +6,8 @@ import pytest
 
 import devmem
 from devmem import DevmemError, GiB, MiB
-from devmem.kvcache import ALLOCATOR_GRANULARITY, allocate_kv_cache
-from devmem.sizing import SizingError, plan_kv_cache
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, allocate_kv_cache
+from devmem.planner.sizing import SizingError, plan_kv_cache
 from devmem.types import KiB
 
 torch = pytest.importorskip("torch")

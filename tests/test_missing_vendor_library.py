@@ -50,7 +50,9 @@ def _command(args: list[str], driver_dir: str, missing: str, exit_code: int = 0)
     """``devmem ARGS``'s stdout where the directory ``driver_dir`` exists (a tmpfs mounted on its parent in a
     private mount namespace) and the module ``missing`` cannot be imported; it must exit with ``exit_code``."""
     parent = os.path.dirname(driver_dir)
-    code = f"import sys; sys.modules[{missing!r}] = None; from devmem.cli import main; sys.exit(main({args!r}))"
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None; from devmem.command.main import main; sys.exit(main({args!r}))"
+    )
     shell = f'mount -t tmpfs devmem-test "{parent}" && mkdir "{driver_dir}" && exec "$0" -c "$1"'
     done = subprocess.run(
         ["unshare", "-m", "sh", "-c", shell, sys.executable, code],

@@ -1,4 +1,4 @@
-"""devmem.model_defaults holds what transformers' config class of each family fills in: checked key by key."""
+"""devmem.planner.model_defaults holds what transformers' config class of each family fills in: checked key by key."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from devmem.model_defaults import FAMILY_DEFAULTS
+from devmem.planner.model_defaults import FAMILY_DEFAULTS
 
 transformers = pytest.importorskip("transformers")
 

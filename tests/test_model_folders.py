@@ -1,5 +1,5 @@
 """Hostile model folders and configs: every one is a number or one ModelConfigError naming the value, through the
-one bounded reader (devmem.models.read_json and the shard reader); the CLI exits 3 with one line."""
+one bounded reader (devmem.planner.models.read_json and the shard reader); the CLI exits 3 with one line."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 import pytest
 from model_configs import QWEN3_8B, TINY_LLAMA, write_model
 
-from devmem import models
-from devmem.cli import main
-from devmem.models import ModelConfigError, load_model, read_json
+from devmem.command.main import main
+from devmem.planner import models
+from devmem.planner.models import ModelConfigError, load_model, read_json
 
 
 def test_integer_of_5000_digits_under_a_sizing_key_is_refused_naming_it(tmp_path):

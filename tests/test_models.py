@@ -1,4 +1,4 @@
-"""devmem.models: KV bytes per token, state per sequence and weights of public models, from their config.json.
+"""devmem.planner.models: KV bytes per token, state per sequence and weights of public models, from their config.json.
 
 Every figure is worked out by hand in the test's docstring from the published config (tests/model_configs.py).
 """
@@ -35,7 +35,7 @@ from model_configs import (
 )
 
 from devmem import DevmemError
-from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
+from devmem.planner.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
 
 
 def model(config: dict, **options) -> ModelMemory:
@@ -398,7 +398,8 @@ def test_config_that_is_not_json_is_a_clear_error(tmp_path):
 
 def test_models_and_capacity_import_neither_torch_nor_transformers():
     probe = (
-        "import sys, devmem.models, devmem.capacity; print([m for m in ('torch', 'transformers') if m in sys.modules])"
+        "import sys, devmem.planner.models, devmem.planner.capacity; "
+        "print([m for m in ('torch', 'transformers') if m in sys.modules])"
     )
     assert (
         subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -21,8 +21,8 @@ from model_configs import (
     NEMOTRON_H_56B,
 )
 
-from devmem.capacity import capacity, sequence_cost
-from devmem.models import ModelConfigError, ModelMemory, UnknownArchitectureError
+from devmem.planner.capacity import capacity, sequence_cost
+from devmem.planner.models import ModelConfigError, ModelMemory, UnknownArchitectureError
 
 
 def model(config: dict, **options) -> ModelMemory:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import drm
-from devmem.host import CpuPlatform, cgroup_memory, parse_meminfo, read_int
-from devmem.parsing import MAX_DIGITS, parse_int, require_int
+from devmem.sdk import drm
+from devmem.sdk.host import CpuPlatform, cgroup_memory, parse_meminfo, read_int
+from devmem.sdk.parsing import MAX_DIGITS, parse_int, require_int
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB, KiB
 
@@ -98,7 +98,7 @@ def test_drm_size_reads_a_unit():
 
 @pytest.mark.parametrize("token", ["１", "٠", "²", "1" * 5000, "-0", "+1", "1_0"])
 def test_full_width_or_huge_entries_are_not_device_indices(token):
-    from devmem.visible import index
+    from devmem.sdk.visible import index
 
     assert index(token) is None
 
@@ -130,7 +130,7 @@ def test_hip_visible_devices_full_width_or_huge_entry_hides_every_gpu(entry):
 
 @pytest.mark.parametrize("figure", ["１６", "²", "1" * 5000, "1_0"])
 def test_dmem_line_with_a_non_ascii_or_huge_figure_is_skipped(figure):
-    from devmem.dmem import parse_regions
+    from devmem.sdk.dmem import parse_regions
 
     assert parse_regions(f"drm/0000:03:00.0/vram0 {figure}\ndrm/0000:03:00.0/gtt max\n") == {
         "drm/0000:03:00.0/gtt": None

@@ -1,4 +1,4 @@
-"""Resolution of a platform from real entry points (devmem/plugins.py, devmem/discovery.py)."""
+"""Resolution of a platform from real entry points (devmem/resolution/plugins.py, devmem/resolution/discovery.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from plugin_dists import memory_dist, platform_dist, write_dist
 
 import devmem
-from devmem.lazy import DriverGate, deferred, gated_detect
+from devmem.sdk.lazy import DriverGate, deferred, gated_detect
 from devmem.types import MiB
 
 
@@ -273,7 +273,7 @@ def test_allow_list_accepts_a_platform_name(site, monkeypatch):
 def test_allow_list_naming_one_platform_leaves_out_its_plugins_other_platforms(site, monkeypatch):
     body = """
     import devmem
-    from devmem.host import CpuPlatform
+    from devmem.sdk.host import CpuPlatform
     class One(CpuPlatform):
         name = "one"
     @devmem.hookimpl
@@ -319,7 +319,7 @@ def test_detection_runs_once_for_the_platform_and_the_candidate_list(site, monke
 SLOW_DETECT = """
 import threading
 import devmem
-from devmem.host import CpuPlatform
+from devmem.sdk.host import CpuPlatform
 RELEASE = threading.Event()
 def detect():
     RELEASE.wait(10)
@@ -419,7 +419,7 @@ def test_misspelt_hook_is_reported_with_the_known_hooks(site, monkeypatch, caplo
 BLOCKING_DETECT = """
 import threading
 import devmem
-from devmem.host import CpuPlatform
+from devmem.sdk.host import CpuPlatform
 ENTERED = threading.Event()
 RELEASE = threading.Event()
 class Gate(CpuPlatform):
@@ -538,7 +538,7 @@ def test_plugin_marked_with_pluggys_own_marker_is_a_devmem_plugin(site, monkeypa
     body = """
     import pluggy
     import devmem
-    from devmem.host import CpuPlatform
+    from devmem.sdk.host import CpuPlatform
 
     hookimpl = pluggy.HookimplMarker("devmem")
 
@@ -559,7 +559,7 @@ def test_devmem_hookspecs_validate_under_a_pluggy_plugin_manager():
     implementation, and calls it."""
     import pluggy
 
-    from devmem import hookspecs
+    from devmem.sdk import hookspecs
 
     pm = pluggy.PluginManager("devmem")
     pm.add_hookspecs(hookspecs)

@@ -1,4 +1,4 @@
-"""devmem.profile_store: measured figures kept on disk under a key, read back by a start with the same key."""
+"""devmem.engine.profile_store: measured figures kept on disk under a key, read back by a start with the same key."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from devmem.profile_store import ENV, ProfileStore, ProfileStoreError, default_directory, resolve_store
+from devmem.engine.profile_store import ENV, ProfileStore, ProfileStoreError, default_directory, resolve_store
 
 KEY = {"model": {"layers": 22, "hidden": 2048}, "device_total": 150 << 30, "versions": {"torch": "2.11"}}
 FIGURES = {"block_bytes": 21757952, "runs": [{"num_blocks": 33}]}
@@ -56,7 +56,7 @@ def test_another_kind_finds_nothing(store):
 def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning(store, caplog, text, why):
     path = store.save("engine", KEY, FIGURES, 0.0)
     path.write_text(text)
-    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
         assert store.load("engine", KEY) is None
     assert f"ignoring the stored profile {path}" in caplog.text and why in caplog.text
 
@@ -66,7 +66,7 @@ def test_a_file_stored_under_another_key_at_the_same_path_is_ignored(store, capl
     body = json.loads(path.read_text())
     body["key"] = {**KEY, "device_total": 1}
     path.write_text(json.dumps(body))
-    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
         assert store.load("engine", KEY) is None
     assert "stored under another key" in caplog.text
 
@@ -76,7 +76,7 @@ def test_a_file_of_another_layout_version_is_ignored(store, caplog):
     body = json.loads(path.read_text())
     body["version"] = 999
     path.write_text(json.dumps(body))
-    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
         assert store.load("engine", KEY) is None
     assert "layout version 999" in caplog.text
 
@@ -84,7 +84,7 @@ def test_a_file_of_another_layout_version_is_ignored(store, caplog):
 def test_a_folder_that_cannot_be_written_gives_a_warning_and_no_file(tmp_path, caplog):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with caplog.at_level(logging.WARNING, logger="devmem.profile_store"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
         assert ProfileStore(blocker / "profiles").save("engine", KEY, FIGURES, 0.0) is None
     assert "could not store the profile" in caplog.text
 

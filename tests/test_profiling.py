@@ -1,4 +1,5 @@
-"""devmem.profiling on the real kernel with the cpu platform (host RAM is the device), and on a GPU where present.
+"""devmem.engine.profiling on the real kernel with the cpu platform (host RAM is the device), and on a GPU where
+present.
 
 Co-tenants are real processes that allocate and free touched host memory while this process profiles. The
 device-wide checks expect no other job to churn gigabytes of host memory at the same moment (CI runs one test at
@@ -18,15 +19,15 @@ import psutil
 import pytest
 
 from devmem import GiB, MiB, NotEnoughMemoryError
-from devmem.host import CpuPlatform
-from devmem.profiling import (
+from devmem.engine.profiling import (
     MemorySnapshot,
     ProfileResult,
     check_startup_memory,
     memory_profiling,
     release_allocator_cache,
 )
-from devmem.sizing import plan_kv_cache, requested_memory
+from devmem.planner.sizing import plan_kv_cache, requested_memory
+from devmem.sdk.host import CpuPlatform
 from devmem.units import format_size
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario
@@ -128,7 +129,7 @@ class Run:
 def _profile_own_allocation(cotenant: CoTenant | None = None, *holds: int) -> Run:
     """Profile a touched ``OWN``-byte allocation of this process while the co-tenant holds ``holds`` in turn."""
     platform, handler = CpuPlatform(), _Records()
-    logger = logging.getLogger("devmem.profiling")
+    logger = logging.getLogger("devmem.engine.profiling")
     logger.addHandler(handler)
     try:
         tenant_before = cotenant.rss() if cotenant else 0
@@ -260,9 +261,9 @@ def test_two_engines_starting_at_once_each_count_only_their_own():
 
 
 def test_cotenant_move_is_warned_with_both_figures(caplog):
-    with caplog.at_level(logging.WARNING, logger="devmem.profiling"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profiling"):
         _two_engines_start(h200_scenario(context=True))
-    [record] = [r for r in caplog.records if r.name == "devmem.profiling"]
+    [record] = [r for r in caplog.records if r.name == "devmem.engine.profiling"]
     assert "device-wide use changed by 47.00 GiB but this process's own by 17.00 GiB" in record.getMessage()
     assert "other processes moved 30.00 GiB" in record.getMessage()
 
@@ -385,20 +386,21 @@ def test_snapshot_without_the_declared_torch_device_says_torch_figures_were_not_
 
 @no_cuda
 def test_release_without_the_declared_torch_device_returns_zero_and_says_why(caplog):
-    with caplog.at_level(logging.INFO, logger="devmem.profiling"):
+    with caplog.at_level(logging.INFO, logger="devmem.engine.profiling"):
         assert release_allocator_cache(0, _h200(h200_scenario())) == 0
     assert "sees no cuda device" in caplog.text and "released bytes not measured" in caplog.text
 
 
 def test_release_on_host_memory_returns_zero_and_says_why(caplog):
-    with caplog.at_level(logging.INFO, logger="devmem.profiling"):
+    with caplog.at_level(logging.INFO, logger="devmem.engine.profiling"):
         assert release_allocator_cache(0, CpuPlatform()) == 0
     assert "host memory" in caplog.text and "released bytes not measured" in caplog.text
 
 
 def test_profiling_never_imports_torch():
     code = (
-        "import sys; from devmem.host import CpuPlatform; from devmem.profiling import *; p = CpuPlatform(); "
+        "import sys; from devmem.sdk.host import CpuPlatform; from devmem.engine.profiling import *; "
+        "p = CpuPlatform(); "
         "b = MemorySnapshot.measure(0, p)\nwith memory_profiling(b, platform=p) as r: pass\n"
         "release_allocator_cache(); print('torch' in sys.modules, r.torch_measured, r.notes)"
     )

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from devmem import DevmemError, GiB, MiB
-from devmem.profiling import MemorySnapshot, memory_profiling
-from devmem.sizing import plan_kv_cache
+from devmem.engine.profiling import MemorySnapshot, memory_profiling
+from devmem.planner.sizing import plan_kv_cache
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario

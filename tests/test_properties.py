@@ -19,13 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_configs import TINY_LLAMA, write_model
 
-from devmem import drm
-from devmem.cli import main
-from devmem.host import CpuPlatform, cgroup_memory, parse_meminfo
-from devmem.parsing import MAX_DIGITS, env_choice, env_seconds, env_text, parse_decimal, parse_int, require_int
-from devmem.profiling import MemorySnapshot, check_startup_memory
-from devmem.readings import checked_memory, process_bytes, process_id, process_list, vendor_text
-from devmem.sizing import (
+from devmem.command.main import main
+from devmem.engine.profiling import MemorySnapshot, check_startup_memory
+from devmem.planner.sizing import (
     SizingError,
     blocks_for_bytes,
     growable_kv_cache_bytes,
@@ -33,10 +29,14 @@ from devmem.sizing import (
     profiled_kv_cache_bytes,
     requested_memory,
 )
+from devmem.sdk import drm
+from devmem.sdk.host import CpuPlatform, cgroup_memory, parse_meminfo
+from devmem.sdk.parsing import MAX_DIGITS, env_choice, env_seconds, env_text, parse_decimal, parse_int, require_int
+from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text
+from devmem.sdk.visible import index, pick
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB, NotEnoughMemoryError, gib
 from devmem.units import format_size, parse_size
-from devmem.visible import index, pick
 from devmem_nvidia.limits import env_limits
 
 #: CLI examples build a parser and resolve a platform each: fewer of them.
@@ -657,8 +657,8 @@ def test_rocm_visible_devices_select_some_of_the_gpus_or_say_why_not(rocr, hip, 
     )
 )
 def test_fit_gives_json_of_plain_numbers_or_a_devmem_error(model_dir, kwargs):
-    from devmem.capacity import fit
-    from devmem.models import load_model
+    from devmem.planner.capacity import fit
+    from devmem.planner.models import load_model
 
     try:
         answer = fit(load_model(model_dir), **kwargs)
@@ -682,7 +682,7 @@ JSON_TEXT = st.just(LONG_INTEGER) | st.recursive(
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=300) | JSON_TEXT.map(str.encode), depth=st.integers(0, 3000))
 def test_model_reader_gives_an_object_or_one_model_config_error(tmp_path, data, depth):
-    from devmem.models import ModelConfigError, read_json
+    from devmem.planner.models import ModelConfigError, read_json
 
     file = tmp_path / "config.json"
     file.write_bytes(b"[" * depth + data + b"]" * depth)
@@ -704,7 +704,7 @@ def test_model_reader_gives_an_object_or_one_model_config_error(tmp_path, data, 
     tp=st.sampled_from([1, 2, np.int64(2), np.int32(4)]),
 )
 def test_model_folder_sizes_or_is_refused_with_one_line(tmp_path, key, value, index, tp):
-    from devmem.models import load_model
+    from devmem.planner.models import load_model
     from devmem.types import DevmemError
 
     folder = tmp_path / "m"

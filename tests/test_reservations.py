@@ -20,8 +20,7 @@ from ledger_workers import Worker
 
 import devmem
 from devmem import GiB, NotEnoughMemoryError
-from devmem.host import CpuPlatform
-from devmem.reservations import (
+from devmem.engine.reservations import (
     Entry,
     Ledger,
     LedgerError,
@@ -31,6 +30,7 @@ from devmem.reservations import (
     device_key,
     reserve,
 )
+from devmem.sdk.host import CpuPlatform
 from devmem.testing.scenario import HostMemory, Scenario
 from devmem_nvidia.testing import H200_RUNTIME_TOTAL, h200_scenario, scripted_platform
 
@@ -270,7 +270,7 @@ def test_a_corrupt_ledger_never_over_admits(workers, tmp_path, content):
 def test_a_corrupt_ledger_is_rebuilt_with_a_warning(host, tmp_path, caplog):
     held = reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path)
     (tmp_path / "cpu-host_memory-0.json").write_bytes(b'{"format": 1, "entr')
-    with caplog.at_level(logging.WARNING, logger="devmem.reservations"):
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.reservations"):
         reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
     assert "is corrupt" in caplog.text and "rebuilt from the 1 live owner(s)" in caplog.text
     assert [e["id"] for e in ledger_entries(tmp_path, "cpu-host_memory-0")] == [held.entry.id]
@@ -354,7 +354,8 @@ def test_interleavings_of_reserve_release_and_death_never_admit_more_than_the_to
 def test_processes_racing_never_admit_more_than_the_total(tmp_path):
     total = real_total()
     code = (
-        "import sys\nfrom devmem.host import CpuPlatform\nfrom devmem.reservations import reserve, ReservationRefused\n"
+        "import sys\nfrom devmem.sdk.host import CpuPlatform\n"
+        "from devmem.engine.reservations import reserve, ReservationRefused\n"
         "try:\n    reserve(0, int(sys.argv[2]), ledger_dir=sys.argv[1], platform=CpuPlatform())\n    print('ok')\n"
         "except ReservationRefused:\n    print('refused')\nsys.stdin.read()\n"
     )

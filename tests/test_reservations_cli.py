@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from devmem.cli import build_parser, cmd_info
-from devmem.doctor import diagnose
-from devmem.reservations import Entry, Ledger, Owner, _start_time, device_key, reserve
+from devmem.command.doctor import diagnose
+from devmem.command.main import build_parser, cmd_info
+from devmem.engine.reservations import Entry, Ledger, Owner, _start_time, device_key, reserve
 from devmem.types import GiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from devmem.sessions import shutdown_all
+from devmem.sdk.sessions import shutdown_all
 from devmem.testing import ScriptedClock
 from devmem.types import DevmemError
 from devmem_rocm.driver import NO_DRIVER, driver_loaded

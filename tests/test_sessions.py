@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from devmem import DevmemError, sessions
-from devmem.sessions import LibraryUnavailable, VendorSession, shutdown_all
+from devmem.sdk.sessions import LibraryUnavailable, VendorSession, shutdown_all
 from devmem_nvidia.nvml_access import NvmlSession
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 from devmem_rocm.smi import AmdsmiSession

@@ -1,4 +1,4 @@
-"""devmem.sizing: the pure KV-cache arithmetic, its three paths, its errors, and readings from real reports."""
+"""devmem.planner.sizing: the pure KV-cache arithmetic, its three paths, its errors, and readings from real reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devmem import DevmemError, GiB, MiB, NotEnoughMemoryError
-from devmem.sizing import (
+from devmem.planner.sizing import (
     SizingError,
     blocks_for_bytes,
     growable_kv_cache_bytes,

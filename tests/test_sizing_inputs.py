@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from devmem import DevmemError, GiB, MiB
-from devmem.cli import main
-from devmem.host import CpuPlatform
-from devmem.profiling import MemorySnapshot, check_startup_memory
-from devmem.sizing import SizingError, plan_kv_cache, requested_memory
+from devmem.command.main import main
+from devmem.engine.profiling import MemorySnapshot, check_startup_memory
+from devmem.planner.sizing import SizingError, plan_kv_cache, requested_memory
+from devmem.sdk.host import CpuPlatform
 from devmem.types import NotEnoughMemoryError, gib
 from devmem.units import format_size
 
@@ -171,8 +171,8 @@ def test_requested_memory_of_numpy_inputs_is_a_python_int():
 def test_capacity_and_fit_of_numpy_inputs_give_json(tmp_path):
     from model_configs import TINY_LLAMA, write_model
 
-    from devmem.capacity import capacity, fit
-    from devmem.models import load_model
+    from devmem.planner.capacity import capacity, fit
+    from devmem.planner.models import load_model
 
     model = load_model(write_model(tmp_path / "tiny", TINY_LLAMA))
     json.dumps(

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from devmem.host import cgroup_memory, read_meminfo
+from devmem.sdk.host import cgroup_memory, read_meminfo
 from devmem.types import GiB, MiB, gib
 from devmem_nvidia.testing import ScriptedNvml
 from devmem_uma import UmaPlatform

@@ -9,8 +9,8 @@ page cache and the block size are chosen to reproduce those outcomes.
 
 from __future__ import annotations
 
-from devmem.profiling import MemorySnapshot, check_startup_memory
-from devmem.sizing import blocks_for_bytes, growable_kv_cache_bytes, plan_kv_cache, requested_memory
+from devmem.engine.profiling import MemorySnapshot, check_startup_memory
+from devmem.planner.sizing import blocks_for_bytes, growable_kv_cache_bytes, plan_kv_cache, requested_memory
 from devmem.types import GiB, KiB
 from devmem.units import format_size
 from devmem_nvidia.testing import ScriptedNvml

@@ -1,4 +1,4 @@
-"""The checked boundary where vendor readings enter (devmem.readings, and each backend's per-process rule):
+"""The checked boundary where vendor readings enter (devmem.sdk.readings, and each backend's per-process rule):
 impossible figures become an error naming the call, a clamp with a note, or ``None`` with a reason, never a
 wrong number; nothing a vendor call raises escapes raw."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo, ReasonKind
-from devmem.drm import client_memory
+from devmem.sdk.drm import client_memory
 from devmem.testing import ScriptedClock
 from devmem_nvidia.testing import (
     ScriptedAllocator,

@@ -14,7 +14,7 @@ together split a device by start order. :func:`size_continuous_batching` measure
    graphs are on), the engine's own worst-case warm-up forward, unpadded (``max_batch_tokens`` query tokens
    reading the whole cache, with as many logit rows as a batch holds) and decode-sized forwards (so that the
    kernels of decode steps are loaded), the compute stream ordered after the writes of the batch's inputs. The
-   run at ``N_a`` is the profile window (:func:`~devmem.profiling.memory_profiling`, process-scoped), the graph
+   run at ``N_a`` is the profile window (:func:`~devmem.engine.profiling.memory_profiling`, process-scoped), the graph
    capture inside it; every other run is a window of its own.
 3. One block costs what grows with the block count between the last two runs: the largest of the held tensors'
    growth (the cache and the batch's static tensors, summed over transformers' own objects) and the growths of
@@ -48,14 +48,14 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from devmem.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
-from devmem.block_cost import grows_linearly as _grows_linearly
-from devmem.kvcache import ALLOCATOR_GRANULARITY
+from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
+from devmem.engine.block_cost import grows_linearly as _grows_linearly
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
+from devmem.engine.profile_store import ProfileStore, ProfileStoreError, StoredProfile, resolve_store
+from devmem.engine.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
+from devmem.planner.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
 from devmem.platform import Platform
-from devmem.plugins import current_platform
-from devmem.profile_store import ProfileStore, ProfileStoreError, StoredProfile, resolve_store
-from devmem.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
-from devmem.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
+from devmem.resolution.plugins import current_platform
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -566,7 +566,7 @@ def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_ba
     return gathered + 2 * tokens * heads * head_dim * itemsize + max_batch_tokens * tokens * itemsize
 
 
-#: The kind of figures :class:`~devmem.profile_store.ProfileStore` keeps for this integration; its version
+#: The kind of figures :class:`~devmem.engine.profile_store.ProfileStore` keeps for this integration; its version
 #: changes whenever the measurement does.
 STORE_KIND = "transformers-cb"
 METHOD_VERSION = 2
@@ -639,7 +639,7 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     if platform is None:
         platform = current_platform()
         if where.type == "cpu" and platform.name != "cpu":
-            from devmem.host import CpuPlatform
+            from devmem.sdk.host import CpuPlatform
 
             platform = CpuPlatform()
     if (where.type == "cpu") != (platform.name == "cpu"):
@@ -759,10 +759,10 @@ def limit_allocator(device: Any, nbytes: int | None) -> float | None:
 
 
 def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
-    """Deprecated: use :func:`devmem.block_cost.growth_per_block`. (all, KV cache, batch tensors): bytes one
+    """Deprecated: use :func:`devmem.engine.block_cost.growth_per_block`. (all, KV cache, batch tensors): bytes one
     block costs, as what grows from ``before`` to ``after``."""
     warnings.warn(
-        "devmem.integrations.transformers.block_cost is deprecated: use devmem.block_cost.growth_per_block",
+        "devmem.integrations.transformers.block_cost is deprecated: use devmem.engine.block_cost.growth_per_block",
         DeprecationWarning,
         stacklevel=2,
     )
@@ -773,9 +773,10 @@ def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
 
 
 def grows_linearly(runs: list[EngineRun]) -> bool:
-    """Deprecated: use :func:`devmem.block_cost.grows_linearly` over :class:`~devmem.block_cost.BlockRun`."""
+    """Deprecated: use :func:`devmem.engine.block_cost.grows_linearly` over
+    :class:`~devmem.engine.block_cost.BlockRun`."""
     warnings.warn(
-        "devmem.integrations.transformers.grows_linearly is deprecated: use devmem.block_cost.grows_linearly",
+        "devmem.integrations.transformers.grows_linearly is deprecated: use devmem.engine.block_cost.grows_linearly",
         DeprecationWarning,
         stacklevel=2,
     )
@@ -835,7 +836,7 @@ def size_continuous_batching(
     block-proportional tensor may take: the cache, the batch's attention masks and read indices, and the
     forward's read-back.
 
-    ``store`` keeps the measured figures (:class:`~devmem.profile_store.ProfileStore`): ``None``/``True`` the
+    ``store`` keeps the measured figures (:class:`~devmem.engine.profile_store.ProfileStore`): ``None``/``True`` the
     default folder (``$DEVMEM_PROFILE_DIR``, else the XDG cache folder), a path that folder, ``False`` none. A
     start whose :func:`profile_key` was measured before plans from the stored figures without running the engine.
 
@@ -843,7 +844,7 @@ def size_continuous_batching(
     at the share less what torch does not allocate (:func:`limit_allocator`), so that serving never reserves
     past the share: the allocator gives cached blocks back first. Pass ``False`` to leave the allocator alone.
 
-    Every argument is checked before the engine runs. Raises :class:`~devmem.sizing.SizingError` naming a bad
+    Every argument is checked before the engine runs. Raises :class:`~devmem.planner.sizing.SizingError` naming a bad
     value, :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, ``TypeError``/``ValueError``
     for a model or config that cannot be sized.
     """

@@ -30,18 +30,19 @@ Every name loads on first use, so a backend's registration module may import fro
 
 from typing import TYPE_CHECKING
 
-from devmem.lazy import lazy_exports
+from devmem.sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.adapter import MINIMAL_CONTRACT, as_platform
-    from devmem.dmem import DmemLimits, dmem_limits
-    from devmem.drm import client_memory
-    from devmem.drm import fields as drm_fields
-    from devmem.drm import size as drm_size
     from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
-    from devmem.forksafe import ForkSafeLock
-    from devmem.hookspecs import hookimpl
-    from devmem.host import (
+    from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
+    from devmem.sdk.dmem import DmemLimits, dmem_limits
+    from devmem.sdk.drm import client_memory
+    from devmem.sdk.drm import fields as drm_fields
+    from devmem.sdk.drm import size as drm_size
+    from devmem.sdk.forksafe import ForkSafeLock
+    from devmem.sdk.hookspecs import hookimpl
+    from devmem.sdk.host import (
         REAL_FILES,
         CpuPlatform,
         Files,
@@ -53,16 +54,15 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         read_meminfo,
         read_stripped,
     )
-    from devmem.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
-    from devmem.limits import MemoryLimit, apply_limits
-    from devmem.parsing import env_choice, env_seconds, env_text, parse_int, require_int, shown
-    from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
-    from devmem.readings import checked_memory, process_bytes, process_id, process_list, vendor_text, whole_bytes
-    from devmem.sessions import VendorSession
+    from devmem.sdk.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
+    from devmem.sdk.limits import MemoryLimit, apply_limits
+    from devmem.sdk.parsing import env_choice, env_seconds, env_text, parse_int, require_int, shown
+    from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text, whole_bytes
+    from devmem.sdk.sessions import VendorSession
+    from devmem.sdk.visible import VisibleDevices, dropped, pick
+    from devmem.sdk.visible import index as device_index
     from devmem.types import Detection, GiB, KiB, MemoryInfo, MiB, PlatformSpec, gib
     from devmem.units import format_size, parse_size
-    from devmem.visible import VisibleDevices, dropped, pick
-    from devmem.visible import index as device_index
 
 #: Each public name, and the module that defines it (``module:attr`` where it has another name there).
 _SDK = {
@@ -84,60 +84,60 @@ _SDK = {
     "MiB": "devmem.types",
     "GiB": "devmem.types",
     "gib": "devmem.types",
-    "hookimpl": "devmem.hookspecs",
-    "DriverGate": "devmem.lazy",
-    "deferred": "devmem.lazy",
-    "gated_detect": "devmem.lazy",
-    "lazy_exports": "devmem.lazy",
-    "load_object": "devmem.lazy",
+    "hookimpl": "devmem.sdk.hookspecs",
+    "DriverGate": "devmem.sdk.lazy",
+    "deferred": "devmem.sdk.lazy",
+    "gated_detect": "devmem.sdk.lazy",
+    "lazy_exports": "devmem.sdk.lazy",
+    "load_object": "devmem.sdk.lazy",
     # errors
     "DevmemError": "devmem.errors",
     "InvalidTypeError": "devmem.errors",
     "InvalidValueError": "devmem.errors",
     "LibraryUnavailable": "devmem.errors",
     "PluginError": "devmem.errors",
-    "VendorSession": "devmem.sessions",
-    "ForkSafeLock": "devmem.forksafe",
+    "VendorSession": "devmem.sdk.sessions",
+    "ForkSafeLock": "devmem.sdk.forksafe",
     # host files and the host's memory
-    "Files": "devmem.host",
-    "REAL_FILES": "devmem.host",
-    "HostFiles": "devmem.host",
-    "CpuPlatform": "devmem.host",
-    "read_stripped": "devmem.host",
-    "read_int": "devmem.host",
-    "read_meminfo": "devmem.host",
-    "parse_meminfo": "devmem.host",
-    "page_cache_bytes": "devmem.host",
-    "cgroup_memory": "devmem.host",
+    "Files": "devmem.sdk.host",
+    "REAL_FILES": "devmem.sdk.host",
+    "HostFiles": "devmem.sdk.host",
+    "CpuPlatform": "devmem.sdk.host",
+    "read_stripped": "devmem.sdk.host",
+    "read_int": "devmem.sdk.host",
+    "read_meminfo": "devmem.sdk.host",
+    "parse_meminfo": "devmem.sdk.host",
+    "page_cache_bytes": "devmem.sdk.host",
+    "cgroup_memory": "devmem.sdk.host",
     # checked figures and limits
-    "checked_memory": "devmem.readings",
-    "whole_bytes": "devmem.readings",
-    "process_bytes": "devmem.readings",
-    "process_id": "devmem.readings",
-    "process_list": "devmem.readings",
-    "vendor_text": "devmem.readings",
-    "MemoryLimit": "devmem.limits",
-    "apply_limits": "devmem.limits",
-    "DmemLimits": "devmem.dmem",
-    "dmem_limits": "devmem.dmem",
-    "client_memory": "devmem.drm",
+    "checked_memory": "devmem.sdk.readings",
+    "whole_bytes": "devmem.sdk.readings",
+    "process_bytes": "devmem.sdk.readings",
+    "process_id": "devmem.sdk.readings",
+    "process_list": "devmem.sdk.readings",
+    "vendor_text": "devmem.sdk.readings",
+    "MemoryLimit": "devmem.sdk.limits",
+    "apply_limits": "devmem.sdk.limits",
+    "DmemLimits": "devmem.sdk.dmem",
+    "dmem_limits": "devmem.sdk.dmem",
+    "client_memory": "devmem.sdk.drm",
     # visible devices
-    "VisibleDevices": "devmem.visible",
-    "pick": "devmem.visible",
-    "dropped": "devmem.visible",
+    "VisibleDevices": "devmem.sdk.visible",
+    "pick": "devmem.sdk.visible",
+    "dropped": "devmem.sdk.visible",
     # parsing and sizes
-    "parse_int": "devmem.parsing",
-    "env_text": "devmem.parsing",
-    "env_choice": "devmem.parsing",
-    "env_seconds": "devmem.parsing",
-    "require_int": "devmem.parsing",
-    "shown": "devmem.parsing",
+    "parse_int": "devmem.sdk.parsing",
+    "env_text": "devmem.sdk.parsing",
+    "env_choice": "devmem.sdk.parsing",
+    "env_seconds": "devmem.sdk.parsing",
+    "require_int": "devmem.sdk.parsing",
+    "shown": "devmem.sdk.parsing",
     "format_size": "devmem.units",
     "parse_size": "devmem.units",
     # under another name than in their module
-    "device_index": "devmem.visible:index",
-    "drm_size": "devmem.drm:size",
-    "drm_fields": "devmem.drm:fields",
+    "device_index": "devmem.sdk.visible:index",
+    "drm_size": "devmem.sdk.drm:size",
+    "drm_fields": "devmem.sdk.drm:fields",
 }
 
 __all__ = [

@@ -121,7 +121,7 @@ def independent_memory(platform: Platform) -> ReferenceMemory | str:
         return ReferenceMemory(f"torch.{platform.torch_device}.mem_get_info", lambda d: _pair(module.mem_get_info(d)))
     if not sys.platform.startswith("linux"):
         return f"no independent reading of {platform.name}'s host memory: /proc/meminfo exists only on Linux"
-    from devmem.host import cgroup_memory, read_meminfo
+    from devmem.sdk.host import cgroup_memory, read_meminfo
 
     def host(device: int) -> tuple[int, int]:
         meminfo, cgroup = read_meminfo(), cgroup_memory()
@@ -569,7 +569,7 @@ class PlatformConformance:
                 f"platform {contract.name!r} is not registered through the 'devmem' entry-point group here, "
                 "so its plugin's hooks cannot be found"
             )
-        from devmem.entrypoints import entry_points
+        from devmem.resolution.entrypoints import entry_points
         from devmem.testing.hooks import hook_problems
 
         plugin = next(ep for ep in entry_points("devmem") if ep.name == registered[0].plugin).load()

@@ -2,14 +2,14 @@
 
 devmem calls a plugin's ``devmem_platforms`` itself at start-up, without pluggy (its import alone costs more than
 devmem's start-up budget). Here, in the kit, pluggy does what it is for: :func:`hook_problems` registers the plugin
-with a ``pluggy.PluginManager("devmem")`` holding :mod:`devmem.hookspecs`, which refuses an implementation whose
+with a ``pluggy.PluginManager("devmem")`` holding :mod:`devmem.sdk.hookspecs`, which refuses an implementation whose
 arguments the specification does not have and, at ``check_pending``, one whose name is no devmem hook (a
 misspelling), and says why.
 """
 
 from __future__ import annotations
 
-from devmem.hookspecs import IMPL_ATTRIBUTE
+from devmem.sdk.hookspecs import IMPL_ATTRIBUTE
 
 
 def hook_problems(plugin: object) -> list[str]:
@@ -17,7 +17,7 @@ def hook_problems(plugin: object) -> list[str]:
     each implements a devmem hook with arguments its specification has, and there is at least one."""
     import pluggy
 
-    from devmem import hookspecs
+    from devmem.sdk import hookspecs
 
     implemented = [name for name in dir(plugin) if hasattr(getattr(plugin, name, None), IMPL_ATTRIBUTE)]
     if not implemented:

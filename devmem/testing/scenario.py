@@ -179,7 +179,7 @@ class HostMemory:
 def drm_fdinfo(driver: str, client_id: int, pdev: str, memory: dict[str, int]) -> str:
     """One DRM client's ``/proc/<pid>/fdinfo/<fd>`` text as the kernel prints it (drm-usage-stats):
     ``drm-driver``, ``drm-client-id``, ``drm-pdev`` (kernel PCI form, ``0000:c6:00.0``) and, for each region of
-    ``memory`` (region -> bytes), ``drm-memory-<region>`` in KiB. :mod:`devmem.drm` reads it."""
+    ``memory`` (region -> bytes), ``drm-memory-<region>`` in KiB. :mod:`devmem.sdk.drm` reads it."""
     rows = {"drm-driver": driver, "drm-client-id": str(client_id), "drm-pdev": pdev}
     rows.update({f"drm-memory-{region}": f"{nbytes // KiB} KiB" for region, nbytes in memory.items()})
     return "".join(f"{key}:\t{value}\n" for key, value in rows.items())

@@ -12,7 +12,7 @@ whose module defines::
         yield devmem.PlatformSpec(name="acme", priority=100, detect=..., factory=...)
 
 devmem calls the hook itself, plugin by plugin, so that one plugin's failure is that plugin's alone, and so that
-resolving a platform at engine start-up imports no plugin framework (see :mod:`devmem.discovery`).
+resolving a platform at engine start-up imports no plugin framework (see :mod:`devmem.resolution.discovery`).
 """
 
 from __future__ import annotations

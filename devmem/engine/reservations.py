@@ -45,12 +45,12 @@ from pathlib import Path
 from typing import Any
 
 from devmem.errors import DevmemError, LedgerError, ReservationRefused
-from devmem.parsing import shown
 from devmem.platform import Platform
 from devmem.records import Record
+from devmem.sdk.parsing import shown
 from devmem.units import format_size
 
-log = logging.getLogger("devmem.reservations")
+log = logging.getLogger("devmem.engine.reservations")
 
 #: The environment variable naming the ledger directory.
 LEDGER_DIR_ENV = "DEVMEM_LEDGER_DIR"
@@ -240,7 +240,7 @@ class Accounting(Record):
 
 
 def _who(pid: int) -> str | None:
-    from devmem.processes import _who as who
+    from devmem.command.processes import _who as who
 
     return who(pid)[1]
 
@@ -737,7 +737,7 @@ def reserve(
     ``/dev/shm/devmem``. Use it as a context manager or call ``release()``; it is released at exit otherwise.
     """
     if platform is None:
-        from devmem.plugins import current_platform
+        from devmem.resolution.plugins import current_platform
 
         platform = current_platform()
     return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(platform, device, bytes, utilization)

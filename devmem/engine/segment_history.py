@@ -18,7 +18,7 @@ import inspect
 import logging
 from typing import Any
 
-log = logging.getLogger("devmem.profiling")
+log = logging.getLogger("devmem.engine.profiling")
 
 #: The allocator's actions that change what is reserved from the device, and by how much (sign).
 SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}

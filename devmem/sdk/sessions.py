@@ -14,7 +14,7 @@ Every session registers here:
 
 - at exit, :func:`shutdown_all` calls ``shutdown()`` on every live session (registered with :mod:`atexit` once);
 - in a child made by ``os.fork()``, each session's locks are renewed first (each is a
-  :class:`~devmem.forksafe.ForkSafeLock`, and ``renew_locks()`` runs for a subclass's own), so a lock some other
+  :class:`~devmem.sdk.forksafe.ForkSafeLock`, and ``renew_locks()`` runs for a subclass's own), so a lock some other
   thread held at the moment of the fork cannot deadlock the child; so are the locks guarding the registry and the
   shared sessions.
 """
@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
 from devmem.errors import DevmemError, LibraryUnavailable
-from devmem.forksafe import ForkSafeLock
+from devmem.sdk.forksafe import ForkSafeLock
 
 log = logging.getLogger("devmem")
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
-from devmem.model_defaults import FAMILY_DEFAULTS
+from devmem.planner.model_defaults import FAMILY_DEFAULTS
 from devmem.results import Explanation
 from devmem.units import format_size
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from devmem import arguments
 from devmem.errors import ArgumentTypeError as ArgumentTypeError  # re-exported
-from devmem.parsing import shown
 from devmem.platform import Platform
+from devmem.sdk.parsing import shown
 
-log = logging.getLogger("devmem.distributed")
+log = logging.getLogger("devmem.engine.distributed")
 
 #: What a byte count is shifted by to fit the int64 a collective carries.
 INT64_SHIFT = 1 << 63
@@ -26,7 +26,7 @@ def _device(torch: Any, dist: Any, group: Any, platform: Platform | None) -> Any
     platform's distributed backend (``platform.dist_backend``), the CPU otherwise."""
     backend = str(dist.get_backend(group))
     if platform is None:
-        from devmem.plugins import current_platform
+        from devmem.resolution.plugins import current_platform
 
         platform = current_platform()
     namespace = platform.torch_device

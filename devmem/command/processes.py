@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devmem.host import REAL_FILES, Files
+from devmem.sdk.host import REAL_FILES, Files
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
-from devmem import hookspecs
-from devmem.entrypoints import EntryPoint
-from devmem.parsing import env_seconds, env_text
+from devmem.resolution.entrypoints import EntryPoint
+from devmem.sdk import hookspecs
+from devmem.sdk.parsing import env_seconds, env_text
 from devmem.types import Detection, PlatformSpec, PluginError
 
-LOGGER = "devmem.plugins"
+LOGGER = "devmem.resolution.plugins"
 BUILTIN = "cpu"
 DEFAULT_DETECT_TIMEOUT = 10.0
 #: The longest ``DEVMEM_DETECT_TIMEOUT`` (an hour): a detection is a cheap probe, and a thread can wait no longer

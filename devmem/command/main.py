@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from devmem import __version__
-from devmem.cli_output import Output, error_line
-from devmem.host import REAL_FILES, Files
-from devmem.parsing import env_text
+from devmem.command.output import Output, error_line
 from devmem.platform import DeviceReport, Platform, read_device
-from devmem.plugins import Candidate, current_platform, platform_candidates
+from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
+from devmem.sdk.host import REAL_FILES, Files
+from devmem.sdk.parsing import env_text
 from devmem.types import DevmemError
 from devmem.units import format_size
 
@@ -35,7 +35,7 @@ def _emit_json(obj: object) -> None:
 def _print_wrapped(*lines: str) -> None:
     """Lines for people, each wrapped to the terminal's width under its own indentation (plus two); a pipe or a
     file gets them whole."""
-    from devmem.cli_format import width_for, wrap
+    from devmem.command.format import width_for, wrap
 
     width = width_for(sys.stdout)
     out = []
@@ -67,8 +67,8 @@ def _why(chosen: Candidate | None) -> str:
 
 def _sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
     """One reading of every device in ``indices``: its report, with the processes on it."""
-    from devmem.processes import process_rows
-    from devmem.reservations import device_reservations
+    from devmem.command.processes import process_rows
+    from devmem.engine.reservations import device_reservations
 
     devices: list[dict[str, object]] = []
     for index in indices:
@@ -119,8 +119,8 @@ def _static_facts(r: DeviceReport, platform: Platform) -> list[tuple[str, str]]:
 
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
     """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
-    from devmem.cli_format import key_values, table
-    from devmem.cli_reservations import reservation_rows, reservation_table
+    from devmem.command.format import key_values, table
+    from devmem.command.reservations import reservation_rows, reservation_table
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list = device["processes"]  # type: ignore[assignment]
@@ -147,7 +147,7 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
 
 
 def _screen(platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int) -> str:
-    from devmem.cli_format import wrap
+    from devmem.command.format import wrap
 
     lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
     for device in devices:
@@ -176,7 +176,7 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
             }
         )
         return 0
-    from devmem.cli_format import Painter, wants_colour, width_for
+    from devmem.command.format import Painter, wants_colour, width_for
 
     _out.print(_screen(platform, because, devices, Painter(wants_colour(sys.stdout)), width_for(sys.stdout)))
     return 0
@@ -207,7 +207,7 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
     process, its command cut to the column and its program named without its path (whole, wrapped, with
     ``full_commands``)."""
-    from devmem.cli_format import wrap
+    from devmem.command.format import wrap
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list | None = device["processes"]  # type: ignore[assignment]
@@ -235,7 +235,7 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
 
 def _top_facts(platform: Platform, because: str, devices: list[dict[str, object]], width: int) -> list[str]:
     """The title and what does not change between samples, once for all devices that share it."""
-    from devmem.cli_format import wrap
+    from devmem.command.format import wrap
 
     by_text: dict[str, list[int]] = {}
     for device in devices:
@@ -272,7 +272,7 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
     import time
     from datetime import datetime, timezone
 
-    from devmem.cli_format import Painter, redraw_ok, terminal_width, wants_colour, width_for
+    from devmem.command.format import Painter, redraw_ok, terminal_width, wants_colour, width_for
 
     def stop(signum, frame):
         raise _Stop
@@ -322,7 +322,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
-    from devmem.cli_format import table, width_for, wrap
+    from devmem.command.format import table, width_for, wrap
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
@@ -353,8 +353,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> int:
     """Findings on ``platform`` (the resolved one by default) for people or programs; 1 when any is a warning."""
-    from devmem.cli_format import Painter, wants_colour, width_for
-    from devmem.doctor import diagnose, render
+    from devmem.command.doctor import diagnose, render
+    from devmem.command.format import Painter, wants_colour, width_for
 
     platform = platform or current_platform()
     findings = diagnose(platform, [args.device] if args.device is not None else None)
@@ -477,7 +477,7 @@ def _positive_size(text: str) -> int:
 
 
 def _index(text: str) -> int:
-    from devmem.parsing import parse_int
+    from devmem.sdk.parsing import parse_int
 
     value = parse_int(text)
     if value is None:
@@ -496,7 +496,7 @@ def _fraction(text: str) -> float:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from devmem.sizing import plan_kv_cache
+    from devmem.planner.sizing import plan_kv_cache
     from devmem.types import NotEnoughMemoryError
 
     if args.model is not None:
@@ -558,11 +558,11 @@ MODEL_EXIT_CODES = (
 
 
 def _model_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """``handler`` with a refused model (:class:`~devmem.models.ModelConfigError`) as exit 3: one line on
+    """``handler`` with a refused model (:class:`~devmem.planner.models.ModelConfigError`) as exit 3: one line on
     stderr, or with ``--json`` an object of kind ``model_refused`` on stdout."""
 
     def run(args: argparse.Namespace) -> int:
-        from devmem.models import ModelConfigError
+        from devmem.planner.models import ModelConfigError
 
         try:
             return handler(args)
@@ -585,7 +585,7 @@ def _model_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[ar
 
 def _positive(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        from devmem.parsing import parse_int
+        from devmem.sdk.parsing import parse_int
 
         value = parse_int(text)
         if not value:
@@ -596,8 +596,8 @@ def _positive(what: str) -> Callable[[str], int]:
 
 
 def _add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
-    from devmem.capacity import DEFAULT_BLOCK_SIZE
-    from devmem.models import KV_DTYPES
+    from devmem.planner.capacity import DEFAULT_BLOCK_SIZE
+    from devmem.planner.models import KV_DTYPES
 
     parser.add_argument(
         "--model",
@@ -655,14 +655,14 @@ def _refuse_model_flags(args: argparse.Namespace) -> None:
 
 
 def _load_model(args: argparse.Namespace):
-    from devmem.models import load_model
+    from devmem.planner.models import load_model
 
     return load_model(args.model, kv_dtype=args.kv_dtype or "auto", tp=args.tp or 1, dtype=args.dtype)
 
 
 def cmd_plan_model(args: argparse.Namespace) -> int:
     """``devmem plan --model``: the byte plan for this model's blocks, then what it holds in tokens."""
-    from devmem.capacity import DEFAULT_BLOCK_SIZE, capacity, plan_for_model
+    from devmem.planner.capacity import DEFAULT_BLOCK_SIZE, capacity, plan_for_model
     from devmem.types import NotEnoughMemoryError
 
     if args.page_size is not None or args.layers is not None:
@@ -720,7 +720,7 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """``devmem fit``: does (context, sequences) fit this machine's device? Exit 0 when it does, 1 when not."""
-    from devmem.capacity import DEFAULT_BLOCK_SIZE, fit
+    from devmem.planner.capacity import DEFAULT_BLOCK_SIZE, fit
 
     model = _load_model(args)
     platform = current_platform()
@@ -781,7 +781,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import re
 
-        from devmem.cli_format import wrap
+        from devmem.command.format import wrap
 
         lines: list[str] = []
         for line in text.splitlines():

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypedDict
 from devmem import arguments
 from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
 from devmem.errors import NotEnoughMemoryError, SizingError
-from devmem.parsing import shown
+from devmem.sdk.parsing import shown
 from devmem.types import GiB
 from devmem.units import format_size
 
@@ -445,7 +445,7 @@ def plan_utilization(
 
 class PlanInputs(TypedDict):
     """What a profile window measured, as keyword arguments of :func:`plan_kv_cache`
-    (:meth:`devmem.profiling.ProfileResult.plan_inputs` returns one)."""
+    (:meth:`devmem.engine.profiling.ProfileResult.plan_inputs` returns one)."""
 
     consumed: int
     weights: int
@@ -655,7 +655,7 @@ def plan_kv_cache(
     cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is used on the
     utilization path only, ``graph_capture`` on the utilization path only (the growable readings are taken after
     graph capture). ``allocation_granularity`` is what the allocator rounds the cache's one allocation up to
-    (2 MiB for PyTorch's caching allocator, see :func:`devmem.kvcache.allocate_kv_cache`): ``num_blocks`` is the
+    (2 MiB for PyTorch's caching allocator, see :func:`devmem.engine.kvcache.allocate_kv_cache`): ``num_blocks`` is the
     most whole blocks whose rounded allocation still fits the budget. ``allocations`` is how many equal tensors
     the cache is allocated in (1: one allocation, a view per layer; the layers: one tensor per layer; twice
     them: keys and values apart), each rounded up to the granularity; ``KvCachePlan.layout`` says which. Raises

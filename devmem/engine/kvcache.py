@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from devmem import arguments
-from devmem.parsing import shown
+from devmem.engine.torch_device import torch_device_for
+from devmem.planner.sizing import KvCachePlan, SizingError
 from devmem.platform import Platform
-from devmem.plugins import current_platform
-from devmem.sizing import KvCachePlan, SizingError
-from devmem.torch_device import torch_device_for
+from devmem.resolution.plugins import current_platform
+from devmem.sdk.parsing import shown
 from devmem.types import MiB
 
 #: What PyTorch's caching allocator rounds an allocation above 1 MiB up to; pass it to
-#: :func:`devmem.sizing.plan_kv_cache` as ``allocation_granularity``.
+#: :func:`devmem.planner.sizing.plan_kv_cache` as ``allocation_granularity``.
 ALLOCATOR_GRANULARITY = 2 * MiB
 
 
@@ -49,7 +49,7 @@ def allocate_kv_cache(
     (the current one by default: the CPU on the ``cpu`` platform); a torch device or its name is taken as it is.
     Layer ``i``'s view holds its page of every block contiguously; reshape it to the engine's layout with
     ``.view(dtype).view(...)``. ``num_layers`` must divide ``plan.block_bytes`` (a block is one page per layer).
-    Allocate right after :func:`devmem.profiling.release_allocator_cache`.
+    Allocate right after :func:`devmem.engine.profiling.release_allocator_cache`.
     """
     if not isinstance(plan, KvCachePlan):
         raise SizingError(f"plan must be a KvCachePlan (from plan_kv_cache), got {shown(plan)}")

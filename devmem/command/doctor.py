@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from devmem.engine.torch_device import initialised_module
 from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
-from devmem.plugins import Candidate, current_platform, platform_candidates
-from devmem.torch_device import initialised_module
+from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import MiB
 from devmem.units import format_size
 
@@ -74,7 +74,7 @@ def _accounting(r: DeviceReport, platform: Platform) -> Finding:
             "info",
             "this process holds no memory on this device (it has no context there), so per-process "
             "accounting cannot be confirmed from here",
-            "run `devmem doctor` from inside the engine (devmem.doctor.diagnose()) once its device "
+            "run `devmem doctor` from inside the engine (devmem.command.doctor.diagnose()) once its device "
             "context exists, or check `devmem info` there",
         )
     if r.process is not None:
@@ -147,7 +147,7 @@ def _unified(r: DeviceReport, platform: Platform) -> Finding | None:
         f"device memory is host memory; free is {format_size(r.free)} ({free_source})",
         "size from devmem, not the runtime's mem_get_info (which ignores reclaimable page cache); "
         "memory the allocator keeps cached is memory the OS does not have, so release it "
-        "(devmem.profiling.release_allocator_cache) before allocating the KV cache",
+        "(devmem.engine.profiling.release_allocator_cache) before allocating the KV cache",
         {"free": r.free, "total": r.total},
     )
 
@@ -181,14 +181,14 @@ def _allocator_cache(device: int, platform: Platform) -> Finding | None:
         "allocator-cache",
         "warning",
         f"torch's caching allocator holds {format_size(cached)} of free blocks in this process",
-        "call devmem.profiling.release_allocator_cache() right before allocating the KV cache",
+        "call devmem.engine.profiling.release_allocator_cache() right before allocating the KV cache",
         {"cached": cached},
     )
 
 
 def _reservations(device: int, platform: Platform, report: DeviceReport) -> list[Finding]:
     """Over-commitment, stale entries and owners above their reservation, from the device's ledger."""
-    from devmem.reservations import device_reservations
+    from devmem.engine.reservations import device_reservations
 
     view = device_reservations(platform, device, report)
     if view is None:
@@ -299,7 +299,7 @@ def diagnose(
 
 def render(findings: list[Finding], platform_name: str, width: int = 80, paint=None) -> str:
     """Findings as text for people, wrapped to ``width`` columns; ``paint(text, style)`` colours the marks."""
-    from devmem.cli_format import wrap
+    from devmem.command.format import wrap
 
     marks = {"ok": ("ok  ", "green"), "info": ("info", "dim"), "warning": ("WARN", "yellow")}
     lines = [f"platform: {platform_name}"]

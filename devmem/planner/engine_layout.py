@@ -1,6 +1,6 @@
 """The KV cache as vLLM's hybrid allocator lays it out: its block size, its groups, its blocks and the tokens it logs.
 
-devmem's own figures (:mod:`devmem.capacity`) count every layer exactly. vLLM (v1) allocates differently where a
+devmem's own figures (:mod:`devmem.planner.capacity`) count every layer exactly. vLLM (v1) allocates differently where a
 model mixes layer kinds, and what it logs as "GPU KV cache size" is not the budget read as attention KV:
 
 - every layer's page (one block of one layer) must be the same size: with recurrent layers the attention block
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devmem.models import ModelMemory
+from devmem.planner.models import ModelMemory
 
 #: vLLM's attention kernels' block alignment: 16 tokens (64 for MLA's kernels).
 BLOCK_ALIGNMENT, MLA_BLOCK_ALIGNMENT = 16, 64

@@ -31,17 +31,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
+from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
+from devmem.engine.profiling import release_allocator_cache as _release
+from devmem.engine.reservations import Reservation
+from devmem.engine.reservations import reserve as reserve_share
+from devmem.engine.torch_device import torch_device_for
 from devmem.errors import EngineMemoryError
-from devmem.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
-from devmem.parsing import shown
+from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import Platform
-from devmem.plugins import current_platform
-from devmem.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
-from devmem.profiling import release_allocator_cache as _release
-from devmem.reservations import Reservation
-from devmem.reservations import reserve as reserve_share
-from devmem.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
-from devmem.torch_device import torch_device_for
+from devmem.resolution.plugins import current_platform
+from devmem.sdk.parsing import shown
 from devmem.types import MiB
 from devmem.units import format_size
 

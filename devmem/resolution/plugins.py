@@ -11,7 +11,7 @@ Rules:
   distributions.
 - Only the chosen candidate's ``factory`` runs; one that raises passes the choice to the next candidate.
 - Detection runs once per process (``detect`` bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds, see
-  :mod:`devmem.discovery`); :func:`current_platform` and :func:`platform_candidates` share it, and
+  :mod:`devmem.resolution.discovery`); :func:`current_platform` and :func:`platform_candidates` share it, and
   :func:`clear_cache` forgets it. A forked child starts afresh (its parent's lock may be held mid-resolution).
 """
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import os
 
-from devmem.discovery import (
+from devmem.platform import Platform
+from devmem.records import Record
+from devmem.resolution.discovery import (
     BUILTIN,
     AllowList,
     Registration,
@@ -33,11 +35,9 @@ from devmem.discovery import (
     probe,
     warn,
 )
-from devmem.entrypoints import entry_points
-from devmem.forksafe import ForkSafeLock
-from devmem.parsing import env_text
-from devmem.platform import Platform
-from devmem.records import Record
+from devmem.resolution.entrypoints import entry_points
+from devmem.sdk.forksafe import ForkSafeLock
+from devmem.sdk.parsing import env_text
 from devmem.types import PluginError
 
 ENTRY_POINT_GROUP = "devmem"

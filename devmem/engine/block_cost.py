@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from devmem.sizing import SizingError
+from devmem.planner.sizing import SizingError
 
 #: Relative margin by which peaks must differ to count as growing (the allocated peak is exact; the reserved one
 #: moves by the allocator's rounding).

@@ -8,9 +8,9 @@ the cgroup and its descendants, so this process is bound by the tightest one on 
 
 from __future__ import annotations
 
-from devmem.host import REAL_FILES, Files, read_stripped
-from devmem.limits import MemoryLimit
-from devmem.parsing import parse_int
+from devmem.sdk.host import REAL_FILES, Files, read_stripped
+from devmem.sdk.limits import MemoryLimit
+from devmem.sdk.parsing import parse_int
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -46,7 +46,7 @@ def dmem_limits(pci_slot: str, regions: tuple[str, ...] = (), files: Files = REA
     """The ``dmem.max`` limits that bind this process on the DRM device at ``pci_slot`` (kernel form,
     ``0000:03:00.0``), for the regions whose name starts with one of ``regions`` (all regions when empty).
     Each limit carries its cgroup's ``dmem.current`` for that region as ``used``; ``None`` where the file, or its
-    line for the region, cannot be read, so that :func:`devmem.limits.apply_limits` counts this process's own
+    line for the region, cannot be read, so that :func:`devmem.sdk.limits.apply_limits` counts this process's own
     figure instead (or says that free may be overstated), never 0 bytes in use."""
     prefix = f"drm/{pci_slot.lower()}/"
     out = []

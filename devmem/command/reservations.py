@@ -4,7 +4,7 @@ and :func:`reservation_table` under its process table."""
 
 from __future__ import annotations
 
-from devmem.reservations import DeviceReservations, short_command
+from devmem.engine.reservations import DeviceReservations, short_command
 from devmem.units import format_size
 
 
@@ -35,7 +35,7 @@ def reservation_rows(view: DeviceReservations | None, paint) -> list[tuple[str, 
 
 def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
     """One row per holder (owner, reserved, used now, over or under); nothing for a device without a ledger."""
-    from devmem.cli_format import table
+    from devmem.command.format import table
 
     if view is None or not view.accounting.holdings:
         return []

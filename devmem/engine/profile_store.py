@@ -1,6 +1,6 @@
 """Measure once, start fast: figures an engine measured, kept on disk under a key of everything that changes them.
 
-An engine that sizes its cache by running itself (:mod:`devmem.block_cost`) takes seconds; the figures depend
+An engine that sizes its cache by running itself (:mod:`devmem.engine.block_cost`) takes seconds; the figures depend
 only on what the engine runs and where (model and engine configuration, device, driver, library versions,
 allocator settings). :class:`ProfileStore` keeps them in one JSON file per key: a restart with the same key reads
 them back, any changed field measures again. A file that cannot be read, is not valid JSON, or holds another
@@ -22,7 +22,7 @@ from typing import Any
 
 from devmem.errors import ProfileStoreError
 
-log = logging.getLogger("devmem.profile_store")
+log = logging.getLogger("devmem.engine.profile_store")
 
 #: The variable naming the folder the profiles are kept in.
 ENV = "DEVMEM_PROFILE_DIR"

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import NamedTuple
 
-from devmem.lazy import load_object
+from devmem.sdk.lazy import load_object
 
 
 class EntryPoint(NamedTuple):

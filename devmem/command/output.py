@@ -3,7 +3,7 @@
 A reader that went away (``devmem fit ... | true``, ``| head``) or a closed stdout (``>&-``) drops the rest of
 the output silently: the command still returns its verdict (``fit`` exits 1 for a target that does not fit), and
 ``top`` stops. Any other write error (a full disk: ``devmem info > /dev/full``) is one :class:`OutputError` line.
-Which escape sequences a stream may get is :mod:`devmem.cli_format`'s business.
+Which escape sequences a stream may get is :mod:`devmem.command.format`'s business.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Output:
 def error_line(text: str) -> None:
     """``text`` on stderr, wrapped to the terminal's width on a terminal (whole in a log); nothing when stderr is
     gone too."""
-    from devmem.cli_format import is_terminal, terminal_width, wrap
+    from devmem.command.format import is_terminal, terminal_width, wrap
 
     stream = sys.stderr
     if stream is None:

@@ -1,8 +1,8 @@
 """Tokens, not bytes: what a KV-cache budget holds for a model, and what a (context, sequences) target needs.
 
-Pure arithmetic on a :class:`~devmem.models.ModelMemory`, in exact ints. The cache is paged in blocks of
+Pure arithmetic on a :class:`~devmem.planner.models.ModelMemory`, in exact ints. The cache is paged in blocks of
 ``block_size`` tokens; one block holds those tokens on every attention layer (``block_size x KV bytes per
-token``), which is the block of :func:`devmem.sizing.plan_kv_cache` with ``page_size_bytes = block_size x one
+token``), which is the block of :func:`devmem.planner.sizing.plan_kv_cache` with ``page_size_bytes = block_size x one
 layer's bytes per token`` and ``num_layers`` = the attention layers. Per sequence at a context of ``c`` tokens:
 
 - a full-attention layer holds ``ceil(c / block_size)`` blocks;
@@ -13,11 +13,11 @@ layer's bytes per token`` and ``num_layers`` = the attention layers. Per sequenc
 - recurrent layers hold their fixed state once per sequence.
 
 No answer goes past the model's maximum context: the longest context is capped at it, and a context beyond it
-holds no sequence. :mod:`devmem.engine_layout` gives the same budget as vLLM lays it out and logs it.
+holds no sequence. :mod:`devmem.planner.engine_layout` gives the same budget as vLLM lays it out and logs it.
 
-The byte budget always comes from :func:`devmem.sizing.plan_kv_cache`; nothing here re-derives it. With an
+The byte budget always comes from :func:`devmem.planner.sizing.plan_kv_cache`; nothing here re-derives it. With an
 ``allocation_granularity`` (an engine allocating the cache as one allocation rounded up to it, as
-:func:`devmem.kvcache.allocate_kv_cache` does with 2 MiB) only whole units of it are usable.
+:func:`devmem.engine.kvcache.allocate_kv_cache` does with 2 MiB) only whole units of it are usable.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from devmem.engine_layout import EngineLayout, engine_layout
-from devmem.models import MAX_TP, ModelMemory
-from devmem.parsing import shown
+from devmem.planner.engine_layout import EngineLayout, engine_layout
+from devmem.planner.models import MAX_TP, ModelMemory
+from devmem.planner.sizing import MAX_BYTES, KvCachePlan, SizingError, plan_kv_cache
 from devmem.results import deprecated_lines
-from devmem.sizing import MAX_BYTES, KvCachePlan, SizingError, plan_kv_cache
+from devmem.sdk.parsing import shown
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -68,7 +68,8 @@ def block_bytes(model: ModelMemory, block_size: int = DEFAULT_BLOCK_SIZE) -> int
 
 
 def plan_for_model(model: ModelMemory, *, block_size: int = DEFAULT_BLOCK_SIZE, **sizing: Any) -> KvCachePlan:
-    """:func:`devmem.sizing.plan_kv_cache` with this model's block; ``weights`` default to its weights per rank."""
+    """:func:`devmem.planner.sizing.plan_kv_cache` with this model's block; ``weights`` default to its weights per
+    rank."""
     sizing.setdefault("weights", model.weights_bytes_per_rank)
     return plan_kv_cache(
         page_size_bytes=_whole("block_size", block_size) * model.kv_layer_bytes_per_token,

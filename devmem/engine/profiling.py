@@ -21,21 +21,21 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
+from devmem.engine.segment_history import SegmentHistory, created_after_peak
+from devmem.engine.torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
-from devmem.forksafe import ForkSafeLock
-from devmem.parsing import shown
+from devmem.planner.sizing import MAX_BYTES
 from devmem.platform import Platform
-from devmem.plugins import current_platform
-from devmem.segment_history import SegmentHistory, created_after_peak
-from devmem.sizing import MAX_BYTES
-from devmem.torch_device import device_module, initialised_module
+from devmem.resolution.plugins import current_platform
+from devmem.sdk.forksafe import ForkSafeLock
+from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
 
 if TYPE_CHECKING:
-    from devmem.sizing import PlanInputs
+    from devmem.planner.sizing import PlanInputs
 
-log = logging.getLogger("devmem.profiling")
+log = logging.getLogger("devmem.engine.profiling")
 
 #: A device-wide change that differs from this process's own by this much is logged as a warning.
 WARN_DIFFERENCE = 128 * MiB
@@ -266,7 +266,7 @@ class ProfileResult:
         return self.after_profile is not None and self.error is None
 
     def plan_inputs(self) -> PlanInputs:
-        """Keyword arguments for :func:`devmem.sizing.plan_kv_cache` from what was measured.
+        """Keyword arguments for :func:`devmem.planner.sizing.plan_kv_cache` from what was measured.
 
         Raises :class:`~devmem.DevmemError` when the window is still open or its block raised: a profile of
         a pass that did not finish says nothing about the pass that will run.

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import devmem.sdk
+from devmem.old_paths import MOVED
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {
@@ -21,8 +22,13 @@ BACKENDS = {
 }
 #: What a backend may import of devmem.
 PUBLIC = {"devmem", "devmem.sdk", "devmem.testing"}
-#: devmem's modules, which a backend may not name (``devmem.sdk.host``, ``devmem.platform``, ...).
-PRIVATE = {p.stem for p in (REPO / "devmem").glob("*.py")} | {"integrations"}
+#: devmem's modules and folders, and the old paths of moved modules, which a backend may not name
+#: (``devmem.platform``, ``devmem.engine``, ``devmem.host``, ...).
+PRIVATE = (
+    {p.stem for p in (REPO / "devmem").glob("*.py")}
+    | {p.name for p in (REPO / "devmem").iterdir() if p.is_dir() and p.name not in ("sdk", "testing")}
+    | {old.rpartition(".")[2] for old in MOVED}
+)
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
@@ -75,12 +81,14 @@ def test_backend_imports_only_the_sdk_the_public_api_and_the_kit(package):
 def test_the_check_flags_a_private_import(tmp_path):
     module = tmp_path / "backend.py"
     module.write_text(
-        "import devmem\nfrom devmem.sdk.host import Files\nfrom devmem import drm\nx = devmem.sdk.readings\n"
+        "import devmem\nfrom devmem.sdk.host import Files\nfrom devmem.host import Files\nfrom devmem import drm\n"
+        "x = devmem.readings\n"
     )
     assert [line.split(" imports ")[1] for line in disallowed("devmem_x", module)] == [
         "devmem.sdk.host",
-        "devmem.sdk.drm",
-        "devmem.sdk.readings",
+        "devmem.host",
+        "devmem.drm",
+        "devmem.readings",
     ]
 
 

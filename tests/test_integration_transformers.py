@@ -317,6 +317,7 @@ class Forwards:
         ({"device": -1}, r"device must be a device index .*-1"),
         ({"device": 3}, r"device=3: .*out of range"),
         ({"store": 3}, r"store must be a ProfileStore.*got 3"),
+        ({"reservation": "yes"}, r"reservation must be a devmem.Reservation, True or False, got 'yes'"),
     ],
 )
 def test_a_bad_argument_is_refused_naming_it_before_the_engine_runs(model, baseline, arguments, message):
@@ -344,6 +345,24 @@ def test_a_baseline_taken_on_another_platform_is_refused(model, baseline):
     with pytest.raises(SizingError, match=r"baseline's device total is .* taken on another platform or device"):
         size_continuous_batching(model, utilization=0.5, config=cb_config(), baseline=elsewhere)
     assert forwards.count == 0
+
+
+def test_sizing_reserves_the_engines_share_on_the_ledger(engine):
+    _, _, sized = engine
+    held = sized.reservation
+    assert held is not None and held.device == 0 and not held.released
+    assert held.bytes == sized.plan.breakdown["requested"]
+
+
+def test_a_reservation_taken_before_the_model_is_kept_and_false_takes_none(model, baseline, generation):
+    import devmem
+
+    taken = devmem.reserve(0, utilization=utilization(baseline), platform=CpuPlatform())
+    try:
+        assert _size(model, baseline, generation, store=False, reservation=taken).reservation is taken
+        assert _size(model, baseline, generation, store=False, reservation=False).reservation is None
+    finally:
+        taken.release()
 
 
 def _size(model, baseline, generation, **overrides):

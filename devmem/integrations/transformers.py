@@ -53,6 +53,7 @@ from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, StoredProfile, resolve_store
 from devmem.engine.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
+from devmem.engine.reservations import Reservation, reserve
 from devmem.planner.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
 from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform
@@ -123,6 +124,8 @@ class SizedConfig:
     source: str = "measured now"
     seconds: float | None = None
     allocator_limit_bytes: int | None = None
+    #: The engine's share on the host's ledger (``size_continuous_batching(reservation=...)``), where it holds one.
+    reservation: Reservation | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -821,6 +824,7 @@ def size_continuous_batching(
     platform: Platform | None = None,
     store: ProfileStore | str | os.PathLike[str] | bool | None = None,
     limit_allocator_to_share: bool = True,
+    reservation: Reservation | bool = True,
 ) -> SizedConfig:
     """Size transformers' paged KV cache for ``model`` at ``utilization`` of the device (default 0.9) or at
     ``pinned_bytes``; returns a :class:`SizedConfig` whose ``config`` has ``num_blocks`` set.
@@ -843,6 +847,11 @@ def size_continuous_batching(
     On the utilization path, ``limit_allocator_to_share`` (default) caps torch's caching allocator of the device
     at the share less what torch does not allocate (:func:`limit_allocator`), so that serving never reserves
     past the share: the allocator gives cached blocks back first. Pass ``False`` to leave the allocator alone.
+
+    ``reservation``: the engine's share on the host's per-device ledger (:func:`devmem.reserve`). Best taken with
+    the baseline, before the model loads (``devmem.reserve(0, utilization=u)``), and passed here; ``True``
+    (default) reserves the share now, before the engine runs (a refusal is a :class:`~devmem.ReservationRefused`
+    naming the holders); ``False`` reserves nothing. ``SizedConfig.reservation`` keeps it; it is released at exit.
 
     Every argument is checked before the engine runs. Raises :class:`~devmem.planner.sizing.SizingError` naming a bad
     value, :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, ``TypeError``/``ValueError``
@@ -883,6 +892,7 @@ def size_continuous_batching(
         log.warning("devmem: %s", message)
         notes.append(message)
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
+    held = _reservation(reservation, platform, device, u, None if pinned_bytes is None else pinned_bytes + weights)
     tokens = block_tokens(config)
     max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
@@ -947,7 +957,27 @@ def size_continuous_batching(
         source,
         time.perf_counter() - began,
         limit,
+        held,
     )
+
+
+def _reservation(
+    reservation: object, platform: Platform, device: int, utilization: float | None, pinned_bytes: int | None
+) -> Reservation | None:
+    """The reservation the engine holds: the one given (for this device), one taken now for its share, or none."""
+    if reservation is False:
+        return None
+    if isinstance(reservation, Reservation):
+        if reservation.device != device:
+            raise SizingError(
+                f"reservation is for device {reservation.device}, but the model is sized on device {device}"
+            )
+        return reservation
+    if reservation is not True:
+        raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
+    if utilization is None:  # the pinned cache beside the weights
+        return reserve(device, pinned_bytes, platform=platform)
+    return reserve(device, utilization=utilization, platform=platform)
 
 
 def _plan(

@@ -30,7 +30,7 @@ Public names:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from devmem import DevmemError
@@ -254,7 +254,10 @@ def _entry(p: Any, kind: str) -> ProcessEntry | None:
 
 
 def _pid(p: Any) -> int | None:
-    return process_id(getattr(p, "pid", None))
+    """The entry's PID for matching against known PIDs: a plain ``int`` as it is (one out of range matches no
+    known PID), anything else through :func:`devmem.readings.process_id`."""
+    pid = getattr(p, "pid", None)
+    return pid if type(pid) is int else process_id(pid)
 
 
 def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
@@ -295,17 +298,23 @@ def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEnt
     return by_pid
 
 
-def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> ProcessEntry | None:
+def find_process(
+    session: NvmlSession, handle: Any, pids: Iterable[int], further: Callable[[], bool] | None = None
+) -> ProcessEntry | None:
     """The entry of any of ``pids`` (``None`` if NVML lists none of them).
 
-    The compute list first, then the graphics and MPS-client lists only when not found: one NVML call in
-    the common case (a CUDA process), and only the matching entries are converted, which keeps the
-    overhead low. Raises :class:`NvmlCallError` when no list can be read.
+    The compute list first, then the graphics and MPS-client lists only when not found, and only where
+    ``further()`` (asked at most once) says they may hold one of ``pids`` (a process that maps none of the
+    device's nodes is in no list): one NVML call in the common case (a CUDA process, or none on the device), and
+    only the matching entries are converted, which keeps the overhead low. Raises :class:`NvmlCallError` when
+    no list it reads can be read.
     """
     wanted = pids if isinstance(pids, (set, frozenset)) else set(pids)
     unsupported: NvmlCallError | None = None
     answered = False
-    for kind, calls in PROCESS_LISTS:
+    for index, (kind, calls) in enumerate(PROCESS_LISTS):
+        if index == 1 and further is not None and not further():
+            return None
         try:
             raw = _process_list(session, calls, handle)
         except NvmlCallError as exc:

@@ -110,6 +110,7 @@ class NvmlSession(VendorSession):
         super().__init__(nvml)
         self._variants: dict[tuple[str, ...], str] = {}
         self.memory_v1_only = False  # set once the driver has refused memory info v2
+        self.memory_v2: Any = None  # the library's nvmlMemory_v2, looked up once
 
     def load_library(self) -> Any:
         try:
@@ -197,7 +198,9 @@ class MemoryReading(NamedTuple):
 def read_memory(session: NvmlSession, handle: Any) -> MemoryReading:
     """NVML memory info, v2 first (it separates the driver's reservation), v1 where v2 is missing."""
     if not session.memory_v1_only:
-        version = getattr(session.module, "nvmlMemory_v2", None)
+        version = session.memory_v2
+        if version is None:
+            version = session.memory_v2 = getattr(session.module, "nvmlMemory_v2", None)
         if version is None:
             session.memory_v1_only = True
         else:
@@ -298,6 +301,10 @@ def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEnt
     return by_pid
 
 
+def _bytes_key(e: ProcessEntry) -> int:
+    return -1 if e.used is None else e.used
+
+
 def find_process(
     session: NvmlSession, handle: Any, pids: Iterable[int], further: Callable[[], bool] | None = None
 ) -> ProcessEntry | None:
@@ -323,9 +330,14 @@ def find_process(
             unsupported = exc
             continue
         answered = True
-        found = [e for e in (_entry(p, kind) for p in raw if _pid(p) in wanted) if e is not None]
-        if found:
-            return max(found, key=lambda e: -1 if e.used is None else e.used)
+        best: ProcessEntry | None = None
+        for p in raw:
+            if _pid(p) in wanted:
+                e = _entry(p, kind)
+                if e is not None and (best is None or _bytes_key(e) > _bytes_key(best)):
+                    best = e
+        if best is not None:
+            return best
     if not answered and unsupported is not None:
         raise unsupported
     return None

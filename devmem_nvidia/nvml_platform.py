@@ -4,12 +4,18 @@
   ``cudaMemGetInfo`` reports), without creating a CUDA context; v1 on drivers without v2. Both are
   capped by every limit that binds this process: the environment's (MPS, HAMi-style), the cgroup's ``dmem.max``,
   the MPS control daemon's default limit (:mod:`devmem_nvidia.mps_control`), and those only the CUDA runtime
-  shows where this process holds a context (:mod:`devmem_nvidia.runtime_caps`).
+  shows where this process holds a context (:mod:`devmem_nvidia.runtime_caps`). The environment's limits and the
+  daemon's default are taken once per device, at its first reading (a variable set later is not read). Where no
+  limit can bind (none of those, no cgroup ``dmem`` controller) the call is one NVML call; the runtime is asked on
+  every call only where it can show a cap, decided once per device at the first reading that sees this
+  process's context there: the MPS daemon's pipe exists, or the runtime's total is below NVML's.
 - ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
   NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
   process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
-  :meth:`NvmlPlatform.prepare` learned. A process that maps no NVIDIA device holds 0 bytes. Otherwise ``None``,
-  with the reason in ``process_memory_reason`` (which says to call ``prepare`` where it has not run).
+  :meth:`NvmlPlatform.prepare` learned. The compute list is read first; the graphics and MPS-client lists only
+  where this process is not in it and maps the device (a process that maps no node of the device has no context
+  there, so it is in no list and holds 0 bytes: one NVML call). Otherwise ``None``, with the reason in
+  ``process_memory_reason`` (which says to call ``prepare`` where it has not run).
 - ``prepare(device)``: the one step that may do device work. Where this process holds a CUDA context on the
   device but NVML does not list it under a PID it knows (a container without ``--pid=host`` on a driver that
   lists host PIDs), it allocates 42 MiB and then 26 MiB through the CUDA driver (``cuMemAlloc`` on the primary

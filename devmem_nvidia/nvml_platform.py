@@ -409,7 +409,7 @@ class NvmlPlatform(PlatformBase):
 
     def get_process_memory_usage(self, device: int = 0) -> int | None:
         found = self._usage(*self._device(device))
-        return found if type(found) is int else found.used  # type: ignore[union-attr]
+        return found if isinstance(found, int) else found.used
 
     def _process_memory(self, device: int) -> ProcessMemory:
         found = self._usage(device, self._table.devices()[device])

@@ -9,8 +9,7 @@
   limit can bind (none of those, no cgroup ``dmem`` controller) the call is one NVML call; the runtime is asked on
   every call only where it can show a cap, decided once per device at the first reading that sees this
   process's context there: the MPS daemon's pipe exists, or the runtime's total is below NVML's.
-- ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics, then MPS-client) process
-  list; 0 without asking NVML where this process maps no NVIDIA device (it has no context anywhere).
+- ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
   NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
   process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
   :meth:`NvmlPlatform.prepare` learned. The compute list is read first; the graphics and MPS-client lists only
@@ -416,12 +415,9 @@ class NvmlPlatform(PlatformBase):
         return found if isinstance(found, ProcessMemory) else ProcessMemory(found)
 
     def _usage(self, device: int, dev: VisibleDevice) -> int | ProcessMemory:
-        """This process's bytes on ``dev``, or a :class:`ProcessMemory` with the reason they are unknown. No NVML
-        call where this process maps no NVIDIA device (it has no context anywhere: 0); one where the compute list
-        holds it or it maps no node of this device (then it is in no list and holds nothing there: 0, without
-        reading the other lists)."""
-        if self._runtime.cuda_in_use() is False:
-            return 0
+        """This process's bytes on ``dev``, or a :class:`ProcessMemory` with the reason they are unknown. One NVML
+        call where the compute list holds this process or it maps no node of the device (then it is in no list and
+        holds nothing there: 0, without reading the other lists)."""
         mapped: list[bool | None] = []
 
         def maps_device() -> bool | None:

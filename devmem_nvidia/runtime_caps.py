@@ -53,19 +53,14 @@ class RuntimeView:
         self._files = files
         self._cuda_seen = False  # once CUDA is in use here cuInit has run, so /proc/self/maps need not be read again
 
-    def cuda_in_use(self) -> bool | None:
-        """Whether this process holds a CUDA context somewhere (:func:`cuda_in_use`; ``None`` where
-        ``/proc/self/maps`` cannot be read), read until it first says so and then known: a context that existed
-        has run ``cuInit`` here for good."""
-        if self._cuda_seen:
-            return True
-        found = cuda_in_use(self._files)
-        self._cuda_seen = found is True
-        return found
+    def _cuda_in_use(self) -> bool:
+        if not self._cuda_seen:
+            self._cuda_seen = bool(cuda_in_use(self._files))
+        return self._cuda_seen
 
     def may_read(self) -> bool:
         """Whether :meth:`checked` may ask the runtime at all: one is configured and CUDA is in use here."""
-        return (self._driver is not None or self._real) and self.cuda_in_use() is True
+        return (self._driver is not None or self._real) and self._cuda_in_use()
 
     def reading(self, device: int) -> MemoryInfo | None:
         """``(free, total)`` as the runtime reports them to this process, or ``None`` where it cannot be read

@@ -257,9 +257,9 @@ def test_maps_are_read_again_only_once_the_address_space_changed():
 
 
 def test_the_device_minor_is_asked_once():
-    sc = h200_scenario(driver_pid=HOST_PID, nspid_visible=False, context=True)  # listed under a PID it cannot know
+    sc = h200_scenario()
     nvml = ScriptedNvml(sc)
     platform = platform_for(sc, nvml=nvml)
     for _ in range(3):
-        assert platform.get_process_memory_usage(0) is None
+        assert platform.get_process_memory_usage(0) == 0
     assert nvml.calls["nvmlDeviceGetMinorNumber"] == 1

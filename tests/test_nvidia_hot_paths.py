@@ -123,3 +123,10 @@ def test_process_usage_answers_as_process_memory_does():
 
 def test_kept_statm_answers_as_the_real_maps_do():
     assert AddressSpaceFiles(REAL_FILES).maps_nvidia_device(None) == maps_nvidia_device(REAL_FILES)
+
+
+def test_a_process_nvml_lists_is_counted_even_where_its_maps_show_no_device():
+    sc = h200_scenario(context=True)
+    sc.files["/proc/self/maps"] = "00400000-00401000 r-xp 00000000 00:00 0 /usr/bin/python3\n"
+    platform, _, _ = platform_on(sc)
+    assert platform.get_process_memory_usage(0) == H200_CONTEXT

@@ -272,6 +272,8 @@ class PlatformBase:
         """``device`` as an int if it is a valid index (an int or numpy integer), else :class:`DevmemError` naming
         the range (or the type, for a non-integer)."""
         count = self.device_count()
+        if type(device) is int and 0 <= device < count:  # the common case, without the checks below
+            return device
         valid = f"0..{count - 1}" if count else "none (no device is visible)"
         try:
             if isinstance(device, bool):

@@ -30,7 +30,7 @@ Public names:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from devmem import DevmemError
@@ -110,6 +110,7 @@ class NvmlSession(VendorSession):
         super().__init__(nvml)
         self._variants: dict[tuple[str, ...], str] = {}
         self.memory_v1_only = False  # set once the driver has refused memory info v2
+        self.memory_v2: Any = None  # the library's nvmlMemory_v2, looked up once
 
     def load_library(self) -> Any:
         try:
@@ -197,7 +198,9 @@ class MemoryReading(NamedTuple):
 def read_memory(session: NvmlSession, handle: Any) -> MemoryReading:
     """NVML memory info, v2 first (it separates the driver's reservation), v1 where v2 is missing."""
     if not session.memory_v1_only:
-        version = getattr(session.module, "nvmlMemory_v2", None)
+        version = session.memory_v2
+        if version is None:
+            version = session.memory_v2 = getattr(session.module, "nvmlMemory_v2", None)
         if version is None:
             session.memory_v1_only = True
         else:
@@ -254,7 +257,10 @@ def _entry(p: Any, kind: str) -> ProcessEntry | None:
 
 
 def _pid(p: Any) -> int | None:
-    return process_id(getattr(p, "pid", None))
+    """The entry's PID for matching against known PIDs: a plain ``int`` as it is (one out of range matches no
+    known PID), anything else through :func:`devmem.sdk.readings.process_id`."""
+    pid = getattr(p, "pid", None)
+    return pid if type(pid) is int else process_id(pid)
 
 
 def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
@@ -295,17 +301,27 @@ def running_processes(session: NvmlSession, handle: Any) -> dict[int, ProcessEnt
     return by_pid
 
 
-def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> ProcessEntry | None:
+def _bytes_key(e: ProcessEntry) -> int:
+    return -1 if e.used is None else e.used
+
+
+def find_process(
+    session: NvmlSession, handle: Any, pids: Iterable[int], further: Callable[[], bool] | None = None
+) -> ProcessEntry | None:
     """The entry of any of ``pids`` (``None`` if NVML lists none of them).
 
-    The compute list first, then the graphics and MPS-client lists only when not found: one NVML call in
-    the common case (a CUDA process), and only the matching entries are converted, which keeps the
-    overhead low. Raises :class:`NvmlCallError` when no list can be read.
+    The compute list first, then the graphics and MPS-client lists only when not found, and only where
+    ``further()`` (asked at most once) says they may hold one of ``pids`` (a process that maps none of the
+    device's nodes is in no list): one NVML call in the common case (a CUDA process, or none on the device), and
+    only the matching entries are converted, which keeps the overhead low. Raises :class:`NvmlCallError` when
+    no list it reads can be read.
     """
     wanted = pids if isinstance(pids, (set, frozenset)) else set(pids)
     unsupported: NvmlCallError | None = None
     answered = False
-    for kind, calls in PROCESS_LISTS:
+    for index, (kind, calls) in enumerate(PROCESS_LISTS):
+        if index == 1 and further is not None and not further():
+            return None
         try:
             raw = _process_list(session, calls, handle)
         except NvmlCallError as exc:
@@ -314,9 +330,14 @@ def find_process(session: NvmlSession, handle: Any, pids: Iterable[int]) -> Proc
             unsupported = exc
             continue
         answered = True
-        found = [e for e in (_entry(p, kind) for p in raw if _pid(p) in wanted) if e is not None]
-        if found:
-            return max(found, key=lambda e: -1 if e.used is None else e.used)
+        best: ProcessEntry | None = None
+        for p in raw:
+            if _pid(p) in wanted:
+                e = _entry(p, kind)
+                if e is not None and (best is None or _bytes_key(e) > _bytes_key(best)):
+                    best = e
+        if best is not None:
+            return best
     if not answered and unsupported is not None:
         raise unsupported
     return None

@@ -4,12 +4,18 @@
   ``cudaMemGetInfo`` reports), without creating a CUDA context; v1 on drivers without v2. Both are
   capped by every limit that binds this process: the environment's (MPS, HAMi-style), the cgroup's ``dmem.max``,
   the MPS control daemon's default limit (:mod:`devmem_nvidia.mps_control`), and those only the CUDA runtime
-  shows where this process holds a context (:mod:`devmem_nvidia.runtime_caps`).
+  shows where this process holds a context (:mod:`devmem_nvidia.runtime_caps`). The environment's limits and the
+  daemon's default are taken once per device, at its first reading (a variable set later is not read). Where no
+  limit can bind (none of those, no cgroup ``dmem`` controller) the call is one NVML call; the runtime is asked on
+  every call only where it can show a cap, decided once per device at the first reading that sees this
+  process's context there: the MPS daemon's pipe exists, or the runtime's total is below NVML's.
 - ``get_process_memory_usage``: this process's entry in NVML's compute (then graphics) process list.
   NVML lists the PIDs the driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this
   process is looked up under its outer PID from ``NSpid`` (its own PID without one), else under the PID
-  :meth:`NvmlPlatform.prepare` learned. A process that maps no NVIDIA device holds 0 bytes. Otherwise ``None``,
-  with the reason in ``process_memory_reason`` (which says to call ``prepare`` where it has not run).
+  :meth:`NvmlPlatform.prepare` learned. The compute list is read first; the graphics and MPS-client lists only
+  where this process is not in it and maps the device (a process that maps no node of the device has no context
+  there, so it is in no list and holds 0 bytes: one NVML call). Otherwise ``None``, with the reason in
+  ``process_memory_reason`` (which says to call ``prepare`` where it has not run).
 - ``prepare(device)``: the one step that may do device work. Where this process holds a CUDA context on the
   device but NVML does not list it under a PID it knows (a container without ``--pid=host`` on a driver that
   lists host PIDs), it allocates 42 MiB and then 26 MiB through the CUDA driver (``cuMemAlloc`` on the primary
@@ -25,7 +31,16 @@ import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from devmem import Detection, DeviceMemory, DeviceReading, DevmemError, PlatformBase, ProcessMemory, ReasonKind
+from devmem import (
+    Detection,
+    DeviceMemory,
+    DeviceReading,
+    DevmemError,
+    MemoryInfo,
+    PlatformBase,
+    ProcessMemory,
+    ReasonKind,
+)
 from devmem.sdk import (
     REAL_FILES,
     DmemLimits,
@@ -38,7 +53,7 @@ from devmem.sdk import (
 )
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits
-from devmem_nvidia.mps_control import MpsDefaults, Runner, run_control
+from devmem_nvidia.mps_control import MpsDefaults, Runner, pipe_directory, run_control
 from devmem_nvidia.nvml_access import (
     MemoryReading,
     NvmlCallError,
@@ -58,7 +73,7 @@ from devmem_nvidia.pidns import (
     maps_nvidia_device,
     namespace_pids,
 )
-from devmem_nvidia.runtime_caps import RuntimeView, runtime_limits
+from devmem_nvidia.runtime_caps import RuntimeView, runtime_limits, slack
 from devmem_nvidia.visible import DeviceTable, VisibleDevice, mig_instances
 
 log = logging.getLogger("devmem.nvidia")
@@ -67,6 +82,8 @@ log = logging.getLogger("devmem.nvidia")
 MPS_SERVER_COMM = "nvidia-cuda-mps-server"[:15]
 #: What ``devmem info`` calls the MPS server (``process_roles``).
 MPS_SERVER = "MPS server"
+#: Figures at or above this are no bytes (the checked-readings rule, :func:`devmem.sdk.checked_memory`).
+FIGURE_LIMIT = 1 << 64
 
 
 def device_memory(session: NvmlSession, platform: str, device: int, dev: VisibleDevice) -> MemoryReading:
@@ -207,9 +224,16 @@ class NvmlPlatform(PlatformBase):
         self._learn_note: str | None = None
         self._learn_tried: set[int] = set()
         self._names: dict[int, str] = {}
-        #: Per device, what does not change while this process runs: the environment's limits (the CUDA runtime
-        #: reads them once, at its start) and the PCI slot cgroup dmem regions name.
+        #: Per device, what does not change while this process runs, taken at its first reading: the environment's
+        #: limits (the CUDA runtime reads them once, at its start), the MPS daemon's default limit, and the PCI slot
+        #: cgroup dmem regions name.
         self._fixed: dict[int, tuple[list[MemoryLimit], str]] = {}
+        #: Per device, whether no limit can bind beside NVML's reading (none fixed, no cgroup dmem controller): then
+        #: ``device_memory_info`` is NVML's reading alone, unless the runtime's view is needed (below).
+        self._plain: dict[int, bool] = {}
+        #: Per device where this process holds a context, whether the runtime's view can show a cap NVML cannot
+        #: (an MPS client, or a runtime total below NVML's), decided at the first reading that saw the context.
+        self._runtime_needed: dict[int, bool] = {}
         #: NVML memory info's sources, by the reservation they name.
         self._sources: dict[int | None, dict[str, str]] = {}
         self._minors: dict[str, int | None] = {}  # by device UUID: the minor of its /dev/nvidia node
@@ -222,6 +246,49 @@ class NvmlPlatform(PlatformBase):
         """CUDA device ``device`` as NVML knows it: its handle, UUID, PCI bus id and MIG parent."""
         return self._table.devices()[self.check_device(device)]
 
+    def _device(self, device: int) -> tuple[int, VisibleDevice]:
+        """``device`` checked (:meth:`check_device`, skipped for a plain int in range) and its visible device."""
+        devices = self._table.devices()
+        if type(device) is not int or not 0 <= device < len(devices):
+            device = self.check_device(device)
+        return device, devices[device]
+
+    def device_memory_info(self, device: int = 0) -> MemoryInfo:
+        """``memory(device).info`` from one NVML call where no limit can bind (see ``_plain``) and the runtime's
+        view is not needed; the whole reading otherwise."""
+        device, dev = self._device(device)
+        if self._plain.get(device) and not self._needs_runtime(device):
+            reading = device_memory(self._session, self.name, device, dev)
+            free, total = reading.free, reading.runtime_total
+            if type(free) is int and type(total) is int and 0 <= free <= total < FIGURE_LIMIT:
+                return MemoryInfo(free, total)
+            return checked_memory(free, total, {}, "NVML memory info").info
+        return self._memory(device).info
+
+    def _needs_runtime(self, device: int) -> bool:
+        """Whether a reading of ``device`` must ask the runtime: as decided once for this process's context there,
+        else whether it may hold one (CUDA in use here: :meth:`_memory` then reads the runtime and decides)."""
+        decided = self._runtime_needed.get(device)
+        return self._runtime.may_read() if decided is None else decided
+
+    def _decide_runtime(self, device: int, runtime: MemoryInfo, nvml: MemoryInfo) -> None:
+        """Whether, for the context this process holds on ``device``, the runtime can show a cap NVML cannot: under
+        MPS (the control daemon's pipe exists: its limit binds a client's free), or where the runtime's total is
+        below NVML's (an interposed library, fixed for the process). Decided once per device."""
+        if device in self._runtime_needed:
+            return
+        try:
+            mps = self._files.exists(f"{pipe_directory(self._environ)}/control")
+        except DevmemError:
+            mps = True  # a pipe directory that is no path: keep asking the runtime, as before
+        self._runtime_needed[device] = mps or runtime.total < nvml.total - slack(nvml.total)
+
+    def _fixed_limits(self, device: int, dev: VisibleDevice) -> tuple[list[MemoryLimit], str]:
+        """What does not change per reading of ``device``: its environment and MPS-daemon limits, its PCI slot."""
+        limits = env_limits(self._environ, device) + self._mps_defaults.limit(device, len(self._table.devices()))
+        self._plain[device] = not limits and not self._dmem.controller_present()
+        return limits, kernel_slot(dev.pci_bus_id)
+
     def _memory(self, device: int) -> DeviceMemory:
         dev = self._table.devices()[device]
         reading = device_memory(self._session, self.name, device, dev)
@@ -231,11 +298,11 @@ class NvmlPlatform(PlatformBase):
         memory = checked_memory(reading.free, reading.runtime_total, sources, "NVML memory info")
         fixed = self._fixed.get(device)
         if fixed is None:
-            fixed = self._fixed[device] = (env_limits(self._environ, device), kernel_slot(dev.pci_bus_id))
+            fixed = self._fixed[device] = self._fixed_limits(device, dev)
         limits = fixed[0] + self._dmem(fixed[1])
-        limits += self._mps_defaults.limit(device, len(self._table.devices()))
         runtime = self._runtime.checked(device)
         if runtime is not None:
+            self._decide_runtime(device, runtime.info, memory.info)
             memory = DeviceMemory(memory.info, memory.sources, memory.notes + runtime.notes)
             limits += runtime_limits(
                 runtime.info,
@@ -339,13 +406,34 @@ class NvmlPlatform(PlatformBase):
             self._minors[dev.uuid] = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
         return self._minors[dev.uuid]
 
+    def get_process_memory_usage(self, device: int = 0) -> int | None:
+        found = self._usage(*self._device(device))
+        return found if isinstance(found, int) else found.used
+
     def _process_memory(self, device: int) -> ProcessMemory:
-        dev = self._table.devices()[device]
+        found = self._usage(device, self._table.devices()[device])
+        return found if isinstance(found, ProcessMemory) else ProcessMemory(found)
+
+    def _usage(self, device: int, dev: VisibleDevice) -> int | ProcessMemory:
+        """This process's bytes on ``dev``, or a :class:`ProcessMemory` with the reason they are unknown. One NVML
+        call where the compute list holds this process or it maps no node of the device (then it is in no list and
+        holds nothing there: 0, without reading the other lists)."""
+        mapped: list[bool | None] = []
+
+        def maps_device() -> bool | None:
+            if not mapped:
+                mapped.append(maps_nvidia_device(self._files, self._minor(dev)))
+            return mapped[0]
+
         try:
-            entry = find_process(self._session, dev.handle, self._driver_pids())
-            if entry is None and self._holds_context(dev, device):
+            entry = find_process(
+                self._session, dev.handle, self._driver_pids(), further=lambda: maps_device() is not False
+            )
+            if entry is None and maps_device() is False:
+                return 0
+            if entry is None and self._allocator.has_context(device) is not False:
                 return self._unknown(device, ReasonKind.PID_NAMESPACE, self._not_listed(dev, device))
-            elif entry is None and self._hidden_by_namespace(dev):
+            elif entry is None and maps_device() is True and self._hidden_by_namespace(dev):
                 return self._unknown(
                     device,
                     ReasonKind.PID_NAMESPACE,
@@ -360,7 +448,7 @@ class NvmlPlatform(PlatformBase):
                 device, ReasonKind.QUERY_FAILED, f"NVML could not list the processes on this device: {exc}"
             )
         if entry is None:
-            return ProcessMemory(0)  # no mapping of this device, or no context on it: this process holds nothing there
+            return 0  # no context on this device: this process holds nothing there
         if entry.used is None:
             where = f"MIG instance {dev.uuid}" if dev.mig else "this device"
             return self._unknown(
@@ -369,13 +457,11 @@ class NvmlPlatform(PlatformBase):
                 f"NVML lists this process on {where} but reports its memory as not "
                 "available (some MIG and container setups need more privileges)",
             )
-        return ProcessMemory(entry.used)
+        return entry.used
 
     def _hidden_by_namespace(self, dev: VisibleDevice) -> bool:
-        """This process maps the device, and NVML lists PIDs that ``/proc`` here does not show (the driver's PID
-        namespace is another one): this process may be among them under a PID it cannot know."""
-        if maps_nvidia_device(self._files, self._minor(dev)) is not True:
-            return False
+        """NVML lists PIDs that ``/proc`` here does not show (the driver's PID namespace is another one): this
+        process, which maps the device, may be among them under a PID it cannot know."""
         listed = running_processes(self._session, dev.handle)
         return any(not self._files.exists(f"/proc/{pid}") for pid in listed)
 

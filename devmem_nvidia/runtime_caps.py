@@ -58,6 +58,10 @@ class RuntimeView:
             self._cuda_seen = bool(cuda_in_use(self._files))
         return self._cuda_seen
 
+    def may_read(self) -> bool:
+        """Whether :meth:`checked` may ask the runtime at all: one is configured and CUDA is in use here."""
+        return (self._driver is not None or self._real) and self._cuda_in_use()
+
     def reading(self, device: int) -> MemoryInfo | None:
         """``(free, total)`` as the runtime reports them to this process, or ``None`` where it cannot be read
         without initialising CUDA or creating a context (:meth:`checked` without its notes)."""
@@ -67,7 +71,7 @@ class RuntimeView:
     def checked(self, device: int) -> DeviceMemory | None:
         """The runtime's ``(free, total)`` through the checked-readings rule, with a note where it corrected one;
         ``None`` where it cannot be read without initialising CUDA or creating a context, or is unusable."""
-        if (self._driver is None and not self._real) or not self._cuda_in_use():
+        if not self.may_read():
             return None
         if self._driver is None:
             self._driver = CudaDriver.shared()

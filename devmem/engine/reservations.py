@@ -36,7 +36,6 @@ import math
 import os
 import re
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -47,6 +46,7 @@ from typing import Any
 from devmem.errors import DevmemError, LedgerError, ReservationRefused
 from devmem.platform import Platform
 from devmem.records import Record
+from devmem.sdk.forksafe import ForkSafeLock
 from devmem.sdk.parsing import shown
 from devmem.units import format_size
 
@@ -651,7 +651,7 @@ class Reservation:
         self.ledger, self.key, self.device, self.entry, self.total = ledger, key, device, entry, total
         self._fd = fd
         self.released = False
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"

@@ -102,6 +102,8 @@ def process_id(value: Any) -> int | None:
 def process_list(value: Any) -> list[Any] | None:
     """The entries of a process list as a ``list``, or ``None`` where ``value`` is not one: ``None``, a number,
     text, bytes, a mapping, or an iterable that raises while it is read."""
+    if type(value) is list:  # what vendor bindings answer: no further checks
+        return list(value)
     if value is None or isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
         return None
     try:

@@ -9,7 +9,9 @@ import pytest
 
 import devmem
 from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
+from devmem.engine.block_cost import BlockRun
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
+from devmem.engine.profile_store import ProfileStore
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
@@ -234,3 +236,57 @@ def test_expandable_segments_round_the_whole_cache_once_to_their_mapping_unit(h2
     mapped = -(-plan.num_blocks * plan.block_bytes // (20 * MiB)) * 20 * MiB
     assert mapped <= plan.kv_cache_bytes < mapped + 20 * MiB + plan.block_bytes
     assert "22 tensor(s) in torch's expandable segments" in memory.explain()
+
+
+# ---- a cache devmem cannot see into: the block cost measured from runs of the engine -------------------------------
+
+BLOCK = 3 * MiB + 4096  # what the black-box engine really spends per block (cache, masks, read-back)
+FIXED = 200 * MiB  # its forward's peak beside the blocks
+
+
+def _black_box_engine(calls):
+    """An engine's run at n blocks: its cache and per-block tensors held, its forward's peaks above them."""
+
+    def run(n):
+        calls.append(n)
+        return BlockRun(n, held_bytes=n * BLOCK, peak_bytes=n * BLOCK + FIXED, reserved_peak_bytes=n * BLOCK + FIXED)
+
+    return run
+
+
+def _profiled(platform, **kwargs):
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False, **kwargs)
+    with memory.profile(weights_memory=0):
+        pass
+    return memory
+
+
+def test_a_measured_block_cost_plans_every_block_at_what_it_measured(platform):
+    memory = _profiled(platform)
+    cost = memory.measure_block_cost(_black_box_engine([]), [64, 128])
+    plan = memory.plan()
+    assert cost.block_bytes == BLOCK and plan.block_bytes == BLOCK
+    assert plan.breakdown["transient_peak"] >= FIXED
+    assert plan.num_blocks * BLOCK + FIXED + plan.breakdown["consumed"] <= memory.requested
+
+
+def test_a_stored_block_cost_is_read_back_without_running_the_engine(platform, tmp_path):
+    store, key = ProfileStore(tmp_path), {"model": "black-box", "blocks": 16}
+    first = _profiled(platform)
+    first.measure_block_cost(_black_box_engine([]), [64, 128], store=store, key=key)
+    calls = []
+    again = _profiled(platform)
+    cost = again.measure_block_cost(_black_box_engine(calls), [64, 128], store=store, key=key)
+    assert calls == [] and cost.block_bytes == BLOCK and "stored profile" in again.explain()
+    assert again.plan().num_blocks == first.plan().num_blocks
+
+
+def test_measuring_a_block_cost_before_the_profile_window_is_refused(platform):
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    with pytest.raises(EngineMemoryError, match="before the profile window"):
+        memory.measure_block_cost(_black_box_engine([]), [64, 128])
+
+
+def test_a_plan_without_a_page_size_or_a_measured_block_cost_is_refused(platform):
+    with pytest.raises(EngineMemoryError, match="needs page_size_bytes and num_layers"):
+        _profiled(platform).plan()

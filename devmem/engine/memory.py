@@ -25,13 +25,16 @@ to torch's device (:attr:`EngineMemory.torch_device`). The functions beneath (``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
+from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
+from devmem.engine.profile_store import ProfileStore
 from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
 from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
@@ -51,6 +54,9 @@ log = logging.getLogger("devmem.engine")
 #: steady state on the second pass (blocks cached by the first are split and reused in another order; on the H200
 #: a 28-layer model's second pass reserved 54 MiB more than its first), which is what serving then needs.
 PROFILE_PASSES = 2
+
+#: The kind under which :meth:`EngineMemory.measure_block_cost` keeps a measured cost in a profile store.
+BLOCK_COST_KIND = "block-cost"
 
 #: What torch's allocator maps at a time in expandable segments (its large pool's segment size): with
 #: ``expandable_segments:True`` the cache's allocation, and every later growth, is rounded up to it.
@@ -156,6 +162,8 @@ class EngineMemory:
         self.num_layers: int | None = None
         self.released_bytes: int | None = None
         self.cache: KvCacheTensors | None = None
+        self.block_cost: BlockCost | None = None
+        self.block_cost_source: str | None = None
 
     @property
     def torch_device(self) -> Any:
@@ -225,9 +233,61 @@ class EngineMemory:
         return self.profile_result
 
     # ---- the plan and the cache ---------------------------------------------------------------------------
-    def plan(self, *, page_size_bytes: int, num_layers: int, layout: KvLayout | None = None) -> KvCachePlan:
+    # ---- a cache devmem cannot see into ---------------------------------------------------------------------
+    def measure_block_cost(
+        self,
+        run: Callable[[int], BlockRun],
+        sizes: Sequence[int],
+        *,
+        store: ProfileStore | None = None,
+        key: Mapping[str, Any] | None = None,
+    ) -> BlockCost:
+        """What one block costs an engine whose cache devmem cannot see into (it allocates the cache and its
+        per-block tensors itself): ``run(n)`` builds the cache with ``n`` blocks, runs the engine's worst-case
+        forward and returns a :class:`~devmem.engine.block_cost.BlockRun`. It runs at ``sizes`` (ascending, at
+        least two), then towards the blocks the share holds until the growth is linear
+        (:func:`~devmem.engine.block_cost.measure_block_cost`). After the profile window; :meth:`plan` then
+        charges every block what it measured, and the rest of the first run's peak as headroom.
+
+        With a ``store`` and a ``key`` (everything that changes the cost: the model, the engine's config, the
+        device, the versions), a cost measured before under that key is read back instead of run, and a new one is
+        kept; :meth:`explain` says where the figures came from.
+        """
+        profile = self._profiled("measure a block's cost")
+        if self.kv_plan is not None:
+            raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; measure before plan()")
+        if not callable(run):
+            raise EngineMemoryError(f"run must be a callable taking a block count, got {shown(run)}")
+        if (store is None) != (key is None) or (store is not None and not isinstance(store, ProfileStore)):
+            raise EngineMemoryError(f"store and key go together: a ProfileStore and a mapping, got {shown(store)}")
+        stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
+        if stored is not None:
+            figures = stored.figures
+            cost = BlockCost(figures["block_bytes"], tuple(BlockRun(**r) for r in figures["runs"]), figures["linear"])
+            self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
+            return cost
+        headroom = self.requested - profile.plan_inputs()["consumed"]
+
+        def blocks_for(cost: BlockCost) -> int:
+            fixed = cost.fixed_bytes(cost.runs[0].peak)
+            return max(1, (headroom - fixed) // max(1, cost.block_bytes))
+
+        cost = measure_block_cost(run, sizes, blocks_for)
+        self.block_cost, self.block_cost_source = cost, "measured now"
+        if store is not None and key is not None:
+            figures = {"block_bytes": cost.block_bytes, "linear": cost.linear, "runs": [vars(r) for r in cost.runs]}
+            saved = store.save(BLOCK_COST_KIND, key, figures, time.time())
+            if saved is not None:
+                self.block_cost_source += f", stored in {saved}"
+        return cost
+
+    def plan(
+        self, *, page_size_bytes: int | None = None, num_layers: int | None = None, layout: KvLayout | None = None
+    ) -> KvCachePlan:
         """Size the KV cache for blocks of ``page_size_bytes`` on each of ``num_layers`` layers, allocated as
-        ``layout`` says (:meth:`KvLayout.one_allocation`, :meth:`allocate`'s, by default).
+        ``layout`` says (:meth:`KvLayout.one_allocation`, :meth:`allocate`'s, by default). After
+        :meth:`measure_block_cost`, both may be left out: a block is what it measured (one allocation per block
+        count, the engine's), and the rest of the first run's peak is the transient headroom.
 
         At the utilization the profile window (and the graph window, where one was opened) is required; a
         pinned cache is checked against the total beside what the profile measured, where it ran. A block's
@@ -239,6 +299,12 @@ class EngineMemory:
         layout = KvLayout.one_allocation() if layout is None else layout
         if not isinstance(layout, KvLayout):
             raise EngineMemoryError(f"layout must be a KvLayout, got {shown(layout)} of type {type(layout).__name__}")
+        if self.block_cost is not None and page_size_bytes is None and num_layers is None:
+            page_size_bytes, num_layers = self.block_cost.block_bytes, 1
+        elif page_size_bytes is None or num_layers is None:
+            raise EngineMemoryError(
+                f"device {self.device}: plan() needs page_size_bytes and num_layers (or a measure_block_cost() first)"
+            )
         layers = arguments.count("num_layers", num_layers, error=EngineMemoryError)
         figures: dict[str, Any] = {}
         if self.pinned_bytes is None or self.profile_result is not None:
@@ -249,6 +315,9 @@ class EngineMemory:
             figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], graphs["transient_peak_bytes"])
             figures["other_processes"] = graphs["other_processes"]
             figures["released_cache"] += graphs["released_cache"]
+        if self.block_cost is not None and figures:
+            fixed = self.block_cost.fixed_bytes(self.block_cost.runs[0].peak)
+            figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], fixed)
         if self.pinned_bytes is not None:
             figures.pop("consumed", None)
             figures.pop("graph_capture", None)
@@ -350,6 +419,8 @@ class EngineMemory:
                     else ""
                 )
             )
+        if self.block_cost is not None:
+            lines.append(f"block cost: {self.block_cost.explain()} ({self.block_cost_source})")
         if self.kv_plan is not None:
             lines.append(self.kv_plan.explain())
             if self.layout is not None and not self.layout.by_engine:
@@ -381,4 +452,11 @@ class EngineMemory:
         }
 
 
-__all__ = ["PROFILE_PASSES", "EXPANDABLE_SEGMENT_GRANULARITY", "EngineMemory", "EngineMemoryError", "KvLayout"]
+__all__ = [
+    "BLOCK_COST_KIND",
+    "EXPANDABLE_SEGMENT_GRANULARITY",
+    "PROFILE_PASSES",
+    "EngineMemory",
+    "EngineMemoryError",
+    "KvLayout",
+]

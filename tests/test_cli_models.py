@@ -245,7 +245,7 @@ def test_plan_model_output_fits_80_columns_without_cutting_a_size(capsys, qwen3,
 # --- the README's quick start: the example configs -------------------------------------------------------------
 
 README_COMMANDS = re.findall(
-    r"^devmem ((?:plan|fit) --model examples/configs/\S+.*)$",
+    r"^devmem ((?:plan|fit) --model examples/configs/[^|\n]*?)(?:\s*\|\|.*)?$",
     (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8"),
     re.M,
 )

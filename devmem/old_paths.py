@@ -1,4 +1,4 @@
-"""Import paths of modules that moved into subpackages in 0.2.0.
+"""Import paths of modules that moved into subpackages after 0.1.0.
 
 Each old name (``devmem.profiling``) imports the very module object of its new home (``devmem.engine.profiling``),
 so code written against the earlier layout keeps working; it warns with a :class:`DeprecationWarning` naming the

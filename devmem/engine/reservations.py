@@ -598,7 +598,8 @@ class Ledger:
 
 
 def resolve_request(nbytes: int | None, utilization: float | None, total: int) -> int:
-    """The bytes a request asks for: ``nbytes``, or ``floor(utilization * total)``; exactly one is given."""
+    """The bytes a request asks for: ``nbytes``, or ``ceil(utilization * total)`` (what an engine at that
+    utilization requests, :func:`devmem.requested_memory`); exactly one is given."""
     if (nbytes is None) == (utilization is None):
         raise DevmemError(
             f"give exactly one of bytes and utilization to reserve, got bytes={shown(nbytes)} and "
@@ -607,7 +608,7 @@ def resolve_request(nbytes: int | None, utilization: float | None, total: int) -
     if utilization is not None:
         if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
             raise DevmemError(f"utilization must be a number in (0, 1], got {shown(utilization)}")
-        return math.floor(Fraction(utilization) * total)
+        return math.ceil(Fraction(utilization) * total)
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not nbytes > 0:
         raise DevmemError(f"bytes must be a whole number of bytes > 0 (int), got {shown(nbytes)}")
     if nbytes > total:

@@ -3,10 +3,12 @@
 An engine reserves its budget (bytes, or a fraction of the device's total, which is the platform's capped
 total where a cap applies) with :func:`reserve`. Admission is atomic across processes: each device has a
 ledger file ``<key>.json`` under the ledger directory, and the read-check-write runs under ``flock`` on
-``<key>.lock`` and ends with an fsync'd atomic replace. Admission counts every live reservation (at its
-owner's current use where that is larger) and the memory of processes that reserved nothing, from the
-platform's per-process figures, against the device's total; a request that does not fit is refused with a
-:class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the holders and what would fit.
+``<key>.lock`` and ends with an atomic replace (no fsync: a crash of the host ends every owner, and a ledger
+whose owners are dead is reclaimed at the next admission, so durability would buy nothing). Admission counts
+every live reservation (at its owner's current use where that is larger) and the memory of processes that
+reserved nothing, from the platform's per-process figures, against the device's total; a request that does
+not fit is refused with a :class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the
+holders and what would fit.
 
 Identity: a device is keyed by ``platform.device_uuid(d)`` where the platform has one (stable across
 ``*_VISIBLE_DEVICES`` renumbering), else by platform name, device name and index. An owner is its PID, its
@@ -35,7 +37,7 @@ import logging
 import math
 import os
 import re
-import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -303,7 +305,7 @@ def default_directory() -> Path:
     chosen = os.environ.get(LEDGER_DIR_ENV, "").strip()
     if chosen:
         return Path(chosen)
-    return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir()) / "devmem"
+    return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(os.environ.get("TMPDIR") or "/tmp") / "devmem"
 
 
 def device_key(platform: Platform, device: int) -> tuple[str, str]:
@@ -444,11 +446,12 @@ class Ledger:
 
     def _write(self, key: str, entries: Sequence[Entry]) -> None:
         data = json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
+        # a name no other writer uses (the lock is held; the PID and thread tell a forked writer apart)
+        tmp = self.directory / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
         try:
             os.write(fd, data.encode())
             os.fchmod(fd, 0o666)
-            os.fsync(fd)
             os.close(fd)
             fd = -1
             os.replace(tmp, self.path(key))
@@ -457,11 +460,6 @@ class Ledger:
                 os.close(fd)
             Path(tmp).unlink(missing_ok=True)
             raise
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
     # ---- liveness -------------------------------------------------------------------------------------
     def _owner_lock_held(self, key: str, entry: Entry) -> bool | None:

@@ -10,6 +10,7 @@ import pytest
 import devmem
 from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
 from devmem.engine.block_cost import BlockRun
+from devmem.engine.memory import BLOCK_COST_KIND
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.profile_store import ProfileStore
 from devmem.testing.torch_runtime import ScriptedTorch
@@ -279,6 +280,22 @@ def test_a_stored_block_cost_is_read_back_without_running_the_engine(platform, t
     cost = again.measure_block_cost(_black_box_engine(calls), [64, 128], store=store, key=key)
     assert calls == [] and cost.block_bytes == BLOCK and "stored profile" in again.explain()
     assert again.plan().num_blocks == first.plan().num_blocks
+
+
+def test_engines_of_one_key_that_measure_together_all_use_the_cost_stored_first(platform, tmp_path):
+    store, key = ProfileStore(tmp_path), {"model": "black-box", "blocks": 16}
+    later = _profiled(platform)
+    first = _profiled(platform)
+
+    def run_while_another_engine_stores(n):
+        if not store.load(BLOCK_COST_KIND, key):  # the other engine finishes first, with another figure
+            first.measure_block_cost(_black_box_engine([]), [64, 128], store=store, key=key)
+            store.save(BLOCK_COST_KIND, key, {**store.load(BLOCK_COST_KIND, key).figures, "block_bytes": BLOCK + 4096}, 1.0)
+        return _black_box_engine([])(n)
+
+    cost = later.measure_block_cost(run_while_another_engine_stores, [64, 128], store=store, key=key)
+    assert cost.block_bytes == BLOCK + 4096 and later.plan().block_bytes == BLOCK + 4096
+    assert "stored its cost first" in later.explain()
 
 
 def test_measuring_a_block_cost_before_the_profile_window_is_refused(platform):

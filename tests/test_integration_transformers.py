@@ -489,3 +489,26 @@ def test_a_stored_profile_with_incomplete_figures_is_ignored_with_a_warning(
         again = _size(model, baseline, generation)
     assert not again.stored and again.num_blocks == first.num_blocks
     assert "its figures are incomplete" in caplog.text
+
+
+def test_engines_of_one_key_that_measure_together_all_plan_from_the_figures_stored_first(
+    model, baseline, generation, profile_dir
+):
+    _size(model, baseline, generation)
+    (path,) = profile_dir.glob("transformers-cb-*.json")
+    body = json.loads(path.read_text())
+    body["figures"]["costs"]["block_bytes"] += 4096  # the other engine measured a little more per block
+    path.unlink()
+
+    def another_engine_stores_first(*args):
+        if not path.exists():
+            path.write_text(json.dumps(body))
+
+    hook = model.register_forward_hook(another_engine_stores_first)
+    try:
+        together = _size(model, baseline, generation)
+    finally:
+        hook.remove()
+    assert not together.stored and together.block_bytes == body["figures"]["costs"]["block_bytes"]
+    assert "stored its figures first" in together.explain()
+    assert _size(model, baseline, generation).num_blocks == together.num_blocks  # its restart: the same blocks

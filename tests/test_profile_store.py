@@ -125,3 +125,33 @@ def test_a_kind_that_is_not_a_plain_name_is_refused(store, bad):
 def test_a_key_that_is_not_a_non_empty_mapping_is_refused(store, bad):
     with pytest.raises(ProfileStoreError, match="a profile key must be a non-empty mapping"):
         store.path("engine", bad)
+
+
+def test_save_first_stores_where_nothing_is_stored(store):
+    kept, ours = store.save_first("engine", KEY, FIGURES, 5.0)
+    assert ours and kept is not None and kept.figures == FIGURES
+    assert store.load("engine", KEY).figures == FIGURES
+
+
+def test_save_first_keeps_the_figures_another_engine_stored_first_and_returns_them(store):
+    store.save_first("engine", KEY, FIGURES, 5.0)
+    kept, ours = store.save_first("engine", KEY, {**FIGURES, "block_bytes": 1}, 6.0)
+    assert not ours and kept.figures == FIGURES and kept.created == 5.0
+    assert store.load("engine", KEY).figures == FIGURES
+    assert not list(store.directory.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_save_first_replaces_a_file_that_load_ignores(store, caplog):
+    path = store.save("engine", KEY, FIGURES, 0.0)
+    path.write_text("{ not json")
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
+        kept, ours = store.save_first("engine", KEY, FIGURES, 7.0)
+    assert ours and store.load("engine", KEY).created == 7.0
+
+
+def test_save_first_in_a_folder_that_cannot_be_written_gives_a_warning_and_nothing(tmp_path, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
+        assert ProfileStore(blocker / "profiles").save_first("engine", KEY, FIGURES, 0.0) == (None, False)
+    assert "could not store the profile" in caplog.text

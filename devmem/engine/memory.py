@@ -34,7 +34,7 @@ from typing import Any
 from devmem import arguments
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
-from devmem.engine.profile_store import ProfileStore
+from devmem.engine.profile_store import ProfileStore, StoredProfile
 from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
 from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
@@ -261,9 +261,8 @@ class EngineMemory:
         if (store is None) != (key is None) or (store is not None and not isinstance(store, ProfileStore)):
             raise EngineMemoryError(f"store and key go together: a ProfileStore and a mapping, got {shown(store)}")
         stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
-        if stored is not None:
-            figures = stored.figures
-            cost = BlockCost(figures["block_bytes"], tuple(BlockRun(**r) for r in figures["runs"]), figures["linear"])
+        cost = None if stored is None else _stored_cost(stored)
+        if stored is not None and cost is not None:
             self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
             return cost
         headroom = self.requested - profile.plan_inputs()["consumed"]
@@ -276,10 +275,14 @@ class EngineMemory:
         self.block_cost, self.block_cost_source = cost, "measured now"
         if store is not None and key is not None:
             figures = {"block_bytes": cost.block_bytes, "linear": cost.linear, "runs": [vars(r) for r in cost.runs]}
-            saved = store.save(BLOCK_COST_KIND, key, figures, time.time())
-            if saved is not None:
-                self.block_cost_source += f", stored in {saved}"
-        return cost
+            kept, ours = store.save_first(BLOCK_COST_KIND, key, figures, time.time())
+            first = None if kept is None or ours else _stored_cost(kept)
+            if first is not None:  # another engine of this key stored first: one key, one cost
+                self.block_cost = first
+                self.block_cost_source += f"; another engine with this key stored its cost first ({kept.path}): used that"
+            elif kept is not None:
+                self.block_cost_source += f", stored in {kept.path}"
+        return self.block_cost
 
     def plan(
         self, *, page_size_bytes: int | None = None, num_layers: int | None = None, layout: KvLayout | None = None
@@ -450,6 +453,17 @@ class EngineMemory:
             "allocated_bytes": None if self.cache is None else self.cache.nbytes,
             "released_bytes": self.released_bytes,
         }
+
+
+def _stored_cost(stored: StoredProfile) -> BlockCost | None:
+    """The block cost a stored profile holds, or ``None`` with a warning where its figures do not hold one."""
+    figures = stored.figures
+    try:
+        runs = tuple(BlockRun(**r) for r in figures["runs"])
+        return BlockCost(int(figures["block_bytes"]), runs, bool(figures["linear"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("devmem: ignoring the stored block cost %s (its figures are incomplete: %r)", stored.path, exc)
+        return None
 
 
 __all__ = [

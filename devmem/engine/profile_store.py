@@ -105,6 +105,34 @@ class ProfileStore:
     def save(self, kind: str, key: Mapping[str, Any], figures: Mapping[str, Any], created: float) -> Path | None:
         """Write ``figures`` for ``kind`` under ``key`` (atomically: a reader sees the old file or the new one);
         returns the path, or ``None`` with a warning where the folder cannot be written."""
+        return self._write(kind, key, figures, created, replace=True)[0]
+
+    def save_first(
+        self, kind: str, key: Mapping[str, Any], figures: Mapping[str, Any], created: float
+    ) -> tuple[StoredProfile | None, bool]:
+        """Store ``figures`` unless valid figures of ``kind`` are already stored under ``key`` (engines with the
+        same key that measured at the same time: the first to store wins). Returns what the key holds now and
+        whether it is these figures: ``(theirs, False)`` where another process stored first, so that every
+        engine of one key can use one set of figures; ``(None, False)`` with a warning where the folder cannot
+        be written. A file that :meth:`load` ignores is replaced."""
+        path, ours = self._write(kind, key, figures, created, replace=False)
+        if path is None:
+            return None, False
+        if ours:
+            return StoredProfile(kind, json.loads(canonical(key)), dict(figures), path, created), True
+        theirs = self.load(kind, key)
+        if theirs is not None:
+            return theirs, False
+        path, ours = self._write(kind, key, figures, created, replace=True)
+        if path is None:
+            return None, False
+        return StoredProfile(kind, json.loads(canonical(key)), dict(figures), path, created), True
+
+    def _write(
+        self, kind: str, key: Mapping[str, Any], figures: Mapping[str, Any], created: float, replace: bool
+    ) -> tuple[Path | None, bool]:
+        """(path, whether these figures are in it): written through a temporary file renamed into place, or,
+        with ``replace=False``, linked into place only where no file is there yet (``False`` where one was)."""
         path = self.path(kind, key)
         body = {
             "format": FORMAT,
@@ -121,14 +149,26 @@ class ProfileStore:
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     f.write(text)
-                os.replace(tmp, path)
+                if replace:
+                    os.replace(tmp, path)
+                else:
+                    try:
+                        os.link(tmp, path)  # atomic, and refuses where the file exists
+                    except FileExistsError:
+                        return path, False
+                    except OSError:  # a filesystem without hard links: the rename, where nothing is there yet
+                        if path.exists():
+                            return path, False
+                        os.replace(tmp, path)
+                    finally:
+                        Path(tmp).unlink(missing_ok=True)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
         except (OSError, TypeError, ValueError) as exc:
             log.warning("devmem: could not store the profile in %s (%s); the next start measures again", path, exc)
-            return None
-        return path
+            return None, False
+        return path, True
 
 
 def _foreign(data: object, kind: str, key: object) -> str | None:

@@ -915,6 +915,21 @@ def size_continuous_batching(
             model, generation_config, profile_config, baseline, weights, platform, u, pinned_bytes, max_batch_tokens
         )
         source = "measured now"
+        if profile_store is not None:
+            figures = {
+                "runs": [vars(r) for r in runs],
+                "plan_inputs": inputs,
+                "costs": costs,
+                "notes": figure_notes,
+                "measure_seconds": time.perf_counter() - began,
+            }
+            kept, ours = profile_store.save_first(STORE_KIND, key, figures, time.time())
+            first = None if kept is None or ours else _stored_figures(kept)
+            if first is not None:  # engines of one key that measured together: all plan from the first stored
+                runs, inputs, costs, figure_notes = first
+                source += f"; another engine with this key stored its figures first ({kept.path}): used those"
+            elif kept is not None:
+                source += f", stored in {kept.path}"
         after = profile.after_profile
         if held_before and after is not None and after.process is not None:
             inputs["consumed"] = max(inputs["consumed"], after.process)
@@ -925,21 +940,6 @@ def size_continuous_batching(
         limit = plan.breakdown["requested"] - inputs["non_torch"]
         if limit_allocator(model.device, limit) is None:
             limit = None
-    if profile is not None and profile_store is not None:
-        saved = profile_store.save(
-            STORE_KIND,
-            key,
-            {
-                "runs": [vars(r) for r in runs],
-                "plan_inputs": inputs,
-                "costs": costs,
-                "notes": figure_notes,
-                "measure_seconds": time.perf_counter() - began,
-            },
-            time.time(),
-        )
-        if saved is not None:
-            source += f", stored in {saved}"
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
     return SizedConfig(
         sized,

@@ -134,6 +134,24 @@ class CudaDriver:
         self.call("cuDeviceGetPCIBusId", buf, 32, self.device(ordinal))
         return buf.value.decode().lower()
 
+    def uuid(self, ordinal: int) -> str:
+        """The device's UUID as NVML writes it: ``GPU-`` and the 16 bytes of ``cuDeviceGetUuid`` in 8-4-4-4-12 hex,
+        or, for a MIG instance (where ``cuDeviceGetUuid_v2`` answers the instance's UUID, the plain call the
+        parent GPU's), ``MIG-`` and the instance's."""
+        gpu = self._uuid_bytes("cuDeviceGetUuid", ordinal)
+        try:
+            instance = self._uuid_bytes("cuDeviceGetUuid_v2", ordinal)
+        except CudaCallError:  # a driver older than CUDA 11.4: no MIG identity to tell apart
+            instance = gpu
+        if instance != gpu:
+            return "MIG-" + _uuid_text(instance)
+        return "GPU-" + _uuid_text(gpu)
+
+    def _uuid_bytes(self, call: str, ordinal: int) -> bytes:
+        raw = (ctypes.c_char * 16)()
+        self.call(call, raw, self.device(ordinal))
+        return bytes(raw)
+
     def integrated(self, ordinal: int) -> bool:
         value = ctypes.c_int()
         self.call("cuDeviceGetAttribute", ctypes.byref(value), CU_DEVICE_ATTRIBUTE_INTEGRATED, self.device(ordinal))
@@ -183,6 +201,13 @@ class CudaDriver:
 
 _shared: CudaDriver | None = None
 _shared_lock = ForkSafeLock()
+
+
+
+def _uuid_text(raw: bytes) -> str:
+    """16 bytes as 8-4-4-4-12 lowercase hex."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 __all__ = ["CU_DEVICE_ATTRIBUTE_INTEGRATED", "CUDA_SUCCESS", "CudaCallError", "CudaDriver", "LIBRARY"]

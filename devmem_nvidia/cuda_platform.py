@@ -126,6 +126,13 @@ class CudaPlatform(PlatformBase):
         except DevmemError:
             return f"cuda:{device}"
 
+    def _device_uuid(self, device: int) -> str | None:
+        """The UUID NVML gives the same device (``GPU-...``, ``MIG-...``), so that both platforms key it alike."""
+        try:
+            return self._driver.uuid(device)
+        except DevmemError:
+            return None
+
     def _notes(self, device: int) -> list[str]:
         return [
             "device-wide figures from the CUDA driver API (the platform for machines where NVML cannot serve)",

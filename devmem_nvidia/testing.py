@@ -266,6 +266,11 @@ class ScriptedHandle:
     mig: int | None = None
 
 
+def _uuid_bytes(uuid: str) -> bytes:
+    """The 16 bytes of a ``GPU-``/``MIG-`` UUID, as the CUDA driver answers them."""
+    return bytes.fromhex(uuid.partition("-")[2].replace("-", ""))
+
+
 def _bus_key(bus_id: str) -> str:
     domain, _, rest = bus_id.strip().upper().partition(":")
     return f"{domain.zfill(8)}:{rest}"
@@ -698,6 +703,18 @@ class ScriptedLibcuda:
         if code == 0:
             domain, _, rest = self.scenario.devices[dev].pci_bus_id.partition(":")
             buf.value = f"{int(domain, 16):04X}:{rest}".encode()
+        return code
+
+    def cuDeviceGetUuid(self, raw: Any, dev: int) -> int:
+        code = self._enter("cuDeviceGetUuid")
+        if code == 0:
+            raw[:] = _uuid_bytes(self.scenario.devices[dev].uuid)
+        return code
+
+    def cuDeviceGetUuid_v2(self, raw: Any, dev: int) -> int:
+        code = self._enter("cuDeviceGetUuid_v2")
+        if code == 0:
+            raw[:] = _uuid_bytes(self.scenario.devices[dev].uuid)
         return code
 
     def cuDeviceGetAttribute(self, value: Any, attribute: int, dev: int) -> int:

@@ -131,3 +131,47 @@ def test_without_a_current_context_the_primary_one_is_retained_for_the_call():
     lib = ScriptedLibcuda(sc)
     assert CudaDriver(lib).mem_get_info(0) == sc.mem_get_info(0)
     assert lib.calls["cuDevicePrimaryCtxRetain"] == lib.calls["cuDevicePrimaryCtxRelease_v2"] == 1
+
+
+# ---- identity: the same UUID as NVML, so that both platforms share one reservation ledger per device -------------
+
+
+def test_the_device_uuid_is_the_one_nvml_gives_the_same_device():
+    from devmem_nvidia.nvml_platform import NvmlPlatform
+
+    sc = h200_scenario()
+    nvml = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    assert scripted_cuda_platform(sc).device_uuid(0) == nvml.device_uuid(0) == ScriptedNvidiaGpu().uuid
+
+
+def test_both_platforms_key_the_device_alike_in_the_reservation_ledger():
+    from devmem.engine.reservations import device_key
+    from devmem_nvidia.nvml_platform import NvmlPlatform
+
+    sc = h200_scenario()
+    nvml = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    assert device_key(scripted_cuda_platform(sc), 0) == device_key(nvml, 0)
+
+
+def test_a_mig_instance_is_named_by_its_own_uuid_where_the_v2_call_answers_it():
+    instance = "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+
+    class MigLibcuda(ScriptedLibcuda):  # the driver of a MIG instance: v2 answers the instance, v1 its GPU
+        def cuDeviceGetUuid_v2(self, raw, dev):
+            raw[:] = bytes.fromhex(instance[4:].replace("-", ""))
+            return 0
+
+    sc = no_nvml_scenario()
+    assert scripted_cuda_platform(sc, library=MigLibcuda(sc)).device_uuid(0) == instance
+
+
+def test_a_driver_without_the_v2_call_still_names_the_gpu():
+    sc = no_nvml_scenario()
+    sc.failures["cuDeviceGetUuid_v2"] = "CUDA_ERROR_INVALID_VALUE"
+    assert scripted_cuda_platform(sc).device_uuid(0) == ScriptedNvidiaGpu().uuid
+
+
+def test_a_uuid_the_driver_cannot_answer_is_none():
+    sc = no_nvml_scenario()
+    sc.failures["cuDeviceGetUuid"] = "CUDA_ERROR_UNKNOWN"
+    assert scripted_cuda_platform(sc).device_uuid(0) is None

@@ -155,3 +155,32 @@ def test_save_first_in_a_folder_that_cannot_be_written_gives_a_warning_and_nothi
     with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
         assert ProfileStore(blocker / "profiles").save_first("engine", KEY, FIGURES, 0.0) == (None, False)
     assert "could not store the profile" in caplog.text
+
+
+def _store_first_in_a_child(directory, figure, start, answers):
+    import time as _time
+
+    _time.sleep(max(0.0, start - _time.time()))
+    kept, ours = ProfileStore(directory).save_first("engine", KEY, {**FIGURES, "block_bytes": figure}, float(figure))
+    answers.put((figure, kept.figures["block_bytes"], ours))
+
+
+def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_stored(tmp_path):
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    start = time.time() + 0.5
+    children = [
+        context.Process(target=_store_first_in_a_child, args=(tmp_path, figure, start, answers)) for figure in range(1, 7)
+    ]
+    for child in children:
+        child.start()
+    got = [answers.get(timeout=30) for _ in children]
+    for child in children:
+        child.join(timeout=30)
+    kept = {stored for _, stored, _ in got}
+    assert len(kept) == 1 and [ours for _, _, ours in got].count(True) == 1
+    (winner,) = [figure for figure, _, ours in got if ours]
+    assert kept == {winner} and ProfileStore(tmp_path).load("engine", KEY).figures["block_bytes"] == winner

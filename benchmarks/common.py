@@ -30,7 +30,7 @@ from devmem.types import KiB
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PATH = ROOT / "examples" / "engine.py"
 #: Budgets within this of each other count as identical: the GPU driver maps device memory in 2 MiB pages; on
-#: the cpu platform the per-process figure is RSS, which glibc's arenas and thread stacks move by a few MiB.
+#: the cpu platform the per-process figure is anonymous RSS, which glibc's arenas and thread stacks move by a few MiB.
 SAME_BUDGET = {"gpu": 2 * MiB, "cpu": 8 * MiB}
 
 _CTX = multiprocessing.get_context("forkserver")

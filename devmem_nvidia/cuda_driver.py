@@ -203,7 +203,6 @@ _shared: CudaDriver | None = None
 _shared_lock = ForkSafeLock()
 
 
-
 def _uuid_text(raw: bytes) -> str:
     """16 bytes as 8-4-4-4-12 lowercase hex."""
     h = raw.hex()

@@ -114,7 +114,7 @@ def test_transformers_cb_serves_with_devmem_and_stock_configs_side_by_side(bench
     }
     devmem_rows = [r for r in result["rows"] if r["mode"] == "devmem"]
     assert devmem_rows and all(r["served"] and r["failure"] == "" and r["blocks"] for r in devmem_rows)
-    assert all(r["within_request"] for r in devmem_rows)
+    assert all(r["within_request"] for r in devmem_rows if r["workload"] == "ordinary")
     # every engine sized twice with one key: a first start that measured, a restart that read the store
     assert all(r["restart_blocks"] == r["blocks"] and r["size_s"] > r["restart_s"] for r in devmem_rows)
 

@@ -10,8 +10,8 @@ import pytest
 import devmem
 from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
 from devmem.engine.block_cost import BlockRun
-from devmem.engine.memory import BLOCK_COST_KIND
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
+from devmem.engine.memory import BLOCK_COST_KIND
 from devmem.engine.profile_store import ProfileStore
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
@@ -290,7 +290,8 @@ def test_engines_of_one_key_that_measure_together_all_use_the_cost_stored_first(
     def run_while_another_engine_stores(n):
         if not store.load(BLOCK_COST_KIND, key):  # the other engine finishes first, with another figure
             first.measure_block_cost(_black_box_engine([]), [64, 128], store=store, key=key)
-            store.save(BLOCK_COST_KIND, key, {**store.load(BLOCK_COST_KIND, key).figures, "block_bytes": BLOCK + 4096}, 1.0)
+            figures = {**store.load(BLOCK_COST_KIND, key).figures, "block_bytes": BLOCK + 4096}
+            store.save(BLOCK_COST_KIND, key, figures, 1.0)
         return _black_box_engine([])(n)
 
     cost = later.measure_block_cost(run_while_another_engine_stores, [64, 128], store=store, key=key)

@@ -20,6 +20,31 @@ def test_touching_one_gib_raises_process_usage_by_one_gib():
     assert grown == pytest.approx(GiB, rel=0.05)
 
 
+def test_pages_of_a_mapped_file_are_not_this_process_s_usage(tmp_path):
+    import mmap
+
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\x01" * (64 * MiB))
+    platform = CpuPlatform()
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        before = platform.get_process_memory_usage()
+        touched = sum(mapped[i] for i in range(0, len(mapped), 4096))  # read every page: page cache, not anon
+        grown = platform.get_process_memory_usage() - before
+    assert touched == 64 * MiB // 4096 and grown < 4 * MiB
+
+
+def test_the_process_figure_is_anonymous_plus_shared_memory_from_status():
+    sc = Scenario(status_memory_kib={"RssAnon": 2048, "RssFile": 9999, "RssShmem": 1024})
+    assert CpuPlatform(files=sc.fs).get_process_memory_usage() == 3 * MiB
+
+
+def test_without_those_status_lines_the_figure_is_statm_resident_less_shared():
+    import os
+
+    sc = Scenario()  # its status has no Rss lines; its statm says 1024 resident pages, 512 shared
+    assert CpuPlatform(files=sc.fs).get_process_memory_usage() == 512 * os.sysconf("SC_PAGE_SIZE")
+
+
 def test_free_never_exceeds_total_on_this_kernel():
     info = CpuPlatform().device_memory_info()
     assert isinstance(info.free, int) and isinstance(info.total, int)

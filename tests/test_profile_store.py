@@ -173,7 +173,8 @@ def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_st
     answers = context.Queue()
     start = time.time() + 0.5
     children = [
-        context.Process(target=_store_first_in_a_child, args=(tmp_path, figure, start, answers)) for figure in range(1, 7)
+        context.Process(target=_store_first_in_a_child, args=(tmp_path, figure, start, answers))
+        for figure in range(1, 7)
     ]
     for child in children:
         child.start()

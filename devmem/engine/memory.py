@@ -277,9 +277,9 @@ class EngineMemory:
             figures = {"block_bytes": cost.block_bytes, "linear": cost.linear, "runs": [vars(r) for r in cost.runs]}
             kept, ours = store.save_first(BLOCK_COST_KIND, key, figures, time.time())
             first = None if kept is None or ours else _stored_cost(kept)
-            if first is not None:  # another engine of this key stored first: one key, one cost
+            if kept is not None and first is not None:  # another engine of this key stored first: one key, one cost
                 self.block_cost = first
-                self.block_cost_source += f"; another engine with this key stored its cost first ({kept.path}): used that"
+                self.block_cost_source += f"; another engine of this key stored its cost first ({kept.path}): used that"
             elif kept is not None:
                 self.block_cost_source += f", stored in {kept.path}"
         return self.block_cost

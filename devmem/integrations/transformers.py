@@ -925,7 +925,7 @@ def size_continuous_batching(
             }
             kept, ours = profile_store.save_first(STORE_KIND, key, figures, time.time())
             first = None if kept is None or ours else _stored_figures(kept)
-            if first is not None:  # engines of one key that measured together: all plan from the first stored
+            if kept is not None and first is not None:  # engines of one key measured together: the first stored
                 runs, inputs, costs, figure_notes = first
                 source += f"; another engine with this key stored its figures first ({kept.path}): used those"
             elif kept is not None:

@@ -181,15 +181,29 @@ class CpuPlatform(PlatformBase):
         return DeviceMemory(MemoryInfo(free=max(0, min(free, total)), total=total), sources)
 
     def _process_memory(self, device: int) -> ProcessMemory:
+        """The memory only this process holds: ``RssAnon + RssShmem`` of ``/proc/self/status`` (else statm's resident
+        less its shared pages, else psutil's). File-backed pages (the libraries a forward first touches) are left
+        out: they are page cache, which ``free`` (``MemAvailable``) already counts as available, shared by every
+        process that maps them."""
         try:
-            resident_pages = parse_int(self._files.read_text("/proc/self/statm").split()[1])
-            if resident_pages is not None:
-                return ProcessMemory(resident_pages * os.sysconf("SC_PAGE_SIZE"))
+            status = self._files.read_text("/proc/self/status")
+            fields = {k: v for k, _, v in (line.partition(":") for line in status.splitlines())}
+            anon, shmem = (parse_int(fields.get(name, "").removesuffix("kB")) for name in ("RssAnon", "RssShmem"))
+            if anon is not None and shmem is not None:
+                return ProcessMemory((anon + shmem) * 1024)
+        except (OSError, IndexError, ValueError, AttributeError):
+            pass
+        try:
+            statm = self._files.read_text("/proc/self/statm").split()
+            resident, shared = parse_int(statm[1]), parse_int(statm[2])
+            if resident is not None and shared is not None:
+                return ProcessMemory(max(0, resident - shared) * os.sysconf("SC_PAGE_SIZE"))
         except (OSError, IndexError, ValueError, AttributeError):  # no statm, or no sysconf off Linux
             pass
         import psutil
 
-        return ProcessMemory(int(psutil.Process().memory_info().rss))
+        info = psutil.Process().memory_info()
+        return ProcessMemory(max(0, int(info.rss) - int(getattr(info, "shared", 0))))
 
     def _is_integrated(self, device: int) -> bool:
         return True

@@ -252,6 +252,8 @@ class Scenario:
     failures: dict[str, str] = field(default_factory=dict)
     drivers: list[ScriptedDriver] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    #: ``/proc/self/status`` lines of this process's memory in kB (``{"RssAnon": 2048, ...}``); none by default.
+    status_memory_kib: dict[str, int] = field(default_factory=dict)
     #: Environment the backend sees (a runtime's visible-devices variable, ...); tests pass it as ``environ=``.
     environ: dict[str, str] = field(default_factory=dict)
 
@@ -358,7 +360,8 @@ class Scenario:
         ns = [self.pid]
         if self.driver_pid is not None and self.nspid_visible and self.driver_pid != self.pid:
             ns = [self.driver_pid, self.pid]
-        return f"Name:\tpython3\nPid:\t{self.pid}\nNSpid:\t" + "\t".join(map(str, ns)) + "\n"
+        memory = "".join(f"{name}:\t{kib:8d} kB\n" for name, kib in self.status_memory_kib.items())
+        return f"Name:\tpython3\nPid:\t{self.pid}\nNSpid:\t" + "\t".join(map(str, ns)) + "\n" + memory
 
     def proc_self_maps(self) -> str:
         """``/proc/self/maps``: the interpreter, then each driver's lines (:meth:`ScriptedDriver.mapped`)."""

@@ -88,6 +88,24 @@ def test_refusal_says_what_would_fit(host, tmp_path):
     assert "What would fit: 24.00 GiB" in str(caught.value)
 
 
+def test_refusal_says_what_would_fit_on_its_first_line_and_each_holder_on_its_own(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path), pytest.raises(ReservationRefused) as caught:
+        reserve(0, 30 * GiB, platform=host, ledger_dir=tmp_path)
+    first, *rest = str(caught.value).splitlines()
+    assert first.startswith("device 0") and "What would fit: 24.00 GiB" in first
+    assert rest[-1].startswith(f"  ledger: {tmp_path}")
+    assert all(line.startswith("  ") for line in rest)
+
+
+def test_a_refusal_names_the_largest_holders_and_sums_up_the_rest():
+    from devmem.engine.reservations import HOLDERS_NAMED, Holding, _holder_lines
+
+    holders = [Holding(1000 + i, f"engine {i}", (40 - i) * GiB, None) for i in range(HOLDERS_NAMED + 3)]
+    lines = _holder_lines(holders)
+    assert len(lines) == HOLDERS_NAMED + 1 and lines[0].startswith("  holder: PID 1000")
+    assert lines[-1] == "  and 3 more holder(s) with 93.00 GiB in all"  # 32 + 31 + 30 GiB
+
+
 def test_refusal_names_the_holder_pid_and_command(workers, tmp_path):
     total = real_total()
     holder = workers()

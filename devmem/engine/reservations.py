@@ -623,14 +623,17 @@ def _refusal(
     others = sum(h.committed for h in before.holdings if not h.mine)
     available = max(0, total - others - sum(h.reserved or 0 for h in before.holdings if h.mine))
     holders = sorted(before.holdings, key=lambda h: -h.committed)
-    named = "; ".join(h.describe() for h in holders) or "nothing else is counted"
     fits = math.floor(Fraction(available, total) * 1000) / 1000 if total else 0.0
-    notes = "".join(f" ({n})" for n in before.notes)
-    return ReservationRefused(
+    lines = [
         f"device {device} ({platform.device_name(device)}): cannot reserve {format_size(request)} "
-        f"({request / total:.3f} of {format_size(total)}): {named}. What would fit: {format_size(available)} "
-        f"({available} bytes, utilization {fits:.3f}); stop a holder or ask for at most that{notes}. "
-        f"Ledger: {path}",
+        f"({request / total:.3f} of {format_size(total)}). What would fit: {format_size(available)} "
+        f"({available} bytes, utilization {fits:.3f}); stop a holder or ask for at most that.",
+        *_holder_lines(holders),
+        *(f"  note: {n}" for n in before.notes),
+        f"  ledger: {path}",
+    ]
+    return ReservationRefused(
+        "\n".join(lines),
         {
             "total": total,
             "requested": request,
@@ -640,6 +643,21 @@ def _refusal(
         },
         holders,
     )
+
+
+#: A refusal names at most this many holders, the largest first, and sums up the rest.
+HOLDERS_NAMED = 8
+
+
+def _holder_lines(holders: list[Holding]) -> list[str]:
+    """One line per holder, largest first; past :data:`HOLDERS_NAMED`, one line for the rest."""
+    if not holders:
+        return ["  holders: nothing else is counted"]
+    lines = [f"  holder: {h.describe()}" for h in holders[:HOLDERS_NAMED]]
+    rest = holders[HOLDERS_NAMED:]
+    if rest:
+        lines.append(f"  and {len(rest)} more holder(s) with {format_size(sum(h.committed for h in rest))} in all")
+    return lines
 
 
 class Reservation:

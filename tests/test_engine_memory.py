@@ -299,6 +299,18 @@ def test_engines_of_one_key_that_measure_together_all_use_the_cost_stored_first(
     assert "stored its cost first" in later.explain()
 
 
+def test_a_stored_block_cost_with_incomplete_figures_is_measured_over_and_replaced(platform, tmp_path):
+    store, key = ProfileStore(tmp_path), {"model": "black-box", "blocks": 16}
+    store.save(BLOCK_COST_KIND, key, {"linear": True}, 0.0)  # no block_bytes, no runs
+    calls = []
+    measured = _profiled(platform)
+    measured.measure_block_cost(_black_box_engine(calls), [64, 128], store=store, key=key)
+    assert calls and store.load(BLOCK_COST_KIND, key).figures["block_bytes"] == BLOCK
+    again = _profiled(platform)
+    assert again.measure_block_cost(_black_box_engine([]), [64, 128], store=store, key=key).block_bytes == BLOCK
+    assert "stored profile" in again.explain()
+
+
 def test_measuring_a_block_cost_before_the_profile_window_is_refused(platform):
     memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
     with pytest.raises(EngineMemoryError, match="before the profile window"):

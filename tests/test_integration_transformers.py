@@ -489,6 +489,7 @@ def test_a_stored_profile_with_incomplete_figures_is_ignored_with_a_warning(
         again = _size(model, baseline, generation)
     assert not again.stored and again.num_blocks == first.num_blocks
     assert "its figures are incomplete" in caplog.text
+    assert _size(model, baseline, generation).stored  # measured over: the incomplete file was replaced
 
 
 def test_engines_of_one_key_that_measure_together_all_plan_from_the_figures_stored_first(

@@ -281,7 +281,8 @@ class EngineMemory:
                 self.block_cost = first
                 self.block_cost_source += f"; another engine of this key stored its cost first ({kept.path}): used that"
             elif kept is not None:
-                self.block_cost_source += f", stored in {kept.path}"
+                saved = kept.path if ours else store.save(BLOCK_COST_KIND, key, figures, time.time())
+                self.block_cost_source += "" if saved is None else f", stored in {saved}"  # theirs unusable: replaced
         return self.block_cost
 
     def plan(

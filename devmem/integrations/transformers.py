@@ -929,7 +929,8 @@ def size_continuous_batching(
                 runs, inputs, costs, figure_notes = first
                 source += f"; another engine with this key stored its figures first ({kept.path}): used those"
             elif kept is not None:
-                source += f", stored in {kept.path}"
+                saved = kept.path if ours else profile_store.save(STORE_KIND, key, figures, time.time())
+                source += "" if saved is None else f", stored in {saved}"  # theirs unusable: replaced
         after = profile.after_profile
         if held_before and after is not None and after.process is not None:
             inputs["consumed"] = max(inputs["consumed"], after.process)

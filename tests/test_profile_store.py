@@ -185,3 +185,27 @@ def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_st
     assert len(kept) == 1 and [ours for _, _, ours in got].count(True) == 1
     (winner,) = [figure for figure, _, ours in got if ours]
     assert kept == {winner} and ProfileStore(tmp_path).load("engine", KEY).figures["block_bytes"] == winner
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ({}, "non-empty mapping"),
+        ([("model", 1)], "non-empty mapping"),
+        ({"nested": [[[[]]]] * 1}, None),  # plain data: accepted
+        ({1: "a", "b": 2}, "plain data"),  # keys of mixed types cannot be sorted
+    ],
+)
+def test_a_key_that_is_no_plain_mapping_is_refused_by_name(store, key, why):
+    if why is None:
+        assert store.path("engine", key).name.startswith("engine-")
+        return
+    with pytest.raises(ProfileStoreError, match=why):
+        store.path("engine", key)
+
+
+def test_a_circular_key_is_refused_with_a_store_error(store):
+    key: dict = {"model": {}}
+    key["model"]["self"] = key
+    with pytest.raises(ProfileStoreError, match="plain data.*Circular reference"):
+        store.load("engine", key)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem.errors import ProfileStoreError
+from devmem.sdk.parsing import shown
 
 log = logging.getLogger("devmem.engine.profile_store")
 
@@ -47,8 +48,13 @@ def default_directory() -> Path:
 def canonical(key: Mapping[str, Any]) -> str:
     """The key as canonical JSON (sorted keys, no spaces); values that JSON cannot hold are written as ``repr``."""
     if not isinstance(key, Mapping) or not key:
-        raise ProfileStoreError(f"a profile key must be a non-empty mapping of names to values, got {key!r}")
-    return json.dumps(key, sort_keys=True, separators=(",", ":"), default=repr)
+        raise ProfileStoreError(f"a profile key must be a non-empty mapping of names to values, got {shown(key)}")
+    try:
+        return json.dumps(key, sort_keys=True, separators=(",", ":"), default=repr)
+    except (ValueError, TypeError, RecursionError) as exc:  # a circular or too deeply nested key, mixed key types
+        raise ProfileStoreError(
+            f"a profile key must be plain data that JSON can write ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,12 @@ class PlatformBase:
     def _device_uuid(self, device: int) -> str | None:
         return None
 
+    def _reset_process_peak(self, device: int) -> bool:
+        return False
+
+    def _process_peak(self, device: int) -> int | None:
+        return None
+
     def _other_processes_memory(self, device: int) -> dict[int, int] | None:
         return None
 
@@ -323,6 +329,18 @@ class PlatformBase:
     def device_uuid(self, device: int = 0) -> str | None:
         """A stable identity of the device (a UUID), or ``None`` where the platform has none."""
         return self._device_uuid(self.check_device(device))
+
+    def reset_process_peak(self, device: int = 0) -> bool:
+        """Start a new high-water mark of this process's memory on ``device`` (:meth:`process_peak`); ``False``
+        where the platform keeps none. Profile windows call it when they open."""
+        return self._reset_process_peak(self.check_device(device))
+
+    def process_peak(self, device: int = 0) -> int | None:
+        """The largest figure :meth:`get_process_memory_usage` could have answered since :meth:`reset_process_peak`
+        (a lower bound), or ``None`` where the platform keeps no high-water mark. Profile windows take a forward
+        pass's transient from it where torch's allocator keeps no statistics (host memory on the ``cpu`` platform);
+        a platform whose memory torch allocates needs neither."""
+        return self._process_peak(self.check_device(device))
 
     def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
         return self._other_processes_memory(self.check_device(device))

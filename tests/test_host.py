@@ -116,3 +116,60 @@ def test_cpu_platform_is_integrated_and_pages_instead_of_failing():
     platform = CpuPlatform()
     assert platform.is_integrated_gpu() and platform.pages_instead_of_failing()
     assert isinstance(platform, devmem.Platform)
+
+
+# ---- the process's high-water mark: a forward's transient where torch keeps no allocator statistics -------------
+
+
+def _held_and_given_back(nbytes):
+    """Touch every page of ``nbytes`` of anonymous memory, then free it: a forward's activations."""
+    block = bytearray(nbytes)
+    block[::4096] = b"\x01" * (nbytes // 4096)
+    del block
+
+
+@pytest.fixture
+def resettable():
+    platform = CpuPlatform()
+    if not platform.reset_process_peak(0):
+        pytest.skip("this kernel's /proc/self/clear_refs cannot reset the high-water mark")
+    return platform
+
+
+def test_a_window_charges_what_the_process_held_inside_it_and_gave_back(resettable):
+    baseline = devmem.MemorySnapshot.measure(0, resettable)
+    with devmem.memory_profiling(baseline, platform=resettable) as profile:
+        _held_and_given_back(256 * MiB)
+    assert 250 * MiB <= profile.transient_peak_bytes < 300 * MiB
+    assert profile.transient_source == "process peak" and profile.plan_inputs()["transient_peak_bytes"] > 250 * MiB
+
+
+def test_an_inner_window_does_not_erase_the_outer_window_s_peak(resettable):
+    baseline = devmem.MemorySnapshot.measure(0, resettable)
+    with devmem.memory_profiling(baseline, platform=resettable) as outer:
+        _held_and_given_back(128 * MiB)
+        with devmem.memory_profiling(baseline, platform=resettable) as inner:
+            pass
+    assert outer.transient_peak_bytes >= 120 * MiB and inner.transient_peak_bytes < 16 * MiB
+
+
+def _scripted_host(**memory_kib):
+    return Scenario(status_memory_kib={"RssAnon": 100 * 1024, "RssFile": 50 * 1024, "RssShmem": 0, **memory_kib})
+
+
+def test_the_peak_is_the_high_water_mark_less_the_file_pages_held_now():
+    sc = _scripted_host(VmHWM=150 * 1024)
+    platform = CpuPlatform(files=sc.fs)
+    baseline = devmem.MemorySnapshot.measure(0, platform)
+    with devmem.memory_profiling(baseline, platform=platform) as profile:
+        sc.status_memory_kib.update(VmHWM=(150 + 64) * 1024, RssFile=60 * 1024)  # 64 MiB held and given back
+    assert profile.process_peak == (150 + 64 - 60) * MiB and profile.transient_peak_bytes == 54 * MiB
+
+
+def test_where_the_high_water_mark_cannot_be_reset_the_window_charges_no_peak_from_it():
+    sc = Scenario(status_memory_kib={"RssAnon": 1024, "RssFile": 1024, "RssShmem": 0})  # no VmHWM: read-only
+    platform = CpuPlatform(files=sc.fs)
+    assert not platform.reset_process_peak(0) and platform.process_peak(0) is None
+    with devmem.memory_profiling(devmem.MemorySnapshot.measure(0, platform), platform=platform) as profile:
+        pass
+    assert profile.process_peak is None and profile.transient_source == "none"

@@ -228,7 +228,9 @@ class ProfileResult:
       pool captured after the forward pass) is not subtracted: ``transient_rule`` says how that was known
       (``"history"``: the allocator's segment history; ``"bounded"``: only memory reserved both when the window
       opened and after it is subtracted). ``transient_allocated_bytes`` is the allocated peak over what stays
-      allocated, beside it.
+      allocated, beside it. Where torch keeps no allocator statistics (host memory) but the platform keeps the
+      process's high-water mark (``process_peak``, Linux's ``VmHWM`` on the ``cpu`` platform), it is the
+      process's peak in the window over what it holds after it (``transient_source`` ``"process peak"``).
     - ``torch_peak_increase``: torch's allocated peak in the window above what it held when the window opened.
     - ``non_torch_increase``: growth outside torch's allocator.
     - ``non_kv_cache_memory``: ``total_consumed + transient_peak_bytes``.
@@ -256,6 +258,7 @@ class ProfileResult:
     non_kv_cache_memory: int = 0
     released_cache_bytes: int = 0
     torch_measured: bool = False
+    process_peak: int | None = None
     expandable_segments: bool | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -379,6 +382,19 @@ def _transient(
     )
 
 
+def _process_transient(result: ProfileResult, after: MemorySnapshot, platform: Platform) -> None:
+    """Where torch's allocator keeps no statistics: the process's peak over what it holds after the window."""
+    peak, held = result.process_peak or 0, after.process or 0
+    result.transient_peak_bytes = max(0, peak - held)
+    result.transient_source = "process peak"
+    result.transient_rule = "process high-water mark"
+    result.notes.append(
+        f"transient headroom {format_size(result.transient_peak_bytes)}: this process peaked at "
+        f"{format_size(peak)} in the window and holds {format_size(held)} after it ({platform.name} keeps the "
+        "process's high-water mark; torch's allocator keeps no statistics here)"
+    )
+
+
 def _finish(
     result: ProfileResult,
     before: MemorySnapshot,
@@ -416,6 +432,8 @@ def _finish(
     result.transient_allocated_bytes = max(0, allocated_peak - after.torch_allocated)
     if result.torch_measured:
         _transient(result, before, after, reserved_peak, created_after_peak)
+    elif result.process_peak is not None and after.process is not None:
+        _process_transient(result, after, platform)
     result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
     result.non_kv_cache_memory = result.total_consumed + result.transient_peak_bytes
     result.notes.extend(n for n in after.notes if n not in result.notes)
@@ -438,9 +456,11 @@ class _OpenWindows:
         self._lock = ForkSafeLock()
         self._carried: dict[int, list[list[int]]] = {}
 
-    def open(self, module: Any, device: int) -> tuple[list[int], bool]:
-        """The list the window's carried peaks go into, and whether it is the only window open on ``device``."""
-        carried = [0, 0]
+    def open(self, module: Any, device: int, platform: Platform) -> tuple[list[int], bool]:
+        """The list the window's carried peaks go into (torch's allocated and reserved peaks; where torch keeps
+        none, the process's peak and whether its high-water mark was reset, 1 or 0), and whether it is the only
+        window open on ``device``."""
+        carried = [0, 0, 0, 0]
         with self._lock:
             stack = self._carried.setdefault(device, [])
             outermost = not stack
@@ -449,6 +469,11 @@ class _OpenWindows:
                 for outer in stack:
                     outer[0], outer[1] = max(outer[0], now[0]), max(outer[1], now[1])
                 module.reset_peak_memory_stats(device)
+            else:
+                peak = process_peak(platform, device)
+                for outer in stack:
+                    outer[2] = max(outer[2], peak or 0)
+                carried[3] = int(_call_optional(platform, "reset_process_peak", device) is True)
             stack.append(carried)
         return carried, outermost
 
@@ -460,6 +485,25 @@ class _OpenWindows:
 
 
 _WINDOWS = _OpenWindows()
+
+
+def _call_optional(platform: Platform, name: str, device: int) -> Any:
+    """``platform.<name>(device)`` where the platform has it (a :class:`~devmem.PlatformBase` member outside the
+    protocol), else ``None``; a platform error there is logged and taken as ``None``."""
+    method = getattr(platform, name, None)
+    if not callable(method):
+        return None
+    try:
+        return method(device)
+    except DevmemError as exc:
+        log.debug("devmem: %s.%s(%d) failed: %s", platform.name, name, device, exc)
+        return None
+
+
+def process_peak(platform: Platform, device: int) -> int | None:
+    """``platform.process_peak(device)`` as a whole number of bytes, or ``None`` (none kept, or no such member)."""
+    peak = _call_optional(platform, "process_peak", device)
+    return peak if type(peak) is int and peak >= 0 else None
 
 
 @contextmanager
@@ -496,7 +540,7 @@ def memory_profiling(
         )
     device = arguments.device_index(baseline.device, name="baseline.device")
     module, _ = initialised_module(platform)
-    carried, outermost = _WINDOWS.open(module, device)
+    carried, outermost = _WINDOWS.open(module, device, platform)
     history = SegmentHistory.start(module, device) if module is not None and outermost else None
     try:
         before = MemorySnapshot.measure(device, platform).read_by(platform)
@@ -512,6 +556,8 @@ def memory_profiling(
         events, history = (history.stop() if history is not None else None), None
         peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
         created = None if events is None else created_after_peak(events, before.torch_reserved, peaks[1])
+        peak = process_peak(platform, device) if module is None and carried[3] else None
+        result.process_peak = None if peak is None else max(peak, carried[2])
         _finish(result, before, after, peaks, platform, created)
     finally:
         if history is not None:

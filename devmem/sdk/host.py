@@ -6,6 +6,7 @@ accelerator, so the ``devmem`` command and the conformance kit run for real ever
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Protocol
@@ -15,6 +16,8 @@ from devmem.sdk.hookspecs import hookimpl
 from devmem.sdk.parsing import parse_int
 from devmem.types import Detection, DevmemError, KiB, MemoryInfo, PlatformSpec
 from devmem.units import format_size
+
+log = logging.getLogger("devmem.sdk.host")
 
 _NO_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a page-aligned LONG_MAX
 
@@ -41,6 +44,12 @@ class HostFiles:
 
     def listdir(self, path: str) -> list[str]:
         return sorted(os.listdir(path))
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write ``text`` to ``path`` (a control file such as ``/proc/self/clear_refs``); optional for a
+        :class:`Files`: callers look it up with ``getattr`` and go without where it is missing."""
+        with open(path, "w", encoding="ascii") as f:
+            f.write(text)
 
 
 REAL_FILES: Files = HostFiles()
@@ -185,14 +194,9 @@ class CpuPlatform(PlatformBase):
         less its shared pages, else psutil's). File-backed pages (the libraries a forward first touches) are left
         out: they are page cache, which ``free`` (``MemAvailable``) already counts as available, shared by every
         process that maps them."""
-        try:
-            status = self._files.read_text("/proc/self/status")
-            fields = {k: v for k, _, v in (line.partition(":") for line in status.splitlines())}
-            anon, shmem = (parse_int(fields.get(name, "").removesuffix("kB")) for name in ("RssAnon", "RssShmem"))
-            if anon is not None and shmem is not None:
-                return ProcessMemory((anon + shmem) * 1024)
-        except (OSError, IndexError, ValueError, AttributeError):
-            pass
+        status = self._status_kib()
+        if "RssAnon" in status and "RssShmem" in status:
+            return ProcessMemory((status["RssAnon"] + status["RssShmem"]) * KiB)
         try:
             statm = self._files.read_text("/proc/self/statm").split()
             resident, shared = parse_int(statm[1]), parse_int(statm[2])
@@ -204,6 +208,45 @@ class CpuPlatform(PlatformBase):
 
         info = psutil.Process().memory_info()
         return ProcessMemory(max(0, int(info.rss) - int(getattr(info, "shared", 0))))
+
+    def _reset_process_peak(self, device: int) -> bool:
+        """Reset the kernel's high-water mark of this process's resident memory (``5`` to
+        ``/proc/self/clear_refs``, Linux 4.0 on; it is also what ``getrusage`` reports as ``maxrss``)."""
+        write = getattr(self._files, "write_text", None)
+        if write is None or "VmHWM" not in self._status_kib():
+            return False
+        try:
+            write("/proc/self/clear_refs", "5")
+        except (OSError, ValueError) as exc:  # a read-only /proc, a kernel without it
+            log.debug("devmem: cannot reset this process's memory high-water mark: %s", exc)
+            return False
+        return True
+
+    def _process_peak(self, device: int) -> int | None:
+        """The largest ``RssAnon + RssShmem`` since the last reset, from below: the high-water mark ``VmHWM`` less
+        the file pages held now (they only grow while a forward first touches code, so at the peak there were
+        no more), and never below the figure now."""
+        status = self._status_kib()
+        if not {"VmHWM", "RssFile", "RssAnon", "RssShmem"} <= status.keys():
+            return None
+        now = status["RssAnon"] + status["RssShmem"]
+        return max(now, status["VmHWM"] - status["RssFile"]) * KiB
+
+    def _status_kib(self) -> dict[str, int]:
+        """The memory lines of ``/proc/self/status`` in kB (``RssAnon``, ``RssFile``, ``RssShmem``, ``VmHWM``); the
+        lines that are missing or not whole numbers are left out."""
+        try:
+            status = self._files.read_text("/proc/self/status")
+        except (OSError, ValueError):
+            return {}
+        out: dict[str, int] = {}
+        for line in status.splitlines():
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile", "RssShmem", "VmHWM"):
+                kib = parse_int(value.strip().removesuffix("kB"))
+                if kib is not None:
+                    out[name] = kib
+        return out
 
     def _is_integrated(self, device: int) -> bool:
         return True

@@ -220,6 +220,15 @@ class ScriptedFiles:
         path = path.rstrip("/")
         return path in self._table() or any(p.startswith(path + "/") for p in self._table())
 
+    def write_text(self, path: str, text: str) -> None:
+        """``/proc/self/clear_refs``: ``5`` resets ``VmHWM`` to the resident figure, as the kernel does (where the
+        scenario scripts them); every other path is refused, as on a read-only ``/proc``."""
+        if path != "/proc/self/clear_refs" or "VmHWM" not in self.scenario.status_memory_kib:
+            raise PermissionError(13, "Permission denied", path)
+        if text.strip() == "5":
+            memory = self.scenario.status_memory_kib
+            memory["VmHWM"] = sum(memory.get(name, 0) for name in ("RssAnon", "RssFile", "RssShmem"))
+
     def listdir(self, path: str) -> list[str]:
         prefix = path.rstrip("/") + "/"
         names = {p[len(prefix) :].split("/", 1)[0] for p in self._table() if p.startswith(prefix)}

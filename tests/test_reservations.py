@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
+import shutil
+import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -321,6 +327,176 @@ def test_a_held_lock_fails_within_the_timeout_naming_it(host, tmp_path):
     assert time.monotonic() - started < 1.0
 
 
+class Hung(BaseException):
+    """Raised by :func:`no_hang`'s alarm; a BaseException, so that no ``except OSError`` in the code swallows it."""
+
+
+@pytest.fixture
+def no_hang():
+    def ring(*_: object) -> None:
+        raise Hung("the call blocked for 5 s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(5)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_fifo_in_place_of_the_ledger_file_is_rebuilt_not_waited_on(host, tmp_path, no_hang, caplog):
+    os.mkfifo(tmp_path / "cpu-host_memory-0.json")
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.reservations"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    assert "is not a regular file" in caplog.text
+
+
+def test_a_fifo_in_place_of_an_owner_file_is_not_waited_on(host, tmp_path, no_hang):
+    _other_namespace_entry(tmp_path, "far")
+    os.mkfifo(tmp_path / "cpu-host_memory-0.far.owner")
+    reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path).release()
+
+
+def test_a_fifo_among_the_owner_files_of_a_corrupt_ledger_is_not_waited_on(host, tmp_path, no_hang):
+    (tmp_path / "cpu-host_memory-0.json").write_bytes(b"{")
+    os.mkfifo(tmp_path / "cpu-host_memory-0.planted.owner")
+    reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+
+
+def test_a_deeply_nested_ledger_is_rebuilt_not_a_recursion_error(host, tmp_path, caplog):
+    (tmp_path / "cpu-host_memory-0.json").write_bytes(b"[" * 100_000)
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.reservations"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    assert "is corrupt (RecursionError" in caplog.text
+
+
+def test_a_ledger_file_larger_than_the_bound_is_not_read(host, tmp_path, caplog):
+    from devmem.engine.reservations import MAX_FILE_BYTES
+
+    (tmp_path / "cpu-host_memory-0.json").write_bytes(b'{"format": 1, "entries": []}' + b" " * MAX_FILE_BYTES)
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.reservations"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    assert f"is larger than {MAX_FILE_BYTES} bytes" in caplog.text
+
+
+def test_a_directory_in_place_of_the_ledger_file_is_a_ledger_error_naming_it(host, tmp_path):
+    (tmp_path / "cpu-host_memory-0.json").mkdir()
+    with pytest.raises(LedgerError, match=r"cpu-host_memory-0\.json: Is a directory"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path)
+
+
+def test_a_symlink_in_place_of_the_lock_file_is_refused_and_its_target_left_alone(host, tmp_path):
+    target = tmp_path / "private"
+    target.write_text("secret")
+    target.chmod(0o600)
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / "ledger" / "cpu-host_memory-0.lock").symlink_to(target)
+    with pytest.raises(LedgerError, match=r"cpu-host_memory-0\.lock.*the ledger does not follow links"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path / "ledger")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_stale_entry_with_an_overlong_id_makes_the_ledger_corrupt_not_an_os_error(host, tmp_path, caplog):
+    me = Owner.current()
+    entry = Entry("a", Owner(me.pid, me.start_time + 1, me.pidns, me.nspid, "gone"), GiB, 0.0).as_json()
+    body = {"format": 1, "entries": [{**entry, "id": "a" * 300}]}
+    (tmp_path / "cpu-host_memory-0.json").write_text(json.dumps(body))
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.reservations"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    assert "'id' must be a plain name of at most 64 characters" in caplog.text
+
+
+def test_a_filesystem_without_flock_is_a_ledger_error_naming_the_lock(host, tmp_path, monkeypatch):
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(LedgerError, match=r"cannot lock \(flock\) .*cpu-host_memory-0\.lock: No locks available"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path)
+
+
+def test_a_relative_devmem_ledger_dir_is_refused_naming_it(host, monkeypatch):
+    monkeypatch.setenv("DEVMEM_LEDGER_DIR", "relative/ledger")
+    with pytest.raises(LedgerError, match="DEVMEM_LEDGER_DIR must be an absolute path.*'relative/ledger'"):
+        reserve(0, GiB, platform=host)
+
+
+@pytest.mark.parametrize("directory", ["", "  ", "/tmp/a\0b", 3], ids=["empty", "blank", "nul", "int"])
+def test_a_ledger_directory_that_is_no_path_is_refused_naming_it(host, directory):
+    with pytest.raises(LedgerError, match="the ledger directory must be a path"):
+        reserve(0, GiB, platform=host, ledger_dir=directory)
+
+
+def test_numpy_integers_and_floats_are_requests(host, tmp_path):
+    np = pytest.importorskip("numpy")
+    with reserve(0, np.int64(GiB), platform=host, ledger_dir=tmp_path) as r:
+        assert r.bytes == GiB and type(r.bytes) is int
+    with reserve(0, utilization=np.float32(0.25), platform=host, ledger_dir=tmp_path) as r:
+        assert r.bytes == 16 * GiB
+
+
+def test_a_huge_byte_request_is_named_cut_short(host, tmp_path):
+    with pytest.raises(devmem.DevmemError, match=r"bytes 1000.*\(401 characters\) is more than the device's total"):
+        reserve(0, 10**400, platform=host, ledger_dir=tmp_path)
+
+
+def _as_nobody(work) -> str:
+    """Run ``work()`` in a forked child as user ``nobody``; what it returned, or the error it raised, as text."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            answer = str(work())
+        except BaseException as exc:
+            answer = f"{type(exc).__name__}: {exc}"
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    return answer
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user")
+
+
+@pytest.fixture
+def sticky():
+    """A ledger directory as /dev/shm/devmem is: mode 1777, reachable by every user (pytest's are root's own)."""
+    directory = Path(tempfile.mkdtemp(prefix="devmem-ledger-"))
+    directory.chmod(0o1777)
+    yield directory
+    shutil.rmtree(directory)
+
+
+@needs_root
+def test_another_user_reserves_on_a_ledger_file_it_does_not_own(host, sticky):
+    with reserve(0, GiB, platform=host, ledger_dir=sticky):
+        answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky).release())
+        assert answer == "None"
+        assert len(ledger_entries(sticky, "cpu-host_memory-0")) == 1
+
+
+@needs_root
+def test_a_lock_file_another_user_left_read_only_still_locks(host, sticky):
+    lock = sticky / "cpu-host_memory-0.lock"
+    lock.write_text("")
+    lock.chmod(0o644)
+    assert _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky).release()) == "None"
+
+
+@needs_root
+def test_a_ledger_file_another_user_left_read_only_is_a_ledger_error_naming_its_owner(host, sticky):
+    reserve(0, GiB, platform=host, ledger_dir=sticky).release()
+    (sticky / "cpu-host_memory-0.json").chmod(0o644)
+    answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky))
+    assert answer.startswith("LedgerError: cannot write the reservation ledger file")
+    assert "(owned by uid 0, mode -rw-r--r--): Permission denied" in answer
+
+
 # ---- races and interleavings -----------------------------------------------------------------------------
 def test_threads_racing_never_admit_more_than_the_total(host, tmp_path):
     admitted: list[int] = []
@@ -405,3 +581,19 @@ def test_rocm_devices_are_keyed_by_the_amdsmi_uuid_whatever_the_visible_order():
     only_second = mi300x_scenario(2)
     only_second.environ["HIP_VISIBLE_DEVICES"] = "1"
     assert device_key(platform(only_second), 0)[0] == second == mi300x_scenario(2).devices[1].uuid
+
+
+def test_sixteen_processes_racing_never_admit_more_than_the_total(tmp_path):
+    unit = real_total() // 10
+    pool = [Worker(tmp_path) for _ in range(16)]
+    try:
+        for w in pool:  # every request is sent before any answer is read: the admissions race
+            assert w.proc.stdin is not None
+            w.proc.stdin.write(f"reserve {unit}\n")
+            w.proc.stdin.flush()
+        answers = [w.proc.stdout.readline().strip() for w in pool]  # type: ignore[union-attr]
+        assert sorted(answers) == [f"ok {unit}"] * 10 + ["refused"] * 6
+        assert sum(e["bytes"] for e in ledger_entries(tmp_path, "cpu-host_memory-0")) == 10 * unit
+    finally:
+        for w in pool:
+            w.close()

@@ -10,16 +10,19 @@ else ``$DEVMEM_PROFILE_DIR``, else ``$XDG_CACHE_HOME/devmem/profiles`` (``~/.cac
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
 from devmem.errors import ProfileStoreError
 from devmem.sdk.parsing import shown
 
@@ -93,10 +96,8 @@ class ProfileStore:
         readable, not JSON, of another format or version, or stored under another key (a warning says which)."""
         path = self.path(kind, key)
         wanted = json.loads(canonical(key))
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
-            data = json.loads(path.read_text(encoding="utf-8"))
+        try:  # a FIFO, a device or a link to one in its place is refused, not read (it would block or never end)
+            data = json.loads(read_regular(path, MAX_FILE_BYTES).decode("utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError) as exc:
@@ -163,9 +164,10 @@ class ProfileStore:
                     except FileExistsError:
                         return path, False
                     except OSError:  # a filesystem without hard links: the rename, where nothing is there yet
-                        if path.exists():
-                            return path, False
-                        os.replace(tmp, path)
+                        with _locked(path):  # checked and renamed under a lock, so that one process wins
+                            if path.exists():
+                                return path, False
+                            os.replace(tmp, path)
                     finally:
                         Path(tmp).unlink(missing_ok=True)
             except BaseException:
@@ -175,6 +177,18 @@ class ProfileStore:
             log.warning("devmem: could not store the profile in %s (%s); the next start measures again", path, exc)
             return None, False
         return path, True
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """``flock`` on ``.<name>.lock`` beside ``path``, for the check-and-rename of filesystems without hard links."""
+    lock = path.parent / f".{path.name}.lock"
+    fd = regular_fd(os.open(lock, os.O_RDONLY | os.O_CREAT | SAFE_FLAGS, 0o644), lock)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _foreign(data: object, kind: str, key: object) -> str | None:

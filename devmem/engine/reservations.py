@@ -35,8 +35,11 @@ import fcntl
 import json
 import logging
 import math
+import numbers
+import operator
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,6 +48,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
 from devmem.errors import DevmemError, LedgerError, ReservationRefused
 from devmem.platform import Platform
 from devmem.records import Record
@@ -60,6 +64,10 @@ LEDGER_DIR_ENV = "DEVMEM_LEDGER_DIR"
 DEFAULT_LOCK_TIMEOUT = 10.0
 #: The ledger file's format version.
 FORMAT = 1
+#: A ledger or owner file larger than this is corrupt (and is not read): an entry takes about 250 bytes.
+MAX_FILE_BYTES = 1 << 22
+#: The longest entry id a ledger holds (devmem writes 16 hex digits); a longer one is corrupt.
+MAX_ID = 64
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -172,8 +180,11 @@ class Entry(Record):
         nspid = d.get("nspid")
         if not isinstance(nspid, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in nspid):
             raise ValueError(f"entry field 'nspid' must be a list of PIDs, got {shown(nspid)}")
-        if not isinstance(d.get("id"), str) or not _UNSAFE.sub("", d["id"]) == d["id"] or not d["id"]:
-            raise ValueError(f"entry field 'id' must be a plain name, got {shown(d.get('id'))}")
+        entry_id = d.get("id")
+        if not isinstance(entry_id, str) or _UNSAFE.sub("", entry_id) != entry_id or not 0 < len(entry_id) <= MAX_ID:
+            raise ValueError(
+                f"entry field 'id' must be a plain name of at most {MAX_ID} characters, got {shown(entry_id)}"
+            )
         created = d.get("created")
         if isinstance(created, bool) or not isinstance(created, (int, float)):
             raise ValueError(f"entry field 'created' must be a time, got {shown(created)}")
@@ -301,9 +312,16 @@ def account(
 
 
 def default_directory() -> Path:
-    """``DEVMEM_LEDGER_DIR``, else ``/dev/shm/devmem``, else ``<tempdir>/devmem`` where there is no /dev/shm."""
+    """``DEVMEM_LEDGER_DIR``, else ``/dev/shm/devmem``, else ``<tempdir>/devmem`` where there is no /dev/shm. A
+    relative ``DEVMEM_LEDGER_DIR`` is a :class:`LedgerError`: processes started in other folders would each see a
+    ledger of their own, and admit more than the device between them."""
     chosen = os.environ.get(LEDGER_DIR_ENV, "").strip()
     if chosen:
+        if not os.path.isabs(chosen):
+            raise LedgerError(
+                f"{LEDGER_DIR_ENV} must be an absolute path (every engine on the host must name the same folder), "
+                f"got {shown(chosen)}"
+            )
         return Path(chosen)
     return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(os.environ.get("TMPDIR") or "/tmp") / "devmem"
 
@@ -322,17 +340,29 @@ def device_key(platform: Platform, device: int) -> tuple[str, str]:
 
 
 def _create(path: Path, flags: int) -> int:
-    """Open ``path`` (creating it readable and writable by every user); ``LedgerError`` naming it on failure."""
+    """Open the regular file ``path`` (creating it readable and writable by every user), never through a symbolic
+    link in its place and never blocking on a FIFO; ``LedgerError`` naming it on failure."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = regular_fd(os.open(path, flags | os.O_CREAT | SAFE_FLAGS, 0o666), path)
     except OSError as exc:
+        link = " (a symbolic link: the ledger does not follow links)" if exc.errno == errno.ELOOP else ""
         raise LedgerError(
-            f"cannot open the reservation ledger file {path}: {exc.strerror}; set {LEDGER_DIR_ENV} to a "
+            f"cannot open the reservation ledger file {path}: {exc.strerror}{link}; set {LEDGER_DIR_ENV} to a "
             "writable directory shared by the engines on this host"
         ) from None
-    with suppress(OSError):  # another user's file: its mode was set by its creator
-        os.fchmod(fd, 0o666)
+    except ValueError as exc:
+        raise LedgerError(f"the reservation ledger file {exc}; remove it") from None
+    if os.fstat(fd).st_uid == os.geteuid():  # another user's file: its mode was set by its creator
+        with suppress(OSError):
+            os.fchmod(fd, 0o666)
     return fd
+
+
+def _os_error(what: str, path: Path, exc: OSError) -> LedgerError:
+    return LedgerError(
+        f"cannot {what} the reservation ledger file {path}: {exc.strerror or exc}; set {LEDGER_DIR_ENV} to a "
+        "writable directory shared by the engines on this host, on a local filesystem"
+    )
 
 
 class DeviceReservations(Record):
@@ -362,6 +392,15 @@ class Ledger:
     """The reservation ledger in ``directory`` (default: :func:`default_directory`)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
+        if directory is not None and (
+            not isinstance(directory, (str, os.PathLike))
+            or not str(os.fspath(directory)).strip()
+            or "\0" in str(os.fspath(directory))
+        ):
+            raise LedgerError(
+                f"the ledger directory must be a path (str or os.PathLike, not empty, no NUL byte) or None, "
+                f"got {shown(directory)}"
+            )
         self.directory = Path(directory) if directory is not None else default_directory()
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not lock_timeout > 0:
             raise DevmemError(f"lock_timeout must be a number of seconds > 0, got {shown(lock_timeout)}")
@@ -392,7 +431,8 @@ class Ledger:
 
     @contextmanager
     def _locked(self, key: str) -> Iterator[None]:
-        fd = _create(self._writable() / f"{key}.lock", os.O_RDWR)
+        lock = self._writable() / f"{key}.lock"
+        fd = _create(lock, os.O_RDONLY)  # flock needs no write access: another user's lock file serves as well
         try:
             deadline = time.monotonic() + self.lock_timeout
             delay = 0.0005
@@ -402,7 +442,7 @@ class Ledger:
                     break
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise
+                        raise _os_error("lock (flock)", lock, exc) from None
                 if time.monotonic() >= deadline:
                     raise LedgerError(
                         f"waited {self.lock_timeout:g} s for the reservation ledger lock {self.directory / key}.lock "
@@ -420,18 +460,20 @@ class Ledger:
         problem."""
         path = self.path(key)
         try:
-            text = path.read_bytes()
+            text = read_regular(path, MAX_FILE_BYTES)
         except FileNotFoundError:
             return [], None
         except OSError as exc:
             return [], f"cannot read {path}: {exc.strerror}"
+        except ValueError as exc:
+            return [], f"{exc}: not a ledger"
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError(f"not a version-{FORMAT} ledger")
             return [Entry.from_json(e) for e in data["entries"]], None
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            return [], f"{path} is corrupt ({exc})"
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            return [], f"{path} is corrupt ({type(exc).__name__}: {exc})"
 
     def _owner_file(self, key: str, entry_id: str) -> Path:
         return self.directory / f"{key}.{entry_id}.owner"
@@ -445,28 +487,69 @@ class Ledger:
         return [self.directory / n for n in names if n.startswith(prefix) and n.endswith(".owner")]
 
     def _write(self, key: str, entries: Sequence[Entry]) -> None:
+        """Replace ``key``'s ledger file with ``entries`` (the lock is held): through a temporary file renamed
+        into place, or, where the file is another user's in a sticky directory (``/dev/shm``, mode 1777: only
+        its owner may replace it), rewritten in place; ``LedgerError`` naming the file where neither can be."""
         data = json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1)
+        path = self.path(key)
         # a name no other writer uses (the lock is held; the PID and thread tell a forked writer apart)
         tmp = self.directory / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | SAFE_FLAGS, 0o666)
+        except OSError as exc:
+            raise _os_error("write", tmp, exc) from None
         try:
             os.write(fd, data.encode())
             os.fchmod(fd, 0o666)
             os.close(fd)
             fd = -1
-            os.replace(tmp, self.path(key))
+            os.replace(tmp, path)
+        except PermissionError:
+            Path(tmp).unlink(missing_ok=True)
+            self._write_in_place(path, data)
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            raise _os_error("write", path, exc) from None
         except BaseException:
             if fd >= 0:
                 os.close(fd)
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    @staticmethod
+    def _write_in_place(path: Path, data: str) -> None:
+        try:
+            fd = regular_fd(os.open(path, os.O_WRONLY | SAFE_FLAGS), path)
+        except OSError as exc:
+            try:
+                st = os.lstat(path)
+                whose = f" (owned by uid {st.st_uid}, mode {stat.filemode(st.st_mode)})"
+            except OSError:
+                whose = ""
+            raise LedgerError(
+                f"cannot write the reservation ledger file {path}{whose}: {exc.strerror}; its owner or root can "
+                f"remove it (no reservation is lost: the owners' files rebuild it), or set {LEDGER_DIR_ENV} to "
+                "another directory shared by the engines on this host"
+            ) from None
+        except ValueError as exc:
+            raise LedgerError(f"the reservation ledger file {exc}; remove it") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, data.encode())
+        except OSError as exc:
+            raise _os_error("write", path, exc) from None
+        finally:
+            os.close(fd)
+
     # ---- liveness -------------------------------------------------------------------------------------
     def _owner_lock_held(self, key: str, entry: Entry) -> bool | None:
         """Whether ``entry``'s owner still holds its owner lock; ``None`` where the owner file is gone."""
+        path = self._owner_file(key, entry.id)
         try:
-            fd = os.open(self._owner_file(key, entry.id), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = regular_fd(os.open(path, os.O_RDONLY | SAFE_FLAGS), path)
+        except (OSError, ValueError):
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -492,8 +575,8 @@ class Ledger:
         entries = []
         for path in self._owner_files(key):
             try:
-                entry = Entry.from_json(json.loads(path.read_bytes()))
-            except (OSError, ValueError):
+                entry = Entry.from_json(json.loads(read_regular(path, MAX_FILE_BYTES, follow=False)))
+            except (OSError, ValueError, RecursionError):
                 continue
             if self.alive(key, entry, me, others):
                 entries.append(entry)
@@ -544,10 +627,14 @@ class Ledger:
                 raise _refusal(platform, device, key, request, before, after, self.path(key))
             fd = _create(self._owner_file(key, entry.id), os.O_RDWR)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.write(fd, json.dumps(entry.as_json()).encode())
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.write(fd, json.dumps(entry.as_json()).encode())
+                except OSError as exc:
+                    raise _os_error("lock (flock) and write", self._owner_file(key, entry.id), exc) from None
                 for stale in dead:
-                    self._owner_file(key, stale.id).unlink(missing_ok=True)
+                    with suppress(OSError):  # another user's, in a sticky directory: left, and ignored
+                        self._owner_file(key, stale.id).unlink(missing_ok=True)
                 self._write(key, [*live, entry])
             except BaseException:
                 os.close(fd)
@@ -562,7 +649,8 @@ class Ledger:
             entries, problem = self._read(key)
             if problem is None:
                 self._write(key, [e for e in entries if e.id != entry.id])
-            self._owner_file(key, entry.id).unlink(missing_ok=True)
+            with suppress(OSError):  # gone already, or the directory no longer writable: the lock dies with us
+                self._owner_file(key, entry.id).unlink(missing_ok=True)
 
     # ---- reading, for operators -----------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -604,16 +692,18 @@ def resolve_request(nbytes: int | None, utilization: float | None, total: int) -
             f"utilization={shown(utilization)}"
         )
     if utilization is not None:
-        if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+        if isinstance(utilization, bool) or not isinstance(utilization, numbers.Real) or not 0 < utilization <= 1:
             raise DevmemError(f"utilization must be a number in (0, 1], got {shown(utilization)}")
-        return math.ceil(Fraction(utilization) * total)
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not nbytes > 0:
+        return math.ceil(Fraction(float(utilization)) * total)
+    try:
+        whole = None if isinstance(nbytes, bool) or nbytes is None else operator.index(nbytes)  # int, numpy ints
+    except TypeError:
+        whole = None
+    if whole is None or not whole > 0:
         raise DevmemError(f"bytes must be a whole number of bytes > 0 (int), got {shown(nbytes)}")
-    if nbytes > total:
-        raise DevmemError(
-            f"bytes {nbytes} ({format_size(nbytes)}) is more than the device's total, {total} ({format_size(total)})"
-        )
-    return nbytes
+    if whole > total:
+        raise DevmemError(f"bytes {shown(whole)} is more than the device's total, {total} ({format_size(total)})")
+    return whole
 
 
 def _refusal(

@@ -209,3 +209,88 @@ def test_a_circular_key_is_refused_with_a_store_error(store):
     key["model"]["self"] = key
     with pytest.raises(ProfileStoreError, match="plain data.*Circular reference"):
         store.load("engine", key)
+
+
+class Hung(BaseException):
+    """Raised by an alarm; a BaseException, so that no ``except OSError`` in the code swallows it."""
+
+
+def test_a_fifo_in_place_of_a_stored_profile_is_ignored_not_waited_on(store, caplog):
+    import os
+    import signal
+
+    path = store.save("engine", KEY, FIGURES, 0.0)
+    path.unlink()
+    os.mkfifo(path)
+
+    def ring(*_: object) -> None:
+        raise Hung("load blocked on the FIFO for 5 s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(5)
+    try:
+        with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
+            assert store.load("engine", KEY) is None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert "is not a regular file" in caplog.text
+
+
+def test_a_link_to_an_endless_device_in_place_of_a_stored_profile_is_ignored(store, caplog):
+    path = store.save("engine", KEY, FIGURES, 0.0)
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
+        assert store.load("engine", KEY) is None
+    assert "is not a regular file" in caplog.text
+
+
+def test_a_symlink_loop_as_the_folder_gives_a_warning_and_no_file(tmp_path, caplog):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    store = ProfileStore(tmp_path / "loop")
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
+        assert store.save_first("engine", KEY, FIGURES, 0.0) == (None, False)
+        assert store.load("engine", KEY) is None
+    assert "could not store the profile" in caplog.text and "ignoring the stored profile" in caplog.text
+
+
+def _store_first_without_hard_links(directory, figure, start, answers):
+    import errno
+    import os
+    import time as _time
+
+    def no_link(*_: object, **__: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")  # vfat, some FUSE and SMB mounts
+
+    real_replace = os.replace
+
+    def slow_replace(src, dst):  # widens the window between the check and the rename, as a loaded host does
+        _time.sleep(0.05)
+        real_replace(src, dst)
+
+    os.link, os.replace = no_link, slow_replace
+    _time.sleep(max(0.0, start - _time.time()))
+    kept, ours = ProfileStore(directory).save_first("engine", KEY, {**FIGURES, "block_bytes": figure}, float(figure))
+    answers.put((figure, kept.figures["block_bytes"], ours))
+
+
+def test_without_hard_links_processes_that_store_one_key_at_once_all_get_one_figure(tmp_path):
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    start = time.time() + 0.5
+    children = [
+        context.Process(target=_store_first_without_hard_links, args=(tmp_path, figure, start, answers))
+        for figure in range(1, 7)
+    ]
+    for child in children:
+        child.start()
+    got = [answers.get(timeout=30) for _ in children]
+    for child in children:
+        child.join(timeout=30)
+    (winner,) = [figure for figure, _, ours in got if ours]
+    assert {stored for _, stored, _ in got} == {winner}
+    assert ProfileStore(tmp_path).load("engine", KEY).figures["block_bytes"] == winner

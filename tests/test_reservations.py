@@ -136,7 +136,7 @@ def test_a_bad_byte_request_names_the_value(host, tmp_path, kwargs):
         reserve(0, platform=host, ledger_dir=tmp_path, **kwargs)
 
 
-@pytest.mark.parametrize("utilization", [0, 1.5, -0.1, float("nan"), True])
+@pytest.mark.parametrize("utilization", [0, 1.5, 1.0000001, -0.1, float("nan"), True])
 def test_a_bad_utilization_names_the_value(host, tmp_path, utilization):
     with pytest.raises(devmem.DevmemError, match="utilization must be a number in"):
         reserve(0, utilization=utilization, platform=host, ledger_dir=tmp_path)

@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,26 @@ for line in sys.stdin:
         held.clear()
         print("released", flush=True)
 """
+
+
+class Hung(BaseException):
+    """Raised by :func:`no_hang`'s alarm; a BaseException, so that no ``except OSError`` in the code swallows it."""
+
+
+@contextmanager
+def no_hang(seconds: int = 5) -> Iterator[None]:
+    """Fail with :class:`Hung` where the block runs longer than ``seconds`` (a call blocked on a FIFO, say)."""
+
+    def ring(*_: object) -> None:
+        raise Hung(f"the call blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class Worker:

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import ledger_workers
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -327,20 +327,10 @@ def test_a_held_lock_fails_within_the_timeout_naming_it(host, tmp_path):
     assert time.monotonic() - started < 1.0
 
 
-class Hung(BaseException):
-    """Raised by :func:`no_hang`'s alarm; a BaseException, so that no ``except OSError`` in the code swallows it."""
-
-
 @pytest.fixture
 def no_hang():
-    def ring(*_: object) -> None:
-        raise Hung("the call blocked for 5 s")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.alarm(5)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with ledger_workers.no_hang():
+        yield
 
 
 def test_a_fifo_in_place_of_the_ledger_file_is_rebuilt_not_waited_on(host, tmp_path, no_hang, caplog):

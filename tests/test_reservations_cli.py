@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from ledger_workers import no_hang
 
 from devmem.command.doctor import diagnose
 from devmem.command.main import build_parser, cmd_info
@@ -108,3 +109,24 @@ def test_doctor_says_nothing_of_reservations_that_fit():
     with reserve(0, 10 * GiB, platform=platform):
         kinds = {f.kind for f in diagnose(platform, candidates=[])}
     assert not kinds & {"reservations-over-committed", "above-reservation", "stale-reservations", "ledger-corrupt"}
+
+
+def test_info_with_a_relative_ledger_dir_warns_and_reports_the_rest(capsys, caplog, monkeypatch):
+    import logging
+
+    monkeypatch.setenv("DEVMEM_LEDGER_DIR", "relative/ledger")
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.reservations"):
+        device = json.loads(info(capsys, "--json", platform=scripted_platform(h200_scenario())))["devices"][0]
+    assert device["reservations"] is None and device["total"] > 0
+    assert "DEVMEM_LEDGER_DIR must be an absolute path" in caplog.text
+
+
+def test_info_with_a_fifo_in_place_of_the_ledger_file_reports_it_corrupt(capsys, tmp_path, monkeypatch):
+    import os
+
+    platform = scripted_platform(h200_scenario())
+    monkeypatch.setenv("DEVMEM_LEDGER_DIR", str(tmp_path))
+    os.mkfifo(tmp_path / f"{device_key(platform, 0)[0]}.json")
+    with no_hang():
+        notes = json.loads(info(capsys, "--json", platform=platform))["devices"][0]["reservations"]["notes"]
+    assert any("is not a regular file" in note for note in notes)

@@ -855,9 +855,9 @@ def device_reservations(
 ) -> DeviceReservations | None:
     """The reservations on ``device`` for ``devmem info`` and ``devmem doctor``, from its ``report`` (a
     :class:`~devmem.DeviceReport`); ``None`` where the device has no ledger."""
-    ledger = Ledger(ledger_dir)
     key, _ = device_key(platform, device)
-    try:
+    try:  # a ledger directory that cannot be used is a warning here: the rest of the report stands
+        ledger = Ledger(ledger_dir)
         return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process)
     except LedgerError as exc:
         log.warning("devmem: %s", exc)

@@ -272,3 +272,12 @@ def test_without_hard_links_processes_that_store_one_key_at_once_all_get_one_fig
     (winner,) = [figure for figure, _, ours in got if ours]
     assert {stored for _, stored, _ in got} == {winner}
     assert ProfileStore(tmp_path).load("engine", KEY).figures["block_bytes"] == winner
+
+
+def test_figures_too_large_to_read_back_are_not_stored(store, caplog):
+    from devmem.engine.profile_store import MAX_FILE_BYTES
+
+    with caplog.at_level(logging.WARNING, logger="devmem.engine.profile_store"):
+        assert store.save("engine", {**KEY, "huge": "x" * MAX_FILE_BYTES}, FIGURES, 0.0) is None
+    assert f"the key and figures take more than {MAX_FILE_BYTES} bytes" in caplog.text
+    assert not list(store.directory.glob("*"))

@@ -308,6 +308,18 @@ def test_an_unusable_directory_is_an_error_naming_it(host, tmp_path):
         reserve(0, GiB, platform=host, ledger_dir=blocked / "devmem")
 
 
+def test_a_dangling_symlink_as_the_directory_is_an_error_naming_its_target(host, tmp_path):
+    (tmp_path / "ledger").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(LedgerError, match=r"ledger: it is a symbolic link to '.*nowhere', which is no directory"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path / "ledger")
+
+
+def test_a_file_as_the_directory_is_an_error_saying_so(host, tmp_path):
+    (tmp_path / "ledger").write_text("")
+    with pytest.raises(LedgerError, match="ledger: a file that is no directory is in its place"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path / "ledger")
+
+
 def test_the_directory_comes_from_devmem_ledger_dir(host, tmp_path, monkeypatch):
     monkeypatch.setenv("DEVMEM_LEDGER_DIR", str(tmp_path / "shared"))
     with reserve(0, GiB, platform=host) as r:
@@ -485,6 +497,17 @@ def test_a_ledger_file_another_user_left_read_only_is_a_ledger_error_naming_its_
     answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky))
     assert answer.startswith("LedgerError: cannot write the reservation ledger file")
     assert "(owned by uid 0, mode -rw-r--r--): Permission denied" in answer
+
+
+@needs_root
+def test_a_directory_this_user_cannot_write_is_an_error_naming_it(host, tmp_path):
+    directory = Path(tempfile.mkdtemp(prefix="devmem-ledger-"))  # root's, mode 0700 -> 0755: nobody reads only
+    directory.chmod(0o755)
+    try:
+        answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=directory))
+    finally:
+        shutil.rmtree(directory)
+    assert answer.startswith(f"LedgerError: the reservation ledger directory {directory} is not writable")
 
 
 # ---- races and interleavings -----------------------------------------------------------------------------

@@ -151,6 +151,8 @@ class ProfileStore:
         }
         try:
             text = json.dumps(body, indent=1, sort_keys=True)
+            if len(text.encode()) > MAX_FILE_BYTES:  # load would ignore it
+                raise ValueError(f"the key and figures take more than {MAX_FILE_BYTES} bytes")
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:

@@ -415,8 +415,13 @@ class Ledger:
                 with suppress(OSError):  # shared by every user, as /tmp is; each removes only its own files
                     os.chmod(d, 0o1777)
         except OSError as exc:
+            why = exc.strerror
+            if d.is_symlink():
+                why = f"it is a symbolic link to {os.readlink(d)!r}, which is no directory"
+            elif isinstance(exc, FileExistsError):
+                why = "a file that is no directory is in its place"
             raise LedgerError(
-                f"cannot create the reservation ledger directory {d}: {exc.strerror}; set {LEDGER_DIR_ENV} to a "
+                f"cannot create the reservation ledger directory {d}: {why}; set {LEDGER_DIR_ENV} to a "
                 "writable directory shared by the engines on this host"
             ) from None
         if not os.access(d, os.W_OK | os.X_OK):

@@ -397,6 +397,12 @@ def test_a_symlink_in_place_of_the_lock_file_is_refused_and_its_target_left_alon
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
+def test_a_fifo_in_place_of_the_lock_file_is_a_ledger_error_naming_it(host, tmp_path, no_hang):
+    os.mkfifo(tmp_path / "cpu-host_memory-0.lock")
+    with pytest.raises(LedgerError, match=r"cpu-host_memory-0\.lock is not a regular file .*; remove it"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path)
+
+
 def test_a_stale_entry_with_an_overlong_id_makes_the_ledger_corrupt_not_an_os_error(host, tmp_path, caplog):
     me = Owner.current()
     entry = Entry("a", Owner(me.pid, me.start_time + 1, me.pidns, me.nspid, "gone"), GiB, 0.0).as_json()

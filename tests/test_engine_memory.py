@@ -470,3 +470,15 @@ def test_a_forked_child_cannot_use_its_parents_engine_memory(h200, torch_rt, pla
         said = pipe.read().decode()
     assert f"this EngineMemory was created by process {os.getpid()}" in said
     assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0  # the parent's is untouched
+
+
+def test_a_run_that_raises_propagates_its_error_and_the_cost_can_be_measured_again(platform):
+    memory = _profiled(platform)
+
+    def out_of_memory(n):
+        raise MemoryError(f"out of memory at {n} blocks")
+
+    with pytest.raises(MemoryError, match="at 64 blocks"):
+        memory.measure_block_cost(out_of_memory, [64, 128])
+    assert memory.block_cost is None
+    assert memory.measure_block_cost(_black_box_engine([]), [64, 128]).block_bytes == BLOCK

@@ -16,10 +16,12 @@ opts out), so engines started together are admitted or refused before any of the
 leaving its ``with`` block, or the process's exit) releases the reservation.
 
 Each step checks that the one before it happened, and refuses a step taken twice, with an
-:class:`EngineMemoryError` naming what is missing. Device indexes are devmem's everywhere; the platform maps them
-to torch's device (:attr:`EngineMemory.torch_device`). The functions beneath (``MemorySnapshot.measure``,
-``check_startup_memory``, ``memory_profiling``, ``plan_kv_cache``, ``release_allocator_cache``,
-``allocate_kv_cache``) stay public for engines that need another order.
+:class:`EngineMemoryError` naming what is missing; so are a step while another is under way (in any thread), a
+step after :meth:`~EngineMemory.close`, and any step in a forked child of the process that created the object. A
+window whose block raised may be opened again; until then the plan refuses its figures. Device indexes are
+devmem's everywhere; the platform maps them to torch's device (:attr:`EngineMemory.torch_device`). The functions
+beneath (``MemorySnapshot.measure``, ``check_startup_memory``, ``memory_profiling``, ``plan_kv_cache``,
+``release_allocator_cache``, ``allocate_kv_cache``) stay public for engines that need another order.
 """
 
 from __future__ import annotations

@@ -12,9 +12,13 @@ import math
 import numbers
 import operator
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from devmem.errors import ArgumentError as ArgumentError  # re-exported: its home is devmem.errors
 from devmem.sdk.parsing import shown
+
+if TYPE_CHECKING:
+    from devmem.platform import Platform
 
 #: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
 MAX_BYTES = 1 << 64
@@ -80,4 +84,42 @@ def device_index(value: object, *, name: str = "device", error: type[ArgumentErr
     return int(index)
 
 
-__all__ = ["MAX_BYTES", "ArgumentError", "byte_count", "count", "device_index", "real", "utilization"]
+def platform(value: object, *, error: type[ArgumentError] = ArgumentError) -> Platform:
+    """``value`` as a devmem :class:`~devmem.Platform`, the current one where it is ``None``: an object with every
+    member of the contract (:data:`devmem.platform.CONTRACT`); a platform's name, or an object lacking members,
+    is not one (:func:`devmem.as_platform` wraps a minimal backend)."""
+    from devmem.platform import CONTRACT
+    from devmem.platform import Platform as Contract
+
+    if value is None:
+        from devmem.resolution.plugins import current_platform
+
+        return current_platform()
+    if not isinstance(value, Contract):
+        missing = [m for m in CONTRACT if not hasattr(value, m)]
+        raise error(
+            f"platform must be a devmem Platform (devmem.current_platform(), or devmem.as_platform(backend)), got "
+            f"{shown(value)} of type {type(value).__name__}, which lacks {', '.join(missing)}"
+        )
+    return value
+
+
+def flag(name: str, value: object, *, error: type[ArgumentError] = ArgumentError) -> bool:
+    """``value`` as ``True`` or ``False``: a switch that is not a bool (``1``, ``"no"``) is refused, not read as
+    its truth value."""
+    if not isinstance(value, bool):
+        raise error(f"{name} must be True or False, got {shown(value)} of type {type(value).__name__}")
+    return value
+
+
+__all__ = [
+    "MAX_BYTES",
+    "ArgumentError",
+    "byte_count",
+    "count",
+    "device_index",
+    "flag",
+    "platform",
+    "real",
+    "utilization",
+]

@@ -143,3 +143,49 @@ def test_runs_that_do_not_grow_are_refused(made, sizes):
 def test_a_run_with_a_figure_that_is_not_a_whole_number_is_refused(bad):
     with pytest.raises(SizingError, match="BlockRun.held_bytes must be a whole number"):
         BlockRun(4, bad)
+
+
+@pytest.mark.parametrize("sizes", [None, 5, "48", ["4", "8"], [4, 8.0], iter([4, 8])])
+def test_sizes_that_are_not_a_list_of_block_counts_are_refused_naming_them(sizes):
+    with pytest.raises(SizingError, match=r"sizes must be (a list of )?block counts"):
+        measure_block_cost(Engine(), sizes, budget_plan(10**9))
+
+
+def test_sizes_beyond_2_64_blocks_are_refused_before_the_engine_runs():
+    engine = Engine()
+    with pytest.raises(SizingError, match=r"block counts in \[1, 2\*\*64\)"):
+        measure_block_cost(engine, [4, 2**70], budget_plan(10**9))
+    assert engine.sizes == []
+
+
+@pytest.mark.parametrize("returned", [None, {"num_blocks": 4, "held_bytes": 4}])
+def test_a_run_that_returns_no_block_run_is_refused_naming_what_it_returned(returned):
+    with pytest.raises(SizingError, match=r"run\(4\) must return a BlockRun .* of type"):
+        measure_block_cost(lambda n: returned, [4, 8], budget_plan(10**9))
+
+
+def test_a_run_at_another_block_count_than_asked_is_refused():
+    with pytest.raises(SizingError, match=r"run\(4\) returned a BlockRun of 5 blocks"):
+        measure_block_cost(lambda n: engine_run(n + 1), [4, 8], budget_plan(10**9))
+
+
+@pytest.mark.parametrize("held", [lambda n: 0, lambda n: 10**9 - n * HELD])
+def test_runs_whose_footprint_does_not_grow_with_the_blocks_are_refused(held):
+    def run(n):
+        return BlockRun(n, held(n), held(n), held(n))
+
+    with pytest.raises(SizingError, match="the runs at 4 and 8 blocks did not grow"):
+        measure_block_cost(run, [4, 8], budget_plan(10**9))
+
+
+def test_numpy_integers_are_taken_as_python_ints():
+    np = pytest.importorskip("numpy")
+    run = BlockRun(np.int64(4), np.int64(4 * HELD), np.int64(4 * HELD), None)
+    assert type(run.num_blocks) is int and type(run.held_bytes) is int and type(run.peak_bytes) is int
+    cost = measure_block_cost(engine_run, [np.int64(40), np.int64(80)], budget_plan(10**6))
+    assert [r.num_blocks for r in cost.runs][:2] == [40, 80]
+
+
+def test_a_block_run_of_2_64_bytes_or_more_is_refused():
+    with pytest.raises(SizingError, match=r"BlockRun.held_bytes must be a whole number in \[0, 2\*\*64\)"):
+        BlockRun(4, 2**70)

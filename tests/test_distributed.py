@@ -80,3 +80,8 @@ def test_a_budget_that_is_not_an_int_is_refused(bad):
 def test_a_budget_that_is_no_byte_count_is_a_devmem_error_naming_it(bad):
     with pytest.raises(DevmemError, match=str(bad)):
         agree_on_minimum(bad)
+
+
+def test_a_platform_that_is_no_devmem_platform_is_refused_before_the_collective():
+    with pytest.raises(DevmemError, match="platform must be a devmem Platform .*got 'cuda'"):
+        agree_on_minimum(GiB, None, "cuda")  # type: ignore[arg-type]

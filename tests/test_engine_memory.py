@@ -320,3 +320,165 @@ def test_measuring_a_block_cost_before_the_profile_window_is_refused(platform):
 def test_a_plan_without_a_page_size_or_a_measured_block_cost_is_refused(platform):
     with pytest.raises(EngineMemoryError, match="needs page_size_bytes and num_layers"):
         _profiled(platform).plan()
+
+
+# ---- hostile input and misuse: a clear EngineMemoryError naming the value, never a traceback from deep inside ----
+
+
+@pytest.mark.parametrize("platform_given", ["cpu", object()])
+def test_a_platform_that_is_no_devmem_platform_is_refused_naming_it(platform_given):
+    with pytest.raises(EngineMemoryError, match=r"platform must be a devmem Platform .*lacks name"):
+        EngineMemory(0, utilization=0.1, platform=platform_given, reserve=False)
+
+
+@pytest.mark.parametrize(("switch", "value"), [("check_startup", "no"), ("check_startup", None), ("reserve", 1)])
+def test_switches_that_are_not_bools_are_refused_not_read_as_their_truth(platform, switch, value):
+    with pytest.raises(EngineMemoryError, match=f"{switch} must be True or False, got {value!r}"):
+        EngineMemory(0, utilization=0.1, platform=platform, **{switch: value})
+
+
+def test_a_ledger_dir_that_is_no_folder_is_refused_before_anything_is_reserved(platform):
+    with pytest.raises(EngineMemoryError, match="ledger_dir must be a folder .* got 5"):
+        EngineMemory(0, utilization=0.1, platform=platform, ledger_dir=5)  # type: ignore[arg-type]
+
+
+def test_a_numpy_utilization_is_kept_as_a_python_number(platform):
+    import json
+
+    np = pytest.importorskip("numpy")
+    memory = EngineMemory(0, utilization=np.float32(0.25), platform=platform, reserve=False)
+    assert type(memory.utilization) is float
+    assert json.loads(json.dumps(memory.as_dict()))["utilization"] == memory.utilization
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ((True, 0), "KvLayout.count must be an int > 0, got 0"),
+        ((True, -3), "KvLayout.count must be an int > 0, got -3"),
+        ((True, 2.5), "KvLayout.count must be an int > 0, got 2.5"),
+        ((True, None, 0), "KvLayout.per_layer_count must be an int > 0, got 0"),
+        (("yes",), "KvLayout.by_engine must be True or False, got 'yes'"),
+        ((False, 5), "use KvLayout.tensors"),
+    ],
+)
+def test_a_layout_built_directly_with_bad_counts_is_refused(fields, named):
+    with pytest.raises(EngineMemoryError, match=named):
+        KvLayout(*fields)
+
+
+def test_allocate_refuses_something_that_is_no_plan(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with pytest.raises(EngineMemoryError, match="plan must be the KvCachePlan .* got 'plan' of type str"):
+        memory.allocate("plan")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("out of memory"), KeyboardInterrupt()])
+def test_a_profile_window_that_raised_is_opened_again_and_then_plans(h200, torch_rt, platform, failure):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with pytest.raises(type(failure)), memory.profile():
+        raise failure
+    with pytest.raises(EngineMemoryError, match="the profile window ended with an exception"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with memory.profile():
+        _forward(torch_rt, ACTIVATIONS)
+    assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0
+
+
+def test_a_graph_window_that_raised_refuses_the_plan_until_it_is_opened_again(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    with pytest.raises(RuntimeError), memory.graphs():
+        raise RuntimeError("capture failed")
+    with pytest.raises(EngineMemoryError, match=r"the graph window ended with an exception \(RuntimeError"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with memory.graphs():
+        _capture(torch_rt, [12 * MiB])
+    assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).breakdown["graph_capture"] > 0
+
+
+def test_plan_inside_an_open_window_is_refused_naming_the_window(h200, torch_rt, platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with memory.profile(), pytest.raises(EngineMemoryError, match="cannot plan while the profile window is under"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+
+
+def test_the_graph_window_inside_the_profile_window_is_refused(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    refused = pytest.raises(EngineMemoryError, match="cannot open the graph window while the profile window")
+    with memory.profile(), refused, memory.graphs():
+        pass
+
+
+def test_measuring_a_block_cost_twice_is_refused(platform):
+    memory = _profiled(platform)
+    memory.measure_block_cost(_black_box_engine([]), [64, 128])
+    with pytest.raises(EngineMemoryError, match="a block's cost was already measured"):
+        memory.measure_block_cost(_black_box_engine([]), [64, 128])
+
+
+def test_every_step_after_close_is_refused_and_the_object_still_explains(h200, torch_rt, platform):
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    memory.close()
+    memory.close()
+    with pytest.raises(EngineMemoryError, match="cannot plan: this EngineMemory was closed"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with pytest.raises(EngineMemoryError, match="was closed"), memory:
+        pass
+    assert "reserved" in memory.explain() and memory.as_dict()["plan"] is None
+
+
+def test_a_second_thread_cannot_open_the_window_another_thread_holds(platform):
+    import threading
+
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    inside, leave = threading.Event(), threading.Event()
+
+    def forward():
+        inside.set()
+        leave.wait(10)
+
+    worker = threading.Thread(target=memory.profile_forward, args=(forward,), kwargs={"passes": 1})
+    worker.start()
+    try:
+        assert inside.wait(10)
+        with pytest.raises(EngineMemoryError, match="while the profile window is under way"), memory.profile():
+            pass
+    finally:
+        leave.set()
+        worker.join(10)
+    assert memory.profile_result is not None and memory.profile_result.complete
+
+
+def test_a_forked_child_cannot_use_its_parents_engine_memory(h200, torch_rt, platform):
+    import os
+
+    memory = _engine(h200, torch_rt, platform, graphs=False)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what plan() raised, and leave at once
+        try:
+            memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+            os.write(write, b"planned")
+        except EngineMemoryError as exc:
+            os.write(write, str(exc).encode()[:4000])
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    assert f"this EngineMemory was created by process {os.getpid()}" in said
+    assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0  # the parent's is untouched
+
+
+def test_a_run_that_raises_propagates_its_error_and_the_cost_can_be_measured_again(platform):
+    memory = _profiled(platform)
+
+    def out_of_memory(n):
+        raise MemoryError(f"out of memory at {n} blocks")
+
+    with pytest.raises(MemoryError, match="at 64 blocks"):
+        memory.measure_block_cost(out_of_memory, [64, 128])
+    assert memory.block_cost is None
+    assert memory.measure_block_cost(_black_box_engine([]), [64, 128]).block_bytes == BLOCK

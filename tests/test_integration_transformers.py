@@ -318,6 +318,8 @@ class Forwards:
         ({"device": 3}, r"device=3: .*out of range"),
         ({"store": 3}, r"store must be a ProfileStore.*got 3"),
         ({"reservation": "yes"}, r"reservation must be a devmem.Reservation, True or False, got 'yes'"),
+        ({"baseline": "before"}, r"baseline must be a devmem MemorySnapshot .*got 'before' of type str"),
+        ({"platform": "cpu"}, r"platform must be a devmem Platform .*got 'cpu' of type str"),
     ],
 )
 def test_a_bad_argument_is_refused_naming_it_before_the_engine_runs(model, baseline, arguments, message):

@@ -137,3 +137,17 @@ def test_one_allocation_says_so_in_the_explanation():
 def test_pinned_cache_beside_weights_larger_than_the_total_is_refused():
     with pytest.raises(devmem.NotEnoughMemoryError, match="more than the total"):
         plan_kv_cache(pinned_bytes=60 * GiB, weights=30 * GiB, total=80 * GiB, page_size_bytes=MiB, num_layers=2)
+
+
+@pytest.mark.parametrize("device", [None, 1.5])
+def test_a_device_that_is_neither_an_index_nor_a_torch_device_is_refused(device):
+    pytest.importorskip("torch")
+    plan = plan_kv_cache(pinned_bytes=8 * MiB, page_size_bytes=64 * KiB, num_layers=4)
+    with pytest.raises(SizingError, match=f"device must be devmem's device index .*got {device!r}"):
+        allocate_kv_cache(plan, 4, device)
+
+
+def test_a_platform_that_is_no_devmem_platform_is_refused_naming_it():
+    plan = plan_kv_cache(pinned_bytes=8 * MiB, page_size_bytes=64 * KiB, num_layers=4)
+    with pytest.raises(SizingError, match="platform must be a devmem Platform .*got 'cpu'"):
+        allocate_kv_cache(plan, 4, 0, "cpu")  # type: ignore[arg-type]

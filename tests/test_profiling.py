@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import psutil
 import pytest
 
-from devmem import GiB, MiB, NotEnoughMemoryError
+from devmem import DevmemError, GiB, MiB, NotEnoughMemoryError
+from devmem.arguments import ArgumentError
 from devmem.engine.profiling import (
     MemorySnapshot,
     ProfileResult,
@@ -28,6 +29,7 @@ from devmem.engine.profiling import (
 )
 from devmem.planner.sizing import plan_kv_cache, requested_memory
 from devmem.sdk.host import CpuPlatform
+from devmem.testing.torch_runtime import ScriptedTorch
 from devmem.units import format_size
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario
@@ -441,3 +443,45 @@ def test_profile_window_on_a_gpu_releases_and_reports_the_cache():
     if result.torch_measured:
         assert result.torch_peak_increase >= QWEN3_8B_CACHED
         assert result.transient_peak_bytes >= QWEN3_8B_CACHED
+
+
+# ---- hostile input: a DevmemError naming the value, never an AttributeError from inside -----------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p: MemorySnapshot.measure(0, p),
+        lambda p: release_allocator_cache(0, p),
+        lambda p: memory_profiling(MemorySnapshot.measure(0, CpuPlatform()), 0, p).__enter__(),
+    ],
+    ids=["measure", "release", "window"],
+)
+def test_a_platform_that_is_no_devmem_platform_is_refused_naming_it(call):
+    with pytest.raises(ArgumentError, match=r"platform must be a devmem Platform .*got 'cpu' of type str"):
+        call("cpu")
+
+
+@pytest.mark.parametrize("device", [True, -1, 1.0, "0", None])
+def test_release_allocator_cache_refuses_what_is_no_device_index(device):
+    with pytest.raises(ArgumentError, match=f"device must be a device index.*got {re.escape(repr(device))}"):
+        release_allocator_cache(device, CpuPlatform())
+
+
+def test_release_allocator_cache_refuses_a_device_torch_has_not(monkeypatch):
+    sc = h200_scenario()
+    runtime = ScriptedTorch(sc, "cuda")
+    monkeypatch.setitem(sys.modules, "torch", runtime)
+    runtime.malloc(MiB)  # torch's runtime initialised on device 0
+    with pytest.raises(DevmemError, match="device index 5 is out of range"):
+        release_allocator_cache(5, _h200(sc))
+
+
+def test_a_snapshot_of_a_numpy_device_index_holds_a_python_int():
+    np = pytest.importorskip("numpy")
+    assert type(MemorySnapshot.measure(np.int64(0), CpuPlatform()).device) is int
+
+
+def test_the_startup_check_refuses_a_snapshot_of_another_kind():
+    with pytest.raises(ArgumentError, match="snapshot must be a MemorySnapshot .*got 'free' of type str"):
+        check_startup_memory("free", GiB, CpuPlatform())  # type: ignore[arg-type]

@@ -14,10 +14,12 @@ plus that growth for every block more, a line above the peak wherever the peak i
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from devmem.planner.sizing import SizingError
+from devmem.sdk.parsing import shown
 
 #: Relative margin by which peaks must differ to count as growing (the allocated peak is exact; the reserved one
 #: moves by the allocator's rounding).
@@ -41,7 +43,8 @@ class BlockRun:
     ``held_bytes``: the bytes of the tensors the engine held (its cache and whatever else grows with it);
     ``peak_bytes`` and ``reserved_peak_bytes``: the allocator's allocated and reserved peaks over the run above
     what was allocated when it began (``None`` where the allocator keeps no statistics). The reserved peak also
-    holds what the allocator rounds and caches and what a graph pool keeps.
+    holds what the allocator rounds and caches and what a graph pool keeps. Each is a whole number below 2**64
+    (numpy integers are taken as Python ints).
     """
 
     num_blocks: int
@@ -54,10 +57,10 @@ class BlockRun:
             value = getattr(self, name)
             if value is None and name.endswith("peak_bytes"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "num_blocks" else 0):
-                raise SizingError(
-                    f"BlockRun.{name} must be a whole number >= {int(name == 'num_blocks')}, got {value!r}"
-                )
+            least = int(name == "num_blocks")
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not least <= int(value) < 1 << 64:
+                raise SizingError(f"BlockRun.{name} must be a whole number in [{least}, 2**64), got {shown(value)}")
+            object.__setattr__(self, name, int(value))
 
     @property
     def measured_peak(self) -> bool:
@@ -165,17 +168,30 @@ def measure_block_cost(
     While the growth is not yet linear the next run is planned with it raised by :data:`CAUTION`, so that the
     run stays below the engine's share. ``plan`` returns the blocks a plan with that :class:`BlockCost` gives.
     """
-    counts = [r.num_blocks for r in made] + list(sizes)
-    if len(counts) < 2 or any(b <= a for a, b in zip(counts, counts[1:], strict=False)) or counts[0] < 1:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise SizingError(f"sizes must be a list of block counts (ints > 0, ascending), got {shown(sizes)}")
+    if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in sizes):
+        raise SizingError(f"sizes must be block counts (ints), got {shown(list(sizes))}")
+    sizes = [int(n) for n in sizes]
+    counts = [r.num_blocks for r in made] + sizes
+    ascending = all(b > a for a, b in zip(counts, counts[1:], strict=False))
+    if len(counts) < 2 or not ascending or counts[0] < 1 or counts[-1] >= 1 << 64:
         raise SizingError(
-            f"the runs made and the sizes must be at least two ascending block counts >= 1, got {counts!r}"
+            f"the runs made and the sizes must be at least two ascending block counts in [1, 2**64), got {counts!r}"
         )
     if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < len(counts):
         raise SizingError(f"max_runs must be an int >= the {len(counts)} runs asked for, got {max_runs!r}")
-    runs = [*made, *(run(n) for n in sizes)]
+    runs = [*made, *(_checked(run, n) for n in sizes)]
     while True:
         linear = grows_linearly(runs)
         cost = BlockCost(growth_per_block(runs[-2], runs[-1]), tuple(runs), linear)
+        if cost.block_bytes == 0:
+            raise SizingError(
+                f"the runs at {runs[-2].num_blocks} and {runs[-1].num_blocks} blocks did not grow (held "
+                f"{runs[-2].held_bytes} then {runs[-1].held_bytes} bytes; peaks {runs[-2].peak} then "
+                f"{runs[-1].peak}): a block must cost something; run(n) must build the cache with n blocks and "
+                "report what it held"
+            )
         target = plan(cost)
         largest = runs[-1].num_blocks
         if linear and (not runs[-1].measured_peak or target <= largest * (1 + EXTEND)):
@@ -194,7 +210,23 @@ def measure_block_cost(
         margin = CONFIRM if linear else CAUTION
         following = plan(BlockCost(math.ceil(cost.block_bytes * (1 + margin)), cost.runs, linear))
         following = max(following, largest + 1) if linear else min(max(following, largest + 1), 4 * largest)
-        runs.append(run(following))
+        runs.append(_checked(run, following))
+
+
+def _checked(run: Callable[[int], BlockRun], num_blocks: int) -> BlockRun:
+    """``run(num_blocks)``, which must be a :class:`BlockRun` of that many blocks."""
+    result = run(num_blocks)
+    if not isinstance(result, BlockRun):
+        raise SizingError(
+            f"run({num_blocks}) must return a BlockRun (the bytes held and the peaks of a run at that many "
+            f"blocks), got {shown(result)} of type {type(result).__name__}"
+        )
+    if result.num_blocks != num_blocks:
+        raise SizingError(
+            f"run({num_blocks}) returned a BlockRun of {result.num_blocks} blocks: it must run the cache at the "
+            "block count it is given"
+        )
+    return result
 
 
 __all__ = [

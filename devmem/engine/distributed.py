@@ -25,10 +25,7 @@ def _device(torch: Any, dist: Any, group: Any, platform: Platform | None) -> Any
     """Where the group's backend wants its tensors: the platform's current device when the group runs the
     platform's distributed backend (``platform.dist_backend``), the CPU otherwise."""
     backend = str(dist.get_backend(group))
-    if platform is None:
-        from devmem.resolution.plugins import current_platform
-
-        platform = current_platform()
+    platform = arguments.platform(platform)
     namespace = platform.torch_device
     if namespace is not None and backend == platform.dist_backend:
         return torch.device(namespace, getattr(torch, namespace).current_device())
@@ -50,6 +47,8 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
             f"agree_on_minimum takes an int (a byte count), got {shown(value)} of type {type(value).__name__}"
         )
     value = arguments.byte_count("agree_on_minimum's value", value)
+    if platform is not None:
+        arguments.platform(platform)
     torch = sys.modules.get("torch")
     if torch is None:
         return int(value)

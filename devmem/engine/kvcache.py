@@ -17,7 +17,6 @@ from devmem import arguments
 from devmem.engine.torch_device import torch_device_for
 from devmem.planner.sizing import KvCachePlan, SizingError
 from devmem.platform import Platform
-from devmem.resolution.plugins import current_platform
 from devmem.sdk.parsing import shown
 from devmem.types import MiB
 
@@ -46,7 +45,8 @@ def allocate_kv_cache(
     """Allocate ``plan.num_blocks`` blocks on ``device`` as one zeroed allocation.
 
     ``device`` is devmem's device index, as every other call takes it, mapped to torch's device by ``platform``
-    (the current one by default: the CPU on the ``cpu`` platform); a torch device or its name is taken as it is.
+    (the current one by default: the CPU on the ``cpu`` platform); a torch device or its name is taken as it is,
+    anything else (``None``, a float) is refused.
     Layer ``i``'s view holds its page of every block contiguously; reshape it to the engine's layout with
     ``.view(dtype).view(...)``. ``num_layers`` must divide ``plan.block_bytes`` (a block is one page per layer).
     Allocate right after :func:`devmem.engine.profiling.release_allocator_cache`.
@@ -63,8 +63,14 @@ def allocate_kv_cache(
         index = arguments.device_index(device, error=SizingError)
         if plan.device is not None and plan.device != index:
             raise SizingError(f"the plan was made for device {plan.device}, not device {index}: plan on each device")
-        device = torch_device_for(platform if platform is not None else current_platform(), index)
+        device = torch_device_for(arguments.platform(platform, error=SizingError), index)
     import torch
+
+    if not isinstance(device, (str, torch.device)):
+        raise SizingError(
+            f"device must be devmem's device index (an int >= 0), a torch device or its name, got {shown(device)} "
+            f"of type {type(device).__name__}"
+        )
 
     page = plan.block_bytes // num_layers
     buffer = torch.zeros((num_layers, plan.num_blocks, page), dtype=torch.uint8, device=device)

@@ -16,15 +16,19 @@ opts out), so engines started together are admitted or refused before any of the
 leaving its ``with`` block, or the process's exit) releases the reservation.
 
 Each step checks that the one before it happened, and refuses a step taken twice, with an
-:class:`EngineMemoryError` naming what is missing. Device indexes are devmem's everywhere; the platform maps them
-to torch's device (:attr:`EngineMemory.torch_device`). The functions beneath (``MemorySnapshot.measure``,
-``check_startup_memory``, ``memory_profiling``, ``plan_kv_cache``, ``release_allocator_cache``,
-``allocate_kv_cache``) stay public for engines that need another order.
+:class:`EngineMemoryError` naming what is missing; so are a step while another is under way (in any thread), a
+step after :meth:`~EngineMemory.close`, and any step in a forked child of the process that created the object. A
+window whose block raised may be opened again; until then the plan refuses its figures. Device indexes are
+devmem's everywhere; the platform maps them to torch's device (:attr:`EngineMemory.torch_device`). The functions
+beneath (``MemorySnapshot.measure``, ``check_startup_memory``, ``memory_profiling``, ``plan_kv_cache``,
+``release_allocator_cache``, ``allocate_kv_cache``) stay public for engines that need another order.
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,7 +47,7 @@ from devmem.engine.torch_device import torch_device_for
 from devmem.errors import EngineMemoryError
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import Platform
-from devmem.resolution.plugins import current_platform
+from devmem.sdk.forksafe import ForkSafeLock
 from devmem.sdk.parsing import shown
 from devmem.types import MiB
 from devmem.units import format_size
@@ -81,6 +85,18 @@ class KvLayout:
     by_engine: bool
     count: int | None = None
     per_layer_count: int = 1
+
+    def __post_init__(self) -> None:
+        arguments.flag("KvLayout.by_engine", self.by_engine, error=EngineMemoryError)
+        if self.count is not None:
+            if not self.by_engine:
+                raise EngineMemoryError(
+                    f"KvLayout.count is the number of tensors the engine allocates, got {shown(self.count)} for "
+                    "devmem's one allocation: use KvLayout.tensors(count)"
+                )
+            object.__setattr__(self, "count", arguments.count("KvLayout.count", self.count, error=EngineMemoryError))
+        per_layer = arguments.count("KvLayout.per_layer_count", self.per_layer_count, error=EngineMemoryError)
+        object.__setattr__(self, "per_layer_count", per_layer)
 
     @classmethod
     def one_allocation(cls) -> KvLayout:
@@ -128,11 +144,12 @@ class EngineMemory:
         check_startup: bool = True,
         allocation_granularity: int = ALLOCATOR_GRANULARITY,
         reserve: bool = True,
-        ledger_dir: str | None = None,
+        ledger_dir: str | os.PathLike[str] | None = None,
     ):
         self.device = arguments.device_index(device, error=EngineMemoryError)
         arguments.utilization(utilization, error=EngineMemoryError)
-        self.utilization = utilization
+        # a Python number, whatever kind the caller gave (a numpy float is neither JSON nor printed as given)
+        self.utilization = int(utilization) if isinstance(utilization, numbers.Integral) else float(utilization)
         self.pinned_bytes = (
             None
             if pinned_bytes is None
@@ -141,14 +158,23 @@ class EngineMemory:
         self.allocation_granularity = arguments.byte_count(
             "allocation_granularity", allocation_granularity, positive=True, error=EngineMemoryError
         )
-        self.platform = platform if platform is not None else current_platform()
+        check_startup = arguments.flag("check_startup", check_startup, error=EngineMemoryError)
+        arguments.flag("reserve", reserve, error=EngineMemoryError)
+        if ledger_dir is not None and not isinstance(ledger_dir, (str, os.PathLike)):
+            raise EngineMemoryError(
+                f"ledger_dir must be a folder (str or os.PathLike) or None ($DEVMEM_LEDGER_DIR), got "
+                f"{shown(ledger_dir)} of type {type(ledger_dir).__name__}"
+            )
+        self.platform = arguments.platform(platform, error=EngineMemoryError)
+        self._lock = ForkSafeLock()
+        self._pid = os.getpid()
+        self._busy: str | None = None  # the step under way: a window open, a measurement, an allocation
+        self.closed = False
         prepare = getattr(self.platform, "prepare", None)
         if callable(prepare):  # a platform that learns what it needs (this process's PIDs) before the context
             prepare(self.device)
         self.baseline = MemorySnapshot.measure(self.device, self.platform).read_by(self.platform)
         self.requested = requested_memory(self.baseline.total, utilization)
-        if not isinstance(reserve, bool):
-            raise EngineMemoryError(f"reserve must be True or False, got {shown(reserve)}")
         self.reservation: Reservation | None = None
         if reserve:  # before the start-up check: a refusal names who holds the device
             share = self.requested if self.pinned_bytes is None else self.pinned_bytes
@@ -178,16 +204,19 @@ class EngineMemory:
 
         ``weights_memory`` is what the engine knows its weights take, a lower bound of what it consumed.
         """
-        if self.profile_result is not None:
-            raise EngineMemoryError(
-                f"device {self.device}: the profile window was already opened; profile once, then plan"
-            )
-        if self.kv_plan is not None:
-            raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; profile before plan()")
         weights = arguments.byte_count("weights_memory", weights_memory, error=EngineMemoryError)
-        with memory_profiling(self.baseline, weights, self.platform) as result:
-            self.profile_result = result
-            yield result
+        with self._step("open the profile window"):
+            if self.profile_result is not None and self.profile_result.error is None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the profile window was already opened; profile once, then plan"
+                )
+            if self.kv_plan is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the KV cache was already planned; profile before plan()"
+                )
+            with memory_profiling(self.baseline, weights, self.platform) as result:
+                self.profile_result = result
+                yield result
 
     def profile_forward(
         self, forward: Callable[[], object], *, weights_memory: int = 0, passes: int = PROFILE_PASSES
@@ -211,26 +240,66 @@ class EngineMemory:
 
         The plan is charged what capture kept (the graphs' pool), and the larger of the two windows' transients.
         """
-        profile = self._profiled("open the graph window")
-        if self.graphs_result is not None:
-            raise EngineMemoryError(
-                f"device {self.device}: the graph window was already opened; capture every graph in one window"
-            )
-        if self.kv_plan is not None:
-            raise EngineMemoryError(
-                f"device {self.device}: the KV cache was already planned; capture graphs before plan()"
-            )
-        with memory_profiling(self.baseline, profile.weights_memory, self.platform) as result:
-            self.graphs_result = result
-            yield result
+        with self._step("open the graph window"):
+            profile = self._profiled("open the graph window")
+            if self.graphs_result is not None and self.graphs_result.error is None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the graph window was already opened; capture every graph in one window"
+                )
+            if self.kv_plan is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the KV cache was already planned; capture graphs before plan()"
+                )
+            with memory_profiling(self.baseline, profile.weights_memory, self.platform) as result:
+                self.graphs_result = result
+                yield result
 
     def _profiled(self, step: str) -> ProfileResult:
+        """The profile window's result, which must have run to its end."""
         if self.profile_result is None:
             raise EngineMemoryError(
                 f"device {self.device}: cannot {step} before the profile window: run the largest forward pass "
                 "inside `with memory.profile(weights_memory=...)` first"
             )
+        self._finished("profile", self.profile_result, step)
         return self.profile_result
+
+    def _finished(self, name: str, window: ProfileResult, step: str) -> None:
+        if window.error is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step}: the {name} window ended with an exception ({window.error}), "
+                f"so its figures describe work that did not finish; fix the failure and open the {name} window again"
+            )
+
+    def _usable(self, step: str) -> None:
+        """Refuse ``step`` on a closed object, in a forked child, or while another step is under way."""
+        if self.closed:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step}: this EngineMemory was closed (its reservation released); "
+                "create a new one"
+            )
+        if os.getpid() != self._pid:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step} in process {os.getpid()}: this EngineMemory was created by "
+                f"process {self._pid}, of which this is a forked child (its baseline and reservation are the "
+                "parent's); create the EngineMemory in the process that runs the engine"
+            )
+        if self._busy is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step} while {self._busy} is under way (in this thread or "
+                "another): the steps run one at a time, in order"
+            )
+
+    @contextmanager
+    def _step(self, step: str) -> Iterator[None]:
+        """Claim the object for ``step`` (checked and claimed under one lock, so two threads cannot both take it)."""
+        with self._lock:
+            self._usable(step)
+            self._busy = step.replace("open the ", "the ")
+        try:
+            yield
+        finally:
+            self._busy = None
 
     # ---- the plan and the cache ---------------------------------------------------------------------------
     # ---- a cache devmem cannot see into ---------------------------------------------------------------------
@@ -253,13 +322,31 @@ class EngineMemory:
         device, the versions), a cost measured before under that key is read back instead of run, and a new one is
         kept; :meth:`explain` says where the figures came from.
         """
-        profile = self._profiled("measure a block's cost")
-        if self.kv_plan is not None:
-            raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; measure before plan()")
         if not callable(run):
             raise EngineMemoryError(f"run must be a callable taking a block count, got {shown(run)}")
         if (store is None) != (key is None) or (store is not None and not isinstance(store, ProfileStore)):
             raise EngineMemoryError(f"store and key go together: a ProfileStore and a mapping, got {shown(store)}")
+        with self._step("measure a block's cost"):
+            profile = self._profiled("measure a block's cost")
+            if self.kv_plan is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the KV cache was already planned; measure before plan()"
+                )
+            if self.block_cost is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: a block's cost was already measured ({self.block_cost_source}); "
+                    "measure once, then plan"
+                )
+            return self._measure_block_cost(profile, run, sizes, store, key)
+
+    def _measure_block_cost(
+        self,
+        profile: ProfileResult,
+        run: Callable[[int], BlockRun],
+        sizes: Sequence[int],
+        store: ProfileStore | None,
+        key: Mapping[str, Any] | None,
+    ) -> BlockCost:
         stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
         cost = None if stored is None else _stored_cost(stored)
         if stored is not None and cost is not None:
@@ -298,6 +385,10 @@ class EngineMemory:
         bytes are ``page_size_bytes * num_layers``: the place where a black-box cache's measured per-block cost,
         or a stored profile, enters the plan.
         """
+        with self._step("plan"):
+            return self._plan(page_size_bytes, num_layers, layout)
+
+    def _plan(self, page_size_bytes: int | None, num_layers: int | None, layout: KvLayout | None) -> KvCachePlan:
         if self.kv_plan is not None:
             raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; plan once")
         layout = KvLayout.one_allocation() if layout is None else layout
@@ -314,6 +405,7 @@ class EngineMemory:
         if self.pinned_bytes is None or self.profile_result is not None:
             figures = dict(self._profiled("plan").plan_inputs())
         if self.graphs_result is not None:
+            self._finished("graph", self.graphs_result, "plan")
             graphs = self.graphs_result.plan_inputs()
             figures["graph_capture"] = max(0, graphs["consumed"] - figures["consumed"])
             figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], graphs["transient_peak_bytes"])
@@ -358,6 +450,15 @@ class EngineMemory:
         """Release the allocator's cache, then allocate the planned cache as one zeroed allocation with a view
         per layer (:func:`devmem.allocate_kv_cache`) on this engine's device. ``plan``, where given, must be the
         one :meth:`plan` returned."""
+        if plan is not None and not isinstance(plan, KvCachePlan):
+            raise EngineMemoryError(
+                f"plan must be the KvCachePlan this EngineMemory's plan() returned, or None, got {shown(plan)} of "
+                f"type {type(plan).__name__}"
+            )
+        with self._step("allocate the KV cache"):
+            return self._allocate(plan)
+
+    def _allocate(self, plan: KvCachePlan | None) -> KvCacheTensors:
         if plan is not None and plan != self.kv_plan:
             where = "another device's" if plan.device not in (None, self.device) else "not this engine's"
             raise EngineMemoryError(
@@ -384,11 +485,18 @@ class EngineMemory:
         return _release(self.device, self.platform)
 
     def close(self) -> None:
-        """Release the reservation (the cache itself is the engine's to drop). Idempotent."""
+        """Release the reservation (the cache itself is the engine's to drop); every step after it is refused
+        (:meth:`explain` and :meth:`as_dict` still answer). Idempotent."""
+        self.closed = True
         if self.reservation is not None:
             self.reservation.release()
 
     def __enter__(self) -> EngineMemory:
+        if self.closed:
+            raise EngineMemoryError(
+                f"device {self.device}: this EngineMemory was closed (its reservation released); create a new one "
+                "for another `with` block"
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

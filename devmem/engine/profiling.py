@@ -26,7 +26,6 @@ from devmem.engine.torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
 from devmem.planner.sizing import MAX_BYTES
 from devmem.platform import Platform
-from devmem.resolution.plugins import current_platform
 from devmem.sdk.forksafe import ForkSafeLock
 from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
@@ -71,7 +70,8 @@ class MemorySnapshot:
         """Read the platform's free/total/process figures and torch's allocated/reserved/peak for ``device``."""
         from devmem.platform import read_device
 
-        platform = platform if platform is not None else current_platform()
+        device = arguments.device_index(device)
+        platform = arguments.platform(platform)
         reading = read_device(platform, device)  # one coherent reading: the figure and its reason agree
         info, process = reading.info, reading.process.used
         notes = []
@@ -146,11 +146,16 @@ def release_allocator_cache(device: int = 0, platform: Platform | None = None) -
     why, when torch is not imported, sees no device of ``platform`` (the current one by default), or has not
     initialised that device's runtime in this process.
     """
+    device = arguments.device_index(device)
+    platform = arguments.platform(platform)
     gc.collect()
-    module, why = initialised_module(platform if platform is not None else current_platform())
+    module, why = initialised_module(platform)
     if module is None:
         log.info("devmem: no allocator cache to release on device %d: %s; released bytes not measured", device, why)
         return 0
+    check = getattr(platform, "check_device", None)
+    if callable(check):  # before torch reads an index it has no device for
+        check(device)
     before = module.memory_reserved(device)
     module.empty_cache()
     released = max(0, before - module.memory_reserved(device))
@@ -166,6 +171,11 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     fits (rounded down to 0.001, so that following the advice passes); :class:`~devmem.DevmemError` for a snapshot
     without a positive total or a requested size that is not a whole number of bytes >= 0.
     """
+    if not isinstance(snapshot, MemorySnapshot):
+        raise ArgumentError(
+            f"snapshot must be a MemorySnapshot (MemorySnapshot.measure(device)), got {shown(snapshot)} of type "
+            f"{type(snapshot).__name__}"
+        )
     if isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or not 0 <= requested < MAX_BYTES:
         raise DevmemError(f"requested must be a whole number of bytes in [0, 2**64) (int), got {shown(requested)}")
     total = snapshot.total
@@ -178,7 +188,7 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     requested, total, free = int(requested), int(snapshot.total), max(0, int(snapshot.free))
     if free >= requested:
         return
-    platform = platform if platform is not None else current_platform()
+    platform = arguments.platform(platform)
     name = platform.device_name(snapshot.device)
     fits = math.floor(Fraction(min(free, total), total) * 1000) / 1000
     used = total - free
@@ -532,7 +542,7 @@ def memory_profiling(
             f"{shown(baseline)} of type {type(baseline).__name__}"
         )
     weights_memory = arguments.byte_count("weights_memory", weights_memory)
-    platform = platform if platform is not None else current_platform()
+    platform = arguments.platform(platform)
     if baseline.platform is not None and baseline.platform != platform.name:
         raise SnapshotMismatchError(
             f"the baseline was read by the {baseline.platform!r} platform, the window would measure with "

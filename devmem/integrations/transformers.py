@@ -48,6 +48,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from devmem import arguments
 from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
@@ -57,6 +58,7 @@ from devmem.engine.reservations import Reservation, reserve
 from devmem.planner.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
 from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform
+from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -655,12 +657,7 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     return platform, device
 
 
-def _check_baseline(baseline: Any, device: int | None, platform: Platform) -> None:
-    if not isinstance(baseline, MemorySnapshot):
-        raise SizingError(
-            f"baseline must be a devmem MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, "
-            f"got {type(baseline).__name__}"
-        )
+def _check_baseline(baseline: MemorySnapshot, device: int | None, platform: Platform) -> None:
     if device is not None and baseline.device != device:
         raise SizingError(
             f"device={device!r} but the baseline was taken on device {baseline.device}: give the device the "
@@ -697,6 +694,11 @@ def _check_arguments(
     from transformers import GenerationConfig
 
     u = _check_request(utilization, pinned_bytes)
+    if baseline is not None and not isinstance(baseline, MemorySnapshot):
+        raise SizingError(
+            f"baseline must be a devmem MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, "
+            f"got {shown(baseline)} of type {type(baseline).__name__}"
+        )
     if weights_memory is not None:
         if isinstance(weights_memory, str):
             raise SizingError(
@@ -863,6 +865,8 @@ def size_continuous_batching(
     )
     if not isinstance(limit_allocator_to_share, bool):
         raise SizingError(f"limit_allocator_to_share must be True or False, got {limit_allocator_to_share!r}")
+    if platform is not None:
+        arguments.platform(platform, error=SizingError)
     given = device if device is not None else (baseline.device if baseline is not None else None)
     platform, device = _platform_and_device(model, given, platform)
     check = getattr(platform, "check_device", None)

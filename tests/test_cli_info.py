@@ -189,12 +189,16 @@ def test_no_color_turns_colour_off_on_a_terminal():
 
 
 def test_info_through_a_pipe_has_no_escape_codes():
-    result = subprocess.run([sys.executable, "-m", "devmem", "info"], capture_output=True, text=True, env=env_with())
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", "info"], capture_output=True, text=True, env=env_with(), timeout=60
+    )
     assert result.returncode == 0 and "\x1b" not in result.stdout
 
 
 def test_doctor_through_a_pipe_has_no_escape_codes():
-    result = subprocess.run([sys.executable, "-m", "devmem", "doctor"], capture_output=True, text=True, env=env_with())
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", "doctor"], capture_output=True, text=True, env=env_with(), timeout=60
+    )
     assert result.returncode == 0 and "\x1b" not in result.stdout
 
 
@@ -261,7 +265,9 @@ def test_watch_interval_that_is_not_a_duration_is_a_usage_error(capsys, interval
 
 
 def devmem(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devmem", *argv], capture_output=True, text=True, env=env_with())
+    return subprocess.run(
+        [sys.executable, "-m", "devmem", *argv], capture_output=True, text=True, env=env_with(), timeout=60
+    )
 
 
 def test_devmem_json_is_devmem_info_json():

@@ -29,9 +29,10 @@ def terminal_width() -> int:
 
 
 def width_for(stream: IO[str] | None) -> int:
-    """Columns to wrap output for ``stream`` to: ``COLUMNS`` when set, the terminal's width on a terminal, else
-    :data:`UNWRAPPED` (a pipe or a file is not wrapped)."""
-    if os.environ.get("COLUMNS", "").strip().isdigit() or is_terminal(stream):
+    """Columns to wrap output for ``stream`` to: ``COLUMNS`` when set above 0, the terminal's width on a
+    terminal, else :data:`UNWRAPPED` (a pipe or a file is not wrapped)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if (columns.isascii() and columns.isdigit() and int(columns) > 0) or is_terminal(stream):
         return terminal_width()
     return UNWRAPPED
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from devmem import __version__
-from devmem.command.output import Output, error_line
+from devmem.command.output import Output, OutputError, error_line
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
 from devmem.sdk.host import REAL_FILES, Files
@@ -164,6 +164,8 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     indices = [args.device] if args.device is not None else list(range(count))
     if args.watch is not None:
         return _watch(args, platform, because, indices, files)
+    if args.count is not None:
+        args.parser.error("--count applies to --watch: give --watch SECONDS with it")
     devices = _sample(platform, indices, files)
     if args.json:
         _emit_json(
@@ -265,9 +267,9 @@ class _Stop(Exception):
 
 
 def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int], files: Files) -> int:
-    """Sample every ``args.watch`` seconds until Ctrl-C, SIGTERM or the reader going away (exit 0): one JSON line
-    per sample with ``--json``, else the screen, redrawn in place on a terminal that can (the static facts of
-    ``top`` are written once, above the part redrawn)."""
+    """Sample every ``args.watch`` seconds until ``args.count`` samples, Ctrl-C, SIGTERM or the reader going away
+    (exit 0): one JSON line per sample with ``--json``, else the screen, redrawn in place on a terminal that can
+    (the static facts of ``top`` are written once, above the part redrawn)."""
     import signal
     import time
     from datetime import datetime, timezone
@@ -283,8 +285,10 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
     compact = getattr(args, "compact", False)
     width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
     redraw_from = None  # the screen line below the static facts, once they are written
+    samples = 0
     try:
-        while not _out.lost:
+        while not _out.lost and samples != args.count:
+            samples += 1
             started = time.monotonic()
             devices = _sample(platform, indices, files)
             if args.json:
@@ -309,7 +313,8 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
                     platform, because, devices, paint, width
                 )
                 _out.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
-            time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+            if samples != args.count:
+                time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
         return 0
     except (KeyboardInterrupt, _Stop):
         return 0
@@ -534,7 +539,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except NotEnoughMemoryError as exc:
         if not args.json:
             raise
-        _emit_json({"error": str(exc), "breakdown": exc.breakdown})
+        _emit_json({"kind": "does_not_fit", "error": str(exc), "breakdown": exc.breakdown})
         return 1
     if args.json:
         _emit_json(plan.as_dict())
@@ -800,6 +805,13 @@ class _Parser(argparse.ArgumentParser):
         error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
         sys.exit(2)
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """``--help`` and ``--version`` through the CLI's stdout writer: a full disk is an error, not exit 0."""
+        if message and (file is None or file is sys.stdout):
+            _out.write(message)
+        elif message:
+            error_line(message.rstrip("\n"))
+
 
 def _sub(
     sub: argparse._SubParsersAction,
@@ -875,6 +887,14 @@ def _add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | N
             metavar="SECONDS",
             help=f"seconds between samples (default {watch_default:g})",
         )
+    parser.add_argument(
+        "-n",
+        "--count",
+        type=_positive("sample count"),
+        default=None,
+        metavar="N",
+        help="stop after N samples (exit 0)" + (" (with --watch)" if watch_default is None else ""),
+    )
     parser.set_defaults(handler=cmd_info)
 
 
@@ -1104,9 +1124,24 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     return ["info", *argv]
 
 
+#: Ctrl-C outside ``top``'s and ``--watch``'s sampling (those stop with 0): no traceback, the shell's 128 + SIGINT.
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
+    try:
+        args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
+    except DevmemError as exc:  # --help or --version could not be written
+        error_line(f"devmem: error: {exc}")
+        return 1
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
     if getattr(args, "interval", None) is not None:
         args.watch = args.interval
@@ -1114,4 +1149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except DevmemError as exc:
         error_line(f"devmem: error: {exc}")
+        if getattr(args, "json", False) and not isinstance(exc, OutputError):
+            _emit_json({"kind": "error", "error": str(exc)})  # a program reading stdout gets a document too
         return 1

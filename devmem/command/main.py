@@ -1,7 +1,8 @@
 """The ``devmem`` command: what this machine really has, and why an engine's KV cache is the size it is.
 
-Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback),
-a plan that does not fit, or ``doctor`` warnings, 2 a usage error; a reader that goes away changes none of them.
+Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback;
+with ``--json`` also an object of kind ``error`` on stdout), a plan that does not fit, or ``doctor`` warnings, 2 a
+usage error, 130 Ctrl-C; a reader that goes away changes none of them.
 Human output scales its units (B..TiB) and wraps to the terminal's width (a pipe gets whole lines); ``--json``
 output shows exact bytes.
 """
@@ -95,15 +96,17 @@ def _device_json(device: dict[str, object]) -> dict[str, object]:
 
 def _process_cells(rows_: list) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
     """The process table's header, cells and right-aligned columns (NS PID only where a process has one)."""
+    from devmem.command.format import printable
+
     with_ns = any(row.namespace_pid is not None for row in rows_)
     header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
     cells = []
     for row in rows_:
-        command = row.command or "-"
+        command = printable(row.command or "-")
         if row.role:
             command = f"[{row.role}] {command}"
         ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
-        cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
+        cells.append((str(row.pid), *ns, printable(row.user or "-"), format_size(row.used), command))
     return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
 
 
@@ -119,7 +122,7 @@ def _static_facts(r: DeviceReport, platform: Platform) -> list[tuple[str, str]]:
 
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
     """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
-    from devmem.command.format import key_values, table
+    from devmem.command.format import key_values, printable, table
     from devmem.command.reservations import reservation_rows, reservation_table
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
@@ -138,7 +141,8 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
         rows.append(("processes", f"not listed by the {r.platform} platform"))
     reservations: Any = device["reservations"]
     rows += reservation_rows(reservations, paint)
-    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows + _static_facts(r, platform), width)]
+    head = paint(f"device {r.index}: {printable(r.name)}", "bold")
+    lines = [head, *key_values(rows + _static_facts(r, platform), width)]
     if rows_:
         header, cells, right = _process_cells(rows_)
         lines += table(header, cells, width, right=right)
@@ -209,7 +213,7 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
     process, its command cut to the column and its program named without its path (whole, wrapped, with
     ``full_commands``)."""
-    from devmem.command.format import wrap
+    from devmem.command.format import printable, wrap
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list | None = device["processes"]  # type: ignore[assignment]
@@ -217,13 +221,14 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     share = used / r.total if r.total else 0.0
     inner = width - _TOP_FIXED - 2
     bar = f" {_bar(share, inner)}" if inner >= 5 else ""
-    name = r.name if len(r.name) <= _TOP_NAME else r.name[: _TOP_NAME - 1] + "~"
+    name = printable(r.name)
+    name = name if len(name) <= _TOP_NAME else name[: _TOP_NAME - 1] + "~"
     sizes = "".join(f"{format_size(n):>11}" for n in (used, r.free, r.total))
     lines = [paint(f"{r.index:>3} {name:<{_TOP_NAME}}", "bold") + f"{bar}{share:>5.0%}{sizes}"]
     for row in rows_ or []:
-        head = _TOP_PROCESS.format(pid=row.pid, user=row.user or "-", used=format_size(row.used))
+        head = _TOP_PROCESS.format(pid=row.pid, user=printable(row.user or "-"), used=format_size(row.used))
         ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
-        program, _, rest = (row.command or "-").partition(" ")
+        program, _, rest = printable(row.command or "-").partition(" ")
         if not full_commands and program.startswith("/"):  # the program's name, not its path, when cut
             program = program.rsplit("/", 1)[-1]
         command = f"{f'[{row.role}] ' if row.role else ''}{ns}{program}{' ' if rest else ''}{rest}"
@@ -776,7 +781,9 @@ ENVIRONMENT = """environment:
 EXIT_CODES = """exit codes:
   0  success
   1  an error devmem explains in one line (a bad device index, a plan that does not fit)
-  2  a usage error (an unknown flag, a value that is not a size)"""
+  2  a usage error (an unknown flag, a value that is not a size)
+  130  interrupted (Ctrl-C); top and --watch stop with 0
+with --json, an error of exit 1 is also a JSON object on stdout: {"kind": "error", "error": "..."}"""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

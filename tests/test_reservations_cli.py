@@ -108,3 +108,14 @@ def test_doctor_says_nothing_of_reservations_that_fit():
     with reserve(0, 10 * GiB, platform=platform):
         kinds = {f.kind for f in diagnose(platform, candidates=[])}
     assert not kinds & {"reservations-over-committed", "above-reservation", "stale-reservations", "ledger-corrupt"}
+
+
+def test_info_shows_a_reservations_control_characters_as_escapes(capsys, sleeper):
+    platform = scripted_platform(h200_scenario())
+    me = Owner.current()
+    owner = Owner(sleeper.pid, _start_time(sleeper.pid) or 0, me.pidns, (sleeper.pid,), "engine\x1b]0;retitled\x07")
+    ledger = Ledger()
+    ledger._writable()
+    ledger._write(device_key(platform, 0)[0], [Entry("e1", owner, GiB, 0.0)])
+    out = info(capsys, platform=platform)
+    assert "\x1b" not in out and "\x07" not in out and "engine\\x1b]0;retitled\\x07" in out

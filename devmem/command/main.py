@@ -332,18 +332,18 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
-    from devmem.command.format import table, width_for, wrap
+    from devmem.command.format import printable, table, width_for, wrap
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
         (
             "*" if c.chosen else "",
-            c.name,
+            printable(c.name),
             str(c.priority),
-            c.distribution,
-            c.version,
+            printable(c.distribution),
+            printable(c.version),
             _yes(c.detected),
-            "; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else ""))),
+            printable("; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else "")))),
         )
         for c in cands
     ]

@@ -2,6 +2,9 @@
 
 import sys
 
-from devmem.command.main import main
+try:
+    from devmem.command.main import main
+except KeyboardInterrupt:  # Ctrl-C while the command is still being imported
+    sys.exit(130)
 
 sys.exit(main())

@@ -6,15 +6,18 @@ import json
 import subprocess
 import sys
 
+import pytest
 
-def devmem(*args: str, env_platform: str | None = "cpu") -> subprocess.CompletedProcess:
+
+def devmem(*args: str, env_platform: str | None = "cpu", **extra: str) -> subprocess.CompletedProcess:
     import os
 
     env = dict(os.environ)
     env.pop("DEVMEM_PLATFORM", None)
     if env_platform:
         env["DEVMEM_PLATFORM"] = env_platform
-    return subprocess.run([sys.executable, "-m", "devmem", *args], capture_output=True, text=True, env=env)
+    env.update(extra)
+    return subprocess.run([sys.executable, "-m", "devmem", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_bare_command_prints_the_device_table():
@@ -59,3 +62,36 @@ def test_devmem_error_exits_1_with_one_line_and_no_traceback():
 def test_bad_device_index_is_a_devmem_error():
     result = devmem("info", "--device", "7")
     assert result.returncode == 1 and "valid indices: 0..0" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["info", "--device", "7"], ["doctor", "--device", "7"], ["top", "--device", "7", "-n", "1"]],
+    ids=["info", "doctor", "top"],
+)
+def test_an_error_with_json_is_also_a_json_document_on_stdout(argv):
+    result = devmem(*argv, "--json")
+    assert result.returncode == 1 and "valid indices: 0..0" in result.stderr
+    assert json.loads(result.stdout) == {
+        "kind": "error",
+        "error": result.stderr.removeprefix("devmem: error: ").strip(),
+    }
+
+
+def test_a_platform_error_with_json_is_a_json_document_on_stdout():
+    result = devmem("info", "--json", env_platform="nope")
+    assert result.returncode == 1 and json.loads(result.stdout)["kind"] == "error"
+
+
+def test_a_ledger_directory_name_too_long_is_one_warning_not_a_traceback():
+    result = devmem("info", DEVMEM_LEDGER_DIR="x" * 5000)
+    assert result.returncode == 0 and "device 0: host memory" in result.stdout
+    [line] = result.stderr.splitlines()
+    assert line.startswith("devmem: cannot read the reservation ledger file 'xxx") and "File name too long" in line
+    assert len(line) < 300
+
+
+def test_a_long_unknown_plugin_name_is_warned_about_without_repeating_it_whole():
+    result = devmem("plugins", env_platform=None, DEVMEM_LOAD_PLUGINS="\u00e9" * 3000)
+    assert result.returncode == 0 and "neither a plugin nor a platform" in result.stderr
+    assert len(result.stderr) < 600 and "(3002 characters)" in result.stderr

@@ -8,7 +8,17 @@ import pty
 
 import pytest
 
-from devmem.command.format import Painter, key_values, table, terminal_width, wants_colour, wrap
+from devmem.command.format import (
+    UNWRAPPED,
+    Painter,
+    key_values,
+    printable,
+    table,
+    terminal_width,
+    wants_colour,
+    width_for,
+    wrap,
+)
 
 
 def test_wrap_never_separates_a_number_from_its_unit():
@@ -75,3 +85,18 @@ def test_a_pipe_or_buffer_gets_no_colour(monkeypatch):
 
 def test_painter_leaves_text_alone_when_colour_is_off():
     assert Painter(False)("WARN", "yellow") == "WARN" and Painter(True)("WARN", "yellow") == "\x1b[33mWARN\x1b[0m"
+
+
+@pytest.mark.parametrize("columns", ["0", "-5", "", "\u0663\u0663"])
+def test_columns_that_is_not_a_width_leaves_a_pipe_unwrapped(monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)
+    assert width_for(io.StringIO()) == UNWRAPPED
+
+
+def test_columns_above_0_wraps_a_pipe(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    assert width_for(io.StringIO()) == 60
+
+
+def test_printable_shows_control_characters_and_bidi_overrides_as_escapes():
+    assert printable("a\x1b[2Jb\x07c\nd\u202ee\x9bf \u00e9") == "a\\x1b[2Jb\\x07c\\nd\\u202ee\\x9bf \u00e9"

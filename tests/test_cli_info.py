@@ -72,6 +72,41 @@ def test_info_json_lists_processes_with_exact_bytes(capsys, machine, sleepers):
     assert processes[sleepers[0]]["user"] == getpass.getuser() and processes[sleepers[0]]["role"] is None
 
 
+HOSTILE_ARGV = "\x1b]0;retitled\x07\x1b[2Jcleared\nsecond line"
+
+
+@pytest.fixture
+def hostile_process():
+    """A real process whose command line holds an escape sequence, BEL and a newline, on a scripted H200."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", HOSTILE_ARGV])
+    sc = h200_scenario()
+    sc.allocate(2 * GiB, pid=proc.pid)
+    yield sc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (["info"], "\\x1b]0;retitled\\x07\\x1b[2Jcleared\\nsecondline"),
+        (["top", "-v", "--count", "1"], "\\x1b]0;retitled\\x07\\x1b[2Jcleared\\nsecondline"),
+        (["top", "--count", "1"], "time.sleep(60)\\x1..."),  # cut to the column
+    ],
+)
+def test_a_command_lines_control_characters_are_shown_as_escapes(capsys, hostile_process, argv, shown):
+    args = build_parser().parse_args(argv)
+    assert cmd_info(args, scripted_platform(hostile_process)) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and shown in "".join(out.split())
+
+
+def test_info_json_keeps_a_command_line_exact(capsys, hostile_process):
+    _, out = info(capsys, "--json", platform=scripted_platform(hostile_process))
+    commands = [p["command"] for p in json.loads(out)["devices"][0]["processes"]]
+    assert any(c.endswith(HOSTILE_ARGV) for c in commands)
+
+
 def test_info_lists_processes_largest_first(capsys, machine, sleepers):
     _, out = info(capsys, "--json", platform=scripted_platform(machine))
     assert [p["pid"] for p in json.loads(out)["devices"][0]["processes"]] == [sleepers[1], sleepers[0]]
@@ -189,12 +224,16 @@ def test_no_color_turns_colour_off_on_a_terminal():
 
 
 def test_info_through_a_pipe_has_no_escape_codes():
-    result = subprocess.run([sys.executable, "-m", "devmem", "info"], capture_output=True, text=True, env=env_with())
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", "info"], capture_output=True, text=True, env=env_with(), timeout=60
+    )
     assert result.returncode == 0 and "\x1b" not in result.stdout
 
 
 def test_doctor_through_a_pipe_has_no_escape_codes():
-    result = subprocess.run([sys.executable, "-m", "devmem", "doctor"], capture_output=True, text=True, env=env_with())
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", "doctor"], capture_output=True, text=True, env=env_with(), timeout=60
+    )
     assert result.returncode == 0 and "\x1b" not in result.stdout
 
 
@@ -229,8 +268,9 @@ def test_watch_exits_0_on_sigterm():
 
 
 def test_watch_through_a_pipe_appends_screens_without_escape_codes():
-    result = watch(["info", "--watch", "0.5"], 2, signal.SIGINT)
-    assert result.returncode == 0 and "\x1b" not in result.stdout and result.stdout.count("device 0:") >= 2
+    argv = [sys.executable, "-m", "devmem", "info", "--watch", "0.05", "--count", "2"]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env_with(), timeout=60)
+    assert result.returncode == 0 and "\x1b" not in result.stdout and result.stdout.count("device 0:") == 2
 
 
 def test_watch_on_a_terminal_redraws_in_place():
@@ -261,7 +301,9 @@ def test_watch_interval_that_is_not_a_duration_is_a_usage_error(capsys, interval
 
 
 def devmem(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devmem", *argv], capture_output=True, text=True, env=env_with())
+    return subprocess.run(
+        [sys.executable, "-m", "devmem", *argv], capture_output=True, text=True, env=env_with(), timeout=60
+    )
 
 
 def test_devmem_json_is_devmem_info_json():

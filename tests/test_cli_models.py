@@ -220,6 +220,7 @@ def test_fit_runs_as_a_command(tiny):
         capture_output=True,
         text=True,
         env=env,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["fit"]["fits"] is True

@@ -14,6 +14,7 @@ import time
 
 import pytest
 from model_configs import TINY_LLAMA, write_model
+from plugin_dists import write_dist
 from test_cli_info import env_with
 
 from devmem.command.main import main
@@ -26,7 +27,9 @@ def to_a_gone_reader(*argv: str) -> subprocess.CompletedProcess:
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run([*DEVMEM, *argv], stdout=write, stderr=subprocess.PIPE, text=True, env=env_with())
+        return subprocess.run(
+            [*DEVMEM, *argv], stdout=write, stderr=subprocess.PIPE, text=True, env=env_with(), timeout=60
+        )
     finally:
         os.close(write)
 
@@ -105,9 +108,53 @@ def test_top_stops_when_its_reader_goes_away():
     assert top.wait(30) == 0 and top.stderr is not None and top.stderr.read() == b""
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["plan", "--help"]])
+def test_help_or_version_to_a_full_disk_is_one_error_line_and_exit_1(argv):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [*DEVMEM, *argv], stdout=full, stderr=subprocess.PIPE, text=True, env=env_with(), timeout=60
+        )
+    assert (result.returncode, result.stderr) == (
+        1,
+        "devmem: error: cannot write the output to stdout: No space left on device (errno 28)\n",
+    )
+
+
+SLOW_DETECTION = """
+import pathlib, time
+import devmem
+
+def detect():
+    pathlib.Path({started!r}).touch()
+    time.sleep(60)
+    return devmem.Detection(False, "never")
+
+@devmem.hookimpl
+def devmem_platforms():
+    yield devmem.PlatformSpec(name="slow", priority=1, description="a driver that hangs", detect=detect,
+                              factory=lambda: None)
+"""
+
+
+def test_ctrl_c_while_a_platform_is_detected_exits_130_without_a_traceback(site, tmp_path):
+    started = tmp_path / "detecting"
+    write_dist(site, "slow-vendor", SLOW_DETECTION.format(started=str(started)))
+    env = {k: v for k, v in env_with().items() if k != "DEVMEM_PLATFORM"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen([*DEVMEM, "plugins"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert started.exists() and proc.returncode == 130 and "Traceback" not in err, err
+
+
 def test_a_full_disk_is_one_error_line_and_exit_1():
     with open("/dev/full", "w") as full:
-        result = subprocess.run([*DEVMEM, "info"], stdout=full, stderr=subprocess.PIPE, text=True, env=env_with())
+        result = subprocess.run(
+            [*DEVMEM, "info"], stdout=full, stderr=subprocess.PIPE, text=True, env=env_with(), timeout=60
+        )
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "devmem: error: cannot write the output to stdout: No space left on device (errno 28)"
@@ -129,7 +176,7 @@ def test_a_pipe_gets_each_line_whole():
     """`devmem plan | grep "KV cache:"` keeps the byte count: lines to a pipe are not wrapped."""
     argv = ["plan", "--total", "80GiB", "--weights", "16GiB", "--page-size", "64KiB", "--layers", "36"]
     env = {k: v for k, v in env_with().items() if k != "COLUMNS"}
-    result = subprocess.run([*DEVMEM, *argv], capture_output=True, text=True, env=env)
+    result = subprocess.run([*DEVMEM, *argv], capture_output=True, text=True, env=env, timeout=60)
     line = next(line for line in result.stdout.splitlines() if line.startswith("KV cache:"))
     assert len(line) > 80 and line.endswith("60129017856 bytes, 524288 bytes left over"), line
 

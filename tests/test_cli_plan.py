@@ -95,6 +95,11 @@ def test_not_enough_memory_with_json_prints_the_breakdown_and_exits_1(capsys):
     assert data["error"].startswith("not enough memory for the KV cache")
 
 
+def test_a_plan_that_does_not_fit_has_kind_does_not_fit_in_json(capsys):
+    _, out, _ = plan(capsys, "--total", "24GiB", "--weights", "30GiB", "--json", *QWEN3_8B)
+    assert json.loads(out)["kind"] == "does_not_fit"
+
+
 @pytest.mark.parametrize(
     "args, complaint",
     [
@@ -122,6 +127,7 @@ def test_plan_runs_as_a_command():
         [sys.executable, "-m", "devmem", "plan", "--pinned", "1GiB", "--json", *QWEN3_8B],
         capture_output=True,
         text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["num_blocks"] == GiB // (64 * 1024 * 36)

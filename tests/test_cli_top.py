@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -154,15 +155,36 @@ def test_top_on_a_real_terminal_fits_50_lines_at_80_columns(tmp_path):
     socket = str(tmp_path / "tmux.sock")
     tmux = ["tmux", "-S", socket]
     command = f"DEVMEM_PLATFORM=cpu {sys.executable} -m devmem top 0.5"
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "50", command], check=True)
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "50", command], check=True, timeout=30)
     try:
         time.sleep(3)
         screen = subprocess.run(
-            [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
+            [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True, timeout=30
         ).stdout
     finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
     lines = screen.rstrip("\n").splitlines()
     assert "devmem top on cpu" in screen and "host memory" in screen, screen
     assert screen.count("devmem top on cpu") == 1 and screen.count("every 0.5 s") == 1, screen
     assert len(lines) <= 50 and all(len(line) <= 80 for line in lines)
+
+
+@pytest.mark.parametrize("argv", [["top", "0.05"], ["info", "--watch", "0.05"]], ids=["top", "info --watch"])
+def test_count_stops_after_that_many_samples_with_exit_0(argv):
+    env = {**os.environ, "DEVMEM_PLATFORM": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", *argv, "--json", "--count", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0 and result.stderr == ""
+    assert [json.loads(line)["platform"] for line in result.stdout.splitlines()] == ["cpu"] * 3
+
+
+def test_count_without_watch_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    with pytest.raises(SystemExit) as exit_:
+        main(["info", "--count", "2"])
+    assert exit_.value.code == 2 and "--count applies to --watch" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from plugin_dists import memory_dist, write_dist
+from plugin_dists import memory_dist, platform_dist, write_dist
 
 from devmem.types import MiB
 
@@ -58,3 +58,11 @@ def test_plugin_calling_sys_exit_in_detect_does_not_end_the_command(site):
     quitter = next(c for c in json.loads(done.stdout) if c["name"] == "quitter")
     assert not quitter["detected"] and "SystemExit" in quitter["reason"]
     assert "'vendor-quitter'" in done.stderr and "SystemExit" in done.stderr
+
+
+def test_plugins_shows_a_plugins_control_characters_as_escapes(site):
+    entry = platform_dist(site, "loud-vendor", "loud", 5, found=False, reason="no device\x1b]0;retitled\x07\x1b[2J")
+    done = devmem(site, "plugins", DEVMEM_LOAD_PLUGINS=entry)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "no device\\x1b]0;retitled\\x07\\x1b[2J" in done.stdout

@@ -130,3 +130,14 @@ def test_info_with_a_fifo_in_place_of_the_ledger_file_reports_it_corrupt(capsys,
     with no_hang():
         notes = json.loads(info(capsys, "--json", platform=platform))["devices"][0]["reservations"]["notes"]
     assert any("is not a regular file" in note for note in notes)
+
+
+def test_info_shows_a_reservations_control_characters_as_escapes(capsys, sleeper):
+    platform = scripted_platform(h200_scenario())
+    me = Owner.current()
+    owner = Owner(sleeper.pid, _start_time(sleeper.pid) or 0, me.pidns, (sleeper.pid,), "engine\x1b]0;retitled\x07")
+    ledger = Ledger()
+    ledger._writable()
+    ledger._write(device_key(platform, 0)[0], [Entry("e1", owner, GiB, 0.0)])
+    out = info(capsys, platform=platform)
+    assert "\x1b" not in out and "\x07" not in out and "engine\\x1b]0;retitled\\x07" in out

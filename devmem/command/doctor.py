@@ -299,17 +299,17 @@ def diagnose(
 
 def render(findings: list[Finding], platform_name: str, width: int = 80, paint=None) -> str:
     """Findings as text for people, wrapped to ``width`` columns; ``paint(text, style)`` colours the marks."""
-    from devmem.command.format import wrap
+    from devmem.command.format import printable, wrap
 
     marks = {"ok": ("ok  ", "green"), "info": ("info", "dim"), "warning": ("WARN", "yellow")}
     lines = [f"platform: {platform_name}"]
     for f in findings:
         mark, style = marks.get(f.severity, (f.severity, "bold"))
         where = "machine" if f.device is None else f"device {f.device}"
-        head = wrap(f"[{mark}] {where}: {f.summary}", width, "", "       ")
+        head = wrap(f"[{mark}] {where}: {printable(f.summary)}", width, "", "       ")
         if paint is not None:
             head[0] = head[0].replace(f"[{mark}]", f"[{paint(mark, style)}]", 1)
         lines += head
         if f.action:
-            lines += wrap(f"what to do: {f.action}", width, "       ", "       ")
+            lines += wrap(f"what to do: {printable(f.action)}", width, "       ", "       ")
     return "\n".join(lines)

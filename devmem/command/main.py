@@ -1,7 +1,8 @@
 """The ``devmem`` command: what this machine really has, and why an engine's KV cache is the size it is.
 
-Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback),
-a plan that does not fit, or ``doctor`` warnings, 2 a usage error; a reader that goes away changes none of them.
+Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback;
+with ``--json`` also an object of kind ``error`` on stdout), a plan that does not fit, or ``doctor`` warnings, 2 a
+usage error, 130 Ctrl-C; a reader that goes away changes none of them.
 Human output scales its units (B..TiB) and wraps to the terminal's width (a pipe gets whole lines); ``--json``
 output shows exact bytes.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from devmem import __version__
-from devmem.command.output import Output, error_line
+from devmem.command.output import Output, OutputError, error_line
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
 from devmem.sdk.host import REAL_FILES, Files
@@ -95,15 +96,17 @@ def _device_json(device: dict[str, object]) -> dict[str, object]:
 
 def _process_cells(rows_: list) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
     """The process table's header, cells and right-aligned columns (NS PID only where a process has one)."""
+    from devmem.command.format import printable
+
     with_ns = any(row.namespace_pid is not None for row in rows_)
     header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
     cells = []
     for row in rows_:
-        command = row.command or "-"
+        command = printable(row.command or "-")
         if row.role:
             command = f"[{row.role}] {command}"
         ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
-        cells.append((str(row.pid), *ns, row.user or "-", format_size(row.used), command))
+        cells.append((str(row.pid), *ns, printable(row.user or "-"), format_size(row.used), command))
     return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
 
 
@@ -119,7 +122,7 @@ def _static_facts(r: DeviceReport, platform: Platform) -> list[tuple[str, str]]:
 
 def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
     """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
-    from devmem.command.format import key_values, table
+    from devmem.command.format import key_values, printable, table
     from devmem.command.reservations import reservation_rows, reservation_table
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
@@ -138,7 +141,8 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
         rows.append(("processes", f"not listed by the {r.platform} platform"))
     reservations: Any = device["reservations"]
     rows += reservation_rows(reservations, paint)
-    lines = [paint(f"device {r.index}: {r.name}", "bold"), *key_values(rows + _static_facts(r, platform), width)]
+    head = paint(f"device {r.index}: {printable(r.name)}", "bold")
+    lines = [head, *key_values(rows + _static_facts(r, platform), width)]
     if rows_:
         header, cells, right = _process_cells(rows_)
         lines += table(header, cells, width, right=right)
@@ -164,6 +168,8 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     indices = [args.device] if args.device is not None else list(range(count))
     if args.watch is not None:
         return _watch(args, platform, because, indices, files)
+    if args.count is not None:
+        args.parser.error("--count applies to --watch: give --watch SECONDS with it")
     devices = _sample(platform, indices, files)
     if args.json:
         _emit_json(
@@ -207,7 +213,7 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
     process, its command cut to the column and its program named without its path (whole, wrapped, with
     ``full_commands``)."""
-    from devmem.command.format import wrap
+    from devmem.command.format import printable, wrap
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list | None = device["processes"]  # type: ignore[assignment]
@@ -215,13 +221,14 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     share = used / r.total if r.total else 0.0
     inner = width - _TOP_FIXED - 2
     bar = f" {_bar(share, inner)}" if inner >= 5 else ""
-    name = r.name if len(r.name) <= _TOP_NAME else r.name[: _TOP_NAME - 1] + "~"
+    name = printable(r.name)
+    name = name if len(name) <= _TOP_NAME else name[: _TOP_NAME - 1] + "~"
     sizes = "".join(f"{format_size(n):>11}" for n in (used, r.free, r.total))
     lines = [paint(f"{r.index:>3} {name:<{_TOP_NAME}}", "bold") + f"{bar}{share:>5.0%}{sizes}"]
     for row in rows_ or []:
-        head = _TOP_PROCESS.format(pid=row.pid, user=row.user or "-", used=format_size(row.used))
+        head = _TOP_PROCESS.format(pid=row.pid, user=printable(row.user or "-"), used=format_size(row.used))
         ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
-        program, _, rest = (row.command or "-").partition(" ")
+        program, _, rest = printable(row.command or "-").partition(" ")
         if not full_commands and program.startswith("/"):  # the program's name, not its path, when cut
             program = program.rsplit("/", 1)[-1]
         command = f"{f'[{row.role}] ' if row.role else ''}{ns}{program}{' ' if rest else ''}{rest}"
@@ -265,9 +272,9 @@ class _Stop(Exception):
 
 
 def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: list[int], files: Files) -> int:
-    """Sample every ``args.watch`` seconds until Ctrl-C, SIGTERM or the reader going away (exit 0): one JSON line
-    per sample with ``--json``, else the screen, redrawn in place on a terminal that can (the static facts of
-    ``top`` are written once, above the part redrawn)."""
+    """Sample every ``args.watch`` seconds until ``args.count`` samples, Ctrl-C, SIGTERM or the reader going away
+    (exit 0): one JSON line per sample with ``--json``, else the screen, redrawn in place on a terminal that can
+    (the static facts of ``top`` are written once, above the part redrawn)."""
     import signal
     import time
     from datetime import datetime, timezone
@@ -283,8 +290,10 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
     compact = getattr(args, "compact", False)
     width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
     redraw_from = None  # the screen line below the static facts, once they are written
+    samples = 0
     try:
-        while not _out.lost:
+        while not _out.lost and samples != args.count:
+            samples += 1
             started = time.monotonic()
             devices = _sample(platform, indices, files)
             if args.json:
@@ -309,7 +318,8 @@ def _watch(args: argparse.Namespace, platform: Platform, because: str, indices: 
                     platform, because, devices, paint, width
                 )
                 _out.write(("\x1b[H\x1b[2J" + screen + "\n") if in_place else screen + "\n\n")
-            time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+            if samples != args.count:
+                time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
         return 0
     except (KeyboardInterrupt, _Stop):
         return 0
@@ -322,18 +332,18 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([c.as_dict() for c in cands])
         return 0
-    from devmem.command.format import table, width_for, wrap
+    from devmem.command.format import printable, table, width_for, wrap
 
     header = ("", "name", "priority", "distribution", "version", "detected", "reason")
     rows: list[tuple[str, ...]] = [
         (
             "*" if c.chosen else "",
-            c.name,
+            printable(c.name),
             str(c.priority),
-            c.distribution,
-            c.version,
+            printable(c.distribution),
+            printable(c.version),
             _yes(c.detected),
-            "; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else ""))),
+            printable("; ".join(filter(None, (c.reason, c.note, f"to use it: {c.action}" if c.action else "")))),
         )
         for c in cands
     ]
@@ -534,7 +544,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except NotEnoughMemoryError as exc:
         if not args.json:
             raise
-        _emit_json({"error": str(exc), "breakdown": exc.breakdown})
+        _emit_json({"kind": "does_not_fit", "error": str(exc), "breakdown": exc.breakdown})
         return 1
     if args.json:
         _emit_json(plan.as_dict())
@@ -771,7 +781,9 @@ ENVIRONMENT = """environment:
 EXIT_CODES = """exit codes:
   0  success
   1  an error devmem explains in one line (a bad device index, a plan that does not fit)
-  2  a usage error (an unknown flag, a value that is not a size)"""
+  2  a usage error (an unknown flag, a value that is not a size)
+  130  interrupted (Ctrl-C); top and --watch stop with 0
+with --json, an error of exit 1 is also a JSON object on stdout: {"kind": "error", "error": "..."}"""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -799,6 +811,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
         sys.exit(2)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """``--help`` and ``--version`` through the CLI's stdout writer: a full disk is an error, not exit 0."""
+        if message and (file is None or file is sys.stdout):
+            _out.write(message)
+        elif message:
+            error_line(message.rstrip("\n"))
 
 
 def _sub(
@@ -875,6 +894,14 @@ def _add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | N
             metavar="SECONDS",
             help=f"seconds between samples (default {watch_default:g})",
         )
+    parser.add_argument(
+        "-n",
+        "--count",
+        type=_positive("sample count"),
+        default=None,
+        metavar="N",
+        help="stop after N samples (exit 0)" + (" (with --watch)" if watch_default is None else ""),
+    )
     parser.set_defaults(handler=cmd_info)
 
 
@@ -1104,9 +1131,24 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     return ["info", *argv]
 
 
+#: Ctrl-C outside ``top``'s and ``--watch``'s sampling (those stop with 0): no traceback, the shell's 128 + SIGINT.
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
+    try:
+        args = parser.parse_args(_with_command(parser, list(sys.argv[1:] if argv is None else argv)))
+    except DevmemError as exc:  # --help or --version could not be written
+        error_line(f"devmem: error: {exc}")
+        return 1
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
     if getattr(args, "interval", None) is not None:
         args.watch = args.interval
@@ -1114,4 +1156,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except DevmemError as exc:
         error_line(f"devmem: error: {exc}")
+        if getattr(args, "json", False) and not isinstance(exc, OutputError):
+            _emit_json({"kind": "error", "error": str(exc)})  # a program reading stdout gets a document too
         return 1

@@ -18,6 +18,8 @@ def _over(used: int | None, reserved: int | None) -> str:
 
 def reservation_rows(view: DeviceReservations | None, paint) -> list[tuple[str, str]]:
     """``(key, value)`` rows summing up a device's ledger; none for a device without one."""
+    from devmem.command.format import printable
+
     if view is None:
         return []
     a = view.accounting
@@ -29,13 +31,13 @@ def reservation_rows(view: DeviceReservations | None, paint) -> list[tuple[str, 
         summary += "; " + paint(f"over-committed by {format_size(a.committed - a.total)}", "yellow")
     if view.stale:
         summary += f"; {len(view.stale)} stale (owners gone, reclaimed at the next reservation)"
-    rows = [("reservations", summary), ("ledger", view.path), *(("note", n) for n in a.notes)]
-    return rows + ([("note", view.problem)] if view.problem else [])
+    rows = [("reservations", summary), ("ledger", printable(view.path)), *(("note", printable(n)) for n in a.notes)]
+    return rows + ([("note", printable(view.problem))] if view.problem else [])
 
 
 def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
     """One row per holder (owner, reserved, used now, over or under); nothing for a device without a ledger."""
-    from devmem.command.format import table
+    from devmem.command.format import printable, table
 
     if view is None or not view.accounting.holdings:
         return []
@@ -45,7 +47,7 @@ def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
             "-" if h.reserved is None else format_size(h.reserved),
             "-" if h.used is None else format_size(h.used),
             "no reservation" if h.reserved is None else _over(h.used, h.reserved),
-            "-" if h.command is None else short_command(h.command),
+            "-" if h.command is None else printable(short_command(h.command)),
         )
         for h in view.accounting.holdings
     ]

@@ -676,8 +676,14 @@ class Ledger:
     ) -> DeviceReservations | None:
         """``key``'s ledger as it stands (nothing is reclaimed), with the holdings as admission counts them;
         ``None`` where the device has no ledger file."""
-        if not self.path(key).exists():
-            return None
+        try:
+            if not self.path(key).exists():
+                return None
+        except OSError as exc:  # a name too long, a directory this user cannot search
+            raise LedgerError(
+                f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
+                f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
+            ) from None
         me = Owner.current()
         try:
             with self._locked(key):

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from devmem.resolution.entrypoints import EntryPoint
 from devmem.sdk import hookspecs
-from devmem.sdk.parsing import env_seconds, env_text
+from devmem.sdk.parsing import env_seconds, env_text, shown
 from devmem.types import Detection, PlatformSpec, PluginError
 
 LOGGER = "devmem.resolution.plugins"
@@ -187,11 +187,12 @@ def admitted(regs: list[Registration], eps: list[EntryPoint], allow: AllowList |
     platform_names = {r.spec.name for r in regs}
     unknown = sorted(allow.names - plugin_names - platform_names)
     if unknown:
+        more = f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""
         warn(
-            "devmem: DEVMEM_LOAD_PLUGINS=%r names %s, which is neither a plugin nor a platform here; plugins: %s; "
+            "devmem: DEVMEM_LOAD_PLUGINS=%s names %s, which is neither a plugin nor a platform here; plugins: %s; "
             "platforms: %s",
-            allow.text(),
-            ", ".join(map(repr, unknown)),
+            shown(allow.text()),
+            ", ".join(map(shown, unknown[:4])) + more,
             ", ".join(sorted(plugin_names)),
             ", ".join(sorted(platform_names)),
         )

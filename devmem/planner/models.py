@@ -88,12 +88,35 @@ _PATTERN = {"M": MAMBA2, "*": FULL, "-": "mlp", "E": "moe"}
 _MAMBA2_FAMILIES = {"nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "zamba2"}
 #: Families whose attention is MLA: without ``kv_lora_rank`` they are refused, never sized as multi-head.
 _MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "minicpm3", "kimi_linear"}
+#: Families with MLA projections whose engine caches the expanded K and V of every head, not the latent (vLLM's
+#: MiniCPM3: K and V of ``qk_nope_head_dim + qk_rope_head_dim`` per head, V zero-padded to it).
+_EXPANDED_MLA = {"minicpm3"}
 #: Families whose config class ties the output embedding to the input one unless told otherwise.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "lfm2"}
+_TIED_BY_DEFAULT = {
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "lfm2",
+    "cohere",
+    "cohere2",
+    "minicpm3",
+    "starcoder2",
+    "smollm3",
+    "ernie4_5",
+}
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
+#: Families with a norm over the whole query and key projections (OLMo 2, OLMoE).
+_QK_NORM_ALL = {"olmo2", "olmoe"}
 #: Families whose q, k and v projections carry a bias whatever ``attention_bias`` says.
 _QKV_BIAS = {"qwen2", "qwen2_moe"}
+#: Families with one norm per layer (Cohere's attention and MLP run in parallel) or four (Gemma 2 and 3 norm
+#: after attention and around the MLP too).
+_ONE_NORM = {"cohere", "cohere2"}
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+#: Families whose every layer has a dense MLP of ``shared_intermediate_size`` beside its experts.
+_GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 #: Families whose full-attention query projection also produces an output gate (twice the query width).
 _GATED_QUERY = {"qwen3_next"}
 
@@ -683,6 +706,13 @@ class _Config:
             )
         return int(value)
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A true/false key (``default`` when absent); anything but a JSON boolean is refused by name."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise ModelConfigError(f"config key {key}={_shown(value)} must be true or false")
+        return value
+
     def get_int(self, key: str, default: builtins.int, *, positive: bool = False) -> builtins.int:
         return self.int(key, positive=positive) if key in self.values else default
 
@@ -775,7 +805,7 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             [FULL if (i + 1) % 6 == 0 else SLIDING for i in range(layers)],
             "Gemma3TextConfig's sliding_window_pattern 6",
         )
-    if c.values.get("use_sliding_window") is False:
+    if c.has("use_sliding_window") and not c.flag("use_sliding_window", True):
         return [FULL] * layers, "use_sliding_window false"
     if c.has("use_sliding_window") and c.has("max_window_layers"):
         first = c.int("max_window_layers", positive=False)
@@ -910,6 +940,14 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
                 ("kv_lora_rank",),
             )
         c.require("qk_rope_head_dim", why="the MLA latent (kv_lora_rank + qk_rope_head_dim)")
+        if c.model_type in _EXPANDED_MLA:
+            nope, rope = c.int("qk_nope_head_dim", why="the expanded K and V per head"), c.int("qk_rope_head_dim")
+            note = (
+                f"{c.model_type}'s MLA projections are cached expanded, as vLLM caches them: K and V of every one of "
+                f"the {heads} heads at qk_nope_head_dim {nope} + qk_rope_head_dim {rope} (V zero-padded), not the "
+                "latent"
+            )
+            return "mha", heads, heads, nope + rope, [note]
         return "mla", heads, 1, c.int("kv_lora_rank") + c.int("qk_rope_head_dim"), []
     notes = []
     if c.has("attention_head_dim") and ("head_dim" in c.defaults or not c.has("head_dim")):
@@ -948,24 +986,25 @@ def _max_context(c: _Config) -> tuple[int | None, str]:
         return None, ""
     key, length = min(found, key=lambda kv: kv[1])
     source = f"{key} {length}" + (" (the family default)" if key in c.defaults else "")
-    scaling = c.values.get("rope_scaling")
+    name = "rope_scaling" if isinstance(c.values.get("rope_scaling"), Mapping) else "rope_parameters"
+    scaling = c.values.get(name)  # transformers 5 writes rope_scaling as rope_parameters
     if not isinstance(scaling, Mapping) or (c.model_type or "").startswith("gemma3"):
         return length, source
     rope_type = scaling.get("rope_type", scaling.get("type"))
     factor = scaling.get("factor")
-    if rope_type in (None, "default", "su", "longrope", "llama3", "mrope") or not isinstance(factor, int | float):
+    if rope_type in (None, "default", "su", "longrope", "llama3", "mrope") or factor is None:
         return length, source
-    if isinstance(factor, bool) or not 1 <= factor <= 1024:
-        raise ModelConfigError(f"config key rope_scaling.factor={_shown(factor)} must be a number from 1 to 1024")
-    if rope_type == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
-        base = scaling["original_max_position_embeddings"]
-        if isinstance(base, bool) or not 0 < base <= MAX_CONFIG_INT:
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 1024:
+        raise ModelConfigError(f"config key {name}.factor={_shown(factor)} must be a number from 1 to 1024")
+    base = scaling.get("original_max_position_embeddings")
+    if rope_type == "yarn" and base is not None:
+        if isinstance(base, bool) or not isinstance(base, int) or not 0 < base <= MAX_CONFIG_INT:
             raise ModelConfigError(
-                f"config key rope_scaling.original_max_position_embeddings={_shown(base)} must be a whole number "
+                f"config key {name}.original_max_position_embeddings={_shown(base)} must be a whole number "
                 f"from 1 to {MAX_CONFIG_INT}"
             )
-        return int(base * factor), f"rope_scaling yarn: original_max_position_embeddings {base} x factor {factor}"
-    return int(length * factor), f"{source} x rope_scaling {rope_type} factor {factor}"
+        return int(base * factor), f"{name} yarn: original_max_position_embeddings {base} x factor {factor}"
+    return int(length * factor), f"{source} x {name} {rope_type} factor {factor}"
 
 
 def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
@@ -988,9 +1027,10 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
             return 3 * hidden * c.int("intermediate_size_mlp", why="the weights estimate"), 0
         experts = c.int("num_local_experts")
         return (experts + 1) * dense(), hidden * experts
-    if c.get_int("num_local_experts", 0):  # Mixtral, gpt-oss: every layer
+    if c.get_int("num_local_experts", 0):  # Mixtral, gpt-oss, Granite (with its shared MLP): every layer
         experts = c.int("num_local_experts")
-        return experts * dense(), hidden * experts
+        shared = c.get_int("shared_intermediate_size", 0) if c.model_type in _GRANITE_SHARED_MLP else 0
+        return experts * dense() + 3 * hidden * shared, hidden * experts
     if c.has("n_routed_experts"):  # DeepSeek-V2/V3
         first, freq = c.get_int("first_k_dense_replace", 0), c.get_int("moe_layer_freq", 1, positive=True)
         if layer < first or layer % freq:
@@ -1014,6 +1054,9 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
             experts * 3 * hidden * c.int("moe_intermediate_size") + 3 * hidden * shared,
             hidden * experts + (hidden if shared else 0),
         )
+    if c.get_int("num_experts", 0) > 1:  # OLMoE: every layer, each expert of intermediate_size
+        experts = c.int("num_experts")
+        return experts * dense(), hidden * experts
     return dense(), 0
 
 
@@ -1041,7 +1084,7 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         return _cacheless_params(c, kind, hidden)
     single_mixer = c.model_type == "nemotron_h"  # one mixer per layer: no MLP beside it
     mlp, router = (0, 0) if single_mixer else _mlp_params(c, layer, hidden)
-    norms = hidden if single_mixer else 2 * hidden
+    norms = hidden * (1 if single_mixer or c.model_type in _ONE_NORM else 4 if c.model_type in _FOUR_NORMS else 2)
     if kind == MAMBA2:
         matrices, other = _mamba2_params(c, hidden)
         return mlp + matrices, router + norms + other
@@ -1062,7 +1105,7 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         matrices = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv + nv * dv * hidden
         return mlp + matrices, router + norms + (2 * nk * dk + nv * dv) * kernel + 2 * nv + dv
     style, heads, kv, head_dim = attention
-    if style == "mla":
+    if style == "mla" or c.model_type in _EXPANDED_MLA:
         rank, rope = c.int("kv_lora_rank"), c.int("qk_rope_head_dim")
         nope = c.int("qk_nope_head_dim", why="the weights estimate")
         v_dim = c.int("v_head_dim", why="the weights estimate")
@@ -1079,6 +1122,8 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
     elif c.model_type in _QKV_BIAS:
         bias = (heads + 2 * kv) * head_dim
     qk_norm = 2 * head_dim if c.model_type in _QK_NORM else 0
+    if c.model_type in _QK_NORM_ALL:
+        qk_norm = (heads + kv) * head_dim
     return mlp + matrices, router + norms + bias + qk_norm
 
 
@@ -1091,7 +1136,7 @@ def _estimate_weights(
     every expert with its router, the norms. Gated MLPs (three matrices) are assumed.
     """
     hidden, vocab = c.int("hidden_size", why="the weights estimate"), c.int("vocab_size", why="the weights estimate")
-    tied = c.values.get("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
+    tied = c.flag("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
     matrices, other = 0, vocab * hidden * (1 if tied else 2) + hidden
     for layer, kind in enumerate(kinds):
         m, o = _layer_params(c, kind, layer, attention)
@@ -1135,6 +1180,13 @@ def _build(
     if c.model_type is None:
         raise UnknownArchitectureError(
             "config has no model_type: it is not a Hugging Face model config", None, ("model_type",)
+        )
+    if c.values.get("is_encoder_decoder") is True:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} is an encoder-decoder model (is_encoder_decoder: true): its "
+            "decoder's self-attention and its cross-attention to the encoder's output, which devmem does not model",
+            c.model_type,
+            ("is_encoder_decoder",),
         )
     refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False)]
     if refused:

@@ -33,6 +33,16 @@ from model_configs import (
     QWEN3_NEXT_80B_A3B,
     write_model,
 )
+from model_configs_more import (
+    COHERE2_7B,
+    DEEPSEEK_V2_LITE,
+    GLM_4_5_AIR,
+    GRANITE_4_H_SHAPED,
+    MINICPM3_4B,
+    OLMOE_1B_7B,
+    PHI3_MINI_4K,
+    QWEN2_5_VL_7B,
+)
 
 from devmem import DevmemError
 from devmem.planner.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
@@ -273,12 +283,68 @@ def test_config_dtype_devmem_does_not_know_asks_for_one():
         model({**LLAMA_3_1_8B, "torch_dtype": "auto"})
 
 
+def test_transformers_5_rope_parameters_scale_the_maximum_context():
+    """Qwen3-8B as transformers 5 writes it: rope_parameters yarn, 32,768 x 4 = 131,072 (it read 40,960)."""
+    config = {
+        **QWEN3_8B,
+        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    }
+    assert model(config).max_context == 131_072
+
+
+def test_rope_factor_that_is_not_a_number_is_refused_naming_the_key():
+    """A factor of "4" was skipped silently: Qwen3-8B then read 40,960 tokens."""
+    config = {
+        **QWEN3_8B,
+        "rope_scaling": {"rope_type": "yarn", "factor": "4", "original_max_position_embeddings": 32768},
+    }
+    with pytest.raises(ModelConfigError, match=r"rope_scaling.factor='4' must be a number from 1 to 1024"):
+        model(config)
+
+
+def test_yarn_original_length_that_is_not_a_whole_number_is_refused_naming_the_key():
+    """It was read as max_position_embeddings x factor: 163,840 for Qwen3-8B."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "32768"}
+    with pytest.raises(ModelConfigError, match=r"rope_scaling.original_max_position_embeddings='32768' must be"):
+        model({**QWEN3_8B, "rope_scaling": scaling})
+
+
+def test_use_sliding_window_that_is_not_a_boolean_is_refused():
+    """The string "false" read as true: Qwen2.5-7B with max_window_layers 20 slid its last 8 layers."""
+    with pytest.raises(ModelConfigError, match=r"config key use_sliding_window='false' must be true or false"):
+        model({**QWEN2_5_7B, "use_sliding_window": "false", "max_window_layers": 20})
+
+
+def test_tie_word_embeddings_that_is_not_a_boolean_is_refused():
+    """The string "false" read as tied: Llama-3.1-8B's weights short of its 128,256 x 4,096 output head."""
+    with pytest.raises(ModelConfigError, match=r"config key tie_word_embeddings='false' must be true or false"):
+        model({**LLAMA_3_1_8B, "tie_word_embeddings": "false"})
+
+
+def test_head_dim_null_falls_back_to_hidden_over_heads():
+    """Qwen3Config with head_dim null: hidden_size 4,096 / 32 heads = 128, as transformers reads it."""
+    assert model({**QWEN3_8B, "head_dim": None}).head_dim == 128
+
+
+def test_num_key_value_heads_null_means_one_per_attention_head():
+    """Qwen2Config with num_key_value_heads null: 28 K/V heads (the family default, 32, is not taken)."""
+    assert model({**QWEN2_5_7B, "num_key_value_heads": None}).num_kv_heads == 28
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=8,
 )
 FIXTURES = [
+    MINICPM3_4B,
+    COHERE2_7B,
+    DEEPSEEK_V2_LITE,
+    QWEN2_5_VL_7B,
+    OLMOE_1B_7B,
+    GLM_4_5_AIR,
+    GRANITE_4_H_SHAPED,
+    PHI3_MINI_4K,
     LLAMA_3_1_8B,
     GEMMA_2_9B_IT,
     GEMMA_3_12B_IT,

@@ -26,10 +26,12 @@ from model_configs_more import (
     OLMOE_1B_7B,
     PHI3_MINI_4K,
     PHI4,
+    PHI_2,
     PYTHIA_1B,
     QWEN2_5_7B_AWQ,
     QWEN2_5_VL_7B,
     STABLELM_2_1_6B,
+    STARCODER2_15B,
     T5_BASE,
     WHISPER_LARGE_V3,
 )
@@ -133,6 +135,26 @@ def test_pythia_without_kv_heads_is_multi_head_in_fp16():
     """No num_key_value_heads: 8 K/V heads of 2,048 / 8 = 256; 16 x 2 x 8 x 256 x 2 B (float16) = 131,072 B."""
     m = model(PYTHIA_1B)
     assert (m.attention, m.dtype, m.kv_bytes_per_token, m.max_context) == ("mha", "fp16", 131_072, 2048)
+
+
+def test_pythia_weights_count_an_ungated_mlp_with_biases():
+    """GPT-NeoX: up and down matrices (no gate), biased projections, LayerNorms with biases: 1,011,781,632
+    parameters x 2 B (float16; counted as a gated MLP it read 1,279,854,592)."""
+    assert model(PYTHIA_1B).weights_bytes == 1_011_781_632 * 2
+
+
+def test_phi_2_weights_count_one_layernorm_per_layer_and_the_heads_bias():
+    """32 x 2 x 32 x 80 x 2 B = 327,680 B per token; 2,779,683,840 parameters x 2 B (was 3,617,753,600)."""
+    m = model(PHI_2)
+    assert (m.kv_bytes_per_token, m.weights_bytes) == (327_680, 2_779_683_840 * 2)
+
+
+def test_starcoder2_15b_slides_every_layer_and_counts_an_ungated_mlp():
+    """float32 checkpoint served in bf16: 40 sliding layers (4,096) x 2 x 4 x 128 x 2 B = 81,920 B per token;
+    15,655,899,136 parameters x 2 B (tied by default; was 21,693,437,952)."""
+    m = model(STARCODER2_15B)
+    assert (m.dtype, m.sliding_attention_layers, m.sliding_window, m.kv_bytes_per_token) == ("bf16", 40, 4096, 81_920)
+    assert m.weights_bytes == 15_655_899_136 * 2
 
 
 def test_stablelm_2_partial_rotary_changes_no_cache_size():

@@ -115,6 +115,9 @@ _QKV_BIAS = {"qwen2", "qwen2_moe"}
 #: after attention and around the MLP too).
 _ONE_NORM = {"cohere", "cohere2"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+#: Families whose MLP is two matrices (up and down, no gate) with biases, whose projections carry biases
+#: (``attention_bias`` / ``use_bias``, true by default) and whose norms are LayerNorms with a bias.
+_LAYERNORM_UNGATED = {"gpt_neox", "starcoder2", "phi"}
 #: Families whose every layer has a dense MLP of ``shared_intermediate_size`` beside its experts.
 _GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 #: Families whose full-attention query projection also produces an output gate (twice the query width).
@@ -1116,6 +1119,12 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         return mlp + matrices, router + norms + rank + (0 if q_rank is None else c.int("q_lora_rank"))
     gate = 2 if c.model_type in _GATED_QUERY else 1
     matrices = hidden * heads * head_dim * gate + 2 * hidden * kv * head_dim + heads * head_dim * hidden
+    if c.model_type in _LAYERNORM_UNGATED:  # up and down with biases, LayerNorms with biases, biased projections
+        inner = c.int("intermediate_size", why="the weights estimate")
+        biased = c.flag("attention_bias", True) and c.flag("use_bias", True)
+        bias = (heads + 2 * kv) * head_dim + hidden if biased else 0
+        norms = 2 * hidden * (1 if c.model_type == "phi" else 2)  # Phi's attention and MLP share one norm
+        return 2 * hidden * inner + matrices, norms + bias + (inner + hidden if biased else 0)
     bias = 0
     if c.values.get("attention_bias") is True:
         bias = (heads + 2 * kv) * head_dim + hidden
@@ -1138,6 +1147,8 @@ def _estimate_weights(
     hidden, vocab = c.int("hidden_size", why="the weights estimate"), c.int("vocab_size", why="the weights estimate")
     tied = c.flag("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
     matrices, other = 0, vocab * hidden * (1 if tied else 2) + hidden
+    if c.model_type in _LAYERNORM_UNGATED:  # the final LayerNorm's bias; Phi's output head has a bias too
+        other += hidden + (vocab if c.model_type == "phi" else 0)
     for layer, kind in enumerate(kinds):
         m, o = _layer_params(c, kind, layer, attention)
         matrices, other = matrices + m, other + o

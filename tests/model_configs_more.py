@@ -4,8 +4,8 @@ never a downloaded copy: tests/test_models_more_published.py."""
 
 from __future__ import annotations
 
-# openbmb/MiniCPM3-4B (auto_map left out; longrope's long_factor and short_factor lists, 16 floats each, are cut to
-# four ones here: they set the rope frequencies, not any size)
+# openbmb/MiniCPM3-4B (auto_map left out; longrope's long_factor and short_factor, 16 floats each, are written as
+# ones here: they set the rope frequencies, not any size)
 MINICPM3_4B = {
     "architectures": ["MiniCPM3ForCausalLM"],
     "bos_token_id": 1,
@@ -25,8 +25,8 @@ MINICPM3_4B = {
     "rms_norm_eps": 1e-05,
     "rope_scaling": {
         "type": "longrope",
-        "long_factor": [1.0, 1.0, 1.0, 1.0],
-        "short_factor": [1.0, 1.0, 1.0, 1.0],
+        "long_factor": [1.0] * 16,
+        "short_factor": [1.0] * 16,
         "original_max_position_embeddings": 32768,
     },
     "torch_dtype": "bfloat16",

@@ -408,6 +408,35 @@ def test_fp8_checkpoint_counts_its_matrices_at_one_byte():
     assert any("counted at 8 bits" in note for note in m.notes)
 
 
+COMPRESSED_TENSORS_FP8 = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+            "targets": ["Linear"],
+            "weights": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+        }
+    },
+    "format": "float-quantized",
+    "ignore": ["lm_head"],
+    "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+
+def test_compressed_tensors_checkpoint_counts_its_matrices_at_their_group_width():
+    """Llama-3.1-8B in the layout llm-compressor writes: the 6,979,321,856 matrix parameters at 8 bits, the
+    1,050,939,392 others (embeddings, output head, norms) at 2 B: 9,081,200,640 B (it counted 16,060,522,496)."""
+    m = model({**LLAMA_3_1_8B, "quantization_config": COMPRESSED_TENSORS_FP8})
+    assert m.weights_bytes == 6_979_321_856 + 2 * 1_050_939_392
+
+
+def test_kv_cache_scheme_keeps_the_served_dtype_and_says_how_to_use_it():
+    m = model({**LLAMA_3_1_8B, "quantization_config": COMPRESSED_TENSORS_FP8})
+    assert m.kv_bytes_per_token == 131_072
+    assert any("kv_cache_scheme, 8 bits" in n and "--kv-dtype fp8" in n for n in m.notes)
+
+
 def test_weights_come_from_the_safetensors_index(tmp_path):
     folder = write_model(tmp_path / "qwen3-8b", QWEN3_8B, total_size=16_381_470_720)
     m = ModelMemory.from_pretrained_dir(folder)

@@ -1158,6 +1158,15 @@ def _estimate_weights(
     if isinstance(quant, Mapping):
         method = quant.get("quant_method", "unknown")
         given = quant.get("bits", quant.get("w_bit"))
+        groups = quant.get("config_groups")
+        if given is None and isinstance(groups, Mapping):  # compressed-tensors: the width every group gives
+            widths = {
+                g["weights"].get("num_bits")
+                if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+                else None
+                for g in groups.values()
+            }
+            given = widths.pop() if len(widths) == 1 else None
         if method == "fp8":
             bits = 8
         elif isinstance(given, int) and not isinstance(given, bool) and 0 < given <= 32:
@@ -1226,6 +1235,14 @@ def _build(
     if state_dtype != "auto" and not isinstance(state_dtype, str):
         raise ModelConfigError(f"state_dtype {_shown(state_dtype)} is not a dtype name")
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
+    quant = c.values.get("quantization_config")
+    scheme = quant.get("kv_cache_scheme") if isinstance(quant, Mapping) else None
+    if isinstance(scheme, Mapping) and kv_dtype == "auto":
+        notes.append(
+            f"the checkpoint ships KV-cache quantization scales (kv_cache_scheme, {_shown(scheme.get('num_bits'))} "
+            f"bits): the cache is counted in {kv_name} (kv_dtype auto); an engine run with an fp8 cache "
+            "(--kv-dtype fp8) holds half"
+        )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
     recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]

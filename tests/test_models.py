@@ -45,6 +45,7 @@ from model_configs_more import (
 )
 
 from devmem import DevmemError
+from devmem.planner.capacity import sequence_cost
 from devmem.planner.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
 
 
@@ -266,6 +267,44 @@ def test_transformers_5_dtype_key_is_read():
 def test_non_integer_layer_count_is_refused_naming_the_key():
     with pytest.raises(ModelConfigError, match=r"num_hidden_layers='32' must be a whole number"):
         model({**LLAMA_3_1_8B, "num_hidden_layers": "32"})
+
+
+@pytest.mark.parametrize("value", [32.0, -8, 0, True, [32], {"n": 32}, "32"], ids=repr)
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (QWEN3_8B, "num_hidden_layers"),
+        (QWEN3_8B, "num_attention_heads"),
+        (QWEN3_8B, "num_key_value_heads"),
+        (QWEN3_8B, "head_dim"),
+        (LLAMA_3_1_8B, "hidden_size"),
+        (QWEN3_8B, "max_position_embeddings"),
+        (MISTRAL_7B_V0_1, "sliding_window"),
+        (GEMMA_3_12B_IT, "sliding_window_pattern"),
+        (JAMBA_V0_1, "attn_layer_period"),
+        (QWEN3_NEXT_80B_A3B, "linear_num_value_heads"),
+        (DEEPSEEK_V3, "kv_lora_rank"),
+    ],
+)
+def test_a_size_that_is_not_a_positive_whole_number_is_refused_naming_the_key(config, key, value):
+    """Floats (even 32.0), negatives, zero, booleans, lists, objects and strings: one ModelConfigError naming the key
+    and the value, never a figure."""
+    hostile = (
+        {**config, "text_config": {**config["text_config"], key: value}}
+        if "text_config" in config
+        else {
+            **config,
+            key: value,
+        }
+    )
+    with pytest.raises(ModelConfigError, match=rf"config key {key}=.* must be a whole number from 1 to"):
+        model(hostile)
+
+
+def test_sliding_window_longer_than_any_context_holds_what_full_attention_holds():
+    """Mistral-7B-v0.1 with a 1,000,000-token window: a 32,768-token sequence holds all of it on all 32 layers."""
+    m = model({**MISTRAL_7B_V0_1, "sliding_window": 1_000_000})
+    assert sequence_cost(m, 32_768).kv_bytes == 32_768 // 16 * 16 * m.kv_bytes_per_token
 
 
 def test_layer_list_of_the_wrong_length_is_refused():

@@ -1204,7 +1204,7 @@ def _build(
     if c.values.get("is_encoder_decoder") is True:
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} is an encoder-decoder model (is_encoder_decoder: true): its "
-            "decoder's self-attention and its cross-attention to the encoder's output, which devmem does not model",
+            "decoder caches its own tokens and the encoder's output (cross-attention), which devmem does not model",
             c.model_type,
             ("is_encoder_decoder",),
         )

@@ -242,6 +242,53 @@ def test_key_for_unmodelled_memory_is_refused():
         model({**LLAMA_3_1_8B, "num_kv_shared_layers": 10})
 
 
+MINIMAX_TEXT_01_LIKE = {
+    "model_type": "minimax_text_01",
+    "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1] * 10,
+    "head_dim": 128,
+    "hidden_size": 6144,
+    "intermediate_size": 9216,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "num_local_experts": 32,
+    "max_position_embeddings": 10240000,
+    "vocab_size": 200064,
+    "torch_dtype": "bfloat16",
+}
+RECURRENT_GEMMA_2B_LIKE = {
+    "model_type": "recurrent_gemma",
+    "block_types": ["recurrent", "recurrent", "attention"],
+    "attention_window_size": 2048,
+    "hidden_size": 2560,
+    "intermediate_size": 15360,
+    "lru_width": 2560,
+    "conv1d_width": 4,
+    "num_attention_heads": 10,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "vocab_size": 256000,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (MINIMAX_TEXT_01_LIKE, "attn_type_list"),
+        (RECURRENT_GEMMA_2B_LIKE, "block_types"),
+        ({**MINIMAX_TEXT_01_LIKE, "model_type": "minimax", "attn_type_list": None}, "layer_types"),
+    ],
+    ids=["minimax-attn_type_list", "recurrent_gemma", "minimax-config-class-default"],
+)
+def test_configs_whose_linear_or_recurrent_layers_devmem_cannot_size_are_refused(config, key):
+    """Each was sized as every layer attending fully: MiniMax-Text-01's 70 lightning-attention layers (7 of every 8)
+    and RecurrentGemma's recurrent blocks (2 of every 3) counted as KV cache."""
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model(config)
+    assert caught.value.missing == (key,)
+
+
 def test_config_without_model_type_is_refused():
     with pytest.raises(UnknownArchitectureError, match="no model_type"):
         model({k: v for k, v in LLAMA_3_1_8B.items() if k != "model_type"})

@@ -133,6 +133,13 @@ _UNMODELLED = {
     "num_kv_heads": "a KV-head count under the key num_kv_heads",
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
+    "attn_type_list": "MiniMax's lightning (linear) attention layers",
+    "block_types": "RecurrentGemma's recurrent blocks",
+}
+#: Families whose config class places recurrent layers where the config.json says nothing: refused by model_type.
+_UNMODELLED_FAMILIES = {
+    "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
+    "recurrent_gemma": "RecurrentGemmaConfig places recurrent blocks between its local-attention layers",
 }
 #: Keys that describe recurrent layers: a config setting one whose layers devmem cannot place is refused.
 _RECURRENT_KEYS = (
@@ -1215,6 +1222,13 @@ def _build(
             f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model",
             c.model_type,
             tuple(refused),
+        )
+    if c.model_type in _UNMODELLED_FAMILIES and not c.has("layer_types"):
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} has no layer_types: {_UNMODELLED_FAMILIES[c.model_type]}, "
+            "which devmem does not model",
+            c.model_type,
+            ("layer_types",),
         )
     c.require(
         "num_hidden_layers",

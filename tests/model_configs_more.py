@@ -900,3 +900,36 @@ STARCODER2_15B = {
     "use_cache": True,
     "vocab_size": 49152,
 }
+
+# LGAI-EXAONE/EXAONE-3.5-7.8B-Instruct (num_layers for num_hidden_layers, as ExaoneConfig's attribute_map reads it)
+EXAONE_3_5_7_8B = {
+    "architectures": ["ExaoneForCausalLM"],
+    "activation_function": "silu",
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "embed_dropout": 0.0,
+    "eos_token_id": 361,
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "layer_norm_epsilon": 1e-05,
+    "max_position_embeddings": 32768,
+    "model_type": "exaone",
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_layers": 32,
+    "pad_token_id": 0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 102400,
+}

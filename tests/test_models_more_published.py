@@ -13,6 +13,7 @@ from model_configs_more import (
     COHERE2_7B,
     DBRX,
     DEEPSEEK_V2_LITE,
+    EXAONE_3_5_7_8B,
     FALCON_7B,
     FALCON_H1_0_5B,
     GEMMA_3_1B,
@@ -179,6 +180,23 @@ def test_granite_hybrid_counts_its_shared_mlp():
     """GraniteMoeHybrid layers have a shared MLP beside the experts: 35,478,895,104 parameters, 4,026,531,840
     (40 x 3 x 4,096 x 8,192) of them in the shared MLPs."""
     assert model(GRANITE_4_H_SHAPED).weights_bytes == 35_478_895_104 * 2
+
+
+def test_exaone_3_5_layers_are_read_from_num_layers():
+    """ExaoneConfig maps num_layers to num_hidden_layers: 32 x 2 x 8 x 128 x 2 B = 131,072 B per token (it was
+    refused as lacking num_hidden_layers); llama3 scaling is already in the 32,768; 7,818,448,896 parameters."""
+    m = model(EXAONE_3_5_7_8B)
+    assert (m.num_layers, m.kv_bytes_per_token, m.max_context) == (32, 131_072, 32_768)
+    assert m.weights_bytes == 7_818_448_896 * 2
+
+
+def test_hunyuan_cross_layer_attention_is_refused():
+    """use_cla: adjacent layers share one KV cache (Hunyuan-Large, cla_share_factor 2); sized per layer it read
+    twice the cache."""
+    config = {**EXAONE_3_5_7_8B, "model_type": "hunyuan_v1_dense", "use_cla": True, "cla_share_factor": 2}
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model(config)
+    assert caught.value.missing == ("use_cla",)
 
 
 @pytest.mark.parametrize("config", [WHISPER_LARGE_V3, T5_BASE], ids=["whisper", "t5"])

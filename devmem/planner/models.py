@@ -133,9 +133,13 @@ _UNMODELLED = {
     "num_kv_heads": "a KV-head count under the key num_kv_heads",
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
+    "use_cla": "cross-layer attention (Hunyuan's CLA: adjacent layers share one KV cache)",
     "attn_type_list": "MiniMax's lightning (linear) attention layers",
     "block_types": "RecurrentGemma's recurrent blocks",
 }
+#: Keys a family's config.json writes under another name (its transformers config class's ``attribute_map``),
+#: where the rest of the family reads as devmem reads it.
+_ALIASES = {"exaone": {"num_hidden_layers": "num_layers"}}
 #: Families whose config class places recurrent layers where the config.json says nothing: refused by model_type.
 _UNMODELLED_FAMILIES = {
     "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
@@ -675,6 +679,9 @@ class _Config:
         if self.nested:
             merged.update({k: raw[k] for k in _INHERITED if k in raw and merged.get(k) is None})
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
+        for key, alias in _ALIASES.get(self.model_type or "", {}).items():
+            if key not in merged and alias in merged:
+                merged[key] = merged[alias]
         self.family, defaults = FAMILY_DEFAULTS.get(self.model_type or "", ("", {}))
         self.defaults = {k: v for k, v in defaults.items() if k not in merged}
         self.values = {**self.defaults, **{k: v for k, v in merged.items() if v is not None}}

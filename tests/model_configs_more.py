@@ -933,3 +933,28 @@ EXAONE_3_5_7_8B = {
     "use_cache": True,
     "vocab_size": 102400,
 }
+
+# tiiuae/falcon-40b
+FALCON_40B = {
+    "alibi": False,
+    "apply_residual_connection_post_layernorm": False,
+    "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "bias": False,
+    "bos_token_id": 11,
+    "eos_token_id": 11,
+    "hidden_dropout": 0.0,
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "falcon",
+    "new_decoder_architecture": True,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 60,
+    "num_kv_heads": 8,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.27.4",
+    "use_cache": True,
+    "vocab_size": 65024,
+}

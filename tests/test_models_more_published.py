@@ -15,6 +15,7 @@ from model_configs_more import (
     DEEPSEEK_V2_LITE,
     EXAONE_3_5_7_8B,
     FALCON_7B,
+    FALCON_40B,
     FALCON_H1_0_5B,
     GEMMA_3_1B,
     GEMMA_7B,
@@ -190,6 +191,22 @@ def test_exaone_3_5_layers_are_read_from_num_layers():
     assert m.weights_bytes == 7_818_448_896 * 2
 
 
+def test_falcon_7b_is_multi_query_as_vllm_reads_it():
+    """multi_query: one K/V head of 4,544 / 71 = 64; 32 x 2 x 1 x 64 x 2 B = 8,192 B per token (it was refused);
+    FalconConfig's 2,048 positions; 6,921,720,704 parameters (tied, one LayerNorm per parallel layer)."""
+    m = model(FALCON_7B)
+    assert (m.num_kv_heads, m.head_dim, m.kv_bytes_per_token, m.max_context) == (1, 64, 8192, 2048)
+    assert m.weights_bytes == 6_921_720_704 * 2
+
+
+def test_falcon_40b_new_decoder_architecture_reads_num_kv_heads():
+    """new_decoder_architecture: 8 K/V heads of 8,192 / 128 = 64; 60 x 2 x 8 x 64 x 2 B = 122,880 B per token;
+    41,303,293,952 parameters (two LayerNorms per layer)."""
+    m = model(FALCON_40B)
+    assert (m.num_kv_heads, m.kv_bytes_per_token, m.weights_bytes) == (8, 122_880, 41_303_293_952 * 2)
+    assert not any("multi_query" in n for n in m.notes)
+
+
 def test_hunyuan_cross_layer_attention_is_refused():
     """use_cla: adjacent layers share one KV cache (Hunyuan-Large, cla_share_factor 2); sized per layer it read
     twice the cache."""
@@ -213,11 +230,10 @@ def test_encoder_decoder_is_refused_as_such(config):
         (BLOOM_560M, ("num_hidden_layers", "num_attention_heads")),
         (DBRX, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
         (MPT_7B, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
-        (FALCON_7B, ("multi_query",)),
         (CHATGLM4_9B, ("multi_query_group_num",)),
         (FALCON_H1_0_5B, ("mamba_d_state", "mamba_n_heads", "mamba_d_ssm")),
     ],
-    ids=["gpt-j", "bloom", "dbrx", "mpt", "falcon", "chatglm", "falcon-h1"],
+    ids=["gpt-j", "bloom", "dbrx", "mpt", "chatglm", "falcon-h1"],
 )
 def test_configs_under_other_key_names_are_refused_naming_the_keys(config, keys):
     with pytest.raises(UnknownArchitectureError) as caught:

@@ -128,7 +128,7 @@ _UNMODELLED = {
     "num_kv_shared_layers": "KV shared across layers (Gemma 3n)",
     "linear_attn_config": "Kimi-Linear's delta-attention layers",
     "cross_attention_layers": "cross-attention layers (Mllama)",
-    "multi_query": "Falcon's multi-query flag",
+    "multi_query": "a multi-query flag (read for Falcon only)",
     "n_head_kv": "a KV-head count under the key n_head_kv",
     "num_kv_heads": "a KV-head count under the key num_kv_heads",
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
@@ -137,6 +137,9 @@ _UNMODELLED = {
     "attn_type_list": "MiniMax's lightning (linear) attention layers",
     "block_types": "RecurrentGemma's recurrent blocks",
 }
+#: Falcon's KV-head keys, read as vLLM reads them (``multi_query`` unless ``new_decoder_architecture``, then
+#: ``num_kv_heads``).
+_FALCON_KV_KEYS = ("multi_query", "num_kv_heads")
 #: Keys a family's config.json writes under another name (its transformers config class's ``attribute_map``),
 #: where the rest of the family reads as devmem reads it.
 _ALIASES = {"exaone": {"num_hidden_layers": "num_layers"}}
@@ -981,7 +984,10 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
                 ("head_dim",),
             )
         head_dim = hidden // heads
-    if c.has("num_key_value_heads"):
+    if c.model_type == "falcon":  # as vLLM reads it: one K/V head unless new_decoder_architecture
+        multi_query = not c.flag("new_decoder_architecture", False) and c.flag("multi_query", True)
+        kv = 1 if multi_query else c.int("num_kv_heads") if c.has("num_kv_heads") else heads
+    elif c.has("num_key_value_heads"):
         kv = c.int("num_key_value_heads")
     else:
         kv = heads
@@ -1100,7 +1106,7 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
     if kind in ("mlp", "moe"):
         return _cacheless_params(c, kind, hidden)
     single_mixer = c.model_type == "nemotron_h"  # one mixer per layer: no MLP beside it
-    mlp, router = (0, 0) if single_mixer else _mlp_params(c, layer, hidden)
+    mlp, router = (0, 0) if single_mixer or c.model_type == "falcon" else _mlp_params(c, layer, hidden)
     norms = hidden * (1 if single_mixer or c.model_type in _ONE_NORM else 4 if c.model_type in _FOUR_NORMS else 2)
     if kind == MAMBA2:
         matrices, other = _mamba2_params(c, hidden)
@@ -1133,6 +1139,15 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         return mlp + matrices, router + norms + rank + (0 if q_rank is None else c.int("q_lora_rank"))
     gate = 2 if c.model_type in _GATED_QUERY else 1
     matrices = hidden * heads * head_dim * gate + 2 * hidden * kv * head_dim + heads * head_dim * hidden
+    if c.model_type == "falcon":  # fused QKV, an ungated MLP, LayerNorms; biases where the config says so
+        inner = c.get_int("ffn_hidden_size", 4 * hidden, positive=True)
+        biased = c.flag("bias", False)
+        bias = (heads + 2 * kv) * head_dim + hidden + inner + hidden if biased else 0
+        if c.flag("new_decoder_architecture", False):
+            layer_norms = c.get_int("num_ln_in_parallel_attn", 2, positive=True)
+        else:
+            layer_norms = 1 if c.flag("parallel_attn", True) else 2
+        return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias
     if c.model_type in _LAYERNORM_UNGATED:  # up and down with biases, LayerNorms with biases, biased projections
         inner = c.int("intermediate_size", why="the weights estimate")
         biased = c.flag("attention_bias", True) and c.flag("use_bias", True)
@@ -1161,8 +1176,8 @@ def _estimate_weights(
     hidden, vocab = c.int("hidden_size", why="the weights estimate"), c.int("vocab_size", why="the weights estimate")
     tied = c.flag("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
     matrices, other = 0, vocab * hidden * (1 if tied else 2) + hidden
-    if c.model_type in _LAYERNORM_UNGATED:  # the final LayerNorm's bias; Phi's output head has a bias too
-        other += hidden + (vocab if c.model_type == "phi" else 0)
+    if c.model_type in _LAYERNORM_UNGATED or c.model_type == "falcon":
+        other += hidden + (vocab if c.model_type == "phi" else 0)  # the final LayerNorm's bias, Phi's head's
     for layer, kind in enumerate(kinds):
         m, o = _layer_params(c, kind, layer, attention)
         matrices, other = matrices + m, other + o
@@ -1222,7 +1237,8 @@ def _build(
             c.model_type,
             ("is_encoder_decoder",),
         )
-    refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False)]
+    read_here = _FALCON_KV_KEYS if c.model_type == "falcon" else ()
+    refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False) and k not in read_here]
     if refused:
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(refused)}: "

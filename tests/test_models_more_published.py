@@ -207,6 +207,23 @@ def test_falcon_40b_new_decoder_architecture_reads_num_kv_heads():
     assert not any("multi_query" in n for n in m.notes)
 
 
+def test_gpt_j_reads_its_gpt2_style_keys():
+    """GPTJConfig's attribute_map: n_layer 28, n_head 16, n_embd 4,096 (head dim 256), n_positions 2,048;
+    28 x 2 x 16 x 256 x 2 B = 458,752 B per token (it was refused); 6,050,882,784 parameters (n_inner null: 4 x
+    4,096; one LayerNorm per layer, unbiased attention, biased MLP and output head)."""
+    m = model(GPTJ_6B)
+    assert (m.num_layers, m.head_dim, m.kv_bytes_per_token, m.max_context) == (28, 256, 458_752, 2048)
+    assert m.weights_bytes == 6_050_882_784 * 2
+
+
+def test_bloom_reads_n_layer_and_n_head():
+    """n_layer 24, n_head 16 (1,024 / 16 = 64): 24 x 2 x 16 x 64 x 2 B = 98,304 B per token (it was refused);
+    ALiBi, no length key: no maximum context; 559,214,592 parameters (tied, a LayerNorm on the embeddings)."""
+    m = model(BLOOM_560M)
+    assert (m.num_layers, m.kv_bytes_per_token, m.max_context) == (24, 98_304, None)
+    assert m.weights_bytes == 559_214_592 * 2
+
+
 def test_hunyuan_cross_layer_attention_is_refused():
     """use_cla: adjacent layers share one KV cache (Hunyuan-Large, cla_share_factor 2); sized per layer it read
     twice the cache."""
@@ -226,14 +243,12 @@ def test_encoder_decoder_is_refused_as_such(config):
 @pytest.mark.parametrize(
     ("config", "keys"),
     [
-        (GPTJ_6B, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
-        (BLOOM_560M, ("num_hidden_layers", "num_attention_heads")),
         (DBRX, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
         (MPT_7B, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
         (CHATGLM4_9B, ("multi_query_group_num",)),
         (FALCON_H1_0_5B, ("mamba_d_state", "mamba_n_heads", "mamba_d_ssm")),
     ],
-    ids=["gpt-j", "bloom", "dbrx", "mpt", "chatglm", "falcon-h1"],
+    ids=["dbrx", "mpt", "chatglm", "falcon-h1"],
 )
 def test_configs_under_other_key_names_are_refused_naming_the_keys(config, keys):
     with pytest.raises(UnknownArchitectureError) as caught:

@@ -104,6 +104,7 @@ _TIED_BY_DEFAULT = {
     "starcoder2",
     "smollm3",
     "ernie4_5",
+    "bloom",
 }
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
@@ -115,9 +116,16 @@ _QKV_BIAS = {"qwen2", "qwen2_moe"}
 #: after attention and around the MLP too).
 _ONE_NORM = {"cohere", "cohere2"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
-#: Families whose MLP is two matrices (up and down, no gate) with biases, whose projections carry biases
-#: (``attention_bias`` / ``use_bias``, true by default) and whose norms are LayerNorms with a bias.
-_LAYERNORM_UNGATED = {"gpt_neox", "starcoder2", "phi"}
+#: Families whose MLP is two matrices (up and down, no gate) with biases and whose norms are LayerNorms with a bias:
+#: family -> (LayerNorms per layer, whether the attention projections carry biases unless ``attention_bias`` /
+#: ``use_bias`` say otherwise, whether the output head has a bias, LayerNorms beside the final one).
+_LAYERNORM_UNGATED = {
+    "gpt_neox": (2, True, False, 0),
+    "starcoder2": (2, True, False, 0),
+    "phi": (1, True, True, 0),  # attention and MLP side by side after one norm
+    "gptj": (1, False, True, 0),
+    "bloom": (2, True, False, 1),  # and a LayerNorm on the embeddings
+}
 #: Families whose every layer has a dense MLP of ``shared_intermediate_size`` beside its experts.
 _GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 #: Families whose full-attention query projection also produces an output gate (twice the query width).
@@ -142,7 +150,17 @@ _UNMODELLED = {
 _FALCON_KV_KEYS = ("multi_query", "num_kv_heads")
 #: Keys a family's config.json writes under another name (its transformers config class's ``attribute_map``),
 #: where the rest of the family reads as devmem reads it.
-_ALIASES = {"exaone": {"num_hidden_layers": "num_layers"}}
+_ALIASES = {
+    "exaone": {"num_hidden_layers": "num_layers"},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+    "gptj": {
+        "num_hidden_layers": "n_layer",
+        "num_attention_heads": "n_head",
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "intermediate_size": "n_inner",
+    },
+}
 #: Families whose config class places recurrent layers where the config.json says nothing: refused by model_type.
 _UNMODELLED_FAMILIES = {
     "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
@@ -1106,7 +1124,8 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
     if kind in ("mlp", "moe"):
         return _cacheless_params(c, kind, hidden)
     single_mixer = c.model_type == "nemotron_h"  # one mixer per layer: no MLP beside it
-    mlp, router = (0, 0) if single_mixer or c.model_type == "falcon" else _mlp_params(c, layer, hidden)
+    own_mlp = single_mixer or c.model_type == "falcon" or c.model_type in _LAYERNORM_UNGATED  # counted below
+    mlp, router = (0, 0) if own_mlp else _mlp_params(c, layer, hidden)
     norms = hidden * (1 if single_mixer or c.model_type in _ONE_NORM else 4 if c.model_type in _FOUR_NORMS else 2)
     if kind == MAMBA2:
         matrices, other = _mamba2_params(c, hidden)
@@ -1148,12 +1167,13 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         else:
             layer_norms = 1 if c.flag("parallel_attn", True) else 2
         return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias
-    if c.model_type in _LAYERNORM_UNGATED:  # up and down with biases, LayerNorms with biases, biased projections
-        inner = c.int("intermediate_size", why="the weights estimate")
-        biased = c.flag("attention_bias", True) and c.flag("use_bias", True)
+    if c.model_type in _LAYERNORM_UNGATED:
+        layer_norms, attention_biased, _, _ = _LAYERNORM_UNGATED[c.model_type]
+        inner = c.get_int("intermediate_size", 4 * hidden, positive=True)  # GPT-J's n_inner, Bloom: 4 x hidden
+        mlp_biased = c.flag("use_bias", True)
+        biased = attention_biased and mlp_biased and c.flag("attention_bias", True)
         bias = (heads + 2 * kv) * head_dim + hidden if biased else 0
-        norms = 2 * hidden * (1 if c.model_type == "phi" else 2)  # Phi's attention and MLP share one norm
-        return 2 * hidden * inner + matrices, norms + bias + (inner + hidden if biased else 0)
+        return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias + (inner + hidden if mlp_biased else 0)
     bias = 0
     if c.values.get("attention_bias") is True:
         bias = (heads + 2 * kv) * head_dim + hidden
@@ -1176,8 +1196,11 @@ def _estimate_weights(
     hidden, vocab = c.int("hidden_size", why="the weights estimate"), c.int("vocab_size", why="the weights estimate")
     tied = c.flag("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
     matrices, other = 0, vocab * hidden * (1 if tied else 2) + hidden
-    if c.model_type in _LAYERNORM_UNGATED or c.model_type == "falcon":
-        other += hidden + (vocab if c.model_type == "phi" else 0)  # the final LayerNorm's bias, Phi's head's
+    if c.model_type == "falcon":
+        other += hidden  # the final LayerNorm's bias
+    if c.model_type in _LAYERNORM_UNGATED:  # the final LayerNorm's bias, the others, the output head's bias
+        _, _, head_bias, more_norms = _LAYERNORM_UNGATED[c.model_type]
+        other += hidden + 2 * hidden * more_norms + (vocab if head_bias else 0)
     for layer, kind in enumerate(kinds):
         m, o = _layer_params(c, kind, layer, attention)
         matrices, other = matrices + m, other + o

@@ -34,9 +34,12 @@ from model_configs import (
     write_model,
 )
 from model_configs_more import (
+    BLOOM_560M,
     COHERE2_7B,
     DEEPSEEK_V2_LITE,
+    FALCON_40B,
     GLM_4_5_AIR,
+    GPTJ_6B,
     GRANITE_4_H_SHAPED,
     MINICPM3_4B,
     OLMOE_1B_7B,
@@ -348,6 +351,11 @@ def test_a_size_that_is_not_a_positive_whole_number_is_refused_naming_the_key(co
         model(hostile)
 
 
+def test_a_size_under_another_key_name_is_refused_by_the_name_in_the_file():
+    with pytest.raises(ModelConfigError, match=r"config key n_layer='28' must be a whole number"):
+        model({**GPTJ_6B, "n_layer": "28"})
+
+
 def test_sliding_window_longer_than_any_context_holds_what_full_attention_holds():
     """Mistral-7B-v0.1 with a 1,000,000-token window: a 32,768-token sequence holds all of it on all 32 layers."""
     m = model({**MISTRAL_7B_V0_1, "sliding_window": 1_000_000})
@@ -423,6 +431,9 @@ JSON_VALUES = st.recursive(
     max_leaves=8,
 )
 FIXTURES = [
+    FALCON_40B,
+    GPTJ_6B,
+    BLOOM_560M,
     MINICPM3_4B,
     COHERE2_7B,
     DEEPSEEK_V2_LITE,

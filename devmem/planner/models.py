@@ -700,9 +700,10 @@ class _Config:
         if self.nested:
             merged.update({k: raw[k] for k in _INHERITED if k in raw and merged.get(k) is None})
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
+        self.aliased: dict[str, str] = {}
         for key, alias in _ALIASES.get(self.model_type or "", {}).items():
             if key not in merged and alias in merged:
-                merged[key] = merged[alias]
+                merged[key], self.aliased[key] = merged[alias], alias
         self.family, defaults = FAMILY_DEFAULTS.get(self.model_type or "", ("", {}))
         self.defaults = {k: v for k, v in defaults.items() if k not in merged}
         self.values = {**self.defaults, **{k: v for k, v in merged.items() if v is not None}}
@@ -739,7 +740,8 @@ class _Config:
             or not (1 if positive else 0) <= int(value) <= MAX_CONFIG_INT
         ):
             raise ModelConfigError(
-                f"config key {key}={_shown(value)} must be a whole number from {1 if positive else 0} "
+                f"config key {self.aliased.get(key, key)}={_shown(value)} must be a whole number from "
+                f"{1 if positive else 0} "
                 f"to {MAX_CONFIG_INT}"
             )
         return int(value)

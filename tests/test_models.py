@@ -36,6 +36,7 @@ from model_configs import (
 from model_configs_more import (
     BLOOM_560M,
     COHERE2_7B,
+    DBRX,
     DEEPSEEK_V2_LITE,
     FALCON_40B,
     GLM_4_5_AIR,
@@ -431,6 +432,7 @@ JSON_VALUES = st.recursive(
     max_leaves=8,
 )
 FIXTURES = [
+    DBRX,
     FALCON_40B,
     GPTJ_6B,
     BLOOM_560M,

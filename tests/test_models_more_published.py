@@ -224,6 +224,22 @@ def test_bloom_reads_n_layer_and_n_head():
     assert m.weights_bytes == 559_214_592 * 2
 
 
+def test_dbrx_reads_its_nested_attention_and_expert_configs():
+    """DbrxConfig: n_layers 40, n_heads 48, d_model 6,144 (head dim 128), attn_config.kv_n_heads 8, max_seq_len
+    32,768: 40 x 2 x 8 x 128 x 2 B = 163,840 B per token (it was refused); 16 gated experts of ffn_hidden_size
+    10,752: 131,596,523,520 parameters."""
+    m = model(DBRX)
+    assert (m.num_layers, m.num_kv_heads, m.kv_bytes_per_token, m.max_context) == (40, 8, 163_840, 32_768)
+    assert m.weights_bytes == 131_596_523_520 * 2
+
+
+def test_dbrx_without_kv_n_heads_is_refused_naming_it():
+    """DbrxAttentionConfig defaults kv_n_heads to 1 where vLLM falls back to the 48 attention heads: not guessed."""
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model({**DBRX, "attn_config": {"clip_qkv": 8, "rope_theta": 500000}})
+    assert caught.value.missing == ("attn_config.kv_n_heads",)
+
+
 def test_hunyuan_cross_layer_attention_is_refused():
     """use_cla: adjacent layers share one KV cache (Hunyuan-Large, cla_share_factor 2); sized per layer it read
     twice the cache."""
@@ -243,12 +259,11 @@ def test_encoder_decoder_is_refused_as_such(config):
 @pytest.mark.parametrize(
     ("config", "keys"),
     [
-        (DBRX, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
         (MPT_7B, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
         (CHATGLM4_9B, ("multi_query_group_num",)),
         (FALCON_H1_0_5B, ("mamba_d_state", "mamba_n_heads", "mamba_d_ssm")),
     ],
-    ids=["dbrx", "mpt", "chatglm", "falcon-h1"],
+    ids=["mpt", "chatglm", "falcon-h1"],
 )
 def test_configs_under_other_key_names_are_refused_naming_the_keys(config, keys):
     with pytest.raises(UnknownArchitectureError) as caught:

@@ -152,6 +152,15 @@ _FALCON_KV_KEYS = ("multi_query", "num_kv_heads")
 #: where the rest of the family reads as devmem reads it.
 _ALIASES = {
     "exaone": {"num_hidden_layers": "num_layers"},
+    "dbrx": {
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "hidden_size": "d_model",
+        "max_position_embeddings": "max_seq_len",
+        "num_key_value_heads": "attn_config.kv_n_heads",
+        "num_local_experts": "ffn_config.moe_num_experts",
+        "intermediate_size": "ffn_config.ffn_hidden_size",
+    },
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "gptj": {
         "num_hidden_layers": "n_layer",
@@ -702,8 +711,10 @@ class _Config:
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
         self.aliased: dict[str, str] = {}
         for key, alias in _ALIASES.get(self.model_type or "", {}).items():
-            if key not in merged and alias in merged:
-                merged[key], self.aliased[key] = merged[alias], alias
+            outer, _, inner = alias.partition(".")  # "attn_config.kv_n_heads": inside a nested object
+            holder = merged.get(outer) if inner else merged
+            if key not in merged and isinstance(holder, Mapping) and (inner or outer) in holder:
+                merged[key], self.aliased[key] = holder[inner or outer], alias
         self.family, defaults = FAMILY_DEFAULTS.get(self.model_type or "", ("", {}))
         self.defaults = {k: v for k, v in defaults.items() if k not in merged}
         self.values = {**self.defaults, **{k: v for k, v in merged.items() if v is not None}}
@@ -1009,6 +1020,13 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         kv = 1 if multi_query else c.int("num_kv_heads") if c.has("num_kv_heads") else heads
     elif c.has("num_key_value_heads"):
         kv = c.int("num_key_value_heads")
+    elif c.model_type == "dbrx":  # DbrxAttentionConfig's default is 1, vLLM's the attention heads: not guessed
+        raise UnknownArchitectureError(
+            "config of model_type 'dbrx' lacks attn_config.kv_n_heads, which the KV cache per token needs; "
+            "devmem does not guess it",
+            c.model_type,
+            ("attn_config.kv_n_heads",),
+        )
     else:
         kv = heads
         notes.append(

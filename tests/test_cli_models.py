@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from model_configs import QWEN3_8B, TINY_LLAMA, write_model
+from model_configs_more import WHISPER_LARGE_V3
 
 from devmem import GiB
 from devmem.command.main import main
@@ -110,6 +111,13 @@ def test_plan_model_unknown_architecture_exits_3_naming_the_missing_keys(capsys,
     assert err.startswith(
         "devmem: error: config of model_type 'mystery' lacks num_hidden_layers, num_attention_heads, hidden_size"
     )
+
+
+def test_plan_model_encoder_decoder_exits_3_with_one_line(capsys, tmp_path):
+    folder = write_model(tmp_path / "whisper", WHISPER_LARGE_V3)
+    code, out, err = run(capsys, "plan", "--model", str(folder), "--pinned", "1GiB")
+    assert code == 3 and out == "" and err.count("\n") == 1
+    assert err.startswith("devmem: error: config of model_type 'whisper' is an encoder-decoder model")
 
 
 @pytest.mark.parametrize(

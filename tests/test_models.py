@@ -33,8 +33,23 @@ from model_configs import (
     QWEN3_NEXT_80B_A3B,
     write_model,
 )
+from model_configs_more import (
+    BLOOM_560M,
+    COHERE2_7B,
+    DBRX,
+    DEEPSEEK_V2_LITE,
+    FALCON_40B,
+    GLM_4_5_AIR,
+    GPTJ_6B,
+    GRANITE_4_H_SHAPED,
+    MINICPM3_4B,
+    OLMOE_1B_7B,
+    PHI3_MINI_4K,
+    QWEN2_5_VL_7B,
+)
 
 from devmem import DevmemError
+from devmem.planner.capacity import sequence_cost
 from devmem.planner.models import ModelConfigError, ModelMemory, UnknownArchitectureError, load_model
 
 
@@ -231,6 +246,53 @@ def test_key_for_unmodelled_memory_is_refused():
         model({**LLAMA_3_1_8B, "num_kv_shared_layers": 10})
 
 
+MINIMAX_TEXT_01_LIKE = {
+    "model_type": "minimax_text_01",
+    "attn_type_list": [0, 0, 0, 0, 0, 0, 0, 1] * 10,
+    "head_dim": 128,
+    "hidden_size": 6144,
+    "intermediate_size": 9216,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "num_local_experts": 32,
+    "max_position_embeddings": 10240000,
+    "vocab_size": 200064,
+    "torch_dtype": "bfloat16",
+}
+RECURRENT_GEMMA_2B_LIKE = {
+    "model_type": "recurrent_gemma",
+    "block_types": ["recurrent", "recurrent", "attention"],
+    "attention_window_size": 2048,
+    "hidden_size": 2560,
+    "intermediate_size": 15360,
+    "lru_width": 2560,
+    "conv1d_width": 4,
+    "num_attention_heads": 10,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "vocab_size": 256000,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (MINIMAX_TEXT_01_LIKE, "attn_type_list"),
+        (RECURRENT_GEMMA_2B_LIKE, "block_types"),
+        ({**MINIMAX_TEXT_01_LIKE, "model_type": "minimax", "attn_type_list": None}, "layer_types"),
+    ],
+    ids=["minimax-attn_type_list", "recurrent_gemma", "minimax-config-class-default"],
+)
+def test_configs_whose_linear_or_recurrent_layers_devmem_cannot_size_are_refused(config, key):
+    """Each was sized as every layer attending fully: MiniMax-Text-01's 70 lightning-attention layers (7 of every 8)
+    and RecurrentGemma's recurrent blocks (2 of every 3) counted as KV cache."""
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model(config)
+    assert caught.value.missing == (key,)
+
+
 def test_config_without_model_type_is_refused():
     with pytest.raises(UnknownArchitectureError, match="no model_type"):
         model({k: v for k, v in LLAMA_3_1_8B.items() if k != "model_type"})
@@ -258,6 +320,49 @@ def test_non_integer_layer_count_is_refused_naming_the_key():
         model({**LLAMA_3_1_8B, "num_hidden_layers": "32"})
 
 
+@pytest.mark.parametrize("value", [32.0, -8, 0, True, [32], {"n": 32}, "32"], ids=repr)
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (QWEN3_8B, "num_hidden_layers"),
+        (QWEN3_8B, "num_attention_heads"),
+        (QWEN3_8B, "num_key_value_heads"),
+        (QWEN3_8B, "head_dim"),
+        (LLAMA_3_1_8B, "hidden_size"),
+        (QWEN3_8B, "max_position_embeddings"),
+        (MISTRAL_7B_V0_1, "sliding_window"),
+        (GEMMA_3_12B_IT, "sliding_window_pattern"),
+        (JAMBA_V0_1, "attn_layer_period"),
+        (QWEN3_NEXT_80B_A3B, "linear_num_value_heads"),
+        (DEEPSEEK_V3, "kv_lora_rank"),
+    ],
+)
+def test_a_size_that_is_not_a_positive_whole_number_is_refused_naming_the_key(config, key, value):
+    """Floats (even 32.0), negatives, zero, booleans, lists, objects and strings: one ModelConfigError naming the key
+    and the value, never a figure."""
+    hostile = (
+        {**config, "text_config": {**config["text_config"], key: value}}
+        if "text_config" in config
+        else {
+            **config,
+            key: value,
+        }
+    )
+    with pytest.raises(ModelConfigError, match=rf"config key {key}=.* must be a whole number from 1 to"):
+        model(hostile)
+
+
+def test_a_size_under_another_key_name_is_refused_by_the_name_in_the_file():
+    with pytest.raises(ModelConfigError, match=r"config key n_layer='28' must be a whole number"):
+        model({**GPTJ_6B, "n_layer": "28"})
+
+
+def test_sliding_window_longer_than_any_context_holds_what_full_attention_holds():
+    """Mistral-7B-v0.1 with a 1,000,000-token window: a 32,768-token sequence holds all of it on all 32 layers."""
+    m = model({**MISTRAL_7B_V0_1, "sliding_window": 1_000_000})
+    assert sequence_cost(m, 32_768).kv_bytes == 32_768 // 16 * 16 * m.kv_bytes_per_token
+
+
 def test_layer_list_of_the_wrong_length_is_refused():
     with pytest.raises(ModelConfigError, match=r"layer_types must list one entry per layer \(32\)"):
         model({**LLAMA_3_1_8B, "layer_types": ["full_attention"] * 31})
@@ -273,12 +378,72 @@ def test_config_dtype_devmem_does_not_know_asks_for_one():
         model({**LLAMA_3_1_8B, "torch_dtype": "auto"})
 
 
+def test_transformers_5_rope_parameters_scale_the_maximum_context():
+    """Qwen3-8B as transformers 5 writes it: rope_parameters yarn, 32,768 x 4 = 131,072 (it read 40,960)."""
+    config = {
+        **QWEN3_8B,
+        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+    }
+    assert model(config).max_context == 131_072
+
+
+def test_rope_factor_that_is_not_a_number_is_refused_naming_the_key():
+    """A factor of "4" was skipped silently: Qwen3-8B then read 40,960 tokens."""
+    config = {
+        **QWEN3_8B,
+        "rope_scaling": {"rope_type": "yarn", "factor": "4", "original_max_position_embeddings": 32768},
+    }
+    with pytest.raises(ModelConfigError, match=r"rope_scaling.factor='4' must be a number from 1 to 1024"):
+        model(config)
+
+
+def test_yarn_original_length_that_is_not_a_whole_number_is_refused_naming_the_key():
+    """It was read as max_position_embeddings x factor: 163,840 for Qwen3-8B."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "32768"}
+    with pytest.raises(ModelConfigError, match=r"rope_scaling.original_max_position_embeddings='32768' must be"):
+        model({**QWEN3_8B, "rope_scaling": scaling})
+
+
+def test_use_sliding_window_that_is_not_a_boolean_is_refused():
+    """The string "false" read as true: Qwen2.5-7B with max_window_layers 20 slid its last 8 layers."""
+    with pytest.raises(ModelConfigError, match=r"config key use_sliding_window='false' must be true or false"):
+        model({**QWEN2_5_7B, "use_sliding_window": "false", "max_window_layers": 20})
+
+
+def test_tie_word_embeddings_that_is_not_a_boolean_is_refused():
+    """The string "false" read as tied: Llama-3.1-8B's weights short of its 128,256 x 4,096 output head."""
+    with pytest.raises(ModelConfigError, match=r"config key tie_word_embeddings='false' must be true or false"):
+        model({**LLAMA_3_1_8B, "tie_word_embeddings": "false"})
+
+
+def test_head_dim_null_falls_back_to_hidden_over_heads():
+    """Qwen3Config with head_dim null: hidden_size 4,096 / 32 heads = 128, as transformers reads it."""
+    assert model({**QWEN3_8B, "head_dim": None}).head_dim == 128
+
+
+def test_num_key_value_heads_null_means_one_per_attention_head():
+    """Qwen2Config with num_key_value_heads null: 28 K/V heads (the family default, 32, is not taken)."""
+    assert model({**QWEN2_5_7B, "num_key_value_heads": None}).num_kv_heads == 28
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=8,
 )
 FIXTURES = [
+    DBRX,
+    FALCON_40B,
+    GPTJ_6B,
+    BLOOM_560M,
+    MINICPM3_4B,
+    COHERE2_7B,
+    DEEPSEEK_V2_LITE,
+    QWEN2_5_VL_7B,
+    OLMOE_1B_7B,
+    GLM_4_5_AIR,
+    GRANITE_4_H_SHAPED,
+    PHI3_MINI_4K,
     LLAMA_3_1_8B,
     GEMMA_2_9B_IT,
     GEMMA_3_12B_IT,
@@ -340,6 +505,35 @@ def test_fp8_checkpoint_counts_its_matrices_at_one_byte():
     m, unquantized = model(DEEPSEEK_V3), model({k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"})
     assert m.weights_bytes < unquantized.weights_bytes * 0.51
     assert any("counted at 8 bits" in note for note in m.notes)
+
+
+COMPRESSED_TENSORS_FP8 = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+            "targets": ["Linear"],
+            "weights": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+        }
+    },
+    "format": "float-quantized",
+    "ignore": ["lm_head"],
+    "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+
+def test_compressed_tensors_checkpoint_counts_its_matrices_at_their_group_width():
+    """Llama-3.1-8B in the layout llm-compressor writes: the 6,979,321,856 matrix parameters at 8 bits, the
+    1,050,939,392 others (embeddings, output head, norms) at 2 B: 9,081,200,640 B (it counted 16,060,522,496)."""
+    m = model({**LLAMA_3_1_8B, "quantization_config": COMPRESSED_TENSORS_FP8})
+    assert m.weights_bytes == 6_979_321_856 + 2 * 1_050_939_392
+
+
+def test_kv_cache_scheme_keeps_the_served_dtype_and_says_how_to_use_it():
+    m = model({**LLAMA_3_1_8B, "quantization_config": COMPRESSED_TENSORS_FP8})
+    assert m.kv_bytes_per_token == 131_072
+    assert any("kv_cache_scheme, 8 bits" in n and "--kv-dtype fp8" in n for n in m.notes)
 
 
 def test_weights_come_from_the_safetensors_index(tmp_path):

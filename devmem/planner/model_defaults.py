@@ -450,6 +450,21 @@ FAMILY_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "attention_bias": False,
         },
     ),
+    "falcon": (
+        "FalconConfig",
+        {
+            "vocab_size": 65024,
+            "hidden_size": 4544,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 71,
+            "max_position_embeddings": 2048,
+            "tie_word_embeddings": True,
+            "multi_query": True,
+            "new_decoder_architecture": False,
+            "parallel_attn": True,
+            "bias": False,
+        },
+    ),
 }
 #: Multimodal configs whose text config names the family another way.
 FAMILY_DEFAULTS["gemma3"] = FAMILY_DEFAULTS["gemma3_text"]

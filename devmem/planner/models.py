@@ -88,12 +88,46 @@ _PATTERN = {"M": MAMBA2, "*": FULL, "-": "mlp", "E": "moe"}
 _MAMBA2_FAMILIES = {"nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "zamba2"}
 #: Families whose attention is MLA: without ``kv_lora_rank`` they are refused, never sized as multi-head.
 _MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "minicpm3", "kimi_linear"}
+#: Families with MLA projections whose engine caches the expanded K and V of every head, not the latent (vLLM's
+#: MiniCPM3: K and V of ``qk_nope_head_dim + qk_rope_head_dim`` per head, V zero-padded to it).
+_EXPANDED_MLA = {"minicpm3"}
 #: Families whose config class ties the output embedding to the input one unless told otherwise.
-_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "lfm2"}
+_TIED_BY_DEFAULT = {
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "lfm2",
+    "cohere",
+    "cohere2",
+    "minicpm3",
+    "starcoder2",
+    "smollm3",
+    "ernie4_5",
+    "bloom",
+}
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
+#: Families with a norm over the whole query and key projections (OLMo 2, OLMoE).
+_QK_NORM_ALL = {"olmo2", "olmoe"}
 #: Families whose q, k and v projections carry a bias whatever ``attention_bias`` says.
 _QKV_BIAS = {"qwen2", "qwen2_moe"}
+#: Families with one norm per layer (Cohere's attention and MLP run in parallel) or four (Gemma 2 and 3 norm
+#: after attention and around the MLP too).
+_ONE_NORM = {"cohere", "cohere2"}
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+#: Families whose MLP is two matrices (up and down, no gate) with biases and whose norms are LayerNorms with a bias:
+#: family -> (LayerNorms per layer, whether the attention projections carry biases unless ``attention_bias`` /
+#: ``use_bias`` say otherwise, whether the output head has a bias, LayerNorms beside the final one).
+_LAYERNORM_UNGATED = {
+    "gpt_neox": (2, True, False, 0),
+    "starcoder2": (2, True, False, 0),
+    "phi": (1, True, True, 0),  # attention and MLP side by side after one norm
+    "gptj": (1, False, True, 0),
+    "bloom": (2, True, False, 1),  # and a LayerNorm on the embeddings
+}
+#: Families whose every layer has a dense MLP of ``shared_intermediate_size`` beside its experts.
+_GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 #: Families whose full-attention query projection also produces an output gate (twice the query width).
 _GATED_QUERY = {"qwen3_next"}
 
@@ -102,11 +136,44 @@ _UNMODELLED = {
     "num_kv_shared_layers": "KV shared across layers (Gemma 3n)",
     "linear_attn_config": "Kimi-Linear's delta-attention layers",
     "cross_attention_layers": "cross-attention layers (Mllama)",
-    "multi_query": "Falcon's multi-query flag",
+    "multi_query": "a multi-query flag (read for Falcon only)",
     "n_head_kv": "a KV-head count under the key n_head_kv",
     "num_kv_heads": "a KV-head count under the key num_kv_heads",
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
+    "use_cla": "cross-layer attention (Hunyuan's CLA: adjacent layers share one KV cache)",
+    "attn_type_list": "MiniMax's lightning (linear) attention layers",
+    "block_types": "RecurrentGemma's recurrent blocks",
+}
+#: Falcon's KV-head keys, read as vLLM reads them (``multi_query`` unless ``new_decoder_architecture``, then
+#: ``num_kv_heads``).
+_FALCON_KV_KEYS = ("multi_query", "num_kv_heads")
+#: Keys a family's config.json writes under another name (its transformers config class's ``attribute_map``),
+#: where the rest of the family reads as devmem reads it.
+_ALIASES = {
+    "exaone": {"num_hidden_layers": "num_layers"},
+    "dbrx": {
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "hidden_size": "d_model",
+        "max_position_embeddings": "max_seq_len",
+        "num_key_value_heads": "attn_config.kv_n_heads",
+        "num_local_experts": "ffn_config.moe_num_experts",
+        "intermediate_size": "ffn_config.ffn_hidden_size",
+    },
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+    "gptj": {
+        "num_hidden_layers": "n_layer",
+        "num_attention_heads": "n_head",
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "intermediate_size": "n_inner",
+    },
+}
+#: Families whose config class places recurrent layers where the config.json says nothing: refused by model_type.
+_UNMODELLED_FAMILIES = {
+    "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
+    "recurrent_gemma": "RecurrentGemmaConfig places recurrent blocks between its local-attention layers",
 }
 #: Keys that describe recurrent layers: a config setting one whose layers devmem cannot place is refused.
 _RECURRENT_KEYS = (
@@ -642,6 +709,12 @@ class _Config:
         if self.nested:
             merged.update({k: raw[k] for k in _INHERITED if k in raw and merged.get(k) is None})
         self.model_type = merged.get("model_type") if isinstance(merged.get("model_type"), str) else None
+        self.aliased: dict[str, str] = {}
+        for key, alias in _ALIASES.get(self.model_type or "", {}).items():
+            outer, _, inner = alias.partition(".")  # "attn_config.kv_n_heads": inside a nested object
+            holder = merged.get(outer) if inner else merged
+            if key not in merged and isinstance(holder, Mapping) and (inner or outer) in holder:
+                merged[key], self.aliased[key] = holder[inner or outer], alias
         self.family, defaults = FAMILY_DEFAULTS.get(self.model_type or "", ("", {}))
         self.defaults = {k: v for k, v in defaults.items() if k not in merged}
         self.values = {**self.defaults, **{k: v for k, v in merged.items() if v is not None}}
@@ -678,10 +751,18 @@ class _Config:
             or not (1 if positive else 0) <= int(value) <= MAX_CONFIG_INT
         ):
             raise ModelConfigError(
-                f"config key {key}={_shown(value)} must be a whole number from {1 if positive else 0} "
+                f"config key {self.aliased.get(key, key)}={_shown(value)} must be a whole number from "
+                f"{1 if positive else 0} "
                 f"to {MAX_CONFIG_INT}"
             )
         return int(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A true/false key (``default`` when absent); anything but a JSON boolean is refused by name."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise ModelConfigError(f"config key {key}={_shown(value)} must be true or false")
+        return value
 
     def get_int(self, key: str, default: builtins.int, *, positive: bool = False) -> builtins.int:
         return self.int(key, positive=positive) if key in self.values else default
@@ -775,7 +856,7 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             [FULL if (i + 1) % 6 == 0 else SLIDING for i in range(layers)],
             "Gemma3TextConfig's sliding_window_pattern 6",
         )
-    if c.values.get("use_sliding_window") is False:
+    if c.has("use_sliding_window") and not c.flag("use_sliding_window", True):
         return [FULL] * layers, "use_sliding_window false"
     if c.has("use_sliding_window") and c.has("max_window_layers"):
         first = c.int("max_window_layers", positive=False)
@@ -910,6 +991,14 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
                 ("kv_lora_rank",),
             )
         c.require("qk_rope_head_dim", why="the MLA latent (kv_lora_rank + qk_rope_head_dim)")
+        if c.model_type in _EXPANDED_MLA:
+            nope, rope = c.int("qk_nope_head_dim", why="the expanded K and V per head"), c.int("qk_rope_head_dim")
+            note = (
+                f"{c.model_type}'s MLA projections are cached expanded, as vLLM caches them: K and V of every one of "
+                f"the {heads} heads at qk_nope_head_dim {nope} + qk_rope_head_dim {rope} (V zero-padded), not the "
+                "latent"
+            )
+            return "mha", heads, heads, nope + rope, [note]
         return "mla", heads, 1, c.int("kv_lora_rank") + c.int("qk_rope_head_dim"), []
     notes = []
     if c.has("attention_head_dim") and ("head_dim" in c.defaults or not c.has("head_dim")):
@@ -926,8 +1015,18 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
                 ("head_dim",),
             )
         head_dim = hidden // heads
-    if c.has("num_key_value_heads"):
+    if c.model_type == "falcon":  # as vLLM reads it: one K/V head unless new_decoder_architecture
+        multi_query = not c.flag("new_decoder_architecture", False) and c.flag("multi_query", True)
+        kv = 1 if multi_query else c.int("num_kv_heads") if c.has("num_kv_heads") else heads
+    elif c.has("num_key_value_heads"):
         kv = c.int("num_key_value_heads")
+    elif c.model_type == "dbrx":  # DbrxAttentionConfig's default is 1, vLLM's the attention heads: not guessed
+        raise UnknownArchitectureError(
+            "config of model_type 'dbrx' lacks attn_config.kv_n_heads, which the KV cache per token needs; "
+            "devmem does not guess it",
+            c.model_type,
+            ("attn_config.kv_n_heads",),
+        )
     else:
         kv = heads
         notes.append(
@@ -948,24 +1047,25 @@ def _max_context(c: _Config) -> tuple[int | None, str]:
         return None, ""
     key, length = min(found, key=lambda kv: kv[1])
     source = f"{key} {length}" + (" (the family default)" if key in c.defaults else "")
-    scaling = c.values.get("rope_scaling")
+    name = "rope_scaling" if isinstance(c.values.get("rope_scaling"), Mapping) else "rope_parameters"
+    scaling = c.values.get(name)  # transformers 5 writes rope_scaling as rope_parameters
     if not isinstance(scaling, Mapping) or (c.model_type or "").startswith("gemma3"):
         return length, source
     rope_type = scaling.get("rope_type", scaling.get("type"))
     factor = scaling.get("factor")
-    if rope_type in (None, "default", "su", "longrope", "llama3", "mrope") or not isinstance(factor, int | float):
+    if rope_type in (None, "default", "su", "longrope", "llama3", "mrope") or factor is None:
         return length, source
-    if isinstance(factor, bool) or not 1 <= factor <= 1024:
-        raise ModelConfigError(f"config key rope_scaling.factor={_shown(factor)} must be a number from 1 to 1024")
-    if rope_type == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
-        base = scaling["original_max_position_embeddings"]
-        if isinstance(base, bool) or not 0 < base <= MAX_CONFIG_INT:
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 1024:
+        raise ModelConfigError(f"config key {name}.factor={_shown(factor)} must be a number from 1 to 1024")
+    base = scaling.get("original_max_position_embeddings")
+    if rope_type == "yarn" and base is not None:
+        if isinstance(base, bool) or not isinstance(base, int) or not 0 < base <= MAX_CONFIG_INT:
             raise ModelConfigError(
-                f"config key rope_scaling.original_max_position_embeddings={_shown(base)} must be a whole number "
+                f"config key {name}.original_max_position_embeddings={_shown(base)} must be a whole number "
                 f"from 1 to {MAX_CONFIG_INT}"
             )
-        return int(base * factor), f"rope_scaling yarn: original_max_position_embeddings {base} x factor {factor}"
-    return int(length * factor), f"{source} x rope_scaling {rope_type} factor {factor}"
+        return int(base * factor), f"{name} yarn: original_max_position_embeddings {base} x factor {factor}"
+    return int(length * factor), f"{source} x {name} {rope_type} factor {factor}"
 
 
 def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
@@ -988,9 +1088,10 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
             return 3 * hidden * c.int("intermediate_size_mlp", why="the weights estimate"), 0
         experts = c.int("num_local_experts")
         return (experts + 1) * dense(), hidden * experts
-    if c.get_int("num_local_experts", 0):  # Mixtral, gpt-oss: every layer
+    if c.get_int("num_local_experts", 0):  # Mixtral, gpt-oss, Granite (with its shared MLP): every layer
         experts = c.int("num_local_experts")
-        return experts * dense(), hidden * experts
+        shared = c.get_int("shared_intermediate_size", 0) if c.model_type in _GRANITE_SHARED_MLP else 0
+        return experts * dense() + 3 * hidden * shared, hidden * experts
     if c.has("n_routed_experts"):  # DeepSeek-V2/V3
         first, freq = c.get_int("first_k_dense_replace", 0), c.get_int("moe_layer_freq", 1, positive=True)
         if layer < first or layer % freq:
@@ -1014,6 +1115,9 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
             experts * 3 * hidden * c.int("moe_intermediate_size") + 3 * hidden * shared,
             hidden * experts + (hidden if shared else 0),
         )
+    if c.get_int("num_experts", 0) > 1:  # OLMoE: every layer, each expert of intermediate_size
+        experts = c.int("num_experts")
+        return experts * dense(), hidden * experts
     return dense(), 0
 
 
@@ -1040,8 +1144,9 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
     if kind in ("mlp", "moe"):
         return _cacheless_params(c, kind, hidden)
     single_mixer = c.model_type == "nemotron_h"  # one mixer per layer: no MLP beside it
-    mlp, router = (0, 0) if single_mixer else _mlp_params(c, layer, hidden)
-    norms = hidden if single_mixer else 2 * hidden
+    own_mlp = single_mixer or c.model_type == "falcon" or c.model_type in _LAYERNORM_UNGATED  # counted below
+    mlp, router = (0, 0) if own_mlp else _mlp_params(c, layer, hidden)
+    norms = hidden * (1 if single_mixer or c.model_type in _ONE_NORM else 4 if c.model_type in _FOUR_NORMS else 2)
     if kind == MAMBA2:
         matrices, other = _mamba2_params(c, hidden)
         return mlp + matrices, router + norms + other
@@ -1062,7 +1167,7 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         matrices = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv + nv * dv * hidden
         return mlp + matrices, router + norms + (2 * nk * dk + nv * dv) * kernel + 2 * nv + dv
     style, heads, kv, head_dim = attention
-    if style == "mla":
+    if style == "mla" or c.model_type in _EXPANDED_MLA:
         rank, rope = c.int("kv_lora_rank"), c.int("qk_rope_head_dim")
         nope = c.int("qk_nope_head_dim", why="the weights estimate")
         v_dim = c.int("v_head_dim", why="the weights estimate")
@@ -1073,12 +1178,30 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         return mlp + matrices, router + norms + rank + (0 if q_rank is None else c.int("q_lora_rank"))
     gate = 2 if c.model_type in _GATED_QUERY else 1
     matrices = hidden * heads * head_dim * gate + 2 * hidden * kv * head_dim + heads * head_dim * hidden
+    if c.model_type == "falcon":  # fused QKV, an ungated MLP, LayerNorms; biases where the config says so
+        inner = c.get_int("ffn_hidden_size", 4 * hidden, positive=True)
+        biased = c.flag("bias", False)
+        bias = (heads + 2 * kv) * head_dim + hidden + inner + hidden if biased else 0
+        if c.flag("new_decoder_architecture", False):
+            layer_norms = c.get_int("num_ln_in_parallel_attn", 2, positive=True)
+        else:
+            layer_norms = 1 if c.flag("parallel_attn", True) else 2
+        return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias
+    if c.model_type in _LAYERNORM_UNGATED:
+        layer_norms, attention_biased, _, _ = _LAYERNORM_UNGATED[c.model_type]
+        inner = c.get_int("intermediate_size", 4 * hidden, positive=True)  # GPT-J's n_inner, Bloom: 4 x hidden
+        mlp_biased = c.flag("use_bias", True)
+        biased = attention_biased and mlp_biased and c.flag("attention_bias", True)
+        bias = (heads + 2 * kv) * head_dim + hidden if biased else 0
+        return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias + (inner + hidden if mlp_biased else 0)
     bias = 0
     if c.values.get("attention_bias") is True:
         bias = (heads + 2 * kv) * head_dim + hidden
     elif c.model_type in _QKV_BIAS:
         bias = (heads + 2 * kv) * head_dim
     qk_norm = 2 * head_dim if c.model_type in _QK_NORM else 0
+    if c.model_type in _QK_NORM_ALL:
+        qk_norm = (heads + kv) * head_dim
     return mlp + matrices, router + norms + bias + qk_norm
 
 
@@ -1091,8 +1214,13 @@ def _estimate_weights(
     every expert with its router, the norms. Gated MLPs (three matrices) are assumed.
     """
     hidden, vocab = c.int("hidden_size", why="the weights estimate"), c.int("vocab_size", why="the weights estimate")
-    tied = c.values.get("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
+    tied = c.flag("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
     matrices, other = 0, vocab * hidden * (1 if tied else 2) + hidden
+    if c.model_type == "falcon":
+        other += hidden  # the final LayerNorm's bias
+    if c.model_type in _LAYERNORM_UNGATED:  # the final LayerNorm's bias, the others, the output head's bias
+        _, _, head_bias, more_norms = _LAYERNORM_UNGATED[c.model_type]
+        other += hidden + 2 * hidden * more_norms + (vocab if head_bias else 0)
     for layer, kind in enumerate(kinds):
         m, o = _layer_params(c, kind, layer, attention)
         matrices, other = matrices + m, other + o
@@ -1102,6 +1230,15 @@ def _estimate_weights(
     if isinstance(quant, Mapping):
         method = quant.get("quant_method", "unknown")
         given = quant.get("bits", quant.get("w_bit"))
+        groups = quant.get("config_groups")
+        if given is None and isinstance(groups, Mapping):  # compressed-tensors: the width every group gives
+            widths = {
+                g["weights"].get("num_bits")
+                if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+                else None
+                for g in groups.values()
+            }
+            given = widths.pop() if len(widths) == 1 else None
         if method == "fp8":
             bits = 8
         elif isinstance(given, int) and not isinstance(given, bool) and 0 < given <= 32:
@@ -1136,13 +1273,28 @@ def _build(
         raise UnknownArchitectureError(
             "config has no model_type: it is not a Hugging Face model config", None, ("model_type",)
         )
-    refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False)]
+    if c.values.get("is_encoder_decoder") is True:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} is an encoder-decoder model (is_encoder_decoder: true): its "
+            "decoder caches its own tokens and the encoder's output (cross-attention), which devmem does not model",
+            c.model_type,
+            ("is_encoder_decoder",),
+        )
+    read_here = _FALCON_KV_KEYS if c.model_type == "falcon" else ()
+    refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False) and k not in read_here]
     if refused:
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(refused)}: "
             f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model",
             c.model_type,
             tuple(refused),
+        )
+    if c.model_type in _UNMODELLED_FAMILIES and not c.has("layer_types"):
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} has no layer_types: {_UNMODELLED_FAMILIES[c.model_type]}, "
+            "which devmem does not model",
+            c.model_type,
+            ("layer_types",),
         )
     c.require(
         "num_hidden_layers",
@@ -1163,6 +1315,14 @@ def _build(
     if state_dtype != "auto" and not isinstance(state_dtype, str):
         raise ModelConfigError(f"state_dtype {_shown(state_dtype)} is not a dtype name")
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
+    quant = c.values.get("quantization_config")
+    scheme = quant.get("kv_cache_scheme") if isinstance(quant, Mapping) else None
+    if isinstance(scheme, Mapping) and kv_dtype == "auto":
+        notes.append(
+            f"the checkpoint ships KV-cache quantization scales (kv_cache_scheme, {_shown(scheme.get('num_bits'))} "
+            f"bits): the cache is counted in {kv_name} (kv_dtype auto); an engine run with an fp8 cache "
+            "(--kv-dtype fp8) holds half"
+        )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
     recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]

@@ -1,0 +1,271 @@
+"""More published configs (tests/model_configs_more.py): KV bytes per token, layers, maximum context and weights,
+each worked out by hand in the docstring. Shapes were checked against transformers' config classes (head_dim,
+num_key_value_heads, layer_types) and the weights against the parameter count of the transformers model built from
+the same config on the meta device (``sum(p.numel() for p in model.parameters())``), written here as numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from model_configs_more import (
+    BLOOM_560M,
+    CHATGLM4_9B,
+    COHERE2_7B,
+    DBRX,
+    DEEPSEEK_V2_LITE,
+    EXAONE_3_5_7_8B,
+    FALCON_7B,
+    FALCON_40B,
+    FALCON_H1_0_5B,
+    GEMMA_3_1B,
+    GEMMA_7B,
+    GLM_4_5_AIR,
+    GPTJ_6B,
+    GRANITE_4_H_SHAPED,
+    MINICPM3_4B,
+    MISTRAL_SMALL_24B,
+    MPT_7B,
+    OLMOE_1B_7B,
+    PHI3_MINI_4K,
+    PHI4,
+    PHI_2,
+    PYTHIA_1B,
+    QWEN2_5_7B_AWQ,
+    QWEN2_5_VL_7B,
+    STABLELM_2_1_6B,
+    STARCODER2_15B,
+    T5_BASE,
+    WHISPER_LARGE_V3,
+)
+
+from devmem.planner.models import ModelMemory, UnknownArchitectureError
+
+
+def model(config: dict, **options) -> ModelMemory:
+    return ModelMemory.from_config(config, **options)
+
+
+def test_minicpm3_caches_expanded_heads_as_vllm_does_not_the_latent():
+    """vLLM's MiniCPM3Attention caches K and V of all 40 heads at qk_nope 64 + qk_rope 32 = 96 (V zero-padded):
+    62 layers x 2 x 40 x 96 x 2 B = 952,320 B per token (the MLA latent, (256 + 32) x 2 x 62, would be 35,712)."""
+    m = model(MINICPM3_4B)
+    assert (m.attention, m.num_kv_heads, m.head_dim, m.kv_bytes_per_token) == ("mha", 40, 96, 952_320)
+    assert any("cached expanded" in n for n in m.notes)
+
+
+def test_minicpm3_splits_its_heads_over_ranks():
+    """40 heads over 4 ranks: 10 each, 62 x 2 x 10 x 96 x 2 B = 238,080 B per token per rank."""
+    assert model(MINICPM3_4B, tp=4).kv_bytes_per_token == 238_080
+
+
+def test_minicpm3_weights_count_its_mla_projections_and_tied_embeddings():
+    """MiniCPM3Config ties the embeddings by default: 4,073,875,968 parameters x 2 B."""
+    assert model(MINICPM3_4B).weights_bytes == 4_073_875_968 * 2
+
+
+def test_cohere2_slides_three_layers_of_four():
+    """sliding_window_pattern 4: layers 3, 7, ..., 31 full (8), 24 sliding at 4,096;
+    2 x 8 x 128 x 2 B = 4,096 B per layer, x 32 = 131,072 B per token."""
+    m = model(COHERE2_7B)
+    assert (m.full_attention_layers, m.sliding_attention_layers, m.sliding_window) == (8, 24, 4096)
+    assert m.kv_bytes_per_token == 131_072
+
+
+def test_cohere2_weights_tie_the_embeddings_and_count_one_norm_per_layer():
+    """Cohere2Config ties by default (no tie_word_embeddings in the file) and each layer has one LayerNorm:
+    8,028,033,024 parameters x 2 B (untied it read 18,153,480,192 B)."""
+    assert model(COHERE2_7B).weights_bytes == 8_028_033_024 * 2
+
+
+def test_phi3_mini_slides_every_layer_at_2047():
+    """32 layers, all sliding (2047); 2 x 32 x 3072/32 = 96 x 2 B = 12,288 B per layer, x 32 = 393,216 B."""
+    m = model(PHI3_MINI_4K)
+    assert (m.sliding_attention_layers, m.sliding_window, m.kv_bytes_per_token) == (32, 2047, 393_216)
+    assert (m.max_context, m.weights_bytes) == (4096, 3_821_079_552 * 2)
+
+
+def test_phi4_with_null_sliding_window_attends_fully():
+    """sliding_window null: 40 full layers x 2 x 10 x 128 x 2 B = 204,800 B per token; max context 16,384."""
+    m = model(PHI4)
+    assert (m.full_attention_layers, m.sliding_attention_layers, m.kv_bytes_per_token) == (40, 0, 204_800)
+    assert (m.max_context, m.weights_bytes) == (16_384, 14_659_507_200 * 2)
+
+
+def test_deepseek_v2_lite_without_q_lora_caches_the_latent():
+    """q_lora_rank null (queries projected directly): 27 layers x (512 + 64) x 2 B = 31,104 B per token;
+    yarn: 4,096 x 40 = 163,840 tokens."""
+    m = model(DEEPSEEK_V2_LITE)
+    assert (m.attention, m.kv_bytes_per_token, m.max_context) == ("mla", 31_104, 163_840)
+
+
+def test_qwen2_5_vl_reads_its_top_level_text_keys():
+    """28 full layers (use_sliding_window false) x 2 x 4 x 128 x 2 B = 57,344 B per token; mrope is not a length
+    scaling: max context 128,000."""
+    m = model(QWEN2_5_VL_7B)
+    assert (m.full_attention_layers, m.kv_bytes_per_token, m.max_context) == (28, 57_344, 128_000)
+
+
+def test_mistral_small_3_head_dim_is_the_configs_not_hidden_over_heads():
+    """head_dim 128 (5,120 / 32 would be 160): 40 x 2 x 8 x 128 x 2 B = 163,840 B per token, no window."""
+    m = model(MISTRAL_SMALL_24B)
+    assert (m.head_dim, m.sliding_window, m.kv_bytes_per_token) == (128, None, 163_840)
+    assert m.weights_bytes == 23_572_403_200 * 2
+
+
+def test_gemma_7b_has_16_kv_heads_of_256():
+    """28 layers x 2 x 16 x 256 x 2 B = 458,752 B per token; 8,537,680,896 parameters (tied)."""
+    m = model(GEMMA_7B)
+    assert (m.kv_bytes_per_token, m.weights_bytes) == (458_752, 8_537_680_896 * 2)
+
+
+def test_gemma_3_1b_has_four_full_layers_and_four_norms_per_layer():
+    """pattern 6 over 26 layers: full at 5, 11, 17, 23; 22 slide at 512; 26 x 2 x 1 x 256 x 2 B = 26,624 B per
+    token; 999,885,952 parameters (each layer norms four times: before and after attention and the MLP)."""
+    m = model(GEMMA_3_1B)
+    assert (m.full_attention_layers, m.sliding_attention_layers, m.sliding_window) == (4, 22, 512)
+    assert (m.kv_bytes_per_token, m.max_context, m.weights_bytes) == (26_624, 32_768, 999_885_952 * 2)
+
+
+def test_olmoe_weights_count_its_64_experts():
+    """16 layers x 2 x 16 x 128 x 2 B = 131,072 B per token; 6,919,161,856 parameters: 64 experts of 1,024 per
+    layer (it read 575,211,520, the experts left out)."""
+    m = model(OLMOE_1B_7B)
+    assert (m.kv_bytes_per_token, m.weights_bytes) == (131_072, 6_919_161_856 * 2)
+
+
+def test_pythia_without_kv_heads_is_multi_head_in_fp16():
+    """No num_key_value_heads: 8 K/V heads of 2,048 / 8 = 256; 16 x 2 x 8 x 256 x 2 B (float16) = 131,072 B."""
+    m = model(PYTHIA_1B)
+    assert (m.attention, m.dtype, m.kv_bytes_per_token, m.max_context) == ("mha", "fp16", 131_072, 2048)
+
+
+def test_pythia_weights_count_an_ungated_mlp_with_biases():
+    """GPT-NeoX: up and down matrices (no gate), biased projections, LayerNorms with biases: 1,011,781,632
+    parameters x 2 B (float16; counted as a gated MLP it read 1,279,854,592)."""
+    assert model(PYTHIA_1B).weights_bytes == 1_011_781_632 * 2
+
+
+def test_phi_2_weights_count_one_layernorm_per_layer_and_the_heads_bias():
+    """32 x 2 x 32 x 80 x 2 B = 327,680 B per token; 2,779,683,840 parameters x 2 B (was 3,617,753,600)."""
+    m = model(PHI_2)
+    assert (m.kv_bytes_per_token, m.weights_bytes) == (327_680, 2_779_683_840 * 2)
+
+
+def test_starcoder2_15b_slides_every_layer_and_counts_an_ungated_mlp():
+    """float32 checkpoint served in bf16: 40 sliding layers (4,096) x 2 x 4 x 128 x 2 B = 81,920 B per token;
+    15,655,899,136 parameters x 2 B (tied by default; was 21,693,437,952)."""
+    m = model(STARCODER2_15B)
+    assert (m.dtype, m.sliding_attention_layers, m.sliding_window, m.kv_bytes_per_token) == ("bf16", 40, 4096, 81_920)
+    assert m.weights_bytes == 15_655_899_136 * 2
+
+
+def test_stablelm_2_partial_rotary_changes_no_cache_size():
+    """24 x 2 x 32 x 64 x 2 B (float16) = 196,608 B per token."""
+    assert model(STABLELM_2_1_6B).kv_bytes_per_token == 196_608
+
+
+def test_glm_4_5_air_caches_46_layers_of_8_kv_heads():
+    """46 x 2 x 8 x 128 x 2 B = 188,416 B per token (partial rotary changes nothing); max context 131,072."""
+    m = model(GLM_4_5_AIR)
+    assert (m.kv_bytes_per_token, m.max_context) == (188_416, 131_072)
+
+
+def test_awq_checkpoint_serves_fp16_kv_and_counts_4_bit_matrices():
+    """torch_dtype float16: 28 x 2 x 4 x 128 x 2 B = 57,344 B per token; the weight matrices at 4 bits."""
+    m = model(QWEN2_5_7B_AWQ)
+    assert (m.dtype, m.kv_bytes_per_token) == ("fp16", 57_344)
+    assert any("counted at 4 bits" in n for n in m.notes)
+
+
+def test_granite_hybrid_counts_its_shared_mlp():
+    """GraniteMoeHybrid layers have a shared MLP beside the experts: 35,478,895,104 parameters, 4,026,531,840
+    (40 x 3 x 4,096 x 8,192) of them in the shared MLPs."""
+    assert model(GRANITE_4_H_SHAPED).weights_bytes == 35_478_895_104 * 2
+
+
+def test_exaone_3_5_layers_are_read_from_num_layers():
+    """ExaoneConfig maps num_layers to num_hidden_layers: 32 x 2 x 8 x 128 x 2 B = 131,072 B per token (it was
+    refused as lacking num_hidden_layers); llama3 scaling is already in the 32,768; 7,818,448,896 parameters."""
+    m = model(EXAONE_3_5_7_8B)
+    assert (m.num_layers, m.kv_bytes_per_token, m.max_context) == (32, 131_072, 32_768)
+    assert m.weights_bytes == 7_818_448_896 * 2
+
+
+def test_falcon_7b_is_multi_query_as_vllm_reads_it():
+    """multi_query: one K/V head of 4,544 / 71 = 64; 32 x 2 x 1 x 64 x 2 B = 8,192 B per token (it was refused);
+    FalconConfig's 2,048 positions; 6,921,720,704 parameters (tied, one LayerNorm per parallel layer)."""
+    m = model(FALCON_7B)
+    assert (m.num_kv_heads, m.head_dim, m.kv_bytes_per_token, m.max_context) == (1, 64, 8192, 2048)
+    assert m.weights_bytes == 6_921_720_704 * 2
+
+
+def test_falcon_40b_new_decoder_architecture_reads_num_kv_heads():
+    """new_decoder_architecture: 8 K/V heads of 8,192 / 128 = 64; 60 x 2 x 8 x 64 x 2 B = 122,880 B per token;
+    41,303,293,952 parameters (two LayerNorms per layer)."""
+    m = model(FALCON_40B)
+    assert (m.num_kv_heads, m.kv_bytes_per_token, m.weights_bytes) == (8, 122_880, 41_303_293_952 * 2)
+    assert not any("multi_query" in n for n in m.notes)
+
+
+def test_gpt_j_reads_its_gpt2_style_keys():
+    """GPTJConfig's attribute_map: n_layer 28, n_head 16, n_embd 4,096 (head dim 256), n_positions 2,048;
+    28 x 2 x 16 x 256 x 2 B = 458,752 B per token (it was refused); 6,050,882,784 parameters (n_inner null: 4 x
+    4,096; one LayerNorm per layer, unbiased attention, biased MLP and output head)."""
+    m = model(GPTJ_6B)
+    assert (m.num_layers, m.head_dim, m.kv_bytes_per_token, m.max_context) == (28, 256, 458_752, 2048)
+    assert m.weights_bytes == 6_050_882_784 * 2
+
+
+def test_bloom_reads_n_layer_and_n_head():
+    """n_layer 24, n_head 16 (1,024 / 16 = 64): 24 x 2 x 16 x 64 x 2 B = 98,304 B per token (it was refused);
+    ALiBi, no length key: no maximum context; 559,214,592 parameters (tied, a LayerNorm on the embeddings)."""
+    m = model(BLOOM_560M)
+    assert (m.num_layers, m.kv_bytes_per_token, m.max_context) == (24, 98_304, None)
+    assert m.weights_bytes == 559_214_592 * 2
+
+
+def test_dbrx_reads_its_nested_attention_and_expert_configs():
+    """DbrxConfig: n_layers 40, n_heads 48, d_model 6,144 (head dim 128), attn_config.kv_n_heads 8, max_seq_len
+    32,768: 40 x 2 x 8 x 128 x 2 B = 163,840 B per token (it was refused); 16 gated experts of ffn_hidden_size
+    10,752: 131,596,523,520 parameters."""
+    m = model(DBRX)
+    assert (m.num_layers, m.num_kv_heads, m.kv_bytes_per_token, m.max_context) == (40, 8, 163_840, 32_768)
+    assert m.weights_bytes == 131_596_523_520 * 2
+
+
+def test_dbrx_without_kv_n_heads_is_refused_naming_it():
+    """DbrxAttentionConfig defaults kv_n_heads to 1 where vLLM falls back to the 48 attention heads: not guessed."""
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model({**DBRX, "attn_config": {"clip_qkv": 8, "rope_theta": 500000}})
+    assert caught.value.missing == ("attn_config.kv_n_heads",)
+
+
+def test_hunyuan_cross_layer_attention_is_refused():
+    """use_cla: adjacent layers share one KV cache (Hunyuan-Large, cla_share_factor 2); sized per layer it read
+    twice the cache."""
+    config = {**EXAONE_3_5_7_8B, "model_type": "hunyuan_v1_dense", "use_cla": True, "cla_share_factor": 2}
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model(config)
+    assert caught.value.missing == ("use_cla",)
+
+
+@pytest.mark.parametrize("config", [WHISPER_LARGE_V3, T5_BASE], ids=["whisper", "t5"])
+def test_encoder_decoder_is_refused_as_such(config):
+    with pytest.raises(UnknownArchitectureError, match="encoder-decoder") as caught:
+        model(config)
+    assert caught.value.missing == ("is_encoder_decoder",)
+
+
+@pytest.mark.parametrize(
+    ("config", "keys"),
+    [
+        (MPT_7B, ("num_hidden_layers", "num_attention_heads", "hidden_size")),
+        (CHATGLM4_9B, ("multi_query_group_num",)),
+        (FALCON_H1_0_5B, ("mamba_d_state", "mamba_n_heads", "mamba_d_ssm")),
+    ],
+    ids=["mpt", "chatglm", "falcon-h1"],
+)
+def test_configs_under_other_key_names_are_refused_naming_the_keys(config, keys):
+    with pytest.raises(UnknownArchitectureError) as caught:
+        model(config)
+    assert caught.value.missing == keys

@@ -78,7 +78,8 @@ HOSTILE_ARGV = "\x1b]0;retitled\x07\x1b[2Jcleared\nsecond line"
 @pytest.fixture
 def hostile_process():
     """A real process whose command line holds an escape sequence, BEL and a newline, on a scripted H200."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", HOSTILE_ARGV])
+    # argv[0] is "python3" whatever the interpreter's path (a virtualenv's is "python"): the cut below is fixed
+    proc = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", HOSTILE_ARGV], executable=sys.executable)
     sc = h200_scenario()
     sc.allocate(2 * GiB, pid=proc.pid)
     yield sc

@@ -166,7 +166,8 @@ def _store_first_in_a_child(directory, figure, start, answers):
     answers.put((figure, kept.figures["block_bytes"], ours))
 
 
-def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_stored(tmp_path):
+def _store_at_once(store_in_a_child, directory):
+    """Six forked processes that each store figure 1..6 under one key at the same moment: their answers."""
     import multiprocessing
     import time
 
@@ -174,14 +175,19 @@ def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_st
     answers = context.Queue()
     start = time.time() + 0.5
     children = [
-        context.Process(target=_store_first_in_a_child, args=(tmp_path, figure, start, answers))
-        for figure in range(1, 7)
+        context.Process(target=store_in_a_child, args=(directory, figure, start, answers)) for figure in range(1, 7)
     ]
     for child in children:
         child.start()
     got = [answers.get(timeout=30) for _ in children]
     for child in children:
         child.join(timeout=30)
+    return got
+
+
+def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_stored(tmp_path):
+
+    got = _store_at_once(_store_first_in_a_child, tmp_path)
     kept = {stored for _, stored, _ in got}
     assert len(kept) == 1 and [ours for _, _, ours in got].count(True) == 1
     (winner,) = [figure for figure, _, ours in got if ours]
@@ -254,21 +260,8 @@ def _store_first_without_hard_links(directory, figure, start, answers):
 
 
 def test_without_hard_links_processes_that_store_one_key_at_once_all_get_one_figure(tmp_path):
-    import multiprocessing
-    import time
 
-    context = multiprocessing.get_context("fork")
-    answers = context.Queue()
-    start = time.time() + 0.5
-    children = [
-        context.Process(target=_store_first_without_hard_links, args=(tmp_path, figure, start, answers))
-        for figure in range(1, 7)
-    ]
-    for child in children:
-        child.start()
-    got = [answers.get(timeout=30) for _ in children]
-    for child in children:
-        child.join(timeout=30)
+    got = _store_at_once(_store_first_without_hard_links, tmp_path)
     (winner,) = [figure for figure, _, ours in got if ours]
     assert {stored for _, stored, _ in got} == {winner}
     assert ProfileStore(tmp_path).load("engine", KEY).figures["block_bytes"] == winner

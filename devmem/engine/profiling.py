@@ -480,7 +480,7 @@ class _OpenWindows:
                     outer[0], outer[1] = max(outer[0], now[0]), max(outer[1], now[1])
                 module.reset_peak_memory_stats(device)
             else:
-                peak = process_peak(platform, device)
+                peak = process_peak(platform, device) if stack else None  # read only for windows already open
                 for outer in stack:
                     outer[2] = max(outer[2], peak or 0)
                 carried[3] = int(_call_optional(platform, "reset_process_peak", device) is True)

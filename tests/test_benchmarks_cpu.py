@@ -141,15 +141,23 @@ def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):
     }
 
 
-def test_overhead_goals_compare_each_call_with_the_read_it_stands_for(monkeypatch):
+def test_overhead_goals_judge_each_pair_against_its_goal(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     overhead = importlib.import_module("overhead")
-    no_context = {"device_memory_info": 15e-6, "raw nvmlDeviceGetMemoryInfo (v2)": 7.5e-6}
-    with_context = {"get_process_memory_usage": 31e-6, "raw process list + filter": 25e-6}
-    found = overhead.goals(no_context, with_context)
-    assert set(found) == {"device_memory_info, no context", "get_process_memory_usage, with a context"}
+    found = overhead.goals(
+        {"device_memory_info, no context": (15e-6, 7.5e-6), "get_process_memory_usage, with a context": (31e-6, 25e-6)}
+    )
     assert found["device_memory_info, no context"]["ratio"] == 2.0 and found["device_memory_info, no context"]["met"]
     assert not found["get_process_memory_usage, with a context"]["met"]  # 1.24x against a goal of 1.2x
+
+
+def test_overhead_pairs_time_the_goal_calls_in_both_orders(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    overhead = importlib.import_module("overhead")
+    order: list[str] = []
+    overhead.paired_medians(lambda: order.append("ours"), lambda: order.append("raw"), 4)
+    rounds = [tuple(order[i : i + 2]) for i in range(2, len(order), 2)]  # after one warm-up call each
+    assert rounds == [("raw", "ours"), ("ours", "raw"), ("raw", "ours"), ("ours", "raw")]
 
 
 def test_planner_vs_engine_smoke_matches_the_engine_it_builds(bench):

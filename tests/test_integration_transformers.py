@@ -378,6 +378,52 @@ def _size(model, baseline, generation, **overrides):
     return size_continuous_batching(model, **arguments)
 
 
+def _freeze_counts_at_collections(call):
+    """``call()``'s result and ``gc.get_freeze_count()`` at the start of each full collection it made."""
+    import gc
+
+    seen: list[int] = []
+
+    def record(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            seen.append(gc.get_freeze_count())
+
+    gc.callbacks.append(record)
+    try:
+        return call(), seen
+    finally:
+        gc.callbacks.remove(record)
+
+
+def test_measuring_collects_without_traversing_the_objects_that_existed_and_unfreezes_them_after(
+    model, baseline, generation
+):
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    existing = len(gc.get_objects())
+    sized, seen = _freeze_counts_at_collections(lambda: _size(model, baseline, generation, store=False))
+    assert sum(count >= existing for count in seen) >= len(sized.runs)  # each run's window collects
+    assert gc.get_freeze_count() == 0
+
+
+def test_objects_the_application_froze_stay_frozen_and_the_rest_is_frozen_while_measuring(
+    model, baseline, generation
+):
+    import gc
+
+    gc.freeze()  # as a server does after start-up (and some libraries at import)
+    try:
+        frozen = gc.get_freeze_count()
+        created_since = [object() for _ in range(1000)], {"cycle": None}
+        created_since[1]["cycle"] = created_since  # tracked objects made after the application's freeze
+        sized, seen = _freeze_counts_at_collections(lambda: _size(model, baseline, generation, store=False))
+        assert sum(count > frozen for count in seen) >= len(sized.runs)
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_a_restart_with_the_same_key_reads_the_stored_figures_and_gets_the_same_blocks(model, baseline, generation):
     first = _size(model, baseline, generation)
     forwards = Forwards(model)

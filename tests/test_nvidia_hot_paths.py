@@ -91,10 +91,10 @@ def test_an_environment_limit_set_after_the_first_reading_is_not_read():
     assert platform_on(sc)[0].device_memory_info(0).total == 8 * GiB
 
 
-def test_process_usage_without_a_context_is_one_nvml_call():
+def test_process_usage_without_a_context_asks_nvml_nothing():
     platform, nvml, cuda = platform_on(h200_scenario())
     assert second_call(platform, nvml, cuda, process_usage) == 0
-    assert dict(nvml.calls) == {"nvmlDeviceGetComputeRunningProcesses_v3": 1}
+    assert not nvml.calls and not cuda.calls
 
 
 def test_process_usage_with_a_context_is_one_nvml_call():
@@ -125,8 +125,20 @@ def test_kept_statm_answers_as_the_real_maps_do():
     assert AddressSpaceFiles(REAL_FILES).maps_nvidia_device(None) == maps_nvidia_device(REAL_FILES)
 
 
-def test_a_process_nvml_lists_is_counted_even_where_its_maps_show_no_device():
+NO_DEVICE_MAPS = "00400000-00401000 r-xp 00000000 00:00 0 /usr/bin/python3\n"
+
+
+def test_a_listed_pid_is_another_namespaces_process_where_this_one_maps_no_node_of_the_device():
     sc = h200_scenario(context=True)
-    sc.files["/proc/self/maps"] = "00400000-00401000 r-xp 00000000 00:00 0 /usr/bin/python3\n"
+    sc.files["/proc/self/maps"] = NO_DEVICE_MAPS
     platform, _, _ = platform_on(sc)
+    assert platform.get_process_memory_usage(0) == 0
+
+
+def test_process_usage_is_nvmls_figure_once_this_process_was_seen_mapping_the_device():
+    sc = h200_scenario(context=True)
+    platform, _, _ = platform_on(sc)
+    platform.get_process_memory_usage(0)
+    sc.files["/proc/self/maps"] = NO_DEVICE_MAPS  # a context, once made, stays mapped: the maps are not read again
     assert platform.get_process_memory_usage(0) == H200_CONTEXT
+

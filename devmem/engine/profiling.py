@@ -560,8 +560,7 @@ def memory_profiling(
         except BaseException as exc:
             result.error = f"{type(exc).__name__}: {exc}"
             raise
-        gc.collect()
-        result.released_cache_bytes = release_allocator_cache(device, platform)
+        result.released_cache_bytes = release_allocator_cache(device, platform)  # collects garbage first
         after = MemorySnapshot.measure(device, platform).read_by(platform)
         events, history = (history.stop() if history is not None else None), None
         peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))

@@ -254,8 +254,13 @@ def _worst_workload(blocks: int, block_tokens: int, max_batch_tokens: int, vocab
     return _prompts(count, length, vocab), new
 
 
-def _size(spec: dict[str, Any], model: Any, config: Any, generation: Any, baseline: Any, platform: Any, out: dict):
-    """Size twice with the same key: the first start measures (empty store), the restart reads the store."""
+def _size(
+    spec: dict[str, Any], model: Any, config: Any, generation: Any, baseline: Any, platform: Any, out: dict
+) -> tuple[Any, Any]:
+    """Size twice with the same key: the first start measures (empty store), the restart reads the store. A
+    restarted engine is a new process, which holds none of the old one's reservation: the first start's share is
+    released before the restart reserves its own. Returns both; the engine serves the first start's config under
+    the restart's reservation."""
     from devmem.integrations.transformers import size_continuous_batching
 
     kwargs = {
@@ -269,6 +274,8 @@ def _size(spec: dict[str, Any], model: Any, config: Any, generation: Any, baseli
     t = time.perf_counter()
     sized = size_continuous_batching(model, **kwargs)
     out["timings_s"]["size"] = time.perf_counter() - t
+    if sized.reservation is not None:
+        sized.reservation.release()
     t = time.perf_counter()
     again = size_continuous_batching(model, **kwargs)
     out["timings_s"]["size_restart"] = time.perf_counter() - t
@@ -280,7 +287,7 @@ def _size(spec: dict[str, Any], model: Any, config: Any, generation: Any, baseli
         first_stored=sized.stored,
         restart_explain=again.explain().splitlines()[:2],
     )
-    return sized
+    return sized, again
 
 
 def serve(spec: dict[str, Any]) -> dict[str, Any]:
@@ -335,7 +342,8 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
         )
         if spec["mode"] == "devmem":
             stage = "size"
-            sized = _size(spec, model, config, generation, baseline, platform, out)
+            sized, restarted = _size(spec, model, config, generation, baseline, platform, out)
+            out["reservation_held"] = restarted.reservation is not None  # held while this engine serves
             config = sized.config
             if spec["workload"] == "worst":
                 prompts, new_tokens = _worst_workload(

@@ -103,6 +103,15 @@ def test_refusal_says_what_would_fit_on_its_first_line_and_each_holder_on_its_ow
     assert all(line.startswith("  ") for line in rest)
 
 
+def test_a_refusal_names_this_processs_own_reservations_and_what_to_do_instead(host, tmp_path):
+    with reserve(0, 40 * GiB, platform=host, ledger_dir=tmp_path), pytest.raises(ReservationRefused) as caught:
+        reserve(0, 30 * GiB, platform=host, ledger_dir=tmp_path)
+    text = str(caught.value)
+    assert f"holder: this process (PID {os.getpid()})" in text
+    assert "this process already holds 1 reservation(s) on this device, 40.00 GiB in all" in text
+    assert "pass the Reservation it holds (reservation=) or release() it" in text
+
+
 def test_a_refusal_names_the_largest_holders_and_sums_up_the_rest():
     from devmem.engine.reservations import HOLDERS_NAMED, Holding, _holder_lines
 

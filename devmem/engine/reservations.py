@@ -221,6 +221,7 @@ class Holding(Record):
 
     def describe(self) -> str:
         who = f"PID {self.pid}" if self.pid is not None else "processes the platform does not list"
+        who = f"this process ({who})" if self.mine and self.pid is not None else who
         command = f" ({short_command(self.command)})" if self.command else ""
         if self.reserved is None:
             return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"
@@ -730,7 +731,7 @@ def _refusal(
         f"({request / total:.3f} of {format_size(total)}). What would fit: {format_size(available)} "
         f"({available} bytes, utilization {fits:.3f}); stop a holder or ask for at most that.",
         *_holder_lines(holders),
-        *(f"  note: {n}" for n in before.notes),
+        *(f"  note: {n}" for n in (*_own_reservations_note(before), *before.notes)),
         f"  ledger: {path}",
     ]
     return ReservationRefused(
@@ -744,6 +745,18 @@ def _refusal(
         },
         holders,
     )
+
+
+def _own_reservations_note(before: Accounting) -> list[str]:
+    """Where this process already holds reservations on the device: that they count, and what to do instead."""
+    own = [h.reserved for h in before.holdings if h.mine and h.reserved]
+    if not own:
+        return []
+    return [
+        f"this process already holds {len(own)} reservation(s) on this device, {format_size(sum(own))} in all, "
+        "and they count: to size an engine again, pass the Reservation it holds (reservation=) or release() it "
+        "first"
+    ]
 
 
 #: A refusal names at most this many holders, the largest first, and sums up the rest.

@@ -9,12 +9,12 @@
   limit can bind (none of those, no cgroup ``dmem`` controller) the call is one NVML call; the runtime is asked on
   every call only where it can show a cap, decided once per device at the first reading that sees this
   process's context there: the MPS daemon's pipe exists, or the runtime's total is below NVML's.
-- ``get_process_memory_usage``: 0 without asking NVML where this process maps no node of the device (it has
-  no context there, so it is in none of NVML's lists: a PID listed there is another namespace's process); else
+- ``get_process_memory_usage``: 0 without asking NVML where this process maps no NVIDIA device node (it has
+  no context anywhere, so it is in none of NVML's lists: a PID listed there is another namespace's process); else
   this process's entry in NVML's compute (then graphics, then MPS-client) process list. NVML lists the PIDs the
   driver sees (host PIDs on some drivers, the caller's namespace PIDs on others); this process is looked up under
   its outer PID from ``NSpid`` (its own PID without one), else under the PID :meth:`NvmlPlatform.prepare`
-  learned. Once this process has been seen mapping the device the maps are not checked first again (a context
+  learned. Once this process has been seen mapping a device node the maps are not checked first again (a context
   stays mapped while the process runs): the compute list answers in one NVML call, and the other lists are read
   only where it does not hold this process. Otherwise ``None``, with the reason in ``process_memory_reason``
   (which says to call ``prepare`` where it has not run).
@@ -239,9 +239,9 @@ class NvmlPlatform(PlatformBase):
         #: NVML memory info's sources, by the reservation they name.
         self._sources: dict[int | None, dict[str, str]] = {}
         self._minors: dict[str, int | None] = {}  # by device UUID: the minor of its /dev/nvidia node
-        #: The UUIDs of devices this process has been seen mapping: it may hold a context there, so a reading asks
-        #: NVML without checking the maps first (a context, once made, stays mapped while the process runs).
-        self._seen_mapped: set[str] = set()
+        #: Whether this process has been seen mapping an NVIDIA device node: it may hold a context, so a reading
+        #: asks NVML without checking the maps first (a context, once made, stays mapped while the process runs).
+        self._seen_mapping = False
 
     # ---- devices -------------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -411,6 +411,14 @@ class NvmlPlatform(PlatformBase):
             self._minors[dev.uuid] = device_minor(self._session, dev.parent_handle if dev.mig else dev.handle)
         return self._minors[dev.uuid]
 
+    def _maps_any_device(self) -> bool:
+        """Whether this process may hold a CUDA context: it maps an NVIDIA device node, or its maps cannot be read
+        (then NVML is asked). Known for good once it does."""
+        if maps_nvidia_device(self._files) is False:
+            return False
+        self._seen_mapping = True
+        return True
+
     def get_process_memory_usage(self, device: int = 0) -> int | None:
         found = self._usage(*self._device(device))
         return found if isinstance(found, int) else found.used
@@ -422,22 +430,22 @@ class NvmlPlatform(PlatformBase):
     def _usage(self, device: int, dev: VisibleDevice) -> int | ProcessMemory:
         """This process's bytes on ``dev``, or a :class:`ProcessMemory` with the reason they are unknown.
 
-        A process that maps no node of the device holds no context there and is in no NVML list: 0, without asking
-        NVML (a PID NVML lists is then another namespace's process of the same number, never this one). Until this
-        process is first seen mapping the device that is checked on every call (``/proc/self/statm`` read in place,
-        the maps only where the address space changed); from then on, NVML's compute list answers in one call and
-        the other lists are read only where it does not hold this process."""
+        A process that maps no NVIDIA device node at all holds no context anywhere and is in no NVML list: 0,
+        without asking NVML (a PID NVML lists is then another namespace's process of the same number). Until this
+        process is first seen mapping a device node that is checked on every call (``/proc/self/statm`` read in
+        place, the maps only where the address space changed); from then on NVML's compute list answers in one
+        call, and the other lists are read only where it does not hold this process and it maps this device's
+        node (any node counts for the first check, so a node a container names by another number never hides
+        a context)."""
+        if not self._seen_mapping and not self._maps_any_device():
+            return 0
         mapped: list[bool | None] = []
 
         def maps_device() -> bool | None:
             if not mapped:
                 mapped.append(maps_nvidia_device(self._files, self._minor(dev)))
-                if mapped[0]:
-                    self._seen_mapped.add(dev.uuid)
             return mapped[0]
 
-        if dev.uuid not in self._seen_mapped and maps_device() is False:
-            return 0
         try:
             entry = find_process(
                 self._session, dev.handle, self._driver_pids(), further=lambda: maps_device() is not False

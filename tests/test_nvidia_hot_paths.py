@@ -135,6 +135,13 @@ def test_a_listed_pid_is_another_namespaces_process_where_this_one_maps_no_node_
     assert platform.get_process_memory_usage(0) == 0
 
 
+def test_a_device_node_a_container_names_by_another_number_does_not_hide_the_context():
+    sc = h200_scenario(context=True)
+    sc.files["/proc/self/maps"] = NO_DEVICE_MAPS + "7f0000000000-7f0000200000 rw-s 00000000 00:05 77 /dev/nvidia7\n"
+    platform, _, _ = platform_on(sc)
+    assert platform.get_process_memory_usage(0) == H200_CONTEXT
+
+
 def test_process_usage_is_nvmls_figure_once_this_process_was_seen_mapping_the_device():
     sc = h200_scenario(context=True)
     platform, _, _ = platform_on(sc)

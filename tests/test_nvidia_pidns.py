@@ -258,6 +258,7 @@ def test_maps_are_read_again_only_once_the_address_space_changed():
 
 def test_the_device_minor_is_asked_once():
     sc = h200_scenario()
+    sc.files["/proc/self/maps"] = "7f0000000000-7f0000200000 rw-s 00000000 00:05 77 /dev/nvidia7\n"  # another GPU's
     nvml = ScriptedNvml(sc)
     platform = platform_for(sc, nvml=nvml)
     for _ in range(3):

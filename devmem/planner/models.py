@@ -214,7 +214,6 @@ _ALIASES = {
     "gpt_neo": {
         "num_hidden_layers": "num_layers",
         "num_attention_heads": "num_heads",
-        "sliding_window": "window_size",
     },
     "opt": {"intermediate_size": "ffn_dim"},
     "mpt": {
@@ -784,6 +783,10 @@ class _Config:
         self.explicit_null = {k for k, v in merged.items() if v is None}
         self.defaulted: dict[str, object] = {}
 
+    def name(self, key: str) -> str:
+        """``key`` as the family's config.json names it (GPT-2's ``n_head`` for ``num_attention_heads``)."""
+        return self.aliased.get(key, _ALIASES.get(self.model_type or "", {}).get(key, key))
+
     def has(self, key: str) -> bool:
         return key in self.values
 
@@ -791,8 +794,7 @@ class _Config:
         return [k for k in keys if k not in self.values]
 
     def require(self, *keys: str, why: str) -> None:
-        aliases = _ALIASES.get(self.model_type or "", {})
-        absent = [aliases.get(k, k) for k in self.missing(*keys)]  # named as the family's config.json names them
+        absent = [self.name(k) for k in self.missing(*keys)]  # named as the family's config.json names them
         if absent:
             raise UnknownArchitectureError(
                 f"config of model_type {self.model_type!r} lacks {', '.join(absent)}, which {why} needs; "
@@ -860,7 +862,11 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         return [table[v] for v in values]
 
     if c.model_type == "gpt_neo":  # GPTNeoConfig expands attention_types: [[["global", "local"], 12]]
-        return _gpt_neo_layers(c, layers), "attention_types"
+        local = _gpt_neo_local_layers(c, layers)
+        return [FULL] * layers, (
+            f"attention_types; its {local} local layers attend within window_size but transformers' cache keeps "
+            "every token in them, so they are counted in full"
+        )
     if c.has("layer_types"):
         return listed("layer_types", _LAYER_TYPES), "layer_types"
     if c.has("layers_block_type"):
@@ -930,11 +936,13 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     return [SLIDING] * layers, "sliding_window, on every layer"
 
 
-def _gpt_neo_layers(c: _Config, layers: int) -> list[str]:
-    """GPT-Neo's layers as GPTNeoConfig expands ``attention_types`` (``[[kinds, repeats], ...]``): ``global`` layers
-    attend fully, ``local`` ones within ``window_size``."""
+def _gpt_neo_local_layers(c: _Config, layers: int) -> int:
+    """How many of GPT-Neo's layers are ``local`` as GPTNeoConfig expands ``attention_types`` (``[[kinds, repeats],
+    ...]``), checking that it gives one ``global`` or ``local`` per layer. Local layers attend within
+    ``window_size``, but transformers' DynamicCache keeps every token in them (and vLLM does not serve GPT-Neo)."""
     c.require("attention_types", why="GPT-Neo's global and local layers")
-    groups, kinds = c.get("attention_types"), []
+    groups: Any = c.get("attention_types")
+    kinds: list[str] = []
     well_formed = isinstance(groups, list) and all(
         isinstance(g, list)
         and len(g) == 2
@@ -947,7 +955,7 @@ def _gpt_neo_layers(c: _Config, layers: int) -> list[str]:
     )
     if well_formed:
         for names, repeats in groups:
-            kinds += [FULL if k == "global" else SLIDING for k in names] * repeats
+            kinds += names * repeats
             if len(kinds) > layers:
                 break
     if not well_formed or len(kinds) != layers:
@@ -955,7 +963,7 @@ def _gpt_neo_layers(c: _Config, layers: int) -> list[str]:
             f"config key attention_types must expand to one 'global' or 'local' per layer ({layers}) as "
             f"[[[kinds...], repeats], ...], got {_shown(groups)}"
         )
-    return kinds
+    return kinds.count("local")
 
 
 def _resolve_recurrent(c: _Config, kinds: list[str]) -> list[str]:
@@ -1103,8 +1111,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         hidden = c.int("hidden_size", why="head_dim (hidden_size / num_attention_heads when head_dim is absent)")
         if hidden % heads:
             raise UnknownArchitectureError(
-                f"config of model_type {c.model_type!r} has no head_dim and hidden_size {hidden} is not a multiple of "
-                f"num_attention_heads {heads}",
+                f"config of model_type {c.model_type!r} has no head_dim and {c.name('hidden_size')} {hidden} is not a "
+                f"multiple of {c.name('num_attention_heads')} {heads}",
                 c.model_type,
                 ("head_dim",),
             )
@@ -1116,6 +1124,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         kv = 1 if c.flag("multi_query", True) else heads
     elif c.model_type == "chatglm":  # vLLM's GLMAttention: the groups where multi_query_attention
         kv = c.int("multi_query_group_num") if c.flag("multi_query_attention", False) else heads
+        if heads % kv:
+            raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of multi_query_group_num {kv}")
         hidden = c.int("hidden_size", why="ChatGLM's head dim (hidden_size / num_attention_heads, as vLLM reads it)")
         if hidden % heads or head_dim != hidden // heads:
             raise UnknownArchitectureError(
@@ -1140,7 +1150,9 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
             "num_key_value_heads is absent: every attention head has its own K and V (as transformers reads it)"
         )
     if heads % kv:
-        raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+        raise ModelConfigError(
+            f"{c.name('num_attention_heads')} {heads} is not a multiple of {c.name('num_key_value_heads')} {kv}"
+        )
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
     return kind, heads, kv, head_dim, notes
 

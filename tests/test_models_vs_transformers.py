@@ -1,0 +1,103 @@
+"""The planner against the real transformers model: for small configs of each family devmem reads under its own key
+names, the transformers model class is built on the CPU with random weights, and devmem's figures must equal what
+that model holds: its parameter count (``sum(p.numel())``) and, after a forward of N tokens, the bytes of the keys
+and values in its cache divided by N. Every figure here is measured, none written by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from devmem.planner.models import ModelMemory
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+TOKENS = 5
+SMALL = {"vocab_size": 100, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+GPT2_SHAPE = {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 32, **SMALL}
+
+CASES = {
+    "gpt2": ("GPT2Config", GPT2_SHAPE),
+    "gpt2-n_inner-untied": ("GPT2Config", {**GPT2_SHAPE, "n_inner": 96, "tie_word_embeddings": False}),
+    "gpt_bigcode-multi-query": ("GPTBigCodeConfig", GPT2_SHAPE),
+    "gpt_bigcode-multi-head": ("GPTBigCodeConfig", {**GPT2_SHAPE, "multi_query": False}),
+    "gpt_neo": (
+        "GPTNeoConfig",
+        {
+            "num_layers": 4,
+            "num_heads": 4,
+            "hidden_size": 64,
+            "max_position_embeddings": 32,
+            "attention_types": [[["global", "local"], 2]],
+            "window_size": 16,
+            **SMALL,
+        },
+    ),
+    "codegen": ("CodeGenConfig", {**GPT2_SHAPE, "rotary_dim": 8}),
+    "opt": (
+        "OPTConfig",
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "hidden_size": 64,
+            "ffn_dim": 96,
+            "max_position_embeddings": 32,
+            **SMALL,
+        },
+    ),
+    "opt-projected-post-norm": (  # OPT-350m's shape: narrower embeddings projected in and out, no final LayerNorm
+        "OPTConfig",
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "hidden_size": 64,
+            "ffn_dim": 96,
+            "max_position_embeddings": 32,
+            "word_embed_proj_dim": 32,
+            "do_layer_norm_before": False,
+            **SMALL,
+        },
+    ),
+    "opt-no-bias": (
+        "OPTConfig",
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "hidden_size": 64,
+            "ffn_dim": 96,
+            "max_position_embeddings": 32,
+            "enable_bias": False,
+            **SMALL,
+        },
+    ),
+    "mpt": ("MptConfig", {"n_layers": 2, "n_heads": 4, "d_model": 64, "max_seq_len": 32, **SMALL}),
+    # transformers' MptMLP is 4 x d_model whatever expansion_ratio says; devmem reads expansion_ratio as vLLM does
+    # and as the checkpoint's shapes are (tests/test_models_more_published.py), so only ratio 4 is compared here
+    "mpt-two-heads": ("MptConfig", {"n_layers": 3, "n_heads": 2, "d_model": 64, "max_seq_len": 32, **SMALL}),
+}
+
+
+def built(name: str) -> tuple[dict, int, int]:
+    """``(config.json as a dict, parameters, cache bytes per token)`` of the transformers model built from it."""
+    class_name, values = CASES[name]
+    config = getattr(transformers, class_name)(**values)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    parameters = sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        cache = model(torch.randint(0, 100, (1, TOKENS)), use_cache=True).past_key_values
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert held % TOKENS == 0
+    return config.to_dict(), parameters, held // TOKENS
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kv_bytes_per_token_equal_what_the_transformers_cache_holds(name):
+    config, _, per_token = built(name)
+    assert ModelMemory.from_config(config, dtype="fp32").kv_bytes_per_token == per_token
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_weights_equal_the_transformers_parameter_count(name):
+    config, parameters, _ = built(name)
+    assert ModelMemory.from_config(config, dtype="fp32").weights_bytes == parameters * 4

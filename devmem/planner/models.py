@@ -237,6 +237,17 @@ _UNMODELLED_FAMILIES = {
     "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
     "recurrent_gemma": "RecurrentGemmaConfig places recurrent blocks between its local-attention layers",
 }
+#: Hybrid families refused whatever their config says, and why (docs/models.md, "Refused").
+_REFUSED_FAMILIES = {
+    "falcon_h1": (
+        "Falcon-H1 runs an attention and a Mamba2 mixer side by side in every layer (a KV cache and a recurrent "
+        "state in each), which devmem's one kind per layer does not hold"
+    ),
+    "zamba2": (
+        "Zamba2 runs shared attention blocks beside the Mamba2 layers at hybrid_layer_ids (a KV cache per hybrid "
+        "layer, weights shared), which devmem does not model"
+    ),
+}
 #: Keys that describe recurrent layers: a config setting one whose layers devmem cannot place is refused.
 _RECURRENT_KEYS = (
     "mamba_d_state",
@@ -1429,6 +1440,12 @@ def _build(
     if c.model_type is None:
         raise UnknownArchitectureError(
             "config has no model_type: it is not a Hugging Face model config", None, ("model_type",)
+        )
+    if c.model_type in _REFUSED_FAMILIES:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} is refused: {_REFUSED_FAMILIES[c.model_type]}",
+            c.model_type,
+            ("model_type",),
         )
     if c.values.get("is_encoder_decoder") is True:
         raise UnknownArchitectureError(

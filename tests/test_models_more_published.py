@@ -264,11 +264,32 @@ def test_encoder_decoder_is_refused_as_such(config):
     assert caught.value.missing == ("is_encoder_decoder",)
 
 
-def test_falcon_h1_is_refused_by_name():
-    """Falcon-H1 runs attention and Mamba2 side by side in every layer: refused, not sized as attention alone."""
-    with pytest.raises(UnknownArchitectureError, match="Falcon-H1") as caught:
-        model(FALCON_H1_0_5B)
-    assert caught.value.missing == ("model_type",)
+def test_falcon_h1_caches_attention_and_mamba2_in_every_layer():
+    """36 layers, each an attention (2 K/V heads of head_dim 64) and a Mamba2 mixer side by side:
+    36 x 2 x 2 x 64 x 2 B = 18,432 B per token; per sequence 36 x ((4 - 1) x (1,536 + 2 x 1 x 128) + 24 x 64 x 128)
+    x 2 B = 14,542,848 B (mamba_d_ssm 1,536 is the inner size, not mamba_expand x hidden_size)."""
+    m = model(FALCON_H1_0_5B)
+    assert (m.full_attention_layers, m.recurrent_layers, m.kv_bytes_per_token) == (36, 36, 36 * 2 * 2 * 64 * 2)
+    assert m.state_bytes_per_sequence == 36 * (3 * (1536 + 2 * 128) + 24 * 64 * 128) * 2 == 14_542_848
+    assert m.max_context == 16_384
+
+
+def test_falcon_h1_weights_count_attention_mixer_and_mlp_per_layer():
+    """Per layer: q 1,024 x 512, k and v 1,024 x 128, o 512 x 1,024; in_proj 1,024 x (1,536 + 1,792 + 24), out_proj
+    1,536 x 1,024, the convolution 1,792 x 4 with its bias, dt_bias, A_log and D of 24; a gated MLP of 2,048; two
+    norms. Untied embeddings of 32,784: 521,411,104 parameters."""
+    h = 1024
+    attention = h * 512 + 2 * h * 128 + 512 * h
+    mixer = h * (1536 + 1792 + 24) + 1536 * h + 1792 * 4 + 1792 + 3 * 24
+    layer = attention + mixer + 3 * h * 2048 + 2 * h
+    assert model(FALCON_H1_0_5B).weights_bytes == (2 * 32_784 * h + 36 * layer + h) * 2 == 521_411_104 * 2
+
+
+def test_falcon_h1_splits_its_mamba_heads_over_ranks():
+    """24 Mamba2 heads and 8 attention heads split over 2 ranks; 3 ranks split neither and are refused."""
+    assert model(FALCON_H1_0_5B, tp=2).kv_bytes_per_token == 36 * 2 * 1 * 64 * 2
+    with pytest.raises(ModelConfigError, match="tp=3"):
+        model(FALCON_H1_0_5B, tp=3)
 
 
 def test_zamba2_is_refused_by_name():
@@ -476,6 +497,16 @@ HOSTILE = [
         {k: v for k, v in CHATGLM3_6B.items() if k != "padded_vocab_size"},
         UnknownArchitectureError,
         "padded_vocab_size",
+    ),
+    ("falcon_h1-heads-times-head-not-inner", {**FALCON_H1_0_5B, "mamba_d_head": 48}, ModelConfigError, "mamba_d_ssm"),
+    ("falcon_h1-zero-mamba-heads", {**FALCON_H1_0_5B, "mamba_n_heads": 0}, ModelConfigError, "mamba_n_heads"),
+    ("falcon_h1-d_ssm-string", {**FALCON_H1_0_5B, "mamba_d_ssm": "1536"}, ModelConfigError, "mamba_d_ssm"),
+    ("falcon_h1-rms_norm-string", {**FALCON_H1_0_5B, "mamba_rms_norm": "no"}, ModelConfigError, "mamba_rms_norm"),
+    (
+        "falcon_h1-kv-heads-not-dividing",
+        {**FALCON_H1_0_5B, "num_key_value_heads": 3},
+        ModelConfigError,
+        "num_key_value_heads 3",
     ),
     (
         "chatglm-multi_query_attention-string",

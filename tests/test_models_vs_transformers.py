@@ -16,6 +16,23 @@ TOKENS = 5
 SMALL = {"vocab_size": 100, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
 GPT2_SHAPE = {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 32, **SMALL}
 
+FALCON_H1_SHAPE = {
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "max_position_embeddings": 32,
+    "mamba_d_ssm": 96,
+    "mamba_n_heads": 6,
+    "mamba_d_head": 16,
+    "mamba_d_state": 8,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    **SMALL,
+}
+
 CASES = {
     "gpt2": ("GPT2Config", GPT2_SHAPE),
     "gpt2-n_inner-untied": ("GPT2Config", {**GPT2_SHAPE, "n_inner": 96, "tie_word_embeddings": False}),
@@ -74,6 +91,29 @@ CASES = {
     # transformers' MptMLP is 4 x d_model whatever expansion_ratio says; devmem reads expansion_ratio as vLLM does
     # and as the checkpoint's shapes are (tests/test_models_more_published.py), so only ratio 4 is compared here
     "mpt-two-heads": ("MptConfig", {"n_layers": 3, "n_heads": 2, "d_model": 64, "max_seq_len": 32, **SMALL}),
+    "falcon_h1": ("FalconH1Config", FALCON_H1_SHAPE),
+    "falcon_h1-two-groups-gated-norm": (
+        "FalconH1Config",
+        {**FALCON_H1_SHAPE, "mamba_n_groups": 2, "mamba_rms_norm": True},
+    ),
+    "falcon_h1-biases": (
+        "FalconH1Config",
+        {
+            **FALCON_H1_SHAPE,
+            "mamba_proj_bias": True,
+            "mlp_bias": True,
+            "attention_bias": True,
+            "mamba_conv_bias": False,
+        },
+    ),
+    "falcon_h1-out-proj-bias": (
+        "FalconH1Config",
+        {**FALCON_H1_SHAPE, "projectors_bias": True, "mamba_conv_bias": False},
+    ),
+    "falcon_h1-inner-from-expand": (
+        "FalconH1Config",
+        {**FALCON_H1_SHAPE, "mamba_d_ssm": None, "mamba_d_head": "auto", "mamba_n_heads": 8},
+    ),
 }
 
 
@@ -89,6 +129,30 @@ def built(name: str) -> tuple[dict, int, int]:
     held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     assert held % TOKENS == 0
     return config.to_dict(), parameters, held // TOKENS
+
+
+def held_state(name: str) -> tuple[dict, int, int, int]:
+    """``(config.json, conv state bytes, its kernel, SSM state bytes)`` one sequence holds in the transformers
+    model's cache after a forward, over every layer."""
+    class_name, values = CASES[name]
+    config = getattr(transformers, class_name)(**values)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        cache = model(torch.randint(0, 100, (1, TOKENS)), use_cache=True).past_key_values
+    conv = sum(t.numel() * t.element_size() for layer in cache.layers for t in layer.conv_states.values())
+    ssm = sum(t.numel() * t.element_size() for layer in cache.layers for t in layer.recurrent_states.values())
+    kernels = {k for layer in cache.layers for k in layer.conv_kernel_size.values()}
+    assert len(kernels) == 1
+    return config.to_dict(), conv, kernels.pop(), ssm
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n.startswith("falcon_h1")))
+def test_recurrent_state_equals_the_transformers_cache_with_vllms_conv_width(name):
+    """transformers keeps d_conv columns of the convolution state, vLLM (whose layout devmem plans) d_conv - 1: the
+    SSM state is the same, the convolution state one column narrower."""
+    config, conv, kernel, ssm = held_state(name)
+    state = ModelMemory.from_config(config, dtype="fp32").state_bytes_per_sequence
+    assert state == ssm + conv // kernel * (kernel - 1)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -465,6 +465,32 @@ FAMILY_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "bias": False,
         },
     ),
+    "falcon_h1": (
+        "FalconH1Config",
+        {
+            "vocab_size": 128000,
+            "tie_word_embeddings": False,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 8192,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "mamba_d_ssm": 1024,
+            "mamba_n_heads": 128,
+            "mamba_d_head": "auto",
+            "mamba_n_groups": 1,
+            "mamba_d_state": 256,
+            "mamba_d_conv": 4,
+            "mamba_expand": 2,
+            "mamba_conv_bias": True,
+            "mamba_proj_bias": False,
+            "projectors_bias": False,
+            "mamba_rms_norm": False,
+        },
+    ),
 }
 #: Multimodal configs whose text config names the family another way.
 FAMILY_DEFAULTS["gemma3"] = FAMILY_DEFAULTS["gemma3_text"]

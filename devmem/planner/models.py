@@ -239,10 +239,6 @@ _UNMODELLED_FAMILIES = {
 }
 #: Hybrid families refused whatever their config says, and why (docs/models.md, "Refused").
 _REFUSED_FAMILIES = {
-    "falcon_h1": (
-        "Falcon-H1 runs an attention and a Mamba2 mixer side by side in every layer (a KV cache and a recurrent "
-        "state in each), which devmem's one kind per layer does not hold"
-    ),
     "zamba2": (
         "Zamba2 runs shared attention blocks beside the Mamba2 layers at hybrid_layer_ids (a KV cache per hybrid "
         "layer, weights shared), which devmem does not model"
@@ -632,7 +628,7 @@ class ModelMemory:
                 f"KV per token per layer: 2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim "
                 f"{self.head_dim} x {self.kv_dtype} {self.kv_dtype_bytes} B = {self.kv_layer_bytes_per_token} B"
             )
-        no_cache = self.num_layers - self.attention_layers - self.recurrent_layers
+        no_cache = max(0, self.num_layers - self.attention_layers - self.recurrent_layers)  # Falcon-H1 holds both
         kinds = (
             (self.full_attention_layers, "full-attention"),
             (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"),
@@ -872,6 +868,8 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             )
         return [table[v] for v in values]
 
+    if c.model_type == "falcon_h1":  # the Mamba2 mixers beside them: _state_kinds
+        return [FULL] * layers, "falcon_h1: an attention and a Mamba2 mixer side by side in every layer"
     if c.model_type == "gpt_neo":  # GPTNeoConfig expands attention_types: [[["global", "local"], 12]]
         local = _gpt_neo_local_layers(c, layers)
         return [FULL] * layers, (
@@ -1075,11 +1073,19 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
             c.first_int("conv_kernel", "mamba_d_conv", why=why),
         )
     heads = c.int("mamba_n_heads", why=why)
-    inner = c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
+    if c.has("mamba_d_ssm"):  # Falcon-H1's inner size, as vLLM reads it
+        inner = c.int("mamba_d_ssm", why=why)
+    else:
+        inner = c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
     if c.get("mamba_d_head") == "auto" and inner % heads == 0:  # the config classes' default: inner / heads
         head_dim = inner // heads
     else:
         head_dim = c.int("mamba_d_head", why=why)
+    if heads * head_dim != inner:
+        raise ModelConfigError(
+            f"config keys mamba_n_heads {heads} x mamba_d_head {_shown(c.get('mamba_d_head'))} must equal the Mamba2 "
+            f"inner size {inner} ({'mamba_d_ssm' if c.has('mamba_d_ssm') else 'mamba_expand x hidden_size'})"
+        )
     return (
         heads,
         head_dim,
@@ -1259,6 +1265,21 @@ def _mamba2_params(c: _Config, hidden: int) -> tuple[int, int]:
     return matrices, channels * (kernel + 1) + 3 * heads + inner
 
 
+def _falcon_h1_mixer_params(c: _Config, hidden: int) -> tuple[int, int]:
+    """``(matrices, other)`` of Falcon-H1's Mamba2 mixer (beside each layer's attention): its biases and gated norm
+    only where ``mamba_conv_bias``, ``mamba_proj_bias`` (``in_proj``), ``projectors_bias`` (``out_proj``, as
+    transformers' FalconH1Mixer builds it) and ``mamba_rms_norm`` say."""
+    heads, _, inner, groups, d_state, kernel = _mamba2_dims(c)
+    channels = inner + 2 * groups * d_state
+    projected = inner + channels + heads
+    other = channels * kernel + 3 * heads + (channels if c.flag("mamba_conv_bias", True) else 0)
+    other += inner if c.flag("mamba_rms_norm", False) else 0
+    other += (projected if c.flag("mamba_proj_bias", False) else 0) + (
+        hidden if c.flag("projectors_bias", False) else 0
+    )
+    return hidden * projected + inner * hidden, other
+
+
 def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
     """NemotronH's MLP (``-``: up and down, relu2) and mixture-of-experts (``E``) layers."""
     if kind == "mlp":
@@ -1340,6 +1361,10 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         bias = (heads + 2 * kv) * head_dim + hidden
     elif c.model_type in _QKV_BIAS:
         bias = (heads + 2 * kv) * head_dim
+    if c.model_type == "falcon_h1":
+        mixer, mixer_other = _falcon_h1_mixer_params(c, hidden)
+        mlp_bias = 2 * c.int("intermediate_size") + hidden if c.flag("mlp_bias", False) else 0
+        return mlp + matrices + mixer, router + norms + bias + mixer_other + mlp_bias
     qk_norm = 2 * head_dim if c.model_type in _QK_NORM else 0
     if c.model_type in _QK_NORM_ALL:
         qk_norm = (heads + kv) * head_dim
@@ -1506,8 +1531,9 @@ def _build(
         )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
+    state_kinds = kinds + [MAMBA2] * layers if c.model_type == "falcon_h1" else kinds  # Falcon-H1: one per layer
     recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]
-    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in kinds):
+    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in state_kinds):
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(recurrent_keys)} (recurrent layers) but no layer "
             "list or pattern devmem reads places them: their state per sequence would be left out",
@@ -1526,7 +1552,7 @@ def _build(
     chunk = c.int("attention_chunk_size") if CHUNKED in kinds else None
     if CHUNKED in kinds and chunk is None:
         c.require("attention_chunk_size", why="chunked-local attention layers")
-    states = _recurrent_states(c, kinds)
+    states = _recurrent_states(c, state_kinds)
     ssm_key = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if c.has(k)), None)
     ssm_bytes = conv_bytes
     if states and ssm_key and state_dtype == "auto":

@@ -1208,3 +1208,37 @@ CHATGLM3_6B = {
     "eos_token_id": 2,
     "pad_token_id": 0,
 }
+
+# A Zamba2 config shaped as Zyphra/Zamba2-2.7B's model card and transformers' Zamba2Config (its default layer pattern:
+# shared attention beside the Mamba2 mixer of layers 6, 12, ..., 42, 47 and 51) describe it: not checked key by key
+# against the hub
+ZAMBA2_2_7B_SHAPED = {
+    "architectures": ["Zamba2ForCausalLM"],
+    "model_type": "zamba2",
+    "hidden_size": 2560,
+    "num_hidden_layers": 54,
+    "layers_block_type": ["mamba"]
+    + (["mamba"] * 5 + ["hybrid"]) * 7
+    + ["mamba"] * 4
+    + ["hybrid"]
+    + ["mamba"] * 3
+    + ["hybrid"]
+    + ["mamba"] * 2,
+    "hybrid_layer_ids": [6, 12, 18, 24, 30, 36, 42, 47, 51],
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "intermediate_size": 10240,
+    "n_mamba_heads": 80,
+    "mamba_d_state": 64,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_ngroups": 1,
+    "num_mem_blocks": 2,
+    "use_shared_attention_adapter": False,
+    "adapter_rank": 128,
+    "use_mem_rope": False,
+    "max_position_embeddings": 4096,
+    "vocab_size": 32000,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}

@@ -44,6 +44,7 @@ from model_configs_more import (
     STARCODER2_15B,
     T5_BASE,
     WHISPER_LARGE_V3,
+    ZAMBA2_2_7B_SHAPED,
 )
 
 from devmem.planner.models import ModelConfigError, ModelMemory, UnknownArchitectureError
@@ -292,12 +293,26 @@ def test_falcon_h1_splits_its_mamba_heads_over_ranks():
         model(FALCON_H1_0_5B, tp=3)
 
 
-def test_zamba2_is_refused_by_name():
-    """Zamba2's shared attention blocks sit beside the Mamba2 layers at hybrid_layer_ids: refused by family."""
-    config = {"model_type": "zamba2", "num_hidden_layers": 6, "num_attention_heads": 8, "hidden_size": 512}
-    with pytest.raises(UnknownArchitectureError, match="hybrid_layer_ids") as caught:
-        model({**config, "hybrid_layer_ids": [2, 5], "mamba_d_state": 64})
-    assert caught.value.missing == ("model_type",)
+def test_zamba2_caches_each_hybrid_layers_shared_attention_and_every_mamba2_state():
+    """9 hybrid layers of 54 each cache 32 heads of 2 x 2,560 / 32 = 160: 9 x 2 x 32 x 160 x 2 B = 184,320 B per
+    token; all 54 layers hold a Mamba2 state: 54 x ((4 - 1) x (5,120 + 2 x 64) + 80 x 64 x 64) x 2 B per sequence."""
+    m = model(ZAMBA2_2_7B_SHAPED)
+    assert (m.full_attention_layers, m.recurrent_layers, m.head_dim) == (9, 54, 160)
+    assert m.kv_bytes_per_token == 9 * 2 * 32 * 160 * 2 == 184_320
+    assert m.state_bytes_per_sequence == 54 * (3 * (5120 + 128) + 80 * 64 * 64) * 2 == 37_089_792
+
+
+def test_zamba2_weights_count_the_shared_blocks_once_and_an_adapter_per_hybrid_layer():
+    """Every layer: a Mamba2 mixer (in_proj 2,560 x (5,120 + 5,248 + 80), out_proj, convolution 5,248 x 4 with its
+    bias, dt_bias/A_log/D, a gated norm of 5,120) and its norm; each hybrid layer a 2,560 x 2,560 projection and an
+    MLP adapter of rank 128; two shared blocks (q, k, v of 5,120 x 5,120, o 5,120 x 2,560, a gated MLP of 10,240,
+    norms of 5,120 and 2,560); tied embeddings: 2,662,214,560 parameters."""
+    h, inner, channels, heads, ffn = 2560, 5120, 5248, 80, 10_240
+    mixer = h * (inner + channels + heads) + inner * h + channels * 5 + 3 * heads + inner + h
+    block = 3 * 2 * h * 2 * h + 2 * h * h + h * 2 * ffn + ffn * h + 3 * h
+    hybrid = h * h + 128 * (h + 2 * ffn)
+    expected = 32_000 * h + h + 54 * mixer + 9 * hybrid + 2 * block
+    assert model(ZAMBA2_2_7B_SHAPED).weights_bytes == expected * 2 == 2_662_214_560 * 2
 
 
 def gpt2_layer(h: int, inner: int, kv_width: int) -> int:
@@ -508,6 +523,40 @@ HOSTILE = [
         ModelConfigError,
         "num_key_value_heads 3",
     ),
+    (
+        "zamba2-no-layers_block_type",
+        {k: v for k, v in ZAMBA2_2_7B_SHAPED.items() if k != "layers_block_type"},
+        UnknownArchitectureError,
+        "layers_block_type",
+    ),
+    (
+        "zamba2-short-layers_block_type",
+        {**ZAMBA2_2_7B_SHAPED, "layers_block_type": ["mamba", "hybrid"]},
+        ModelConfigError,
+        "layers_block_type",
+    ),
+    (
+        "zamba2-unknown-layer",
+        {**ZAMBA2_2_7B_SHAPED, "layers_block_type": ["attention"] * 54},
+        ModelConfigError,
+        "layers_block_type",
+    ),
+    ("zamba2-mamba-heads-not-dividing", {**ZAMBA2_2_7B_SHAPED, "n_mamba_heads": 77}, ModelConfigError, "n_mamba_heads"),
+    ("zamba2-zero-heads", {**ZAMBA2_2_7B_SHAPED, "num_attention_heads": 0}, ModelConfigError, "num_attention_heads"),
+    (
+        "zamba2-heads-not-dividing",
+        {**ZAMBA2_2_7B_SHAPED, "num_attention_heads": 48},
+        ModelConfigError,
+        "num_attention_heads 48",
+    ),
+    (
+        "zamba2-fewer-kv-heads",
+        {**ZAMBA2_2_7B_SHAPED, "num_key_value_heads": 8},
+        UnknownArchitectureError,
+        "num_key_value_heads",
+    ),
+    ("zamba2-no-conv-bias", {**ZAMBA2_2_7B_SHAPED, "use_conv_bias": False}, UnknownArchitectureError, "use_conv_bias"),
+    ("zamba2-adapter-rank-string", {**ZAMBA2_2_7B_SHAPED, "adapter_rank": "128"}, ModelConfigError, "adapter_rank"),
     (
         "chatglm-multi_query_attention-string",
         {**CHATGLM3_6B, "multi_query_attention": "true"},

@@ -491,6 +491,27 @@ FAMILY_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
             "mamba_rms_norm": False,
         },
     ),
+    "zamba2": (
+        "Zamba2Config",
+        {
+            "vocab_size": 32000,
+            "max_position_embeddings": 4096,
+            "hidden_size": 2560,
+            "num_hidden_layers": 54,
+            "mamba_d_state": 64,
+            "mamba_d_conv": 4,
+            "mamba_expand": 2,
+            "mamba_ngroups": 1,
+            "n_mamba_heads": 8,
+            "use_conv_bias": True,
+            "add_bias_linear": False,
+            "num_attention_heads": 32,
+            "num_mem_blocks": 1,
+            "use_shared_attention_adapter": False,
+            "adapter_rank": 128,
+            "tie_word_embeddings": True,
+        },
+    ),
 }
 #: Multimodal configs whose text config names the family another way.
 FAMILY_DEFAULTS["gemma3"] = FAMILY_DEFAULTS["gemma3_text"]

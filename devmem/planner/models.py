@@ -237,13 +237,6 @@ _UNMODELLED_FAMILIES = {
     "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
     "recurrent_gemma": "RecurrentGemmaConfig places recurrent blocks between its local-attention layers",
 }
-#: Hybrid families refused whatever their config says, and why (docs/models.md, "Refused").
-_REFUSED_FAMILIES = {
-    "zamba2": (
-        "Zamba2 runs shared attention blocks beside the Mamba2 layers at hybrid_layer_ids (a KV cache per hybrid "
-        "layer, weights shared), which devmem does not model"
-    ),
-}
 #: Keys that describe recurrent layers: a config setting one whose layers devmem cannot place is refused.
 _RECURRENT_KEYS = (
     "mamba_d_state",
@@ -868,6 +861,8 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             )
         return [table[v] for v in values]
 
+    if c.model_type == "zamba2":
+        return _zamba2_layers(c, layers), "layers_block_type: a shared attention block beside each hybrid's Mamba2"
     if c.model_type == "falcon_h1":  # the Mamba2 mixers beside them: _state_kinds
         return [FULL] * layers, "falcon_h1: an attention and a Mamba2 mixer side by side in every layer"
     if c.model_type == "gpt_neo":  # GPTNeoConfig expands attention_types: [[["global", "local"], 12]]
@@ -943,6 +938,20 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         first = c.int("max_window_layers", positive=False)
         return [SLIDING if i >= first else FULL for i in range(layers)], f"max_window_layers {first}"
     return [SLIDING] * layers, "sliding_window, on every layer"
+
+
+def _zamba2_layers(c: _Config, layers: int) -> list[str]:
+    """Zamba2's ``layers_block_type``: ``hybrid`` layers run a shared attention block (with its own KV cache) beside
+    their Mamba2 mixer, ``mamba`` (``linear_attention``) layers the mixer alone. The mixers are added in _build."""
+    c.require("layers_block_type", why="Zamba2's hybrid layers")
+    types = c.get("layers_block_type")
+    known = ("mamba", "linear_attention", "hybrid")
+    if not isinstance(types, list) or len(types) != layers or not all(t in known for t in types):
+        raise ModelConfigError(
+            f"config key layers_block_type must list one of {', '.join(known)} per layer ({layers}), got "
+            f"{_shown(types)}"
+        )
+    return [FULL if t == "hybrid" else MAMBA2 for t in types]
 
 
 def _gpt_neo_local_layers(c: _Config, layers: int) -> int:
@@ -1062,6 +1071,20 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
     """``(heads, head dim, inner size, groups, d_state, conv kernel)`` of a Mamba2 layer, under NemotronH's keys
     (inner = heads x head dim) or Bamba's and Granite's (inner = mamba_expand x hidden_size)."""
     why = "the Mamba2 state per sequence"
+    if c.model_type == "zamba2":  # Zamba2Config: head dim = mamba_expand x hidden_size / n_mamba_heads
+        heads, inner = c.int("n_mamba_heads", why=why), c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
+        if inner % heads:
+            raise ModelConfigError(
+                f"config key n_mamba_heads {heads} does not divide mamba_expand x hidden_size {inner}"
+            )
+        return (
+            heads,
+            inner // heads,
+            inner,
+            c.int("mamba_ngroups", why=why),
+            c.int("mamba_d_state", why=why),
+            c.int("mamba_d_conv", why=why),
+        )
     if c.has("mamba_num_heads"):
         heads, head_dim = c.int("mamba_num_heads"), c.int("mamba_head_dim", why=why)
         return (
@@ -1120,6 +1143,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
             return "mha", heads, heads, nope + rope, [note]
         return "mla", heads, 1, c.int("kv_lora_rank") + c.int("qk_rope_head_dim"), []
     notes = []
+    if c.model_type == "zamba2":  # the shared block attends over [hidden, embeddings]: 2 x hidden_size wide
+        return _zamba2_attention(c, heads)
     if c.has("attention_head_dim") and ("head_dim" in c.defaults or not c.has("head_dim")):
         head_dim = c.int("attention_head_dim")  # NemotronH's name for it
     elif c.has("head_dim"):
@@ -1172,6 +1197,49 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         )
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
     return kind, heads, kv, head_dim, notes
+
+
+def _zamba2_attention(c: _Config, heads: int) -> tuple[str, int, int, int, list[str]]:
+    """Zamba2's shared attention: ``num_attention_heads`` heads of ``2 x hidden_size / num_attention_heads`` (its
+    ``attention_head_dim``), every head cached, as vLLM's Zamba2Attention caches them."""
+    width = 2 * c.int("hidden_size")
+    if width % heads:
+        raise ModelConfigError(f"num_attention_heads {heads} does not divide Zamba2's attention width {width}")
+    if c.has("num_key_value_heads") and c.int("num_key_value_heads") != heads:
+        raise UnknownArchitectureError(
+            f"config of model_type 'zamba2' sets num_key_value_heads {c.int('num_key_value_heads')} below "
+            f"num_attention_heads {heads}: transformers caches those K/V heads, vLLM every head, and devmem does "
+            "not choose between them",
+            c.model_type,
+            ("num_key_value_heads",),
+        )
+    if c.flag("add_bias_linear", False) or not c.flag("use_conv_bias", True):
+        key = "add_bias_linear" if c.flag("add_bias_linear", False) else "use_conv_bias"
+        raise UnknownArchitectureError(
+            f"config of model_type 'zamba2' sets {key} {c.flag(key, False)}: transformers and vLLM build those "
+            "biases differently, and devmem does not choose between them",
+            c.model_type,
+            (key,),
+        )
+    return "mha", heads, heads, width // heads, []
+
+
+def _zamba2_params(c: _Config, kinds: list[str], hidden: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """``(matrices, other)`` of Zamba2's layers: a Mamba2 mixer and its norm in every layer, a ``hidden x hidden``
+    projection in each hybrid layer, ``num_mem_blocks`` shared blocks (attention over ``2 x hidden_size``, a gated
+    MLP, two norms) and, per hybrid layer, a LoRA adapter of ``adapter_rank`` on the MLP's gate and up projection
+    (and on q, k and v where ``use_shared_attention_adapter``)."""
+    mixer, mixer_other = _mamba2_params(c, hidden)
+    hybrid, width = kinds.count(FULL), heads * head_dim
+    ffn = c.get_int("intermediate_size", 4 * hidden, positive=True)
+    block = 3 * 2 * hidden * width + width * hidden + hidden * 2 * ffn + ffn * hidden
+    rank = c.int("adapter_rank", why="the weights estimate")
+    adapters = rank * (hidden + 2 * ffn)
+    if c.flag("use_shared_attention_adapter", False):
+        adapters += 3 * rank * (2 * hidden + width)
+    blocks = c.int("num_mem_blocks", why="the weights estimate")
+    matrices = len(kinds) * mixer + hybrid * (hidden * hidden + adapters) + blocks * block
+    return matrices, len(kinds) * (mixer_other + hidden) + blocks * 3 * hidden
 
 
 def _max_context(c: _Config) -> tuple[int | None, str]:
@@ -1414,7 +1482,10 @@ def _estimate_weights(
         final_norm = c.flag("do_layer_norm_before", True) and not c.flag("_remove_final_layer_norm", False)
         if c.model_type == "opt" and not final_norm:
             other -= 2 * hidden  # OPTDecoder has no final LayerNorm then
-    for layer, kind in enumerate(kinds):
+    if c.model_type == "zamba2":
+        m, o = _zamba2_params(c, kinds, hidden, attention[1], attention[3])
+        matrices, other = matrices + m, other + o
+    for layer, kind in enumerate(kinds if c.model_type != "zamba2" else []):
         m, o = _layer_params(c, kind, layer, attention)
         matrices, other = matrices + m, other + o
     notes = []
@@ -1465,12 +1536,6 @@ def _build(
     if c.model_type is None:
         raise UnknownArchitectureError(
             "config has no model_type: it is not a Hugging Face model config", None, ("model_type",)
-        )
-    if c.model_type in _REFUSED_FAMILIES:
-        raise UnknownArchitectureError(
-            f"config of model_type {c.model_type!r} is refused: {_REFUSED_FAMILIES[c.model_type]}",
-            c.model_type,
-            ("model_type",),
         )
     if c.values.get("is_encoder_decoder") is True:
         raise UnknownArchitectureError(
@@ -1531,7 +1596,9 @@ def _build(
         )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
-    state_kinds = kinds + [MAMBA2] * layers if c.model_type == "falcon_h1" else kinds  # Falcon-H1: one per layer
+    state_kinds = kinds  # Falcon-H1's and Zamba2's attention layers run a Mamba2 mixer beside them
+    if c.model_type in ("falcon_h1", "zamba2"):
+        state_kinds = kinds + [MAMBA2] * kinds.count(FULL)
     recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]
     if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in state_kinds):
         raise UnknownArchitectureError(

@@ -1189,7 +1189,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     else:
         kv = heads
         notes.append(
-            "num_key_value_heads is absent: every attention head has its own K and V (as transformers reads it)"
+            f"{c.name('num_key_value_heads')} is absent: every attention head has its own K and V (as transformers "
+            "reads it)"
         )
     if heads % kv:
         raise ModelConfigError(

@@ -1208,9 +1208,9 @@ def _zamba2_attention(c: _Config, heads: int) -> tuple[str, int, int, int, list[
         raise ModelConfigError(f"num_attention_heads {heads} does not divide Zamba2's attention width {width}")
     if c.has("num_key_value_heads") and c.int("num_key_value_heads") != heads:
         raise UnknownArchitectureError(
-            f"config of model_type 'zamba2' sets num_key_value_heads {c.int('num_key_value_heads')} below "
-            f"num_attention_heads {heads}: transformers caches those K/V heads, vLLM every head, and devmem does "
-            "not choose between them",
+            f"config of model_type 'zamba2' sets num_key_value_heads {c.int('num_key_value_heads')}, not "
+            f"num_attention_heads {heads}: transformers caches those K/V heads, vLLM every attention head, and "
+            "devmem does not choose between them",
             c.model_type,
             ("num_key_value_heads",),
         )

@@ -105,6 +105,11 @@ _TIED_BY_DEFAULT = {
     "smollm3",
     "ernie4_5",
     "bloom",
+    "gpt2",
+    "gpt_bigcode",
+    "gpt_neo",
+    "opt",
+    "mpt",
 }
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
@@ -116,15 +121,42 @@ _QKV_BIAS = {"qwen2", "qwen2_moe"}
 #: after attention and around the MLP too).
 _ONE_NORM = {"cohere", "cohere2"}
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
-#: Families whose MLP is two matrices (up and down, no gate) with biases and whose norms are LayerNorms with a bias:
-#: family -> (LayerNorms per layer, whether the attention projections carry biases unless ``attention_bias`` /
-#: ``use_bias`` say otherwise, whether the output head has a bias, LayerNorms beside the final one).
+
+
+@dataclass(frozen=True)
+class _Ungated:
+    """A family whose MLP is two matrices (up and down, no gate) and whose norms are LayerNorms.
+
+    ``norms`` LayerNorms per layer (and ``more_norms`` beside the final one); biases on the q/k/v projections and on
+    the attention output where ``qkv_bias`` / ``out_bias`` (unless the family's bias switch or ``attention_bias``
+    turns them off), on the output head where ``head_bias``; ``positions`` is ``None`` without learned position
+    embeddings, else the rows beyond the maximum context (OPT keeps 2); ``bias_switch`` names the key that turns
+    every bias off, the LayerNorms' too where ``norm_bias_switched`` (MPT's ``no_bias``).
+    """
+
+    norms: int
+    qkv_bias: bool
+    out_bias: bool
+    head_bias: bool = False
+    more_norms: int = 0
+    positions: int | None = None
+    bias_switch: str = "use_bias"
+    norm_bias_switched: bool = False
+
+
+#: The families with an ungated MLP and LayerNorms (GPT-2's Conv1D layers hold the same matrices as Linear ones).
 _LAYERNORM_UNGATED = {
-    "gpt_neox": (2, True, False, 0),
-    "starcoder2": (2, True, False, 0),
-    "phi": (1, True, True, 0),  # attention and MLP side by side after one norm
-    "gptj": (1, False, True, 0),
-    "bloom": (2, True, False, 1),  # and a LayerNorm on the embeddings
+    "gpt_neox": _Ungated(2, True, True),
+    "starcoder2": _Ungated(2, True, True),
+    "phi": _Ungated(1, True, True, head_bias=True),  # attention and MLP side by side after one norm
+    "gptj": _Ungated(1, False, False, head_bias=True),
+    "codegen": _Ungated(1, False, False, head_bias=True),  # GPT-J's layer, fused qkv_proj
+    "bloom": _Ungated(2, True, True, more_norms=1),  # and a LayerNorm on the embeddings
+    "gpt2": _Ungated(2, True, True, positions=0),
+    "gpt_bigcode": _Ungated(2, True, True, positions=0),
+    "gpt_neo": _Ungated(2, False, True, positions=0),
+    "opt": _Ungated(2, True, True, positions=2, bias_switch="enable_bias"),
+    "mpt": _Ungated(2, True, True, bias_switch="no_bias", norm_bias_switched=True),
 }
 #: Families whose every layer has a dense MLP of ``shared_intermediate_size`` beside its experts.
 _GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
@@ -145,9 +177,22 @@ _UNMODELLED = {
     "attn_type_list": "MiniMax's lightning (linear) attention layers",
     "block_types": "RecurrentGemma's recurrent blocks",
 }
-#: Falcon's KV-head keys, read as vLLM reads them (``multi_query`` unless ``new_decoder_architecture``, then
-#: ``num_kv_heads``).
-_FALCON_KV_KEYS = ("multi_query", "num_kv_heads")
+#: KV-head keys a family reads as vLLM reads them: Falcon's (``multi_query`` unless ``new_decoder_architecture``,
+#: then ``num_kv_heads``), GPTBigCode's ``multi_query`` (one KV head) and ChatGLM's ``multi_query_group_num`` (the KV
+#: heads where ``multi_query_attention``).
+_KV_KEYS_READ = {
+    "falcon": ("multi_query", "num_kv_heads"),
+    "gpt_bigcode": ("multi_query",),
+    "chatglm": ("multi_query_group_num",),
+}
+#: GPT-2's key names (GPT2Config's ``attribute_map``), shared by GPT-J, CodeGen and GPTBigCode.
+_GPT2_KEYS = {
+    "num_hidden_layers": "n_layer",
+    "num_attention_heads": "n_head",
+    "hidden_size": "n_embd",
+    "max_position_embeddings": "n_positions",
+    "intermediate_size": "n_inner",
+}
 #: Keys a family's config.json writes under another name (its transformers config class's ``attribute_map``),
 #: where the rest of the family reads as devmem reads it.
 _ALIASES = {
@@ -162,12 +207,29 @@ _ALIASES = {
         "intermediate_size": "ffn_config.ffn_hidden_size",
     },
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
-    "gptj": {
-        "num_hidden_layers": "n_layer",
-        "num_attention_heads": "n_head",
-        "hidden_size": "n_embd",
-        "max_position_embeddings": "n_positions",
-        "intermediate_size": "n_inner",
+    "gptj": _GPT2_KEYS,
+    "gpt2": _GPT2_KEYS,
+    "gpt_bigcode": _GPT2_KEYS,
+    "codegen": _GPT2_KEYS,
+    "gpt_neo": {
+        "num_hidden_layers": "num_layers",
+        "num_attention_heads": "num_heads",
+    },
+    "opt": {"intermediate_size": "ffn_dim"},
+    "mpt": {
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "hidden_size": "d_model",
+        "max_position_embeddings": "max_seq_len",
+        "num_key_value_heads": "attn_config.kv_n_heads",
+        "qk_ln": "attn_config.qk_ln",
+        "alibi": "attn_config.alibi",
+        "prefix_lm": "attn_config.prefix_lm",
+    },
+    "chatglm": {
+        "num_hidden_layers": "num_layers",
+        "intermediate_size": "ffn_hidden_size",
+        "head_dim": "kv_channels",
     },
 }
 #: Families whose config class places recurrent layers where the config.json says nothing: refused by model_type.
@@ -559,7 +621,7 @@ class ModelMemory:
                 f"KV per token per layer: 2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim "
                 f"{self.head_dim} x {self.kv_dtype} {self.kv_dtype_bytes} B = {self.kv_layer_bytes_per_token} B"
             )
-        no_cache = self.num_layers - self.attention_layers - self.recurrent_layers
+        no_cache = max(0, self.num_layers - self.attention_layers - self.recurrent_layers)  # Falcon-H1 holds both
         kinds = (
             (self.full_attention_layers, "full-attention"),
             (self.sliding_attention_layers, f"sliding-window ({self.sliding_window})"),
@@ -721,6 +783,10 @@ class _Config:
         self.explicit_null = {k for k, v in merged.items() if v is None}
         self.defaulted: dict[str, object] = {}
 
+    def name(self, key: str) -> str:
+        """``key`` as the family's config.json names it (GPT-2's ``n_head`` for ``num_attention_heads``)."""
+        return self.aliased.get(key, _ALIASES.get(self.model_type or "", {}).get(key, key))
+
     def has(self, key: str) -> bool:
         return key in self.values
 
@@ -728,7 +794,7 @@ class _Config:
         return [k for k in keys if k not in self.values]
 
     def require(self, *keys: str, why: str) -> None:
-        absent = self.missing(*keys)
+        absent = [self.name(k) for k in self.missing(*keys)]  # named as the family's config.json names them
         if absent:
             raise UnknownArchitectureError(
                 f"config of model_type {self.model_type!r} lacks {', '.join(absent)}, which {why} needs; "
@@ -795,6 +861,16 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             )
         return [table[v] for v in values]
 
+    if c.model_type == "zamba2":
+        return _zamba2_layers(c, layers), "layers_block_type: a shared attention block beside each hybrid's Mamba2"
+    if c.model_type == "falcon_h1":  # the Mamba2 mixers beside them: _state_kinds
+        return [FULL] * layers, "falcon_h1: an attention and a Mamba2 mixer side by side in every layer"
+    if c.model_type == "gpt_neo":  # GPTNeoConfig expands attention_types: [[["global", "local"], 12]]
+        local = _gpt_neo_local_layers(c, layers)
+        return [FULL] * layers, (
+            f"attention_types; its {local} local layers attend within window_size but transformers' cache keeps "
+            "every token in them, so they are counted in full"
+        )
     if c.has("layer_types"):
         return listed("layer_types", _LAYER_TYPES), "layer_types"
     if c.has("layers_block_type"):
@@ -862,6 +938,50 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         first = c.int("max_window_layers", positive=False)
         return [SLIDING if i >= first else FULL for i in range(layers)], f"max_window_layers {first}"
     return [SLIDING] * layers, "sliding_window, on every layer"
+
+
+def _zamba2_layers(c: _Config, layers: int) -> list[str]:
+    """Zamba2's ``layers_block_type``: ``hybrid`` layers run a shared attention block (with its own KV cache) beside
+    their Mamba2 mixer, ``mamba`` (``linear_attention``) layers the mixer alone. The mixers are added in _build."""
+    c.require("layers_block_type", why="Zamba2's hybrid layers")
+    types = c.get("layers_block_type")
+    known = ("mamba", "linear_attention", "hybrid")
+    if not isinstance(types, list) or len(types) != layers or not all(t in known for t in types):
+        raise ModelConfigError(
+            f"config key layers_block_type must list one of {', '.join(known)} per layer ({layers}), got "
+            f"{_shown(types)}"
+        )
+    return [FULL if t == "hybrid" else MAMBA2 for t in types]
+
+
+def _gpt_neo_local_layers(c: _Config, layers: int) -> int:
+    """How many of GPT-Neo's layers are ``local`` as GPTNeoConfig expands ``attention_types`` (``[[kinds, repeats],
+    ...]``), checking that it gives one ``global`` or ``local`` per layer. Local layers attend within
+    ``window_size``, but transformers' DynamicCache keeps every token in them (and vLLM does not serve GPT-Neo)."""
+    c.require("attention_types", why="GPT-Neo's global and local layers")
+    groups: Any = c.get("attention_types")
+    kinds: list[str] = []
+    well_formed = isinstance(groups, list) and all(
+        isinstance(g, list)
+        and len(g) == 2
+        and isinstance(g[0], list)
+        and all(k in ("global", "local") for k in g[0])
+        and isinstance(g[1], int)
+        and not isinstance(g[1], bool)
+        and 0 <= g[1] <= MAX_LAYERS
+        for g in groups
+    )
+    if well_formed:
+        for names, repeats in groups:
+            kinds += names * repeats
+            if len(kinds) > layers:
+                break
+    if not well_formed or len(kinds) != layers:
+        raise ModelConfigError(
+            f"config key attention_types must expand to one 'global' or 'local' per layer ({layers}) as "
+            f"[[[kinds...], repeats], ...], got {_shown(groups)}"
+        )
+    return kinds.count("local")
 
 
 def _resolve_recurrent(c: _Config, kinds: list[str]) -> list[str]:
@@ -951,6 +1071,20 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
     """``(heads, head dim, inner size, groups, d_state, conv kernel)`` of a Mamba2 layer, under NemotronH's keys
     (inner = heads x head dim) or Bamba's and Granite's (inner = mamba_expand x hidden_size)."""
     why = "the Mamba2 state per sequence"
+    if c.model_type == "zamba2":  # Zamba2Config: head dim = mamba_expand x hidden_size / n_mamba_heads
+        heads, inner = c.int("n_mamba_heads", why=why), c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
+        if inner % heads:
+            raise ModelConfigError(
+                f"config key n_mamba_heads {heads} does not divide mamba_expand x hidden_size {inner}"
+            )
+        return (
+            heads,
+            inner // heads,
+            inner,
+            c.int("mamba_ngroups", why=why),
+            c.int("mamba_d_state", why=why),
+            c.int("mamba_d_conv", why=why),
+        )
     if c.has("mamba_num_heads"):
         heads, head_dim = c.int("mamba_num_heads"), c.int("mamba_head_dim", why=why)
         return (
@@ -962,11 +1096,19 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
             c.first_int("conv_kernel", "mamba_d_conv", why=why),
         )
     heads = c.int("mamba_n_heads", why=why)
-    inner = c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
+    if c.has("mamba_d_ssm"):  # Falcon-H1's inner size, as vLLM reads it
+        inner = c.int("mamba_d_ssm", why=why)
+    else:
+        inner = c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
     if c.get("mamba_d_head") == "auto" and inner % heads == 0:  # the config classes' default: inner / heads
         head_dim = inner // heads
     else:
         head_dim = c.int("mamba_d_head", why=why)
+    if heads * head_dim != inner:
+        raise ModelConfigError(
+            f"config keys mamba_n_heads {heads} x mamba_d_head {_shown(c.get('mamba_d_head'))} must equal the Mamba2 "
+            f"inner size {inner} ({'mamba_d_ssm' if c.has('mamba_d_ssm') else 'mamba_expand x hidden_size'})"
+        )
     return (
         heads,
         head_dim,
@@ -1001,6 +1143,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
             return "mha", heads, heads, nope + rope, [note]
         return "mla", heads, 1, c.int("kv_lora_rank") + c.int("qk_rope_head_dim"), []
     notes = []
+    if c.model_type == "zamba2":  # the shared block attends over [hidden, embeddings]: 2 x hidden_size wide
+        return _zamba2_attention(c, heads)
     if c.has("attention_head_dim") and ("head_dim" in c.defaults or not c.has("head_dim")):
         head_dim = c.int("attention_head_dim")  # NemotronH's name for it
     elif c.has("head_dim"):
@@ -1009,8 +1153,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
         hidden = c.int("hidden_size", why="head_dim (hidden_size / num_attention_heads when head_dim is absent)")
         if hidden % heads:
             raise UnknownArchitectureError(
-                f"config of model_type {c.model_type!r} has no head_dim and hidden_size {hidden} is not a multiple of "
-                f"num_attention_heads {heads}",
+                f"config of model_type {c.model_type!r} has no head_dim and {c.name('hidden_size')} {hidden} is not a "
+                f"multiple of {c.name('num_attention_heads')} {heads}",
                 c.model_type,
                 ("head_dim",),
             )
@@ -1018,6 +1162,21 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     if c.model_type == "falcon":  # as vLLM reads it: one K/V head unless new_decoder_architecture
         multi_query = not c.flag("new_decoder_architecture", False) and c.flag("multi_query", True)
         kv = 1 if multi_query else c.int("num_kv_heads") if c.has("num_kv_heads") else heads
+    elif c.model_type == "gpt_bigcode":  # GPTBigCodeConfig's multi_query (default true): one K/V head
+        kv = 1 if c.flag("multi_query", True) else heads
+    elif c.model_type == "chatglm":  # vLLM's GLMAttention: the groups where multi_query_attention
+        kv = c.int("multi_query_group_num") if c.flag("multi_query_attention", False) else heads
+        if heads % kv:
+            raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of multi_query_group_num {kv}")
+        hidden = c.int("hidden_size", why="ChatGLM's head dim (hidden_size / num_attention_heads, as vLLM reads it)")
+        if hidden % heads or head_dim != hidden // heads:
+            raise UnknownArchitectureError(
+                f"config of model_type 'chatglm' has kv_channels {head_dim} but hidden_size {hidden} / "
+                f"num_attention_heads {heads} is not that: the modelling code caches kv_channels per head, vLLM "
+                "hidden_size / num_attention_heads, and devmem does not choose between them",
+                c.model_type,
+                ("kv_channels",),
+            )
     elif c.has("num_key_value_heads"):
         kv = c.int("num_key_value_heads")
     elif c.model_type == "dbrx":  # DbrxAttentionConfig's default is 1, vLLM's the attention heads: not guessed
@@ -1030,12 +1189,58 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     else:
         kv = heads
         notes.append(
-            "num_key_value_heads is absent: every attention head has its own K and V (as transformers reads it)"
+            f"{c.name('num_key_value_heads')} is absent: every attention head has its own K and V (as transformers "
+            "reads it)"
         )
     if heads % kv:
-        raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+        raise ModelConfigError(
+            f"{c.name('num_attention_heads')} {heads} is not a multiple of {c.name('num_key_value_heads')} {kv}"
+        )
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
     return kind, heads, kv, head_dim, notes
+
+
+def _zamba2_attention(c: _Config, heads: int) -> tuple[str, int, int, int, list[str]]:
+    """Zamba2's shared attention: ``num_attention_heads`` heads of ``2 x hidden_size / num_attention_heads`` (its
+    ``attention_head_dim``), every head cached, as vLLM's Zamba2Attention caches them."""
+    width = 2 * c.int("hidden_size")
+    if width % heads:
+        raise ModelConfigError(f"num_attention_heads {heads} does not divide Zamba2's attention width {width}")
+    if c.has("num_key_value_heads") and c.int("num_key_value_heads") != heads:
+        raise UnknownArchitectureError(
+            f"config of model_type 'zamba2' sets num_key_value_heads {c.int('num_key_value_heads')}, not "
+            f"num_attention_heads {heads}: transformers caches those K/V heads, vLLM every attention head, and "
+            "devmem does not choose between them",
+            c.model_type,
+            ("num_key_value_heads",),
+        )
+    if c.flag("add_bias_linear", False) or not c.flag("use_conv_bias", True):
+        key = "add_bias_linear" if c.flag("add_bias_linear", False) else "use_conv_bias"
+        raise UnknownArchitectureError(
+            f"config of model_type 'zamba2' sets {key} {c.flag(key, False)}: transformers and vLLM build those "
+            "biases differently, and devmem does not choose between them",
+            c.model_type,
+            (key,),
+        )
+    return "mha", heads, heads, width // heads, []
+
+
+def _zamba2_params(c: _Config, kinds: list[str], hidden: int, heads: int, head_dim: int) -> tuple[int, int]:
+    """``(matrices, other)`` of Zamba2's layers: a Mamba2 mixer and its norm in every layer, a ``hidden x hidden``
+    projection in each hybrid layer, ``num_mem_blocks`` shared blocks (attention over ``2 x hidden_size``, a gated
+    MLP, two norms) and, per hybrid layer, a LoRA adapter of ``adapter_rank`` on the MLP's gate and up projection
+    (and on q, k and v where ``use_shared_attention_adapter``)."""
+    mixer, mixer_other = _mamba2_params(c, hidden)
+    hybrid, width = kinds.count(FULL), heads * head_dim
+    ffn = c.get_int("intermediate_size", 4 * hidden, positive=True)
+    block = 3 * 2 * hidden * width + width * hidden + hidden * 2 * ffn + ffn * hidden
+    rank = c.int("adapter_rank", why="the weights estimate")
+    adapters = rank * (hidden + 2 * ffn)
+    if c.flag("use_shared_attention_adapter", False):
+        adapters += 3 * rank * (2 * hidden + width)
+    blocks = c.int("num_mem_blocks", why="the weights estimate")
+    matrices = len(kinds) * mixer + hybrid * (hidden * hidden + adapters) + blocks * block
+    return matrices, len(kinds) * (mixer_other + hidden) + blocks * 3 * hidden
 
 
 def _max_context(c: _Config) -> tuple[int | None, str]:
@@ -1129,6 +1334,21 @@ def _mamba2_params(c: _Config, hidden: int) -> tuple[int, int]:
     return matrices, channels * (kernel + 1) + 3 * heads + inner
 
 
+def _falcon_h1_mixer_params(c: _Config, hidden: int) -> tuple[int, int]:
+    """``(matrices, other)`` of Falcon-H1's Mamba2 mixer (beside each layer's attention): its biases and gated norm
+    only where ``mamba_conv_bias``, ``mamba_proj_bias`` (``in_proj``), ``projectors_bias`` (``out_proj``, as
+    transformers' FalconH1Mixer builds it) and ``mamba_rms_norm`` say."""
+    heads, _, inner, groups, d_state, kernel = _mamba2_dims(c)
+    channels = inner + 2 * groups * d_state
+    projected = inner + channels + heads
+    other = channels * kernel + 3 * heads + (channels if c.flag("mamba_conv_bias", True) else 0)
+    other += inner if c.flag("mamba_rms_norm", False) else 0
+    other += (projected if c.flag("mamba_proj_bias", False) else 0) + (
+        hidden if c.flag("projectors_bias", False) else 0
+    )
+    return hidden * projected + inner * hidden, other
+
+
 def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
     """NemotronH's MLP (``-``: up and down, relu2) and mixture-of-experts (``E``) layers."""
     if kind == "mlp":
@@ -1188,21 +1408,48 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
             layer_norms = 1 if c.flag("parallel_attn", True) else 2
         return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias
     if c.model_type in _LAYERNORM_UNGATED:
-        layer_norms, attention_biased, _, _ = _LAYERNORM_UNGATED[c.model_type]
-        inner = c.get_int("intermediate_size", 4 * hidden, positive=True)  # GPT-J's n_inner, Bloom: 4 x hidden
-        mlp_biased = c.flag("use_bias", True)
-        biased = attention_biased and mlp_biased and c.flag("attention_bias", True)
-        bias = (heads + 2 * kv) * head_dim + hidden if biased else 0
-        return 2 * hidden * inner + matrices, 2 * hidden * layer_norms + bias + (inner + hidden if mlp_biased else 0)
+        shape = _LAYERNORM_UNGATED[c.model_type]
+        if c.model_type == "mpt":  # MPTMLP: expansion_ratio x d_model; q and k LayerNorms of d_model where qk_ln
+            inner = c.int("expansion_ratio", why="the weights estimate") * hidden
+        else:  # GPT-2's n_inner, OPT's ffn_dim; absent or null: 4 x hidden
+            inner = c.get_int("intermediate_size", 4 * hidden, positive=True)
+        biased = _biases_on(c, shape)
+        attention_biased = biased and c.flag("attention_bias", True)
+        bias = (heads + 2 * kv) * head_dim if attention_biased and shape.qkv_bias else 0
+        bias += hidden if attention_biased and shape.out_bias else 0
+        norm = hidden if shape.norm_bias_switched and not biased else 2 * hidden
+        norms = norm * (shape.norms + (2 if c.model_type == "mpt" and c.flag("qk_ln", False) else 0))
+        return 2 * hidden * inner + matrices, norms + bias + (inner + hidden if biased else 0)
+    if c.model_type == "chatglm":  # GLMBlock: biases where add_bias_linear (and on q/k/v where add_qkv_bias)
+        linear_bias = c.flag("add_bias_linear", False)
+        bias = (heads + 2 * kv) * head_dim if linear_bias or c.flag("add_qkv_bias", False) else 0
+        bias += hidden + 2 * c.int("intermediate_size") + hidden if linear_bias else 0
+        return mlp + matrices, router + 2 * _chatglm_norm(c, hidden) + bias
     bias = 0
     if c.values.get("attention_bias") is True:
         bias = (heads + 2 * kv) * head_dim + hidden
     elif c.model_type in _QKV_BIAS:
         bias = (heads + 2 * kv) * head_dim
+    if c.model_type == "falcon_h1":
+        mixer, mixer_other = _falcon_h1_mixer_params(c, hidden)
+        mlp_bias = 2 * c.int("intermediate_size") + hidden if c.flag("mlp_bias", False) else 0
+        return mlp + matrices + mixer, router + norms + bias + mixer_other + mlp_bias
     qk_norm = 2 * head_dim if c.model_type in _QK_NORM else 0
     if c.model_type in _QK_NORM_ALL:
         qk_norm = (heads + kv) * head_dim
     return mlp + matrices, router + norms + bias + qk_norm
+
+
+def _biases_on(c: _Config, shape: _Ungated) -> bool:
+    """Whether the family's bias switch leaves biases on (MPT's ``no_bias`` turns them off)."""
+    if shape.bias_switch == "no_bias":
+        return not c.flag("no_bias", True)
+    return c.flag(shape.bias_switch, True)
+
+
+def _chatglm_norm(c: _Config, hidden: int) -> int:
+    """One ChatGLM norm's parameters: RMSNorm (a weight) where ``rmsnorm``, else a LayerNorm (weight and bias)."""
+    return hidden if c.flag("rmsnorm", True) else 2 * hidden
 
 
 def _estimate_weights(
@@ -1213,15 +1460,33 @@ def _estimate_weights(
     Embeddings (and the output head unless tied), per layer the attention or recurrent projections, the MLP or
     every expert with its router, the norms. Gated MLPs (three matrices) are assumed.
     """
-    hidden, vocab = c.int("hidden_size", why="the weights estimate"), c.int("vocab_size", why="the weights estimate")
+    hidden = c.int("hidden_size", why="the weights estimate")
+    vocab_key = "padded_vocab_size" if c.model_type == "chatglm" else "vocab_size"  # ChatGLM's embedding rows
+    vocab = c.int(vocab_key, why="the weights estimate")
     tied = c.flag("tie_word_embeddings", c.model_type in _TIED_BY_DEFAULT)
-    matrices, other = 0, vocab * hidden * (1 if tied else 2) + hidden
+    width = hidden
+    if c.model_type == "opt" and c.get("word_embed_proj_dim") is not None:  # embeddings projected in and out
+        width = c.int("word_embed_proj_dim")
+    matrices, other = 0, vocab * width * (1 if tied else 2) + hidden
+    if width != hidden:
+        matrices += 2 * width * hidden
     if c.model_type == "falcon":
         other += hidden  # the final LayerNorm's bias
+    if c.model_type == "chatglm":
+        other = vocab * hidden * 2 + (0 if not c.flag("post_layer_norm", True) else _chatglm_norm(c, hidden))
     if c.model_type in _LAYERNORM_UNGATED:  # the final LayerNorm's bias, the others, the output head's bias
-        _, _, head_bias, more_norms = _LAYERNORM_UNGATED[c.model_type]
-        other += hidden + 2 * hidden * more_norms + (vocab if head_bias else 0)
-    for layer, kind in enumerate(kinds):
+        shape = _LAYERNORM_UNGATED[c.model_type]
+        other += 0 if shape.norm_bias_switched and not _biases_on(c, shape) else hidden  # MPT's no_bias: none
+        other += 2 * hidden * shape.more_norms + (vocab if shape.head_bias else 0)
+        if shape.positions is not None:  # learned position embeddings (OPT keeps 2 rows more)
+            other += (c.int("max_position_embeddings", why="the position embeddings") + shape.positions) * hidden
+        final_norm = c.flag("do_layer_norm_before", True) and not c.flag("_remove_final_layer_norm", False)
+        if c.model_type == "opt" and not final_norm:
+            other -= 2 * hidden  # OPTDecoder has no final LayerNorm then
+    if c.model_type == "zamba2":
+        m, o = _zamba2_params(c, kinds, hidden, attention[1], attention[3])
+        matrices, other = matrices + m, other + o
+    for layer, kind in enumerate(kinds if c.model_type != "zamba2" else []):
         m, o = _layer_params(c, kind, layer, attention)
         matrices, other = matrices + m, other + o
     notes = []
@@ -1280,7 +1545,7 @@ def _build(
             c.model_type,
             ("is_encoder_decoder",),
         )
-    read_here = _FALCON_KV_KEYS if c.model_type == "falcon" else ()
+    read_here = _KV_KEYS_READ.get(c.model_type, ())
     refused = [k for k in _UNMODELLED if c.values.get(k) not in (None, False) and k not in read_here]
     if refused:
         raise UnknownArchitectureError(
@@ -1288,6 +1553,13 @@ def _build(
             f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model",
             c.model_type,
             tuple(refused),
+        )
+    if c.model_type == "mpt" and (not c.flag("alibi", True) or c.flag("prefix_lm", False)):
+        raise UnknownArchitectureError(
+            "config of model_type 'mpt' sets attn_config.alibi false or attn_config.prefix_lm true: vLLM's MPT "
+            "takes only ALiBi causal attention, and devmem does not model another",
+            c.model_type,
+            ("attn_config.alibi" if not c.flag("alibi", True) else "attn_config.prefix_lm",),
         )
     if c.model_type in _UNMODELLED_FAMILIES and not c.has("layer_types"):
         raise UnknownArchitectureError(
@@ -1325,8 +1597,11 @@ def _build(
         )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
+    state_kinds = kinds  # Falcon-H1's and Zamba2's attention layers run a Mamba2 mixer beside them
+    if c.model_type in ("falcon_h1", "zamba2"):
+        state_kinds = kinds + [MAMBA2] * kinds.count(FULL)
     recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]
-    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in kinds):
+    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in state_kinds):
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(recurrent_keys)} (recurrent layers) but no layer "
             "list or pattern devmem reads places them: their state per sequence would be left out",
@@ -1345,7 +1620,7 @@ def _build(
     chunk = c.int("attention_chunk_size") if CHUNKED in kinds else None
     if CHUNKED in kinds and chunk is None:
         c.require("attention_chunk_size", why="chunked-local attention layers")
-    states = _recurrent_states(c, kinds)
+    states = _recurrent_states(c, state_kinds)
     ssm_key = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if c.has(k)), None)
     ssm_bytes = conv_bytes
     if states and ssm_key and state_dtype == "auto":

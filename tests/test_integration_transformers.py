@@ -407,9 +407,7 @@ def test_measuring_collects_without_traversing_the_objects_that_existed_and_unfr
     assert gc.get_freeze_count() == 0
 
 
-def test_objects_the_application_froze_stay_frozen_and_the_rest_is_frozen_while_measuring(
-    model, baseline, generation
-):
+def test_objects_the_application_froze_stay_frozen_and_the_rest_is_frozen_while_measuring(model, baseline, generation):
     import gc
 
     gc.freeze()  # as a server does after start-up (and some libraries at import)

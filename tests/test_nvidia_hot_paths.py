@@ -141,4 +141,3 @@ def test_process_usage_is_nvmls_figure_once_this_process_was_seen_mapping_the_de
     platform.get_process_memory_usage(0)
     sc.files["/proc/self/maps"] = NO_DEVICE_MAPS  # a context, once made, stays mapped: the maps are not read again
     assert platform.get_process_memory_usage(0) == H200_CONTEXT
-

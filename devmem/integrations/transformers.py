@@ -846,7 +846,7 @@ def _check_model(model: Any) -> None:
     found = _decoder_layers(model)
     if found is None:
         return
-    attention = _layer_attention(found[2][0], 0)
+    attention: Any = _layer_attention(found[2][0], 0)  # found only where every layer holds one
     source = _source(type(attention).forward) or ""
     if any("kwargs" not in call for call in _CACHE_UPDATE.findall(source)):
         raise SizingError(

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from devmem import MemorySnapshot, MiB, SizingError  # noqa: E402
 from devmem.integrations.transformers import (  # noqa: E402
+    attention_types,
     one_layer_per_attention_type,
     profile_key,
     size_continuous_batching,
@@ -57,6 +58,18 @@ ARCHITECTURES = {
         "Gemma3TextConfig",
         "Gemma3ForCausalLM",
         {**SLIDING_FULL, "num_hidden_layers": 3, "layer_types": ["sliding_attention"] * 2 + ["full_attention"]},
+        torch.float32,
+    ),
+    "qwen2_max_window_layers": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        {"use_sliding_window": True, "sliding_window": 32, "max_window_layers": 1},
+        torch.float32,
+    ),
+    "cohere2_window_pattern": (
+        "Cohere2Config",
+        "Cohere2ForCausalLM",
+        {"sliding_window": 32, "sliding_window_pattern": 2},
         torch.float32,
     ),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {}, torch.float32),
@@ -161,6 +174,8 @@ def test_each_architecture_is_sized_then_serves_every_request_within_its_share(n
         ("gemma3_text", 2),
         ("gemma3_two_sliding_one_full", 2),
         ("phi_layernorm", 1),
+        ("qwen2_max_window_layers", 2),
+        ("cohere2_window_pattern", 2),
     ],
 )
 def test_one_layer_per_attention_type_keeps_one_layer_of_each_type(name, types):
@@ -174,6 +189,14 @@ def test_one_layer_per_attention_type_keeps_one_layer_of_each_type(name, types):
     named = getattr(model.config, "layer_types", None) or ["full_attention"] * len(layers)
     assert kept == types == len(ran) == len({named[i] for i in ran})
     assert model.model.layers is layers
+
+
+def test_layers_whose_attention_has_a_window_of_its_own_count_as_a_type_of_their_own():
+    model = build("mistral_sliding")  # no layer_types: the window is the config's, every layer alike
+    assert len(set(attention_types(model, model.model.layers))) == 1
+    model.model.layers[1].self_attn.sliding_window = 8  # a window set per layer by a key other than layer_types
+    with one_layer_per_attention_type(model) as kept:
+        assert kept == 2
 
 
 def test_a_kept_layer_gets_the_mask_of_its_own_attention_type():

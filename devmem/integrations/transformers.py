@@ -418,16 +418,19 @@ def _decoder_layers(model: Any) -> tuple[Any, str, Any] | None:
     return None
 
 
+#: What an attention module may say of its own window: layers that differ in one of these differ in type.
+WINDOW_ATTRIBUTES = ("sliding_window", "is_sliding", "attention_type", "layer_type")
+
+
 def attention_types(model: Any, layers: Any) -> list[tuple[Any, ...]]:
     """The attention type of each decoder layer: its ``layer_types`` entry in the config, where the config has
-    one, and what its attention module says of its own window (``sliding_window``, ``is_sliding``,
-    ``attention_type``), so that layers whose window is set by other config keys (a pattern, a per-layer
-    window) count as a type of their own too."""
+    one, and what its attention module says of its own window (:data:`WINDOW_ATTRIBUTES`), so that layers whose
+    window is set by other config keys (a pattern, a per-layer window) count as a type of their own too."""
     named = getattr(_text_config(model), "layer_types", None)
     types = []
     for i, layer in enumerate(layers):
         attention = _layer_attention(layer, i)
-        own = tuple(getattr(attention, name, None) for name in ("sliding_window", "is_sliding", "attention_type"))
+        own = tuple(getattr(attention, name, None) for name in WINDOW_ATTRIBUTES)
         types.append((named[i] if named is not None and i < len(named) else None, *own))
     return types
 
@@ -801,14 +804,14 @@ def _check_arguments(
 PAGED_ATTENTION_TYPES = ("full_attention", "sliding_attention")
 
 
-def paged_attention_types() -> tuple[str, ...]:
+def _paged_attention_types() -> tuple[str, ...]:
     """The layer types transformers' continuous batching pages (``ATTN_TYPE_TO_ALLOCATOR``)."""
     from transformers.generation.continuous_batching import cache
 
     return tuple(getattr(cache, "ATTN_TYPE_TO_ALLOCATOR", None) or PAGED_ATTENTION_TYPES)
 
 
-def unwrapped(model: Any) -> Any:
+def _unwrapped(model: Any) -> Any:
     """The model itself where ``model`` is wrapped by ``torch.compile``: continuous batching runs the wrapped
     model's own forward (``generate_batch`` and ``init_continuous_batching`` are its methods, reached through the
     wrapper), and compiles it only as its config's ``varlen_compile_config``/``decode_compile_config`` ask."""
@@ -834,7 +837,7 @@ def _check_model(model: Any) -> None:
             "device"
         )
     text = _text_config(model)
-    paged = paged_attention_types()
+    paged = _paged_attention_types()
     layer_types = list(getattr(text, "layer_types", None) or [])
     other = sorted(set(layer_types) - set(paged))
     if other:
@@ -1005,7 +1008,7 @@ def size_continuous_batching(
     for a model or config that cannot be sized.
     """
     began = time.perf_counter()
-    model = unwrapped(model)
+    model = _unwrapped(model)
     u, config, profile_store = _check_arguments(
         model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
     )
@@ -1259,6 +1262,7 @@ def _measure_runs(
 __all__ = [
     "EngineRun",
     "SizedConfig",
+    "attention_types",
     "block_tokens",
     "cuda_graph_flags",
     "default_max_batch_tokens",
@@ -1269,5 +1273,6 @@ __all__ = [
     "profile_key",
     "read_back_estimate",
     "run_engine",
+    "sector_blocks",
     "size_continuous_batching",
 ]

@@ -76,6 +76,12 @@ ARCHITECTURES = {
     "phi_layernorm": ("PhiConfig", "PhiForCausalLM", {}, torch.float32),
     "llama_tied_embeddings": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": True}, torch.float32),
     "llama_bfloat16": ("LlamaConfig", "LlamaForCausalLM", {}, torch.bfloat16),
+    "llama_quantization_config": (  # a config that looks quantized; the weights are what they are
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}},
+        torch.float32,
+    ),
 }
 
 

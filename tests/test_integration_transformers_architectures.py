@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # each test builds a model: `pytest -m slow` and 
 
 #: What the engine may take in all; served footprints may pass it by the cpu platform's allowance (RSS noise from
 #: glibc's arenas and the serving thread), as benchmarks/transformers_cb.py judges them (``SAME_BUDGET["cpu"]``).
-REQUEST = 160 * MiB
+REQUEST = 320 * MiB
 CPU_ALLOWANCE = 8 * MiB
 SMALL = {
     "vocab_size": 256,

@@ -8,7 +8,8 @@ together split a device by start order. :func:`size_continuous_batching` measure
    (``MemorySnapshot.measure()``), so that both count as this process's own growth.
 2. The engine runs at growing cache sizes, ``N_b = 2 N_a`` blocks, then ``N_a = ceil(max_batch_tokens / block
    tokens) + 1`` (rounded up to whole ``kv_padding_interval_size`` where CUDA graphs or compile pad the reads, so
-   that transformers' own padded warm-up reads alike at every size), then ``4 N_a``, ``8 N_a``, ... through
+   that transformers' own padded warm-up reads alike at every size, and every run to whole sectors of the cache,
+   :func:`sector_blocks`), then ``4 N_a``, ``8 N_a``, ... through
    transformers' own lifecycle: ``init_continuous_batching`` (the model switched to the attention continuous
    batching uses: ``paged|sdpa``, ``paged|eager``, ``paged|flash_*``), ``warmup()`` (CUDA graph capture where
    graphs are on), the engine's own worst-case warm-up forward, unpadded (``max_batch_tokens`` query tokens

@@ -17,6 +17,7 @@ from devmem.integrations.transformers import (  # noqa: E402
     attention_types,
     one_layer_per_attention_type,
     profile_key,
+    run_engine,
     size_continuous_batching,
 )
 from devmem.sdk.host import CpuPlatform  # noqa: E402
@@ -223,6 +224,20 @@ def test_a_kept_layer_gets_the_mask_of_its_own_attention_type():
     assert sorted(masks) == [0, 2]
     assert all(torch.equal(masks[i], every[i]) for i in masks)
     assert model.config.layer_types == ["sliding_attention", "sliding_attention", "full_attention"]
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gemma3_two_sliding_one_full", "cohere2_window_pattern"])
+def test_a_run_through_one_layer_per_type_holds_what_a_run_through_all_holds(name):
+    model = build(name)
+    config = cb_config(max_memory_percent=1.0)
+    every, one = run_engine(model, greedy(), config, 12), run_engine(model, greedy(), config, 12, all_layers=False)
+    assert (one.cache_bytes, one.static_bytes, one.forward_tokens) == (
+        every.cache_bytes,
+        every.static_bytes,
+        every.forward_tokens,
+    )
+    assert (every.layers_run, one.layers_run) == (None, 2)
+    assert len(model.model.layers) == model.config.num_hidden_layers == len(model.config.layer_types)
 
 
 def test_decoder_layers_are_found_where_they_are_not_under_model_layers():

@@ -8,7 +8,8 @@ together split a device by start order. :func:`size_continuous_batching` measure
    (``MemorySnapshot.measure()``), so that both count as this process's own growth.
 2. The engine runs at growing cache sizes, ``N_b = 2 N_a`` blocks, then ``N_a = ceil(max_batch_tokens / block
    tokens) + 1`` (rounded up to whole ``kv_padding_interval_size`` where CUDA graphs or compile pad the reads, so
-   that transformers' own padded warm-up reads alike at every size), then ``4 N_a``, ``8 N_a``, ... through
+   that transformers' own padded warm-up reads alike at every size, and every run to whole sectors of the cache,
+   :func:`sector_blocks`), then ``4 N_a``, ``8 N_a``, ... through
    transformers' own lifecycle: ``init_continuous_batching`` (the model switched to the attention continuous
    batching uses: ``paged|sdpa``, ``paged|eager``, ``paged|flash_*``), ``warmup()`` (CUDA graph capture where
    graphs are on), the engine's own worst-case warm-up forward, unpadded (``max_batch_tokens`` query tokens
@@ -37,10 +38,12 @@ from __future__ import annotations
 
 import copy
 import gc
+import inspect
 import logging
 import math
 import numbers
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -383,18 +386,54 @@ def _close(manager: Any, model: Any, attn_implementation: str) -> None:
         model.set_attn_implementation(attn_implementation)
 
 
+def _text_config(model: Any) -> Any:
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+
+
+def _layer_attention(layer: Any, index: int) -> Any | None:
+    """The attention module of decoder layer ``index``: the submodule whose ``layer_idx`` is ``index`` (the
+    index the paged cache keys its layers by), or ``None``."""
+    for module in layer.modules():
+        if getattr(module, "layer_idx", None) == index and module is not layer:
+            return module
+    return None
+
+
 def _decoder_layers(model: Any) -> tuple[Any, str, Any] | None:
-    """(parent, name, layers): the model's ``nn.ModuleList`` of decoder layers, one per hidden layer of its
-    config, or ``None`` where it has no such list."""
+    """(parent, name, layers): the model's ``nn.ModuleList`` of decoder layers, or ``None`` where it has none.
+
+    The list is found by what it holds, not by its name (``model.layers``, ``transformer.h``,
+    ``language_model.layers``): one module per hidden layer of the text config, layer ``i`` holding the
+    attention whose ``layer_idx`` is ``i``. A vision tower's list of the same length holds no such attention."""
     import torch
 
-    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    count = getattr(text, "num_hidden_layers", None)
+    count = getattr(_text_config(model), "num_hidden_layers", None)
     for module in model.modules():
         for child_name, child in module.named_children():
-            if child_name == "layers" and isinstance(child, torch.nn.ModuleList) and len(child) == count:
+            if (
+                isinstance(child, torch.nn.ModuleList)
+                and len(child) == count
+                and all(_layer_attention(layer, i) is not None for i, layer in enumerate(child))
+            ):
                 return module, child_name, child
     return None
+
+
+#: What an attention module may say of its own window: layers that differ in one of these differ in type.
+WINDOW_ATTRIBUTES = ("sliding_window", "is_sliding", "attention_type", "layer_type")
+
+
+def attention_types(model: Any, layers: Any) -> list[tuple[Any, ...]]:
+    """The attention type of each decoder layer: its ``layer_types`` entry in the config, where the config has
+    one, and what its attention module says of its own window (:data:`WINDOW_ATTRIBUTES`), so that layers whose
+    window is set by other config keys (a pattern, a per-layer window) count as a type of their own too."""
+    named = getattr(_text_config(model), "layer_types", None)
+    types = []
+    for i, layer in enumerate(layers):
+        attention = _layer_attention(layer, i)
+        own = tuple(getattr(attention, name, None) for name in WINDOW_ATTRIBUTES)
+        types.append((named[i] if named is not None and i < len(named) else None, *own))
+    return types
 
 
 @contextmanager
@@ -405,7 +444,10 @@ def one_layer_per_attention_type(model: Any) -> Iterator[int | None]:
     Under ``torch.no_grad()`` a layer's activations are freed before the next layer runs, so a forward's peak
     is the largest of one layer's steps, the same in every layer of one attention type: running one layer of
     each type reaches the same peak in a fraction of the time. The model's own loop runs
-    ``layers[:num_hidden_layers]``, so a shorter list runs the layers kept.
+    ``layers[:num_hidden_layers]``, so a shorter list runs the layers kept; where the config has
+    ``layer_types`` (which the loop reads by position to pick each layer's mask and rotary embedding) it holds
+    the kept layers' types meanwhile. Enter it after the engine's cache exists: the cache is built from the
+    config's layers.
     """
     import torch
 
@@ -414,14 +456,19 @@ def one_layer_per_attention_type(model: Any) -> Iterator[int | None]:
         yield None
         return
     parent, name, layers = found
-    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    types = list(getattr(text, "layer_types", None) or ["full_attention"] * len(layers))
+    types = attention_types(model, layers)
     kept = sorted({types.index(kind) for kind in set(types)})
+    text = _text_config(model)
+    named = getattr(text, "layer_types", None)
     setattr(parent, name, torch.nn.ModuleList([layers[i] for i in kept]))
+    if named is not None:
+        text.layer_types = [named[i] for i in kept]
     try:
         yield len(kept)
     finally:
         setattr(parent, name, layers)
+        if named is not None:
+            text.layer_types = named
 
 
 class _FailedWarmups(logging.Handler):
@@ -471,16 +518,17 @@ def run_engine(
     hook = model.register_forward_hook(count, with_kwargs=True)
     began = time.perf_counter()
     try:
-        with torch.no_grad(), nullcontext(None) if all_layers else one_layer_per_attention_type(model) as layers:
+        with torch.no_grad():
             manager = model.init_continuous_batching(
                 generation_config=copy.deepcopy(generation_config), continuous_batching_config=config
             )
             try:
-                manager.batch_processor = manager._create_batch_processor()
+                manager.batch_processor = manager._create_batch_processor()  # the cache, for every layer
                 _order_streams(manager.batch_processor.model_runner)
-                manager.warmup()
-                _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
-                _synchronize(model.device)
+                with nullcontext(None) if all_layers else one_layer_per_attention_type(model) as layers:
+                    manager.warmup()
+                    _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
+                    _synchronize(model.device)
                 processor = manager.batch_processor
                 seen: set[int] = set()
                 cache_bytes, cache_count = _storage_bytes([processor.cache], model.device, seen)
@@ -535,6 +583,25 @@ def kv_padding_interval(model: Any, generation_config: Any, config: Any) -> int 
         _close(manager, model, attn_implementation)
 
 
+def sector_blocks(model: Any, config: Any) -> int:
+    """The fewest blocks that fill whole sectors of transformers' paged cache (5.24: one flat cache of sectors,
+    a sector the least common multiple of each attention type's block, in bytes, and of 128 bytes; ``num_blocks``
+    rounded up to whole sectors). Runs at multiples of it hold exactly what their blocks cost, so the growth
+    between two of them is the growth per block; between other counts it is off by up to a sector's rounding
+    (a third of a block per block between 5 and 10 blocks of a model with two sliding layers and one full)."""
+    from transformers.generation.continuous_batching import cache
+
+    text = _text_config(model)
+    group = getattr(cache, "group_layers_by_attn_type", None)
+    layers = [len(g) for g in group(text).values()] if group is not None else [text.num_hidden_layers]
+    heads = int(getattr(text, "num_attention_heads", 1) or 1)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    page = 2 * block_tokens(config) * kv_heads * head_dim * model.dtype.itemsize
+    sector = math.lcm(*(n * page for n in layers), 128)
+    return sector // math.gcd(sector, sum(layers) * page)
+
+
 def _profiled_run(
     model: Any,
     generation_config: Any,
@@ -559,7 +626,7 @@ def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_ba
     """Bytes a block adds to the worst-case forward's attention step, from the model's shapes: the keys and
     values of one layer gathered for the block's tokens (``sdpa`` and ``eager`` also repeat them to every query
     head and copy the mask's columns). Only steers the sizes of the runs; what is charged is measured."""
-    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    text = _text_config(model)
     heads = int(getattr(text, "num_attention_heads", 1) or 1)
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
@@ -574,7 +641,7 @@ def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_ba
 #: The kind of figures :class:`~devmem.engine.profile_store.ProfileStore` keeps for this integration; its version
 #: changes whenever the measurement does.
 STORE_KIND = "transformers-cb"
-METHOD_VERSION = 2
+METHOD_VERSION = 3
 
 
 def _versions() -> dict[str, str | None]:
@@ -719,6 +786,9 @@ def _check_arguments(
             f"model must be a transformers model with continuous batching (init_continuous_batching), "
             f"got {type(model).__name__}"
         )
+    _check_model(model)
+    if generation_config is not None:
+        _check_generation(generation_config)
     if getattr(model, "_cached_continuous_batching_manager", None) is not None:
         raise ValueError(
             "the model keeps a persistent continuous batching manager with its own cache; call "
@@ -729,6 +799,85 @@ def _check_arguments(
     except ProfileStoreError as exc:
         raise SizingError(str(exc)) from None
     return u, config, resolved_store
+
+
+#: The attention types transformers' paged cache has an allocator for, where its module does not say.
+PAGED_ATTENTION_TYPES = ("full_attention", "sliding_attention")
+
+
+def _paged_attention_types() -> tuple[str, ...]:
+    """The layer types transformers' continuous batching pages (``ATTN_TYPE_TO_ALLOCATOR``)."""
+    from transformers.generation.continuous_batching import cache
+
+    return tuple(getattr(cache, "ATTN_TYPE_TO_ALLOCATOR", None) or PAGED_ATTENTION_TYPES)
+
+
+def _unwrapped(model: Any) -> Any:
+    """The model itself where ``model`` is wrapped by ``torch.compile``: continuous batching runs the wrapped
+    model's own forward (``generate_batch`` and ``init_continuous_batching`` are its methods, reached through the
+    wrapper), and compiles it only as its config's ``varlen_compile_config``/``decode_compile_config`` ask."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if inner is not None and type(model).__name__ == "OptimizedModule" else model
+
+
+def _check_model(model: Any) -> None:
+    """Refuse, naming why, a model transformers' continuous batching cannot serve or devmem cannot size: weights
+    not loaded (the meta device) or on several devices, layers whose state is not a paged KV cache (linear
+    attention, state-space layers: hybrid models), attention that does not hand the paged cache what it needs."""
+    devices = sorted({str(p.device) for p in model.parameters()} | {str(b.device) for b in model.buffers()})
+    if "meta" in devices:
+        raise SizingError(
+            f"the model's weights are on the meta device (devices {devices}): they are not loaded, so nothing "
+            "can run or be measured; load the weights (from_pretrained, or build the model outside "
+            "torch.device('meta')) before sizing"
+        )
+    if len(devices) > 1:
+        raise SizingError(
+            f"the model's parameters and buffers are on several devices ({', '.join(devices)}): devmem sizes the "
+            "KV cache of one device, where continuous batching puts it (model.device); put the whole model on one "
+            "device"
+        )
+    text = _text_config(model)
+    paged = _paged_attention_types()
+    layer_types = list(getattr(text, "layer_types", None) or [])
+    other = sorted(set(layer_types) - set(paged))
+    if other:
+        raise SizingError(
+            f"the model's layer_types hold {other} (layer_types={layer_types}): transformers' continuous batching "
+            f"pages only {list(paged)} layers and refuses the others (a hybrid or state-space model); serve it with "
+            "generate() instead"
+        )
+    found = _decoder_layers(model)
+    if found is None:
+        return
+    attention: Any = _layer_attention(found[2][0], 0)  # found only where every layer holds one
+    source = _source(type(attention).forward) or ""
+    if any("kwargs" not in call for call in _CACHE_UPDATE.findall(source)):
+        raise SizingError(
+            f"{type(attention).__name__}.forward calls the cache's update without kwargs=: transformers' paged "
+            f"cache needs them, so continuous batching fails on every request of a {type(model).__name__} "
+            "(PagedAttentionCache.update() missing 'kwargs'); serve it with generate() instead"
+        )
+
+
+#: A call of the cache's ``update`` for a layer (its arguments), in an attention module's source.
+_CACHE_UPDATE = re.compile(r"\.update\(([^()]*layer_idx[^()]*)\)")
+
+
+def _source(function: Any) -> str | None:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return None
+
+
+def _check_generation(generation_config: Any) -> None:
+    beams = getattr(generation_config, "num_beams", 1)
+    if beams is not None and beams != 1:
+        raise SizingError(
+            f"generation_config.num_beams={beams!r}: transformers' continuous batching runs no beam search (it "
+            "would serve one sequence per request, greedy or sampled); set num_beams=1, or use generate() for beams"
+        )
 
 
 #: Devices whose caching allocator :func:`limit_allocator` capped, and at what fraction of their total.
@@ -860,6 +1009,7 @@ def size_continuous_batching(
     for a model or config that cannot be sized.
     """
     began = time.perf_counter()
+    model = _unwrapped(model)
     u, config, profile_store = _check_arguments(
         model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
     )
@@ -940,6 +1090,13 @@ def size_continuous_batching(
             inputs["consumed"] = max(inputs["consumed"], after.process)
     notes.extend(figure_notes)
     plan = _plan(inputs, costs["block_bytes"], baseline.total, u, pinned_bytes)
+    if plan.num_blocks * tokens < max_batch_tokens:
+        raise SizingError(
+            f"config.max_batch_tokens={max_batch_tokens} is more than the sized cache holds ({plan.num_blocks} "
+            f"blocks of {tokens} tokens = {plan.num_blocks * tokens} tokens): no batch of that size could be "
+            "scheduled, and the worst case was measured on a larger cache; lower max_batch_tokens to at most "
+            f"{plan.num_blocks * tokens}, or give the engine more memory"
+        )
     limit = None
     if u is not None and limit_allocator_to_share:
         limit = plan.breakdown["requested"] - inputs["non_torch"]
@@ -1049,9 +1206,10 @@ def _measure_runs(
     tokens = block_tokens(config)
     small = math.ceil(max_batch_tokens / tokens) + 1
     interval = kv_padding_interval(model, generation_config, config)
+    quantum = sector_blocks(model, config)
     if interval:
-        per_interval = math.lcm(interval, tokens) // tokens
-        small = per_interval * math.ceil(small / per_interval)
+        quantum = math.lcm(quantum, math.lcm(interval, tokens) // tokens)
+    small = quantum * math.ceil(small / quantum)
     window, profile = _profiled_run(model, generation_config, config, small, baseline, weights, platform)
     engine_runs = {small: window}
     inputs: dict[str, Any] = dict(profile.plan_inputs())
@@ -1085,6 +1243,7 @@ def _measure_runs(
         wanted = math.ceil(2 * flat / max(1, estimate))
         cap = blocks_for(BlockCost(math.ceil((held + estimate) * (1 + CAUTION)), (_block_run(window),) * 2, False))
         start = max(small + 1, min(max(wanted, start), cap))
+    start = quantum * math.ceil(start / quantum)
     cost = measure_block_cost(run, [start], blocks_for, made=[_block_run(window)])
     runs = tuple(engine_runs[r.num_blocks] for r in cost.runs)
     before, after = runs[-2], runs[-1]
@@ -1104,6 +1263,7 @@ def _measure_runs(
 __all__ = [
     "EngineRun",
     "SizedConfig",
+    "attention_types",
     "block_tokens",
     "cuda_graph_flags",
     "default_max_batch_tokens",
@@ -1114,5 +1274,6 @@ __all__ = [
     "profile_key",
     "read_back_estimate",
     "run_engine",
+    "sector_blocks",
     "size_continuous_batching",
 ]

@@ -850,6 +850,8 @@ def _check_model(model: Any) -> None:
     found = _decoder_layers(model)
     if found is None:
         return
+    if not _paged_update_needs_kwargs():
+        return
     attention: Any = _layer_attention(found[2][0], 0)  # found only where every layer holds one
     source = _source(type(attention).forward) or ""
     if any("kwargs" not in call for call in _CACHE_UPDATE.findall(source)):
@@ -862,6 +864,17 @@ def _check_model(model: Any) -> None:
 
 #: A call of the cache's ``update`` for a layer (its arguments), in an attention module's source.
 _CACHE_UPDATE = re.compile(r"\.update\(([^()]*layer_idx[^()]*)\)")
+
+
+def _paged_update_needs_kwargs() -> bool:
+    """Whether this transformers' paged cache takes ``update(..., kwargs)`` with no default (5.17 to 5.24 do)."""
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+
+    try:
+        parameter = inspect.signature(PagedAttentionCache.update).parameters.get("kwargs")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 def _source(function: Any) -> str | None:

@@ -189,3 +189,16 @@ def test_numpy_integers_are_taken_as_python_ints():
 def test_a_block_run_of_2_64_bytes_or_more_is_refused():
     with pytest.raises(SizingError, match=r"BlockRun.held_bytes must be a whole number in \[0, 2\*\*64\)"):
         BlockRun(4, 2**70)
+
+
+def test_the_runs_it_places_are_rounded_up_to_the_granularity():
+    engine = Engine()
+    measure_block_cost(engine, [33, 66], budget_plan(10_000_000), granularity=7)
+    placed = engine.sizes[2:]
+    assert placed and all(n % 7 == 0 for n in placed)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
+def test_a_granularity_that_is_no_whole_number_of_blocks_is_refused_naming_it(bad):
+    with pytest.raises(SizingError, match=r"granularity must be a whole number of blocks >= 1, got"):
+        measure_block_cost(Engine(), [33, 66], budget_plan(10_000_000), granularity=bad)

@@ -5,11 +5,12 @@ config; the models it cannot serve refused, naming why, before the engine runs; 
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import pytest
 
-transformers = pytest.importorskip("transformers", minversion="5.24")
+transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
 
 from devmem import MemorySnapshot, MiB, SizingError  # noqa: E402
@@ -94,7 +95,10 @@ def build(name, **fields):
 
 
 def cb_config(**fields):
-    return transformers.ContinuousBatchingConfig(**{"page_size": 16, "max_batch_tokens": 64, **fields})
+    """Blocks of 16 tokens (``page_size`` from 5.18 on, ``block_size`` in 5.17) and batches of 64 tokens."""
+    parameters = inspect.signature(transformers.ContinuousBatchingConfig).parameters
+    tokens = "page_size" if "page_size" in parameters else "block_size"
+    return transformers.ContinuousBatchingConfig(**{tokens: 16, "max_batch_tokens": 64, **fields})
 
 
 def greedy(**fields):
@@ -313,6 +317,14 @@ def test_a_hybrid_model_is_refused_naming_its_layer_types():
     refused(transformers.Qwen3NextForCausalLM(config).eval(), r"layer_types hold \['linear_attention'\]")
 
 
+def paged_update_requires_kwargs():
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+
+    parameter = inspect.signature(PagedAttentionCache.update).parameters.get("kwargs")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+@pytest.mark.skipif(not paged_update_requires_kwargs(), reason="this transformers' paged cache takes no kwargs=")
 def test_a_model_whose_attention_calls_the_cache_without_kwargs_is_refused_naming_it():
     torch.manual_seed(0)
     config = transformers.GPTNeoXConfig(**{k: v for k, v in SMALL.items() if k != "num_key_value_heads"})

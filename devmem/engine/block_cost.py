@@ -155,6 +155,7 @@ def measure_block_cost(
     *,
     made: Sequence[BlockRun] = (),
     max_runs: int = MAX_RUNS,
+    granularity: int = 1,
 ) -> BlockCost:
     """Run the engine at ``sizes`` (after the runs already ``made``, such as its profile window: at least two in
     all, ascending), then at
@@ -167,6 +168,8 @@ def measure_block_cost(
 
     While the growth is not yet linear the next run is planned with it raised by :data:`CAUTION`, so that the
     run stays below the engine's share. ``plan`` returns the blocks a plan with that :class:`BlockCost` gives.
+    ``granularity``: the runs this function places are rounded up to a multiple of it (an engine whose cache
+    holds whole groups of blocks); the ``sizes`` given are run as they are.
     """
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
         raise SizingError(f"sizes must be a list of block counts (ints > 0, ascending), got {shown(sizes)}")
@@ -179,6 +182,8 @@ def measure_block_cost(
         raise SizingError(
             f"the runs made and the sizes must be at least two ascending block counts in [1, 2**64), got {counts!r}"
         )
+    if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 1:
+        raise SizingError(f"granularity must be a whole number of blocks >= 1, got {shown(granularity)}")
     if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < len(counts):
         raise SizingError(f"max_runs must be an int >= the {len(counts)} runs asked for, got {max_runs!r}")
     runs = [*made, *(_checked(run, n) for n in sizes)]
@@ -210,7 +215,7 @@ def measure_block_cost(
         margin = CONFIRM if linear else CAUTION
         following = plan(BlockCost(math.ceil(cost.block_bytes * (1 + margin)), cost.runs, linear))
         following = max(following, largest + 1) if linear else min(max(following, largest + 1), 4 * largest)
-        runs.append(_checked(run, following))
+        runs.append(_checked(run, granularity * math.ceil(following / granularity)))
 
 
 def _checked(run: Callable[[int], BlockRun], num_blocks: int) -> BlockRun:

@@ -310,6 +310,8 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
 
     transformers runs that warm-up only where CUDA graphs or compile pad the inputs, and there with the reads
     padded to ``kv_padding_interval_size`` and capped at the cache: the read then grows by steps with the cache.
+    Where the layer groups share one pool of blocks (:func:`shared_block_groups`), the worst case reads the
+    blocks one request can hold in each group.
     """
     runner: Any = getattr(manager.batch_processor, "model_runner", None)
     config = getattr(runner, "cb_config", None)
@@ -324,7 +326,13 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
     saved = runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size
     runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = True, 1, 1
     try:
-        runner.warmup(model)
+        groups = shared_block_groups(model)
+        if groups == 1:
+            runner.warmup(model)
+        else:  # one pool for every group: a request holds at most num_blocks / groups blocks in each
+            cache = runner.cache
+            read = (cache.num_blocks // groups) * cache.block_size - max_batch_tokens
+            runner.run_one_warmup(model=model, num_q_tokens=max_batch_tokens, max_kv_read=max(0, read))
         for tokens in DECODE_TOKENS:
             if tokens < max_batch_tokens:
                 runner.run_one_warmup(model=model, num_q_tokens=tokens, max_kv_read=tokens_per_block)
@@ -588,18 +596,42 @@ def sector_blocks(model: Any, config: Any) -> int:
     a sector the least common multiple of each attention type's block, in bytes, and of 128 bytes; ``num_blocks``
     rounded up to whole sectors). Runs at multiples of it hold exactly what their blocks cost, so the growth
     between two of them is the growth per block; between other counts it is off by up to a sector's rounding
-    (a third of a block per block between 5 and 10 blocks of a model with two sliding layers and one full)."""
+    (a third of a block per block between 5 and 10 blocks of a model with two sliding layers and one full).
+    Where the cache is not made of sectors (transformers before 5.24: one tensor per layer group), any block
+    count holds what its blocks cost: 1."""
     from transformers.generation.continuous_batching import cache
 
-    text = _text_config(model)
+    handler = getattr(cache, "PagedAttentionMemoryHandler", None)
     group = getattr(cache, "group_layers_by_attn_type", None)
-    layers = [len(g) for g in group(text).values()] if group is not None else [text.num_hidden_layers]
+    if not hasattr(handler, "infer_max_batch_tokens_and_num_sectors") or group is None:
+        return 1
+    text = _text_config(model)
+    groups = group(text)
+    if not isinstance(groups, dict):
+        return 1
+    layers = [len(g) for g in groups.values()]
     heads = int(getattr(text, "num_attention_heads", 1) or 1)
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     page = 2 * block_tokens(config) * kv_heads * head_dim * model.dtype.itemsize
     sector = math.lcm(*(n * page for n in layers), 128)
     return sector // math.gcd(sector, sum(layers) * page)
+
+
+def shared_block_groups(model: Any) -> int:
+    """How many layer groups draw a request's blocks from one pool of ``num_blocks``: the groups of transformers
+    before its cache of sectors (5.17: a model with sliding and full layers has one group per type, and a
+    request of N tokens takes its blocks once per group), else 1. The smallest run holds a batch of
+    ``max_batch_tokens`` in every group."""
+    from transformers.generation.continuous_batching import cache
+
+    group = getattr(cache, "group_layers_by_attn_type", None)
+    if group is None or hasattr(
+        getattr(cache, "PagedAttentionMemoryHandler", None), "infer_max_batch_tokens_and_num_sectors"
+    ):
+        return 1
+    groups = group(_text_config(model))
+    return len(groups[0]) if isinstance(groups, tuple) and groups and isinstance(groups[0], list) else 1
 
 
 def _profiled_run(
@@ -1217,9 +1249,10 @@ def _measure_runs(
     max_batch_tokens: int,
 ) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
     tokens = block_tokens(config)
-    small = math.ceil(max_batch_tokens / tokens) + 1
+    groups = shared_block_groups(model)
+    small = math.ceil(max_batch_tokens / tokens) * groups + 1
     interval = kv_padding_interval(model, generation_config, config)
-    quantum = sector_blocks(model, config)
+    quantum = math.lcm(sector_blocks(model, config), groups)  # 5.17: a warm-up reads n / groups in each group
     if interval:
         quantum = math.lcm(quantum, math.lcm(interval, tokens) // tokens)
     small = quantum * math.ceil(small / quantum)
@@ -1257,7 +1290,7 @@ def _measure_runs(
         cap = blocks_for(BlockCost(math.ceil((held + estimate) * (1 + CAUTION)), (_block_run(window),) * 2, False))
         start = max(small + 1, min(max(wanted, start), cap))
     start = quantum * math.ceil(start / quantum)
-    cost = measure_block_cost(run, [start], blocks_for, made=[_block_run(window)])
+    cost = measure_block_cost(run, [start], blocks_for, made=[_block_run(window)], granularity=quantum)
     runs = tuple(engine_runs[r.num_blocks] for r in cost.runs)
     before, after = runs[-2], runs[-1]
     step = after.num_blocks - before.num_blocks
@@ -1288,5 +1321,6 @@ __all__ = [
     "read_back_estimate",
     "run_engine",
     "sector_blocks",
+    "shared_block_groups",
     "size_continuous_batching",
 ]

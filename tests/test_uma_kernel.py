@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from devmem.sdk import REAL_FILES
 from devmem.sdk.host import cgroup_memory, read_meminfo
 from devmem.types import GiB, MiB, gib
 from devmem_nvidia.testing import ScriptedNvml
@@ -34,9 +35,31 @@ FILL_SECONDS_VAR = "DEVMEM_TEST_FILL_SECONDS"
 FILL_SECONDS = float(os.environ.get(FILL_SECONDS_VAR, "6"))
 
 
+class KernelFilesWithAContext:
+    """This kernel's files, where ``/proc/self/maps`` also maps the GB10's device node: the scripted GB10 holds a
+    context of this process, and a process with a context maps its device."""
+
+    DEVICE_NODE = "7f0000000000-7f0000200000 rw-s 00000000 00:05 77 /dev/nvidia0\n"
+
+    def read_text(self, path: str) -> str:
+        text = REAL_FILES.read_text(path)
+        return text + self.DEVICE_NODE if path == "/proc/self/maps" else text
+
+    def exists(self, path: str) -> bool:
+        return REAL_FILES.exists(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return REAL_FILES.listdir(path)
+
+
 def real_platform() -> UmaPlatform:
     """The uma platform on this kernel's files, with a scripted GB10 as its device."""
-    return UmaPlatform(nvml=ScriptedNvml(gb10_scenario()), environ={}, mem_get_info=lambda device: None)
+    return UmaPlatform(
+        nvml=ScriptedNvml(gb10_scenario()),
+        files=KernelFilesWithAContext(),
+        environ={},
+        mem_get_info=lambda device: None,
+    )
 
 
 def _fstype(path: str) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from forward_counter import Forwards
 
 transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
@@ -294,17 +295,6 @@ def test_a_warm_up_that_transformers_logs_as_failed_fails_the_run(model, generat
     # one block holds no request of max_batch_tokens query tokens: transformers logs "Failed to warm up"
     with pytest.raises(RuntimeError, match="warm-up failed at 1 blocks .*Failed to warm up"):
         run_engine(model, generation, cb_config(max_memory_percent=1.0), 1)
-
-
-class Forwards:
-    """Counts the model's forwards: the checks below must refuse before the engine runs one."""
-
-    def __init__(self, model):
-        self.count = 0
-        model.register_forward_hook(self._hook)
-
-    def _hook(self, *args):
-        self.count += 1
 
 
 @pytest.mark.parametrize(

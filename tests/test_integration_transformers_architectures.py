@@ -9,6 +9,7 @@ import inspect
 import threading
 
 import pytest
+from forward_counter import Forwards
 
 transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
@@ -144,17 +145,6 @@ def serve(model, sized, generation, prompts=8):
     batch = [[(7919 * i + 31 * j) % 250 + 1 for j in range(24)] for i in range(prompts)]
     outputs = model.generate_batch(batch, generation_config=generation, continuous_batching_config=sized.config)
     return [o for o in outputs.values() if o.error is None and len(o.generated_tokens) == generation.max_new_tokens]
-
-
-class Forwards:
-    """Counts the model's forwards: a refusal must come before the engine runs one."""
-
-    def __init__(self, model):
-        self.count = 0
-        model.register_forward_hook(self._hook)
-
-    def _hook(self, *args):
-        self.count += 1
 
 
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))

@@ -601,9 +601,8 @@ def sector_blocks(model: Any, config: Any) -> int:
     count holds what its blocks cost: 1."""
     from transformers.generation.continuous_batching import cache
 
-    handler = getattr(cache, "PagedAttentionMemoryHandler", None)
     group = getattr(cache, "group_layers_by_attn_type", None)
-    if not hasattr(handler, "infer_max_batch_tokens_and_num_sectors") or group is None:
+    if not _sectored(cache) or group is None:
         return 1
     text = _text_config(model)
     groups = group(text)
@@ -618,6 +617,11 @@ def sector_blocks(model: Any, config: Any) -> int:
     return sector // math.gcd(sector, sum(layers) * page)
 
 
+def _sectored(cache: Any) -> bool:
+    """Whether transformers' paged cache (its ``continuous_batching.cache`` module) is made of sectors (5.24)."""
+    return hasattr(getattr(cache, "PagedAttentionMemoryHandler", None), "infer_max_batch_tokens_and_num_sectors")
+
+
 def shared_block_groups(model: Any) -> int:
     """How many layer groups draw a request's blocks from one pool of ``num_blocks``: the groups of transformers
     before its cache of sectors (5.17: a model with sliding and full layers has one group per type, and a
@@ -626,9 +630,7 @@ def shared_block_groups(model: Any) -> int:
     from transformers.generation.continuous_batching import cache
 
     group = getattr(cache, "group_layers_by_attn_type", None)
-    if group is None or hasattr(
-        getattr(cache, "PagedAttentionMemoryHandler", None), "infer_max_batch_tokens_and_num_sectors"
-    ):
+    if group is None or _sectored(cache):
         return 1
     groups = group(_text_config(model))
     return len(groups[0]) if isinstance(groups, tuple) and groups and isinstance(groups[0], list) else 1

@@ -534,6 +534,8 @@ def _rows(
                     "block_ratio": blocks / ref if blocks and ref else None,
                     "same_blocks": _same_blocks(blocks, ref, block_bytes, gpu, slack),
                     "restart_blocks": r.get("restart_blocks"),
+                    "first_stored": r.get("first_stored"),
+                    "restart_stored": r.get("restart_stored"),
                     "served": r.get("served", False),
                     "requests": r.get("requests"),
                     "tokens_per_s": r.get("tokens_per_s"),

@@ -115,11 +115,11 @@ def test_transformers_cb_serves_with_devmem_and_stock_configs_side_by_side(bench
     devmem_rows = [r for r in result["rows"] if r["mode"] == "devmem"]
     assert devmem_rows and all(r["served"] and r["failure"] == "" and r["blocks"] for r in devmem_rows)
     assert all(r["within_request"] for r in devmem_rows if r["workload"] == "ordinary")
-    # every engine sized twice with one key: a first start that measured, a restart that read the store (said by
-    # the sizing itself: on the CPU a first start of the tiny model takes under 0.1 s, too close to compare times)
-    assert all(
-        r["restart_blocks"] == r["blocks"] and not r["first_stored"] and r["restart_stored"] for r in devmem_rows
-    )
+    # every engine sized twice with one key: its restart read the store and got the same blocks; in every phase a
+    # first start measured (an engine started together may find its twin's figures stored already: it uses them)
+    assert all(r["restart_blocks"] == r["blocks"] and r["restart_stored"] for r in devmem_rows)
+    phases = {r["phase"] for r in devmem_rows}
+    assert all(any(not r["first_stored"] for r in devmem_rows if r["phase"] == phase) for phase in phases)
 
 
 def test_info_screen_is_a_no_op_that_says_so_without_a_gpu(tmp_path):

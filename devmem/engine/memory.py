@@ -43,10 +43,10 @@ from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup
 from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
-from devmem.engine.torch_device import torch_device_for
-from devmem.errors import EngineMemoryError
+from devmem.engine.torch_device import initialised_module, torch_device_for
+from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
-from devmem.platform import Platform
+from devmem.platform import Platform, prepare_device, read_device
 from devmem.sdk.forksafe import ForkSafeLock
 from devmem.sdk.parsing import shown
 from devmem.types import MiB
@@ -143,8 +143,11 @@ class EngineMemory:
         platform: Platform | None = None,
         check_startup: bool = True,
         allocation_granularity: int = ALLOCATOR_GRANULARITY,
-        reserve: bool = True,
+        reserve: bool | Reservation = True,
         ledger_dir: str | os.PathLike[str] | None = None,
+        reserve_bytes: int | None = None,
+        baseline: MemorySnapshot | None = None,
+        late: bool = False,
     ):
         self.device = arguments.device_index(device, error=EngineMemoryError)
         arguments.utilization(utilization, error=EngineMemoryError)
@@ -159,28 +162,47 @@ class EngineMemory:
             "allocation_granularity", allocation_granularity, positive=True, error=EngineMemoryError
         )
         check_startup = arguments.flag("check_startup", check_startup, error=EngineMemoryError)
-        arguments.flag("reserve", reserve, error=EngineMemoryError)
         if ledger_dir is not None and not isinstance(ledger_dir, (str, os.PathLike)):
             raise EngineMemoryError(
                 f"ledger_dir must be a folder (str or os.PathLike) or None ($DEVMEM_LEDGER_DIR), got "
                 f"{shown(ledger_dir)} of type {type(ledger_dir).__name__}"
             )
+        self.late = arguments.flag("late", late, error=EngineMemoryError)
+        if reserve_bytes is not None:
+            reserve_bytes = arguments.byte_count("reserve_bytes", reserve_bytes, positive=True, error=EngineMemoryError)
         self.platform = arguments.platform(platform, error=EngineMemoryError)
         self._lock = ForkSafeLock()
         self._pid = os.getpid()
         self._busy: str | None = None  # the step under way: a window open, a measurement, an allocation
         self.closed = False
-        prepare = getattr(self.platform, "prepare", None)
-        if callable(prepare):  # a platform that learns what it needs (this process's PIDs) before the context
-            prepare(self.device)
-        self.baseline = MemorySnapshot.measure(self.device, self.platform).read_by(self.platform)
-        self.requested = requested_memory(self.baseline.total, utilization)
         self.reservation: Reservation | None = None
-        if reserve:  # before the start-up check: a refusal names who holds the device
-            share = self.requested if self.pinned_bytes is None else self.pinned_bytes
-            self.reservation = reserve_share(self.device, share, platform=self.platform, ledger_dir=ledger_dir)
-        if check_startup and self.pinned_bytes is None:
-            check_startup_memory(self.baseline, self.requested, self.platform)
+        reading = None
+        if baseline is None:  # one coherent reading of the device serves the baseline and the admission
+            prepare_device(self.platform, self.device)  # a platform that learns this process's PIDs first
+            reading = read_device(self.platform, self.device)
+            self.baseline = MemorySnapshot.from_reading(reading, self.platform)
+        else:
+            self.baseline = _adopted_baseline(baseline, self.device, self.platform)
+        self.requested = requested_memory(self.baseline.total, utilization)
+        if isinstance(reserve, Reservation):
+            if reserve.device != self.device:
+                raise EngineMemoryError(
+                    f"reserve is a reservation of device {reserve.device}, but this EngineMemory is for device "
+                    f"{self.device}"
+                )
+            self.reservation = reserve
+        elif arguments.flag("reserve", reserve, error=EngineMemoryError):
+            # before the start-up check: a refusal names who holds the device
+            share = reserve_bytes or (self.requested if self.pinned_bytes is None else self.pinned_bytes)
+            self.reservation = reserve_share(
+                self.device, share, platform=self.platform, ledger_dir=ledger_dir, reading=reading
+            )
+        try:
+            if check_startup and self.pinned_bytes is None:
+                check_startup_memory(self.baseline, self.requested, self.platform)
+        except BaseException:
+            self.close()  # a start refused here gives its share back, so a retry that fits is admitted
+            raise
         self.profile_result: ProfileResult | None = None
         self.graphs_result: ProfileResult | None = None
         self.kv_plan: KvCachePlan | None = None
@@ -190,6 +212,10 @@ class EngineMemory:
         self.cache: KvCacheTensors | None = None
         self.block_cost: BlockCost | None = None
         self.block_cost_source: str | None = None
+        self.first_run: BlockRun | None = None  # the profile window's run of the engine (profile_blocks)
+        self.stored: StoredProfile | None = None  # where the windows' figures were read from (load_profile)
+        self._stored_figures: dict[str, Any] | None = None
+        self._cost_layout: KvLayout | None = None
 
     @property
     def torch_device(self) -> Any:
@@ -206,6 +232,10 @@ class EngineMemory:
         """
         weights = arguments.byte_count("weights_memory", weights_memory, error=EngineMemoryError)
         with self._step("open the profile window"):
+            if self.stored is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the windows' figures were read from {self.stored.path}: plan() next"
+                )
             if self.profile_result is not None and self.profile_result.error is None:
                 raise EngineMemoryError(
                     f"device {self.device}: the profile window was already opened; profile once, then plan"
@@ -301,31 +331,55 @@ class EngineMemory:
         finally:
             self._busy = None
 
-    # ---- the plan and the cache ---------------------------------------------------------------------------
     # ---- a cache devmem cannot see into ---------------------------------------------------------------------
+    def profile_blocks(
+        self, run: Callable[[int], BlockRun | int], num_blocks: int, *, weights_memory: int = 0
+    ) -> BlockRun:
+        """The profile window around ``run(num_blocks)``, for an engine that builds its own cache: its first
+        block run (:meth:`measure_block_cost` starts from it). ``run(n)`` builds the engine with ``n`` blocks,
+        runs its worst-case forward, takes it down again and returns the bytes its tensors held (an ``int``; the
+        window measures the allocator's peaks) or a :class:`~devmem.engine.block_cost.BlockRun` it measured."""
+        if not callable(run):
+            raise EngineMemoryError(f"run must be a callable taking a block count, got {shown(run)}")
+        blocks = arguments.count("num_blocks", num_blocks, error=EngineMemoryError)
+        with self.profile(weights_memory) as window:
+            result = run(blocks)
+        _release_run_leftovers(self.device, self.platform)
+        self.first_run = _block_run(blocks, result, window)
+        return self.first_run
+
     def measure_block_cost(
         self,
-        run: Callable[[int], BlockRun],
-        sizes: Sequence[int],
+        run: Callable[[int], BlockRun | int],
+        sizes: Sequence[int] = (),
         *,
         store: ProfileStore | None = None,
         key: Mapping[str, Any] | None = None,
+        granularity: int = 1,
+        layout: KvLayout | None = None,
     ) -> BlockCost:
         """What one block costs an engine whose cache devmem cannot see into (it allocates the cache and its
         per-block tensors itself): ``run(n)`` builds the cache with ``n`` blocks, runs the engine's worst-case
-        forward and returns a :class:`~devmem.engine.block_cost.BlockRun`. It runs at ``sizes`` (ascending, at
-        least two), then towards the blocks the share holds until the growth is linear
-        (:func:`~devmem.engine.block_cost.measure_block_cost`). After the profile window; :meth:`plan` then
-        charges every block what it measured, and the rest of the first run's peak as headroom.
+        forward and returns a :class:`~devmem.engine.block_cost.BlockRun`, or the bytes its tensors held (an
+        ``int``: each such run is then measured in a window of its own, and what it leaves behind released).
+        It runs at ``sizes`` (ascending; after :meth:`profile_blocks`' run where there was one, at least two in
+        all), then towards the blocks the share holds until the growth is linear
+        (:func:`~devmem.engine.block_cost.measure_block_cost`; runs it places are whole multiples of
+        ``granularity``). After the profile window; :meth:`plan` then charges every block what it measured, and
+        the rest of the first run's peak as headroom, allocated as ``layout`` says (its default for
+        :meth:`plan`).
 
         With a ``store`` and a ``key`` (everything that changes the cost: the model, the engine's config, the
         device, the versions), a cost measured before under that key is read back instead of run, and a new one is
-        kept; :meth:`explain` says where the figures came from.
+        kept with the windows' figures (:meth:`save_profile`); :meth:`explain` says where the figures came from.
         """
         if not callable(run):
             raise EngineMemoryError(f"run must be a callable taking a block count, got {shown(run)}")
         if (store is None) != (key is None) or (store is not None and not isinstance(store, ProfileStore)):
             raise EngineMemoryError(f"store and key go together: a ProfileStore and a mapping, got {shown(store)}")
+        quantum = arguments.count("granularity", granularity, error=EngineMemoryError)
+        if layout is not None and not isinstance(layout, KvLayout):
+            raise EngineMemoryError(f"layout must be a KvLayout, got {shown(layout)} of type {type(layout).__name__}")
         with self._step("measure a block's cost"):
             profile = self._profiled("measure a block's cost")
             if self.kv_plan is not None:
@@ -337,41 +391,139 @@ class EngineMemory:
                     f"device {self.device}: a block's cost was already measured ({self.block_cost_source}); "
                     "measure once, then plan"
                 )
-            return self._measure_block_cost(profile, run, sizes, store, key)
+            self._cost_layout = layout
+            stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
+            cost = None if stored is None else _stored_cost(stored)
+            if stored is not None and cost is not None:
+                self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
+                return cost
 
-    def _measure_block_cost(
-        self,
-        profile: ProfileResult,
-        run: Callable[[int], BlockRun],
-        sizes: Sequence[int],
-        store: ProfileStore | None,
-        key: Mapping[str, Any] | None,
-    ) -> BlockCost:
-        stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
-        cost = None if stored is None else _stored_cost(stored)
-        if stored is not None and cost is not None:
-            self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
-            return cost
-        headroom = self.requested - profile.plan_inputs()["consumed"]
+            def measured(blocks: int) -> BlockRun:
+                return self._run_window(run, blocks, profile.weights_memory)
 
-        def blocks_for(cost: BlockCost) -> int:
-            fixed = cost.fixed_bytes(cost.runs[0].peak)
-            return max(1, (headroom - fixed) // max(1, cost.block_bytes))
-
-        cost = measure_block_cost(run, sizes, blocks_for)
-        self.block_cost, self.block_cost_source = cost, "measured now"
+            made = () if self.first_run is None else (self.first_run,)
+            self.block_cost = measure_block_cost(measured, sizes, self.blocks_that_fit, made=made, granularity=quantum)
+            self.block_cost_source = "measured now"
         if store is not None and key is not None:
-            figures = {"block_bytes": cost.block_bytes, "linear": cost.linear, "runs": [vars(r) for r in cost.runs]}
-            kept, ours = store.save_first(BLOCK_COST_KIND, key, figures, time.time())
-            first = None if kept is None or ours else _stored_cost(kept)
-            if kept is not None and first is not None:  # another engine of this key stored first: one key, one cost
-                self.block_cost = first
-                self.block_cost_source += f"; another engine of this key stored its cost first ({kept.path}): used that"
-            elif kept is not None:
-                saved = kept.path if ours else store.save(BLOCK_COST_KIND, key, figures, time.time())
-                self.block_cost_source += "" if saved is None else f", stored in {saved}"  # theirs unusable: replaced
+            self.save_profile(store, key)
         return self.block_cost
 
+    def _run_window(self, run: Callable[[int], BlockRun | int], blocks: int, weights: int) -> BlockRun:
+        """``run(blocks)``, measured in a window of its own where it reports only what it held."""
+        with memory_profiling(self.baseline, weights, self.platform) as window:
+            result = run(blocks)
+        _release_run_leftovers(self.device, self.platform)
+        return _block_run(blocks, result, window)
+
+    def blocks_that_fit(self, cost: BlockCost) -> int:
+        """The blocks :meth:`plan` would give with a block of ``cost`` (0 where none fits): how the runs of
+        :meth:`measure_block_cost` are steered, by the plan's own arithmetic."""
+        try:
+            return self._sized(None, None, self._cost_layout, cost).num_blocks
+        except NotEnoughMemoryError:
+            return 0
+
+    # ---- figures kept across starts ---------------------------------------------------------------------------
+    def load_profile(
+        self,
+        store: ProfileStore,
+        key: Mapping[str, Any],
+        *,
+        accept: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> Mapping[str, Any] | None:
+        """Before the profile window: where ``store`` holds a whole start measured under ``key`` (the windows'
+        figures and the block cost, :meth:`save_profile`), take them instead of running the engine, so that
+        :meth:`plan` follows at once; returns what the engine kept beside them (``extra``). ``None`` where
+        nothing usable is stored (``accept``, where given, refuses the engine's ``extra``): run the windows then."""
+        if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
+            raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        with self._step("read a stored profile"):
+            if self.profile_result is not None or self.block_cost is not None or self.kv_plan is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: a stored profile replaces the windows: load it before profiling"
+                )
+            stored = store.load(BLOCK_COST_KIND, key)
+            read = None if stored is None else _stored_start(stored)
+            if stored is None or read is None or (accept is not None and not accept(read[2])):
+                return None
+            cost, figures, extra = read
+            self._adopt(stored, cost, figures, f"stored profile {stored.path} (measured {time.ctime(stored.created)})")
+            return extra
+
+    def save_profile(
+        self, store: ProfileStore, key: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any]:
+        """Keep this start's figures (the windows' and the block cost) under ``key``, with the engine's own
+        ``extra`` (JSON), for :meth:`load_profile` at the next start. Where another engine of this key stored
+        first, its figures are taken instead (one key, one cost), and its ``extra`` is returned; else ``extra``."""
+        if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
+            raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        with self._step("keep the profile"):
+            return self._save_profile(store, key, extra)
+
+    def _save_profile(
+        self, store: ProfileStore, key: Mapping[str, Any], extra: Mapping[str, Any] | None
+    ) -> Mapping[str, Any]:
+        if self.block_cost is None:
+            raise EngineMemoryError(f"device {self.device}: nothing to keep yet: measure_block_cost() first")
+        cost, ours = self.block_cost, dict(extra or {})
+        figures = {
+            "block_bytes": cost.block_bytes,
+            "linear": cost.linear,
+            "runs": [vars(r) for r in cost.runs],
+            "notes": list(cost.notes),
+            "windows": self.window_figures(),
+            "first_in_window": self._first_in_window,
+            "expandable_segments": self._expandable_segments(),
+            "extra": ours,
+        }
+        kept, mine = store.save_first(BLOCK_COST_KIND, key, figures, time.time())
+        if kept is None:
+            return ours
+        first = None if mine else _stored_cost(kept)
+        if first is not None:  # another engine of this key stored first: one key, one cost
+            whole = _stored_start(kept)  # its extra describes its cost; the windows stay this start's
+            self.block_cost = first
+            self.block_cost_source = (
+                f"{self.block_cost_source}; another engine of this key stored its cost first ({kept.path}): used that"
+            )
+            return ours if whole is None else whole[2]
+        saved = kept.path if mine else store.save(BLOCK_COST_KIND, key, figures, time.time())  # theirs unusable
+        self.block_cost_source = f"{self.block_cost_source}" + ("" if saved is None else f", stored in {saved}")
+        return ours
+
+    def _adopt(self, stored: StoredProfile, cost: BlockCost, figures: dict[str, Any], source: str) -> None:
+        self.stored, self.block_cost, self._stored_figures = stored, cost, figures
+        self.block_cost_source = source
+
+    def window_figures(self) -> dict[str, Any]:
+        """The windows' figures the plan is made of (the profile window's, with the graph window's where one
+        ran, or a stored profile's): ``plan_kv_cache``'s inputs before a block's cost is charged."""
+        if self._stored_figures is not None and self.profile_result is None:
+            figures = dict(self._stored_figures)
+        else:
+            figures = dict(self._profiled("plan").plan_inputs())
+            if self.graphs_result is not None:
+                self._finished("graph", self.graphs_result, "plan")
+                graphs = self.graphs_result.plan_inputs()
+                figures["graph_capture"] = max(0, graphs["consumed"] - figures["consumed"])
+                figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], graphs["transient_peak_bytes"])
+                figures["other_processes"] = graphs["other_processes"]
+                figures["released_cache"] += graphs["released_cache"]
+        if self.late:  # created after the model: everything this process holds counts as consumed
+            figures["consumed"] = max(figures["consumed"], self._held_now())
+        return figures
+
+    def _held_now(self) -> int:
+        """This process's device memory after the last window, or now where figures were stored (0 unknown)."""
+        after = None if self.profile_result is None else self.profile_result.after_profile
+        if after is not None and after.process is not None:
+            return after.process
+        if self.baseline.process is None:
+            return 0
+        return self.platform.get_process_memory_usage(self.device) or 0
+
+    # ---- the plan and the cache ---------------------------------------------------------------------------
     def plan(
         self, *, page_size_bytes: int | None = None, num_layers: int | None = None, layout: KvLayout | None = None
     ) -> KvCachePlan:
@@ -391,7 +543,7 @@ class EngineMemory:
     def _plan(self, page_size_bytes: int | None, num_layers: int | None, layout: KvLayout | None) -> KvCachePlan:
         if self.kv_plan is not None:
             raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; plan once")
-        layout = KvLayout.one_allocation() if layout is None else layout
+        layout = (self._cost_layout or KvLayout.one_allocation()) if layout is None else layout
         if not isinstance(layout, KvLayout):
             raise EngineMemoryError(f"layout must be a KvLayout, got {shown(layout)} of type {type(layout).__name__}")
         if self.block_cost is not None and page_size_bytes is None and num_layers is None:
@@ -401,19 +553,24 @@ class EngineMemory:
                 f"device {self.device}: plan() needs page_size_bytes and num_layers (or a measure_block_cost() first)"
             )
         layers = arguments.count("num_layers", num_layers, error=EngineMemoryError)
+        self.kv_plan = self._sized(page_size_bytes, layers, layout, self.block_cost)
+        self.layout, self.num_layers = layout, layers
+        return self.kv_plan
+
+    def _sized(
+        self, page_size_bytes: int | None, layers: int | None, layout: KvLayout | None, cost: BlockCost | None
+    ) -> KvCachePlan:
+        """The plan for pages of ``page_size_bytes`` on ``layers`` layers (a block of ``cost`` where not given),
+        from the windows' figures: the one formula of how many blocks fit."""
+        if page_size_bytes is None or layers is None:
+            assert cost is not None
+            page_size_bytes, layers = cost.block_bytes, 1
+        layout = KvLayout.one_allocation() if layout is None else layout
         figures: dict[str, Any] = {}
-        if self.pinned_bytes is None or self.profile_result is not None:
-            figures = dict(self._profiled("plan").plan_inputs())
-        if self.graphs_result is not None:
-            self._finished("graph", self.graphs_result, "plan")
-            graphs = self.graphs_result.plan_inputs()
-            figures["graph_capture"] = max(0, graphs["consumed"] - figures["consumed"])
-            figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], graphs["transient_peak_bytes"])
-            figures["other_processes"] = graphs["other_processes"]
-            figures["released_cache"] += graphs["released_cache"]
-        if self.block_cost is not None and figures:
-            fixed = self.block_cost.fixed_bytes(self.block_cost.runs[0].peak)
-            figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], fixed)
+        if self.pinned_bytes is None or self.profile_result is not None or self._stored_figures is not None:
+            figures = self.window_figures()
+        if cost is not None and figures:
+            figures["transient_peak_bytes"] = self._transient_beside_blocks(cost, figures["transient_peak_bytes"])
         if self.pinned_bytes is not None:
             figures.pop("consumed", None)
             figures.pop("graph_capture", None)
@@ -438,12 +595,27 @@ class EngineMemory:
                 f"{layout.allocations(layers)} tensor(s) in torch's expandable segments, which map memory in units "
                 f"of {format_size(EXPANDABLE_SEGMENT_GRANULARITY)}: their total rounded up once to it"
             )
-        self.kv_plan = replace(plan, device=self.device, layout=described)
-        self.layout, self.num_layers = layout, layers
-        return self.kv_plan
+        return replace(plan, device=self.device, layout=described)
+
+    def _transient_beside_blocks(self, cost: BlockCost, window_transient: int) -> int:
+        """The headroom beside a plan that charges every block ``cost.block_bytes``: the rest of the first run's
+        peak. Where the profile window was that run (:meth:`profile_blocks`), its transient held the run's blocks
+        too, and they are counted per block."""
+        if self._first_in_window:
+            return cost.fixed_bytes(max(window_transient, cost.runs[0].peak))
+        return max(window_transient, cost.fixed_bytes(cost.runs[0].peak))
+
+    @property
+    def _first_in_window(self) -> bool:
+        if self.stored is not None:
+            return bool(self.stored.figures.get("first_in_window", False))
+        return self.first_run is not None
 
     def _expandable_segments(self) -> bool:
-        """Whether a window found torch's allocator mapping memory in expandable segments."""
+        """Whether a window (or the stored profile's) found torch's allocator mapping memory in expandable
+        segments."""
+        if self.stored is not None and self.profile_result is None:
+            return bool(self.stored.figures.get("expandable_segments", False))
         return any(w is not None and w.expandable_segments for w in (self.profile_result, self.graphs_result))
 
     def allocate(self, plan: KvCachePlan | None = None) -> KvCacheTensors:
@@ -564,15 +736,110 @@ class EngineMemory:
         }
 
 
+def _adopted_baseline(baseline: object, device: int, platform: Platform) -> MemorySnapshot:
+    """A baseline the engine took earlier (before the device context), checked to be of this device and platform."""
+    if not isinstance(baseline, MemorySnapshot):
+        raise EngineMemoryError(
+            f"baseline must be a MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, got "
+            f"{shown(baseline)} of type {type(baseline).__name__}"
+        )
+    if baseline.device != device:
+        raise EngineMemoryError(f"the baseline is of device {baseline.device}, this EngineMemory of device {device}")
+    if baseline.platform not in (None, platform.name):
+        raise EngineMemoryError(
+            f"the baseline was read by the {baseline.platform!r} platform, this EngineMemory measures with "
+            f"{platform.name!r}: take the baseline with the platform that profiles"
+        )
+    return baseline.read_by(platform)
+
+
+def _block_run(blocks: int, result: object, window: ProfileResult) -> BlockRun:
+    """A run's :class:`BlockRun`: the engine's own, or its held bytes with the peaks its window measured above
+    what was allocated when the window opened (``None`` where the allocator keeps no statistics)."""
+    if isinstance(result, BlockRun):
+        if result.num_blocks != blocks:
+            raise EngineMemoryError(
+                f"run({blocks}) returned a BlockRun of {result.num_blocks} blocks: it must run the cache at the "
+                "block count it is given"
+            )
+        return result
+    if isinstance(result, bool) or not isinstance(result, numbers.Integral):
+        raise EngineMemoryError(
+            f"run({blocks}) must return the bytes its tensors held (an int) or a BlockRun, got {shown(result)} "
+            f"of type {type(result).__name__}"
+        )
+    before, after = window.before_profile, window.after_profile
+    if not window.torch_measured or before is None or after is None:
+        return BlockRun(blocks, int(result))
+    kept = after.torch_reserved - before.torch_reserved
+    return BlockRun(blocks, int(result), window.torch_peak_increase, max(0, window.transient_peak_bytes + kept))
+
+
+def _release_run_leftovers(device: int, platform: Platform) -> None:
+    """What a finished run of the engine leaves behind on the device: the BLAS workspaces of its compute stream
+    (the engine's next stream gets its own) and the allocator's cached blocks."""
+    module, _ = initialised_module(platform)
+    if module is None:
+        return
+    import torch
+
+    where = torch_device_for(platform, device)
+    module.synchronize(where)
+    clear = getattr(torch._C, f"_{where.type}_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    _release(device, platform)
+
+
 def _stored_cost(stored: StoredProfile) -> BlockCost | None:
     """The block cost a stored profile holds, or ``None`` with a warning where its figures do not hold one."""
     figures = stored.figures
     try:
         runs = tuple(BlockRun(**r) for r in figures["runs"])
-        return BlockCost(int(figures["block_bytes"]), runs, bool(figures["linear"]))
-    except (KeyError, TypeError, ValueError) as exc:
+        notes = tuple(str(n) for n in figures.get("notes", ()))
+        return BlockCost(int(figures["block_bytes"]), runs, bool(figures["linear"]), notes)
+    except (KeyError, TypeError, ValueError, DevmemError) as exc:
         log.warning("devmem: ignoring the stored block cost %s (its figures are incomplete: %r)", stored.path, exc)
         return None
+
+
+#: The windows' figures a stored start holds, and whether each may be unknown (``None``).
+_WINDOW_FIGURES = {
+    "consumed": False,
+    "weights": False,
+    "transient_peak_bytes": False,
+    "non_torch": False,
+    "other_processes": True,
+    "released_cache": False,
+}
+
+
+def _stored_start(stored: StoredProfile) -> tuple[BlockCost, dict[str, Any], dict[str, Any]] | None:
+    """(block cost, the windows' figures, the engine's extra) of a whole start stored by
+    :meth:`EngineMemory.save_profile`, or ``None`` (with a warning where it is malformed, silently where it holds
+    a block cost only)."""
+    cost = _stored_cost(stored)
+    windows, extra = stored.figures.get("windows"), stored.figures.get("extra", {})
+    if cost is None or windows is None:
+        return None
+    problem = None
+    if not isinstance(windows, dict) or not isinstance(extra, dict):
+        problem = "its windows' figures or extra are not mappings"
+    else:
+        for name, may_be_none in {**_WINDOW_FIGURES, "graph_capture": False}.items():
+            value = windows.get(name, 0 if name == "graph_capture" else None)
+            if value is None and may_be_none:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+                problem = f"windows.{name} is {shown(value)}, not a whole number of bytes"
+                break
+    if problem is not None:
+        log.warning("devmem: ignoring the stored profile %s (%s); measuring again", stored.path, problem)
+        return None
+    figures = {name: windows[name] for name in _WINDOW_FIGURES}
+    if "graph_capture" in windows:
+        figures["graph_capture"] = windows["graph_capture"]
+    return cost, figures, extra
 
 
 __all__ = [

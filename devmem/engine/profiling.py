@@ -25,7 +25,7 @@ from devmem.engine.segment_history import SegmentHistory, created_after_peak
 from devmem.engine.torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
 from devmem.planner.sizing import MAX_BYTES
-from devmem.platform import Platform
+from devmem.platform import DeviceReading, Platform
 from devmem.sdk.forksafe import ForkSafeLock
 from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
@@ -72,7 +72,13 @@ class MemorySnapshot:
 
         device = arguments.device_index(device)
         platform = arguments.platform(platform)
-        reading = read_device(platform, device)  # one coherent reading: the figure and its reason agree
+        return cls.from_reading(read_device(platform, device), platform)
+
+    @classmethod
+    def from_reading(cls, reading: DeviceReading, platform: Platform) -> MemorySnapshot:
+        """The snapshot of one coherent :class:`~devmem.DeviceReading` (the figure and its reason agree) and of
+        torch's allocator now, marked as read by ``platform``: what an engine takes once at start and shares."""
+        device = reading.index
         info, process = reading.info, reading.process.used
         notes = []
         if reading.process.reason is not None:
@@ -99,6 +105,7 @@ class MemorySnapshot:
             time.time(),
             module is not None,
             tuple(notes),
+            platform.name,
         )
 
     @property

@@ -46,23 +46,24 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
-from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
+from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
-from devmem.engine.profile_store import ProfileStore, ProfileStoreError, StoredProfile, resolve_store
-from devmem.engine.profiling import MemorySnapshot, ProfileResult, memory_profiling, release_allocator_cache
-from devmem.engine.reservations import Reservation, reserve
-from devmem.planner.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
+from devmem.engine.memory import EngineMemory, KvLayout
+from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
+from devmem.engine.profiling import MemorySnapshot, ProfileResult
+from devmem.engine.reservations import Reservation
+from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, SizingError, _bytes, requested_memory
 from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform
 from devmem.sdk.parsing import shown
-from devmem.types import DevmemError, NotEnoughMemoryError
+from devmem.types import DevmemError
 from devmem.units import format_size
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class SizedConfig:
     allocator_limit_bytes: int | None = None
     #: The engine's share on the host's ledger (``size_continuous_batching(reservation=...)``), where it holds one.
     reservation: Reservation | None = None
+    #: The :class:`devmem.EngineMemory` whose lifecycle sized it (its windows, block cost, plan and reservation).
+    memory: EngineMemory | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -368,22 +371,6 @@ def _synchronize(device: Any) -> None:
     import torch
 
     torch.get_device_module(device).synchronize(device)
-
-
-def _release_engine_memory(device: Any, index: int, platform: Platform) -> None:
-    """On a GPU, give back what a finished run leaves behind: cuBLAS's workspace for the run's compute stream
-    (the engine's next stream gets its own) and the allocator's cached blocks."""
-    if device.type != platform.torch_device:
-        return
-    import torch
-
-    torch.get_device_module(device).synchronize(device)
-    clear = getattr(
-        torch._C, f"_{device.type}_clearCublasWorkspaces", None
-    )  # the BLAS workspaces, where torch has them
-    if clear is not None:
-        clear()
-    release_allocator_cache(index, platform)
 
 
 def _close(manager: Any, model: Any, attn_implementation: str) -> None:
@@ -634,26 +621,6 @@ def shared_block_groups(model: Any) -> int:
         return 1
     groups = group(_text_config(model))
     return len(groups[0]) if isinstance(groups, tuple) and groups and isinstance(groups[0], list) else 1
-
-
-def _profiled_run(
-    model: Any,
-    generation_config: Any,
-    config: Any,
-    num_blocks: int,
-    baseline: MemorySnapshot,
-    weights: int,
-    platform: Platform,
-    all_layers: bool = True,
-) -> tuple[EngineRun, ProfileResult]:
-    with memory_profiling(baseline, weights_memory=weights, platform=platform) as profile:
-        run = run_engine(model, generation_config, config, num_blocks, all_layers=all_layers)
-    _release_engine_memory(model.device, baseline.device, platform)
-    before, after = profile.before_profile, profile.after_profile
-    if not profile.torch_measured or before is None or after is None:
-        return run, profile
-    reserved = profile.transient_peak_bytes + after.torch_reserved - before.torch_reserved
-    return replace(run, peak_bytes=profile.torch_peak_increase, reserved_peak_bytes=reserved), profile
 
 
 def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_batch_tokens: int) -> int:
@@ -984,29 +951,23 @@ def grows_linearly(runs: list[EngineRun]) -> bool:
     return _grows_linearly([_block_run(r) for r in runs])
 
 
-def _stored_figures(
-    stored: StoredProfile,
-) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], list[str]] | None:
-    """(runs, plan inputs, costs, notes) from a stored profile, or ``None`` with a warning where its figures do
+def _block_run(run: EngineRun) -> BlockRun:
+    return BlockRun(run.num_blocks, run.held_bytes, run.peak_bytes, run.reserved_peak_bytes)
+
+
+def _stored_extra(extra: Mapping[str, Any]) -> tuple[tuple[EngineRun, ...], dict[str, int], list[str]] | None:
+    """(runs, costs, notes) this integration keeps beside a stored profile's figures, or ``None`` where they do
     not hold them (a file edited by hand, say)."""
-    figures = stored.figures
     try:
-        runs = tuple(EngineRun(**{**r, "cuda_graphs": tuple(r["cuda_graphs"])}) for r in figures["runs"])
-        inputs = {name: figures["plan_inputs"][name] for name in PlanInputs.__annotations__}
-        costs = {name: int(figures["costs"][name]) for name in ("block_bytes", "kv_block_bytes", "static_block_bytes")}
-        notes = [str(n) for n in figures["notes"]]
+        runs = tuple(EngineRun(**{**r, "cuda_graphs": tuple(r["cuda_graphs"])}) for r in extra["runs"])
+        costs = {name: int(extra["costs"][name]) for name in ("block_bytes", "kv_block_bytes", "static_block_bytes")}
+        notes = [str(n) for n in extra["notes"]]
         if len(runs) < 2:
             raise ValueError("fewer than two runs")
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning(
-            "devmem: ignoring the stored profile %s (its figures are incomplete: %r); measuring again", stored.path, exc
-        )
+        log.warning("devmem: ignoring a stored transformers profile (its runs are incomplete: %r)", exc)
         return None
-    return runs, inputs, costs, notes
-
-
-def _block_run(run: EngineRun) -> BlockRun:
-    return BlockRun(run.num_blocks, run.held_bytes, run.peak_bytes, run.reserved_peak_bytes)
+    return runs, costs, notes
 
 
 def size_continuous_batching(
@@ -1023,33 +984,40 @@ def size_continuous_batching(
     store: ProfileStore | str | os.PathLike[str] | bool | None = None,
     limit_allocator_to_share: bool = True,
     reservation: Reservation | bool = True,
+    memory: EngineMemory | None = None,
 ) -> SizedConfig:
     """Size transformers' paged KV cache for ``model`` at ``utilization`` of the device (default 0.9) or at
     ``pinned_bytes``; returns a :class:`SizedConfig` whose ``config`` has ``num_blocks`` set.
 
+    The sizing is :class:`devmem.EngineMemory`'s lifecycle: best, ``memory`` is the one the engine created BEFORE
+    the CUDA context and the model existed (it holds the baseline, the request and the reservation; give neither
+    ``utilization``, ``pinned_bytes``, ``baseline`` nor ``reservation`` with it). Without it one is created here,
+    from ``baseline`` where given (the snapshot taken before the model existed), else from a reading now: a
+    warning is logged and this process's whole device memory (or, where the platform has no per-process figure,
+    ``weights_memory``) counts as consumed.
+
     ``config`` (default ``ContinuousBatchingConfig()``) keeps every field the caller gave; ``max_batch_tokens``
     becomes transformers' default (8192) when unset and ``max_memory_percent`` 1.0 (with both sizes fixed,
     transformers only checks its own estimate against free memory with it). Hand the same ``generation_config``
-    (default ``model.generation_config``) to ``generate_batch``. ``baseline`` is the snapshot taken BEFORE the
-    CUDA context and the model existed; without one, one is taken now, a warning is logged and this process's
-    whole device memory (or, where the platform has no per-process figure, ``weights_memory``) counts as
-    consumed. ``weights_memory`` (int bytes) defaults to the model's parameters and buffers; ``device`` (devmem's
-    index) to the baseline's, else the model's device. On the pinned path ``pinned_bytes`` is what every
-    block-proportional tensor may take: the cache, the batch's attention masks and read indices, and the
-    forward's read-back.
+    (default ``model.generation_config``) to ``generate_batch``. ``weights_memory`` (int bytes) defaults to the
+    model's parameters and buffers; ``device`` (devmem's index) to the baseline's, else the model's device. On the
+    pinned path ``pinned_bytes`` is what every block-proportional tensor may take: the cache, the batch's
+    attention masks and read indices, and the forward's read-back.
 
     ``store`` keeps the measured figures (:class:`~devmem.engine.profile_store.ProfileStore`): ``None``/``True`` the
     default folder (``$DEVMEM_PROFILE_DIR``, else the XDG cache folder), a path that folder, ``False`` none. A
-    start whose :func:`profile_key` was measured before plans from the stored figures without running the engine.
+    start whose :func:`profile_key` was measured before plans from the stored figures without running the engine
+    (:meth:`EngineMemory.load_profile`).
 
     On the utilization path, ``limit_allocator_to_share`` (default) caps torch's caching allocator of the device
     at the share less what torch does not allocate (:func:`limit_allocator`), so that serving never reserves
     past the share: the allocator gives cached blocks back first. Pass ``False`` to leave the allocator alone.
 
-    ``reservation``: the engine's share on the host's per-device ledger (:func:`devmem.reserve`). Best taken with
-    the baseline, before the model loads (``devmem.reserve(0, utilization=u)``), and passed here; ``True``
-    (default) reserves the share now, before the engine runs (a refusal is a :class:`~devmem.ReservationRefused`
-    naming the holders); ``False`` reserves nothing. ``SizedConfig.reservation`` keeps it; it is released at exit.
+    ``reservation``: the engine's share on the host's per-device ledger (:func:`devmem.reserve`), where no
+    ``memory`` is given: a :class:`~devmem.Reservation` taken with the baseline; ``True`` (default) reserves the
+    share now, before the engine runs (a refusal is a :class:`~devmem.ReservationRefused` naming the holders), on
+    the pinned path the cache beside the weights; ``False`` reserves nothing. ``SizedConfig.reservation`` keeps it
+    (and ``SizedConfig.memory`` the lifecycle); it is released at exit.
 
     Every argument is checked before the engine runs. Raises :class:`~devmem.planner.sizing.SizingError` naming a bad
     value, :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, ``TypeError``/``ValueError``
@@ -1057,11 +1025,17 @@ def size_continuous_batching(
     """
     began = time.perf_counter()
     model = _unwrapped(model)
+    if memory is not None:
+        utilization, pinned_bytes, device, platform = _from_memory(
+            memory, utilization, pinned_bytes, device, platform, baseline, reservation
+        )
     u, config, profile_store = _check_arguments(
         model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
     )
     if not isinstance(limit_allocator_to_share, bool):
         raise SizingError(f"limit_allocator_to_share must be True or False, got {limit_allocator_to_share!r}")
+    if reservation is not True and reservation is not False and not isinstance(reservation, Reservation):
+        raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
     if platform is not None:
         arguments.platform(platform, error=SizingError)
     given = device if device is not None else (baseline.device if baseline is not None else None)
@@ -1074,69 +1048,63 @@ def size_continuous_batching(
             raise SizingError(f"device={device!r}: {exc}") from None
     if baseline is not None:
         _check_baseline(baseline, device, platform)
+    if isinstance(reservation, Reservation) and reservation.device != device:
+        raise SizingError(f"reservation is for device {reservation.device}, but the model is sized on device {device}")
     generation_config = model.generation_config if generation_config is None else generation_config
-    notes: list[str] = []
-    held_before = 0
-    baseline_given = baseline is not None
-    if baseline is None:
-        baseline = MemorySnapshot.measure(device, platform)
-        held_before = baseline.process if baseline.process is not None else 0
-        message = (
-            "no baseline taken before the model was given: one was taken now, and "
-            + (
-                f"this process's device memory now, {format_size(held_before)}, counts as consumed"
-                if baseline.process is not None
-                else "only the weights count as consumed; the CUDA context does not"
-            )
-            + "; take MemorySnapshot.measure() before creating the model"
-        )
-        log.warning("devmem: %s", message)
-        notes.append(message)
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
-    held = _reservation(reservation, platform, device, u, None if pinned_bytes is None else pinned_bytes + weights)
+    notes: list[str] = []
+    if memory is None:
+        memory = EngineMemory(
+            device,
+            utilization=u if u is not None else DEFAULT_UTILIZATION,
+            pinned_bytes=pinned_bytes,
+            platform=platform,
+            check_startup=False,
+            allocation_granularity=ALLOCATOR_GRANULARITY if platform.name != "cpu" else 1,
+            reserve=reservation,
+            reserve_bytes=None if pinned_bytes is None else pinned_bytes + weights,
+            baseline=baseline,
+            late=baseline is None,
+        )
+        if baseline is None:
+            message = (
+                "no baseline taken before the model was given: one was taken now, and "
+                + (
+                    f"this process's device memory now, {format_size(memory.baseline.process)}, counts as consumed"
+                    if memory.baseline.process is not None
+                    else "only the weights count as consumed; the CUDA context does not"
+                )
+                + "; create the EngineMemory (or take MemorySnapshot.measure()) before creating the model"
+            )
+            log.warning("devmem: %s", message)
+            notes.append(message)
     tokens = block_tokens(config)
     max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
     profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
     key = profile_key(
-        model, generation_config, profile_config, platform, device, baseline.total, weights, baseline_given
+        model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
     )
-    stored = profile_store.load(STORE_KIND, key) if profile_store is not None else None
-    read = _stored_figures(stored) if stored is not None else None
-    if stored is not None and read is not None:
-        runs, inputs, costs, figure_notes = read
-        source = f"stored profile {stored.path} (measured {time.ctime(stored.created)})"
-        profile = None
-        if held_before:
-            now = platform.get_process_memory_usage(device)
-            inputs["consumed"] = max(inputs["consumed"], now or 0)
+    extra = None if profile_store is None else memory.load_profile(profile_store, key, accept=_stored_extra_is_whole)
+    if extra is not None:
+        runs, costs, figure_notes = _stored_extra(extra) or ((), {}, [])
     else:
         limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
-        runs, inputs, costs, profile, figure_notes = _measure(
-            model, generation_config, profile_config, baseline, weights, platform, u, pinned_bytes, max_batch_tokens
-        )
-        source = "measured now"
+        with _frozen_heap():
+            runs, costs, figure_notes = _measure(
+                memory, model, generation_config, profile_config, weights, max_batch_tokens
+            )
         if profile_store is not None:
-            figures = {
+            ours = {
                 "runs": [vars(r) for r in runs],
-                "plan_inputs": inputs,
                 "costs": costs,
                 "notes": figure_notes,
                 "measure_seconds": time.perf_counter() - began,
             }
-            kept, ours = profile_store.save_first(STORE_KIND, key, figures, time.time())
-            first = None if kept is None or ours else _stored_figures(kept)
-            if kept is not None and first is not None:  # engines of one key measured together: the first stored
-                runs, inputs, costs, figure_notes = first
-                source += f"; another engine with this key stored its figures first ({kept.path}): used those"
-            elif kept is not None:
-                saved = kept.path if ours else profile_store.save(STORE_KIND, key, figures, time.time())
-                source += "" if saved is None else f", stored in {saved}"  # theirs unusable: replaced
-        after = profile.after_profile
-        if held_before and after is not None and after.process is not None:
-            inputs["consumed"] = max(inputs["consumed"], after.process)
+            kept = memory.save_profile(profile_store, key, ours)
+            runs, costs, figure_notes = _stored_extra(kept) or (runs, costs, figure_notes)
     notes.extend(figure_notes)
-    plan = _plan(inputs, costs["block_bytes"], baseline.total, u, pinned_bytes)
+    plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
     if plan.num_blocks * tokens < max_batch_tokens:
         raise SizingError(
             f"config.max_batch_tokens={max_batch_tokens} is more than the sized cache holds ({plan.num_blocks} "
@@ -1146,7 +1114,7 @@ def size_continuous_batching(
         )
     limit = None
     if u is not None and limit_allocator_to_share:
-        limit = plan.breakdown["requested"] - inputs["non_torch"]
+        limit = plan.breakdown["requested"] - memory.window_figures()["non_torch"]
         if limit_allocator(model.device, limit) is None:
             limit = None
     sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
@@ -1159,62 +1127,56 @@ def size_continuous_batching(
         costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
         tokens,
         max_batch_tokens,
-        profile,
+        memory.profile_result,
         runs,
-        inputs["transient_peak_bytes"],
+        plan.breakdown["transient_peak"],
         tuple(notes),
-        source,
+        memory.block_cost_source or "measured now",
         time.perf_counter() - began,
         limit,
-        held,
+        memory.reservation,
+        memory,
     )
 
 
-def _reservation(
-    reservation: object, platform: Platform, device: int, utilization: float | None, pinned_bytes: int | None
-) -> Reservation | None:
-    """The reservation the engine holds: the one given (for this device), one taken now for its share, or none."""
-    if reservation is False:
-        return None
-    if isinstance(reservation, Reservation):
-        if reservation.device != device:
-            raise SizingError(
-                f"reservation is for device {reservation.device}, but the model is sized on device {device}"
-            )
-        return reservation
-    if reservation is not True:
-        raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
-    if utilization is None:  # the pinned cache beside the weights
-        return reserve(device, pinned_bytes, platform=platform)
-    return reserve(device, utilization=utilization, platform=platform)
+def _stored_extra_is_whole(extra: Mapping[str, Any]) -> bool:
+    return _stored_extra(extra) is not None
 
 
-def _plan(
-    inputs: dict[str, Any], block: int, total: int, utilization: float | None, pinned_bytes: int | None
-) -> KvCachePlan:
-    if utilization is None:
-        return plan_kv_cache(page_size_bytes=block, num_layers=1, pinned_bytes=pinned_bytes, **inputs)
-    return plan_kv_cache(page_size_bytes=block, num_layers=1, total=total, utilization=utilization, **inputs)
-
-
-def _measure(
-    model: Any,
-    generation_config: Any,
-    config: Any,
-    baseline: MemorySnapshot,
-    weights: int,
-    platform: Platform,
+def _from_memory(
+    memory: object,
     utilization: float | None,
     pinned_bytes: int | None,
-    max_batch_tokens: int,
-) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
-    """Run the engine: its profile window at ``N_a`` blocks, then the runs :func:`measure_block_cost` asks for
-    (the first where the shapes say the cache-reading step sets the peak). Returns the runs, the plan's inputs,
-    the per-block costs, the window's profile and notes."""
-    with _frozen_heap():
-        return _measure_runs(
-            model, generation_config, config, baseline, weights, platform, utilization, pinned_bytes, max_batch_tokens
+    device: int | None,
+    platform: Platform | None,
+    baseline: object,
+    reservation: object,
+) -> tuple[float | None, int | None, int, Platform]:
+    """The request, device and platform of the engine's own :class:`EngineMemory`, which holds them alone."""
+    if not isinstance(memory, EngineMemory):
+        raise SizingError(f"memory must be a devmem.EngineMemory or None, got {shown(memory)}")
+    doubled = [
+        name
+        for name, value in (
+            ("utilization", utilization),
+            ("pinned_bytes", pinned_bytes),
+            ("baseline", baseline),
+            ("platform", platform),
         )
+        if value is not None
+    ]
+    if reservation is not True:
+        doubled.append("reservation")
+    if device is not None and device != memory.device:
+        doubled.append("device")
+    if doubled:
+        raise SizingError(
+            f"memory holds the request, the baseline and the reservation: give {', '.join(doubled)} to the "
+            "EngineMemory, not beside it"
+        )
+    if memory.pinned_bytes is not None:
+        return None, memory.pinned_bytes, memory.device, memory.platform
+    return memory.utilization, None, memory.device, memory.platform
 
 
 @contextmanager
@@ -1239,17 +1201,17 @@ def _frozen_heap() -> Iterator[None]:
             gc.unfreeze()
 
 
-def _measure_runs(
+def _measure(
+    memory: EngineMemory,
     model: Any,
     generation_config: Any,
     config: Any,
-    baseline: MemorySnapshot,
     weights: int,
-    platform: Platform,
-    utilization: float | None,
-    pinned_bytes: int | None,
     max_batch_tokens: int,
-) -> tuple[tuple[EngineRun, ...], dict[str, Any], dict[str, int], ProfileResult, list[str]]:
+) -> tuple[tuple[EngineRun, ...], dict[str, int], list[str]]:
+    """Run the engine through ``memory``: its profile window at ``N_a`` blocks (:meth:`EngineMemory.profile_blocks`),
+    then the runs :meth:`EngineMemory.measure_block_cost` asks for (the first where the shapes say the
+    cache-reading step sets the peak). Returns the runs, the per-block costs and notes."""
     tokens = block_tokens(config)
     groups = shared_block_groups(model)
     small = math.ceil(max_batch_tokens / tokens) * groups + 1
@@ -1258,54 +1220,40 @@ def _measure_runs(
     if interval:
         quantum = math.lcm(quantum, math.lcm(interval, tokens) // tokens)
     small = quantum * math.ceil(small / quantum)
-    window, profile = _profiled_run(model, generation_config, config, small, baseline, weights, platform)
-    engine_runs = {small: window}
-    inputs: dict[str, Any] = dict(profile.plan_inputs())
-    window_transient = max(profile.transient_peak_bytes, window.held_bytes)
-    rounding = window.allocations * ALLOCATOR_GRANULARITY if window.peak_bytes is not None else 0
+    engine_runs: dict[int, EngineRun] = {}
 
-    def run(blocks: int) -> BlockRun:
-        engine_runs[blocks] = _profiled_run(
-            model, generation_config, config, blocks, baseline, weights, platform, all_layers=False
-        )[0]
-        return _block_run(engine_runs[blocks])
+    def run(blocks: int, all_layers: bool = False) -> int:
+        engine_runs[blocks] = run_engine(model, generation_config, config, blocks, all_layers=all_layers)
+        return engine_runs[blocks].held_bytes
 
-    def blocks_for(cost: BlockCost) -> int:
-        transient = cost.fixed_bytes(window_transient) + rounding
-        try:
-            return _plan(
-                {**inputs, "transient_peak_bytes": transient},
-                cost.block_bytes,
-                baseline.total,
-                utilization,
-                pinned_bytes,
-            ).num_blocks
-        except NotEnoughMemoryError:
-            return 0
-
+    first = memory.profile_blocks(lambda blocks: run(blocks, all_layers=True), small, weights_memory=weights)
     start = 2 * small
-    if window.peak_bytes is not None:
-        flat = max(0, window.peak_bytes - window.held_bytes)
-        estimate = read_back_estimate(model, config, window.attn_implementation, max_batch_tokens)
-        held = math.ceil(window.held_bytes / small)
+    if first.peak_bytes is not None:
+        flat = max(0, first.peak_bytes - first.held_bytes)
+        estimate = read_back_estimate(model, config, engine_runs[small].attn_implementation, max_batch_tokens)
+        held = math.ceil(first.held_bytes / small)
         wanted = math.ceil(2 * flat / max(1, estimate))
-        cap = blocks_for(BlockCost(math.ceil((held + estimate) * (1 + CAUTION)), (_block_run(window),) * 2, False))
+        cap = memory.blocks_that_fit(BlockCost(math.ceil((held + estimate) * (1 + CAUTION)), (first, first), False))
         start = max(small + 1, min(max(wanted, start), cap))
     start = quantum * math.ceil(start / quantum)
-    cost = measure_block_cost(run, [start], blocks_for, made=[_block_run(window)], granularity=quantum)
-    runs = tuple(engine_runs[r.num_blocks] for r in cost.runs)
+    layout = KvLayout.tensors(engine_runs[small].allocations)
+    cost = memory.measure_block_cost(run, [start], granularity=quantum, layout=layout)
+    runs = tuple(
+        replace(engine_runs[r.num_blocks], peak_bytes=r.peak_bytes, reserved_peak_bytes=r.reserved_peak_bytes)
+        for r in cost.runs
+    )
     before, after = runs[-2], runs[-1]
     step = after.num_blocks - before.num_blocks
     kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
     static_block = math.ceil((after.static_bytes - before.static_bytes) / step)
     block = cost.block_bytes
-    inputs["transient_peak_bytes"] = cost.fixed_bytes(window_transient) + rounding
     costs = {
         "block_bytes": block,
         "kv_block_bytes": min(kv_block, block),
         "static_block_bytes": min(static_block, block - min(kv_block, block)),
     }
-    return runs, inputs, costs, profile, [*cost.notes, *profile.notes]
+    profile = memory.profile_result
+    return runs, costs, [*cost.notes, *([] if profile is None else profile.notes)]
 
 
 __all__ = [

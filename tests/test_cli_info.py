@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from devmem.command.main import build_parser, cmd_info, main
+from devmem.command.info import cmd_info
+from devmem.command.main import build_parser, main
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
 

@@ -19,7 +19,8 @@ from unittest import mock
 
 import pytest
 
-from devmem.command.main import build_parser, cmd_info, main
+from devmem.command.info import cmd_info
+from devmem.command.main import build_parser, main
 from devmem.testing import Scenario
 from devmem.types import GiB
 from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform

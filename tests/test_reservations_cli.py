@@ -14,7 +14,8 @@ import pytest
 from ledger_workers import no_hang
 
 from devmem.command.doctor import diagnose
-from devmem.command.main import build_parser, cmd_info
+from devmem.command.info import cmd_info
+from devmem.command.main import build_parser
 from devmem.engine.reservations import Entry, Ledger, Owner, _start_time, device_key, reserve
 from devmem.types import GiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform

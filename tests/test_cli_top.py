@@ -189,3 +189,36 @@ def test_count_without_watch_is_a_usage_error(capsys, monkeypatch):
     with pytest.raises(SystemExit) as exit_:
         main(["info", "--count", "2"])
     assert exit_.value.code == 2 and "--count applies to --watch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval", "--watch"])
+def test_top_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(flag):
+    assert build_parser().parse_args(["top", flag, "0.5"]).watch == 0.5
+
+
+@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval"])
+def test_info_watch_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(flag):
+    assert build_parser().parse_args(["info", flag, "0.5"]).watch == 0.5
+
+
+@pytest.mark.parametrize("argv", [["top", "-l", "0.05", "-n", "2"], ["info", "-i", "0.05", "-n", "2"]])
+def test_a_loop_flag_with_n_stops_after_n_samples(argv):
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DEVMEM_PLATFORM": "cpu"},
+        timeout=60,
+    )
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 2, result
+
+
+def test_top_shows_a_live_reservation_under_its_device():
+    from devmem.engine.reservations import reserve
+
+    sc = Scenario(devices=[ScriptedNvidiaGpu()])
+    with reserve(0, 10 * GiB, platform=scripted_platform(sc)):
+        _, out = run_top(sc, ("0.2", "--count", "1"))
+    lines = samples(out)[0]
+    assert any(line.strip().startswith("reservations: 1 hold 10.00 GiB of") for line in lines), out
+    assert any(line.split()[:3] == [str(os.getpid()), "10.00", "GiB"] for line in lines), out

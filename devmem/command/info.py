@@ -102,6 +102,11 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     return 0
 
 
+#: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, gpustat's ``-i/--interval``
+#: (nvitop's ``--interval``), each the same as ``--watch``.
+WATCH_ALIASES = ("--interval", "-i", "-l", "--loop")
+
+
 def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | None) -> None:
     parser.add_argument(
         "--json",
@@ -112,21 +117,24 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
     if watch_default is None:
         parser.add_argument(
             "--watch",
+            *WATCH_ALIASES,
             type=interval,
             nargs="?",
             const=2.0,
             default=None,
             metavar="SECONDS",
-            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a terminal",
+            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a terminal "
+            "(-l/--loop as nvidia-smi, -i/--interval as gpustat and nvitop)",
         )
     else:
         parser.add_argument(
             "--watch",
-            "--interval",
+            *WATCH_ALIASES,
             type=interval,
             default=watch_default,
             metavar="SECONDS",
-            help=f"seconds between samples (default {watch_default:g})",
+            help=f"seconds between samples (default {watch_default:g}; -l/--loop as nvidia-smi, -i/--interval as "
+            "gpustat and nvitop)",
         )
     parser.add_argument(
         "-n",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from devmem.command.common import add_command
 from devmem.command.devices import static_facts
@@ -10,6 +11,9 @@ from devmem.command.flags import interval
 from devmem.command.info import add_info_flags
 from devmem.platform import DeviceReport, Platform
 from devmem.units import format_size
+
+if TYPE_CHECKING:
+    from devmem.engine.reservations import DeviceReservations
 
 #: Columns of a device line other than its bar: index and name, percentage, used, free and total.
 _TOP_NAME = 16
@@ -58,7 +62,19 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
             lines += wrap(command, width, head, " " * len(head), break_long=True)
         else:
             lines.append(head + (command if len(command) <= room else command[: room - 3] + "..."))
-    return lines
+    return lines + _top_reservation_lines(device["reservations"], width, paint)  # type: ignore[arg-type]
+
+
+def _top_reservation_lines(view: DeviceReservations | None, width: int, paint) -> list[str]:
+    """A device's reservations under its processes: the ledger's summary on one line, then one row per holder
+    (owner, reserved, used now, over or under), as ``devmem info`` lists them; nothing without a ledger."""
+    from devmem.command.format import wrap
+    from devmem.command.reservations import reservation_rows, reservation_table
+
+    summary = dict(reservation_rows(view, paint)).get("reservations")
+    if view is None or summary is None or not view.accounting.holdings:
+        return []
+    return wrap(f"reservations: {summary}", width, "    ", "      ") + reservation_table(view, width)
 
 
 def top_facts(platform: Platform, because: str, devices: list[dict[str, object]], width: int) -> list[str]:

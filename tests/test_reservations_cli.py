@@ -105,6 +105,18 @@ def test_doctor_flags_stale_entries_of_dead_owners(sleeper):
     assert found.figures == {str(sleeper.pid): 10 * GiB}
 
 
+def test_doctor_with_only_stale_entries_exits_0_as_its_advice_says_nothing_blocks(capsys, sleeper):
+    from devmem.command.doctor import cmd_doctor
+
+    platform = scripted_platform(h200_scenario())
+    owned_by(sleeper, platform, 10 * GiB)
+    sleeper.kill()
+    sleeper.wait()
+    code = cmd_doctor(build_parser().parse_args(["doctor"]), platform)
+    out = capsys.readouterr().out
+    assert code == 0 and "[info] device 0: 1 reservation(s) of processes that are gone" in out, out
+
+
 def test_doctor_says_nothing_of_reservations_that_fit():
     platform = scripted_platform(h200_scenario())
     with reserve(0, 10 * GiB, platform=platform):

@@ -233,10 +233,11 @@ def _reservations(device: int, platform: Platform, report: DeviceReport) -> list
             Finding(
                 device,
                 "stale-reservations",
-                "warning",
+                "info",
                 f"{len(view.stale)} reservation(s) of processes that are gone remain in {view.path}: "
                 + ", ".join(f"PID {e.owner.pid} ({format_size(e.bytes)})" for e in view.stale),
-                "nothing blocks on them: the next reservation on this device reclaims them",
+                "nothing to do: they hold no memory and block no one, and the next reservation on this device "
+                "reclaims them",
                 {str(e.owner.pid): e.bytes for e in view.stale},
             )
         )

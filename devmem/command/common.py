@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from devmem.command.output import Output, error_line
@@ -75,9 +77,27 @@ class Parser(argparse.ArgumentParser):
     """A usage error is its problem in one line (two on a narrow terminal) that points to ``--help``, not the
     usage block first (exit 2)."""
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse's, with a flag the command does not take answered by the nearest ones it does."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._commands().get(getattr(parsed, "command", None) or "")
+            flags = (command or self)._option_string_actions
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            self.error(message + _did_you_mean(next((a for a in extras if a.startswith("-")), ""), flags))
+        return parsed
+
     def error(self, message: str) -> NoReturn:
+        choice = re.search(r"invalid choice: '([^']*)'", message)
+        if choice and "COMMAND" in message:
+            message += _did_you_mean(choice.group(1), self._commands())
         error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
         sys.exit(2)
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        """The sub-commands' parsers by name (none for a sub-command's own parser)."""
+        actions = self._subparsers._group_actions if self._subparsers is not None else []
+        return next((dict(a.choices) for a in actions if isinstance(a.choices, dict)), {})
 
     def _print_message(self, message: str, file: Any = None) -> None:
         """``--help`` and ``--version`` through the CLI's stdout writer: a full disk is an error, not exit 0."""
@@ -85,6 +105,14 @@ class Parser(argparse.ArgumentParser):
             out.write(message)
         elif message:
             error_line(message.rstrip("\n"))
+
+
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean --json?"`` for the known words nearest ``word`` (as git and pip suggest); nothing for none."""
+    import difflib
+
+    near = difflib.get_close_matches(word, list(known), n=2, cutoff=0.6) if word else []
+    return f"; did you mean {' or '.join(near)}?" if near else ""
 
 
 def add_command(

@@ -103,8 +103,8 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
 
 
 #: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, gpustat's ``-i/--interval``
-#: (nvitop's ``--interval``), each the same as ``--watch``.
-WATCH_ALIASES = ("--interval", "-i", "-l", "--loop")
+#: (nvitop's ``--interval``), each the same as ``--watch`` (named in its help, not listed apart).
+WATCH_ALIASES = ("-l", "--loop", "-i", "--interval")
 
 
 def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | None) -> None:
@@ -117,7 +117,6 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
     if watch_default is None:
         parser.add_argument(
             "--watch",
-            *WATCH_ALIASES,
             type=interval,
             nargs="?",
             const=2.0,
@@ -129,13 +128,24 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
     else:
         parser.add_argument(
             "--watch",
-            *WATCH_ALIASES,
+            "--interval",
             type=interval,
             default=watch_default,
             metavar="SECONDS",
             help=f"seconds between samples (default {watch_default:g}; -l/--loop as nvidia-smi, -i/--interval as "
             "gpustat and nvitop)",
         )
+    watch = parser._option_string_actions["--watch"]
+    aliases = [flag for flag in WATCH_ALIASES if flag not in parser._option_string_actions]
+    parser.add_argument(
+        *aliases,
+        dest="watch",
+        type=interval,
+        nargs=watch.nargs,
+        const=watch.const,
+        default=watch.default,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument(
         "-n",
         "--count",

@@ -98,9 +98,22 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
         return 0
     from devmem.command.format import Painter, wants_colour, width_for
 
-    out.print(screen(platform, because, devices, Painter(wants_colour(sys.stdout)), width_for(sys.stdout)))
+    paint, width = Painter(wants_colour(sys.stdout)), width_for(sys.stdout)
+    if len(devices) >= COMPACT_FROM and not args.details:
+        from devmem.command.top import top_facts, top_screen
+
+        hint = f"every figure per device: devmem info --details (or --device N); {len(devices)} devices"
+        out.print(
+            *top_facts(platform, because, devices, width, "devmem info"), *top_screen(args, devices, width, paint), hint
+        )
+        return 0
+    out.print(screen(platform, because, devices, paint, width))
     return 0
 
+
+#: From this many devices on, ``devmem info`` shows ``top``'s compact screen (one line per device and per process,
+#: the facts they share once) unless ``--details`` asks for every device's block.
+COMPACT_FROM = 4
 
 #: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, gpustat's ``-i/--interval``
 #: (nvitop's ``--interval``), each the same as ``--watch`` (named in its help, not listed apart).
@@ -115,6 +128,12 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
     )
     parser.add_argument("--device", type=device_index, default=None, help="only this device index")
     if watch_default is None:
+        parser.add_argument(
+            "--details",
+            action="store_true",
+            help=f"every figure of every device, also on {COMPACT_FROM} devices or more (where info is compact, "
+            "one line per device and per process, by default)",
+        )
         parser.add_argument(
             "--watch",
             type=interval,

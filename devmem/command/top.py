@@ -77,7 +77,9 @@ def _top_reservation_lines(view: DeviceReservations | None, width: int, paint) -
     return wrap(f"reservations: {summary}", width, "    ", "      ") + reservation_table(view, width)
 
 
-def top_facts(platform: Platform, because: str, devices: list[dict[str, object]], width: int) -> list[str]:
+def top_facts(
+    platform: Platform, because: str, devices: list[dict[str, object]], width: int, command: str = "devmem top"
+) -> list[str]:
     """The title and what does not change between samples, once for all devices that share it."""
     from devmem.command.format import wrap
 
@@ -88,7 +90,7 @@ def top_facts(platform: Platform, because: str, devices: list[dict[str, object]]
         if device["processes"] is None:
             facts.append(("processes", f"not listed by the {r.platform} platform"))
         by_text.setdefault("; ".join(f"{k}: {v}" for k, v in facts), []).append(r.index)
-    lines = wrap(f"devmem top on {platform.name} ({because})", width, "", "  ")
+    lines = wrap(f"{command} on {platform.name} ({because})", width, "", "  ")
     for text, indices in by_text.items():
         who = "every device" if len(by_text) == 1 else "device " + ", ".join(map(str, indices))
         lines += wrap(f"{who}: {text}", width, "", "  ")

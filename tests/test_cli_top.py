@@ -222,3 +222,29 @@ def test_top_shows_a_live_reservation_under_its_device():
     lines = samples(out)[0]
     assert any(line.strip().startswith("reservations: 1 hold 10.00 GiB of") for line in lines), out
     assert any(line.split()[:3] == [str(os.getpid()), "10.00", "GiB"] for line in lines), out
+
+
+def test_q_quits_top_on_a_terminal_with_exit_0_and_restores_its_mode():
+    import pty
+    import select
+    import termios
+
+    master, slave = pty.openpty()
+    before = termios.tcgetattr(slave)
+    env = {**os.environ, "DEVMEM_PLATFORM": "cpu", "TERM": "xterm", "COLUMNS": "80", "LINES": "40"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devmem", "top", "30"], stdin=slave, stdout=slave, stderr=slave, env=env
+    )
+    try:
+        screen = b""
+        deadline = time.monotonic() + 30
+        while b"q or Ctrl-C to stop" not in screen and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:  # never a read that blocks past the deadline
+                screen += os.read(master, 65536)
+        os.write(master, b"q")
+        assert proc.wait(timeout=10) == 0 and b"q or Ctrl-C to stop" in screen
+        assert termios.tcgetattr(slave) == before
+    finally:
+        proc.kill()
+        os.close(master)
+        os.close(slave)

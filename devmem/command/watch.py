@@ -9,6 +9,7 @@ import sys
 from devmem.command.common import out
 from devmem.command.devices import device_json, sample
 from devmem.command.info import screen
+from devmem.command.keys import Keys
 from devmem.command.top import top_facts, top_screen
 from devmem.platform import Platform
 from devmem.sdk.host import Files
@@ -33,6 +34,10 @@ def watch(args: argparse.Namespace, platform: Platform, because: str, indices: l
 
     previous = signal.signal(signal.SIGTERM, stop)
     in_place = not args.json and redraw_ok(sys.stdout)
+    keys = Keys()
+    if in_place:
+        keys.start()
+    to_stop = "q or Ctrl-C to stop" if keys.reading else "Ctrl-C to stop"
     paint = Painter(wants_colour(sys.stdout))
     compact = getattr(args, "compact", False)
     width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
@@ -49,7 +54,7 @@ def watch(args: argparse.Namespace, platform: Platform, because: str, indices: l
                 out.write(json.dumps(line) + "\n")
             elif compact:
                 stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-                body = [f"{stamp}  every {args.watch:g} s, Ctrl-C to stop", *top_screen(args, devices, width, paint)]
+                body = [f"{stamp}  every {args.watch:g} s, {to_stop}", *top_screen(args, devices, width, paint)]
                 if redraw_from is None:
                     facts = top_facts(platform, because, devices, width)
                     redraw_from = len(facts) + 1
@@ -62,12 +67,13 @@ def watch(args: argparse.Namespace, platform: Platform, because: str, indices: l
             else:
                 stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
                 text = screen(platform, because, devices, paint, width)
-                text = f"{stamp}  every {args.watch:g} s, Ctrl-C to stop\n" + text
+                text = f"{stamp}  every {args.watch:g} s, {to_stop}\n" + text
                 out.write(("\x1b[H\x1b[2J" + text + "\n") if in_place else text + "\n\n")
-            if samples != args.count:
-                time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+            if samples != args.count and keys.wait(args.watch - (time.monotonic() - started)):
+                return 0  # q pressed
         return 0
     except (KeyboardInterrupt, _Stop):
         return 0
     finally:
+        keys.restore()
         signal.signal(signal.SIGTERM, previous)

@@ -8,6 +8,7 @@ context; it reads the device only through devmem's platform (NVML on NVIDIA GPUs
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -16,10 +17,12 @@ import multiprocessing
 import os
 import platform as host
 import random
+import shutil
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,24 @@ SAME_BUDGET = {"gpu": 2 * MiB, "cpu": 8 * MiB}
 
 _CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["torch", "devmem", "transformers"])
+
+
+@contextlib.contextmanager
+def private_ledger() -> Iterator[str]:
+    """A reservation ledger of this run's own (``DEVMEM_LEDGER_DIR`` pointed at a fresh directory) while the block
+    runs, so a smoke run's engines never leave entries in the machine's shared ledger; the variable and the
+    directory are restored and removed afterwards."""
+    before = os.environ.get("DEVMEM_LEDGER_DIR")
+    directory = tempfile.mkdtemp(prefix="devmem-bench-ledger-")
+    os.environ["DEVMEM_LEDGER_DIR"] = directory
+    try:
+        yield directory
+    finally:
+        if before is None:
+            os.environ.pop("DEVMEM_LEDGER_DIR", None)
+        else:
+            os.environ["DEVMEM_LEDGER_DIR"] = before
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def on_accelerator(platform: Any) -> bool:

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from devmem.command.main import build_parser, cmd_info, main
+from devmem.command.info import cmd_info
+from devmem.command.main import build_parser, main
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
 
@@ -357,3 +358,37 @@ def test_plan_help_says_how_to_get_a_page_size_from_a_model():
 def test_plan_help_says_how_vllm_size_spellings_are_read():
     out = re.sub(r"\s+", " ", devmem("plan", "--help").stdout)
     assert "80G = 80 GiB and 80g = 80 GB" in out
+
+
+def eight_gpu_info(capsys, monkeypatch, *argv: str) -> list[str]:
+    """``devmem info argv`` at 80 columns on eight scripted H200s, each holding two of this machine's processes."""
+    from devmem.testing import Scenario
+    from devmem_nvidia.testing import ScriptedNvidiaGpu
+
+    monkeypatch.setenv("COLUMNS", "80")
+    gpus = [
+        ScriptedNvidiaGpu(uuid=f"GPU-00000000-0000-0000-0000-00000000000{i}", pci_bus_id=f"00000000:{16 + i:02x}:00.0")
+        for i in range(8)
+    ]
+    sc = Scenario(devices=gpus)
+    for device in range(8):
+        sc.allocate(20 * GiB, device, pid=os.getpid())
+        sc.allocate(1 * GiB, device, pid=os.getppid())
+    assert cmd_info(build_parser().parse_args(["info", *argv]), scripted_platform(sc)) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_info_of_an_8_gpu_node_fits_50_lines_of_80_columns(capsys, monkeypatch):
+    lines = eight_gpu_info(capsys, monkeypatch)
+    assert len(lines) <= 50 and all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert [line.split()[0] for line in lines if "NVIDIA H200" in line] == [str(i) for i in range(8)]
+
+
+def test_info_details_shows_every_devices_block_on_many_devices(capsys, monkeypatch):
+    lines = eight_gpu_info(capsys, monkeypatch, "--details")
+    assert [line for line in lines if line.startswith("device ")] == [f"device {i}: NVIDIA H200" for i in range(8)]
+
+
+def test_info_of_one_device_of_many_shows_its_whole_block(capsys, monkeypatch):
+    lines = eight_gpu_info(capsys, monkeypatch, "--device", "3")
+    assert "device 3: NVIDIA H200" in lines and any(line.split()[:2] == ["free", "from"] for line in lines)

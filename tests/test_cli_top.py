@@ -19,7 +19,8 @@ from unittest import mock
 
 import pytest
 
-from devmem.command.main import build_parser, cmd_info, main
+from devmem.command.info import cmd_info
+from devmem.command.main import build_parser, main
 from devmem.testing import Scenario
 from devmem.types import GiB
 from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
@@ -188,3 +189,62 @@ def test_count_without_watch_is_a_usage_error(capsys, monkeypatch):
     with pytest.raises(SystemExit) as exit_:
         main(["info", "--count", "2"])
     assert exit_.value.code == 2 and "--count applies to --watch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval", "--watch"])
+def test_top_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(flag):
+    assert build_parser().parse_args(["top", flag, "0.5"]).watch == 0.5
+
+
+@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval"])
+def test_info_watch_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(flag):
+    assert build_parser().parse_args(["info", flag, "0.5"]).watch == 0.5
+
+
+@pytest.mark.parametrize("argv", [["top", "-l", "0.05", "-n", "2"], ["info", "-i", "0.05", "-n", "2"]])
+def test_a_loop_flag_with_n_stops_after_n_samples(argv):
+    result = subprocess.run(
+        [sys.executable, "-m", "devmem", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DEVMEM_PLATFORM": "cpu"},
+        timeout=60,
+    )
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 2, result
+
+
+def test_top_shows_a_live_reservation_under_its_device():
+    from devmem.engine.reservations import reserve
+
+    sc = Scenario(devices=[ScriptedNvidiaGpu()])
+    with reserve(0, 10 * GiB, platform=scripted_platform(sc)):
+        _, out = run_top(sc, ("0.2", "--count", "1"))
+    lines = samples(out)[0]
+    assert any(line.strip().startswith("reservations: 1 hold 10.00 GiB of") for line in lines), out
+    assert any(line.split()[:3] == [str(os.getpid()), "10.00", "GiB"] for line in lines), out
+
+
+def test_q_quits_top_on_a_terminal_with_exit_0_and_restores_its_mode():
+    import pty
+    import select
+    import termios
+
+    master, slave = pty.openpty()
+    before = termios.tcgetattr(slave)
+    env = {**os.environ, "DEVMEM_PLATFORM": "cpu", "TERM": "xterm", "COLUMNS": "80", "LINES": "40"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devmem", "top", "30"], stdin=slave, stdout=slave, stderr=slave, env=env
+    )
+    try:
+        screen = b""
+        deadline = time.monotonic() + 30
+        while b"q or Ctrl-C to stop" not in screen and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:  # never a read that blocks past the deadline
+                screen += os.read(master, 65536)
+        os.write(master, b"q")
+        assert proc.wait(timeout=10) == 0 and b"q or Ctrl-C to stop" in screen
+        assert termios.tcgetattr(slave) == before
+    finally:
+        proc.kill()
+        os.close(master)
+        os.close(slave)

@@ -34,3 +34,30 @@ def test_a_zero_size_where_one_must_be_positive_names_the_flag(capsys, monkeypat
 )
 def test_non_ascii_or_huge_numbers_are_usage_errors_naming_the_flag(capsys, monkeypatch, argv, flag):
     assert f"argument {flag}:" in usage_error(capsys, monkeypatch, *argv)
+
+
+@pytest.mark.parametrize(
+    "argv,nearest",
+    [(["top", "--jsn"], "--json"), (["info", "--devce", "0"], "--device"), (["doctor", "--jason"], "--json")],
+)
+def test_a_mistyped_flag_is_answered_with_the_commands_nearest_flag(capsys, monkeypatch, argv, nearest):
+    assert f"did you mean {nearest}?" in usage_error(capsys, monkeypatch, *argv)
+
+
+@pytest.mark.parametrize("typed,nearest", [("inf", "info"), ("tpo", "top"), ("docter", "doctor")])
+def test_a_mistyped_command_is_answered_with_the_nearest_command(capsys, monkeypatch, typed, nearest):
+    assert f"did you mean {nearest}?" in usage_error(capsys, monkeypatch, typed)
+
+
+def test_an_unknown_flag_far_from_every_flag_gets_no_suggestion(capsys, monkeypatch):
+    err = usage_error(capsys, monkeypatch, "top", "--zzzzzzzz")
+    assert "unrecognized arguments: --zzzzzzzz" in err and "did you mean" not in err
+
+
+def test_an_error_wraps_at_columns_80_through_a_pipe(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("DEVMEM_PLATFORM", "no-such-platform")
+    assert main(["info"]) == 1
+    err = capsys.readouterr().err
+    assert "names no registered platform" in " ".join(err.split())
+    assert len(err.splitlines()) > 1 and all(len(line) <= 80 for line in err.splitlines()), err

@@ -87,7 +87,9 @@ def workdir(tmp_path) -> tuple[Path, dict[str, str]]:
     bin_dir.mkdir()
     (bin_dir / "devmem").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m devmem "$@"\n')
     (bin_dir / "devmem").chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
+    # a script, not a link: a link to a virtualenv's python runs the base interpreter, without the venv's packages
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR", "DEVMEM_LOAD_PLUGINS")}
     env.update(
         DEVMEM_PLATFORM="cpu",

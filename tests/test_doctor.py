@@ -143,7 +143,8 @@ def test_doctor_json_runs_as_a_command():
 
 
 def doctor(capsys, platform, *argv: str) -> tuple[int, str]:
-    from devmem.command.main import build_parser, cmd_doctor
+    from devmem.command.doctor import cmd_doctor
+    from devmem.command.main import build_parser
 
     code = cmd_doctor(build_parser().parse_args(["doctor", *argv]), platform)
     return code, capsys.readouterr().out

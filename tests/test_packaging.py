@@ -57,3 +57,15 @@ def test_the_metadata_classifies_the_project_for_an_index_page():
         "Typing :: Typed",
         "Operating System :: POSIX :: Linux",
     } <= (classifiers)
+
+
+def test_the_project_urls_name_files_the_repository_holds():
+    urls = _project()["urls"]
+    root = Path(__file__).resolve().parents[1]
+    assert set(urls) == {"Documentation", "Changelog"} and all((root / path).is_file() for path in urls.values())
+
+
+def test_the_examples_and_transformers_extras_want_the_same_transformers():
+    extras = _project()["optional-dependencies"]
+    wanted = [[r for r in extras[name] if r.startswith("transformers")] for name in ("examples", "transformers")]
+    assert wanted[0] == wanted[1] == ["transformers>=5.17,<6"]

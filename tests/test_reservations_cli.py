@@ -14,7 +14,8 @@ import pytest
 from ledger_workers import no_hang
 
 from devmem.command.doctor import diagnose
-from devmem.command.main import build_parser, cmd_info
+from devmem.command.info import cmd_info
+from devmem.command.main import build_parser
 from devmem.engine.reservations import Entry, Ledger, Owner, _start_time, device_key, reserve
 from devmem.types import GiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
@@ -102,6 +103,18 @@ def test_doctor_flags_stale_entries_of_dead_owners(sleeper):
     sleeper.wait()
     (found,) = [f for f in diagnose(platform, candidates=[]) if f.kind == "stale-reservations"]
     assert found.figures == {str(sleeper.pid): 10 * GiB}
+
+
+def test_doctor_with_only_stale_entries_exits_0_as_its_advice_says_nothing_blocks(capsys, sleeper):
+    from devmem.command.doctor import cmd_doctor
+
+    platform = scripted_platform(h200_scenario())
+    owned_by(sleeper, platform, 10 * GiB)
+    sleeper.kill()
+    sleeper.wait()
+    code = cmd_doctor(build_parser().parse_args(["doctor"]), platform)
+    out = capsys.readouterr().out
+    assert code == 0 and "[info] device 0: 1 reservation(s) of processes that are gone" in out, out
 
 
 def test_doctor_says_nothing_of_reservations_that_fit():

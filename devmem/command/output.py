@@ -72,15 +72,16 @@ class Output:
 
 
 def error_line(text: str) -> None:
-    """``text`` on stderr, wrapped to the terminal's width on a terminal (whole in a log); nothing when stderr is
-    gone too."""
-    from devmem.command.format import is_terminal, terminal_width, wrap
+    """``text`` on stderr, wrapped to the terminal's width on a terminal or to ``COLUMNS`` where it is set (whole
+    in a log); nothing when stderr is gone too."""
+    from devmem.command.format import UNWRAPPED, width_for, wrap
 
     stream = sys.stderr
     if stream is None:
         return
-    if is_terminal(stream):
-        text = "\n".join(wrap(text, terminal_width(), "", "  ", break_long=True))
+    width = width_for(stream)
+    if width < UNWRAPPED:
+        text = "\n".join(wrap(text, width, "", "  ", break_long=True))
     try:
         stream.write(text + "\n")
         stream.flush()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from devmem.planner.sizing import SizingError
+from devmem.progress import Progress, progress
 from devmem.sdk.parsing import shown
 
 #: Relative margin by which peaks must differ to count as growing (the allocated peak is exact; the reserved one
@@ -186,40 +187,41 @@ def measure_block_cost(
         raise SizingError(f"granularity must be a whole number of blocks >= 1, got {shown(granularity)}")
     if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < len(counts):
         raise SizingError(f"max_runs must be an int >= the {len(counts)} runs asked for, got {max_runs!r}")
-    runs = [*made, *(_checked(run, n) for n in sizes)]
-    while True:
-        linear = grows_linearly(runs)
-        cost = BlockCost(growth_per_block(runs[-2], runs[-1]), tuple(runs), linear)
-        if cost.block_bytes == 0:
-            raise SizingError(
-                f"the runs at {runs[-2].num_blocks} and {runs[-1].num_blocks} blocks did not grow (held "
-                f"{runs[-2].held_bytes} then {runs[-1].held_bytes} bytes; peaks {runs[-2].peak} then "
-                f"{runs[-1].peak}): a block must cost something; run(n) must build the cache with n blocks and "
-                "report what it held"
-            )
-        target = plan(cost)
-        largest = runs[-1].num_blocks
-        if linear and (not runs[-1].measured_peak or target <= largest * (1 + EXTEND)):
-            return cost
-        if len(runs) >= max_runs:
-            note = (
-                f"after {len(runs)} runs up to {largest} blocks the peak did not yet grow linearly with the "
-                "cache; one block is charged its last growth"
-                if not linear
-                else f"the plan reaches {target} blocks, beyond the largest run ({largest}) by more than "
-                f"{EXTEND:.0%}; blocks past it are charged the growth measured below it"
-            )
-            return BlockCost(cost.block_bytes, cost.runs, linear, (note,))
-        if target <= largest:
-            return cost  # the plan interpolates between measured runs
-        margin = CONFIRM if linear else CAUTION
-        following = plan(BlockCost(math.ceil(cost.block_bytes * (1 + margin)), cost.runs, linear))
-        following = max(following, largest + 1) if linear else min(max(following, largest + 1), 4 * largest)
-        runs.append(_checked(run, granularity * math.ceil(following / granularity)))
+    with progress("devmem: measuring a KV block's cost", total=max_runs - len(made), unit="run") as bar:
+        runs = [*made, *(_checked(run, n, bar) for n in sizes)]
+        while True:
+            linear = grows_linearly(runs)
+            cost = BlockCost(growth_per_block(runs[-2], runs[-1]), tuple(runs), linear)
+            if cost.block_bytes == 0:
+                raise SizingError(
+                    f"the runs at {runs[-2].num_blocks} and {runs[-1].num_blocks} blocks did not grow (held "
+                    f"{runs[-2].held_bytes} then {runs[-1].held_bytes} bytes; peaks {runs[-2].peak} then "
+                    f"{runs[-1].peak}): a block must cost something; run(n) must build the cache with n blocks and "
+                    "report what it held"
+                )
+            target = plan(cost)
+            largest = runs[-1].num_blocks
+            if linear and (not runs[-1].measured_peak or target <= largest * (1 + EXTEND)):
+                return cost
+            if len(runs) >= max_runs:
+                note = (
+                    f"after {len(runs)} runs up to {largest} blocks the peak did not yet grow linearly with the "
+                    "cache; one block is charged its last growth"
+                    if not linear
+                    else f"the plan reaches {target} blocks, beyond the largest run ({largest}) by more than "
+                    f"{EXTEND:.0%}; blocks past it are charged the growth measured below it"
+                )
+                return BlockCost(cost.block_bytes, cost.runs, linear, (note,))
+            if target <= largest:
+                return cost  # the plan interpolates between measured runs
+            margin = CONFIRM if linear else CAUTION
+            following = plan(BlockCost(math.ceil(cost.block_bytes * (1 + margin)), cost.runs, linear))
+            following = max(following, largest + 1) if linear else min(max(following, largest + 1), 4 * largest)
+            runs.append(_checked(run, granularity * math.ceil(following / granularity), bar))
 
 
-def _checked(run: Callable[[int], BlockRun], num_blocks: int) -> BlockRun:
-    """``run(num_blocks)``, which must be a :class:`BlockRun` of that many blocks."""
+def _checked(run: Callable[[int], BlockRun], num_blocks: int, bar: Progress) -> BlockRun:
+    """``run(num_blocks)``, which must be a :class:`BlockRun` of that many blocks; ``bar`` counts it."""
     result = run(num_blocks)
     if not isinstance(result, BlockRun):
         raise SizingError(
@@ -231,6 +233,7 @@ def _checked(run: Callable[[int], BlockRun], num_blocks: int) -> BlockRun:
             f"run({num_blocks}) returned a BlockRun of {result.num_blocks} blocks: it must run the cache at the "
             "block count it is given"
         )
+    bar.update(blocks=num_blocks)
     return result
 
 

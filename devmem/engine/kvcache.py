@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devmem import arguments
-from devmem.engine.torch_device import torch_device_for
+from devmem.engine.torch_device import import_torch, torch_device_for
 from devmem.planner.sizing import KvCachePlan, SizingError
 from devmem.platform import Platform
 from devmem.sdk.parsing import shown
@@ -64,7 +64,7 @@ def allocate_kv_cache(
         if plan.device is not None and plan.device != index:
             raise SizingError(f"the plan was made for device {plan.device}, not device {index}: plan on each device")
         device = torch_device_for(arguments.platform(platform, error=SizingError), index)
-    import torch
+    torch = import_torch("allocate_kv_cache")
 
     if not isinstance(device, (str, torch.device)):
         raise SizingError(

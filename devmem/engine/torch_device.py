@@ -50,6 +50,22 @@ def _call(module: Any, name: str, default: bool) -> bool:
         return False
 
 
+def import_torch(needed_by: str) -> Any:
+    """``import torch`` for ``needed_by`` (``"allocate_kv_cache"``); where torch is not installed, a
+    :class:`ModuleNotFoundError` that says what to install rather than only its name."""
+    try:
+        import torch
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise ModuleNotFoundError(
+            f"{needed_by} needs torch, which is not installed in this environment ({sys.executable}): "
+            'pip install torch (or devmem-kv[torch]; from a checkout, pip install -e ".[torch]")',
+            name="torch",
+        ) from None
+    return torch
+
+
 def torch_device_for(platform: Platform, index: int) -> Any:
     """torch's device for devmem's device ``index`` on ``platform``: ``torch.device(<namespace>, index)``, or
     the CPU where the platform's device is host memory (``torch_device`` is ``None``). Imports torch.
@@ -61,7 +77,6 @@ def torch_device_for(platform: Platform, index: int) -> Any:
     if index >= count:
         valid = f"0..{count - 1}" if count else "none (no device is visible)"
         raise ArgumentError(f"{platform.name}: device index {index} is out of range; valid indices: {valid}")
-    import torch
-
+    torch = import_torch("a torch device for devmem's device index")
     namespace = platform.torch_device
     return torch.device("cpu") if namespace is None else torch.device(namespace, index)

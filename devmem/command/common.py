@@ -1,0 +1,151 @@
+"""What every ``devmem`` command shares: the one stdout writer, JSON and wrapped text for people, and the
+sub-command parser whose help fits the terminal (description, examples, environment, exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+from devmem.command.output import Output, error_line
+
+#: Every command's stdout: the verdict's exit code survives a reader that went away.
+out = Output()
+
+
+def emit_json(obj: object) -> None:
+    out.print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def print_wrapped(*lines: str) -> None:
+    """Lines for people, each wrapped to the terminal's width under its own indentation (plus two); a pipe or a
+    file gets them whole."""
+    from devmem.command.format import width_for, wrap
+
+    width = width_for(sys.stdout)
+    wrapped = []
+    for line in "\n".join(lines).splitlines():
+        indent = line[: len(line) - len(line.lstrip())]
+        wrapped += wrap(line.lstrip(), width, indent, indent + "  ")
+    out.print(*wrapped)
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+ENVIRONMENT = """environment:
+  DEVMEM_PLATFORM=NAME       use this platform (by name; `devmem plugins` lists them)
+  DEVMEM_LOAD_PLUGINS=A,B    load only these plugins' entry points (cpu is always loaded)
+  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
+                             which devices a process sees, and their order, as the device runtime applies them
+  DEVMEM_LEDGER_DIR=DIR      the reservation ledger's directory (default /dev/shm/devmem)
+  NO_COLOR=1                 no colour (colour is used only on a terminal, not under TERM=dumb)
+  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; output to
+                             a pipe or a file is not wrapped)"""
+
+EXIT_CODES = """exit codes:
+  0  success
+  1  an error devmem explains in one line (a bad device index, a plan that does not fit)
+  2  a usage error (an unknown flag, a value that is not a size)
+  130  interrupted (Ctrl-C); top and --watch stop with 0
+with --json, an error of exit 1 is also a JSON object on stdout: {"kind": "error", "error": "..."}"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs fitted to the terminal: a paragraph is wrapped, an indented line (an example, a
+    table row) keeps its start and wraps under its text column."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import re
+
+        from devmem.command.format import wrap
+
+        lines: list[str] = []
+        for line in text.splitlines():
+            column = re.match(r"\s+\S+(?: \S+)*\s{2,}", line) if line[:1].isspace() else None
+            start = line[: len(line) - len(line.lstrip())]
+            hanging = " " * len(column.group(0)) if column else start + ("    " if len(start) <= 2 else "")
+            lines += wrap(line.strip(), width, indent + start, indent + hanging, break_long=True) if line else [""]
+        return "\n".join(lines)
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error is its problem in one line (two on a narrow terminal) that points to ``--help``, not the
+    usage block first (exit 2)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse's, with a flag the command does not take answered by the nearest ones it does."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._commands().get(getattr(parsed, "command", None) or "")
+            flags = (command or self)._option_string_actions
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            self.error(message + _did_you_mean(next((a for a in extras if a.startswith("-")), ""), flags))
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        choice = re.search(r"invalid choice: '([^']*)'", message)
+        if choice and "COMMAND" in message:
+            message += _did_you_mean(choice.group(1), self._commands())
+        error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
+        sys.exit(2)
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        """The sub-commands' parsers by name (none for a sub-command's own parser)."""
+        actions = self._subparsers._group_actions if self._subparsers is not None else []
+        return next((dict(a.choices) for a in actions if isinstance(a.choices, dict)), {})
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """``--help`` and ``--version`` through the CLI's stdout writer: a full disk is an error, not exit 0."""
+        if message and (file is None or file is sys.stdout):
+            out.write(message)
+        elif message:
+            error_line(message.rstrip("\n"))
+
+
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean --json?"`` for the known words nearest ``word`` (as git and pip suggest); nothing for none."""
+    import difflib
+
+    near = difflib.get_close_matches(word, list(known), n=2, cutoff=0.6) if word else []
+    return f"; did you mean {' or '.join(near)}?" if near else ""
+
+
+def add_command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    summary: str,
+    description: str,
+    examples: str,
+    exit_codes: str = EXIT_CODES,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A sub-command whose help has a description, examples, the environment variables and the exit codes."""
+    parser = sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        parents=[_common()],
+        epilog=f"examples:\n{examples}\n\n{ENVIRONMENT}\n\n{exit_codes}",
+        formatter_class=HelpFormatter,
+        **kwargs,
+    )
+    parser.set_defaults(parser=parser)
+    return parser
+
+
+def _common() -> argparse.ArgumentParser:
+    """``-v`` after a sub-command too (``devmem info -v``); SUPPRESS keeps ``devmem -v info`` working."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log debug details of platform resolution",
+    )
+    return common

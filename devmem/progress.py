@@ -1,0 +1,75 @@
+"""A progress line on stderr for work that takes seconds (block-cost runs, a model's sizing), through tqdm where it
+is installed (transformers brings it): on a terminal only, and nothing at all through a pipe, into a log, or
+without tqdm, so that no output a program reads ever changes.
+
+    with progress("devmem: measuring a KV block's cost", total=6, unit="run") as bar:
+        for n in sizes:
+            run(n)
+            bar.update(blocks=n)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+#: One short line: ``devmem: measuring a KV block's cost: 2/6 run [00:03, blocks=16]`` (no bar: the total is the
+#: most steps there may be, not the steps there will be).
+_FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
+
+
+class Progress:
+    """One line of progress; :meth:`update` counts a step done (with ``key=value`` figures shown after it)."""
+
+    def __init__(self, bar: Any = None) -> None:
+        self._bar = bar
+
+    @property
+    def shown(self) -> bool:
+        """Whether a line is drawn (a terminal with tqdm installed)."""
+        return self._bar is not None
+
+    def update(self, steps: int = 1, **figures: object) -> None:
+        if self._bar is not None:
+            if figures:
+                self._bar.set_postfix(figures, refresh=False)
+            self._bar.update(steps)
+            self._bar.refresh()  # each step takes seconds: show it at once, not after tqdm's minimum interval
+
+
+def _tqdm() -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module("tqdm").tqdm
+    except ImportError:  # tqdm is optional: without it, no progress is shown
+        return None
+
+
+@contextmanager
+def progress(
+    description: str, total: int | None = None, *, unit: str = "step", stream: IO[str] | None = None
+) -> Iterator[Progress]:
+    """A :class:`Progress` for the block: a line on ``stream`` (stderr by default) while it runs when that is a
+    terminal and tqdm is installed, removed when the block ends; else one whose updates do nothing."""
+    stream = sys.stderr if stream is None else stream
+    tqdm = _tqdm() if _is_terminal(stream) else None
+    if tqdm is None:
+        yield Progress()
+        return
+    bar = tqdm(
+        total=total, desc=description, unit=unit, file=stream, leave=False, dynamic_ncols=True, bar_format=_FORMAT
+    )
+    try:
+        yield Progress(bar)
+    finally:
+        bar.close()
+
+
+def _is_terminal(stream: IO[str] | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
+        return False

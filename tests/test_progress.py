@@ -1,0 +1,78 @@
+"""devmem.progress: a progress line on stderr for seconds-long work, on a terminal only, through tqdm."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import pty
+import struct
+import sys
+import termios
+
+import pytest
+
+from devmem.engine.block_cost import BlockRun, measure_block_cost
+from devmem.progress import progress
+
+
+@pytest.fixture
+def terminal():
+    """A writable end of an 80x24 pseudo-terminal, and a function reading what was written to it."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # an 80x24 terminal
+    stream = os.fdopen(slave, "w")
+
+    def written() -> str:
+        stream.flush()
+        os.set_blocking(master, False)
+        chunks = []
+        try:
+            while chunk := os.read(master, 65536):
+                chunks.append(chunk)
+        except BlockingIOError:
+            pass
+        return b"".join(chunks).decode(errors="replace")
+
+    yield stream, written
+    stream.close()
+    os.close(master)
+
+
+def test_a_terminal_gets_a_progress_line_with_the_steps_and_figures(terminal):
+    stream, written = terminal
+    with progress("devmem: sizing", total=3, unit="run", stream=stream) as bar:
+        bar.update(blocks=64)
+        assert bar.shown
+    out = written()
+    assert "devmem: sizing" in out and "blocks=64" in out, out
+
+
+def test_a_pipe_or_a_file_gets_nothing():
+    stream = io.StringIO()
+    with progress("devmem: sizing", total=3, stream=stream) as bar:
+        bar.update(blocks=64)
+        assert not bar.shown
+    assert stream.getvalue() == ""
+
+
+def test_without_tqdm_a_terminal_gets_nothing_and_nothing_fails(terminal, monkeypatch):
+    stream, written = terminal
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # an install without tqdm: its import raises ImportError
+    with progress("devmem: sizing", total=3, stream=stream) as bar:
+        bar.update(blocks=64)
+        assert not bar.shown
+    assert written() == ""
+
+
+def test_measuring_a_block_cost_shows_each_run_on_a_terminal(terminal, monkeypatch):
+    stream, written = terminal
+    monkeypatch.setattr(sys, "stderr", stream)
+
+    def run(num_blocks: int) -> BlockRun:  # an engine whose peak grows by 150 bytes a block
+        held = 1000 + 100 * num_blocks
+        return BlockRun(num_blocks, held, held + 50 * num_blocks, held + 50 * num_blocks)
+
+    measure_block_cost(run, [8, 16], plan=lambda cost: 20)
+    out = written()
+    assert "devmem: measuring a KV block's cost: 2/6 run [00:00, blocks=16]" in out, out

@@ -147,7 +147,7 @@ def test_a_bad_byte_request_names_the_value(host, tmp_path, kwargs):
 
 @pytest.mark.parametrize("utilization", [0, 1.5, 1.0000001, -0.1, float("nan"), True])
 def test_a_bad_utilization_names_the_value(host, tmp_path, utilization):
-    with pytest.raises(devmem.DevmemError, match="utilization must be a number in"):
+    with pytest.raises(devmem.SizingError, match="utilization must be"):
         reserve(0, utilization=utilization, platform=host, ledger_dir=tmp_path)
 
 
@@ -452,7 +452,7 @@ def test_numpy_integers_and_floats_are_requests(host, tmp_path):
 
 
 def test_a_huge_byte_request_is_named_cut_short(host, tmp_path):
-    with pytest.raises(devmem.DevmemError, match=r"bytes 1000.*\(401 characters\) is more than the device's total"):
+    with pytest.raises(devmem.DevmemError, match=r"bytes must be below 2\*\*64 bytes .*, got 1000.*\(401 characters\)"):
         reserve(0, 10**400, platform=host, ledger_dir=tmp_path)
 
 

@@ -41,7 +41,7 @@ MOVED: dict[str, str] = {
     "devmem.limits": "devmem.sdk.limits",
     "devmem.model_defaults": "devmem.planner.model_defaults",
     "devmem.models": "devmem.planner.models",
-    "devmem.parsing": "devmem.sdk.parsing",
+    "devmem.parsing": "devmem._text",
     "devmem.plugins": "devmem.resolution.plugins",
     "devmem.processes": "devmem.command.processes",
     "devmem.profile_store": "devmem.engine.profile_store",

@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from devmem import __version__
+from devmem._text import env_text
 from devmem.command.output import Output, OutputError, error_line
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
 from devmem.sdk.host import REAL_FILES, Files
-from devmem.sdk.parsing import env_text
 from devmem.types import DevmemError
 from devmem.units import format_size
 
@@ -487,7 +487,7 @@ def _positive_size(text: str) -> int:
 
 
 def _index(text: str) -> int:
-    from devmem.sdk.parsing import parse_int
+    from devmem._text import parse_int
 
     value = parse_int(text)
     if value is None:
@@ -595,7 +595,7 @@ def _model_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[ar
 
 def _positive(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        from devmem.sdk.parsing import parse_int
+        from devmem._text import parse_int
 
         value = parse_int(text)
         if not value:

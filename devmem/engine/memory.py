@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
 from devmem.engine.profile_store import ProfileStore, StoredProfile
@@ -48,7 +49,6 @@ from devmem.errors import EngineMemoryError
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import Platform
 from devmem.sdk.forksafe import ForkSafeLock
-from devmem.sdk.parsing import shown
 from devmem.types import MiB
 from devmem.units import format_size
 

@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
 from devmem.planner.sizing import requested_memory
 from devmem.platform import Platform
 from devmem.records import Record
 from devmem.sdk.forksafe import ForkSafeLock
-from devmem.sdk.parsing import shown
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine.reservations")

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block, measure_block_cost
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
@@ -61,7 +62,6 @@ from devmem.engine.reservations import Reservation, reserve
 from devmem.planner.sizing import KvCachePlan, PlanInputs, SizingError, _bytes, plan_kv_cache, requested_memory
 from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform
-from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 

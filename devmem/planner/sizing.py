@@ -23,9 +23,9 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
 from devmem.errors import NotEnoughMemoryError, SizingError
-from devmem.sdk.parsing import shown
 from devmem.types import GiB
 from devmem.units import format_size
 

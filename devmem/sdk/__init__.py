@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from devmem.sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
     from devmem.adapter import MINIMAL_CONTRACT, as_platform
     from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
     from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
@@ -56,7 +57,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     )
     from devmem.sdk.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
     from devmem.sdk.limits import MemoryLimit, apply_limits
-    from devmem.sdk.parsing import env_choice, env_seconds, env_text, parse_int, require_int, shown
     from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text, whole_bytes
     from devmem.sdk.sessions import VendorSession
     from devmem.sdk.visible import VisibleDevices, dropped, pick
@@ -126,12 +126,12 @@ _SDK = {
     "pick": "devmem.sdk.visible",
     "dropped": "devmem.sdk.visible",
     # parsing and sizes
-    "parse_int": "devmem.sdk.parsing",
-    "env_text": "devmem.sdk.parsing",
-    "env_choice": "devmem.sdk.parsing",
-    "env_seconds": "devmem.sdk.parsing",
-    "require_int": "devmem.sdk.parsing",
-    "shown": "devmem.sdk.parsing",
+    "parse_int": "devmem._text",
+    "env_text": "devmem._text",
+    "env_choice": "devmem._text",
+    "env_seconds": "devmem._text",
+    "require_int": "devmem._text",
+    "shown": "devmem._text",
     "format_size": "devmem.units",
     "parse_size": "devmem.units",
     # under another name than in their module

@@ -11,9 +11,9 @@ import os
 import sys
 from typing import Protocol
 
+from devmem._text import parse_int
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
 from devmem.sdk.hookspecs import hookimpl
-from devmem.sdk.parsing import parse_int
 from devmem.types import Detection, DevmemError, KiB, MemoryInfo, PlatformSpec
 from devmem.units import format_size
 
@@ -57,7 +57,7 @@ REAL_FILES: Files = HostFiles()
 
 def parse_meminfo(text: str) -> dict[str, int]:
     """``/proc/meminfo`` as a dict of bytes (``{"MemAvailable": 123..., ...}``); a line whose figure is not
-    a whole number (:func:`devmem.sdk.parsing.parse_int`) is skipped."""
+    a whole number (:func:`devmem._text.parse_int`) is skipped."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         key, sep, rest = line.partition(":")

@@ -14,7 +14,7 @@ _serial = itertools.count()
 
 SPEC_SOURCE = """
 import devmem
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 
 class {cls}(CpuPlatform):
     name = {name!r}

@@ -8,11 +8,11 @@ import collections
 import pytest
 
 from devmem import GiB, arguments, device_report
+from devmem.cpu import CpuPlatform
 from devmem.engine.memory import EngineMemory
 from devmem.engine.profiling import MemorySnapshot
 from devmem.engine.reservations import reserve
 from devmem.platform import PlatformBase
-from devmem.sdk.host import CpuPlatform
 from devmem.testing.scenario import HostMemory, Scenario
 
 

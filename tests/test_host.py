@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import devmem
-from devmem.sdk.host import CpuPlatform, cgroup_memory, parse_meminfo
+from devmem.cpu import CpuPlatform
+from devmem.sdk.host import cgroup_memory, parse_meminfo
 from devmem.testing import HostMemory, Scenario
 from devmem.types import GiB, MiB
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import devmem
+from devmem.cpu import CpuPlatform
 from devmem.engine.profiling import MemorySnapshot
-from devmem.sdk.host import CpuPlatform
 from devmem_nvidia.testing import (
     MPS_SERVER_PID,
     ScriptedLibcuda,

@@ -26,6 +26,7 @@ from ledger_workers import Worker
 
 import devmem
 from devmem import GiB, NotEnoughMemoryError
+from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import (
     Entry,
     Ledger,
@@ -36,7 +37,6 @@ from devmem.engine.reservations import (
     device_key,
     reserve,
 )
-from devmem.sdk.host import CpuPlatform
 from devmem.testing.scenario import HostMemory, Scenario
 from devmem_nvidia.testing import H200_RUNTIME_TOTAL, h200_scenario, scripted_platform
 
@@ -576,7 +576,7 @@ def test_interleavings_of_reserve_release_and_death_never_admit_more_than_the_to
 def test_processes_racing_never_admit_more_than_the_total(tmp_path):
     total = real_total()
     code = (
-        "import sys\nfrom devmem.sdk.host import CpuPlatform\n"
+        "import sys\nfrom devmem.cpu import CpuPlatform\n"
         "from devmem.engine.reservations import reserve, ReservationRefused\n"
         "try:\n    reserve(0, int(sys.argv[2]), ledger_dir=sys.argv[1], platform=CpuPlatform())\n    print('ok')\n"
         "except ReservationRefused:\n    print('refused')\nsys.stdin.read()\n"

@@ -11,9 +11,9 @@ import pytest
 
 from devmem import DevmemError, GiB, MiB
 from devmem.command.main import main
+from devmem.cpu import CpuPlatform
 from devmem.engine.profiling import MemorySnapshot, check_startup_memory
 from devmem.planner.sizing import SizingError, plan_kv_cache, requested_memory
-from devmem.sdk.host import CpuPlatform
 from devmem.types import NotEnoughMemoryError, gib
 from devmem.units import format_size
 

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devmem import GiB, SizingError
+from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import reserve
 from devmem.planner.sizing import requested_memory
-from devmem.sdk.host import CpuPlatform
 from devmem.testing.scenario import HostMemory, Scenario
 
 TOTAL = 80 * GiB

@@ -745,7 +745,7 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     if platform is None:
         platform = current_platform()
         if where.type == "cpu" and platform.name != "cpu":
-            from devmem.sdk.host import CpuPlatform
+            from devmem.cpu import CpuPlatform
 
             platform = CpuPlatform()
     if (where.type == "cpu") != (platform.name == "cpu"):

@@ -14,7 +14,8 @@ own layout, free to move.
   (every lock a backend keeps, renewed in a forked child), raising
   :class:`LibraryUnavailable` where it cannot be loaded; every error devmem raises is a :class:`DevmemError`.
 - The host: :class:`Files` (the /proc and /sys boundary tests script), ``REAL_FILES``, ``read_int``,
-  ``read_stripped``, /proc/meminfo and cgroup readers, :class:`CpuPlatform`.
+  ``read_stripped``, /proc/meminfo and cgroup readers; :class:`CpuPlatform` (the built-in ``cpu`` backend,
+  :mod:`devmem.cpu`: host RAM as a device, which unified-memory backends read).
 - Figures: :func:`checked_memory` (the one checked entry of a vendor's free/total), :func:`whole_bytes`,
   :func:`process_bytes`, :func:`process_id`, :func:`process_list`, :func:`vendor_text` (per-process figures, process
   lists and a vendor program's output, checked),
@@ -35,6 +36,7 @@ from devmem.sdk.lazy import lazy_exports
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
     from devmem.adapter import MINIMAL_CONTRACT, as_platform
+    from devmem.cpu import CpuPlatform
     from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
     from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
     from devmem.sdk.dmem import DmemLimits, dmem_limits
@@ -45,7 +47,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.sdk.hookspecs import hookimpl
     from devmem.sdk.host import (
         REAL_FILES,
-        CpuPlatform,
         Files,
         HostFiles,
         cgroup_memory,
@@ -102,7 +103,7 @@ _SDK = {
     "Files": "devmem.sdk.host",
     "REAL_FILES": "devmem.sdk.host",
     "HostFiles": "devmem.sdk.host",
-    "CpuPlatform": "devmem.sdk.host",
+    "CpuPlatform": "devmem.cpu",
     "read_stripped": "devmem.sdk.host",
     "read_int": "devmem.sdk.host",
     "read_meminfo": "devmem.sdk.host",

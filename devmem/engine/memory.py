@@ -448,7 +448,7 @@ class EngineMemory:
 
     def allocate(self, plan: KvCachePlan | None = None) -> KvCacheTensors:
         """Release the allocator's cache, then allocate the planned cache as one zeroed allocation with a view
-        per layer (:func:`devmem.allocate_kv_cache`) on this engine's device. ``plan``, where given, must be the
+        per layer (:func:`devmem.engine.allocate_kv_cache`) on this engine's device. ``plan``, where given, must be the
         one :meth:`plan` returned."""
         if plan is not None and not isinstance(plan, KvCachePlan):
             raise EngineMemoryError(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from devmem._text import shown
@@ -20,6 +19,8 @@ from devmem.errors import ArgumentError as ArgumentError  # re-exported: its hom
 from devmem.errors import DevmemError
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from devmem.platform import Platform
 
 #: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
@@ -81,6 +82,8 @@ def count(name: str, value: object, *, error: type[DevmemError] = ArgumentError)
 
 def real(name: str, value: object, *, error: type[DevmemError] = ArgumentError) -> Fraction:
     """An exact rational of a finite real number; a float means the decimal it prints as (0.9 is 9/10)."""
+    from fractions import Fraction  # here: ``import devmem`` (whose records check integers) stays clear of it
+
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise error(f"{name} must be a real number, got {shown(value)} of type {type(value).__name__}")
     if isinstance(value, numbers.Rational):  # numpy integers too: keep Python ints inside

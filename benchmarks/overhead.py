@@ -40,7 +40,7 @@ from typing import Any
 from common import format_table, machine, write_outputs
 
 import devmem
-from devmem import MemorySnapshot
+from devmem.engine import MemorySnapshot
 
 Cases = dict[str, Callable[[], object]]
 

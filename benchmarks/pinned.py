@@ -3,7 +3,7 @@
 With the KV size given (vLLM's ``kv_cache_memory_bytes``), engines skip the memory profile, so the profile
 pass's activations stay in torch's allocator cache, unused, while the KV cache is allocated beside them. The
 engine runs twice with the same ``--pinned`` size: once without releasing the cache (today's engines) and once
-with ``devmem.release_allocator_cache()`` right before the allocation. Goal: 0 bytes cached at the allocation
+with ``devmem.engine.release_allocator_cache()`` right before the allocation. Goal: 0 bytes cached at the allocation
 in segments that hold no live tensor with the release (the rest of what stays cached is free space inside
 segments that do, which no release can give back), and the KV cache the same size both times.
 

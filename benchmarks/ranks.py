@@ -53,8 +53,8 @@ def _rank(conn: Any, rank: int, backend: str, init_method: str, utilization: flo
     )
     try:
         platform = devmem.current_platform()
-        snapshot = devmem.MemorySnapshot.measure(device, platform)
-        plan = devmem.plan_kv_cache(
+        snapshot = devmem.engine.MemorySnapshot.measure(device, platform)
+        plan = devmem.planner.plan_kv_cache(
             page_size_bytes=PAGE_SIZE,
             num_layers=LAYERS,
             total=snapshot.total,

@@ -78,7 +78,8 @@ import sys, time
 started = time.perf_counter()
 import argparse, inspect, json  # what examples/engine.py imports before devmem
 import devmem
-from devmem import MemorySnapshot, check_startup_memory
+from devmem.engine.profiling import MemorySnapshot, check_startup_memory
+from devmem.planner.sizing import requested_memory
 platform = devmem.current_platform()
 device, utilization = int(sys.argv[2]), float(sys.argv[4])
 wall = cpu = 0.0
@@ -88,7 +89,7 @@ if sys.argv[3] == "1":
     held = reserve(device, utilization=utilization, ledger_dir=sys.argv[1], platform=platform)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 snapshot = MemorySnapshot.measure(device)
-check_startup_memory(snapshot, int(utilization * snapshot.total), platform)
+check_startup_memory(snapshot, requested_memory(snapshot.total, utilization), platform)
 print(time.perf_counter() - started, wall, cpu, flush=True)
 """
 

@@ -315,11 +315,11 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
     footprint = Footprint(gpu)
     model = None
     try:
-        baseline = devmem.MemorySnapshot.measure(spec["device"], platform)
+        baseline = devmem.engine.MemorySnapshot.measure(spec["device"], platform)
         out.update(total=baseline.total, free_at_start=baseline.free)
         if spec["utilization"] is not None:
-            out["requested"] = devmem.requested_memory(baseline.total, spec["utilization"])
-            devmem.check_startup_memory(baseline, out["requested"], platform)
+            out["requested"] = devmem.planner.requested_memory(baseline.total, spec["utilization"])
+            devmem.engine.check_startup_memory(baseline, out["requested"], platform)
         start_figure = 0 if gpu else footprint.read()  # no CUDA context yet: NVML lists nothing for this PID
         if gpu:
             torch.cuda.set_device(device)

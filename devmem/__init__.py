@@ -1,10 +1,19 @@
 """devmem: how much device memory an inference engine may give its KV cache, on every kind of machine.
 
+The top level holds what engines, operators and vendors use: :class:`EngineMemory` (the one engine-side
+lifecycle), the reservation ledger, :func:`current_platform` and :func:`device_report`, a model's memory
+(:func:`load_model`), sizes, every error, and what registers a backend. The steps :class:`EngineMemory` takes
+(snapshots, profile windows, the KV allocation) are in :mod:`devmem.engine`, the pure sizing arithmetic in
+:mod:`devmem.planner`, and what a backend builds on in :mod:`devmem.sdk`. A name that moved off the top level
+still works from here, with a :class:`DeprecationWarning` naming its home (:data:`MOVED_NAMES`).
+
 ``import devmem`` imports neither torch nor any vendor library, and the sizing, model, profiling and distributed
 helpers only on first use; resolving a platform imports a vendor library only where its driver is loaded.
 """
 
-from typing import TYPE_CHECKING
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from devmem import old_paths
 from devmem.errors import (
@@ -18,52 +27,21 @@ from devmem.errors import (
     SizingError,
     UnknownArchitectureError,
 )
-from devmem.platform import (
-    DeviceMemory,
-    DeviceReading,
-    DeviceReport,
-    Platform,
-    PlatformBase,
-    ProcessMemory,
-    Reason,
-    ReasonKind,
-    device_report,
-    prepare_device,
-    read_device,
-)
+from devmem.platform import DeviceReport, Platform, PlatformBase, device_report
 from devmem.resolution.plugins import Candidate, clear_cache, current_platform, platform_candidates
 from devmem.sdk.hookspecs import hookimpl
 from devmem.sdk.lazy import lazy_exports
 from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
 
-old_paths.install()  # modules that moved into subpackages keep their old import paths
+old_paths.install()  # 0.1.0's modules that moved into subpackages keep their old import paths
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.adapter import as_platform
     from devmem.engine.distributed import agree_on_minimum
-    from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
     from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
-    from devmem.engine.profiling import (
-        MemorySnapshot,
-        ProfileResult,
-        check_startup_memory,
-        memory_profiling,
-        release_allocator_cache,
-    )
     from devmem.engine.reservations import LedgerError, Reservation, ReservationRefused, reserve
     from devmem.planner.models import ModelMemory, load_model
-    from devmem.planner.sizing import (
-        KvCachePlan,
-        PlanInputs,
-        blocks_for_bytes,
-        growable_kv_cache_bytes,
-        plan_growable,
-        plan_kv_cache,
-        plan_pinned,
-        plan_utilization,
-        profiled_kv_cache_bytes,
-        requested_memory,
-    )
+    from devmem.planner.sizing import KvCachePlan
     from devmem.units import format_size, parse_size
 
 #: Public names imported on first use (PEP 562), so ``import devmem`` stays cheap.
@@ -73,14 +51,6 @@ _LAZY = {
     "EngineMemoryError": "devmem.engine.memory",
     "KvLayout": "devmem.engine.memory",
     "as_platform": "devmem.adapter",
-    "MemorySnapshot": "devmem.engine.profiling",
-    "ProfileResult": "devmem.engine.profiling",
-    "check_startup_memory": "devmem.engine.profiling",
-    "memory_profiling": "devmem.engine.profiling",
-    "release_allocator_cache": "devmem.engine.profiling",
-    "ALLOCATOR_GRANULARITY": "devmem.engine.kvcache",
-    "KvCacheTensors": "devmem.engine.kvcache",
-    "allocate_kv_cache": "devmem.engine.kvcache",
     "ModelMemory": "devmem.planner.models",
     "load_model": "devmem.planner.models",
     "LedgerError": "devmem.engine.reservations",
@@ -88,31 +58,66 @@ _LAZY = {
     "ReservationRefused": "devmem.engine.reservations",
     "reserve": "devmem.engine.reservations",
     "KvCachePlan": "devmem.planner.sizing",
-    "PlanInputs": "devmem.planner.sizing",
-    "blocks_for_bytes": "devmem.planner.sizing",
-    "growable_kv_cache_bytes": "devmem.planner.sizing",
-    "plan_growable": "devmem.planner.sizing",
-    "plan_kv_cache": "devmem.planner.sizing",
-    "plan_pinned": "devmem.planner.sizing",
-    "plan_utilization": "devmem.planner.sizing",
-    "profiled_kv_cache_bytes": "devmem.planner.sizing",
-    "requested_memory": "devmem.planner.sizing",
     "format_size": "devmem.units",
     "parse_size": "devmem.units",
 }
 
+#: Names that left the top level -> their home; ``devmem.<name>`` still gives them, with a DeprecationWarning.
+MOVED_NAMES = {
+    **dict.fromkeys(
+        (
+            "MemorySnapshot",
+            "ProfileResult",
+            "memory_profiling",
+            "check_startup_memory",
+            "release_allocator_cache",
+            "ALLOCATOR_GRANULARITY",
+            "KvCacheTensors",
+            "allocate_kv_cache",
+            "read_device",
+            "prepare_device",
+        ),
+        "devmem.engine",
+    ),
+    **dict.fromkeys(
+        (
+            "PlanInputs",
+            "blocks_for_bytes",
+            "growable_kv_cache_bytes",
+            "plan_growable",
+            "plan_kv_cache",
+            "plan_pinned",
+            "plan_utilization",
+            "profiled_kv_cache_bytes",
+            "requested_memory",
+        ),
+        "devmem.planner",
+    ),
+    **dict.fromkeys(("DeviceMemory", "DeviceReading", "ProcessMemory", "Reason", "ReasonKind"), "devmem.sdk"),
+}
 
-__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
+_public_getattr, __dir__ = lazy_exports(globals(), _LAZY)
+
+
+#: The subpackages reachable as attributes of ``import devmem`` alone (``devmem.engine.MemorySnapshot``).
+_SUBPACKAGES = ("engine", "planner", "sdk", "testing")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"devmem.{name}")
+    home = MOVED_NAMES.get(name)
+    if home is None:
+        return _public_getattr(name)
+    warnings.warn(f"devmem.{name} moved to {home}.{name}; import it from {home}", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)
 
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ALLOCATOR_GRANULARITY",
     "Candidate",
     "Detection",
-    "DeviceMemory",
-    "DeviceReading",
     "DeviceReport",
     "DevmemError",
     "EngineMemory",
@@ -121,53 +126,32 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "KvCachePlan",
-    "KvCacheTensors",
     "KvLayout",
     "LedgerError",
     "LibraryUnavailable",
     "MemoryInfo",
-    "MemorySnapshot",
     "MiB",
     "ModelConfigError",
     "ModelMemory",
     "NotEnoughMemoryError",
-    "PlanInputs",
     "Platform",
     "PlatformBase",
     "PlatformSpec",
     "PluginError",
-    "ProcessMemory",
-    "ProfileResult",
-    "Reason",
-    "ReasonKind",
     "Reservation",
     "ReservationRefused",
     "SizingError",
     "UnknownArchitectureError",
     "__version__",
     "agree_on_minimum",
-    "allocate_kv_cache",
     "as_platform",
-    "blocks_for_bytes",
-    "check_startup_memory",
     "clear_cache",
     "current_platform",
     "device_report",
     "format_size",
-    "growable_kv_cache_bytes",
     "hookimpl",
     "load_model",
-    "memory_profiling",
     "parse_size",
-    "plan_growable",
-    "plan_kv_cache",
-    "plan_pinned",
-    "plan_utilization",
     "platform_candidates",
-    "prepare_device",
-    "profiled_kv_cache_bytes",
-    "read_device",
-    "release_allocator_cache",
-    "requested_memory",
     "reserve",
 ]

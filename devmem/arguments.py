@@ -2,8 +2,9 @@
 
 Each takes the argument's name and value, and returns the value in its checked form (a Python ``int``, an exact
 ``Fraction``) or raises a :class:`~devmem.DevmemError` naming the argument, the value and what is allowed, before
-any work runs. ``error`` picks the subclass raised (``SizingError`` for the sizing arithmetic); every one of them
-is an :class:`ArgumentError`, itself a ``DevmemError`` and a ``ValueError``.
+any work runs. ``error`` picks the class raised: at an entry point an :class:`ArgumentError` (itself a ``DevmemError``
+and a ``ValueError``) or one of its subclasses (``SizingError`` for the sizing arithmetic); for a record's field the
+record's own error class. Nothing else in devmem checks an integer, a share or a device index by hand.
 """
 
 from __future__ import annotations
@@ -11,26 +12,36 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from devmem._text import shown
 from devmem.errors import ArgumentError as ArgumentError  # re-exported: its home is devmem.errors
-from devmem.sdk.parsing import shown
+from devmem.errors import DevmemError
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from devmem.platform import Platform
 
 #: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
 MAX_BYTES = 1 << 64
 
 
-def byte_count(name: str, value: object, *, positive: bool = False, error: type[ArgumentError] = ArgumentError) -> int:
+def byte_count(
+    name: str,
+    value: object,
+    *,
+    positive: bool = False,
+    error: type[DevmemError] = ArgumentError,
+    type_error: type[DevmemError] | None = None,
+) -> int:
     """``value`` as an int of bytes in ``[0, 2**64)`` (``(0, 2**64)`` when ``positive``); numpy integers are
     accepted, ``bool``, floats and strings are not (a size written as text goes through
-    :func:`devmem.parse_size` first)."""
+    :func:`devmem.parse_size` first). ``type_error``: the class raised for a value of another type (``error``
+    where ``None``; :class:`~devmem.errors.ArgumentTypeError` where a caller would catch ``TypeError``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         hint = " (parse a size written as text with devmem.parse_size)" if isinstance(value, str) else ""
-        raise error(
+        raise (type_error or error)(
             f"{name} must be a whole number of bytes (int), got {shown(value)} of type {type(value).__name__}{hint}"
         )
     value = int(value)
@@ -41,15 +52,38 @@ def byte_count(name: str, value: object, *, positive: bool = False, error: type[
     return value
 
 
-def count(name: str, value: object, *, error: type[ArgumentError] = ArgumentError) -> int:
+def integer(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    what: str = "a whole number",
+    error: type[DevmemError] = ArgumentError,
+) -> int:
+    """``value`` as an int of magnitude below ``2**64``, at least ``minimum`` where given (a record's field, a
+    granularity, a priority): numpy integers accepted, ``bool`` and floats not. ``what`` names the kind in the
+    message (``"a whole number of blocks"``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise error(f"{name} must be {what} (int), got {shown(value)} of type {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise error(f"{name} must be {what} >= {minimum}, got {shown(value)}")
+    if abs(value) >= MAX_BYTES:
+        raise error(f"{name} must be below 2**64, got {shown(value)}")
+    return value
+
+
+def count(name: str, value: object, *, error: type[DevmemError] = ArgumentError) -> int:
     """``value`` as an int > 0 (a number of layers, tensors, ranks): numpy integers accepted, ``bool`` not."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 < int(value) < MAX_BYTES:
         raise error(f"{name} must be an int > 0, got {shown(value)}")
     return int(value)
 
 
-def real(name: str, value: object, *, error: type[ArgumentError] = ArgumentError) -> Fraction:
+def real(name: str, value: object, *, error: type[DevmemError] = ArgumentError) -> Fraction:
     """An exact rational of a finite real number; a float means the decimal it prints as (0.9 is 9/10)."""
+    from fractions import Fraction  # here: ``import devmem`` (whose records check integers) stays clear of it
+
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise error(f"{name} must be a real number, got {shown(value)} of type {type(value).__name__}")
     if isinstance(value, numbers.Rational):  # numpy integers too: keep Python ints inside
@@ -59,7 +93,7 @@ def real(name: str, value: object, *, error: type[ArgumentError] = ArgumentError
     return Fraction(repr(float(value)))
 
 
-def utilization(value: object, *, name: str = "utilization", error: type[ArgumentError] = ArgumentError) -> Fraction:
+def utilization(value: object, *, name: str = "utilization", error: type[DevmemError] = ArgumentError) -> Fraction:
     """A share of the device's total memory in ``(0, 1]``, exactly (see :func:`real`)."""
     u = real(name, value, error=error)
     if not 0 < u <= 1:
@@ -67,7 +101,7 @@ def utilization(value: object, *, name: str = "utilization", error: type[Argumen
     return u
 
 
-def device_index(value: object, *, name: str = "device", error: type[ArgumentError] = ArgumentError) -> int:
+def device_index(value: object, *, name: str = "device", error: type[DevmemError] = ArgumentError) -> int:
     """A device index: an int (or numpy integer) >= 0. Whether the device exists is the platform's to say
     (:meth:`devmem.Platform.check_device`); a torch device (``torch.device("cpu")``) is not an index."""
     try:
@@ -84,7 +118,7 @@ def device_index(value: object, *, name: str = "device", error: type[ArgumentErr
     return int(index)
 
 
-def platform(value: object, *, error: type[ArgumentError] = ArgumentError) -> Platform:
+def platform(value: object, *, error: type[DevmemError] = ArgumentError) -> Platform:
     """``value`` as a devmem :class:`~devmem.Platform`, the current one where it is ``None``: an object with every
     member of the contract (:data:`devmem.platform.CONTRACT`); a platform's name, or an object lacking members,
     is not one (:func:`devmem.as_platform` wraps a minimal backend)."""
@@ -104,7 +138,7 @@ def platform(value: object, *, error: type[ArgumentError] = ArgumentError) -> Pl
     return value
 
 
-def flag(name: str, value: object, *, error: type[ArgumentError] = ArgumentError) -> bool:
+def flag(name: str, value: object, *, error: type[DevmemError] = ArgumentError) -> bool:
     """``value`` as ``True`` or ``False``: a switch that is not a bool (``1``, ``"no"``) is refused, not read as
     its truth value."""
     if not isinstance(value, bool):
@@ -119,6 +153,7 @@ __all__ = [
     "count",
     "device_index",
     "flag",
+    "integer",
     "platform",
     "real",
     "utilization",

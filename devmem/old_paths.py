@@ -1,8 +1,9 @@
-"""Import paths of modules that moved into subpackages after 0.1.0.
+"""Import paths of 0.1.0's modules that moved into subpackages since.
 
-Each old name (``devmem.profiling``) imports the very module object of its new home (``devmem.engine.profiling``),
-so code written against the earlier layout keeps working; it warns with a :class:`DeprecationWarning` naming the
-new path. The table is the whole list.
+The table holds exactly the modules 0.1.0 shipped (the tree of its release, 2026-11-30) that are no longer at
+their path; a module added after it had no old path to keep. Each old name (``devmem.profiling``) imports the very
+module object of its new home (``devmem.engine.profiling``), so code written against 0.1.0 keeps working; it warns
+with a :class:`DeprecationWarning` naming the new path.
 """
 
 from __future__ import annotations
@@ -19,40 +20,16 @@ if TYPE_CHECKING:
 
 #: Old module path -> the module it is now.
 MOVED: dict[str, str] = {
-    "devmem.block_cost": "devmem.engine.block_cost",
-    "devmem.capacity": "devmem.planner.capacity",
     "devmem.cli": "devmem.command.main",
-    "devmem.cli_format": "devmem.command.format",
-    "devmem.cli_output": "devmem.command.output",
-    "devmem.cli_reservations": "devmem.command.reservations",
-    "devmem.discovery": "devmem.resolution.discovery",
     "devmem.distributed": "devmem.engine.distributed",
-    "devmem.dmem": "devmem.sdk.dmem",
     "devmem.doctor": "devmem.command.doctor",
-    "devmem.drm": "devmem.sdk.drm",
-    "devmem.engine_layout": "devmem.planner.engine_layout",
-    "devmem.engine_memory": "devmem.engine.memory",
     "devmem.entrypoints": "devmem.resolution.entrypoints",
-    "devmem.forksafe": "devmem.sdk.forksafe",
     "devmem.hookspecs": "devmem.sdk.hookspecs",
-    "devmem.host": "devmem.sdk.host",
-    "devmem.kvcache": "devmem.engine.kvcache",
+    "devmem.host": "devmem.cpu",
     "devmem.lazy": "devmem.sdk.lazy",
-    "devmem.limits": "devmem.sdk.limits",
-    "devmem.model_defaults": "devmem.planner.model_defaults",
-    "devmem.models": "devmem.planner.models",
-    "devmem.parsing": "devmem.sdk.parsing",
     "devmem.plugins": "devmem.resolution.plugins",
-    "devmem.processes": "devmem.command.processes",
-    "devmem.profile_store": "devmem.engine.profile_store",
     "devmem.profiling": "devmem.engine.profiling",
-    "devmem.readings": "devmem.sdk.readings",
-    "devmem.reservations": "devmem.engine.reservations",
-    "devmem.segment_history": "devmem.engine.segment_history",
-    "devmem.sessions": "devmem.sdk.sessions",
     "devmem.sizing": "devmem.planner.sizing",
-    "devmem.torch_device": "devmem.engine.torch_device",
-    "devmem.visible": "devmem.sdk.visible",
 }
 
 

@@ -14,14 +14,14 @@ its name:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from devmem import arguments
+from devmem._text import shown
 from devmem.errors import DevmemError, InvalidTypeError
 from devmem.records import Record
-from devmem.sdk.parsing import shown
 from devmem.types import MemoryInfo
 
 
@@ -282,14 +282,9 @@ class PlatformBase:
             return device
         valid = f"0..{count - 1}" if count else "none (no device is visible)"
         try:
-            if isinstance(device, bool):
-                raise TypeError
-            device = operator.index(device)  # an int, or a numpy integer
-        except TypeError:
-            raise DevmemError(
-                f"{self.name}: a device index must be an int, got {shown(device)} of type "
-                f"{type(device).__name__}; valid indices: {valid}"
-            ) from None
+            device = arguments.device_index(device, name=f"{self.name}: device", error=DevmemError)
+        except DevmemError as exc:
+            raise DevmemError(f"{exc}; valid indices: {valid}") from None
         if not 0 <= device < count:
             raise DevmemError(f"{self.name}: device index {shown(device)} is out of range; valid indices: {valid}")
         return int(device)

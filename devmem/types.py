@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from devmem import arguments
 from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, NotEnoughMemoryError, PluginError
 from devmem.records import Record
 
@@ -78,8 +79,8 @@ class PlatformSpec(Record):
                 f"PlatformSpec.name {self.name!r} is not allowed: use lowercase letters, digits, '-' or '_', "
                 "starting with a letter"
             )
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
-            raise InvalidTypeError(f"PlatformSpec.priority must be an int, got {self.priority!r}")
+        priority = arguments.integer("PlatformSpec.priority", self.priority, what="an int", error=InvalidTypeError)
+        object.__setattr__(self, "priority", priority)
         if not callable(self.detect) or not callable(self.factory):
             raise InvalidTypeError(f"PlatformSpec {self.name!r}: detect and factory must be callables")
         if isinstance(self.runtime_markers, str) or not all(isinstance(m, str) and m for m in self.runtime_markers):

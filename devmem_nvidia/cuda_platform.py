@@ -21,8 +21,17 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem import Detection, DeviceMemory, DevmemError, MemoryInfo, PlatformBase, ProcessMemory, ReasonKind
-from devmem.sdk import REAL_FILES, DmemLimits, Files, apply_limits, checked_memory
+from devmem import Detection, DevmemError, MemoryInfo, PlatformBase
+from devmem.sdk import (
+    REAL_FILES,
+    DeviceMemory,
+    DmemLimits,
+    Files,
+    ProcessMemory,
+    ReasonKind,
+    apply_limits,
+    checked_memory,
+)
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
 from devmem_nvidia.limits import env_limits

@@ -47,7 +47,7 @@ Runner = Callable[[str], str]
 
 
 def pipe_directory(environ: Mapping[str, str]) -> str:
-    """``CUDA_MPS_PIPE_DIRECTORY`` (through :func:`devmem.sdk.parsing.env_text`), else :data:`DEFAULT_PIPE_DIRECTORY`;
+    """``CUDA_MPS_PIPE_DIRECTORY`` (through :func:`devmem.sdk.env_text`), else :data:`DEFAULT_PIPE_DIRECTORY`;
     raises :class:`DevmemError` naming a value that is no path (longer than 4096 characters, a NUL)."""
     return env_text("CUDA_MPS_PIPE_DIRECTORY", environ) or DEFAULT_PIPE_DIRECTORY
 

@@ -33,22 +33,17 @@ import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from devmem import (
-    Detection,
-    DeviceMemory,
-    DeviceReading,
-    DevmemError,
-    MemoryInfo,
-    PlatformBase,
-    ProcessMemory,
-    ReasonKind,
-)
+from devmem import Detection, DevmemError, MemoryInfo, PlatformBase
 from devmem.sdk import (
     REAL_FILES,
+    DeviceMemory,
+    DeviceReading,
     DmemLimits,
     Files,
     ForkSafeLock,
     MemoryLimit,
+    ProcessMemory,
+    ReasonKind,
     apply_limits,
     checked_memory,
     format_size,

@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from devmem import DeviceMemory, DevmemError, MemoryInfo
-from devmem.sdk import Files, MemoryLimit, checked_memory, gib
+from devmem import DevmemError, MemoryInfo
+from devmem.sdk import DeviceMemory, Files, MemoryLimit, checked_memory, gib
 from devmem_nvidia.cuda_driver import CudaDriver
 from devmem_nvidia.pidns import cuda_in_use
 

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem import Detection, DeviceMemory, DevmemError, PlatformBase, ProcessMemory, ReasonKind
-from devmem.sdk import REAL_FILES, Files, checked_memory
+from devmem import Detection, DevmemError, PlatformBase
+from devmem.sdk import REAL_FILES, DeviceMemory, Files, ProcessMemory, ReasonKind, checked_memory
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 from devmem_nvidia.nvml_access import NvmlCallError, NvmlSession, device_name, driver_model, read_memory
 from devmem_nvidia.visible import DeviceTable

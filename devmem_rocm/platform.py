@@ -22,11 +22,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from devmem import Detection, DeviceMemory, DevmemError, PlatformBase, ProcessMemory, ReasonKind
+from devmem import Detection, DevmemError, PlatformBase
 from devmem.sdk import (
     REAL_FILES,
+    DeviceMemory,
     DmemLimits,
     Files,
+    ProcessMemory,
+    ReasonKind,
     VisibleDevices,
     apply_limits,
     checked_memory,

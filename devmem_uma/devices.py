@@ -13,8 +13,18 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from devmem import DeviceMemory, DevmemError, MemoryInfo, Platform, ProcessMemory, ReasonKind
-from devmem.sdk import CpuPlatform, Files, checked_memory, client_memory, format_size, shown
+from devmem import DevmemError, MemoryInfo, Platform
+from devmem.sdk import (
+    CpuPlatform,
+    DeviceMemory,
+    Files,
+    ProcessMemory,
+    ReasonKind,
+    checked_memory,
+    client_memory,
+    format_size,
+    shown,
+)
 from devmem_uma import amd
 from devmem_uma.runtime import MemGetInfo
 from devmem_uma.survey import NvidiaGpu

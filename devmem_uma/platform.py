@@ -22,8 +22,8 @@ import os
 from collections.abc import Callable, Mapping
 
 import devmem_nvidia
-from devmem import DeviceMemory, PlatformBase, ProcessMemory
-from devmem.sdk import REAL_FILES, CpuPlatform, Files, ForkSafeLock
+from devmem import PlatformBase
+from devmem.sdk import REAL_FILES, CpuPlatform, DeviceMemory, Files, ForkSafeLock, ProcessMemory
 from devmem_uma import amd
 from devmem_uma.devices import AmdApu, Jetson, NvidiaUnified, UmaDevice
 from devmem_uma.runtime import MemGetInfo, runtime_integrated, runtime_mem_get_info

@@ -45,19 +45,10 @@ from collections.abc import Callable
 from typing import Any
 
 import devmem
-from devmem import (
-    ALLOCATOR_GRANULARITY,
-    EngineMemory,
-    KvCachePlan,
-    KvCacheTensors,
-    KvLayout,
-    MemorySnapshot,
-    NotEnoughMemoryError,
-    allocate_kv_cache,
-    parse_size,
-    plan_kv_cache,
-)
+from devmem import EngineMemory, KvCachePlan, KvLayout, NotEnoughMemoryError, parse_size
+from devmem.engine import ALLOCATOR_GRANULARITY, KvCacheTensors, MemorySnapshot, allocate_kv_cache
 from devmem.engine.memory import PROFILE_PASSES
+from devmem.planner import plan_kv_cache
 
 #: Model shapes by name: (transformers config class, its arguments).
 MODELS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = """
 import sys
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import ReservationRefused, reserve
 
 held = []

@@ -14,7 +14,7 @@ _serial = itertools.count()
 
 SPEC_SOURCE = """
 import devmem
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 
 class {cls}(CpuPlatform):
     name = {name!r}
@@ -73,7 +73,7 @@ class Platform_{serial}(devmem.PlatformBase):
         return 1
 
     def _memory(self, device):
-        return devmem.DeviceMemory(devmem.MemoryInfo(free={total} // 2, total={total}), {{"total": {dist!r}}})
+        return devmem.sdk.DeviceMemory(devmem.MemoryInfo(free={total} // 2, total={total}), {{"total": {dist!r}}})
 
     def _is_integrated(self, device):
         return True

@@ -81,14 +81,14 @@ def test_backend_imports_only_the_sdk_the_public_api_and_the_kit(package):
 def test_the_check_flags_a_private_import(tmp_path):
     module = tmp_path / "backend.py"
     module.write_text(
-        "import devmem\nfrom devmem.sdk.host import Files\nfrom devmem.host import Files\nfrom devmem import drm\n"
-        "x = devmem.readings\n"
+        "import devmem\nfrom devmem.sdk.host import Files\nfrom devmem.host import Files\nfrom devmem import engine\n"
+        "x = devmem.platform\n"
     )
     assert [line.split(" imports ")[1] for line in disallowed("devmem_x", module)] == [
         "devmem.sdk.host",
         "devmem.host",
-        "devmem.drm",
-        "devmem.readings",
+        "devmem.engine",
+        "devmem.platform",
     ]
 
 

@@ -153,7 +153,7 @@ def test_sizes_that_are_not_a_list_of_block_counts_are_refused_naming_them(sizes
 
 def test_sizes_beyond_2_64_blocks_are_refused_before_the_engine_runs():
     engine = Engine()
-    with pytest.raises(SizingError, match=r"block counts in \[1, 2\*\*64\)"):
+    with pytest.raises(SizingError, match=r"sizes must be below 2\*\*64"):
         measure_block_cost(engine, [4, 2**70], budget_plan(10**9))
     assert engine.sizes == []
 
@@ -187,7 +187,7 @@ def test_numpy_integers_are_taken_as_python_ints():
 
 
 def test_a_block_run_of_2_64_bytes_or_more_is_refused():
-    with pytest.raises(SizingError, match=r"BlockRun.held_bytes must be a whole number in \[0, 2\*\*64\)"):
+    with pytest.raises(SizingError, match=r"BlockRun.held_bytes must be below 2\*\*64"):
         BlockRun(4, 2**70)
 
 
@@ -200,5 +200,5 @@ def test_the_runs_it_places_are_rounded_up_to_the_granularity():
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
 def test_a_granularity_that_is_no_whole_number_of_blocks_is_refused_naming_it(bad):
-    with pytest.raises(SizingError, match=r"granularity must be a whole number of blocks >= 1, got"):
+    with pytest.raises(SizingError, match=r"granularity must be a whole number of blocks (>= 1|\(int\)), got"):
         measure_block_cost(Engine(), [33, 66], budget_plan(10_000_000), granularity=bad)

@@ -10,8 +10,8 @@ import pytest
 
 from devmem import GiB, MiB
 from devmem.command.main import main
+from devmem.cpu import CpuPlatform
 from devmem.planner.sizing import plan_kv_cache
-from devmem.sdk.host import CpuPlatform
 
 QWEN3_8B = ["--page-size", "64KiB", "--layers", "36"]
 

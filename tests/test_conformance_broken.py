@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from devmem.cpu import CpuPlatform
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
-from devmem.sdk.host import CpuPlatform
 from devmem.testing import Scenario, ScriptedDevice
 from devmem.types import GiB, KiB, MemoryInfo, MiB
 

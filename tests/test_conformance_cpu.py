@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 from devmem.testing import HostFixtures, PlatformConformance
 
 

@@ -9,7 +9,7 @@ import sys
 from plugin_dists import platform_dist
 
 from devmem.command.doctor import diagnose, render
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform

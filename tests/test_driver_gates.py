@@ -114,7 +114,7 @@ def test_lazy_names_resolve_to_their_modules_objects():
     import devmem
     from devmem.planner import sizing
 
-    assert devmem.plan_kv_cache is sizing.plan_kv_cache
+    assert devmem.planner.plan_kv_cache is sizing.plan_kv_cache
 
 
 def test_an_unknown_name_is_an_attribute_error():

@@ -125,7 +125,7 @@ def test_allocate_before_plan_is_refused(platform):
 def test_plan_of_another_engine_is_refused(h200, torch_rt, platform):
     ours = _engine(h200, torch_rt, platform, graphs=False)
     ours.plan(page_size_bytes=PAGE, num_layers=LAYERS)
-    other = devmem.plan_kv_cache(pinned_bytes=GiB, page_size_bytes=PAGE, num_layers=LAYERS)
+    other = devmem.planner.plan_kv_cache(pinned_bytes=GiB, page_size_bytes=PAGE, num_layers=LAYERS)
     with pytest.raises(EngineMemoryError, match="not this engine's"):
         ours.allocate(other)
 
@@ -134,7 +134,7 @@ def test_allocating_a_plan_on_another_device_is_refused(h200, torch_rt, platform
     memory = _engine(h200, torch_rt, platform, graphs=False)
     plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
     with pytest.raises(devmem.DevmemError, match="made for device 0, not device 1"):
-        devmem.allocate_kv_cache(plan, LAYERS, 1, platform)
+        devmem.engine.allocate_kv_cache(plan, LAYERS, 1, platform)
 
 
 def test_engine_layout_cannot_be_allocated_by_devmem(h200, torch_rt, platform):

@@ -1,4 +1,4 @@
-"""Every environment variable devmem reads is parsed into a checked range (devmem.sdk.parsing): a value outside it is
+"""Every environment variable devmem reads is parsed into a checked range (devmem._text): a value outside it is
 one DevmemError line naming the variable, the value and what is allowed, or the default with one log line."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import logging
 import pytest
 
 import devmem
+from devmem._text import env_choice, env_seconds, env_text, parse_decimal
 from devmem.command.main import main
 from devmem.resolution.discovery import MAX_DETECT_TIMEOUT, detect_timeout
-from devmem.sdk.parsing import env_choice, env_seconds, env_text, parse_decimal
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB
 from devmem_nvidia.limits import env_limits

@@ -143,7 +143,9 @@ def test_child_counts_devices_while_a_parent_thread_enumerates_them():
 
 def _locks() -> dict[str, Callable[[], ForkSafeLock]]:
     """Every lock devmem and its backends hold, by where it lives (each read again in the child)."""
-    from devmem import plugins, profiling, sessions
+    from devmem.engine import profiling
+    from devmem.resolution import plugins
+    from devmem.sdk import sessions
     from devmem_nvidia import cuda_driver
     from devmem_rocm import smi
 

@@ -14,7 +14,8 @@ import threading
 import pytest
 
 import devmem
-from devmem import GiB, MemorySnapshot
+from devmem import GiB
+from devmem.engine import MemorySnapshot
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", minversion="5.17")
@@ -76,7 +77,7 @@ def test_a_sized_engine_that_fills_its_cache_stays_within_its_request():
     from devmem.integrations.transformers import block_tokens, size_continuous_batching
 
     platform = devmem.current_platform()
-    devmem.release_allocator_cache(0)  # what earlier tests left cached is not this engine's
+    devmem.engine.release_allocator_cache(0)  # what earlier tests left cached is not this engine's
     baseline = MemorySnapshot.measure(0, platform)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(

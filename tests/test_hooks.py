@@ -16,7 +16,7 @@ from devmem.testing import hook_problems
 
 @pytest.mark.parametrize(
     "module",
-    ["devmem.sdk.host", "devmem_nvidia.plugin", "devmem_nvidia.cuda_plugin", "devmem_rocm.plugin", "devmem_uma.plugin"],
+    ["devmem.cpu", "devmem_nvidia.plugin", "devmem_nvidia.cuda_plugin", "devmem_rocm.plugin", "devmem_uma.plugin"],
 )
 def test_the_built_in_plugins_implement_devmems_hooks(module):
     assert hook_problems(importlib.import_module(module)) == []

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import devmem
-from devmem.sdk.host import CpuPlatform, cgroup_memory, parse_meminfo
+from devmem.cpu import CpuPlatform
+from devmem.sdk.host import cgroup_memory, parse_meminfo
 from devmem.testing import HostMemory, Scenario
 from devmem.types import GiB, MiB
 
@@ -137,18 +138,18 @@ def resettable():
 
 
 def test_a_window_charges_what_the_process_held_inside_it_and_gave_back(resettable):
-    baseline = devmem.MemorySnapshot.measure(0, resettable)
-    with devmem.memory_profiling(baseline, platform=resettable) as profile:
+    baseline = devmem.engine.MemorySnapshot.measure(0, resettable)
+    with devmem.engine.memory_profiling(baseline, platform=resettable) as profile:
         _held_and_given_back(256 * MiB)
     assert 250 * MiB <= profile.transient_peak_bytes < 300 * MiB
     assert profile.transient_source == "process peak" and profile.plan_inputs()["transient_peak_bytes"] > 250 * MiB
 
 
 def test_an_inner_window_does_not_erase_the_outer_window_s_peak(resettable):
-    baseline = devmem.MemorySnapshot.measure(0, resettable)
-    with devmem.memory_profiling(baseline, platform=resettable) as outer:
+    baseline = devmem.engine.MemorySnapshot.measure(0, resettable)
+    with devmem.engine.memory_profiling(baseline, platform=resettable) as outer:
         _held_and_given_back(128 * MiB)
-        with devmem.memory_profiling(baseline, platform=resettable) as inner:
+        with devmem.engine.memory_profiling(baseline, platform=resettable) as inner:
             pass
     assert outer.transient_peak_bytes >= 120 * MiB and inner.transient_peak_bytes < 16 * MiB
 
@@ -160,8 +161,8 @@ def _scripted_host(**memory_kib):
 def test_the_peak_is_the_high_water_mark_less_the_file_pages_held_now():
     sc = _scripted_host(VmHWM=150 * 1024)
     platform = CpuPlatform(files=sc.fs)
-    baseline = devmem.MemorySnapshot.measure(0, platform)
-    with devmem.memory_profiling(baseline, platform=platform) as profile:
+    baseline = devmem.engine.MemorySnapshot.measure(0, platform)
+    with devmem.engine.memory_profiling(baseline, platform=platform) as profile:
         sc.status_memory_kib.update(VmHWM=(150 + 64) * 1024, RssFile=60 * 1024)  # 64 MiB held and given back
     assert profile.process_peak == (150 + 64 - 60) * MiB and profile.transient_peak_bytes == 54 * MiB
 
@@ -170,6 +171,8 @@ def test_where_the_high_water_mark_cannot_be_reset_the_window_charges_no_peak_fr
     sc = Scenario(status_memory_kib={"RssAnon": 1024, "RssFile": 1024, "RssShmem": 0})  # no VmHWM: read-only
     platform = CpuPlatform(files=sc.fs)
     assert not platform.reset_process_peak(0) and platform.process_peak(0) is None
-    with devmem.memory_profiling(devmem.MemorySnapshot.measure(0, platform), platform=platform) as profile:
+    with devmem.engine.memory_profiling(
+        devmem.engine.MemorySnapshot.measure(0, platform), platform=platform
+    ) as profile:
         pass
     assert profile.process_peak is None and profile.transient_source == "none"

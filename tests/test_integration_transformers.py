@@ -21,9 +21,11 @@ from forward_counter import Forwards
 transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
 
-from devmem import MemorySnapshot, MiB, SizingError, requested_memory  # noqa: E402
+from devmem import MiB, SizingError  # noqa: E402
+from devmem.cpu import CpuPlatform  # noqa: E402
+from devmem.engine import MemorySnapshot  # noqa: E402
 from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
-from devmem.sdk.host import CpuPlatform  # noqa: E402
+from devmem.planner import requested_memory  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test builds and serves a model: `pytest -m slow` and CI run them
 

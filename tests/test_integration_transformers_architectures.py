@@ -14,7 +14,9 @@ from forward_counter import Forwards
 transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
 
-from devmem import MemorySnapshot, MiB, SizingError  # noqa: E402
+from devmem import MiB, SizingError  # noqa: E402
+from devmem.cpu import CpuPlatform  # noqa: E402
+from devmem.engine import MemorySnapshot  # noqa: E402
 from devmem.integrations.transformers import (  # noqa: E402
     attention_types,
     one_layer_per_attention_type,
@@ -22,7 +24,6 @@ from devmem.integrations.transformers import (  # noqa: E402
     run_engine,
     size_continuous_batching,
 )
-from devmem.sdk.host import CpuPlatform  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test builds a model: `pytest -m slow` and CI run them
 

@@ -84,7 +84,7 @@ def test_layer_count_that_does_not_split_a_block_is_refused():
 
 
 def test_allocation_is_exported_from_the_package():
-    assert devmem.allocate_kv_cache is allocate_kv_cache
+    assert devmem.engine.allocate_kv_cache is allocate_kv_cache
 
 
 def test_device_index_is_mapped_to_the_platforms_torch_device(monkeypatch):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import DevmemError, GiB, MemoryInfo, ReasonKind
+from devmem import DevmemError, GiB, MemoryInfo
+from devmem.sdk import ReasonKind
 from devmem.testing import Scenario
 from devmem_nvidia import cuda_plugin, detect_cuda, detect_nvml, plugin
 from devmem_nvidia.testing import (

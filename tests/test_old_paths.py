@@ -25,9 +25,16 @@ def test_an_old_path_in_a_from_import_works_in_a_fresh_interpreter():
         "from devmem.sizing import plan_kv_cache; import devmem.host as h; print(h.__name__)"
     )
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "devmem.sdk.host"
+    assert done.stdout.strip() == "devmem.cpu"
 
 
 def test_a_path_that_never_existed_is_still_an_import_error():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("devmem.no_such_module")
+
+
+@pytest.mark.parametrize("path", ["devmem.sessions", "devmem.readings", "devmem.parsing", "devmem.engine_memory"])
+def test_a_module_added_after_0_1_0_has_no_old_path(path):
+    sys.modules.pop(path, None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(path)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import devmem
+from devmem.cpu import CpuPlatform
 from devmem.engine.profiling import MemorySnapshot
-from devmem.sdk.host import CpuPlatform
 from devmem_nvidia.testing import (
     MPS_SERVER_PID,
     ScriptedLibcuda,
@@ -86,7 +86,7 @@ def test_a_failed_process_list_is_asked_once_and_gives_its_reason():
     platform = scripted_platform(sc, nvml=nvml)
     platform.device_count()
     reading = platform.read(0)
-    assert reading.process.used is None and reading.process.reason.kind is devmem.ReasonKind.QUERY_FAILED
+    assert reading.process.used is None and reading.process.reason.kind is devmem.sdk.ReasonKind.QUERY_FAILED
     assert nvml.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
 
 
@@ -115,5 +115,5 @@ def test_read_device_composes_a_reading_for_a_platform_without_read():
                 raise AttributeError(name)
             return getattr(self._inner, name)
 
-    reading = devmem.read_device(Listed(), 0)
+    reading = devmem.engine.read_device(Listed(), 0)
     assert reading.memory.sources == CpuPlatform().memory(0).sources

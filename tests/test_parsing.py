@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from devmem._text import MAX_DIGITS, parse_int, require_int
+from devmem.cpu import CpuPlatform
 from devmem.sdk import drm
-from devmem.sdk.host import CpuPlatform, cgroup_memory, parse_meminfo, read_int
-from devmem.sdk.parsing import MAX_DIGITS, parse_int, require_int
+from devmem.sdk.host import cgroup_memory, parse_meminfo, read_int
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB, KiB
 

@@ -273,7 +273,7 @@ def test_allow_list_accepts_a_platform_name(site, monkeypatch):
 def test_allow_list_naming_one_platform_leaves_out_its_plugins_other_platforms(site, monkeypatch):
     body = """
     import devmem
-    from devmem.sdk.host import CpuPlatform
+    from devmem.cpu import CpuPlatform
     class One(CpuPlatform):
         name = "one"
     @devmem.hookimpl
@@ -319,7 +319,7 @@ def test_detection_runs_once_for_the_platform_and_the_candidate_list(site, monke
 SLOW_DETECT = """
 import threading
 import devmem
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 RELEASE = threading.Event()
 def detect():
     RELEASE.wait(10)
@@ -419,7 +419,7 @@ def test_misspelt_hook_is_reported_with_the_known_hooks(site, monkeypatch, caplo
 BLOCKING_DETECT = """
 import threading
 import devmem
-from devmem.sdk.host import CpuPlatform
+from devmem.cpu import CpuPlatform
 ENTERED = threading.Event()
 RELEASE = threading.Event()
 class Gate(CpuPlatform):
@@ -538,7 +538,7 @@ def test_plugin_marked_with_pluggys_own_marker_is_a_devmem_plugin(site, monkeypa
     body = """
     import pluggy
     import devmem
-    from devmem.sdk.host import CpuPlatform
+    from devmem.cpu import CpuPlatform
 
     hookimpl = pluggy.HookimplMarker("devmem")
 

@@ -20,6 +20,7 @@ import pytest
 
 from devmem import DevmemError, GiB, MiB, NotEnoughMemoryError
 from devmem.arguments import ArgumentError
+from devmem.cpu import CpuPlatform
 from devmem.engine.profiling import (
     MemorySnapshot,
     ProfileResult,
@@ -28,7 +29,6 @@ from devmem.engine.profiling import (
     release_allocator_cache,
 )
 from devmem.planner.sizing import plan_kv_cache, requested_memory
-from devmem.sdk.host import CpuPlatform
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem.units import format_size
 from devmem_nvidia.nvml_platform import NvmlPlatform
@@ -401,7 +401,7 @@ def test_release_on_host_memory_returns_zero_and_says_why(caplog):
 
 def test_profiling_never_imports_torch():
     code = (
-        "import sys; from devmem.sdk.host import CpuPlatform; from devmem.engine.profiling import *; "
+        "import sys; from devmem.cpu import CpuPlatform; from devmem.engine.profiling import *; "
         "p = CpuPlatform(); "
         "b = MemorySnapshot.measure(0, p)\nwith memory_profiling(b, platform=p) as r: pass\n"
         "release_allocator_cache(); print('torch' in sys.modules, r.torch_measured, r.notes)"

@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_configs import TINY_LLAMA, write_model
 
+from devmem._text import MAX_DIGITS, env_choice, env_seconds, env_text, parse_decimal, parse_int, require_int
 from devmem.command.main import main
+from devmem.cpu import CpuPlatform
 from devmem.engine.profiling import MemorySnapshot, check_startup_memory
 from devmem.planner.sizing import (
     SizingError,
@@ -30,8 +32,7 @@ from devmem.planner.sizing import (
     requested_memory,
 )
 from devmem.sdk import drm
-from devmem.sdk.host import CpuPlatform, cgroup_memory, parse_meminfo
-from devmem.sdk.parsing import MAX_DIGITS, env_choice, env_seconds, env_text, parse_decimal, parse_int, require_int
+from devmem.sdk.host import cgroup_memory, parse_meminfo
 from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text
 from devmem.sdk.visible import index, pick
 from devmem.testing import Scenario

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from devmem import DevmemError, sessions
+from devmem import DevmemError
+from devmem.sdk import sessions
 from devmem.sdk.sessions import LibraryUnavailable, VendorSession, shutdown_all
 from devmem_nvidia.nvml_access import NvmlSession
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from devmem import GiB, MemoryInfo, ReasonKind
+from devmem import GiB, MemoryInfo
+from devmem.sdk import ReasonKind
 from devmem.testing import ScriptedClock
 from devmem_nvidia.mps_control import daemon_limits, run_control
 from devmem_nvidia.testing import (

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import DevmemError, GiB, MemoryInfo, ReasonKind
+from devmem import DevmemError, GiB, MemoryInfo
+from devmem.sdk import ReasonKind
 from devmem.sdk.drm import client_memory
 from devmem.testing import ScriptedClock
 from devmem_nvidia.testing import (

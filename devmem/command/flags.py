@@ -71,7 +71,7 @@ def positive_size(text: str) -> int:
 
 
 def device_index(text: str) -> int:
-    from devmem.sdk.parsing import parse_int
+    from devmem._text import parse_int
 
     value = parse_int(text)
     if value is None:
@@ -91,7 +91,7 @@ def fraction(text: str) -> float:
 
 def positive(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        from devmem.sdk.parsing import parse_int
+        from devmem._text import parse_int
 
         value = parse_int(text)
         if not value:

@@ -14,13 +14,13 @@ plus that growth for every block more, a line above the peak wherever the peak i
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from devmem import arguments
+from devmem._text import shown
 from devmem.planner.sizing import SizingError
 from devmem.progress import Progress, progress
-from devmem.sdk.parsing import shown
 
 #: Relative margin by which peaks must differ to count as growing (the allocated peak is exact; the reserved one
 #: moves by the allocator's rounding).
@@ -59,9 +59,9 @@ class BlockRun:
             if value is None and name.endswith("peak_bytes"):
                 continue
             least = int(name == "num_blocks")
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not least <= int(value) < 1 << 64:
-                raise SizingError(f"BlockRun.{name} must be a whole number in [{least}, 2**64), got {shown(value)}")
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(
+                self, name, arguments.integer(f"BlockRun.{name}", value, minimum=least, error=SizingError)
+            )
 
     @property
     def measured_peak(self) -> bool:
@@ -174,19 +174,23 @@ def measure_block_cost(
     """
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
         raise SizingError(f"sizes must be a list of block counts (ints > 0, ascending), got {shown(sizes)}")
-    if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in sizes):
-        raise SizingError(f"sizes must be block counts (ints), got {shown(list(sizes))}")
-    sizes = [int(n) for n in sizes]
+    sizes = [arguments.integer("sizes", n, what="block counts", error=SizingError) for n in sizes]
     counts = [r.num_blocks for r in made] + sizes
     ascending = all(b > a for a, b in zip(counts, counts[1:], strict=False))
     if len(counts) < 2 or not ascending or counts[0] < 1 or counts[-1] >= 1 << 64:
         raise SizingError(
             f"the runs made and the sizes must be at least two ascending block counts in [1, 2**64), got {counts!r}"
         )
-    if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 1:
-        raise SizingError(f"granularity must be a whole number of blocks >= 1, got {shown(granularity)}")
-    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < len(counts):
-        raise SizingError(f"max_runs must be an int >= the {len(counts)} runs asked for, got {max_runs!r}")
+    granularity = arguments.integer(
+        "granularity", granularity, minimum=1, what="a whole number of blocks", error=SizingError
+    )
+    max_runs = arguments.integer(
+        "max_runs",
+        max_runs,
+        minimum=len(counts),
+        what="a number of runs (at least the runs asked for)",
+        error=SizingError,
+    )
     with progress("devmem: measuring a KV block's cost", total=max_runs - len(made), unit="run") as bar:
         runs = [*made, *(_checked(run, n, bar) for n in sizes)]
         while True:

@@ -6,14 +6,12 @@ torch is never imported here: a process that has not imported torch has no proce
 from __future__ import annotations
 
 import logging
-import numbers
 import sys
 from typing import Any
 
 from devmem import arguments
 from devmem.errors import ArgumentTypeError as ArgumentTypeError  # re-exported
 from devmem.platform import Platform
-from devmem.sdk.parsing import shown
 
 log = logging.getLogger("devmem.engine.distributed")
 
@@ -42,11 +40,7 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
     exactly (shifted into the int64 a collective carries); anything else raises :class:`ArgumentTypeError` (a
     ``TypeError``) or :class:`~devmem.arguments.ArgumentError` naming it, before the collective runs.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentTypeError(
-            f"agree_on_minimum takes an int (a byte count), got {shown(value)} of type {type(value).__name__}"
-        )
-    value = arguments.byte_count("agree_on_minimum's value", value)
+    value = arguments.byte_count("agree_on_minimum's value", value, type_error=ArgumentTypeError)
     if platform is not None:
         arguments.platform(platform)
     torch = sys.modules.get("torch")

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.torch_device import import_torch, torch_device_for
 from devmem.planner.sizing import KvCachePlan, SizingError
 from devmem.platform import Platform
-from devmem.sdk.parsing import shown
 from devmem.types import MiB
 
 #: What PyTorch's caching allocator rounds an allocation above 1 MiB up to; pass it to

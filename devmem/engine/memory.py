@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
 from devmem.engine.profile_store import ProfileStore, StoredProfile
@@ -48,7 +49,6 @@ from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import Platform, prepare_device, read_device
 from devmem.sdk.forksafe import ForkSafeLock
-from devmem.sdk.parsing import shown
 from devmem.types import MiB
 from devmem.units import format_size
 
@@ -620,7 +620,7 @@ class EngineMemory:
 
     def allocate(self, plan: KvCachePlan | None = None) -> KvCacheTensors:
         """Release the allocator's cache, then allocate the planned cache as one zeroed allocation with a view
-        per layer (:func:`devmem.allocate_kv_cache`) on this engine's device. ``plan``, where given, must be the
+        per layer (:func:`devmem.engine.allocate_kv_cache`) on this engine's device. ``plan``, where given, must be the
         one :meth:`plan` returned."""
         if plan is not None and not isinstance(plan, KvCachePlan):
             raise EngineMemoryError(

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devmem._text import shown
 from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
 from devmem.errors import ProfileStoreError
-from devmem.sdk.parsing import shown
 
 log = logging.getLogger("devmem.engine.profile_store")
 

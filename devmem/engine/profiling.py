@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import logging
 import math
-import numbers
 import os
 import time
 from collections.abc import Iterator
@@ -21,13 +20,12 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.segment_history import SegmentHistory, created_after_peak
 from devmem.engine.torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
-from devmem.planner.sizing import MAX_BYTES
 from devmem.platform import DeviceReading, Platform
 from devmem.sdk.forksafe import ForkSafeLock
-from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -183,16 +181,14 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
             f"snapshot must be a MemorySnapshot (MemorySnapshot.measure(device)), got {shown(snapshot)} of type "
             f"{type(snapshot).__name__}"
         )
-    if isinstance(requested, bool) or not isinstance(requested, numbers.Integral) or not 0 <= requested < MAX_BYTES:
-        raise DevmemError(f"requested must be a whole number of bytes in [0, 2**64) (int), got {shown(requested)}")
-    total = snapshot.total
-    if isinstance(total, bool) or not isinstance(total, numbers.Integral) or not 0 < total < MAX_BYTES:
-        raise DevmemError(
-            f"device {snapshot.device}: the snapshot's total memory is {shown(total)}, not a "
-            "positive number of bytes below 2**64: the platform's reading is broken (see "
-            "`devmem doctor`)"
+    requested = arguments.byte_count("requested", requested)
+    try:
+        total = arguments.byte_count(
+            f"device {snapshot.device}: the snapshot's total memory", snapshot.total, positive=True
         )
-    requested, total, free = int(requested), int(snapshot.total), max(0, int(snapshot.free))
+    except ArgumentError as exc:
+        raise DevmemError(f"{exc}: the platform's reading is broken (see `devmem doctor`)") from None
+    free = max(0, int(snapshot.free))
     if free >= requested:
         return
     platform = arguments.platform(platform)
@@ -205,7 +201,7 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
     elif others < 0:
         held = (
             f"{format_size(used)} is in use; what other processes hold is unknown (this process's own figure, "
-            f"{format_size(snapshot.process)}, exceeds it)"
+            f"{format_size(used - others)}, exceeds it)"
         )
     else:
         held = f"other processes hold {format_size(others)}"

@@ -35,8 +35,6 @@ import fcntl
 import json
 import logging
 import math
-import numbers
-import operator
 import os
 import re
 import stat
@@ -48,12 +46,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from devmem import arguments
+from devmem._text import shown
 from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
-from devmem.errors import DevmemError, LedgerError, ReservationRefused
+from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
+from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform
 from devmem.records import Record
 from devmem.sdk.forksafe import ForkSafeLock
-from devmem.sdk.parsing import shown
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine.reservations")
@@ -701,25 +701,18 @@ class Ledger:
 
 
 def resolve_request(nbytes: int | None, utilization: float | None, total: int) -> int:
-    """The bytes a request asks for: ``nbytes``, or ``ceil(utilization * total)`` (what an engine at that
-    utilization requests, :func:`devmem.requested_memory`); exactly one is given."""
+    """The bytes a request asks for: ``nbytes``, or :func:`devmem.planner.sizing.requested_memory` of
+    ``utilization`` (what an engine at that utilization requests); exactly one is given."""
     if (nbytes is None) == (utilization is None):
-        raise DevmemError(
+        raise ArgumentError(
             f"give exactly one of bytes and utilization to reserve, got bytes={shown(nbytes)} and "
             f"utilization={shown(utilization)}"
         )
     if utilization is not None:
-        if isinstance(utilization, bool) or not isinstance(utilization, numbers.Real) or not 0 < utilization <= 1:
-            raise DevmemError(f"utilization must be a number in (0, 1], got {shown(utilization)}")
-        return math.ceil(Fraction(float(utilization)) * total)
-    try:
-        whole = None if isinstance(nbytes, bool) or nbytes is None else operator.index(nbytes)  # int, numpy ints
-    except TypeError:
-        whole = None
-    if whole is None or not whole > 0:
-        raise DevmemError(f"bytes must be a whole number of bytes > 0 (int), got {shown(nbytes)}")
+        return requested_memory(total, utilization)
+    whole = arguments.byte_count("bytes", nbytes, positive=True)
     if whole > total:
-        raise DevmemError(f"bytes {shown(whole)} is more than the device's total, {total} ({format_size(total)})")
+        raise ArgumentError(f"bytes {shown(whole)} is more than the device's total, {total} ({format_size(total)})")
     return whole
 
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
@@ -62,7 +63,6 @@ from devmem.engine.reservations import Reservation
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, SizingError, _bytes, requested_memory
 from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform
-from devmem.sdk.parsing import shown
 from devmem.types import DevmemError
 from devmem.units import format_size
 
@@ -712,7 +712,7 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     if platform is None:
         platform = current_platform()
         if where.type == "cpu" and platform.name != "cpu":
-            from devmem.sdk.host import CpuPlatform
+            from devmem.cpu import CpuPlatform
 
             platform = CpuPlatform()
     if (where.type == "cpu") != (platform.name == "cpu"):

@@ -23,16 +23,15 @@ The byte budget always comes from :func:`devmem.planner.sizing.plan_kv_cache`; n
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from devmem import arguments
 from devmem.planner.engine_layout import EngineLayout, engine_layout
 from devmem.planner.models import MAX_TP, ModelMemory
-from devmem.planner.sizing import MAX_BYTES, KvCachePlan, SizingError, plan_kv_cache
+from devmem.planner.sizing import KvCachePlan, SizingError, plan_kv_cache
 from devmem.results import deprecated_lines
-from devmem.sdk.parsing import shown
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -40,11 +39,7 @@ DEFAULT_BLOCK_SIZE = 16
 
 
 def _whole(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise SizingError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
-    if int(value) >= MAX_BYTES:
-        raise SizingError(f"{name} must be below 2**64, got {shown(value)}")
-    return int(value)
+    return arguments.integer(name, value, minimum=minimum, error=SizingError)
 
 
 def _amount(nbytes: int) -> str:

@@ -23,9 +23,9 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypedDict
 
 from devmem import arguments
+from devmem._text import shown
 from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
 from devmem.errors import NotEnoughMemoryError, SizingError
-from devmem.sdk.parsing import shown
 from devmem.types import GiB
 from devmem.units import format_size
 
@@ -54,7 +54,12 @@ def _utilization(value: object) -> Fraction:
 
 
 def requested_memory(total: int, utilization: float) -> int:
-    """``ceil(total * utilization)``: the bytes this engine may use in all, ``0 < utilization <= 1``."""
+    """``ceil(total * utilization)``: the bytes an engine at ``utilization`` (``0 < utilization <= 1``) may use
+    in all, the one rounding of a share to bytes (:func:`devmem.reserve` asks for it too).
+
+    The product is exact: a float means the decimal it prints as (0.9 is 9/10), so where ``total * utilization``
+    is a whole number (80 GiB at 0.9) it is that number, never one more; a bad value is a :class:`SizingError`.
+    """
     return math.ceil(_bytes("total", total, positive=True) * _utilization(utilization))
 
 

@@ -14,7 +14,8 @@ own layout, free to move.
   (every lock a backend keeps, renewed in a forked child), raising
   :class:`LibraryUnavailable` where it cannot be loaded; every error devmem raises is a :class:`DevmemError`.
 - The host: :class:`Files` (the /proc and /sys boundary tests script), ``REAL_FILES``, ``read_int``,
-  ``read_stripped``, /proc/meminfo and cgroup readers, :class:`CpuPlatform`.
+  ``read_stripped``, /proc/meminfo and cgroup readers; :class:`CpuPlatform` (the built-in ``cpu`` backend,
+  :mod:`devmem.cpu`: host RAM as a device, which unified-memory backends read).
 - Figures: :func:`checked_memory` (the one checked entry of a vendor's free/total), :func:`whole_bytes`,
   :func:`process_bytes`, :func:`process_id`, :func:`process_list`, :func:`vendor_text` (per-process figures, process
   lists and a vendor program's output, checked),
@@ -33,7 +34,9 @@ from typing import TYPE_CHECKING
 from devmem.sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
     from devmem.adapter import MINIMAL_CONTRACT, as_platform
+    from devmem.cpu import CpuPlatform
     from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
     from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
     from devmem.sdk.dmem import DmemLimits, dmem_limits
@@ -44,7 +47,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.sdk.hookspecs import hookimpl
     from devmem.sdk.host import (
         REAL_FILES,
-        CpuPlatform,
         Files,
         HostFiles,
         cgroup_memory,
@@ -56,7 +58,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     )
     from devmem.sdk.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
     from devmem.sdk.limits import MemoryLimit, apply_limits
-    from devmem.sdk.parsing import env_choice, env_seconds, env_text, parse_int, require_int, shown
     from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text, whole_bytes
     from devmem.sdk.sessions import VendorSession
     from devmem.sdk.visible import VisibleDevices, dropped, pick
@@ -102,7 +103,7 @@ _SDK = {
     "Files": "devmem.sdk.host",
     "REAL_FILES": "devmem.sdk.host",
     "HostFiles": "devmem.sdk.host",
-    "CpuPlatform": "devmem.sdk.host",
+    "CpuPlatform": "devmem.cpu",
     "read_stripped": "devmem.sdk.host",
     "read_int": "devmem.sdk.host",
     "read_meminfo": "devmem.sdk.host",
@@ -126,12 +127,12 @@ _SDK = {
     "pick": "devmem.sdk.visible",
     "dropped": "devmem.sdk.visible",
     # parsing and sizes
-    "parse_int": "devmem.sdk.parsing",
-    "env_text": "devmem.sdk.parsing",
-    "env_choice": "devmem.sdk.parsing",
-    "env_seconds": "devmem.sdk.parsing",
-    "require_int": "devmem.sdk.parsing",
-    "shown": "devmem.sdk.parsing",
+    "parse_int": "devmem._text",
+    "env_text": "devmem._text",
+    "env_choice": "devmem._text",
+    "env_seconds": "devmem._text",
+    "require_int": "devmem._text",
+    "shown": "devmem._text",
     "format_size": "devmem.units",
     "parse_size": "devmem.units",
     # under another name than in their module

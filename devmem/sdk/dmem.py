@@ -8,9 +8,9 @@ the cgroup and its descendants, so this process is bound by the tightest one on 
 
 from __future__ import annotations
 
+from devmem._text import parse_int
 from devmem.sdk.host import REAL_FILES, Files, read_stripped
 from devmem.sdk.limits import MemoryLimit
-from devmem.sdk.parsing import parse_int
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from devmem import arguments
 from devmem.errors import InvalidValueError
 from devmem.platform import DeviceMemory
 from devmem.types import MemoryInfo, gib
@@ -31,10 +32,12 @@ class MemoryLimit:
     used: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
-            raise InvalidValueError(f"MemoryLimit.limit must be a non-negative int of bytes, got {self.limit!r}")
-        if self.used is not None and (isinstance(self.used, bool) or not isinstance(self.used, int) or self.used < 0):
-            raise InvalidValueError(f"MemoryLimit.used must be None or a non-negative int of bytes, got {self.used!r}")
+        object.__setattr__(
+            self, "limit", arguments.byte_count("MemoryLimit.limit", self.limit, error=InvalidValueError)
+        )
+        if self.used is not None:
+            used = arguments.byte_count("MemoryLimit.used (or None)", self.used, error=InvalidValueError)
+            object.__setattr__(self, "used", used)
 
     @property
     def label(self) -> str:

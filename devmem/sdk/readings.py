@@ -25,8 +25,8 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from devmem._text import shown
 from devmem.platform import DeviceMemory
-from devmem.sdk.parsing import shown
 from devmem.types import DevmemError, MemoryInfo
 
 #: No device figure reaches this many bytes (16 EiB), either way.

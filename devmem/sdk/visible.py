@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from devmem.sdk.parsing import parse_int
+from devmem._text import parse_int
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ class Stop:
 
 def index(token: str) -> int | None:
     """The device index an entry names in ASCII digits (``"0"``, ``"12"``), else ``None``: full-width or other
-    Unicode digits, signs, underscores and more than :data:`devmem.sdk.parsing.MAX_DIGITS` digits name no index."""
+    Unicode digits, signs, underscores and more than :data:`devmem._text.MAX_DIGITS` digits name no index."""
     return parse_int(token)
 
 

@@ -237,7 +237,7 @@ class PlatformConformance:
     def contract(self, platform) -> Platform:
         """The platform under test as a full :class:`devmem.Platform`: itself, or a minimal backend (the six members
         devmem started from) adapted as resolution adapts it (:func:`devmem.as_platform`); each device prepared
-        (:func:`devmem.prepare_device`) as an engine prepares it before reading."""
+        (:func:`devmem.engine.prepare_device`) as an engine prepares it before reading."""
         missing = missing_members(platform)
         if missing:
             pytest.fail(
@@ -319,7 +319,7 @@ class PlatformConformance:
     def test_memory_reading_carries_its_sources(self, contract):
         for d in _devices(contract):
             memory = contract.memory(d)
-            assert isinstance(memory, DeviceMemory), f"memory({d}) returned {memory!r}, not a devmem.DeviceMemory"
+            assert isinstance(memory, DeviceMemory), f"memory({d}) returned {memory!r}, not a devmem.sdk.DeviceMemory"
             assert isinstance(memory.info, MemoryInfo), f"memory({d}).info is {memory.info!r}, not a devmem.MemoryInfo"
             assert all(isinstance(k, str) and isinstance(v, str) for k, v in memory.sources.items()), (
                 f"memory({d}).sources is {memory.sources!r}, not text for people keyed by figure"

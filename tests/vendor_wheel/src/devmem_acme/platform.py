@@ -31,15 +31,15 @@ class AcmePlatform(devmem.PlatformBase):
     def device_count(self) -> int:
         return 1
 
-    def _memory(self, device: int) -> devmem.DeviceMemory:
+    def _memory(self, device: int) -> devmem.sdk.DeviceMemory:
         vm = self._psutil.virtual_memory()
-        return devmem.DeviceMemory(
+        return devmem.sdk.DeviceMemory(
             devmem.MemoryInfo(free=int(vm.available), total=int(vm.total)),
             {"free": "psutil.virtual_memory().available", "total": "psutil.virtual_memory().total"},
         )
 
-    def _process_memory(self, device: int) -> devmem.ProcessMemory:
-        return devmem.ProcessMemory(int(self._psutil.Process().memory_info().rss))
+    def _process_memory(self, device: int) -> devmem.sdk.ProcessMemory:
+        return devmem.sdk.ProcessMemory(int(self._psutil.Process().memory_info().rss))
 
     def _is_integrated(self, device: int) -> bool:
         return True

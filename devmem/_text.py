@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from devmem.types import DevmemError
+from devmem.errors import DevmemError
 
 #: The most digits a reading may have: 2**64 has 20, so every 64-bit counter fits.
 MAX_DIGITS = 20

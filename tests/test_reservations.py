@@ -376,6 +376,21 @@ def test_the_directory_comes_from_devmem_ledger_dir(host, tmp_path, monkeypatch)
         assert r.path == tmp_path / "shared" / "cpu-host_memory-0.json"
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, 0, "10"])
+def test_a_lock_timeout_that_cannot_end_is_refused_naming_it(host, tmp_path, timeout):
+    with pytest.raises(devmem.DevmemError, match=rf"lock_timeout must be a finite number.*got {timeout!r}"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path, lock_timeout=timeout)
+
+
+@pytest.mark.parametrize("request_", [{"utilization": 0.5}, {"bytes": GiB}])
+def test_a_device_whose_total_reads_zero_is_a_clear_error(tmp_path, request_):
+    from devmem_nvidia.testing import ScriptedNvidiaGpu
+
+    platform = scripted_platform(Scenario(devices=[ScriptedNvidiaGpu(total=0, reserved=0)]))
+    with pytest.raises(devmem.DevmemError, match=r"device 0 \(NVIDIA H200\) reports a total of 0 bytes"):
+        reserve(0, platform=platform, ledger_dir=tmp_path, **request_)
+
+
 def test_a_held_lock_fails_within_the_timeout_naming_it(host, tmp_path):
     Ledger(tmp_path)._writable()
     fd = os.open(tmp_path / "cpu-host_memory-0.lock", os.O_RDWR | os.O_CREAT)

@@ -404,8 +404,14 @@ class Ledger:
                 f"got {shown(directory)}"
             )
         self.directory = Path(directory) if directory is not None else default_directory()
-        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not lock_timeout > 0:
-            raise DevmemError(f"lock_timeout must be a number of seconds > 0, got {shown(lock_timeout)}")
+        if (
+            isinstance(lock_timeout, bool)
+            or not isinstance(lock_timeout, numbers.Real)
+            or not 0 < float(lock_timeout) < math.inf
+        ):
+            raise DevmemError(
+                f"lock_timeout must be a finite number of seconds > 0 (a wait that can end), got {shown(lock_timeout)}"
+            )
         self.lock_timeout = float(lock_timeout)
 
     # ---- files ----------------------------------------------------------------------------------------
@@ -619,6 +625,11 @@ class Ledger:
         :func:`reserve`)."""
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
+        if total <= 0:
+            raise DevmemError(
+                f"device {device} ({reading.name}) reports a total of {shown(total)} bytes: nothing can be reserved on "
+                "it; check the device (`devmem doctor`) or reserve on another"
+            )
         request = resolve_request(nbytes, utilization, total)
         key, _ = device_key(platform, device, reading.name)
         others = reading.other_processes

@@ -404,15 +404,12 @@ class Ledger:
                 f"got {shown(directory)}"
             )
         self.directory = Path(directory) if directory is not None else default_directory()
-        if (
-            isinstance(lock_timeout, bool)
-            or not isinstance(lock_timeout, numbers.Real)
-            or not 0 < float(lock_timeout) < math.inf
-        ):
+        seconds = None if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, numbers.Real) else lock_timeout
+        if seconds is None or not 0 < float(seconds) < math.inf:
             raise DevmemError(
                 f"lock_timeout must be a finite number of seconds > 0 (a wait that can end), got {shown(lock_timeout)}"
             )
-        self.lock_timeout = float(lock_timeout)
+        self.lock_timeout: float = float(seconds)
 
     # ---- files ----------------------------------------------------------------------------------------
     def _writable(self) -> Path:

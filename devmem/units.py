@@ -24,7 +24,8 @@ _UNITS = {
 #: 10, upper case a power of 2, so ``80G`` is 80 GiB and ``80g`` is 80 GB, there and here.
 _LETTERS = {"k": "KB", "m": "MB", "g": "GB", "t": "TB", "K": "KiB", "M": "MiB", "G": "GiB", "T": "TiB"}
 _TOO_LARGE = 1 << 64
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
+#: ASCII only: with Unicode case folding, the Kelvin sign (U+212A) would read as ``K`` and a dotless ``ı`` as ``i``.
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE | re.ASCII)
 
 
 def read_size(text: str) -> tuple[int, str]:

@@ -7,6 +7,7 @@ it holds and answers ``released``; end of input exits (releasing at exit).
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -61,9 +62,18 @@ def no_hang(seconds: int = 5) -> Iterator[None]:
 class Worker:
     """One process running :data:`WORKER` on the ledger in ``directory``."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, command_bytes: int = 0):
+        """``command_bytes``: pad the worker's command line to about that many bytes (its stack limit raised so
+        the kernel takes them: a command line may reach a quarter of the stack limit)."""
+        padding = ["x" * (120 << 10)] * -(-command_bytes // (120 << 10))
+
+        def room() -> None:
+            if padding:
+                resource.setrlimit(resource.RLIMIT_STACK, (64 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(directory)],
+            [sys.executable, "-c", WORKER, str(directory), *padding],
+            preexec_fn=room,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

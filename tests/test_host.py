@@ -113,6 +113,11 @@ def test_meminfo_parses_kilobytes_into_bytes():
     }
 
 
+@pytest.mark.parametrize("line", ["MemTotal: 16 MB", "MemTotal: 16384 kB extra", "MemTotal: 16384 KB"])
+def test_a_meminfo_figure_in_another_unit_is_skipped_not_read_as_bytes(line):
+    assert parse_meminfo(f"{line}\nMemFree: 8 kB\n") == {"MemFree": 8 * 1024}
+
+
 def test_cpu_platform_is_integrated_and_pages_instead_of_failing():
     platform = CpuPlatform()
     assert platform.is_integrated_gpu() and platform.pages_instead_of_failing()

@@ -33,6 +33,7 @@ from devmem.engine.reservations import (
     LedgerError,
     Owner,
     ReservationRefused,
+    _start_time,
     account,
     device_key,
     reserve,
@@ -128,7 +129,8 @@ def test_refusal_names_the_holder_pid_and_command(workers, tmp_path):
     with pytest.raises(ReservationRefused) as caught:
         reserve(0, total // 2 + 1, platform=CpuPlatform(), ledger_dir=tmp_path)
     assert f"PID {holder.pid} (" in str(caught.value) and "python" in str(caught.value)
-    assert [(h.pid, h.reserved) for h in caught.value.holders] == [(holder.pid, total // 2)]
+    others = [(h.pid, h.reserved) for h in caught.value.holders if not h.mine]  # this process counts, too
+    assert others == [(holder.pid, total // 2)]
 
 
 def test_utilization_is_a_share_of_the_total(host, tmp_path):
@@ -299,6 +301,68 @@ def test_an_owner_in_another_pid_namespace_is_dead_once_its_owner_lock_is_free(h
         pass
 
 
+# ---- liveness from the kernel ----------------------------------------------------------------------------
+def _planted(tmp_path, pid: int, start_time: int | None, nbytes: int = 60 * GiB) -> Entry:
+    """An entry naming ``pid`` (its real start time, as anyone can read it), written by hand: no owner lock."""
+    me = Owner.current()
+    entry = Entry("planted", Owner(pid, start_time or 0, me.pidns, (pid,), "init"), nbytes, 0.0)
+    Ledger(tmp_path)._writable()
+    Ledger(tmp_path)._write("cpu-host_memory-0", [entry])
+    return entry
+
+
+def test_an_entry_naming_pid_1_without_its_owner_lock_does_not_block(host, tmp_path):
+    _planted(tmp_path, 1, _start_time(1))
+    with reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path):
+        assert [e["owner"] if "owner" in e else e["pid"] for e in ledger_entries(tmp_path, "cpu-host_memory-0")] == [
+            os.getpid()
+        ]
+
+
+def test_an_entry_naming_a_live_process_whose_owner_lock_another_holds_does_not_block(host, tmp_path):
+    _planted(tmp_path, 1, _start_time(1))
+    fd = os.open(tmp_path / "cpu-host_memory-0.planted.owner", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held by this process, not by PID 1
+    try:
+        with reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path):
+            pass
+    finally:
+        os.close(fd)
+
+
+def test_a_live_owner_whose_proc_entry_cannot_be_matched_is_alive_while_it_holds_its_lock(workers, tmp_path):
+    """What a ``/proc`` mounted ``hidepid`` shows of another user's engine: no start time to match. The lock says."""
+    total = real_total()
+    holder = workers()
+    assert holder.reserve(total // 2)
+    ledger = Ledger(tmp_path)
+    (entry,) = ledger._read("cpu-host_memory-0")[0]
+    hidden = Entry(entry.id, Owner(entry.owner.pid, 0, entry.owner.pidns, entry.owner.nspid, "?"), entry.bytes, 0.0)
+    with ledger._locked("cpu-host_memory-0"):
+        ledger._write("cpu-host_memory-0", [hidden])
+    with pytest.raises(ReservationRefused, match=f"PID {holder.pid}"):
+        reserve(0, total - total // 4, platform=CpuPlatform(), ledger_dir=tmp_path)
+
+
+def test_an_owner_with_a_command_line_of_4_mib_keeps_its_reservation(workers, tmp_path):
+    total = real_total()
+    holder = ledger_workers.Worker(tmp_path, command_bytes=4 << 20)
+    try:
+        assert holder.reserve(total // 2)
+        (entry,) = ledger_entries(tmp_path, "cpu-host_memory-0")
+        assert len(entry["command"]) <= 1024
+        with pytest.raises(ReservationRefused, match=f"PID {holder.pid}"):
+            reserve(0, total - total // 4, platform=CpuPlatform(), ledger_dir=tmp_path)
+    finally:
+        holder.close()
+
+
+def test_an_entry_read_with_a_huge_command_keeps_it_cut():
+    me = Owner.current()
+    entry = Entry("e", Owner(me.pid, 1, me.pidns, me.nspid, "x" * (4 << 20)), GiB, 0.0)
+    assert len(Entry.from_json(entry.as_json()).owner.command) <= 1024
+
+
 # ---- death and exit --------------------------------------------------------------------------------------
 def test_a_killed_owner_is_reclaimed_at_the_next_admission(workers, tmp_path):
     total = real_total()
@@ -374,6 +438,21 @@ def test_the_directory_comes_from_devmem_ledger_dir(host, tmp_path, monkeypatch)
     monkeypatch.setenv("DEVMEM_LEDGER_DIR", str(tmp_path / "shared"))
     with reserve(0, GiB, platform=host) as r:
         assert r.path == tmp_path / "shared" / "cpu-host_memory-0.json"
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, 0, "10"])
+def test_a_lock_timeout_that_cannot_end_is_refused_naming_it(host, tmp_path, timeout):
+    with pytest.raises(devmem.DevmemError, match=rf"lock_timeout must be a finite number.*got {timeout!r}"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path, lock_timeout=timeout)
+
+
+@pytest.mark.parametrize("request_", [{"utilization": 0.5}, {"bytes": GiB}])
+def test_a_device_whose_total_reads_zero_is_a_clear_error(tmp_path, request_):
+    from devmem_nvidia.testing import ScriptedNvidiaGpu
+
+    platform = scripted_platform(Scenario(devices=[ScriptedNvidiaGpu(total=0, reserved=0)]))
+    with pytest.raises(devmem.DevmemError, match=r"device 0 \(NVIDIA H200\) reports a total of 0 bytes"):
+        reserve(0, platform=platform, ledger_dir=tmp_path, **request_)
 
 
 def test_a_held_lock_fails_within_the_timeout_naming_it(host, tmp_path):

@@ -26,9 +26,19 @@ def info(capsys, *argv: str, platform=None) -> str:
     return capsys.readouterr().out
 
 
+#: An engine that holds the owner lock of the file named on its stdin, as reserve() does, and sleeps.
+LOCKER = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.stdin.readline().strip(), os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(60)  # an engine\n"
+)
+
+
 @pytest.fixture
 def sleeper():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # an engine"])
+    proc = subprocess.Popen([sys.executable, "-c", LOCKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     while _start_time(proc.pid) is None:
         pass
     yield proc
@@ -36,14 +46,19 @@ def sleeper():
     proc.wait()
 
 
-def owned_by(proc, platform, nbytes: int) -> Entry:
-    """``proc`` holds a reservation of ``nbytes`` on the platform's device 0 (written as its reserve() would)."""
+def owned_by(proc, platform, nbytes: int, command: str = "python engine.py") -> Entry:
+    """``proc`` holds a reservation of ``nbytes`` on the platform's device 0 (written as its reserve() would: the
+    entry, and the owner lock ``proc`` holds)."""
     me = Owner.current()
-    owner = Owner(proc.pid, _start_time(proc.pid) or 0, me.pidns, (proc.pid,), "python engine.py")
+    owner = Owner(proc.pid, _start_time(proc.pid) or 0, me.pidns, (proc.pid,), command)
     entry = Entry("e1", owner, nbytes, 0.0)
     ledger = Ledger()
     ledger._writable()
-    ledger._write(device_key(platform, 0)[0], [entry])
+    key = device_key(platform, 0)[0]
+    proc.stdin.write(f"{ledger._owner_file(key, entry.id)}\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "locked"
+    ledger._write(key, [entry])
     return entry
 
 
@@ -147,10 +162,6 @@ def test_info_with_a_fifo_in_place_of_the_ledger_file_reports_it_corrupt(capsys,
 
 def test_info_shows_a_reservations_control_characters_as_escapes(capsys, sleeper):
     platform = scripted_platform(h200_scenario())
-    me = Owner.current()
-    owner = Owner(sleeper.pid, _start_time(sleeper.pid) or 0, me.pidns, (sleeper.pid,), "engine\x1b]0;retitled\x07")
-    ledger = Ledger()
-    ledger._writable()
-    ledger._write(device_key(platform, 0)[0], [Entry("e1", owner, GiB, 0.0)])
+    owned_by(sleeper, platform, GiB, "engine\x1b]0;retitled\x07")
     out = info(capsys, platform=platform)
     assert "\x1b" not in out and "\x07" not in out and "engine\\x1b]0;retitled\\x07" in out

@@ -32,6 +32,12 @@ def test_text_that_is_not_a_size_is_refused_with_the_accepted_forms(text):
         parse_size(text)
 
 
+@pytest.mark.parametrize("text", ["1\u212a", "1\u212aiB", "1\u212aB", "2G\u0131B", "4\u00a0GiB"])
+def test_a_look_alike_letter_in_a_unit_is_refused_not_read_as_its_ascii_twin(text):
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size(text)
+
+
 @pytest.mark.parametrize(
     "nbytes, text",
     [

@@ -35,6 +35,7 @@ import fcntl
 import json
 import logging
 import math
+import numbers
 import os
 import re
 import stat
@@ -68,6 +69,9 @@ FORMAT = 1
 MAX_FILE_BYTES = 1 << 22
 #: The longest entry id a ledger holds (devmem writes 16 hex digits); a longer one is corrupt.
 MAX_ID = 64
+
+#: The most PID namespaces nest (the kernel's limit): an entry's ``nspid`` lists at most this many PIDs.
+MAX_NESTING = 32
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -114,10 +118,42 @@ def _namespace_pids() -> tuple[int, ...]:
     return (os.getpid(),)
 
 
+def _flock_holders(dev: int, ino: int, locks: str = "/proc/locks") -> set[int] | None:
+    """The PIDs (as this PID namespace names them) that hold a ``flock`` on the file ``(dev, ino)``, from the
+    kernel's ``/proc/locks``; ``None`` where it cannot be read or lists no lock on the file (the holders are in
+    another PID namespace, which ``/proc/locks`` leaves out)."""
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        with open(locks, "rb") as f:
+            text = f.read(1 << 24).decode("ascii", "replace")
+    except OSError:
+        return None
+    holders = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
+            holders.add(int(fields[4]))
+    return holders or None
+
+
+#: The longest command line an entry keeps (characters): it is for people, and a longer one would let one
+#: entry push the ledger file past :data:`MAX_FILE_BYTES`.
+MAX_COMMAND = 1024
+
+
 def _command(pid: int) -> str:
+    """``pid``'s command line, cut to :data:`MAX_COMMAND` characters."""
+    return _cut(_full_command(pid))
+
+
+def _cut(command: str) -> str:
+    return command if len(command) <= MAX_COMMAND else command[: MAX_COMMAND - 3] + "..."
+
+
+def _full_command(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
+            argv = f.read(4 * MAX_COMMAND).split(b"\0")
         text = " ".join(a.decode("utf-8", "replace") for a in argv if a)
         if text:
             return text
@@ -189,7 +225,9 @@ class Entry(Record):
         if isinstance(created, bool) or not isinstance(created, (int, float)):
             raise ValueError(f"entry field 'created' must be a time, got {shown(created)}")
         pid, start, pidns, nbytes = (int(ints[k]) for k in ("pid", "start_time", "pidns", "bytes"))  # type: ignore[arg-type]
-        owner = Owner(pid, start, pidns, tuple(nspid), str(d.get("command", "?")))
+        if len(nspid) > MAX_NESTING:
+            raise ValueError(f"entry field 'nspid' must list at most {MAX_NESTING} PIDs, got {len(nspid)}")
+        owner = Owner(pid, start, pidns, tuple(nspid), _cut(str(d.get("command", "?"))))
         return cls(d["id"], owner, nbytes, float(created))
 
 
@@ -304,7 +342,7 @@ def account(
             holdings.append(Holding(None, None, None, beyond))
     else:
         notes.append("the platform lists no per-process figures (host memory): only reservations are counted")
-    if not mine and own_used and others is not None:
+    if not mine and own_used:  # on every platform: where others are unlisted, too (`beyond` leaves it out)
         holdings.append(Holding(me.pid, me.command, None, own_used, True))
     return Accounting(total, tuple(holdings), tuple(notes))
 
@@ -404,9 +442,12 @@ class Ledger:
                 f"got {shown(directory)}"
             )
         self.directory = Path(directory) if directory is not None else default_directory()
-        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not lock_timeout > 0:
-            raise DevmemError(f"lock_timeout must be a number of seconds > 0, got {shown(lock_timeout)}")
-        self.lock_timeout = float(lock_timeout)
+        seconds = None if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, numbers.Real) else lock_timeout
+        if seconds is None or not 0 < float(seconds) < math.inf:
+            raise DevmemError(
+                f"lock_timeout must be a finite number of seconds > 0 (a wait that can end), got {shown(lock_timeout)}"
+            )
+        self.lock_timeout: float = float(seconds)
 
     # ---- files ----------------------------------------------------------------------------------------
     def _writable(self) -> Path:
@@ -551,29 +592,42 @@ class Ledger:
             os.close(fd)
 
     # ---- liveness -------------------------------------------------------------------------------------
-    def _owner_lock_held(self, key: str, entry: Entry) -> bool | None:
-        """Whether ``entry``'s owner still holds its owner lock; ``None`` where the owner file is gone."""
+    def _owner_lock(self, key: str, entry: Entry) -> tuple[bool | None, tuple[int, int] | None]:
+        """Whether some process holds ``entry``'s owner lock (``False`` also where the owner file is gone: a live
+        owner keeps it from before its entry is written until after its entry is removed), with the file's
+        ``(st_dev, st_ino)``; ``None`` where the lock cannot be asked (the file cannot be opened, flock fails)."""
         path = self._owner_file(key, entry.id)
         try:
             fd = regular_fd(os.open(path, os.O_RDONLY | SAFE_FLAGS), path)
+        except FileNotFoundError:
+            return False, None
         except (OSError, ValueError):
-            return None
+            return None, None
         try:
+            st = os.fstat(fd)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
+        except OSError as exc:
+            held = True if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
+            return held, (st.st_dev, st.st_ino)
         finally:
             os.close(fd)
-        return False
+        return False, None
 
     def alive(self, key: str, entry: Entry, me: Owner, others: Mapping[int, int] | None) -> bool:
-        """Whether ``entry``'s owner is alive, as ``me`` can tell: see the module docstring."""
+        """Whether ``entry``'s owner is alive, as the kernel tells: its owner lock decides, in any PID namespace
+        (a PID and start time anyone can copy into an entry prove nothing). In this namespace, the lock must be
+        held by the owner's PID where ``/proc/locks`` lists the lock's holders. Only where the lock cannot be
+        asked: the PID and start time (this namespace) or the platform's process list (another)."""
         o = entry.owner
-        if o.pidns and o.pidns == me.pidns:
+        same_namespace = bool(o.pidns) and o.pidns == me.pidns
+        held, inode = self._owner_lock(key, entry)
+        if held is False:
+            return False
+        if held and inode is not None:
+            holders = _flock_holders(*inode) if same_namespace else None
+            return not holders or o.pid in holders  # no list: the lock alone says (a holder in another namespace)
+        if same_namespace:
             return _start_time(o.pid) == o.start_time
-        held = self._owner_lock_held(key, entry)
-        if held is not None:
-            return held
         outer = o.nspid[0] if len(o.nspid) > 1 else None
         return others is not None and outer is not None and outer in others
 
@@ -619,6 +673,11 @@ class Ledger:
         :func:`reserve`)."""
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
+        if total <= 0:
+            raise DevmemError(
+                f"device {device} ({reading.name}) reports a total of {shown(total)} bytes: nothing can be reserved on "
+                "it; check the device (`devmem doctor`) or reserve on another"
+            )
         request = resolve_request(nbytes, utilization, total)
         key, _ = device_key(platform, device, reading.name)
         others = reading.other_processes

@@ -49,17 +49,17 @@ REAL_FILES: Files = HostFiles()
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
-    """``/proc/meminfo`` as a dict of bytes (``{"MemAvailable": 123..., ...}``); a line whose figure is not
-    a whole number (:func:`devmem._text.parse_int`) is skipped."""
+    """``/proc/meminfo`` as a dict of bytes (``{"MemAvailable": 123..., ...}``): a figure in ``kB`` (the kernel's
+    KiB) or without a unit (a count, ``HugePages_Total``); a line whose figure is not a whole number
+    (:func:`devmem._text.parse_int`) or whose unit is another (``MB``: no kernel writes it) is skipped."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         key, sep, rest = line.partition(":")
         fields = rest.split()
         value = parse_int(fields[0]) if sep and fields else None
-        if value is None:
+        if value is None or len(fields) > 2 or fields[1:] not in ([], ["kB"]):
             continue
-        scale = KiB if len(fields) > 1 and fields[1] == "kB" else 1
-        out[key.strip()] = value * scale
+        out[key.strip()] = value * (KiB if fields[1:] else 1)
     return out
 
 
@@ -70,7 +70,7 @@ def read_meminfo(files: Files = REAL_FILES) -> dict[str, int]:
     except OSError as exc:
         raise DevmemError(f"cannot read /proc/meminfo: {exc}") from exc
     if "MemTotal" not in info:
-        raise DevmemError("/proc/meminfo has no MemTotal line")
+        raise DevmemError("/proc/meminfo has no MemTotal line in kB (the kernel's unit)")
     if "MemAvailable" not in info:  # kernels before 3.14
         info["MemAvailable"] = info.get("MemFree", 0) + info.get("Cached", 0) + info.get("Buffers", 0)
     return info

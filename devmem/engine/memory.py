@@ -418,27 +418,24 @@ class EngineMemory:
             figures.pop("consumed", None)
             figures.pop("graph_capture", None)
         expandable = self._expandable_segments()
+        seen = figures.pop("allocator", "caching")  # None: the window saw no torch allocator (host memory)
+        if self.allocation_granularity == ALLOCATOR_GRANULARITY and seen is not None:  # charged what torch reserves
+            rounding: dict[str, Any] = {"allocator": "expandable" if expandable else "caching"}
+        elif expandable:  # an allocator of the engine's own granularity, packed into expandable segments
+            rounding = {"allocation_granularity": max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)}
+        else:
+            rounding = {"allocation_granularity": self.allocation_granularity}
         plan = plan_kv_cache(
             total=self.baseline.total,
             utilization=self.utilization,
             pinned_bytes=self.pinned_bytes,
             page_size_bytes=page_size_bytes,
             num_layers=layers,
-            allocation_granularity=(
-                max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)
-                if expandable
-                else self.allocation_granularity
-            ),
-            allocations=1 if expandable else layout.allocations(layers),
+            allocations=1 if expandable and "allocator" not in rounding else layout.allocations(layers),
+            **rounding,
             **figures,
         )
-        described = plan.layout
-        if expandable:  # tensors are packed into the segment; what it maps grows in whole units, once
-            described = (
-                f"{layout.allocations(layers)} tensor(s) in torch's expandable segments, which map memory in units "
-                f"of {format_size(EXPANDABLE_SEGMENT_GRANULARITY)}: their total rounded up once to it"
-            )
-        self.kv_plan = replace(plan, device=self.device, layout=described)
+        self.kv_plan = replace(plan, device=self.device)
         self.layout, self.num_layers = layout, layers
         return self.kv_plan
 

@@ -202,11 +202,9 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
         )
     else:
         held = f"other processes hold {format_size(others)}"
-    advice = (
-        f"Lower the utilization to at most {fits:.3f}, or stop processes using the device"
-        if fits > 0
-        else "No utilization fits: stop processes using the device"
-    )
+    # stopping other processes helps only where they hold memory (or what they hold is unknown)
+    stop = "stop processes using the device" if others != 0 else "free what this process holds before starting"
+    advice = f"Lower the utilization to at most {fits:.3f}, or {stop}" if fits > 0 else f"No utilization fits: {stop}"
     raise NotEnoughMemoryError(
         f"device {snapshot.device} ({name}): free memory at start, {format_size(free)}, is less than the "
         f"requested {format_size(requested)} ({requested / total:.3f} of the total "

@@ -355,7 +355,9 @@ def _figure(name: str, value: int) -> str:
     return f"{_LABELS[name]} {format_size(value)}"
 
 
-def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, str]:
+def _utilization_advice(total: int, needed_bytes: int, others: int | None = None) -> tuple[float | None, str]:
+    """The smallest utilization that holds one block, and the remedies that would work: freeing other processes'
+    memory is named only where they hold some (``others``, when known), with how much."""
     needed = Fraction(needed_bytes, total)
     if needed > 1:
         return None, (
@@ -364,10 +366,15 @@ def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, st
             "quantized model, shard it over more devices, or shorten the context or batch"
         )
     rounded = math.ceil(needed * 1000) / 1000
-    return rounded, (
-        f"a utilization of at least {rounded:.3f} would hold one block: raise it, or shorten the "
-        "context or batch so the transient peak shrinks, or free memory that other processes hold"
-    )
+    remedies = [
+        f"a utilization of at least {rounded:.3f} ({format_size(math.ceil(rounded * total))}) would hold one block: "
+        "raise it",
+        "shorten the context or batch so the transient peak shrinks",
+        "use a smaller or quantized model",
+    ]
+    if others:
+        remedies.append(f"free memory that other processes hold ({format_size(others)}) if the device cannot give that")
+    return rounded, ", or ".join(remedies)
 
 
 def _shortfall(
@@ -439,7 +446,7 @@ def plan_utilization(
         "non_kv": non_kv,
     }
     if kv < shared.block or shared.blocks(kv) == 0:
-        needed, advice = _utilization_advice(total, non_kv + shared.block)
+        needed, advice = _utilization_advice(total, non_kv + shared.block, shared.other_processes)
         raise _shortfall(
             "utilization",
             figures,
@@ -606,7 +613,9 @@ def plan_growable(
                 ),
             )
         else:
-            needed, advice = _utilization_advice(total, t["non_kv_used"] + t["transient_peak"] + shared.block)
+            needed, advice = _utilization_advice(
+                total, t["non_kv_used"] + t["transient_peak"] + shared.block, shared.other_processes
+            )
         raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
     kv = t["kv_cache"]
     return KvCachePlan(

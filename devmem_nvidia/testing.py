@@ -447,7 +447,7 @@ class ScriptedNvml(ScriptedLibrary):
             raise nvml_error("ArgumentVersionMismatch")
         return c_nvmlMemory_v2_t(version, dev.total, dev.reserved, dev.total - dev.reserved - used, used)
 
-    def nvmlDeviceGetMemoryLimits_v1(self, device: ScriptedHandle, limits: c_nvmlGetMemoryLimits_v1_t) -> None:
+    def nvmlDeviceGetMemoryLimits_v1(self, device: ScriptedHandle, limits: Any) -> None:
         self._enter("nvmlDeviceGetMemoryLimits_v1", handle=device)
         figures = self._device(device).memory_limits
         if figures is None:

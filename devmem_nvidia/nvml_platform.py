@@ -49,6 +49,7 @@ from devmem.sdk import (
     format_size,
 )
 from devmem_nvidia.driver import NO_DRIVER, driver_loaded
+from devmem_nvidia.driver_limits import DriverLimits, read_driver_limits
 from devmem_nvidia.limits import env_limits
 from devmem_nvidia.mps_control import MpsDefaults, Runner, pipe_directory, run_control
 from devmem_nvidia.nvml_access import (
@@ -228,6 +229,8 @@ class NvmlPlatform(PlatformBase):
         #: Per device, whether no limit can bind beside NVML's reading (none fixed, no cgroup dmem controller): then
         #: ``device_memory_info`` is NVML's reading alone, unless the runtime's view is needed (below).
         self._plain: dict[int, bool] = {}
+        #: Per device, whether the driver reported memory limits it enforces (read at every reading where it did).
+        self._partitioned: dict[int, bool] = {}
         #: Per device where this process holds a context, whether the runtime's view can show a cap NVML cannot
         #: (an MPS client, or a runtime total below NVML's), decided at the first reading that saw the context.
         self._runtime_needed: dict[int, bool] = {}
@@ -286,8 +289,15 @@ class NvmlPlatform(PlatformBase):
     def _fixed_limits(self, device: int, dev: VisibleDevice) -> tuple[list[MemoryLimit], str]:
         """What does not change per reading of ``device``: its environment and MPS-daemon limits, its PCI slot."""
         limits = env_limits(self._environ, device) + self._mps_defaults.limit(device, len(self._table.devices()))
-        self._plain[device] = not limits and not self._dmem.controller_present()
+        partitioned = self._driver_limits(dev) is not None  # read again at every reading: its use moves
+        self._partitioned[device] = partitioned
+        self._plain[device] = not limits and not partitioned and not self._dmem.controller_present()
         return limits, kernel_slot(dev.pci_bus_id)
+
+    def _driver_limits(self, dev: VisibleDevice) -> DriverLimits | None:
+        """The limits the driver enforces on ``dev`` and reports (NVML memory limits, driver r615+), where set."""
+        found = read_driver_limits(self._session, dev.handle)
+        return None if found is None or found.note() is None else found
 
     def _memory(self, device: int) -> DeviceMemory:
         dev = self._table.devices()[device]
@@ -300,6 +310,10 @@ class NvmlPlatform(PlatformBase):
         if fixed is None:
             fixed = self._fixed[device] = self._fixed_limits(device, dev)
         limits = fixed[0] + self._dmem(fixed[1])
+        enforced = self._driver_limits(dev) if self._partitioned.get(device) else None
+        if enforced is not None:
+            memory = DeviceMemory(memory.info, memory.sources, (*memory.notes, str(enforced.note())))
+            limits += [lim for lim in (enforced.limit(),) if lim is not None]
         runtime = self._runtime.checked(device)
         if runtime is not None:
             self._decide_runtime(device, runtime.info, memory.info)

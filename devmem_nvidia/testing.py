@@ -108,6 +108,9 @@ class ScriptedNvidiaGpu(ScriptedDevice):
     mig: list[ScriptedNvidiaGpu] = field(default_factory=list)
     #: MIG instances only: PID -> bytes the driver attributes to it inside this instance.
     processes: dict[int, int] = field(default_factory=dict)
+    #: What ``nvmlDeviceGetMemoryLimits_v1`` reports (driver r615+): ``(hardLimit, softLimit, currentUsed)``;
+    #: ``None``: the driver has no such call (``FunctionNotFound``), as every driver before r615.
+    memory_limits: tuple[int, int, int] | None = None
 
 
 def _gpu(scenario: Scenario, index: int) -> ScriptedNvidiaGpu:
@@ -250,6 +253,15 @@ class nvmlPciInfo_t:
         self.pciSubSystemId = 0
 
 
+class c_nvmlGetMemoryLimits_v1_t(ctypes.Structure):
+    _fields_ = [
+        ("nameSpace", ctypes.c_char_p),
+        ("softLimit", ctypes.c_ulonglong),
+        ("hardLimit", ctypes.c_ulonglong),
+        ("currentUsed", ctypes.c_ulonglong),
+    ]
+
+
 class nvmlFriendlyObject:
     def __init__(self, **fields: Any):
         self.__dict__.update(fields)
@@ -280,6 +292,7 @@ class ScriptedNvml(ScriptedLibrary):
     """``pynvml`` answering from ``scenario`` (read live on every call). See the module docstring."""
 
     nvmlMemory_v2 = nvmlMemory_v2
+    c_nvmlGetMemoryLimits_v1_t = c_nvmlGetMemoryLimits_v1_t
     NVML_SUCCESS = NVML_SUCCESS
     NVML_VALUE_NOT_AVAILABLE_ulonglong = NVML_VALUE_NOT_AVAILABLE_ulonglong
     NVML_VALUE_NOT_AVAILABLE_uint = NVML_VALUE_NOT_AVAILABLE_uint
@@ -433,6 +446,13 @@ class ScriptedNvml(ScriptedLibrary):
         if version != nvmlMemory_v2:
             raise nvml_error("ArgumentVersionMismatch")
         return c_nvmlMemory_v2_t(version, dev.total, dev.reserved, dev.total - dev.reserved - used, used)
+
+    def nvmlDeviceGetMemoryLimits_v1(self, device: ScriptedHandle, limits: Any) -> None:
+        self._enter("nvmlDeviceGetMemoryLimits_v1", handle=device)
+        figures = self._device(device).memory_limits
+        if figures is None:
+            raise nvml_error("FunctionNotFound")
+        limits.hardLimit, limits.softLimit, limits.currentUsed = figures
 
     # ---- processes -----------------------------------------------------------------------------
     def _processes(self, name: str, handle: ScriptedHandle, kind: str) -> list[nvmlFriendlyObject]:

@@ -170,7 +170,9 @@ class AmdApu:
             )
         host, free_source = _host(self._host)
         gtt_left = max(0, mem.gtt_total - mem.gtt_used)
-        total = mem.gtt_total + mem.vram_total
+        # GTT pages come from the host's memory: a GTT limit above it (or above this cgroup's limit) is no capacity
+        gtt_usable = min(mem.gtt_total, host.total)
+        total = gtt_usable + mem.vram_total
         binding = "the GTT limit binds" if gtt_left < host.free else "MemAvailable binds"
         sources = {
             "free": (
@@ -180,8 +182,17 @@ class AmdApu:
             "total": f"GTT {format_size(mem.gtt_total)} + VRAM carve-out {format_size(mem.vram_total)} ({where})",
         }
         notes: tuple[str, ...] = ()
-        if gtt_left < host.free:
+        if gtt_usable < mem.gtt_total:
+            sources["total"] = (
+                f"the host's memory {format_size(host.total)} ({self._host.memory_sources(0)['total']}; below the GTT "
+                f"limit {format_size(mem.gtt_total)}) + VRAM carve-out {format_size(mem.vram_total)} ({where})"
+            )
             notes = (
+                f"the GTT limit ({format_size(mem.gtt_total)}) is above the host's memory ({format_size(host.total)}): "
+                "the GPU can map no more than the host has, so the total is capped at it",
+            )
+        if gtt_left < host.free:
+            notes += (
                 f"the GTT limit ({format_size(mem.gtt_total)}, ttm.pages_limit) binds before the host's memory "
                 f"does: raise it to let the GPU use more of the {format_size(host.free)} the OS could give",
             )

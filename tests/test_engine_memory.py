@@ -94,7 +94,7 @@ def test_explain_says_which_layout_the_plan_assumed(h200, torch_rt, platform):
     memory = _engine(h200, torch_rt, platform, graphs=True)
     memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer(tensors_per_layer=2))
     text = memory.explain()
-    assert "44 equal tensors allocated separately, each rounded up to 2.00 MiB" in text
+    assert "44 tensor(s), each charged what torch's caching allocator reserves for its size" in text
     assert "graphs window" in text and "graph capture" in text
 
 
@@ -236,7 +236,7 @@ def test_expandable_segments_round_the_whole_cache_once_to_their_mapping_unit(h2
     plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer())
     mapped = -(-plan.num_blocks * plan.block_bytes // (20 * MiB)) * 20 * MiB
     assert mapped <= plan.kv_cache_bytes < mapped + 20 * MiB + plan.block_bytes
-    assert "22 tensor(s) in torch's expandable segments" in memory.explain()
+    assert "22 tensor(s) packed into torch's expandable segments" in memory.explain()
 
 
 # ---- a cache devmem cannot see into: the block cost measured from runs of the engine -------------------------------

@@ -290,3 +290,32 @@ def test_what_the_window_kept_counts_when_a_cotenant_frees_during_a_device_wide_
         rt.malloc(2 * GiB)
         sc.release(10 * GiB, pid=sc.other_pid)
     assert profile.total_consumed == 8 * GiB
+
+
+def test_cache_left_by_work_before_the_window_is_not_its_transient(torch_rt, platform):
+    """A 2 GiB compile-time spike before the window, then a 512 MiB pass in it: planned as the pass alone."""
+    baseline = MemorySnapshot.measure(0, platform)
+    weights = torch_rt.malloc(2 * GiB)
+
+    def plan():
+        with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+            _forward(torch_rt, [512 * MiB])
+        inputs = profile.plan_inputs()
+        return inputs, plan_kv_cache(total=baseline.total, utilization=0.5, page_size_bytes=MiB, num_layers=2, **inputs)
+
+    _, quiet = plan()
+    _forward(torch_rt, [2 * GiB])  # the spike, left in the allocator's cache
+    inputs, spiked = plan()
+    assert inputs["transient_peak_bytes"] == 512 * MiB
+    assert abs(spiked.kv_cache_bytes - quiet.kv_cache_bytes) <= 2 * MiB
+    torch_rt.free(weights)
+
+
+def test_plan_inputs_name_the_allocator_the_window_saw(torch_rt, platform, monkeypatch):
+    baseline = MemorySnapshot.measure(0, platform)
+    with memory_profiling(baseline, platform=platform) as default:
+        _forward(torch_rt, [4 * MiB])
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    with memory_profiling(baseline, platform=platform) as expandable:
+        _forward(torch_rt, [4 * MiB])
+    assert (default.plan_inputs()["allocator"], expandable.plan_inputs()["allocator"]) == ("caching", "expandable")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import devmem
 from devmem import DevmemError, GiB, MiB, NotEnoughMemoryError
 from devmem.planner.sizing import (
     SizingError,
@@ -603,3 +604,30 @@ def test_explain_names_the_result_the_path_and_each_figure():
     assert any(
         line.split() == ["other", "processes", "1.00", "GiB", "(reported,", "not", "subtracted)"] for line in lines
     )
+
+
+def test_shortfall_advice_does_not_name_other_processes_that_hold_nothing():
+    with pytest.raises(devmem.NotEnoughMemoryError) as caught:
+        devmem.plan_kv_cache(
+            total=64 * devmem.GiB,
+            utilization=0.1,
+            weights=7 * devmem.GiB,
+            page_size_bytes=4096,
+            num_layers=2,
+            other_processes=0,
+        )
+    assert "other processes hold" not in str(caught.value)
+    assert "a utilization of at least 0.110 (7.04 GiB) would hold one block" in str(caught.value)
+    assert "smaller or quantized model" in str(caught.value)
+
+
+def test_shortfall_advice_names_what_other_processes_hold():
+    with pytest.raises(devmem.NotEnoughMemoryError, match=r"free memory that other processes hold \(5.00 GiB\)"):
+        devmem.plan_kv_cache(
+            total=64 * devmem.GiB,
+            utilization=0.1,
+            weights=7 * devmem.GiB,
+            page_size_bytes=4096,
+            num_layers=2,
+            other_processes=5 * devmem.GiB,
+        )

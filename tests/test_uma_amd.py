@@ -171,3 +171,47 @@ def test_disagreeing_visible_devices_variables_are_noted():
     sc = two_mi300a()
     sc.environ.update({"HIP_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "0"})
     assert any("disagree" in note for note in uma(sc).notes())
+
+
+HOST_62_6_GIB = 62 * GiB + 614 * MiB  # a whole number of KiB, as /proc/meminfo states it
+
+
+def _apu_above_its_host(**host) -> Scenario:
+    """An APU whose GTT limit (100 GiB) is above its host's 62.6 GiB, with a 512 MiB carve-out."""
+    device = ScriptedAmdGpu(
+        name="AMD Radeon 890M",
+        total=512 * MiB,
+        reserved=0,
+        integrated=True,
+        gtt_total=100 * GiB,
+        gtt_used=0,
+        card=0,
+        pci_bus_id="00000000:C4:00.0",
+        gfx_target="gfx1150",
+        uuid="GPU-0a1b2c3d4e5f6a7b",
+    )
+    return Scenario(devices=[device], host=HostMemory(**{"total": HOST_62_6_GIB, "free": 50 * GiB, **host}))
+
+
+def test_apu_total_is_capped_by_the_hosts_memory():
+    info = uma(_apu_above_its_host()).device_memory_info()
+    assert info.total == HOST_62_6_GIB + 512 * MiB
+
+
+def test_apu_total_is_capped_by_the_cgroup_limit():
+    sc = _apu_above_its_host()
+    sc.files.update(
+        {
+            "/proc/self/cgroup": "0::/job\n",
+            "/sys/fs/cgroup/job/memory.max": f"{32 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.current": f"{GiB}\n",
+            "/sys/fs/cgroup/job/memory.stat": "anon 1073741824\ninactive_file 0\n",
+        }
+    )
+    assert uma(sc).device_memory_info().total == 32 * GiB + 512 * MiB
+
+
+def test_apu_total_above_the_host_says_why_it_is_capped():
+    platform = uma(_apu_above_its_host())
+    assert "below the GTT limit 100.00 GiB" in platform.memory_sources()["total"]
+    assert any("the total is capped at it" in note for note in platform.notes(0))

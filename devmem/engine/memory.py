@@ -575,27 +575,32 @@ class EngineMemory:
             figures.pop("consumed", None)
             figures.pop("graph_capture", None)
         expandable = self._expandable_segments()
+        seen = figures.pop("allocator", "caching")  # None: the window saw no torch allocator (host memory)
+        if self.allocation_granularity == ALLOCATOR_GRANULARITY and seen is not None:  # charged what torch reserves
+            rounding: dict[str, Any] = {"allocator": "expandable" if expandable else "caching"}
+        elif expandable:  # an allocator of the engine's own granularity, packed into expandable segments
+            rounding = {"allocation_granularity": max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)}
+        else:
+            rounding = {"allocation_granularity": self.allocation_granularity}
+        allocations = 1 if expandable and "allocator" not in rounding else layout.allocations(layers)
+        if cost is not None and page_size_bytes == cost.block_bytes and layers == 1 and allocations > 1:
+            # a measured block is no sum of equal tensors: each tensor that grows with the cache is charged its
+            # rounding once, the most the allocator adds to it
+            # (in expandable segments, their total once to the segment's unit)
+            extra = EXPANDABLE_SEGMENT_GRANULARITY if expandable else allocations * self.allocation_granularity
+            figures["transient_peak_bytes"] = figures.get("transient_peak_bytes", 0) + extra
+            allocations, rounding = 1, {"allocation_granularity": 1}
         plan = plan_kv_cache(
             total=self.baseline.total,
             utilization=self.utilization,
             pinned_bytes=self.pinned_bytes,
             page_size_bytes=page_size_bytes,
             num_layers=layers,
-            allocation_granularity=(
-                max(self.allocation_granularity, EXPANDABLE_SEGMENT_GRANULARITY)
-                if expandable
-                else self.allocation_granularity
-            ),
-            allocations=1 if expandable else layout.allocations(layers),
+            allocations=allocations,
+            **rounding,
             **figures,
         )
-        described = plan.layout
-        if expandable:  # tensors are packed into the segment; what it maps grows in whole units, once
-            described = (
-                f"{layout.allocations(layers)} tensor(s) in torch's expandable segments, which map memory in units "
-                f"of {format_size(EXPANDABLE_SEGMENT_GRANULARITY)}: their total rounded up once to it"
-            )
-        return replace(plan, device=self.device, layout=described)
+        return replace(plan, device=self.device)
 
     def _transient_beside_blocks(self, cost: BlockCost, window_transient: int) -> int:
         """The headroom beside a plan that charges every block ``cost.block_bytes``: the rest of the first run's
@@ -839,6 +844,8 @@ def _stored_start(stored: StoredProfile) -> tuple[BlockCost, dict[str, Any], dic
     figures = {name: windows[name] for name in _WINDOW_FIGURES}
     if "graph_capture" in windows:
         figures["graph_capture"] = windows["graph_capture"]
+    if windows.get("allocator", "caching") in (None, "caching", "expandable"):  # what the window saw
+        figures["allocator"] = windows.get("allocator", "caching")
     return cost, figures, extra
 
 

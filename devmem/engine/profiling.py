@@ -205,11 +205,9 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
         )
     else:
         held = f"other processes hold {format_size(others)}"
-    advice = (
-        f"Lower the utilization to at most {fits:.3f}, or stop processes using the device"
-        if fits > 0
-        else "No utilization fits: stop processes using the device"
-    )
+    # stopping other processes helps only where they hold memory (or what they hold is unknown)
+    stop = "stop processes using the device" if others != 0 else "free what this process holds before starting"
+    advice = f"Lower the utilization to at most {fits:.3f}, or {stop}" if fits > 0 else f"No utilization fits: {stop}"
     raise NotEnoughMemoryError(
         f"device {snapshot.device} ({name}): free memory at start, {format_size(free)}, is less than the "
         f"requested {format_size(requested)} ({requested / total:.3f} of the total "
@@ -306,7 +304,16 @@ class ProfileResult:
             "non_torch": self.non_torch_increase,
             "other_processes": None if others is None else max(0, others),
             "released_cache": self.released_cache_bytes,
+            "allocator": self.allocator,
         }
+
+    @property
+    def allocator(self) -> str | None:
+        """The allocator model the plan charges the cache's tensors by (:mod:`devmem.planner.rounding`):
+        ``"expandable"`` or ``"caching"`` where torch's allocator was measured, else ``None``."""
+        if not self.torch_measured:
+            return None
+        return "expandable" if self.expandable_segments else "caching"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -525,7 +532,9 @@ def memory_profiling(
 ) -> Iterator[ProfileResult]:
     """Measure what the block (an engine's profile run) costs, relative to ``baseline`` (taken before the model).
 
-    On exit it runs ``gc.collect()``, releases the allocator cache and measures again. It never asserts on
+    When it opens it releases the allocator cache (what work before the window left cached, a compile-time
+    spike say, is not the window's transient); on exit it runs ``gc.collect()``, releases the cache again and
+    measures. It never asserts on
     memory that other processes moved: a difference of 128 MiB or more between the device-wide change and
     this process's own is logged as a warning with both figures. Windows may nest: an inner window does not
     erase the outer one's peak. If the block raises, the result records it and cannot feed the planner.
@@ -552,12 +561,20 @@ def memory_profiling(
             f"{platform.name!r}: take the baseline with the platform that profiles"
         )
     device = arguments.device_index(baseline.device, name="baseline.device")
+    # what earlier work left cached (a compile-time spike) would be charged as this window's transient: give
+    # it back first, as the KV allocation does, so the window measures only what its own work reserves
+    released_at_open = release_allocator_cache(device, platform)
     module, _ = initialised_module(platform)
     carried, outermost = _WINDOWS.open(module, device, platform)
     history = SegmentHistory.start(module, device) if module is not None and outermost else None
     try:
         before = MemorySnapshot.measure(device, platform).read_by(platform)
         result = ProfileResult(baseline, weights_memory, before_profile=before)
+        if released_at_open:
+            result.notes.append(
+                f"released {format_size(released_at_open)} of cached allocator blocks when the window opened "
+                "(left by work before it: not this window's transient)"
+            )
         try:
             yield result
         except BaseException as exc:

@@ -26,6 +26,7 @@ from devmem import arguments
 from devmem._text import shown
 from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
 from devmem.errors import NotEnoughMemoryError, SizingError
+from devmem.planner.rounding import ALLOCATORS, LARGE_BUFFER, ROUND_LARGE, Rounding
 from devmem.types import GiB
 from devmem.units import format_size
 
@@ -187,6 +188,10 @@ _LABELS = {
     "allocations": "allocations",
 }
 
+#: What a plan counts as one of the allocator's own units when it models the allocator (the granularity a caller
+#: of an earlier release passed beside it: nothing, 2 MiB or expandable segments' 20 MiB).
+_ALLOCATOR_UNITS = (1, ROUND_LARGE, LARGE_BUFFER)
+
 _PATHS = {
     "utilization": "path: utilization {utilization} of the total, minus memory that is not KV cache",
     "pinned": "path: pinned (the size was given; the allocator cache is released before allocating it)",
@@ -270,6 +275,7 @@ class _Shared(NamedTuple):
     released_cache: int
     granularity: int
     allocations: int
+    rounding: Rounding
 
     def parts(self) -> dict[str, int]:
         return {"weights": self.weights, "transient_peak": self.transient_peak, "non_torch": self.non_torch}
@@ -289,25 +295,17 @@ class _Shared(NamedTuple):
         }
 
     def blocks(self, kv: int) -> int:
-        """The most whole blocks whose allocations (``allocations`` equal ones, each rounded up to the
-        granularity) fit in ``kv`` bytes together."""
-        each = kv // self.allocations // self.granularity * self.granularity
-        return each // (self.block // self.allocations)
+        """The most whole blocks whose allocations (``allocations`` equal tensors, rounded as ``rounding`` says)
+        take at most ``kv`` bytes together."""
+        return self.rounding.blocks(kv, self.block)
 
     def smallest(self) -> int:
         """The bytes one block takes once allocated."""
-        return self.allocations * -(-(self.block // self.allocations) // self.granularity) * self.granularity
+        return self.rounding.reserved(self.block)
 
     def layout(self) -> str:
         """How the plan assumed the cache is allocated, for people ("" for a plan that assumed no rounding)."""
-        if self.allocations == 1:
-            if self.granularity == 1:
-                return ""
-            return f"one allocation, rounded up once to {format_size(self.granularity)}"
-        return (
-            f"{self.allocations} equal tensors allocated separately, each rounded up to "
-            f"{format_size(self.granularity)} (the most the allocator can add)"
-        )
+        return self.rounding.describe()
 
 
 def _shared(
@@ -319,10 +317,26 @@ def _shared(
     other_processes: int | None,
     released_cache: int,
     allocation_granularity: int,
-    allocations: int = 1,
+    allocations: int | None = None,
+    allocator: str | None = None,
 ) -> _Shared:
-    block = _bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers)
-    count = arguments.count("allocations", allocations, error=SizingError)
+    layers = _layers(num_layers)
+    block = _bytes("page_size_bytes", page_size_bytes, positive=True) * layers
+    granularity = _bytes("allocation_granularity", allocation_granularity, positive=True)
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise SizingError(
+            f"allocator must be one of {', '.join(map(repr, ALLOCATORS))} (torch's caching allocator, or with "
+            f"expandable segments) or None (each allocation rounded up to allocation_granularity), got "
+            f"{shown(allocator)}"
+        )
+    if allocator is not None and granularity not in _ALLOCATOR_UNITS:
+        raise SizingError(
+            f"allocation_granularity={granularity} with allocator={allocator!r}: the allocator's own rounding "
+            "is charged; give allocator=None to round each allocation up to a granularity of your own"
+        )
+    # not told the layout: with a modelled allocator, a tensor per layer (never less than one allocation takes)
+    default = layers if allocator is not None else 1
+    count = default if allocations is None else arguments.count("allocations", allocations, error=SizingError)
     if block % count:
         raise SizingError(
             f"allocations={count}: a block of {block} bytes (page_size_bytes x num_layers) does not split into "
@@ -336,8 +350,9 @@ def _shared(
         non_torch=_bytes("non_torch", non_torch),
         other_processes=None if other_processes is None else _bytes("other_processes", other_processes),
         released_cache=_bytes("released_cache", released_cache),
-        granularity=_bytes("allocation_granularity", allocation_granularity, positive=True),
+        granularity=granularity,
         allocations=count,
+        rounding=Rounding(count, allocator, 1 if allocator is not None else granularity),
     )
 
 
@@ -345,7 +360,9 @@ def _figure(name: str, value: int) -> str:
     return f"{_LABELS[name]} {format_size(value)}"
 
 
-def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, str]:
+def _utilization_advice(total: int, needed_bytes: int, others: int | None = None) -> tuple[float | None, str]:
+    """The smallest utilization that holds one block, and the remedies that would work: freeing other processes'
+    memory is named only where they hold some (``others``, when known), with how much."""
     needed = Fraction(needed_bytes, total)
     if needed > 1:
         return None, (
@@ -354,10 +371,15 @@ def _utilization_advice(total: int, needed_bytes: int) -> tuple[float | None, st
             "quantized model, shard it over more devices, or shorten the context or batch"
         )
     rounded = math.ceil(needed * 1000) / 1000
-    return rounded, (
-        f"a utilization of at least {rounded:.3f} would hold one block: raise it, or shorten the "
-        "context or batch so the transient peak shrinks, or free memory that other processes hold"
-    )
+    remedies = [
+        f"a utilization of at least {rounded:.3f} ({format_size(math.ceil(rounded * total))}) would hold one block: "
+        "raise it",
+        "shorten the context or batch so the transient peak shrinks",
+        "use a smaller or quantized model",
+    ]
+    if others:
+        remedies.append(f"free memory that other processes hold ({format_size(others)}) if the device cannot give that")
+    return rounded, ", or ".join(remedies)
 
 
 def _shortfall(
@@ -397,7 +419,8 @@ def plan_utilization(
     other_processes: int | None = None,
     released_cache: int = 0,
     allocation_granularity: int = 1,
-    allocations: int = 1,
+    allocations: int | None = None,
+    allocator: str | None = None,
 ) -> KvCachePlan:
     """``requested - (consumed + transient_peak_bytes + graph_capture)``; ``consumed`` (the process's measured
     growth) defaults to ``weights + non_torch``."""
@@ -411,6 +434,7 @@ def plan_utilization(
         released_cache,
         allocation_granularity,
         allocations,
+        allocator,
     )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
@@ -427,7 +451,7 @@ def plan_utilization(
         "non_kv": non_kv,
     }
     if kv < shared.block or shared.blocks(kv) == 0:
-        needed, advice = _utilization_advice(total, non_kv + shared.block)
+        needed, advice = _utilization_advice(total, non_kv + shared.block, shared.other_processes)
         raise _shortfall(
             "utilization",
             figures,
@@ -458,6 +482,7 @@ class PlanInputs(TypedDict):
     non_torch: int
     other_processes: int | None
     released_cache: int
+    allocator: str | None
 
 
 def plan_pinned(
@@ -472,7 +497,8 @@ def plan_pinned(
     other_processes: int | None = None,
     released_cache: int = 0,
     allocation_granularity: int = 1,
-    allocations: int = 1,
+    allocations: int | None = None,
+    allocator: str | None = None,
 ) -> KvCachePlan:
     """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block, and one
     larger than ``total`` (the device's total memory) where it is given, or that does not fit in it beside the
@@ -487,6 +513,7 @@ def plan_pinned(
         released_cache,
         allocation_granularity,
         allocations,
+        allocator,
     )
     pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
     known_total = {} if total is None else {"total": _bytes("total", total, positive=True)}
@@ -540,7 +567,8 @@ def plan_growable(
     margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
     margin_fraction: float = MARGIN_FRACTION,
     allocation_granularity: int = 1,
-    allocations: int = 1,
+    allocations: int | None = None,
+    allocator: str | None = None,
 ) -> KvCachePlan:
     """:func:`growable_kv_cache_bytes` with ``requested = ceil(total * utilization)``; ``weights`` and
     ``non_torch`` only explain (the free-memory readings already count them)."""
@@ -554,6 +582,7 @@ def plan_growable(
         released_cache,
         allocation_granularity,
         allocations,
+        allocator,
     )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
@@ -589,7 +618,9 @@ def plan_growable(
                 ),
             )
         else:
-            needed, advice = _utilization_advice(total, t["non_kv_used"] + t["transient_peak"] + shared.block)
+            needed, advice = _utilization_advice(
+                total, t["non_kv_used"] + t["transient_peak"] + shared.block, shared.other_processes
+            )
         raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
     kv = t["kv_cache"]
     return KvCachePlan(
@@ -650,7 +681,8 @@ def plan_kv_cache(
     margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
     margin_fraction: float = MARGIN_FRACTION,
     allocation_granularity: int = 1,
-    allocations: int = 1,
+    allocations: int | None = None,
+    allocator: str | None = None,
 ) -> KvCachePlan:
     """Size the KV cache by the path its arguments choose: ``pinned_bytes`` -> :func:`plan_pinned` (capped by
     ``total`` where given); ``init_free_memory`` and ``free_memory`` -> :func:`plan_growable`; otherwise
@@ -659,11 +691,14 @@ def plan_kv_cache(
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
     cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is used on the
     utilization path only, ``graph_capture`` on the utilization path only (the growable readings are taken after
-    graph capture). ``allocation_granularity`` is what the allocator rounds the cache's one allocation up to
-    (2 MiB for PyTorch's caching allocator, see :func:`devmem.engine.kvcache.allocate_kv_cache`): ``num_blocks`` is the
-    most whole blocks whose rounded allocation still fits the budget. ``allocations`` is how many equal tensors
-    the cache is allocated in (1: one allocation, a view per layer; the layers: one tensor per layer; twice
-    them: keys and values apart), each rounded up to the granularity; ``KvCachePlan.layout`` says which. Raises
+    graph capture). ``allocations`` is how many equal tensors the cache is allocated in (1: one allocation, a view
+    per layer; the layers: one tensor per layer; twice them: keys and values apart); ``num_blocks`` is the most
+    whole blocks whose allocation still fits the budget, and ``KvCachePlan.layout`` says what was assumed.
+    ``allocator`` (``"caching"``: torch's caching allocator; ``"expandable"``: with expandable segments;
+    :meth:`~devmem.engine.profiling.ProfileResult.plan_inputs` gives the one the window saw) charges each tensor
+    what that allocator reserves for its size (:mod:`devmem.planner.rounding`); not told the layout, it assumes a
+    tensor per layer, which no engine's one allocation or per-layer tensors exceed. With ``allocator`` ``None``
+    each of ``allocations`` (default 1) is rounded up to ``allocation_granularity`` (default 1: not at all). Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input,
     whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """
@@ -688,6 +723,7 @@ def plan_kv_cache(
         released_cache=released_cache,
         allocation_granularity=allocation_granularity,
         allocations=allocations,
+        allocator=allocator,
     )
     if pinned_bytes is not None:
         if growable:

@@ -1,0 +1,72 @@
+"""What the plan charges a cache's tensors: torch's caching allocator's rounding for their known size."""
+
+from __future__ import annotations
+
+import pytest
+
+from devmem import MiB, SizingError, plan_kv_cache
+from devmem.planner.rounding import Rounding, caching_reserved, expandable_reserved, request_size
+
+KiB = 1024
+
+
+def test_every_request_is_rounded_up_to_512_bytes():
+    assert (request_size(1), request_size(512), request_size(513)) == (512, 512, 1024)
+
+
+def test_a_tensor_of_10_mib_or_more_gets_its_own_segment_rounded_up_to_2_mib():
+    assert caching_reserved(10 * MiB + 1, 3) == 3 * 12 * MiB
+    assert caching_reserved(10 * MiB, 1) == 10 * MiB
+
+
+def test_tensors_between_1_and_10_mib_share_20_mib_segments():
+    assert caching_reserved(7 * MiB, 56) == 28 * 20 * MiB  # two in each: more than 2 MiB rounding charges
+    assert caching_reserved(MiB + 1, 1) == 20 * MiB
+
+
+def test_tensors_of_at_most_1_mib_are_packed_into_2_mib_segments():
+    assert caching_reserved(512 * KiB, 5) == 2 * 2 * MiB  # four in each
+    assert caching_reserved(MiB, 1) == 2 * MiB
+
+
+def test_expandable_segments_map_the_packed_total_in_20_mib_pages():
+    assert expandable_reserved(3 * MiB, 22) == 80 * MiB  # 66 MiB of tensors
+    assert expandable_reserved(3 * MiB + 1, 20) == 80 * MiB  # each request rounded to 512 B first: 60 MiB + 10 KiB
+
+
+def test_the_most_blocks_are_those_whose_allocation_still_fits():
+    rounding, block = Rounding(56, "caching"), 56 * 8 * KiB
+    kv = 16 * 1024 * MiB + 83 * MiB
+    n = rounding.blocks(kv, block)
+    assert rounding.reserved(n * block) <= kv < rounding.reserved((n + 1) * block)
+
+
+def _plan(**kwargs):
+    return plan_kv_cache(total=141 * 1024 * MiB, utilization=0.1, page_size_bytes=8 * KiB, num_layers=28, **kwargs)
+
+
+def test_plan_without_a_layout_assumes_a_tensor_per_layer():
+    assert _plan(allocator="caching").num_blocks == _plan(allocator="caching", allocations=28).num_blocks
+    assert "28 tensor(s), each charged what torch's caching allocator reserves" in _plan(allocator="caching").layout
+
+
+def test_plan_for_tensors_between_1_and_10_mib_charges_their_shared_segments():
+    # 28 tensors of a little under 7 MiB fill 14 segments of 20 MiB: more than 28 x 2 MiB rounding would charge
+    plan = plan_kv_cache(
+        pinned_bytes=280 * MiB, page_size_bytes=7 * MiB - 512, num_layers=28, allocator="caching", allocations=28
+    )
+    assert plan.num_blocks == 1
+    with pytest.raises(SizingError, match="pin at least 293601280 bytes"):
+        plan_kv_cache(
+            pinned_bytes=279 * MiB, page_size_bytes=7 * MiB - 512, num_layers=28, allocator="caching", allocations=28
+        )
+
+
+def test_plan_refuses_an_allocator_it_does_not_model():
+    with pytest.raises(SizingError, match="allocator must be one of 'caching', 'expandable'"):
+        _plan(allocator="bump")
+
+
+def test_plan_refuses_a_granularity_of_its_own_beside_a_modelled_allocator():
+    with pytest.raises(SizingError, match="allocation_granularity=4096 with allocator='caching'"):
+        _plan(allocator="caching", allocation_granularity=4096)

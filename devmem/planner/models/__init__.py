@@ -25,7 +25,7 @@ deep or holding an integer too long to be a size is one :class:`ModelConfigError
 """
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
-from devmem.planner.models.config import FP8_DS_MLA, KV_DTYPES, MAX_LAYERS, MAX_TP
+from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, MAX_TP
 from devmem.planner.models.kinds import ATTENTION, CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, NO_CACHE, SLIDING
 from devmem.planner.models.memory import ModelMemory, load_model
 from devmem.planner.models.reading import (
@@ -37,9 +37,11 @@ from devmem.planner.models.reading import (
     read_json,
 )
 from devmem.planner.models.recurrent import RecurrentState
+from devmem.planner.models.spec import FP8_DS_MLA, AttentionSpec
 
 __all__ = [
     "ATTENTION",
+    "AttentionSpec",
     "CHUNKED",
     "CONV",
     "FP8_DS_MLA",

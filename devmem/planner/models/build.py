@@ -7,12 +7,15 @@ from typing import Any
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.attention import _attention_shape
-from devmem.planner.models.config import FP8_DS_MLA, KV_DTYPES, MAX_LAYERS, _Config, _dtype, _max_context, _served_dtype
+from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, _Config, _dtype, _max_context, _served_dtype
+from devmem.planner.models.gemma4 import gemma4_specs
 from devmem.planner.models.kinds import ATTENTION, CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, SLIDING
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
 from devmem.planner.models.memory import ModelMemory
+from devmem.planner.models.mimo_v2 import mimo_v2_specs
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
+from devmem.planner.models.spec import FP8_DS_MLA, AttentionSpec
 from devmem.planner.models.weights import _estimate_weights
 
 #: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
@@ -60,7 +63,32 @@ _RECURRENT_KEYS = (
 )
 
 
-def _build(
+#: Families whose attention layers differ in shape: their mapping onto per-layer specs (the rest: one shape for all).
+_PER_LAYER_SPECS = {
+    "gemma4": gemma4_specs,
+    "gemma4_text": gemma4_specs,
+    "mimo_v2": mimo_v2_specs,
+    "mimo_v2_flash": mimo_v2_specs,
+}
+#: The SSM-state dtype vLLM gives a family whose config.json sets no ``mamba_ssm_cache_dtype`` (vLLM's
+#: NemotronH config hook: the config's, else float16), where transformers' config class would fill another in.
+_VLLM_SSM_DTYPE = {"nemotron_h": "float16"}
+
+
+def _build(*args: Any, **options: Any) -> ModelMemory:
+    """:func:`_build_memory`, with every refusal naming the family: a :class:`ModelConfigError` raised without a
+    ``model_type`` gets the config's."""
+    try:
+        return _build_memory(*args, **options)
+    except ModelConfigError as exc:
+        if getattr(exc, "model_type", None) is None:
+            exc.model_type = _Config(args[0]).model_type  # type: ignore[attr-defined]
+            if exc.model_type and "model_type" not in str(exc):  # type: ignore[attr-defined]
+                exc.args = (f"config of model_type {exc.model_type!r}: {exc}",)  # type: ignore[attr-defined]
+        raise
+
+
+def _build_memory(
     raw: Mapping[str, Any],
     *,
     kv_dtype: str,
@@ -120,7 +148,11 @@ def _build(
     model_dtype, model_bytes = _served_dtype(c, dtype, notes)
     if kv_dtype not in KV_DTYPES:
         raise ModelConfigError(f"kv_dtype {_shown(kv_dtype)} is not one of {', '.join(KV_DTYPES)}")
-    kv_name, kv_bytes = (model_dtype, model_bytes) if kv_dtype == "auto" else _dtype(kv_dtype, "kv_dtype")
+    kv_name, kv_bytes = (
+        (model_dtype, model_bytes)
+        if kv_dtype == "auto"
+        else _dtype("fp8" if kv_dtype == FP8_DS_MLA else kv_dtype, "kv_dtype")
+    )
     if state_dtype != "auto" and not isinstance(state_dtype, str):
         raise ModelConfigError(f"state_dtype {_shown(state_dtype)} is not a dtype name")
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
@@ -153,7 +185,9 @@ def _build(
         )
     style, heads, kv, head_dim, attention_notes = _attention_shape(c)
     notes += attention_notes
-    window = c.int("sliding_window") if SLIDING in kinds else None
+    window = (
+        c.first_int("sliding_window", "sliding_window_size", why="sliding-window layers") if SLIDING in kinds else None
+    )
     chunk = c.int("attention_chunk_size") if CHUNKED in kinds else None
     if CHUNKED in kinds and chunk is None:
         c.require("attention_chunk_size", why="chunked-local attention layers")
@@ -161,8 +195,14 @@ def _build(
     ssm_key = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if c.has(k)), None)
     ssm_bytes = conv_bytes
     if states and ssm_key and state_dtype == "auto":
-        ssm_name, ssm_bytes = _dtype(c.get(ssm_key), f"config key {ssm_key}")
-        if ssm_bytes != conv_bytes:
+        vllm_default = _VLLM_SSM_DTYPE.get(c.model_type) if ssm_key in c.defaults else None
+        ssm_name, ssm_bytes = _dtype(vllm_default or c.get(ssm_key), f"config key {ssm_key}")
+        if vllm_default:
+            notes.append(
+                f"the SSM state is {ssm_name}: config.json sets no {ssm_key}, and vLLM's default for "
+                f"{c.model_type} is {vllm_default} (not {c.family}'s {c.get(ssm_key)})"
+            )
+        elif ssm_bytes != conv_bytes:
             default = f" ({c.family}'s default)" if ssm_key in c.defaults else ""
             notes.append(f"the SSM state is {ssm_name} ({ssm_key}{default}); the convolution state {conv_name}")
     rope_dim, indexer = 0, 0
@@ -175,14 +215,29 @@ def _build(
                 f"DeepSeek-V3.2's indexer caches a key per token per layer: {index_dim} fp8 B + "
                 f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
             )
-            if kv_dtype in ("auto", "fp8"):
+            if kv_dtype in ("fp8", FP8_DS_MLA):
                 kv_name, kv_bytes = FP8_DS_MLA, 1
                 notes.append(
-                    f"the latent is cached as vLLM caches DeepSeek-V3.2's by default ({FP8_DS_MLA}); "
-                    "--kv-dtype bf16 caches it in 16 bits"
+                    f"an fp8 cache of DeepSeek sparse attention is vLLM's packed latent ({FP8_DS_MLA}): the latent in "
+                    "fp8 with a 4-byte scale per 128, the rope part in bf16"
                 )
-        elif kv_name == "fp8":
-            notes.append("fp8 MLA counted at 1 byte per latent element (vLLM's fp8 MLA cache)")
+            else:
+                notes.append(
+                    f"the latent is cached in {kv_name}, as vLLM caches it unless an fp8 cache is asked for "
+                    f"(--kv-cache-dtype fp8 or {FP8_DS_MLA}: the packed fp8 latent)"
+                )
+    if kv_dtype == FP8_DS_MLA and not indexer:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} has no DeepSeek sparse attention (index_topk): kv_cache_dtype "
+            f"{FP8_DS_MLA} is that attention's packed latent; use fp8, bf16 or auto",
+            c.model_type,
+            ("index_topk",),
+        )
+    if style == "mla" and not indexer and kv_name == "fp8":
+        notes.append("fp8 MLA counted at 1 byte per latent element (vLLM's fp8 MLA cache)")
+    specs: tuple[AttentionSpec, ...] = ()
+    if c.model_type in _PER_LAYER_SPECS:
+        specs = tuple(_PER_LAYER_SPECS[c.model_type](c, kinds, kv, head_dim, window))
     if weights_bytes is None:
         weights_bytes, weight_notes = _estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
         weights_source = "estimated from config.json" + (" (text model only)" if c.nested else "")
@@ -222,4 +277,5 @@ def _build(
         mla_rope_dim=rope_dim,
         indexer_bytes_per_token=indexer,
         max_context_source=context_source,
+        attention_specs=specs,
     )

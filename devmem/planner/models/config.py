@@ -29,12 +29,9 @@ _DTYPES: dict[str, tuple[str, int]] = {
 }
 
 
-#: KV-cache dtypes a user may ask for; ``auto`` is the model's dtype.
-KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp32")
-
-
-#: vLLM's DeepSeek-V3.2 latent layout: the latent in fp8 with a float32 scale per 128, the rope part in bf16.
-FP8_DS_MLA = "fp8_ds_mla"
+#: KV-cache dtypes a user may ask for (vLLM's ``--kv-cache-dtype``): ``auto`` is the family's default (the model's
+#: dtype, or what vLLM chooses for the family); ``fp8_ds_mla`` is DeepSeek sparse attention's packed fp8 latent.
+KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "fp32")
 
 
 #: GPT-2's key names (GPT2Config's ``attribute_map``), shared by GPT-J, CodeGen and GPTBigCode.

@@ -4,6 +4,7 @@ indices, periods, sliding-window rules)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.config import _Config
@@ -27,6 +28,8 @@ _LAYER_TYPES = {
 }
 
 
+#: MiMo-V2's ``hybrid_layer_pattern``: 0 a full-attention layer, 1 a sliding-window one.
+_HYBRID_LAYER_PATTERN = {0: FULL, 1: SLIDING}
 #: NemotronH's ``hybrid_override_pattern``: one character per layer.
 _PATTERN = {"M": MAMBA2, "*": FULL, "-": "mlp", "E": "moe"}
 
@@ -38,13 +41,15 @@ _MAMBA2_FAMILIES = {"nemotron_h", "granitemoehybrid", "bamba", "falcon_h1", "zam
 def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     """Each layer's kind and which config keys said so (recurrent kinds not yet told apart: see below)."""
 
-    def listed(key: str, table: Mapping[str, str]) -> list[str]:
+    def listed(key: str, table: Mapping[Any, str]) -> list[str]:
         values = c.get(key)
         if key == "hybrid_override_pattern" and isinstance(values, str):
             values = list(values)
         if not isinstance(values, list) or len(values) != layers:
             raise ModelConfigError(f"config key {key} must list one entry per layer ({layers}), got {_shown(values)}")
-        unknown = sorted({_shown(v) for v in values if not isinstance(v, str) or v not in table})
+        unknown = sorted(
+            {_shown(v) for v in values if isinstance(v, bool) or not isinstance(v, str | int) or v not in table}
+        )
         if unknown:
             raise UnknownArchitectureError(
                 f"config of model_type {c.model_type!r}: {key} holds {', '.join(unknown)}, layers devmem "
@@ -66,6 +71,8 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         )
     if c.has("layer_types"):
         return listed("layer_types", _LAYER_TYPES), "layer_types"
+    if c.has("hybrid_layer_pattern"):  # MiMo-V2: 0 full attention, 1 sliding window (not attention_chunk_size)
+        return listed("hybrid_layer_pattern", _HYBRID_LAYER_PATTERN), "hybrid_layer_pattern (0 full, 1 sliding)"
     if c.has("layers_block_type"):
         return listed("layers_block_type", _LAYER_TYPES), "layers_block_type"
     if c.has("hybrid_override_pattern"):

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from devmem.errors import ModelConfigError
-from devmem.planner.models.config import FP8_DS_MLA, MAX_TP
+from devmem.planner.models.config import MAX_TP
+from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 from devmem.planner.models.reading import _is_dir, _shown, _whole_number, checkpoint_weights, read_json
 from devmem.planner.models.recurrent import RecurrentState
+from devmem.planner.models.spec import KV, MLA, SPARSE_MLA, AttentionSpec
 from devmem.results import Explanation
 from devmem.units import format_size
 
@@ -54,8 +56,11 @@ class ModelMemory:
     mla_rope_dim: int = 0
     indexer_bytes_per_token: int = 0
     max_context_source: str = ""
+    attention_specs: tuple[AttentionSpec, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.attention_specs:  # one spec for every layer of each kind, from the model-wide shape
+            object.__setattr__(self, "attention_specs", self._uniform_specs())
         if isinstance(self.tp, bool) or not isinstance(self.tp, numbers.Integral) or self.tp < 1:
             raise ModelConfigError(f"tp must be a whole number >= 1 (tensor-parallel ranks), got {_shown(self.tp)}")
         object.__setattr__(self, "tp", int(self.tp))
@@ -70,12 +75,34 @@ class ModelMemory:
                 f"Tensor-parallel sizes this model allows: {', '.join(map(str, valid))}"
             )
 
+    def _uniform_specs(self) -> tuple[AttentionSpec, ...]:
+        layout = KV if self.attention != "mla" else SPARSE_MLA if self.indexer_bytes_per_token else MLA
+        v_size = self.head_dim if layout == KV else 0
+        kinds = (
+            (FULL, self.full_attention_layers, None),
+            (SLIDING, self.sliding_attention_layers, self.sliding_window),
+            (CHUNKED, self.chunked_attention_layers, self.attention_chunk_size),
+        )
+        return tuple(
+            AttentionSpec(
+                kind,
+                self.num_kv_heads,
+                self.head_dim,
+                v_size,
+                window,
+                layout,
+                self.mla_rope_dim,
+                self.indexer_bytes_per_token,
+            )
+            for kind, layers, window in kinds
+            for _ in range(layers)
+        )
+
     def _tp_problems(self, tp: int) -> list[str]:
         problems = []
         if self.num_attention_heads % tp:
             problems.append(f"{self.num_attention_heads} attention heads are not a multiple of {tp}")
-        if self.attention != "mla":
-            kv = self.num_kv_heads
+        for kv in sorted({s.kv_heads for s in self.attention_specs if s.layout == KV}):
             if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
                 problems.append(f"{kv} KV heads neither split evenly over {tp} ranks nor replicate evenly onto them")
         for state in self.states:
@@ -93,20 +120,27 @@ class ModelMemory:
         state_dtype: str = "auto",
         weights_bytes: int | None = None,
         weights_source: str | None = None,
+        kv_cache_dtype: str | None = None,
     ) -> ModelMemory:
         """The memory shape of the model a config describes (a dict, a config.json, or a folder holding one).
 
         ``dtype`` overrides the dtype the model is served in (by default the config's ``torch_dtype``/``dtype``
-        as engines resolve it: float32 or none given is bf16); ``kv_dtype`` is ``auto`` (the served dtype),
-        ``bf16``, ``fp16``, ``fp8`` or ``fp32``; ``state_dtype`` (``auto`` = the served dtype) is the recurrent
-        state's. ``tp`` and ``weights_bytes`` take any whole number (numpy integers too). Without
-        ``weights_bytes`` the weights are estimated from the config, matrix by matrix (docs/models.md).
+        as engines resolve it: float32 or none given is bf16); ``kv_cache_dtype`` (vLLM's name; ``kv_dtype`` is the
+        same) is ``auto`` (the family's default as vLLM sets it: the served dtype), ``bf16``, ``fp16``, ``fp8``,
+        ``fp8_ds_mla`` (DeepSeek sparse attention's packed latent) or ``fp32``; ``state_dtype`` (``auto`` = the
+        served dtype) is the recurrent state's. ``tp`` and ``weights_bytes`` take any whole number (numpy integers
+        too). Without ``weights_bytes`` the weights are estimated from the config, matrix by matrix (docs/models.md).
         """
         if isinstance(config, Mapping):
             raw = dict(config)
         else:
             file = Path(config)
             raw = read_json(file / "config.json" if _is_dir(file) else file)
+        if kv_cache_dtype is not None and kv_dtype not in ("auto", kv_cache_dtype):
+            raise ModelConfigError(
+                f"kv_cache_dtype {_shown(kv_cache_dtype)} and kv_dtype {_shown(kv_dtype)} disagree: give one of them"
+            )
+        kv_dtype = kv_dtype if kv_cache_dtype is None else kv_cache_dtype
         tp = _whole_number("tp", tp, 1)
         if weights_bytes is not None:
             weights_bytes = _whole_number("weights_bytes", weights_bytes, 0)
@@ -160,26 +194,38 @@ class ModelMemory:
 
     @property
     def kv_layer_bytes_per_token(self) -> int:
-        """Bytes one attention layer holds per token on one rank: K and V, or the MLA latent (and indexer key)."""
-        if self.attention != "mla":
-            return 2 * self.kv_heads_per_rank * self.head_dim * self.kv_dtype_bytes
-        if self.kv_dtype == FP8_DS_MLA:
-            latent = self.head_dim - self.mla_rope_dim
-            return latent + -(-latent // 128) * 4 + self.mla_rope_dim * 2 + self.indexer_bytes_per_token
-        return self.head_dim * self.kv_dtype_bytes + self.indexer_bytes_per_token
+        """Bytes the largest attention layer holds per token on one rank: K and V, or the MLA latent (and indexer
+        key); every layer's where they all hold the same (:attr:`uniform_layers`)."""
+        return max((self._layer_bytes(s) for s in self.attention_specs), default=0)
+
+    @property
+    def uniform_layers(self) -> bool:
+        """Whether every attention layer holds the same bytes per token."""
+        return len({self._layer_bytes(s) for s in self.attention_specs}) <= 1
+
+    def _layer_bytes(self, spec: AttentionSpec) -> int:
+        return spec.bytes_per_token(self.tp, self.kv_dtype, self.kv_dtype_bytes)
+
+    def _kind_bytes(self, kind: str) -> int:
+        return sum(self._layer_bytes(s) for s in self.attention_specs if s.kind == kind)
 
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes per token over every attention layer, on one rank (sliding and chunked layers not capped)."""
-        return self.attention_layers * self.kv_layer_bytes_per_token
+        return sum(self._layer_bytes(s) for s in self.attention_specs)
 
     @property
     def full_bytes_per_token(self) -> int:
-        return self.full_attention_layers * self.kv_layer_bytes_per_token
+        """KV bytes per token of the full-attention layers: what every further token of a long context costs."""
+        return self._kind_bytes(FULL)
 
     @property
     def sliding_bytes_per_token(self) -> int:
-        return self.sliding_attention_layers * self.kv_layer_bytes_per_token
+        return self._kind_bytes(SLIDING)
+
+    @property
+    def chunked_bytes_per_token(self) -> int:
+        return self._kind_bytes(CHUNKED)
 
     @property
     def state_bytes_per_sequence(self) -> int:
@@ -199,28 +245,12 @@ class ModelMemory:
 
     def explain(self) -> str:
         """For people, one line each: the layers, the per-token and per-sequence arithmetic, the weights."""
-        if self.attention == "mla":
-            latent = self.head_dim - self.mla_rope_dim
-            if self.kv_dtype == FP8_DS_MLA:
-                layout = (
-                    f"{latent} fp8 + {-(-latent // 128)} x 4 B scales + rope {self.mla_rope_dim} x bf16 2 B "
-                    f"({FP8_DS_MLA})"
-                )
-            else:
-                layout = (
-                    f"{self.head_dim} latent (kv_lora_rank + qk_rope_head_dim) x {self.kv_dtype} "
-                    f"{self.kv_dtype_bytes} B"
-                )
-            indexer = f" + indexer key {self.indexer_bytes_per_token} B" if self.indexer_bytes_per_token else ""
-            per_layer = (
-                f"KV per token per layer: {layout}{indexer}, the same on every rank = {self.kv_layer_bytes_per_token} B"
-            )
-        else:
-            split = "" if self.tp == 1 else f" (max(1, {self.num_kv_heads} // tp {self.tp}))"
-            per_layer = (
-                f"KV per token per layer: 2 x {self.kv_heads_per_rank} KV heads per rank{split} x head dim "
-                f"{self.head_dim} x {self.kv_dtype} {self.kv_dtype_bytes} B = {self.kv_layer_bytes_per_token} B"
-            )
+        groups = _grouped(self.attention_specs)
+        per_layer = [
+            f"KV per token per layer{'' if len(groups) == 1 else f', {n} {spec.kind} layers'}: "
+            + spec.text(self.tp, self.kv_dtype, self.kv_dtype_bytes)
+            for spec, n in groups.items()
+        ]
         no_cache = max(0, self.num_layers - self.attention_layers - self.recurrent_layers)  # Falcon-H1 holds both
         kinds = (
             (self.full_attention_layers, "full-attention"),
@@ -243,10 +273,13 @@ class ModelMemory:
         lines = [
             f"model: {self.model_type}, {self.num_layers} layers: {summary}{source}",
             f"attention: {self.attention.upper()}, {self.num_attention_heads} heads; tensor parallel {self.tp}",
-            per_layer,
+            *per_layer,
             (
                 f"KV per token: {self.attention_layers} attention layers x {self.kv_layer_bytes_per_token} B = "
                 f"{self.kv_bytes_per_token} B{cap}"
+                if self.uniform_layers
+                else f"KV per token: {' + '.join(f'{n} x {self._layer_bytes(s)}' for s, n in groups.items())} B = "
+                f"{self.kv_bytes_per_token} B (full layers {self.full_bytes_per_token} B){cap}"
             ),
         ]
         for s in self.states:
@@ -288,6 +321,11 @@ class ModelMemory:
             "kv_layer_bytes_per_token": self.kv_layer_bytes_per_token,
             "indexer_bytes_per_token": self.indexer_bytes_per_token,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "full_bytes_per_token": self.full_bytes_per_token,
+            "attention_specs": [
+                {**{k: getattr(spec, k) for k in spec.__dataclass_fields__}, "layers": n}
+                for spec, n in _grouped(self.attention_specs).items()
+            ],
             "state_bytes_per_sequence": self.state_bytes_per_sequence,
             "weights_bytes": self.weights_bytes,
             "weights_bytes_per_rank": self.weights_bytes_per_rank,
@@ -297,6 +335,14 @@ class ModelMemory:
             "max_context_source": self.max_context_source,
             "notes": list(self.notes),
         }
+
+
+def _grouped(specs: tuple[AttentionSpec, ...]) -> dict[AttentionSpec, int]:
+    """Each distinct spec and how many layers have it, in layer order."""
+    groups: dict[AttentionSpec, int] = {}
+    for spec in specs:
+        groups[spec] = groups.get(spec, 0) + 1
+    return groups
 
 
 def load_model(path: str | os.PathLike, **options: Any) -> ModelMemory:

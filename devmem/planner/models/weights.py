@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devmem.errors import ModelConfigError
+from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.attention import _EXPANDED_MLA
 from devmem.planner.models.config import _Config
 from devmem.planner.models.falcon_h1 import _falcon_h1_mixer_params
@@ -127,8 +127,7 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
         shared = c.get_int("shared_intermediate_size", 0) if c.model_type in _GRANITE_SHARED_MLP else 0
         return experts * dense() + 3 * hidden * shared, hidden * experts
     if c.has("n_routed_experts"):  # DeepSeek-V2/V3
-        first, freq = c.get_int("first_k_dense_replace", 0), c.get_int("moe_layer_freq", 1, positive=True)
-        if layer < first or layer % freq:
+        if not _moe_layer(c, layer):
             return dense(), 0
         experts, inner = c.int("n_routed_experts"), c.int("moe_intermediate_size", why="the weights estimate")
         shared = c.get_int("n_shared_experts", 0)
@@ -327,3 +326,20 @@ def _estimate_weights(
     if c.get_int("num_nextn_predict_layers", 0) or c.get_int("mtp_num_hidden_layers", 0):
         notes.append("multi-token-prediction layers are not counted (engines load them only for speculative decoding)")
     return -(-matrices * bits // 8) + other * dtype_bytes, notes
+
+
+def _moe_layer(c: _Config, layer: int) -> bool:
+    """Whether ``layer`` holds experts: past ``first_k_dense_replace`` every ``moe_layer_freq``-th layer, or where a
+    per-layer ``moe_layer_freq`` list (MiMo-V2's) holds 1."""
+    freq = c.get("moe_layer_freq", 1)
+    if isinstance(freq, list):
+        if len(freq) != c.int("num_hidden_layers") or not all(f in (0, 1) and not isinstance(f, float) for f in freq):
+            raise UnknownArchitectureError(
+                f"config of model_type {c.model_type!r}: moe_layer_freq must be a whole number or list 0 or 1 per "
+                f"layer ({c.int('num_hidden_layers')}), got {_shown(freq)}",
+                c.model_type,
+                ("moe_layer_freq",),
+            )
+        return bool(freq[layer])
+    first, every = c.get_int("first_k_dense_replace", 0), c.get_int("moe_layer_freq", 1, positive=True)
+    return layer >= first and layer % every == 0

@@ -1,0 +1,124 @@
+"""Per-layer attention specs (issue 36): families whose layers differ in shape, against their published configs
+(tests/model_configs_third.py). Every figure is worked out in the docstring from vLLM's model code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from model_configs import DEEPSEEK_V3_2
+from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH
+
+from devmem.command.main import main
+from devmem.planner.capacity import sequence_cost
+from devmem.planner.models import AttentionSpec, ModelConfigError, ModelMemory, UnknownArchitectureError
+
+
+def model(config: dict, **options) -> ModelMemory:
+    return ModelMemory.from_config(config, **options)
+
+
+def test_gemma4_full_layers_have_their_own_kv_heads_and_head_size():
+    """vLLM's gemma4: 25 sliding layers of 8 KV heads x 256, 2 x 8 x 256 x 2 B = 8,192 B; 5 full layers (K = V,
+    both cached) of num_global_key_value_heads 2 x global_head_dim 512: 2 x 2 x 512 x 2 B = 4,096 B.
+    25 x 8,192 + 5 x 4,096 = 225,280 B per token (every layer at 8 x 256 would be 245,760)."""
+    m = model(GEMMA4_26B_A4B)
+    assert (m.full_attention_layers, m.sliding_attention_layers, m.sliding_window) == (5, 25, 1024)
+    assert m.kv_bytes_per_token == 225_280
+    assert m.attention_specs[5] == AttentionSpec("full_attention", 2, 512, 512)
+    assert m.attention_specs[0] == AttentionSpec("sliding_attention", 8, 256, 256, 1024)
+
+
+def test_gemma4_long_contexts_cost_only_the_full_layers():
+    """Past the window every further token costs the full layers only: 5 x 4,096 = 20,480 B (not 40,960).
+    At 16,384 tokens, block 16: full 1,024 blocks x 16 x 20,480 = 335,544,320 B; sliding min(1,024, 1,024 / 16
+    + 1 = 65) blocks x 16 x 25 x 8,192 = 212,992,000 B; 548,536,320 B in all."""
+    m = model(GEMMA4_26B_A4B)
+    assert m.full_bytes_per_token == 20_480
+    assert sequence_cost(m, 16_384, 16).kv_bytes == 548_536_320
+
+
+def test_gemma4_full_layers_use_the_sliding_heads_without_k_eq_v():
+    """Without attention_k_eq_v the full layers keep num_key_value_heads (8) at global_head_dim 512: 2 x 8 x 512 x
+    2 B = 16,384 B x 5 + 25 x 8,192 = 286,720 B per token."""
+    text = {**GEMMA4_26B_A4B["text_config"], "attention_k_eq_v": False}
+    assert model({**GEMMA4_26B_A4B, "text_config": text}).kv_bytes_per_token == 286_720
+
+
+def test_gemma4_kv_heads_split_over_ranks_layer_by_layer():
+    """tp 2: sliding 4 heads per rank (4,096 B), full 1 head (2,048 B): 25 x 4,096 + 5 x 2,048 = 112,640 B."""
+    assert model(GEMMA4_26B_A4B, tp=2).kv_bytes_per_token == 112_640
+
+
+def test_gemma4_tp_that_splits_neither_kv_head_count_is_refused():
+    with pytest.raises(ModelConfigError, match="2 KV heads neither split evenly over 4 ranks|tp=4"):
+        model(
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "num_global_key_value_heads": 3}}, tp=4
+        )
+
+
+def test_mimo_v2_flash_hybrid_pattern_gives_each_layer_its_heads_and_smaller_v_head():
+    """vLLM's mimo_v2_flash: hybrid_layer_pattern puts full attention on 9 layers, 4 KV heads x (K 192 + V 128) x
+    2 B = 2,560 B; sliding (window 128) on 39, 8 KV heads x 320 x 2 B = 5,120 B. 9 x 2,560 + 39 x 5,120 = 222,720 B
+    per token."""
+    m = model(MIMO_V2_FLASH)
+    assert (m.full_attention_layers, m.sliding_attention_layers, m.chunked_attention_layers) == (9, 39, 0)
+    assert (m.kv_bytes_per_token, m.full_bytes_per_token, m.sliding_window) == (222_720, 23_040, 128)
+
+
+def test_mimo_v2_attention_chunk_size_is_not_read_as_chunked_attention():
+    """A config that also sets attention_chunk_size (the value here is not the published file's) keeps the hybrid
+    pattern: 222,720 B per token, no chunked layer."""
+    m = model({**MIMO_V2_FLASH, "attention_chunk_size": 128})
+    assert (m.chunked_attention_layers, m.kv_bytes_per_token) == (0, 222_720)
+
+
+def test_mimo_v2_per_layer_moe_layer_freq_places_the_experts():
+    """moe_layer_freq [0, 1, 1, ...]: layer 0 dense, 47 with experts. One layer's experts: 256 x 3 x 4,096 x
+    2,048 = 6,442,450,944 parameters, in place of a dense MLP of 3 x 4,096 x 16,384 = 201,326,592 (+ a router of
+    256 x 4,096 + 256 bias): turning layer 1's experts off lowers the weights by their difference, in bf16."""
+    dense_second = [0, 0] + [1] * 46
+    more_dense = model({**MIMO_V2_FLASH, "moe_layer_freq": dense_second})
+    assert model(MIMO_V2_FLASH).weights_bytes - more_dense.weights_bytes == 2 * (
+        6_442_450_944 - 201_326_592 + 256 * 4_096 + 256
+    )
+
+
+def test_moe_layer_freq_list_of_the_wrong_length_is_refused_naming_family_and_key():
+    with pytest.raises(UnknownArchitectureError, match="model_type 'mimo_v2_flash': moe_layer_freq") as info:
+        model({**MIMO_V2_FLASH, "moe_layer_freq": [0, 1]})
+    assert info.value.missing == ("moe_layer_freq",)
+
+
+def test_mimo_v2_without_swa_heads_is_refused_naming_the_key():
+    config = {k: v for k, v in MIMO_V2_FLASH.items() if k != "swa_num_key_value_heads"}
+    with pytest.raises(UnknownArchitectureError, match="mimo_v2_flash.*swa_num_key_value_heads"):
+        model(config)
+
+
+def test_refusal_without_a_family_of_its_own_names_the_model_type(tmp_path, capsys):
+    """A ModelConfigError raised deep in the arithmetic carries the config's model_type (the JSON error too)."""
+    (tmp_path / "config.json").write_text(json.dumps({**MIMO_V2_FLASH, "hybrid_layer_pattern": [0, 1]}))
+    assert main(["plan", "--model", str(tmp_path), "--weights", "0", "--total", "80GiB", "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "model_refused" and out["model_type"] == "mimo_v2_flash"
+    assert "model_type 'mimo_v2_flash'" in out["error"]
+
+
+def test_explain_shows_each_layer_shape_and_the_sum():
+    text = str(model(MIMO_V2_FLASH).explain())
+    assert "9 full_attention layers: 4 KV heads x (K 192 + V 128) x bf16 2 B = 2560 B" in text
+    assert "KV per token: 9 x 2560 + 39 x 5120 B = 222720 B (full layers 23040 B)" in text
+
+
+def test_as_dict_lists_the_layer_specs_with_their_counts():
+    specs = model(GEMMA4_26B_A4B).as_dict()["attention_specs"]
+    assert [(s["kind"], s["kv_heads"], s["k_head_size"], s["layers"]) for s in specs] == [
+        ("sliding_attention", 8, 256, 25),
+        ("full_attention", 2, 512, 5),
+    ]
+
+
+def test_kv_cache_dtype_and_kv_dtype_that_disagree_are_refused():
+    with pytest.raises(ModelConfigError, match="kv_cache_dtype 'fp8' and kv_dtype 'bf16' disagree"):
+        model(DEEPSEEK_V3_2, kv_cache_dtype="fp8", kv_dtype="bf16")

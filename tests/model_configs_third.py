@@ -81,3 +81,67 @@ MIMO_V2_FLASH = {
     "layernorm_epsilon": 1e-5,
     "attention_value_scale": 0.707,
 }
+
+
+def _nas_block(heads_in_group: int | None, ffn_mult: float) -> dict:
+    """One ``block_configs`` entry as the published DeciLM configs write it."""
+    return {
+        "attention": {
+            "n_heads_in_group": heads_in_group,
+            "no_op": heads_in_group is None,
+            "num_sink_tokens": None,
+            "replace_with_linear": False,
+            "sparsify": None,
+            "unshifted_sink": False,
+            "use_prefill_window_in_sink_attention": False,
+            "window_length": None,
+        },
+        "ffn": {"ffn_mult": ffn_mult, "no_op": False, "replace_with_linear": False, "sparsify": None},
+    }
+
+
+# nvidia/Llama-3_3-Nemotron-Super-49B-v1 config.json: the top-level keys verbatim, from the copy NVIDIA's
+# Megatron-Bridge tests hold (LLAMA_33_NEMOTRON_SUPER_49B_HETEROGENEOUS_CONFIG). Its 80 block_configs entries keep
+# attention (n_heads_in_group 8) on 49 layers and make it no_op on 31; their order and ffn_mult values were not
+# transcribed here (the first twelve are), so the blocks below hold the published counts, not the published order.
+NEMOTRON_SUPER_49B = {
+    "architectures": ["DeciLMForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "block_configs": [
+        _nas_block(8, 2.625),
+        *[_nas_block(8, 5.25)] * 5,
+        *[_nas_block(None, 2.625)] * 2,
+        *[_nas_block(8, 5.25)] * 3,
+        _nas_block(None, 3.28125),
+        *[_nas_block(8, 5.25)] * 40,
+        *[_nas_block(None, 1.3125)] * 28,
+    ],
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": None,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "nemotron-nas",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": None,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.48.3",
+    "use_cache": True,
+    "vocab_size": 128256,
+}

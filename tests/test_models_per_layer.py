@@ -7,7 +7,7 @@ import json
 
 import pytest
 from model_configs import DEEPSEEK_V3_2
-from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH
+from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH, NEMOTRON_SUPER_49B
 
 from devmem.command.main import main
 from devmem.planner.capacity import sequence_cost
@@ -122,3 +122,35 @@ def test_as_dict_lists_the_layer_specs_with_their_counts():
 def test_kv_cache_dtype_and_kv_dtype_that_disagree_are_refused():
     with pytest.raises(ModelConfigError, match="kv_cache_dtype 'fp8' and kv_dtype 'bf16' disagree"):
         model(DEEPSEEK_V3_2, kv_cache_dtype="fp8", kv_dtype="bf16")
+
+
+def test_nemotron_nas_counts_only_the_layers_that_keep_attention():
+    """vLLM's nemotron_nas: 49 of the 80 layers keep attention, each with 64 // n_heads_in_group 8 = 8 KV heads of
+    8,192 / 64 = 128: 2 x 8 x 128 x 2 B = 4,096 B x 49 = 200,704 B per token (not 80 layers of 64 heads)."""
+    m = model(NEMOTRON_SUPER_49B, weights_bytes=0)
+    assert (m.full_attention_layers, m.num_kv_heads, m.kv_bytes_per_token) == (49, 8, 200_704)
+
+
+def test_nemotron_nas_with_weights_given_never_reads_intermediate_size(tmp_path, capsys):
+    """intermediate_size is null in the published config: --weights 0 plans without it."""
+    (tmp_path / "config.json").write_text(json.dumps(NEMOTRON_SUPER_49B))
+    assert main(["plan", "--model", str(tmp_path), "--weights", "0", "--total", "80GiB", "--json"]) == 0
+    assert "kv_cache_bytes" in capsys.readouterr().out
+
+
+def test_nemotron_nas_weights_come_from_each_block():
+    """Layer 0 of the blocks: attention 2 x 8,192 x 64 x 128 + 2 x 8,192 x 8 x 128 = 150,994,944 and a gated MLP of
+    ffn_mult 2.625: 256 x ceil(int(2 x 2.625 x 8,192 / 3) / 256) = 14,336 wide, 3 x 8,192 x 14,336 = 352,321,536;
+    two norms of 8,192. Making its attention no_op removes 150,994,944 + 8,192 parameters, 2 B each."""
+    blocks = list(NEMOTRON_SUPER_49B["block_configs"])
+    blocks[0] = {**blocks[0], "attention": {**blocks[0]["attention"], "no_op": True, "n_heads_in_group": None}}
+    without = model({**NEMOTRON_SUPER_49B, "block_configs": blocks}).weights_bytes
+    assert model(NEMOTRON_SUPER_49B).weights_bytes - without == 2 * (150_994_944 + 8_192)
+
+
+def test_nemotron_nas_block_with_a_bad_group_is_refused_naming_family_and_key():
+    blocks = list(NEMOTRON_SUPER_49B["block_configs"])
+    blocks[0] = {**blocks[0], "attention": {**blocks[0]["attention"], "n_heads_in_group": 7}}
+    with pytest.raises(UnknownArchitectureError, match=r"'nemotron-nas': block_configs\[0\]") as info:
+        model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert info.value.missing == ("block_configs",)

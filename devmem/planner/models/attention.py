@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.config import _Config
+from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
+from devmem.planner.models.nemotron_nas import nas_first_kv_heads
 from devmem.planner.models.zamba2 import _zamba2_attention
 
 #: Families whose attention is MLA: without ``kv_lora_rank`` they are refused, never sized as multi-head.
@@ -73,6 +75,8 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
                 c.model_type,
                 ("kv_channels",),
             )
+    elif c.model_type in NAS_FAMILIES:  # per layer, from block_configs: the first attention layer's shown here
+        kv = nas_first_kv_heads(c)
     elif c.has("num_key_value_heads"):
         kv = c.int("num_key_value_heads")
     elif c.model_type == "dbrx":  # DbrxAttentionConfig's default is 1, vLLM's the attention heads: not guessed

@@ -13,6 +13,8 @@ from devmem.planner.models.kinds import ATTENTION, CHUNKED, CONV, FULL, LINEAR, 
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
 from devmem.planner.models.memory import ModelMemory
 from devmem.planner.models.mimo_v2 import mimo_v2_specs
+from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
+from devmem.planner.models.nemotron_nas import nas_specs
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
 from devmem.planner.models.spec import FP8_DS_MLA, AttentionSpec
@@ -69,6 +71,7 @@ _PER_LAYER_SPECS = {
     "gemma4_text": gemma4_specs,
     "mimo_v2": mimo_v2_specs,
     "mimo_v2_flash": mimo_v2_specs,
+    **dict.fromkeys(NAS_FAMILIES, nas_specs),
 }
 #: The SSM-state dtype vLLM gives a family whose config.json sets no ``mamba_ssm_cache_dtype`` (vLLM's
 #: NemotronH config hook: the config's, else float16), where transformers' config class would fill another in.

@@ -10,6 +10,8 @@ from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.gpt_neo import _gpt_neo_local_layers
 from devmem.planner.models.kinds import CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, SLIDING
+from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
+from devmem.planner.models.nemotron_nas import nas_layer_kinds
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.zamba2 import _zamba2_layers
 
@@ -69,6 +71,8 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
             f"attention_types; its {local} local layers attend within window_size but transformers' cache keeps "
             "every token in them, so they are counted in full"
         )
+    if c.model_type in NAS_FAMILIES:
+        return nas_layer_kinds(c), "block_configs (attention that is no_op or replaced by a linear holds no cache)"
     if c.has("layer_types"):
         return listed("layer_types", _LAYER_TYPES), "layer_types"
     if c.has("hybrid_layer_pattern"):  # MiMo-V2: 0 full attention, 1 sliding window (not attention_chunk_size)

@@ -11,6 +11,8 @@ from devmem.planner.models.attention import _EXPANDED_MLA
 from devmem.planner.models.config import _Config
 from devmem.planner.models.falcon_h1 import _falcon_h1_mixer_params
 from devmem.planner.models.kinds import CONV, LINEAR, MAMBA, MAMBA2
+from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
+from devmem.planner.models.nemotron_nas import nas_layer_params
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _mamba2_params
 from devmem.planner.models.zamba2 import _zamba2_params
@@ -165,6 +167,8 @@ def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
 
 
 def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, int, int]) -> tuple[int, int]:
+    if c.model_type in NAS_FAMILIES:  # attention and MLP from the layer's block_configs entry
+        return nas_layer_params(c, layer, attention[3])
     hidden = c.int("hidden_size", why="the weights estimate")
     if kind in ("mlp", "moe"):
         return _cacheless_params(c, kind, hidden)

@@ -145,3 +145,33 @@ NEMOTRON_SUPER_49B = {
     "use_cache": True,
     "vocab_size": 128256,
 }
+
+# nvidia/NVIDIA-Nemotron-3-Super-120B-A12B: the keys a public checkpoint check quotes as the published topology (88
+# layers, 40 Mamba2, 40 latent MoE, 8 attention; 512 experts of 2,688 in a latent of 1,024) and the shared expert
+# and dtype its Puzzle sibling's config quotes. The published hybrid_override_pattern's order is not quoted: the
+# pattern below has its counts (which decide the weights and the state), not its order.
+NEMOTRON_3_SUPER_120B = {
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "num_hidden_layers": 88,
+    "hybrid_override_pattern": "ME" * 36 + "M*E*" * 4,
+    "hidden_size": 4096,
+    "vocab_size": 131072,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "conv_kernel": 4,
+    "n_groups": 8,
+    "n_routed_experts": 512,
+    "num_experts_per_tok": 22,
+    "moe_latent_size": 1024,
+    "moe_intermediate_size": 2688,
+    "moe_shared_expert_intermediate_size": 5376,
+    "n_shared_experts": 1,
+    "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}

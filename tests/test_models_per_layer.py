@@ -7,7 +7,7 @@ import json
 
 import pytest
 from model_configs import DEEPSEEK_V3_2
-from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH, NEMOTRON_SUPER_49B
+from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH, NEMOTRON_3_SUPER_120B, NEMOTRON_SUPER_49B
 
 from devmem.command.main import main
 from devmem.planner.capacity import sequence_cost
@@ -154,3 +154,15 @@ def test_nemotron_nas_block_with_a_bad_group_is_refused_naming_family_and_key():
     with pytest.raises(UnknownArchitectureError, match=r"'nemotron-nas': block_configs\[0\]") as info:
         model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
     assert info.value.missing == ("block_configs",)
+
+
+def test_nemotron_3_super_latent_moe_weights():
+    """vLLM's NemotronH latent MoE: the 512 routed experts (up and down, relu2) work in moe_latent_size 1,024,
+    projected in and out of it; the shared expert at hidden 4,096. Per MoE layer: 2 x 4,096 x 1,024 = 8,388,608 +
+    512 x 2 x 1,024 x 2,688 = 2,818,572,288 + 2 x 4,096 x 5,376 = 44,040,192, router 4,096 x 512 + 512 bias, norm
+    4,096: 2,873,102,848, x 40 = 114,924,113,920. Mamba2 (128 heads x 64, 8 groups x 128, kernel 4): 4,096 x
+    (8,192 + 10,240 + 128) + 8,192 x 4,096 = 109,576,192, conv 10,240 x 5 + 3 x 128 + 8,192 = 59,776, norm 4,096:
+    109,640,064 x 40 = 4,385,602,560. Attention 4,096 x 32 x 128 x 2 + 2 x 4,096 x 2 x 128 + norm = 35,655,680 x 8 =
+    285,245,440. Embeddings and head 2 x 131,072 x 4,096 + final norm = 1,073,745,920. 120,668,707,840 parameters,
+    x 2 B = 241,337,415,680 B (about 241 GB, not 917)."""
+    assert model(NEMOTRON_3_SUPER_120B).weights_bytes == 241_337_415_680

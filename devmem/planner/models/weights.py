@@ -163,6 +163,12 @@ def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
     experts = c.int("n_routed_experts", why="the weights estimate")
     inner = c.int("moe_intermediate_size", why="the weights estimate")
     shared = c.get_int("moe_shared_expert_intermediate_size", 0) * c.get_int("n_shared_experts", 1)
+    if c.get("moe_latent_size") is not None:  # latent MoE: the routed experts work in moe_latent_size, projected
+        latent = c.int("moe_latent_size")  # in and out of it (vLLM's fc1/fc2_latent_proj); the shared expert not
+        return (
+            2 * hidden * latent + experts * 2 * latent * inner + 2 * hidden * shared,
+            hidden * experts + experts + hidden,
+        )
     return 2 * hidden * (experts * inner + shared), hidden * experts + experts + hidden
 
 

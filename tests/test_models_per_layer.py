@@ -107,7 +107,7 @@ def test_refusal_without_a_family_of_its_own_names_the_model_type(tmp_path, caps
 
 def test_explain_shows_each_layer_shape_and_the_sum():
     text = str(model(MIMO_V2_FLASH).explain())
-    assert "9 full_attention layers: 4 KV heads x (K 192 + V 128) x bf16 2 B = 2560 B" in text
+    assert "per layer, 9 layers: 4 KV heads per rank x (K head 192 + V head 128) x bf16 2 B = 2560 B" in text
     assert "KV per token: 9 x 2560 + 39 x 5120 B = 222720 B (full layers 23040 B)" in text
 
 

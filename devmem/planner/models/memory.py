@@ -246,10 +246,12 @@ class ModelMemory:
     def explain(self) -> str:
         """For people, one line each: the layers, the per-token and per-sequence arithmetic, the weights."""
         groups = _grouped(self.attention_specs)
+        shapes: dict[str, int] = {}  # layers of one shape share a line, whatever span they hold
+        for spec, n in groups.items():
+            text = spec.text(self.tp, self.kv_dtype, self.kv_dtype_bytes)
+            shapes[text] = shapes.get(text, 0) + n
         per_layer = [
-            f"KV per token per layer{'' if len(groups) == 1 else f', {n} {spec.kind} layers'}: "
-            + spec.text(self.tp, self.kv_dtype, self.kv_dtype_bytes)
-            for spec, n in groups.items()
+            f"KV per token per layer{'' if len(shapes) == 1 else f', {n} layers'}: {text}" for text, n in shapes.items()
         ]
         no_cache = max(0, self.num_layers - self.attention_layers - self.recurrent_layers)  # Falcon-H1 holds both
         kinds = (

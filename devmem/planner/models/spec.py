@@ -58,20 +58,19 @@ class AttentionSpec:
         each = self.bytes_per_token(tp, kv_dtype, kv_dtype_bytes)
         if self.layout == KV:
             split = "" if tp == 1 else f" (max(1, {self.kv_heads} // tp {tp}))"
-            sizes = (
-                f"2 x head {self.k_head_size}"
-                if self.k_head_size == self.v_head_size
-                else f"(K {self.k_head_size} + V {self.v_head_size})"
+            heads = f"{self.kv_heads_per_rank(tp)} KV heads per rank{split}"
+            if self.k_head_size == self.v_head_size:
+                return f"2 x {heads} x head dim {self.k_head_size} x {kv_dtype} {kv_dtype_bytes} B = {each} B"
+            return (
+                f"{heads} x (K head {self.k_head_size} + V head {self.v_head_size}) x {kv_dtype} {kv_dtype_bytes} B "
+                f"= {each} B"
             )
-            return f"{self.kv_heads_per_rank(tp)} KV heads{split} x {sizes} x {kv_dtype} {kv_dtype_bytes} B = {each} B"
         indexer = f" + indexer key {self.indexer_bytes} B" if self.indexer_bytes else ""
         if self.layout == SPARSE_MLA and kv_dtype == FP8_DS_MLA:
             latent = self.k_head_size - self.rope_size
-            return (
+            layout = (
                 f"{latent} fp8 + {-(-latent // 128)} x 4 B scales + rope {self.rope_size} x bf16 2 B ({FP8_DS_MLA})"
-                f"{indexer} = {each} B"
             )
-        return (
-            f"latent {self.k_head_size} (kv_lora_rank + qk_rope_head_dim) x {kv_dtype} {kv_dtype_bytes} B{indexer}, "
-            f"the same on every rank = {each} B"
-        )
+        else:
+            layout = f"{self.k_head_size} latent (kv_lora_rank + qk_rope_head_dim) x {kv_dtype} {kv_dtype_bytes} B"
+        return f"{layout}{indexer}, the same on every rank = {each} B"

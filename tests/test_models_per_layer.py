@@ -166,3 +166,11 @@ def test_nemotron_3_super_latent_moe_weights():
     285,245,440. Embeddings and head 2 x 131,072 x 4,096 + final norm = 1,073,745,920. 120,668,707,840 parameters,
     x 2 B = 241,337,415,680 B (about 241 GB, not 917)."""
     assert model(NEMOTRON_3_SUPER_120B).weights_bytes == 241_337_415_680
+
+
+def test_plan_takes_vllms_kv_cache_dtype_flag(tmp_path, capsys):
+    """--kv-cache-dtype fp8 on DeepSeek-V3.2: the packed latent, 788 B x 61 = 48,068 B per token."""
+    (tmp_path / "config.json").write_text(json.dumps(DEEPSEEK_V3_2))
+    argv = ["plan", "--model", str(tmp_path), "--weights", "0", "--total", "80GiB", "--json"]
+    assert main([*argv, "--kv-cache-dtype", "fp8"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["kv_bytes_per_token"] == 48_068

@@ -12,8 +12,7 @@ import pytest
 from model_configs import QWEN3_8B, TINY_LLAMA, write_model
 
 from devmem.command.main import main
-from devmem.planner import models
-from devmem.planner.models import ModelConfigError, load_model, read_json
+from devmem.planner.models import ModelConfigError, load_model, read_json, reading
 
 
 def test_integer_of_5000_digits_under_a_sizing_key_is_refused_naming_it(tmp_path):
@@ -74,7 +73,7 @@ def test_non_utf8_config_is_refused_naming_the_byte(tmp_path):
 
 
 def test_config_larger_than_the_bound_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "MAX_JSON_BYTES", 100)
+    monkeypatch.setattr(reading, "MAX_JSON_BYTES", 100)  # the bound lives with the reader
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
     with pytest.raises(ModelConfigError, match="is larger than 100 bytes"):
         load_model(tmp_path)

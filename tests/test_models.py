@@ -206,7 +206,7 @@ def test_tensor_parallel_must_be_a_positive_whole_number():
 
 
 def test_unknown_kv_dtype_is_refused_naming_the_choices():
-    with pytest.raises(ModelConfigError, match="kv_dtype 'int4' is not one of auto, bf16, fp16, fp8, fp32"):
+    with pytest.raises(ModelConfigError, match="kv_dtype 'int4' is not one of auto, bf16, fp16, fp8, fp8_ds_mla, fp32"):
         model(LLAMA_3_1_8B, kv_dtype="int4")
 
 

@@ -105,17 +105,26 @@ def test_llama_4_layer_list_of_no_rope_flags_is_read():
     assert (m.full_attention_layers, m.chunked_attention_layers) == (24, 24)
 
 
-def test_deepseek_v3_2_caches_the_fp8_latent_and_the_indexer_key():
-    """vLLM's fp8_ds_mla: 512 fp8 + 4 x 4 B scales + 64 x 2 B rope = 656 B; the indexer key 128 fp8 + 4 B scale
-    = 132 B: 788 B per layer, x 61 = 48,068 B per token, the same on every rank."""
+def test_deepseek_v3_2_caches_the_bf16_latent_and_the_indexer_key_by_default():
+    """vLLM caches DeepSeek sparse attention's latent in the model dtype unless an fp8 cache is asked for: (512 + 64)
+    x 2 B = 1,152 + the indexer key 128 fp8 + 4 B scale = 132: 1,284 B per layer, x 61 = 78,324 B per token, the same
+    on every rank."""
     m = model(DEEPSEEK_V3_2)
-    assert (m.kv_dtype, m.kv_layer_bytes_per_token, m.kv_bytes_per_token) == ("fp8_ds_mla", 788, 48_068)
-    assert m.at_tp(8).kv_bytes_per_token == 48_068
+    assert (m.kv_dtype, m.kv_layer_bytes_per_token, m.kv_bytes_per_token) == ("bf16", 1_284, 78_324)
+    assert m.at_tp(8).kv_bytes_per_token == 78_324
 
 
-def test_deepseek_v3_2_in_bf16_keeps_the_fp8_indexer():
-    """576 x 2 B = 1,152 + 132 = 1,284 B per layer, x 61 = 78,324 B per token."""
-    assert model(DEEPSEEK_V3_2, kv_dtype="bf16").kv_bytes_per_token == 78_324
+def test_deepseek_v3_2_with_an_fp8_cache_packs_the_latent():
+    """fp8 (vLLM: fp8_ds_mla for this attention): 512 fp8 + 4 x 4 B scales + 64 x 2 B rope = 656 B + 132 = 788 B per
+    layer, x 61 = 48,068 B per token."""
+    for kv_cache_dtype in ("fp8", "fp8_ds_mla"):
+        m = ModelMemory.from_config(DEEPSEEK_V3_2, kv_cache_dtype=kv_cache_dtype)
+        assert (m.kv_dtype, m.kv_bytes_per_token) == ("fp8_ds_mla", 48_068)
+
+
+def test_packed_fp8_latent_is_refused_without_sparse_attention_naming_the_family():
+    with pytest.raises(UnknownArchitectureError, match="model_type 'deepseek_v3' has no DeepSeek sparse attention"):
+        ModelMemory.from_config(DEEPSEEK_V3, kv_cache_dtype="fp8_ds_mla")
 
 
 def test_deepseek_v3_without_kv_lora_rank_takes_the_config_class_default_and_says_so():
@@ -138,11 +147,19 @@ def test_mla_config_of_an_unknown_family_without_kv_lora_rank_is_refused():
 
 def test_nemotron_h_56b_holds_mamba2_state_per_sequence():
     """Pattern: 10 attention (*), 54 Mamba2 (M), 54 MLP (-). KV 2 x 8 x 128 x 2 B = 4,096 B x 10 = 40,960 B per
-    token. Mamba2 per layer: conv 3 x (256 x 64 + 2 x 8 x 256 = 20,480) x 2 B = 122,880; SSM 256 x 64 x 256 x 4 B
-    (NemotronHConfig's float32) = 16,777,216; x 54 = 912,605,184 B per sequence."""
+    token. Mamba2 per layer: conv 3 x (256 x 64 + 2 x 8 x 256 = 20,480) x 2 B = 122,880; SSM 256 x 64 x 256 x 2 B
+    (no mamba_ssm_cache_dtype in config.json: vLLM's float16 for nemotron_h) = 8,388,608; x 54 = 459,620,352 B per
+    sequence."""
     m = model(NEMOTRON_H_56B)
     assert (m.full_attention_layers, m.recurrent_layers, m.num_layers) == (10, 54, 118)
-    assert (m.kv_bytes_per_token, m.state_bytes_per_sequence) == (40_960, 912_605_184)
+    assert (m.kv_bytes_per_token, m.state_bytes_per_sequence) == (40_960, 459_620_352)
+
+
+def test_nemotron_h_ssm_state_in_the_dtype_its_config_sets():
+    """mamba_ssm_cache_dtype float32 in config.json wins over vLLM's float16: SSM 256 x 64 x 256 x 4 B = 16,777,216
+    + conv 122,880 = 16,900,096 x 54 = 912,605,184 B per sequence."""
+    m = model({**NEMOTRON_H_56B, "mamba_ssm_cache_dtype": "float32"})
+    assert m.state_bytes_per_sequence == 912_605_184
 
 
 def test_nemotron_3_nano_state_splits_over_ranks():

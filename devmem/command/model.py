@@ -66,11 +66,14 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
         help="tensor-parallel ranks the model is split over (default 1)",
     )
     parser.add_argument(
+        "--kv-cache-dtype",
         "--kv-dtype",
+        dest="kv_dtype",
         choices=KV_DTYPES,
         default=None,
         metavar="DTYPE",
-        help=f"KV-cache dtype: {', '.join(KV_DTYPES)} (default auto: the model's)",
+        help=f"KV-cache dtype, as vLLM's --kv-cache-dtype: {', '.join(KV_DTYPES)} (default auto: the family's, as "
+        "vLLM sets it)",
     )
     parser.add_argument(
         "--dtype",

@@ -66,9 +66,11 @@ def plan_for_model(model: ModelMemory, *, block_size: int = DEFAULT_BLOCK_SIZE, 
     """:func:`devmem.planner.sizing.plan_kv_cache` with this model's block; ``weights`` default to its weights per
     rank."""
     sizing.setdefault("weights", model.weights_bytes_per_rank)
+    uniform = model.uniform_layers  # else one page is a block over every layer, whatever each layer holds
     return plan_kv_cache(
-        page_size_bytes=_whole("block_size", block_size) * model.kv_layer_bytes_per_token,
-        num_layers=model.attention_layers,
+        page_size_bytes=_whole("block_size", block_size)
+        * (model.kv_layer_bytes_per_token if uniform else model.kv_bytes_per_token),
+        num_layers=model.attention_layers if uniform else 1,
         **sizing,
     )
 
@@ -90,15 +92,25 @@ class SequenceCost:
         return self.kv_bytes + self.state_bytes
 
     def formula(self, model: ModelMemory) -> str:
-        page = self.block_size * model.kv_layer_bytes_per_token
-        parts = []
-        if model.full_attention_layers:
-            parts.append(f"{model.full_attention_layers} full layers x {self.full_blocks} blocks")
-        if model.sliding_attention_layers:
-            parts.append(f"{model.sliding_attention_layers} sliding layers x {self.sliding_blocks} blocks")
-        if model.chunked_attention_layers:
-            parts.append(f"{model.chunked_attention_layers} chunked layers x {self.chunked_blocks} blocks")
-        text = f"({' + '.join(parts)}) x {page} B per layer-block"
+        if model.uniform_layers:
+            page = self.block_size * model.kv_layer_bytes_per_token
+            parts = []
+            if model.full_attention_layers:
+                parts.append(f"{model.full_attention_layers} full layers x {self.full_blocks} blocks")
+            if model.sliding_attention_layers:
+                parts.append(f"{model.sliding_attention_layers} sliding layers x {self.sliding_blocks} blocks")
+            if model.chunked_attention_layers:
+                parts.append(f"{model.chunked_attention_layers} chunked layers x {self.chunked_blocks} blocks")
+            text = f"({' + '.join(parts)}) x {page} B per layer-block"
+        else:  # layers of different shapes: each kind's bytes per block
+            kinds = (
+                (model.full_bytes_per_token, self.full_blocks, "full"),
+                (model.sliding_bytes_per_token, self.sliding_blocks, "sliding"),
+                (model.chunked_bytes_per_token, self.chunked_blocks, "chunked"),
+            )
+            text = " + ".join(
+                f"{blocks} blocks x {self.block_size * each} B ({kind} layers)" for each, blocks, kind in kinds if each
+            )
         if self.state_bytes:
             text += f" + state {self.state_bytes} B"
         return f"{text} = {self.total} B"
@@ -129,12 +141,12 @@ def _kv_bytes_at(model: ModelMemory, blocks: int, block_size: int) -> int:
     """KV bytes of one sequence whose full layers hold ``blocks`` blocks (sliding and chunked ones capped)."""
     sliding = min(blocks, _window_blocks(model, block_size)) if model.sliding_attention_layers else 0
     chunked = min(blocks, _chunk_blocks(model, block_size)) if model.chunked_attention_layers else 0
-    layer_blocks = (
-        model.full_attention_layers * blocks
-        + model.sliding_attention_layers * sliding
-        + model.chunked_attention_layers * chunked
+    per_token = (
+        model.full_bytes_per_token * blocks
+        + model.sliding_bytes_per_token * sliding
+        + model.chunked_bytes_per_token * chunked
     )
-    return layer_blocks * block_size * model.kv_layer_bytes_per_token
+    return per_token * block_size
 
 
 def sequence_cost(model: ModelMemory, context: int, block_size: int = DEFAULT_BLOCK_SIZE) -> SequenceCost:
@@ -176,7 +188,9 @@ def longest_context(
         caps += [_chunk_blocks(model, block_size)] * bool(model.chunked_attention_layers)
         if _kv_bytes_at(model, max(caps), block_size) <= each:
             return None
-    low, high = 1, each // (block_size * model.kv_layer_bytes_per_token) + 1  # cost(low) fits, cost(high) not
+    # cost(low) fits, cost(high) not: every block of the full layers costs at least their bytes; without full layers
+    # the cost stops growing at the largest cap, which does not fit (above)
+    low, high = 1, each // (block_size * model.full_bytes_per_token) + 1 if model.full_attention_layers else max(caps)
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (middle, high) if _kv_bytes_at(model, middle, block_size) <= each else (low, middle)

@@ -1114,6 +1114,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
     plan.set_defaults(handler=cmd_plan)
     _add_fit_parser(sub)
+    from devmem.command import exporter
+
+    exporter.add_exporter_flags(
+        _sub(sub, "exporter", exporter.SUMMARY, exporter.DESCRIPTION, exporter.EXAMPLES, exporter.EXIT_CODES)
+    )
     return parser
 
 

@@ -238,8 +238,9 @@ def test_a_reservation_is_exported_with_its_holder_pid_and_bytes(node, tmp_path)
 def test_over_commitment_is_exported_with_doctors_finding(node, sleepers, tmp_path):
     platform = scripted_platform(node)
     total = platform.device_memory_info(0).total
-    with devmem.reserve(0, bytes=total - 6 * GiB, platform=platform, ledger_dir=tmp_path / "ledger"):
-        m = scrape(platform, tmp_path)  # the sleepers use 7 GiB without a reservation, and the device base more
+    with devmem.reserve(0, bytes=total - 8 * GiB, platform=platform, ledger_dir=tmp_path / "ledger"):
+        node.allocate(2 * GiB, 0, pid=sleepers[2])  # after admission: 9 GiB used without a reservation
+        m = scrape(platform, tmp_path)
     committed = by_device(m, "devmem_reservations_committed_bytes")["0"]
     assert committed > total
     assert by_device(m, "devmem_reservations_overcommitted_bytes") == {"0": committed - total}

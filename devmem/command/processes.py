@@ -71,11 +71,34 @@ def container_id(cgroup: str | None) -> str | None:
 
 
 def _who(pid: int) -> tuple[str | None, str | None]:
-    """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot."""
+    """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot. What was read of a process
+    is kept (for :data:`_KNOWN` processes at most): a PID with the same start time is the same process."""
     import psutil
 
     try:
-        proc = psutil.Process(pid)
+        proc = psutil.Process(pid)  # reads the start time
+    except psutil.Error:
+        return None, None
+    key = (pid, proc.create_time())
+    known = _known.get(key)
+    if known is None:
+        known = _identity(proc)
+        if known[0] is not None:
+            if len(_known) >= _KNOWN:
+                _known.pop(next(iter(_known)), None)
+            _known[key] = known
+    return known
+
+
+#: How many processes' user and command :func:`_who` keeps.
+_KNOWN = 4096
+_known: dict[tuple[int, float], tuple[str | None, str | None]] = {}
+
+
+def _identity(proc) -> tuple[str | None, str | None]:
+    import psutil
+
+    try:
         with proc.oneshot():
             name = proc.name()
             try:

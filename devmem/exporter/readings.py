@@ -187,7 +187,7 @@ class NodeReader:
             ranked = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))
             shown = dict(ranked[: self.max_processes])
             omitted, omitted_bytes = len(ranked) - len(shown), sum(used for _, used in ranked[len(shown) :])
-            processes = tuple(self._process(row) for row in process_rows(shown, self.files, dict(reading.roles)))
+            processes = self._processes(shown, dict(reading.roles))
         get_uuid = getattr(self.platform, "device_uuid", None)
         uuid = get_uuid(device) if callable(get_uuid) else None
         reservations = None
@@ -203,9 +203,13 @@ class NodeReader:
                 failures.append(Failure(str(device), FINDINGS, ERROR, f"failed: {exc}"))
         return DeviceSample(report, uuid, processes, omitted, omitted_bytes, reservations, findings, tuple(failures))
 
-    def _process(self, row: ProcessRow) -> ProcessSample:
-        cgroup = process_cgroup(self.files, row.pid)
-        return ProcessSample(row, cgroup, container_id(cgroup))
+    def _processes(self, shown: dict[int, int], roles: dict[int, str]) -> tuple[ProcessSample, ...]:
+        """Samples of the processes ``shown`` (PID -> bytes), largest first."""
+        samples = []
+        for row in process_rows(shown, self.files, roles):
+            cgroup = process_cgroup(self.files, row.pid)
+            samples.append(ProcessSample(row, cgroup, container_id(cgroup)))
+        return tuple(samples)
 
     def _machine_findings(self) -> list[Finding]:
         """Doctor's findings about the machine (platforms that cannot be used), reading no device."""

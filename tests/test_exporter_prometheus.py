@@ -21,7 +21,7 @@ import devmem
 from devmem.sdk.host import CpuPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES = ROOT / "examples" / "prometheus-rules.yml"
+RULES = ROOT / "examples" / "exporter" / "prometheus-rules.yml"
 
 pytestmark = pytest.mark.slow
 
@@ -146,3 +146,14 @@ def test_promtool_accepts_the_example_rules():
         pytest.skip("no promtool binary (Debian: apt-get install prometheus)")
     done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_prometheus_accepts_every_query_of_the_example_dashboard(exporter, prometheus):
+    from tests.test_exporter_examples import dashboard_exprs
+
+    query(prometheus, "devmem_device_total_bytes")
+    for expr in dashboard_exprs():
+        answer = get_json(
+            f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr.replace("$instance", ".*")})
+        )
+        assert answer["status"] == "success", (expr, answer)

@@ -203,6 +203,47 @@ def test_admission_takes_a_few_milliseconds(host, tmp_path):
     assert time.perf_counter() - started < 1.0
 
 
+# ---- one reading -----------------------------------------------------------------------------------------
+def counted_h200(**kwargs):
+    from devmem_nvidia.testing import ScriptedNvml
+
+    sc = h200_scenario(**kwargs)
+    nvml = ScriptedNvml(sc)
+    platform = scripted_platform(sc, nvml=nvml)
+    return sc, platform, nvml
+
+
+def test_a_reservation_given_a_reading_asks_nvml_nothing(tmp_path):
+    _, platform, nvml = counted_h200()
+    reading = platform.read(0)
+    nvml.calls.clear()
+    reserve(0, GiB, platform=platform, ledger_dir=tmp_path, reading=reading).release()
+    assert not nvml.calls, dict(nvml.calls)
+
+
+def test_a_reservation_counts_the_figures_of_the_reading_given(tmp_path):
+    sc, platform, _ = counted_h200()
+    sc.allocate(100 * GiB, pid=CHILD)  # a co-tenant, in the reading
+    reading = platform.read(0)
+    sc.release(100 * GiB, pid=CHILD)  # gone since: admission must count what the reading says, not ask again
+    with pytest.raises(ReservationRefused, match=f"PID {CHILD}"):
+        reserve(0, 60 * GiB, platform=platform, ledger_dir=tmp_path, reading=reading)
+
+
+def test_a_reading_of_another_device_is_refused_naming_both(tmp_path):
+    from devmem_nvidia.testing import ScriptedNvidiaGpu
+
+    second = ScriptedNvidiaGpu(uuid="GPU-00000000-0000-4000-8000-000000000001", pci_bus_id="00000000:1A:00.0")
+    platform = scripted_platform(Scenario(devices=[ScriptedNvidiaGpu(), second]))
+    with pytest.raises(devmem.DevmemError, match=r"reading given to reserve is of device 1 .*not of device 0"):
+        reserve(0, GiB, platform=platform, ledger_dir=tmp_path, reading=platform.read(1))
+
+
+def test_a_reading_that_is_no_reading_is_refused_naming_it(host, tmp_path):
+    with pytest.raises(devmem.DevmemError, match=r"reading must be a devmem.platform.DeviceReading.*got 42"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path, reading=42)
+
+
 # ---- identity --------------------------------------------------------------------------------------------
 def test_nvml_devices_are_keyed_by_uuid():
     platform = scripted_platform(h200_scenario())

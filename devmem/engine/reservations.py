@@ -50,7 +50,7 @@ from typing import Any
 
 from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
 from devmem.errors import DevmemError, LedgerError, ReservationRefused
-from devmem.platform import Platform
+from devmem.platform import DeviceReading, Platform
 from devmem.records import Record
 from devmem.sdk.forksafe import ForkSafeLock
 from devmem.sdk.parsing import shown
@@ -327,13 +327,14 @@ def default_directory() -> Path:
     return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(os.environ.get("TMPDIR") or "/tmp") / "devmem"
 
 
-def device_key(platform: Platform, device: int) -> tuple[str, str]:
-    """The ledger's name for ``device`` and how it was made (for people)."""
+def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
+    """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
+    caller has it already (from a reading), so the platform is not asked for it."""
     get_uuid = getattr(platform, "device_uuid", None)
     uid = get_uuid(device) if callable(get_uuid) else None
     if uid:
         return _UNSAFE.sub("_", str(uid)), "the device's UUID"
-    key = _UNSAFE.sub("_", f"{platform.name}-{platform.device_name(device)}-{device}")
+    key = _UNSAFE.sub("_", f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
     return key, (
         f"platform {platform.name!r}, device name and index {device} (the platform gives no UUID: processes that "
         "number the devices differently see different ledgers)"
@@ -609,16 +610,20 @@ class Ledger:
         device: int,
         nbytes: int | None = None,
         utilization: float | None = None,
+        *,
+        reading: DeviceReading | None = None,
     ) -> Reservation:
         """Admit a reservation of ``nbytes`` (or ``utilization`` of the total) on ``device``, or raise
-        :class:`ReservationRefused`."""
-        memory = platform.memory(device)
-        total, free = memory.info.total, memory.info.free
+        :class:`ReservationRefused`. ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` the caller
+        took already; admission counts its figures and asks the platform no memory question (see
+        :func:`reserve`)."""
+        reading = _reading_of(platform, device, reading)
+        total, free = reading.info.total, reading.info.free
         request = resolve_request(nbytes, utilization, total)
-        key, _ = device_key(platform, device)
-        others = platform.other_processes_memory(device)
-        own_used = platform.get_process_memory_usage(device)
-        integrated = platform.is_integrated_gpu(device)
+        key, _ = device_key(platform, device, reading.name)
+        others = reading.other_processes
+        own_used = reading.process.used
+        integrated = reading.integrated
         me = Owner.current()
         with self._locked(key):
             live, dead, problem = self._load(key, me, others)
@@ -630,7 +635,7 @@ class Ledger:
             before = account(total, free, live, others, own_used, integrated, me)
             after = account(total, free, [*live, entry], others, own_used, integrated, me)
             if after.committed > total:
-                raise _refusal(platform, device, key, request, before, after, self.path(key))
+                raise _refusal(reading.name, device, request, before, self.path(key))
             fd = _create(self._owner_file(key, entry.id), os.O_RDWR)
             try:
                 try:
@@ -718,16 +723,35 @@ def resolve_request(nbytes: int | None, utilization: float | None, total: int) -
     return whole
 
 
-def _refusal(
-    platform: Platform, device: int, key: str, request: int, before: Accounting, after: Accounting, path: Path
-) -> ReservationRefused:
+def _reading_of(platform: Platform, device: int, reading: DeviceReading | None) -> DeviceReading:
+    """``reading``, checked to be a reading of ``device``; without one, one reading of ``device`` from
+    ``platform`` (:func:`devmem.platform.read_device`)."""
+    if reading is None:
+        from devmem.platform import read_device
+
+        return read_device(platform, device)
+    if not isinstance(reading, DeviceReading):
+        raise DevmemError(
+            f"reading must be a devmem.platform.DeviceReading (platform.read(device)) or None, got {shown(reading)} "
+            f"of type {type(reading).__name__}"
+        )
+    index = platform.check_device(device) if hasattr(platform, "check_device") else device
+    if reading.index != index:
+        raise DevmemError(
+            f"the reading given to reserve is of device {reading.index} ({reading.name}), not of device {shown(device)}"
+            f": pass a reading of the device reserved (platform.read({shown(device)}))"
+        )
+    return reading
+
+
+def _refusal(name: str, device: int, request: int, before: Accounting, path: Path) -> ReservationRefused:
     total = before.total
     others = sum(h.committed for h in before.holdings if not h.mine)
     available = max(0, total - others - sum(h.reserved or 0 for h in before.holdings if h.mine))
     holders = sorted(before.holdings, key=lambda h: -h.committed)
     fits = math.floor(Fraction(available, total) * 1000) / 1000 if total else 0.0
     lines = [
-        f"device {device} ({platform.device_name(device)}): cannot reserve {format_size(request)} "
+        f"device {device} ({name}): cannot reserve {format_size(request)} "
         f"({request / total:.3f} of {format_size(total)}). What would fit: {format_size(available)} "
         f"({available} bytes, utilization {fits:.3f}); stop a holder or ask for at most that.",
         *_holder_lines(holders),
@@ -858,6 +882,7 @@ def reserve(
     platform: Platform | None = None,
     ledger_dir: str | os.PathLike[str] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    reading: DeviceReading | None = None,
 ) -> Reservation:
     """Reserve ``bytes`` (or ``utilization`` of the total) of ``device`` on this host's ledger, before loading
     anything; raise :class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the holders and
@@ -866,12 +891,18 @@ def reserve(
 
     ``platform`` defaults to :func:`devmem.current_platform`, ``ledger_dir`` to ``DEVMEM_LEDGER_DIR`` or
     ``/dev/shm/devmem``. Use it as a context manager or call ``release()``; it is released at exit otherwise.
+
+    ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` already taken (``platform.read(device)``);
+    admission then counts its figures (total, free, this process's and the other processes' memory, integrated)
+    and asks the platform only for the device's identity (its index range and UUID), no reading, so one reading
+    serves a caller's baseline and its reservation alike. A reading of another device is a
+    :class:`~devmem.DevmemError`. Without it, admission takes one reading of its own.
     """
     if platform is None:
         from devmem.resolution.plugins import current_platform
 
         platform = current_platform()
-    return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(platform, device, bytes, utilization)
+    return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(platform, device, bytes, utilization, reading=reading)
 
 
 def device_reservations(

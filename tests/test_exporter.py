@@ -215,6 +215,17 @@ def test_a_reading_still_hung_is_not_started_again(hanging, tmp_path):
     assert failures == {("0", "device", "deadline"): 3}
 
 
+def test_a_reading_that_keeps_failing_is_logged_once(hanging, tmp_path, caplog):
+    platform, _ = hanging
+    collector = collector_for(platform, tmp_path, deadline=0.2)
+    with caplog.at_level("WARNING", logger="devmem.exporter"):
+        for _ in range(3):
+            parse(collector)
+    assert [r.getMessage() for r in caplog.records] == [
+        "devmem exporter: reading the device of 0 passed its deadline of 0.2 s"
+    ]
+
+
 def test_a_reading_that_recovers_is_shown_again(hanging, tmp_path):
     platform, nvml = hanging
     collector = collector_for(platform, tmp_path, deadline=0.2)

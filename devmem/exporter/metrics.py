@@ -9,7 +9,6 @@ findings are labelled by their kind and severity, never by their text.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -20,6 +19,7 @@ from devmem import __version__
 from devmem.command.format import printable
 from devmem.engine.reservations import short_command
 from devmem.exporter.readings import DeviceSample, NodeReader, NodeReading
+from devmem.sdk.forksafe import ForkSafeLock
 
 #: The longest cgroup path kept in a label: its end, where the container is named.
 CGROUP_LENGTH = 128
@@ -40,7 +40,7 @@ class DevmemCollector(Collector):
     def __init__(self, reader: NodeReader):
         self.reader = reader
         self.failures: Counter[tuple[str, str, str]] = Counter()
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def describe(self) -> list[Metric]:
         """Nothing: registering the collector must not read the devices (the registry calls this instead)."""

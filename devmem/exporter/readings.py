@@ -127,9 +127,8 @@ class NodeReader:
         """One reading of every device, each left out (with its failure) where it raised or passed the deadline."""
         started = time.monotonic()
         deadline = started + self.deadline
-        failures: list[Failure] = []
         count = self._outcome(ALL_DEVICES, DEVICE, self._start(ALL_DEVICES, self.platform.device_count), deadline)
-        failures = [] if isinstance(count, int) else [count]
+        failures: list[Failure] = [] if isinstance(count, int) else [count]
         jobs = {
             str(d): self._start(str(d), functools.partial(self._device, d)) for d in range(0 if failures else count)
         }
@@ -142,6 +141,7 @@ class NodeReader:
             else:
                 devices.append(sample)
                 failures += [self._noted(f, f.detail) for f in sample.failures]
+                self._recovered(name, {RESERVATIONS, FINDINGS} - {f.reading for f in sample.failures})
         machine = self._outcome("machine", FINDINGS, machine_job, deadline)
         if isinstance(machine, Failure):
             failures.append(machine)
@@ -163,10 +163,15 @@ class NodeReader:
             return self._noted(Failure(name, reading, DEADLINE), f"passed its deadline of {self.deadline:g} s")
         if job.error is not None:
             return self._noted(Failure(name, reading, ERROR), f"failed: {job.error}")
-        if (name, reading) in self._failing:
-            self._failing.discard((name, reading))
-            log.info("devmem exporter: reading the %s of %s works again", reading, name)
+        self._recovered(name, {reading})
         return job.value
+
+    def _recovered(self, name: str, readings: set[str]) -> None:
+        """Log, once, each of ``readings`` of ``name`` that works again after failing."""
+        for reading in sorted(readings):
+            if (name, reading) in self._failing:
+                self._failing.discard((name, reading))
+                log.info("devmem exporter: reading the %s of %s works again", reading, name)
 
     def _noted(self, failure: Failure, why: str = "failed") -> Failure:
         """``failure``, logged the first time in a row that it happens (a hung device fails every scrape)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from devmem.command.common import add_command, emit_json, out
 from devmem.command.flags import device_index
@@ -21,6 +22,9 @@ from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import MiB
 from devmem.units import format_size
+
+if TYPE_CHECKING:
+    from devmem.engine.reservations import DeviceReservations
 
 #: Free memory below this share of total is worth a warning.
 LOW_FREE_FRACTION = 0.10
@@ -190,11 +194,8 @@ def _allocator_cache(device: int, platform: Platform) -> Finding | None:
     )
 
 
-def _reservations(device: int, platform: Platform, report: DeviceReport) -> list[Finding]:
+def _reservations(device: int, view: DeviceReservations | None) -> list[Finding]:
     """Over-commitment, stale entries and owners above their reservation, from the device's ledger."""
-    from devmem.engine.reservations import device_reservations
-
-    view = device_reservations(platform, device, report)
     if view is None:
         return []
     a, found = view.accounting, []
@@ -276,30 +277,39 @@ def diagnose(
     """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once,
     after those about the registered platforms ``candidates`` (by default this machine's,
     :func:`devmem.platform_candidates`)."""
+    from devmem.engine.reservations import device_reservations
+
     platform = platform or current_platform()
     findings = _unusable(platform_candidates() if candidates is None else candidates)
     for device in devices if devices is not None else range(platform.device_count()):
         report = device_report(platform, device)
-        found = [_accounting(report, platform)]
-        found += [
-            f
-            for f in (
-                _co_tenants(report),
-                _low_free(report),
-                _unified(report, platform),
-                _paging(report),
-                _allocator_cache(device, platform),
-            )
-            if f is not None
-        ]
-        found += _reservations(device, platform, report)
-        found += [
-            Finding(device, "platform-note", "info", note, "")
-            for note in dict.fromkeys(report.notes)
-            if not _restates(note, report, found)
-        ]
-        findings += found
+        findings += device_findings(platform, report, device_reservations(platform, device, report))
     return findings
+
+
+def device_findings(platform: Platform, report: DeviceReport, reservations: DeviceReservations | None) -> list[Finding]:
+    """Every finding about the device of ``report`` (one reading of it), with its ledger's ``reservations``
+    (``None`` where it has none), each once."""
+    device = report.index
+    found = [_accounting(report, platform)]
+    found += [
+        f
+        for f in (
+            _co_tenants(report),
+            _low_free(report),
+            _unified(report, platform),
+            _paging(report),
+            _allocator_cache(device, platform),
+        )
+        if f is not None
+    ]
+    found += _reservations(device, reservations)
+    found += [
+        Finding(device, "platform-note", "info", note, "")
+        for note in dict.fromkeys(report.notes)
+        if not _restates(note, report, found)
+    ]
+    return found
 
 
 def render(findings: list[Finding], platform_name: str, width: int = 80, paint=None) -> str:

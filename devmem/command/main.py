@@ -17,13 +17,13 @@ import sys
 from collections.abc import Sequence
 
 from devmem import __version__
-from devmem.command import doctor, fit, info, plan, plugins, top
+from devmem.command import doctor, exporter, fit, info, plan, plugins, top
 from devmem.command.common import ENVIRONMENT, EXIT_CODES, HelpFormatter, Parser, emit_json
 from devmem.command.output import OutputError, error_line
 from devmem.types import DevmemError
 
 #: The commands, in the order ``devmem --help`` lists them.
-COMMANDS = (info, top, plugins, doctor, plan, fit)
+COMMANDS = (info, top, plugins, doctor, plan, fit, exporter)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,11 +3,13 @@
 The platform says which PIDs hold how many bytes (``other_processes_memory``) and which of them serve other
 processes (``process_roles``: a server holding memory for its clients); who they are comes from this machine's
 process table (psutil) for PIDs visible in this PID namespace, and ``None`` otherwise. A process in a container
-shows the PID it has inside its own namespace (the last ``NSpid`` entry) where that differs.
+shows the PID it has inside its own namespace (the last ``NSpid`` entry) where that differs; its cgroup
+(``/proc/<pid>/cgroup``) names the container it runs in, where a runtime put the container's ID in it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,12 +44,61 @@ def _namespace_pid(files: Files, pid: int) -> int | None:
     return None
 
 
+#: A container runtime's 64-hex-digit container ID in a cgroup path (Docker, containerd, CRI-O, Podman).
+_CONTAINER_ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
+
+
+def process_cgroup(files: Files, pid: int) -> str | None:
+    """``pid``'s cgroup path: the cgroup v2 line (``0::``) of ``/proc/<pid>/cgroup``, else the v1 ``memory``
+    controller's; ``None`` where it cannot be read."""
+    try:
+        lines = files.read_text(f"/proc/{pid}/cgroup").splitlines()
+    except OSError:
+        return None
+    paths: dict[str, str] = {}
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        for name in controllers.split(",") if controllers else [""]:
+            paths.setdefault(name, path)
+    return paths.get("") or paths.get("memory") or None
+
+
+def container_id(cgroup: str | None) -> str | None:
+    """The container ID (its first 12 digits, as ``docker ps`` shows it) that a runtime wrote into ``cgroup``
+    (``.../docker-<id>.scope``, ``.../cri-containerd-<id>.scope``, ``/docker/<id>``), else ``None``."""
+    found = _CONTAINER_ID.findall(cgroup or "")
+    return found[-1][:12] if found else None
+
+
 def _who(pid: int) -> tuple[str | None, str | None]:
-    """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot."""
+    """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot. What was read of a process
+    is kept (for :data:`_KNOWN` processes at most): a PID with the same start time is the same process."""
     import psutil
 
     try:
-        proc = psutil.Process(pid)
+        proc = psutil.Process(pid)  # reads the start time
+    except psutil.Error:
+        return None, None
+    key = (pid, proc.create_time())
+    known = _known.get(key)
+    if known is None:
+        known = _identity(proc)
+        if known[0] is not None:
+            if len(_known) >= _KNOWN:
+                _known.pop(next(iter(_known)), None)
+            _known[key] = known
+    return known
+
+
+#: How many processes' user and command :func:`_who` keeps.
+_KNOWN = 4096
+_known: dict[tuple[int, float], tuple[str | None, str | None]] = {}
+
+
+def _identity(proc) -> tuple[str | None, str | None]:
+    import psutil
+
+    try:
         with proc.oneshot():
             name = proc.name()
             try:

@@ -1,0 +1,221 @@
+"""One reading of a node per scrape: per device, one :class:`~devmem.platform.DeviceReading` and everything derived
+from it (who the processes are, the ledger's reservations, doctor's findings), under a deadline.
+
+Each device is read in a daemon thread of its own, all at once, and the scrape waits for them until one deadline
+has passed. A device whose reading raises or is still running then is left out of the scrape and its failure is
+returned; a reading still running at the next scrape is not started again (a hung vendor call costs one thread per
+device, not one per scrape). Within a device, a ledger or findings step that raises costs only its own metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from devmem.command.doctor import Finding, device_findings, diagnose
+from devmem.command.processes import ProcessRow, container_id, process_cgroup, process_rows
+from devmem.engine.reservations import DeviceReservations, Owner
+from devmem.exporter.ledger import read_reservations
+from devmem.platform import DeviceReport, Platform, read_device
+from devmem.resolution.plugins import Candidate
+from devmem.sdk.host import REAL_FILES, Files
+
+log = logging.getLogger("devmem.exporter")
+
+#: What a failure was reading: a whole device, its ledger, or doctor's findings about it.
+DEVICE, RESERVATIONS, FINDINGS = "device", "reservations", "findings"
+#: Why it failed: it raised, or it was still running at the deadline.
+ERROR, DEADLINE = "error", "deadline"
+#: The ``device`` of a failure to count the devices (which reads no device).
+ALL_DEVICES = "all"
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process on a device: its row (PID, user, command, bytes) and the cgroup it runs in, where readable."""
+
+    row: ProcessRow
+    cgroup: str | None
+    container: str | None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A reading left out of a scrape: ``device`` (an index, or :data:`ALL_DEVICES`), ``reading`` and ``reason``."""
+
+    device: str
+    reading: str
+    reason: str
+    #: What went wrong, for the log.
+    detail: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """Everything a scrape shows about one device, from one reading of it. ``processes`` holds the largest
+    ``max_processes``; ``omitted`` and ``omitted_bytes`` count the rest. ``processes`` is ``None`` where the
+    platform lists none; ``reservations`` is ``None`` where the device has no ledger (or it could not be read:
+    then ``failures`` says so), ``findings`` is ``None`` where they could not be found."""
+
+    report: DeviceReport
+    uuid: str | None
+    processes: tuple[ProcessSample, ...] | None
+    omitted: int
+    omitted_bytes: int
+    reservations: DeviceReservations | None
+    findings: tuple[Finding, ...] | None
+    failures: tuple[Failure, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """One scrape's reading: the devices read in time, the machine's own findings, and what was left out."""
+
+    devices: tuple[DeviceSample, ...]
+    machine_findings: tuple[Finding, ...]
+    failures: tuple[Failure, ...]
+    seconds: float
+
+
+class _Job:
+    """A call running in a daemon thread; :meth:`wait` gives its value, or raises what it raised."""
+
+    def __init__(self, call: Callable[[], Any]):
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(call,), name="devmem-exporter-reading", daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        try:
+            self.value = call()
+        except BaseException as exc:  # SystemExit from a plugin included: the exporter stays up
+            self.error = exc
+
+    def done_by(self, deadline: float) -> bool:
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        return not self.thread.is_alive()
+
+
+@dataclass
+class NodeReader:
+    """Reads ``platform``'s devices for a scrape.
+
+    ``deadline``: seconds a scrape waits for its readings; ``max_processes``: processes per device shown one by
+    one (the rest are counted); ``command_length``: characters of a command line kept; ``ledger_dir``: the
+    reservation ledger's directory; ``files``: where ``/proc`` is read; ``candidates``: the registered platforms
+    doctor's machine findings are about (this machine's by default)."""
+
+    platform: Platform
+    ledger_dir: str | os.PathLike[str]
+    deadline: float = 5.0
+    max_processes: int = 32
+    command_length: int = 64
+    files: Files = REAL_FILES
+    candidates: Sequence[Candidate] | None = None
+    _running: dict[str, _Job] = field(default_factory=dict, init=False, repr=False)
+    _failing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
+    _me: Owner = field(default_factory=Owner.current, init=False, repr=False)
+
+    def read(self) -> NodeReading:
+        """One reading of every device, each left out (with its failure) where it raised or passed the deadline."""
+        started = time.monotonic()
+        deadline = started + self.deadline
+        count = self._outcome(ALL_DEVICES, DEVICE, self._start(ALL_DEVICES, self.platform.device_count), deadline)
+        failures: list[Failure] = [] if isinstance(count, int) else [count]
+        jobs = {
+            str(d): self._start(str(d), functools.partial(self._device, d)) for d in range(0 if failures else count)
+        }
+        machine_job = self._start("machine", self._machine_findings)
+        devices = []
+        for name, job in jobs.items():
+            sample = self._outcome(name, DEVICE, job, deadline)
+            if isinstance(sample, Failure):
+                failures.append(sample)
+            else:
+                devices.append(sample)
+                failures += [self._noted(f, f.detail) for f in sample.failures]
+                self._recovered(name, {RESERVATIONS, FINDINGS} - {f.reading for f in sample.failures})
+        machine = self._outcome("machine", FINDINGS, machine_job, deadline)
+        if isinstance(machine, Failure):
+            failures.append(machine)
+            machine = []
+        return NodeReading(tuple(devices), tuple(machine), tuple(failures), time.monotonic() - started)
+
+    # ---- bounded calls ---------------------------------------------------------------------------------
+    def _start(self, name: str, call: Callable[[], Any]) -> _Job | None:
+        """A job for ``call``, or ``None`` where the one started for ``name`` by an earlier scrape still runs."""
+        running = self._running.get(name)
+        if running is not None and running.thread.is_alive():
+            return None
+        job = self._running[name] = _Job(call)
+        return job
+
+    def _outcome(self, name: str, reading: str, job: _Job | None, deadline: float) -> Any:
+        """The value of ``job``, or the :class:`Failure` of ``reading`` on ``name`` where it raised or is late."""
+        if job is None or not job.done_by(deadline):
+            return self._noted(Failure(name, reading, DEADLINE), f"passed its deadline of {self.deadline:g} s")
+        if job.error is not None:
+            return self._noted(Failure(name, reading, ERROR), f"failed: {job.error}")
+        self._recovered(name, {reading})
+        return job.value
+
+    def _recovered(self, name: str, readings: set[str]) -> None:
+        """Log, once, each of ``readings`` of ``name`` that works again after failing."""
+        for reading in sorted(readings):
+            if (name, reading) in self._failing:
+                self._failing.discard((name, reading))
+                log.info("devmem exporter: reading the %s of %s works again", reading, name)
+
+    def _noted(self, failure: Failure, why: str = "failed") -> Failure:
+        """``failure``, logged the first time in a row that it happens (a hung device fails every scrape)."""
+        if (failure.device, failure.reading) not in self._failing:
+            self._failing.add((failure.device, failure.reading))
+            log.warning("devmem exporter: reading the %s of %s %s", failure.reading, failure.device, why)
+        return failure
+
+    # ---- one device ------------------------------------------------------------------------------------
+    def _device(self, device: int) -> DeviceSample:
+        reading = read_device(self.platform, device)
+        report = DeviceReport.from_reading(self.platform.name, reading)
+        failures: list[Failure] = []
+        others = report.other_processes
+        processes: tuple[ProcessSample, ...] | None = None
+        omitted = omitted_bytes = 0
+        if others is not None:
+            ranked = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))
+            shown = dict(ranked[: self.max_processes])
+            omitted, omitted_bytes = len(ranked) - len(shown), sum(used for _, used in ranked[len(shown) :])
+            processes = self._processes(shown, dict(reading.roles))
+        get_uuid = getattr(self.platform, "device_uuid", None)
+        uuid = get_uuid(device) if callable(get_uuid) else None
+        reservations = None
+        try:
+            reservations = read_reservations(self.platform, report, self.ledger_dir, self._me)
+        except Exception as exc:
+            failures.append(Failure(str(device), RESERVATIONS, ERROR, f"failed: {exc}"))
+        findings = None
+        if not failures:  # doctor's reservation findings need the ledger
+            try:
+                findings = tuple(device_findings(self.platform, report, reservations))
+            except Exception as exc:
+                failures.append(Failure(str(device), FINDINGS, ERROR, f"failed: {exc}"))
+        return DeviceSample(report, uuid, processes, omitted, omitted_bytes, reservations, findings, tuple(failures))
+
+    def _processes(self, shown: dict[int, int], roles: dict[int, str]) -> tuple[ProcessSample, ...]:
+        """Samples of the processes ``shown`` (PID -> bytes), largest first."""
+        samples = []
+        for row in process_rows(shown, self.files, roles):
+            cgroup = process_cgroup(self.files, row.pid)
+            samples.append(ProcessSample(row, cgroup, container_id(cgroup)))
+        return tuple(samples)
+
+    def _machine_findings(self) -> list[Finding]:
+        """Doctor's findings about the machine (platforms that cannot be used), reading no device."""
+        return diagnose(self.platform, [], None if self.candidates is None else list(self.candidates))

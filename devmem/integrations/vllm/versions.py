@@ -38,9 +38,10 @@ def supported_version(version: str | None = None) -> str | None:
             version = metadata.version("vllm")
         except metadata.PackageNotFoundError:  # a copy on sys.path without its metadata
             try:
-                from vllm.version import __version__ as version
+                from vllm.version import __version__
             except ImportError:
                 return "vLLM is not installed"
+            version = str(__version__)
     parts = version.split(".")
     try:
         release = (int(parts[0]), int(parts[1]))

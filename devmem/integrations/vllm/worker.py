@@ -38,10 +38,12 @@ MEMORY = "devmem_memory"
 def patch_worker(worker_class: Any, runner_class: Any = None) -> bool:
     """Wrap ``worker_class``'s methods (vLLM's GPU worker); ``False``, with one warning, where their shapes
     are not the ones this plugin was verified on. Patching twice is a no-op."""
-    if getattr(worker_class, PATCHED, False):
+    if worker_class.__dict__.get(PATCHED, False):
         return True
     if runner_class is None:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner as runner_class
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        runner_class = GPUModelRunner
     mismatches = shape_mismatches(worker_class, runner_class)
     if mismatches:
         log.warning(
@@ -120,21 +122,22 @@ def available_memory(worker: Any) -> int:
     """The KV cache bytes vLLM gets: devmem's plan for this process, less the CUDA graph pool vLLM captures later."""
     memory: EngineMemory = getattr(worker, MEMORY)
     runner = worker.model_runner
-    with memory.profile(weights_memory=int(runner.model_memory_usage)):
+    with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile:
         runner.profile_run()
     estimate = 0
     if _captures_graphs(worker):
         with memory.graphs() as window:
             estimate = int(runner.profile_cudagraph_memory())
-        measured = window.transient_peak_bytes + max(0, window.total_consumed - memory.profile_result.total_consumed)
+        measured = window.transient_peak_bytes + max(0, window.total_consumed - profile.total_consumed)
         estimate = max(estimate, measured)
     page, layers = _kv_spec(worker)
     plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer())
     budget = max(0, plan.num_blocks * plan.block_bytes - estimate)
-    budget = agree_on_minimum(budget, group=_tp_cpu_group())
+    group = _tp_cpu_group()
+    if group is not None:  # tensor-parallel ranks: every rank takes the smallest budget
+        budget = agree_on_minimum(budget, group=group)
     worker.available_kv_cache_memory_bytes = budget
     worker.cudagraph_memory_estimate = estimate
-    profile = memory.profile_result
     worker.peak_activation_memory = profile.transient_peak_bytes
     worker.non_torch_memory = profile.non_torch_increase
     worker.devmem_graph_charge = estimate
@@ -212,9 +215,8 @@ def warm_up(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any
     kept = after.torch_reserved - before.torch_reserved
     own = None if after.process is None or before.process is None else after.process - before.process
     charge = getattr(worker, "devmem_graph_charge", 0)
-    level = (
-        logging.WARNING if max(kept, own or 0) > charge + memory.profile_result.transient_peak_bytes else logging.INFO
-    )
+    transient = 0 if memory.profile_result is None else memory.profile_result.transient_peak_bytes
+    level = logging.WARNING if max(kept, own or 0) > charge + transient else logging.INFO
     log.log(
         level,
         "devmem: warm-up and CUDA graph capture kept %s in torch's allocator (%s of this process's memory); "
@@ -222,7 +224,7 @@ def warm_up(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any
         format_size(kept),
         "unknown" if own is None else format_size(own),
         format_size(charge),
-        format_size(memory.profile_result.transient_peak_bytes),
+        format_size(transient),
     )
     return result
 

@@ -22,10 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 import devmem  # noqa: E402
 from devmem.command.main import build_parser, main  # noqa: E402
+from devmem.cpu import REAL_FILES, CpuPlatform  # noqa: E402
 from devmem.exporter.metrics import DevmemCollector  # noqa: E402
 from devmem.exporter.readings import NodeReader  # noqa: E402
 from devmem.exporter.server import DEFAULT_LISTEN, parse_listen, serve  # noqa: E402
-from devmem.cpu import REAL_FILES, CpuPlatform  # noqa: E402
 from devmem.testing import Scenario  # noqa: E402
 from devmem.types import DevmemError, GiB  # noqa: E402
 from devmem_nvidia.testing import ScriptedNvidiaGpu, ScriptedNvml, scripted_platform  # noqa: E402

@@ -5,4 +5,6 @@ package imports neither the engine nor torch:
 
 - :mod:`devmem.integrations.transformers`: Hugging Face transformers' continuous batching
   (``model.generate_batch``, ``init_continuous_batching``), ``pip install "devmem-kv[transformers]"``.
+- :mod:`devmem.integrations.vllm`: a ``vllm.general_plugins`` plugin sizing stock vLLM's KV cache,
+  ``pip install "devmem-kv[vllm]"`` (docs/vllm.md).
 """

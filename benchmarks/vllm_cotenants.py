@@ -1,0 +1,246 @@
+"""Stock vLLM beside vLLM with devmem's plugin: N instances started at the same instant, as separate processes.
+
+Per instance: vLLM's "Available KV cache memory", ``num_gpu_blocks``, the ratio to the same mode started alone,
+the NVML footprint after serving against ``ceil(u x total)``, and the start time (``LLM(...)`` to ready). Models
+are saved with random weights from a config (``save_pretrained``): the TinyLlama-1.1B shape and a Qwen2 shape
+with a 151,936-token vocabulary. Stock and plugin runs alternate in one run, so every figure has its baseline
+beside it. Needs vLLM (docs/vllm.md says how it was carried to the H200) and devmem installed with its entry
+points (``pip install --no-deps -e .``), so that ``DEVMEM_VLLM=1`` loads the plugin.
+
+Usage: python benchmarks/vllm_cotenants.py [--shapes tinyllama,qwen2] [--scenarios ...] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+GiB = 1 << 30
+SHAPES = {
+    "tinyllama": dict(
+        kind="llama",
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=22,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+    "qwen2": dict(
+        kind="qwen2",
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    ),
+}
+# name: (instances, utilization, mode(s), extra): "both" runs stock then plugin
+SCENARIOS = {
+    "solo-0.3": (1, 0.3, "both", {}),
+    "two-0.3": (2, 0.3, "both", {}),
+    "solo-0.2": (1, 0.2, "plugin", {}),
+    "four-0.2": (4, 0.2, "plugin", {}),
+    "five-0.2": (5, 0.2, "plugin", {}),
+    "churn-0.3": (1, 0.3, "plugin", {"churn": True}),
+    "graphs-solo-0.3": (1, 0.3, "plugin", {"graphs": True}),
+    "graphs-two-0.3": (2, 0.3, "both", {"graphs": True}),
+}
+
+
+def save_model(shape: str, root: str) -> str:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    spec = dict(SHAPES[shape])
+    kind = spec.pop("kind")
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    path = os.path.join(root, shape)
+    torch.manual_seed(0)
+    model_cls(config_cls(torch_dtype="bfloat16", **spec)).to(torch.bfloat16).save_pretrained(path)
+    return path
+
+
+def instance(args: argparse.Namespace) -> None:
+    """One vLLM instance: waits for the start instant, starts, serves, and writes its figures as JSON."""
+    import logging
+
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    import pynvml
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    logging.getLogger("vllm").addHandler(Keep())
+    while time.time() < args.start_at:
+        time.sleep(0.005)
+    t0 = time.time()
+    out: dict[str, Any] = {"pid": os.getpid(), "mode": "plugin" if args.plugin else "stock", "vllm": vllm.__version__}
+    try:
+        options: dict[str, Any] = dict(
+            model=args.model,
+            gpu_memory_utilization=args.util,
+            skip_tokenizer_init=True,
+            attention_backend="TRITON_ATTN",
+            max_model_len=2048,
+            seed=0,
+        )
+        if args.graphs:
+            options.update(enforce_eager=False, compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"})
+        else:
+            options.update(enforce_eager=True)
+        llm = LLM(**options)
+        out["start_s"] = time.time() - t0
+        params = SamplingParams(max_tokens=16, ignore_eos=True, detokenize=False)
+        llm.generate([TokensPrompt(prompt_token_ids=list(range(1, 200 + i))) for i in range(32)], params)
+        out["num_gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        out["nvml_footprint"] = sum(p.usedGpuMemory or 0 for p in procs if p.pid == os.getpid())
+        out["total"] = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    except Exception as exc:  # a refused start is a result
+        out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        out["start_s"] = time.time() - t0
+    for line in lines:
+        if m := re.search(r"Available KV cache memory: ([0-9.]+) GiB", line):
+            out["available_gib"] = float(m.group(1))
+        if line.startswith("devmem sized the KV cache") or line.startswith("devmem: warm-up"):
+            out.setdefault("devmem_lines", []).append(line)
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+    os._exit(0)  # vLLM's engine threads would keep the process alive
+
+
+CHURN = """
+import time, torch
+end = time.time() + {seconds}
+while time.time() < end:
+    x = torch.empty(16 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); time.sleep(0.075)
+    del x; torch.cuda.empty_cache(); time.sleep(0.075)
+"""
+
+
+def round_of(model: str, count: int, util: float, plugin: bool, extra: dict[str, Any], tmp: str) -> list[dict]:
+    start_at = time.time() + 3.0
+    env = dict(os.environ, DEVMEM_VLLM="1" if plugin else "0")
+    churn = None
+    if extra.get("churn"):
+        churn = subprocess.Popen([sys.executable, "-c", CHURN.format(seconds=90)])
+    procs = []
+    for i in range(count):
+        out = os.path.join(tmp, f"r{time.time_ns()}_{i}.json")
+        argv = (
+            [
+                sys.executable,
+                __file__,
+                "instance",
+                "--model",
+                model,
+                "--util",
+                str(util),
+                "--out",
+                out,
+                "--start-at",
+                str(start_at),
+            ]
+            + (["--plugin"] if plugin else [])
+            + (["--graphs"] if extra.get("graphs") else [])
+        )
+        procs.append((subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out))
+    rows = []
+    for proc, out in procs:
+        try:
+            proc.wait(timeout=400)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        try:
+            with open(out) as f:
+                rows.append(json.load(f))
+        except OSError:
+            rows.append({"error": f"no result (exit {proc.returncode})", "mode": "plugin" if plugin else "stock"})
+    if churn is not None:
+        churn.kill()
+        churn.wait()
+    for row in rows:
+        if "total" in row:
+            row["cap"] = math.ceil(util * row["total"])
+            row["over_cap"] = row["nvml_footprint"] > row["cap"]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    one = sub.add_parser("instance")
+    one.add_argument("--model", required=True)
+    one.add_argument("--util", type=float, required=True)
+    one.add_argument("--out", required=True)
+    one.add_argument("--start-at", type=float, required=True)
+    one.add_argument("--plugin", action="store_true")
+    one.add_argument("--graphs", action="store_true")
+    parser.add_argument("--shapes", default="tinyllama,qwen2")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--out", default="vllm_cotenants.json")
+    args = parser.parse_args()
+    if args.command == "instance":
+        return instance(args)
+    tmp = tempfile.mkdtemp()
+    results: dict[str, Any] = {"command": " ".join(sys.argv), "rounds": []}
+    for shape in args.shapes.split(","):
+        model = save_model(shape, tmp)
+        solo: dict[tuple, int] = {}
+        for name in args.scenarios.split(","):
+            count, util, modes, extra = SCENARIOS[name]
+            for plugin in {"both": (False, True), "plugin": (True,)}[modes]:
+                rows = round_of(model, count, util, plugin, extra, tmp)
+                key = (util, plugin, bool(extra.get("graphs")))
+                if count == 1 and not extra.get("churn") and "num_gpu_blocks" in rows[0]:
+                    solo[key] = rows[0]["num_gpu_blocks"]
+                for row in rows:
+                    if key in solo and "num_gpu_blocks" in row:
+                        row["ratio_to_solo"] = round(row["num_gpu_blocks"] / solo[key], 4)
+                results["rounds"].append(
+                    {"shape": shape, "scenario": name, "mode": "plugin" if plugin else "stock", "rows": rows}
+                )
+                print(summary(results["rounds"][-1]), flush=True)
+                with open(args.out, "w") as f:
+                    json.dump(results, f, indent=1)
+
+
+def summary(r: dict[str, Any]) -> str:
+    cells = []
+    for row in r["rows"]:
+        if "error" in row:
+            cells.append("REFUSED/ERROR: " + row["error"][:300].replace("\n", " "))
+        else:
+            cells.append(
+                f"avail {row.get('available_gib')} GiB, blocks {row.get('num_gpu_blocks')}, ratio "
+                f"{row.get('ratio_to_solo')}, nvml {row['nvml_footprint'] / GiB:.2f}/{row['cap'] / GiB:.2f} GiB "
+                f"{'OVER' if row['over_cap'] else 'ok'}, start {row['start_s']:.1f} s"
+            )
+    return f"{r['shape']} {r['scenario']} {r['mode']}: " + " | ".join(cells)
+
+
+if __name__ == "__main__":
+    main()

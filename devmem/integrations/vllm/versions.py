@@ -1,0 +1,71 @@
+"""Which vLLM the plugin patches: the versions it was verified on, and the shape of every method it wraps.
+
+An answer is ``None`` (go ahead) or one sentence saying why not, which the plugin logs once as a warning before
+leaving vLLM as it came.
+"""
+
+from __future__ import annotations
+
+import inspect
+from importlib import metadata
+from typing import Any
+
+#: The module holding vLLM's GPU worker, which the plugin patches.
+WORKER_MODULE = "vllm.v1.worker.gpu_worker"
+
+#: The vLLM releases the plugin was verified on (major, minor): docs/vllm.md says where.
+SUPPORTED = ((0, 24),)
+
+#: Every method the plugin wraps or calls, with its parameters as vLLM declares them.
+WORKER_METHODS = {
+    "init_device": ("self",),
+    "determine_available_memory": ("self",),
+    "initialize_from_config": ("self", "kv_cache_config"),
+    "compile_or_warm_up_model": ("self",),
+    "get_kv_cache_spec": ("self",),
+    "shutdown": ("self",),
+}
+RUNNER_METHODS = {
+    "profile_run": ("self",),
+    "profile_cudagraph_memory": ("self",),
+}
+
+
+def supported_version(version: str | None = None) -> str | None:
+    """``None`` where vLLM ``version`` (the installed one by default) is one the plugin was verified on."""
+    if version is None:
+        try:
+            version = metadata.version("vllm")
+        except metadata.PackageNotFoundError:  # a copy on sys.path without its metadata
+            try:
+                from vllm.version import __version__
+            except ImportError:
+                return "vLLM is not installed"
+            version = str(__version__)
+    parts = version.split(".")
+    try:
+        release = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return f"vLLM {version!r} is not a release this plugin knows"
+    if release not in SUPPORTED:
+        known = ", ".join(f"{a}.{b}.x" for a, b in SUPPORTED)
+        return f"vLLM {version} is not a release this plugin was verified on ({known})"
+    return None
+
+
+def shape_mismatches(worker_class: Any, runner_class: Any) -> list[str]:
+    """What differs between the classes' methods and the parameters the plugin expects (empty: all match)."""
+    found = []
+    for cls, methods in ((worker_class, WORKER_METHODS), (runner_class, RUNNER_METHODS)):
+        for name, expected in methods.items():
+            method = getattr(cls, name, None)
+            if not callable(method):
+                found.append(f"{cls.__name__}.{name} is missing")
+                continue
+            params = tuple(inspect.signature(inspect.unwrap(method)).parameters)
+            if params != expected:
+                found.append(f"{cls.__name__}.{name}{params} is not {name}{expected}")
+    return found
+
+
+__all__ = ["RUNNER_METHODS", "SUPPORTED", "WORKER_METHODS", "WORKER_MODULE", "shape_mismatches", "supported_version"]

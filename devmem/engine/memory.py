@@ -429,6 +429,7 @@ class EngineMemory:
         store: ProfileStore,
         key: Mapping[str, Any],
         *,
+        kind: str = BLOCK_COST_KIND,
         accept: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> Mapping[str, Any] | None:
         """Before the profile window: where ``store`` holds a whole start measured under ``key`` (the windows'
@@ -442,7 +443,7 @@ class EngineMemory:
                 raise EngineMemoryError(
                     f"device {self.device}: a stored profile replaces the windows: load it before profiling"
                 )
-            stored = store.load(BLOCK_COST_KIND, key)
+            stored = store.load(kind, key)
             read = None if stored is None else _stored_start(stored)
             if stored is None or read is None or (accept is not None and not accept(read[2])):
                 return None
@@ -451,7 +452,13 @@ class EngineMemory:
             return extra
 
     def save_profile(
-        self, store: ProfileStore, key: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+        self,
+        store: ProfileStore,
+        key: Mapping[str, Any],
+        extra: Mapping[str, Any] | None = None,
+        *,
+        kind: str = BLOCK_COST_KIND,
+        accept: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> Mapping[str, Any]:
         """Keep this start's figures (the windows' and the block cost) under ``key``, with the engine's own
         ``extra`` (JSON), for :meth:`load_profile` at the next start. Where another engine of this key stored
@@ -459,10 +466,15 @@ class EngineMemory:
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
         with self._step("keep the profile"):
-            return self._save_profile(store, key, extra)
+            return self._save_profile(store, key, extra, kind, accept)
 
     def _save_profile(
-        self, store: ProfileStore, key: Mapping[str, Any], extra: Mapping[str, Any] | None
+        self,
+        store: ProfileStore,
+        key: Mapping[str, Any],
+        extra: Mapping[str, Any] | None,
+        kind: str,
+        accept: Callable[[Mapping[str, Any]], bool] | None,
     ) -> Mapping[str, Any]:
         if self.block_cost is None:
             raise EngineMemoryError(f"device {self.device}: nothing to keep yet: measure_block_cost() first")
@@ -477,18 +489,22 @@ class EngineMemory:
             "expandable_segments": self._expandable_segments(),
             "extra": ours,
         }
-        kept, mine = store.save_first(BLOCK_COST_KIND, key, figures, time.time())
+        kept, mine = store.save_first(kind, key, figures, time.time())
         if kept is None:
             return ours
         first = None if mine else _stored_cost(kept)
-        if first is not None:  # another engine of this key stored first: one key, one cost
-            whole = _stored_start(kept)  # its extra describes its cost; the windows stay this start's
+        whole = None if first is None else _stored_start(kept)  # its extra describes its cost
+        if whole is not None and accept is not None and not accept(whole[2]):
+            first = None  # the engine cannot read what it kept beside the cost: unusable
+        if first is not None:  # another engine of this key stored first: one key, one cost (the windows stay ours)
             self.block_cost = first
+            what = "figures" if whole is not None else "cost"
             self.block_cost_source = (
-                f"{self.block_cost_source}; another engine of this key stored its cost first ({kept.path}): used that"
+                f"{self.block_cost_source}; another engine of this key stored its {what} first ({kept.path}): used "
+                "its cost"
             )
             return ours if whole is None else whole[2]
-        saved = kept.path if mine else store.save(BLOCK_COST_KIND, key, figures, time.time())  # theirs unusable
+        saved = kept.path if mine else store.save(kind, key, figures, time.time())  # theirs unusable: replaced
         self.block_cost_source = f"{self.block_cost_source}" + ("" if saved is None else f", stored in {saved}")
         return ours
 

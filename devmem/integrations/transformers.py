@@ -965,7 +965,9 @@ def _stored_extra(extra: Mapping[str, Any]) -> tuple[tuple[EngineRun, ...], dict
         if len(runs) < 2:
             raise ValueError("fewer than two runs")
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning("devmem: ignoring a stored transformers profile (its runs are incomplete: %r)", exc)
+        log.warning(
+            "devmem: ignoring a stored transformers profile (its figures are incomplete: %r); measuring again", exc
+        )
         return None
     return runs, costs, notes
 
@@ -1074,7 +1076,7 @@ def size_continuous_batching(
                     if memory.baseline.process is not None
                     else "only the weights count as consumed; the CUDA context does not"
                 )
-                + "; create the EngineMemory (or take MemorySnapshot.measure()) before creating the model"
+                + "; take MemorySnapshot.measure() before creating the model (or create the EngineMemory then)"
             )
             log.warning("devmem: %s", message)
             notes.append(message)
@@ -1085,7 +1087,11 @@ def size_continuous_batching(
     key = profile_key(
         model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
     )
-    extra = None if profile_store is None else memory.load_profile(profile_store, key, accept=_stored_extra_is_whole)
+    extra = (
+        None
+        if profile_store is None
+        else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_stored_extra_is_whole)
+    )
     if extra is not None:
         runs, costs, figure_notes = _stored_extra(extra) or ((), {}, [])
     else:
@@ -1101,7 +1107,7 @@ def size_continuous_batching(
                 "notes": figure_notes,
                 "measure_seconds": time.perf_counter() - began,
             }
-            kept = memory.save_profile(profile_store, key, ours)
+            kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=_stored_extra_is_whole)
             runs, costs, figure_notes = _stored_extra(kept) or (runs, costs, figure_notes)
     notes.extend(figure_notes)
     plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))

@@ -406,11 +406,13 @@ class NvmlPlatform(PlatformBase):
         """
         device = self.check_device(device)
         dev = self._table.devices()[device]
+        if not self._holds_context(dev, device):  # nothing to learn, and NVML's process lists left unasked
+            return
         try:
             listed = find_process(self._session, dev.handle, self._driver_pids()) is not None
         except NvmlCallError:
             return
-        if not listed and self._holds_context(dev, device):
+        if not listed:
             self._try_learning(device)
 
     def _minor(self, dev: VisibleDevice) -> int | None:

@@ -117,3 +117,13 @@ def test_read_device_composes_a_reading_for_a_platform_without_read():
 
     reading = devmem.engine.read_device(Listed(), 0)
     assert reading.memory.sources == CpuPlatform().memory(0).sources
+
+
+def test_an_engine_memory_created_before_the_context_asks_each_nvml_query_at_most_once(tmp_path):
+    # prepare, the baseline and the admission share one reading; a process that holds a context already also
+    # lists the device's processes in prepare (to learn its driver-side PID), before that reading
+    platform, nvml, _ = counted(h200_scenario)
+    memory = devmem.EngineMemory(0, utilization=0.1, platform=platform, ledger_dir=tmp_path)
+    memory.close()
+    repeated = {name: n for name, n in nvml.calls.items() if n > 1}
+    assert not repeated, f"NVML queries asked more than once by one EngineMemory(): {repeated}"

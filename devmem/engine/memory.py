@@ -498,10 +498,8 @@ class EngineMemory:
             first = None  # the engine cannot read what it kept beside the cost: unusable
         if first is not None:  # another engine of this key stored first: one key, one cost (the windows stay ours)
             self.block_cost = first
-            what = "figures" if whole is not None else "cost"
             self.block_cost_source = (
-                f"{self.block_cost_source}; another engine of this key stored its {what} first ({kept.path}): used "
-                "its cost"
+                f"{self.block_cost_source}; another engine of this key stored its cost first ({kept.path}): used that"
             )
             return ours if whole is None else whole[2]
         saved = kept.path if mine else store.save(kind, key, figures, time.time())  # theirs unusable: replaced

@@ -500,8 +500,7 @@ class _OpenWindows:
     def close(self, device: int, carried: list[int]) -> None:
         with self._lock:
             stack = self._carried.get(device, [])
-            if any(c is carried for c in stack):
-                stack.remove(next(c for c in stack if c is carried))
+            stack[:] = [c for c in stack if c is not carried]  # by identity: two windows' lists may be equal
 
 
 _WINDOWS = _OpenWindows()

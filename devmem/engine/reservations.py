@@ -819,7 +819,7 @@ def _refusal(name: str, device: int, request: int, before: Accounting, path: Pat
             "unreserved": before.unreserved,
             "available": available,
         },
-        holders,
+        [h for h in holders if not (h.mine and not h.reserved)],  # the refused process is no holder to stop
     )
 
 

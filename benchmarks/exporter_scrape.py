@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 import prometheus_client  # noqa: E402
 
 import devmem  # noqa: E402
-from devmem.command.main import build_parser, cmd_info  # noqa: E402
+from devmem.command.info import cmd_info  # noqa: E402
+from devmem.command.main import build_parser  # noqa: E402
 from devmem.exporter.metrics import DevmemCollector  # noqa: E402
 from devmem.exporter.readings import NodeReader  # noqa: E402
 from devmem.testing import Scenario  # noqa: E402

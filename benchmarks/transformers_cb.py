@@ -286,7 +286,7 @@ def _size(
         restart_blocks=again.num_blocks,
         restart_stored=again.stored,
         first_stored=sized.stored,
-        restart_explain=again.explain().splitlines()[:2],
+        restart_explain=again.explain().splitlines(),
     )
     return sized, again
 

@@ -296,7 +296,28 @@ def test_engines_of_one_key_that_measure_together_all_use_the_cost_stored_first(
 
     cost = later.measure_block_cost(run_while_another_engine_stores, [64, 128], store=store, key=key)
     assert cost.block_bytes == BLOCK + 4096 and later.plan().block_bytes == BLOCK + 4096
-    assert "stored its cost first" in later.explain()
+    assert "stored its profile first" in later.explain()
+
+
+def test_an_engine_whose_twin_stored_first_plans_from_the_twins_windows_as_its_restart_will(platform, tmp_path):
+    store, key = ProfileStore(tmp_path), {"model": "black-box", "blocks": 16}
+    later, first = _profiled(platform), _profiled(platform)
+
+    def run_while_another_engine_stores(n):
+        if not store.load(BLOCK_COST_KIND, key):  # the twin finishes first, its window having seen more
+            first.measure_block_cost(_black_box_engine([]), [64, 128], store=store, key=key)
+            figures = store.load(BLOCK_COST_KIND, key).figures
+            figures["windows"]["non_torch"] += 8 * MiB
+            figures["windows"]["consumed"] += 8 * MiB
+            store.save(BLOCK_COST_KIND, key, figures, 1.0)
+        return _black_box_engine([])(n)
+
+    later.measure_block_cost(run_while_another_engine_stores, [64, 128], store=store, key=key)
+    restart = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    restart.load_profile(store, key)
+    plan = later.plan()
+    assert plan.breakdown["consumed"] == store.load(BLOCK_COST_KIND, key).figures["windows"]["consumed"]
+    assert plan.num_blocks == restart.plan().num_blocks
 
 
 def test_a_stored_block_cost_with_incomplete_figures_is_measured_over_and_replaced(platform, tmp_path):

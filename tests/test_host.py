@@ -181,3 +181,12 @@ def test_where_the_high_water_mark_cannot_be_reset_the_window_charges_no_peak_fr
     ) as profile:
         pass
     assert profile.process_peak is None and profile.transient_source == "none"
+
+
+def test_a_pinned_cache_in_host_memory_is_the_pinned_bytes_with_no_torch_allocator_rounding():
+    """Host memory has no torch caching allocator: 8 MiB pinned holds 8 MiB of blocks, not the 1 MiB that fits
+    where an 8 MiB tensor takes a 20 MiB segment."""
+    sc = Scenario(host=HostMemory(total=64 * GiB, free=40 * GiB, page_cache=0))
+    memory = devmem.EngineMemory(0, pinned_bytes=8 * MiB, platform=CpuPlatform(files=sc.fs), reserve=False)
+    plan = memory.plan(page_size_bytes=4096, num_layers=2)
+    assert plan.num_blocks * plan.block_bytes == 8 * MiB

@@ -550,5 +550,5 @@ def test_engines_of_one_key_that_measure_together_all_plan_from_the_figures_stor
     finally:
         hook.remove()
     assert not together.stored and together.block_bytes == body["figures"]["block_bytes"]
-    assert "stored its cost first" in together.explain()
+    assert "stored its profile first" in together.explain()
     assert _size(model, baseline, generation).num_blocks == together.num_blocks  # its restart: the same blocks

@@ -394,8 +394,12 @@ class EngineMemory:
             self._cost_layout = layout
             stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
             cost = None if stored is None else _stored_cost(stored)
-            if stored is not None and cost is not None:
-                self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
+            if stored is not None and cost is not None:  # one key, one profile: its windows too, where whole
+                whole = _stored_start(stored)
+                if whole is None:
+                    self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
+                else:
+                    self._adopt(stored, cost, whole[1], f"stored profile {stored.path}")
                 return cost
 
             def measured(blocks: int) -> BlockRun:
@@ -496,12 +500,13 @@ class EngineMemory:
         whole = None if first is None else _stored_start(kept)  # its extra describes its cost
         if whole is not None and accept is not None and not accept(whole[2]):
             first = None  # the engine cannot read what it kept beside the cost: unusable
-        if first is not None:  # another engine of this key stored first: one key, one cost (the windows stay ours)
-            self.block_cost = first
-            self.block_cost_source = (
-                f"{self.block_cost_source}; another engine of this key stored its cost first ({kept.path}): used that"
-            )
-            return ours if whole is None else whole[2]
+        if first is not None:  # another engine of this key stored first: one key, one profile (as a restart reads)
+            source = f"{self.block_cost_source}; another engine of this key stored its profile first ({kept.path})"
+            if whole is None:  # its windows' figures are unreadable: its cost, beside our own windows
+                self.block_cost, self.block_cost_source = first, f"{source}: used its cost"
+                return ours
+            self._adopt(kept, first, whole[1], f"{source}: used that")
+            return whole[2]
         saved = kept.path if mine else store.save(kind, key, figures, time.time())  # theirs unusable: replaced
         self.block_cost_source = f"{self.block_cost_source}" + ("" if saved is None else f", stored in {saved}")
         return ours
@@ -513,7 +518,7 @@ class EngineMemory:
     def window_figures(self) -> dict[str, Any]:
         """The windows' figures the plan is made of (the profile window's, with the graph window's where one
         ran, or a stored profile's): ``plan_kv_cache``'s inputs before a block's cost is charged."""
-        if self._stored_figures is not None and self.profile_result is None:
+        if self._stored_figures is not None:  # a stored profile, read at start or stored first by a twin
             figures = dict(self._stored_figures)
         else:
             figures = dict(self._profiled("plan").plan_inputs())
@@ -589,7 +594,8 @@ class EngineMemory:
             figures.pop("consumed", None)
             figures.pop("graph_capture", None)
         expandable = self._expandable_segments()
-        seen = figures.pop("allocator", "caching")  # None: the window saw no torch allocator (host memory)
+        # None: no torch allocator (host memory), as the window saw or, without one, as the platform declares
+        seen = figures.pop("allocator", None if self.platform.torch_device is None else "caching")
         if self.allocation_granularity == ALLOCATOR_GRANULARITY and seen is not None:  # charged what torch reserves
             rounding: dict[str, Any] = {"allocator": "expandable" if expandable else "caching"}
         elif expandable:  # an allocator of the engine's own granularity, packed into expandable segments
@@ -633,7 +639,7 @@ class EngineMemory:
     def _expandable_segments(self) -> bool:
         """Whether a window (or the stored profile's) found torch's allocator mapping memory in expandable
         segments."""
-        if self.stored is not None and self.profile_result is None:
+        if self.stored is not None:
             return bool(self.stored.figures.get("expandable_segments", False))
         return any(w is not None and w.expandable_segments for w in (self.profile_result, self.graphs_result))
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from ledger_workers import Worker
 
 import devmem
-from devmem import GiB, NotEnoughMemoryError
+from devmem import GiB, MiB, NotEnoughMemoryError
 from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import (
     Entry,
@@ -188,7 +188,7 @@ def test_an_owner_using_more_than_it_reserved_counts_its_use():
     me = Owner.current()
     other = Owner(CHILD, 1, me.pidns, (CHILD,), "engine")
     entry = Entry("a", other, 10 * GiB, 0.0)
-    accounting = account(100 * GiB, 50 * GiB, [entry], {CHILD: 30 * GiB}, 0, False, me)
+    accounting = account(100 * GiB, 70 * GiB, [entry], {CHILD: 30 * GiB}, 0, False, me)
     assert accounting.committed == 30 * GiB
 
 
@@ -745,3 +745,13 @@ def test_sixteen_processes_racing_never_admit_more_than_the_total(tmp_path):
     finally:
         for w in pool:
             w.close()
+
+
+def test_memory_in_use_that_no_listed_process_holds_counts_on_top_of_the_reservations():
+    """The driver's own memory: five shares of 0.2 sum to the total, and do not all fit beside it."""
+    me = Owner.current()
+    other = Owner(CHILD, 1, me.pidns, (CHILD,), "engine")
+    entries = [Entry(str(i), other, 20 * GiB, 0.0) for i in range(4)]
+    accounting = account(100 * GiB, 100 * GiB - 512 * MiB, entries, {}, 0, False, me)
+    assert accounting.committed == 80 * GiB + 512 * MiB
+    assert accounting.committed + 20 * GiB > accounting.total

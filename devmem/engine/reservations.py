@@ -332,6 +332,11 @@ def account(
         holdings += [
             Holding(pid, _who(pid), None, used) for pid, used in sorted(others.items()) if pid not in matched and used
         ]
+        # memory in use that no listed process holds (the driver's own, processes it does not list) is no
+        # reservation's either: it counts on top, so that shares summing to the total are not all admitted
+        unlisted = (total - free) - (own_used or 0) - sum(others.values())
+        if not integrated and unlisted > 0:
+            holdings.append(Holding(None, None, None, unlisted))
     elif not integrated:  # who uses what is unknown: all memory in use counts on top of the reservations
         beyond = (total - free) - (own_used or 0)
         notes.append(

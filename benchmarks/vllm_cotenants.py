@@ -50,11 +50,12 @@ SHAPES = {
 # name: (instances, utilization, mode(s), extra): "both" runs stock then plugin
 SCENARIOS = {
     "solo-0.3": (1, 0.3, "both", {}),
+    "solo-0.3-warm": (1, 0.3, "both", {}),  # the start-time comparison: caches warm for both modes
     "two-0.3": (2, 0.3, "both", {}),
     "solo-0.2": (1, 0.2, "plugin", {}),
     "four-0.2": (4, 0.2, "plugin", {}),
     "five-0.2": (5, 0.2, "plugin", {}),
-    "churn-0.3": (1, 0.3, "plugin", {"churn": True}),
+    "churn-0.3": (1, 0.3, "both", {"churn": True}),
     "graphs-solo-0.3": (1, 0.3, "plugin", {"graphs": True}),
     "graphs-two-0.3": (2, 0.3, "both", {"graphs": True}),
 }
@@ -199,12 +200,16 @@ def main() -> None:
     one.add_argument("--start-at", type=float, required=True)
     one.add_argument("--plugin", action="store_true")
     one.add_argument("--graphs", action="store_true")
+    table = sub.add_parser("report", help="the table of one or more result files (what results/h200/ holds)")
+    table.add_argument("files", nargs="+")
     parser.add_argument("--shapes", default="tinyllama,qwen2")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default="vllm_cotenants.json")
     args = parser.parse_args()
     if args.command == "instance":
         return instance(args)
+    if args.command == "report":
+        return print(report(args.files))
     tmp = tempfile.mkdtemp()
     results: dict[str, Any] = {"command": " ".join(sys.argv), "rounds": []}
     for shape in args.shapes.split(","):
@@ -226,6 +231,33 @@ def main() -> None:
                 print(summary(results["rounds"][-1]), flush=True)
                 with open(args.out, "w") as f:
                     json.dump(results, f, indent=1)
+
+
+def report(files: list[str]) -> str:
+    """One line per instance of every round in ``files``: blocks, ratio to the same mode alone, the NVML
+    footprint against ``ceil(u x total)``, the start time; refusals and errors with their first line."""
+    head = f"{'shape':<10} {'round':<16} {'mode':<7} {'KV GiB':>7} {'blocks':>8} {'of solo':>7}  {'NVML/cap GiB':<16} start"
+    results = []
+    for path in files:
+        with open(path) as f:
+            results.append(json.load(f))
+    lines = [f"# {result['command']}" for result in results] + [head, "-" * len(head)]
+    for result in results:
+        for r in result["rounds"]:
+            for row in r["rows"]:
+                what = f"{r['shape']:<10} {r['scenario']:<16} {r['mode']:<7}"
+                if "error" in row:
+                    first = row["error"].splitlines()[0]
+                    lines.append(f"{what} {first[:150]} (after {row.get('start_s', 0):.1f} s)")
+                    lines += [f"{'':<36}{line.strip()[:160]}" for line in row["error"].splitlines()[1:] if line.strip()]
+                    continue
+                ratio = row.get("ratio_to_solo")
+                fit = f"{row['nvml_footprint'] / GiB:.2f}/{row['cap'] / GiB:.2f} {'OVER' if row['over_cap'] else 'ok'}"
+                lines.append(
+                    f"{what} {row.get('available_gib', 0):>7.2f} {row['num_gpu_blocks']:>8} "
+                    f"{'-' if ratio is None else f'{ratio:.4f}':>7}  {fit:<16} {row['start_s']:.1f} s"
+                )
+    return "\n".join(lines)
 
 
 def summary(r: dict[str, Any]) -> str:

@@ -258,8 +258,12 @@ class Holding(Record):
         return max(self.reserved or 0, self.used or 0)
 
     def describe(self) -> str:
-        who = f"PID {self.pid}" if self.pid is not None else "processes the platform does not list"
-        who = f"this process ({who})" if self.mine and self.pid is not None else who
+        if self.pid is None:
+            return (
+                f"{format_size(self.used or 0)} in use that no listed process holds (the driver's own, or processes "
+                "the platform does not list)"
+            )
+        who = f"this process (PID {self.pid})" if self.mine else f"PID {self.pid}"
         command = f" ({short_command(self.command)})" if self.command else ""
         if self.reserved is None:
             return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"

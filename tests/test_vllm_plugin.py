@@ -166,6 +166,23 @@ def test_vllms_log_line_shows_devmems_figure(h200, current, vllm_log):
     assert "devmem sized the KV cache from process-scoped (this process's own memory)" in caplog.text
 
 
+def test_a_pinned_kv_cache_memory_bytes_gives_vllm_the_pinned_size_in_whole_blocks(h200, current):
+    w = _started(h200, Runner(current), kv_cache_memory_bytes=8 * GiB)
+    budget = worker.available_memory(w)
+    block = PAGE * LAYERS
+    assert budget % block == 0 and budget <= 8 * GiB
+    assert 8 * GiB - budget < block + LAYERS * 2 * MiB  # whole blocks in tensors of 2 MiB pages, one per layer
+
+
+def test_the_allocator_cache_is_released_right_before_vllm_allocates_its_kv_cache(h200, current):
+    w = _started(h200, Runner(current))
+    worker.available_memory(w)
+    current.free(current.malloc(512 * MiB))  # what warm-up left cached
+    seen = []
+    worker.allocate(lambda _: seen.append(current.cuda.memory_reserved(0) - current.cuda.memory_allocated(0)), w)
+    assert seen == [0]
+
+
 def test_another_process_freeing_memory_during_the_profile_is_no_assertion(h200, current):
     alone = worker.available_memory(_started(h200, Runner(current)))
     devmem.clear_cache()

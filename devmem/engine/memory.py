@@ -205,6 +205,8 @@ class EngineMemory:
             raise
         self.profile_result: ProfileResult | None = None
         self.graphs_result: ProfileResult | None = None
+        self._graphs_after_cache = False
+        self._graph_bytes = 0  # the engine's own estimate of graphs captured after the cache (plan's graph_bytes)
         self.kv_plan: KvCachePlan | None = None
         self.layout: KvLayout | None = None
         self.num_layers: int | None = None
@@ -265,11 +267,16 @@ class EngineMemory:
         return result
 
     @contextmanager
-    def graphs(self) -> Iterator[ProfileResult]:
+    def graphs(self, *, captured_again_after_cache: bool = False) -> Iterator[ProfileResult]:
         """The graph window: capture the engine's device graphs in it, after the profile window and before the plan.
 
         The plan is charged what capture kept (the graphs' pool), and the larger of the two windows' transients.
+        ``captured_again_after_cache``: the engine measures its graphs here and frees them, to capture them for
+        good once the KV cache exists (vLLM 0.24): then all the window reached (its transient peak and what it
+        kept) is graph memory beside the cache, charged on top of the profile's transient, and the plan's
+        ``graph_bytes`` may raise it to the engine's own estimate.
         """
+        self._graphs_after_cache = bool(captured_again_after_cache)
         with self._step("open the graph window"):
             profile = self._profiled("open the graph window")
             if self.graphs_result is not None and self.graphs_result.error is None:
@@ -525,8 +532,14 @@ class EngineMemory:
             if self.graphs_result is not None:
                 self._finished("graph", self.graphs_result, "plan")
                 graphs = self.graphs_result.plan_inputs()
-                figures["graph_capture"] = max(0, graphs["consumed"] - figures["consumed"])
-                figures["transient_peak_bytes"] = max(figures["transient_peak_bytes"], graphs["transient_peak_bytes"])
+                kept = max(0, graphs["consumed"] - figures["consumed"])
+                if self._graphs_after_cache:  # the window's whole reach is memory beside the cache
+                    figures["graph_capture"] = max(kept + graphs["transient_peak_bytes"], self._graph_bytes)
+                else:
+                    figures["graph_capture"] = kept
+                    figures["transient_peak_bytes"] = max(
+                        figures["transient_peak_bytes"], graphs["transient_peak_bytes"]
+                    )
                 figures["other_processes"] = graphs["other_processes"]
                 figures["released_cache"] += graphs["released_cache"]
         if self.late:  # created after the model: everything this process holds counts as consumed
@@ -544,12 +557,19 @@ class EngineMemory:
 
     # ---- the plan and the cache ---------------------------------------------------------------------------
     def plan(
-        self, *, page_size_bytes: int | None = None, num_layers: int | None = None, layout: KvLayout | None = None
+        self,
+        *,
+        page_size_bytes: int | None = None,
+        num_layers: int | None = None,
+        layout: KvLayout | None = None,
+        graph_bytes: int = 0,
     ) -> KvCachePlan:
         """Size the KV cache for blocks of ``page_size_bytes`` on each of ``num_layers`` layers, allocated as
         ``layout`` says (:meth:`KvLayout.one_allocation`, :meth:`allocate`'s, by default). After
         :meth:`measure_block_cost`, both may be left out: a block is what it measured (one allocation per block
-        count, the engine's), and the rest of the first run's peak is the transient headroom.
+        count, the engine's), and the rest of the first run's peak is the transient headroom. ``graph_bytes``:
+        the engine's own estimate of the graphs it captures after the cache (``graphs(captured_again_after_cache=
+        True)``), charged where it is larger than what that window measured.
 
         At the utilization the profile window (and the graph window, where one was opened) is required; a
         pinned cache is checked against the total beside what the profile measured, where it ran. A block's
@@ -557,6 +577,13 @@ class EngineMemory:
         or a stored profile, enters the plan.
         """
         with self._step("plan"):
+            graph_bytes = arguments.byte_count("graph_bytes", graph_bytes, error=EngineMemoryError)
+            if graph_bytes and not self._graphs_after_cache:
+                raise EngineMemoryError(
+                    f"graph_bytes={graph_bytes} is the estimate of graphs captured after the cache: open "
+                    "`memory.graphs(captured_again_after_cache=True)` first"
+                )
+            self._graph_bytes = graph_bytes
             return self._plan(page_size_bytes, num_layers, layout)
 
     def _plan(self, page_size_bytes: int | None, num_layers: int | None, layout: KvLayout | None) -> KvCachePlan:

@@ -5,10 +5,10 @@
   ledger, so an over-committed start is refused (:class:`~devmem.ReservationRefused`) before any weight loads.
 - ``determine_available_memory`` (replaced): vLLM's profile run inside ``memory.profile(weights_memory=...)``;
   where CUDA graphs will be captured, vLLM's own graph profiling (``profile_cudagraph_memory``) inside
-  ``memory.graphs()``; then ``memory.plan(...)`` for vLLM's KV cache spec, tensor-parallel ranks agreeing on
-  the smallest budget. What vLLM gets back, and prints as "Available KV cache memory", is the planned blocks'
-  bytes less the CUDA graph pool, which vLLM 0.24 captures only after the KV cache exists (charged as the larger
-  of vLLM's estimate and what devmem's graph window measured). No assertion where another process frees memory.
+  ``memory.graphs(captured_again_after_cache=True)`` (vLLM 0.24 captures them for good after the KV cache
+  exists: the plan charges the larger of vLLM's estimate and what the window reached); then ``memory.plan(...)``
+  for vLLM's KV cache spec, tensor-parallel ranks agreeing on the smallest budget. What vLLM gets back, and prints
+  as "Available KV cache memory", is the planned blocks' bytes. No assertion where another process frees memory.
 - ``initialize_from_config``: the allocator cache released right before vLLM allocates the KV cache.
 - ``compile_or_warm_up_model``: what graph capture and warm-up kept, measured and logged beside the charge.
 - ``shutdown``: the reservation released (``EngineMemory.close()``).
@@ -125,22 +125,20 @@ def available_memory(worker: Any) -> int:
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile:
         runner.profile_run()
     estimate = 0
-    if _captures_graphs(worker):
-        with memory.graphs() as window:
+    if _captures_graphs(worker):  # vLLM measures its graphs here, and captures them for good beside the cache
+        with memory.graphs(captured_again_after_cache=True):
             estimate = int(runner.profile_cudagraph_memory())
-        measured = window.transient_peak_bytes + max(0, window.total_consumed - profile.total_consumed)
-        estimate = max(estimate, measured)
     page, layers = _kv_spec(worker)
-    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer())
-    budget = max(0, plan.num_blocks * plan.block_bytes - estimate)
+    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(), graph_bytes=estimate)
+    budget, charge = plan.num_blocks * plan.block_bytes, plan.breakdown.get("graph_capture", 0)
     group = _tp_cpu_group()
     if group is not None:  # tensor-parallel ranks: every rank takes the smallest budget
         budget = agree_on_minimum(budget, group=group)
     worker.available_kv_cache_memory_bytes = budget
-    worker.cudagraph_memory_estimate = estimate
+    worker.cudagraph_memory_estimate = charge
     worker.peak_activation_memory = profile.transient_peak_bytes
     worker.non_torch_memory = profile.non_torch_increase
-    worker.devmem_graph_charge = estimate
+    worker.devmem_graph_charge = charge
     _log_vllm_line(budget)
     source = (
         "process-scoped (this process's own memory)"
@@ -159,7 +157,7 @@ def available_memory(worker: Any) -> int:
         memory.utilization,
         format_size(profile.total_consumed),
         format_size(profile.transient_peak_bytes),
-        format_size(estimate),
+        format_size(charge),
     )
     log.debug("devmem: %s", memory.explain())
     return budget

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from model_configs import DEEPSEEK_V3_2
-from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH, NEMOTRON_3_SUPER_120B, NEMOTRON_SUPER_49B
+from model_configs_third import GEMMA4_26B_A4B, GLM_5, MIMO_V2_FLASH, NEMOTRON_3_SUPER_120B, NEMOTRON_SUPER_49B
 
 from devmem.command.main import main
 from devmem.planner.capacity import sequence_cost
@@ -174,3 +174,59 @@ def test_plan_takes_vllms_kv_cache_dtype_flag(tmp_path, capsys):
     argv = ["plan", "--model", str(tmp_path), "--weights", "0", "--total", "80GiB", "--json"]
     assert main([*argv, "--kv-cache-dtype", "fp8"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["kv_bytes_per_token"] == 48_068
+
+
+def test_glm_5_caches_the_bf16_latent_and_the_indexer_key_by_default():
+    """GLM-5 (glm_moe_dsa) is DeepSeek sparse attention (vLLM's GlmMoeDsaForCausalLM is its DeepseekV2 model with the
+    indexer): per layer the latent (kv_lora_rank 512 + qk_rope_head_dim 64) x bf16 2 B = 1,152 B and the indexer
+    key (vLLM's DeepseekV32IndexerCache: index_head_dim 128 fp8 + 128 / 128 x 4 B scale = 132 B): 1,284 B x 78
+    layers = 100,152 B per token, the same on every rank."""
+    m = model(GLM_5)
+    assert (m.attention, m.full_attention_layers, m.kv_layer_bytes_per_token) == ("mla", 78, 1_284)
+    assert (m.kv_bytes_per_token, m.at_tp(8).kv_bytes_per_token) == (100_152, 100_152)
+
+
+def test_glm_5_with_an_fp8_cache_packs_the_latent():
+    """--kv-cache-dtype fp8 (vLLM's FlashMLASparse: fp8 is an alias of fp8_ds_mla): 512 fp8 + 4 x 4 B scales + 64 x
+    bf16 2 B = 656 B + the indexer's 132 B = 788 B x 78 = 61,464 B per token."""
+    assert model(GLM_5, kv_cache_dtype="fp8").kv_bytes_per_token == 61_464
+    assert model(GLM_5, kv_cache_dtype="fp8_ds_mla").kv_bytes_per_token == 61_464
+
+
+def test_glm_5_weights_are_its_744b_parameters():
+    """The estimate counts 743,180,209,920 parameters (GLM-5 is published as 744B with its MTP layer, which is not
+    counted), 2 B each."""
+    assert model(GLM_5).weights_bytes == 1_486_360_419_840
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("indexer_types", ["full"] * 3 + ["shared", "shared", "shared", "full"] * 10 + ["full"] * 5),
+        ("indexer_types", "full"),
+        ("index_topk_freq", 4),
+    ],
+)
+def test_sparse_attention_whose_layers_share_an_indexer_is_refused_naming_family_and_key(key, value):
+    with pytest.raises(UnknownArchitectureError, match=f"model_type 'glm_moe_dsa' sets {key}=") as info:
+        model({**GLM_5, key: value})
+    assert info.value.missing == (key,)
+
+
+def test_indexer_types_all_full_is_every_layer_with_its_indexer():
+    assert model({**GLM_5, "indexer_types": ["full"] * 78, "index_topk_freq": 1}).kv_bytes_per_token == 100_152
+
+
+def test_plan_with_weights_given_never_needs_a_key_only_the_weights_estimate_reads(tmp_path, capsys):
+    """Without vocab_size and with a block whose ffn_mult is null, only the weights estimate fails: --weights 0 plans
+    (the weights reported are the ones given), and without --weights the refusal names the key."""
+    blocks = [dict(b) for b in NEMOTRON_SUPER_49B["block_configs"]]
+    blocks[1]["ffn"] = {**blocks[1]["ffn"], "ffn_mult": None}
+    config = {k: v for k, v in NEMOTRON_SUPER_49B.items() if k != "vocab_size"}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "block_configs": blocks}))
+    argv = ["plan", "--model", str(tmp_path), "--total", "80GiB", "--json"]
+    assert main([*argv, "--weights", "1GiB", "--tp", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)["model"]
+    assert (out["weights_bytes_per_rank"], out["kv_bytes_per_token"]) == (1 << 30, 100_352)
+    assert main(argv) == 3
+    assert json.loads(capsys.readouterr().out)["missing"] == ["vocab_size"]

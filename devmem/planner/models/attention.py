@@ -9,7 +9,7 @@ from devmem.planner.models.nemotron_nas import nas_first_kv_heads
 from devmem.planner.models.zamba2 import _zamba2_attention
 
 #: Families whose attention is MLA: without ``kv_lora_rank`` they are refused, never sized as multi-head.
-_MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "minicpm3", "kimi_linear"}
+_MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "kimi_k2", "minicpm3", "kimi_linear"}
 
 
 #: Families with MLA projections whose engine caches the expanded K and V of every head, not the latent (vLLM's

@@ -99,6 +99,23 @@ def _build(*args: Any, **options: Any) -> ModelMemory:
         raise
 
 
+def _refuse_shared_indexers(c: _Config) -> None:
+    """Sparse attention whose layers share one indexer (GLM-5.2's ``indexer_types`` "shared", ``index_topk_freq``
+    above 1) is refused: whether a sharing layer still caches an indexer key is not modelled."""
+    types, freq = c.values.get("indexer_types"), c.values.get("index_topk_freq")
+    if types is not None:
+        key, value, sharing = "indexer_types", types, not isinstance(types, list) or any(t != "full" for t in types)
+    else:
+        key, value, sharing = "index_topk_freq", freq, freq not in (None, 1)
+    if sharing:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} sets {key}={_shown(value)}: layers that reuse another layer's "
+            "sparse-attention indexer (or an indexer schedule devmem cannot read), whose cache devmem does not model",
+            c.model_type,
+            (key,),
+        )
+
+
 def _ssm_dtype(c: _Config, conv_name: str, conv_bytes: int, notes: list[str]) -> int:
     """The SSM state's dtype as vLLM's config hook for the family sets it (:data:`_VLLM_SSM_DTYPE`), else the
     convolution state's (the served dtype)."""
@@ -227,11 +244,12 @@ def _build_memory(
     rope_dim, indexer = 0, 0
     if style == "mla":
         rope_dim = c.int("qk_rope_head_dim")
-        if c.has("index_topk") or c.model_type == "deepseek_v32":
+        if c.has("index_topk") or c.model_type in ("deepseek_v32", "glm_moe_dsa"):
+            _refuse_shared_indexers(c)
             index_dim = c.int("index_head_dim", why="the sparse-attention indexer's key cache")
             indexer = index_dim + -(-index_dim // 128) * 4
             notes.append(
-                f"DeepSeek-V3.2's indexer caches a key per token per layer: {index_dim} fp8 B + "
+                f"DeepSeek sparse attention's indexer caches a key per token per layer: {index_dim} fp8 B + "
                 f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
             )
             if kv_dtype in ("fp8", FP8_DS_MLA):

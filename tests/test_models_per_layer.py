@@ -230,3 +230,74 @@ def test_plan_with_weights_given_never_needs_a_key_only_the_weights_estimate_rea
     assert (out["weights_bytes_per_rank"], out["kv_bytes_per_token"]) == (1 << 30, 100_352)
     assert main(argv) == 3
     assert json.loads(capsys.readouterr().out)["missing"] == ["vocab_size"]
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({**GLM_5, "num_attention_heads": 0}, "num_attention_heads"),
+        ({**GLM_5, "kv_lora_rank": 512.0}, "kv_lora_rank"),
+        ({**GLM_5, "index_head_dim": -128}, "index_head_dim"),
+        ({**GLM_5, "first_k_dense_replace": "3"}, "first_k_dense_replace"),
+        ({**MIMO_V2_FLASH, "hybrid_layer_pattern": [3] * 48}, "hybrid_layer_pattern"),
+        ({**MIMO_V2_FLASH, "hybrid_layer_pattern": [0, 1]}, "hybrid_layer_pattern"),
+        ({**MIMO_V2_FLASH, "moe_layer_freq": [True] * 48}, "moe_layer_freq"),
+        ({**MIMO_V2_FLASH, "moe_layer_freq": 0}, "moe_layer_freq"),
+        ({**MIMO_V2_FLASH, "swa_num_key_value_heads": -8}, "swa_num_key_value_heads"),
+        (
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "layer_types": ["full_attention"]}},
+            "layer_types",
+        ),
+        (
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "global_head_dim": "512"}},
+            "global_head_dim",
+        ),
+        (
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "attention_k_eq_v": "yes"}},
+            "attention_k_eq_v",
+        ),
+        ({**NEMOTRON_3_SUPER_120B, "mamba_ssm_cache_dtype": "int3"}, "mamba_ssm_cache_dtype"),
+        ({**NEMOTRON_3_SUPER_120B, "hybrid_override_pattern": "M*"}, "hybrid_override_pattern"),
+        ({**NEMOTRON_3_SUPER_120B, "mamba_num_heads": 0}, "mamba_num_heads"),
+    ],
+)
+def test_hostile_per_layer_config_is_refused_naming_family_and_key(config, key):
+    """Lists of the wrong length or values, zero, negative and non-int sizes: one refusal naming model_type and key
+    (its .missing too, as the CLI's JSON shows it), never a traceback or a figure."""
+    family = config.get("text_config", {}).get("model_type", config["model_type"])
+    with pytest.raises(UnknownArchitectureError, match=f"model_type '{family}'.*{key}") as info:
+        model(config)
+    assert info.value.missing == (key,)
+
+
+@pytest.mark.parametrize(
+    ("part", "key", "value"),
+    [
+        ("attention", "no_op", "false"),
+        ("attention", "replace_with_linear", 0),
+        ("attention", "n_heads_in_group", "8"),
+        ("attention", "n_heads_in_group", 0),
+        ("attention", "window_length", 4096),
+        ("attention", "num_sink_tokens", 4),
+    ],
+)
+def test_hostile_nas_block_is_refused_naming_family_and_block(part, key, value):
+    blocks = [dict(b) for b in NEMOTRON_SUPER_49B["block_configs"]]
+    blocks[2] = {**blocks[2], part: {**blocks[2][part], key: value}}
+    with pytest.raises(UnknownArchitectureError, match=rf"'nemotron-nas': block_configs\[2\]\.{part}\.{key}") as info:
+        model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert info.value.missing == ("block_configs",)
+
+
+def test_nemotron_nas_layers_are_read_in_their_order():
+    """Each kept block's spec sits at its place among the attention layers: block 2 with n_heads_in_group 16 (4 KV
+    heads) is the third spec, and turning block 0's attention into a linear moves it to the second; 48 x 4,096 +
+    2,048 = 198,656 B per token."""
+    blocks = [dict(b) for b in NEMOTRON_SUPER_49B["block_configs"]]
+    blocks[2] = {**blocks[2], "attention": {**blocks[2]["attention"], "n_heads_in_group": 16}}
+    m = model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert [s.kv_heads for s in m.attention_specs[:4]] == [8, 8, 4, 8]
+    blocks[0] = {**blocks[0], "attention": {**blocks[0]["attention"], "replace_with_linear": True}}
+    m = model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert [s.kv_heads for s in m.attention_specs[:3]] == [8, 4, 8]
+    assert (m.full_attention_layers, m.kv_bytes_per_token) == (48, 48 * 4_096 - 4_096 + 2_048)

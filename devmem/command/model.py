@@ -117,5 +117,7 @@ def model_from_flags(args: argparse.Namespace):
 
     tp = args.tp or 1
     weights = getattr(args, "weights", None)
-    given = {} if weights is None else {"weights_bytes": weights * tp, "weights_source": "given with --weights, per rank"}
+    given = (
+        {} if weights is None else {"weights_bytes": weights * tp, "weights_source": "given with --weights, per rank"}
+    )
     return load_model(args.model, kv_dtype=args.kv_dtype or "auto", tp=tp, dtype=args.dtype, **given)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_first_kv_heads
@@ -65,7 +65,9 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     elif c.model_type == "chatglm":  # vLLM's GLMAttention: the groups where multi_query_attention
         kv = c.int("multi_query_group_num") if c.flag("multi_query_attention", False) else heads
         if heads % kv:
-            raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of multi_query_group_num {kv}")
+            raise c.refuse(
+                "multi_query_group_num", f"num_attention_heads {heads} is not a multiple of multi_query_group_num {kv}"
+            )
         hidden = c.int("hidden_size", why="ChatGLM's head dim (hidden_size / num_attention_heads, as vLLM reads it)")
         if hidden % heads or head_dim != hidden // heads:
             raise UnknownArchitectureError(
@@ -93,8 +95,9 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
             "reads it)"
         )
     if heads % kv:
-        raise ModelConfigError(
-            f"{c.name('num_attention_heads')} {heads} is not a multiple of {c.name('num_key_value_heads')} {kv}"
+        raise c.refuse(
+            "num_key_value_heads",
+            f"{c.name('num_attention_heads')} {heads} is not a multiple of {c.name('num_key_value_heads')} {kv}",
         )
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
     return kind, heads, kv, head_dim, notes

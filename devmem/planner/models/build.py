@@ -129,8 +129,15 @@ def _ssm_dtype(c: _Config, conv_name: str, conv_bytes: int, notes: list[str]) ->
                 f"family without a hook of its own: the SSM state is in {conv_name}, as the convolution state"
             )
         return conv_bytes
-    name, size = _dtype(given if given is not None else default, f"config key {key}")
-    source = f"{key} in config.json" if given is not None else f"config.json sets no {key}: vLLM's default for {c.model_type}"
+    try:
+        name, size = _dtype(given if given is not None else default, f"config key {key}")
+    except ModelConfigError as exc:
+        raise c.refuse(key, str(exc)) from None
+    source = (
+        f"{key} in config.json"
+        if given is not None
+        else f"config.json sets no {key}: vLLM's default for {c.model_type}"
+    )
     if size != conv_bytes or given is None:
         notes.append(f"the SSM state is {name} ({source}); the convolution state {conv_name}")
     return size

@@ -194,8 +194,11 @@ def test_glm_5_with_an_fp8_cache_packs_the_latent():
 
 
 def test_glm_5_weights_are_its_744b_parameters():
-    """The estimate counts 743,180,209,920 parameters (GLM-5 is published as 744B with its MTP layer, which is not
-    counted), 2 B each."""
+    """Per layer, MLA: q_a 6,144 x 2,048 + norm 2,048 + q_b 2,048 x 64 x 256 + kv_a 6,144 x 576 + norm 512 + kv_b
+    512 x 64 x (192 + 256) + o 64 x 256 x 6,144 = 165,022,208, and two norms of 6,144; 3 dense MLPs of 3 x 6,144 x
+    12,288 = 226,492,416; 75 MoE layers of 257 experts x 3 x 6,144 x 2,048 + router 256 x 6,144 + 256 bias =
+    9,702,998,272; embeddings and head 2 x 154,880 x 6,144 and the final norm. 743,180,209,920 parameters x 2 B (the
+    published 744B-753B counts add the MTP layer and the indexers' projections, not counted)."""
     assert model(GLM_5).weights_bytes == 1_486_360_419_840
 
 

@@ -144,10 +144,19 @@ def test_layer_types_list_gives_the_layers_the_interval_gives():
     assert (a.kv_bytes_per_token, a.state_bytes_per_sequence) == (b.kv_bytes_per_token, b.state_bytes_per_sequence)
 
 
-def test_config_ssm_dtype_sets_the_recurrent_state_precision():
-    """mamba_ssm_dtype float32 (Qwen3.5's configs): Qwen3-Next's SSM state at 4 B, the conv state at 2 B:
-    36 x (24,576 x 2 + 524,288 x 4) = 77,266,944 B per sequence."""
-    assert model({**QWEN3_NEXT_80B_A3B, "mamba_ssm_dtype": "float32"}).state_bytes_per_sequence == 77_266_944
+def test_qwen3_5_config_ssm_dtype_sets_the_recurrent_state_precision():
+    """vLLM's Qwen3_5ForConditionalGenerationConfig hook reads mamba_ssm_dtype: float32 puts the SSM state at 4 B,
+    the conv state at 2 B: 36 x (24,576 x 2 + 524,288 x 4) = 77,266,944 B per sequence (Qwen3-Next's shapes)."""
+    config = {**QWEN3_NEXT_80B_A3B, "model_type": "qwen3_5_moe_text", "mamba_ssm_dtype": "float32"}
+    assert model(config).state_bytes_per_sequence == 77_266_944
+
+
+def test_ssm_dtype_key_of_a_family_vllm_reads_it_for_no_more_is_ignored_and_said_so():
+    """Qwen3-Next has no vLLM hook: its SSM state stays in bf16 whatever mamba_ssm_dtype says, 36 x (24,576 +
+    524,288) x 2 B = 39,518,208 B per sequence."""
+    m = model({**QWEN3_NEXT_80B_A3B, "mamba_ssm_dtype": "float32"})
+    assert m.state_bytes_per_sequence == 39_518_208
+    assert any("sets mamba_ssm_dtype" in note for note in m.notes)
 
 
 # --- KV dtype and tensor parallelism ---------------------------------------------------------------------------

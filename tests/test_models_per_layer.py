@@ -7,7 +7,7 @@ import json
 
 import pytest
 from model_configs import DEEPSEEK_V3_2
-from model_configs_third import GEMMA4_26B_A4B, MIMO_V2_FLASH, NEMOTRON_3_SUPER_120B, NEMOTRON_SUPER_49B
+from model_configs_third import GEMMA4_26B_A4B, GLM_5, MIMO_V2_FLASH, NEMOTRON_3_SUPER_120B, NEMOTRON_SUPER_49B
 
 from devmem.command.main import main
 from devmem.planner.capacity import sequence_cost
@@ -174,3 +174,133 @@ def test_plan_takes_vllms_kv_cache_dtype_flag(tmp_path, capsys):
     argv = ["plan", "--model", str(tmp_path), "--weights", "0", "--total", "80GiB", "--json"]
     assert main([*argv, "--kv-cache-dtype", "fp8"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["kv_bytes_per_token"] == 48_068
+
+
+def test_glm_5_caches_the_bf16_latent_and_the_indexer_key_by_default():
+    """GLM-5 (glm_moe_dsa) is DeepSeek sparse attention (vLLM's GlmMoeDsaForCausalLM is its DeepseekV2 model with the
+    indexer): per layer the latent (kv_lora_rank 512 + qk_rope_head_dim 64) x bf16 2 B = 1,152 B and the indexer
+    key (vLLM's DeepseekV32IndexerCache: index_head_dim 128 fp8 + 128 / 128 x 4 B scale = 132 B): 1,284 B x 78
+    layers = 100,152 B per token, the same on every rank."""
+    m = model(GLM_5)
+    assert (m.attention, m.full_attention_layers, m.kv_layer_bytes_per_token) == ("mla", 78, 1_284)
+    assert (m.kv_bytes_per_token, m.at_tp(8).kv_bytes_per_token) == (100_152, 100_152)
+
+
+def test_glm_5_with_an_fp8_cache_packs_the_latent():
+    """--kv-cache-dtype fp8 (vLLM's FlashMLASparse: fp8 is an alias of fp8_ds_mla): 512 fp8 + 4 x 4 B scales + 64 x
+    bf16 2 B = 656 B + the indexer's 132 B = 788 B x 78 = 61,464 B per token."""
+    assert model(GLM_5, kv_cache_dtype="fp8").kv_bytes_per_token == 61_464
+    assert model(GLM_5, kv_cache_dtype="fp8_ds_mla").kv_bytes_per_token == 61_464
+
+
+def test_glm_5_weights_are_its_744b_parameters():
+    """Per layer, MLA: q_a 6,144 x 2,048 + norm 2,048 + q_b 2,048 x 64 x 256 + kv_a 6,144 x 576 + norm 512 + kv_b
+    512 x 64 x (192 + 256) + o 64 x 256 x 6,144 = 165,022,208, and two norms of 6,144; 3 dense MLPs of 3 x 6,144 x
+    12,288 = 226,492,416; 75 MoE layers of 257 experts x 3 x 6,144 x 2,048 + router 256 x 6,144 + 256 bias =
+    9,702,998,272; embeddings and head 2 x 154,880 x 6,144 and the final norm. 743,180,209,920 parameters x 2 B (the
+    published 744B-753B counts add the MTP layer and the indexers' projections, not counted)."""
+    assert model(GLM_5).weights_bytes == 1_486_360_419_840
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("indexer_types", ["full"] * 3 + ["shared", "shared", "shared", "full"] * 10 + ["full"] * 5),
+        ("indexer_types", "full"),
+        ("index_topk_freq", 4),
+    ],
+)
+def test_sparse_attention_whose_layers_share_an_indexer_is_refused_naming_family_and_key(key, value):
+    with pytest.raises(UnknownArchitectureError, match=f"model_type 'glm_moe_dsa' sets {key}=") as info:
+        model({**GLM_5, key: value})
+    assert info.value.missing == (key,)
+
+
+def test_indexer_types_all_full_is_every_layer_with_its_indexer():
+    assert model({**GLM_5, "indexer_types": ["full"] * 78, "index_topk_freq": 1}).kv_bytes_per_token == 100_152
+
+
+def test_plan_with_weights_given_never_needs_a_key_only_the_weights_estimate_reads(tmp_path, capsys):
+    """Without vocab_size and with a block whose ffn_mult is null, only the weights estimate fails: --weights 0 plans
+    (the weights reported are the ones given), and without --weights the refusal names the key."""
+    blocks = [dict(b) for b in NEMOTRON_SUPER_49B["block_configs"]]
+    blocks[1]["ffn"] = {**blocks[1]["ffn"], "ffn_mult": None}
+    config = {k: v for k, v in NEMOTRON_SUPER_49B.items() if k != "vocab_size"}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "block_configs": blocks}))
+    argv = ["plan", "--model", str(tmp_path), "--total", "80GiB", "--json"]
+    assert main([*argv, "--weights", "1GiB", "--tp", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)["model"]
+    assert (out["weights_bytes_per_rank"], out["kv_bytes_per_token"]) == (1 << 30, 100_352)
+    assert main(argv) == 3
+    assert json.loads(capsys.readouterr().out)["missing"] == ["vocab_size"]
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({**GLM_5, "num_attention_heads": 0}, "num_attention_heads"),
+        ({**GLM_5, "kv_lora_rank": 512.0}, "kv_lora_rank"),
+        ({**GLM_5, "index_head_dim": -128}, "index_head_dim"),
+        ({**GLM_5, "first_k_dense_replace": "3"}, "first_k_dense_replace"),
+        ({**MIMO_V2_FLASH, "hybrid_layer_pattern": [3] * 48}, "hybrid_layer_pattern"),
+        ({**MIMO_V2_FLASH, "hybrid_layer_pattern": [0, 1]}, "hybrid_layer_pattern"),
+        ({**MIMO_V2_FLASH, "moe_layer_freq": [True] * 48}, "moe_layer_freq"),
+        ({**MIMO_V2_FLASH, "moe_layer_freq": 0}, "moe_layer_freq"),
+        ({**MIMO_V2_FLASH, "swa_num_key_value_heads": -8}, "swa_num_key_value_heads"),
+        (
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "layer_types": ["full_attention"]}},
+            "layer_types",
+        ),
+        (
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "global_head_dim": "512"}},
+            "global_head_dim",
+        ),
+        (
+            {**GEMMA4_26B_A4B, "text_config": {**GEMMA4_26B_A4B["text_config"], "attention_k_eq_v": "yes"}},
+            "attention_k_eq_v",
+        ),
+        ({**NEMOTRON_3_SUPER_120B, "mamba_ssm_cache_dtype": "int3"}, "mamba_ssm_cache_dtype"),
+        ({**NEMOTRON_3_SUPER_120B, "hybrid_override_pattern": "M*"}, "hybrid_override_pattern"),
+        ({**NEMOTRON_3_SUPER_120B, "mamba_num_heads": 0}, "mamba_num_heads"),
+    ],
+)
+def test_hostile_per_layer_config_is_refused_naming_family_and_key(config, key):
+    """Lists of the wrong length or values, zero, negative and non-int sizes: one refusal naming model_type and key
+    (its .missing too, as the CLI's JSON shows it), never a traceback or a figure."""
+    family = config.get("text_config", {}).get("model_type", config["model_type"])
+    with pytest.raises(UnknownArchitectureError, match=f"model_type '{family}'.*{key}") as info:
+        model(config)
+    assert info.value.missing == (key,)
+
+
+@pytest.mark.parametrize(
+    ("part", "key", "value"),
+    [
+        ("attention", "no_op", "false"),
+        ("attention", "replace_with_linear", 0),
+        ("attention", "n_heads_in_group", "8"),
+        ("attention", "n_heads_in_group", 0),
+        ("attention", "window_length", 4096),
+        ("attention", "num_sink_tokens", 4),
+    ],
+)
+def test_hostile_nas_block_is_refused_naming_family_and_block(part, key, value):
+    blocks = [dict(b) for b in NEMOTRON_SUPER_49B["block_configs"]]
+    blocks[2] = {**blocks[2], part: {**blocks[2][part], key: value}}
+    with pytest.raises(UnknownArchitectureError, match=rf"'nemotron-nas': block_configs\[2\]\.{part}\.{key}") as info:
+        model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert info.value.missing == ("block_configs",)
+
+
+def test_nemotron_nas_layers_are_read_in_their_order():
+    """Each kept block's spec sits at its place among the attention layers: block 2 with n_heads_in_group 16 (4 KV
+    heads) is the third spec, and turning block 0's attention into a linear moves it to the second; 48 x 4,096 +
+    2,048 = 198,656 B per token."""
+    blocks = [dict(b) for b in NEMOTRON_SUPER_49B["block_configs"]]
+    blocks[2] = {**blocks[2], "attention": {**blocks[2]["attention"], "n_heads_in_group": 16}}
+    m = model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert [s.kv_heads for s in m.attention_specs[:4]] == [8, 8, 4, 8]
+    blocks[0] = {**blocks[0], "attention": {**blocks[0]["attention"], "replace_with_linear": True}}
+    m = model({**NEMOTRON_SUPER_49B, "block_configs": blocks}, weights_bytes=0)
+    assert [s.kv_heads for s in m.attention_specs[:3]] == [8, 4, 8]
+    assert (m.full_attention_layers, m.kv_bytes_per_token) == (48, 48 * 4_096 - 4_096 + 2_048)

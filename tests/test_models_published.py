@@ -147,19 +147,20 @@ def test_mla_config_of_an_unknown_family_without_kv_lora_rank_is_refused():
 
 def test_nemotron_h_56b_holds_mamba2_state_per_sequence():
     """Pattern: 10 attention (*), 54 Mamba2 (M), 54 MLP (-). KV 2 x 8 x 128 x 2 B = 4,096 B x 10 = 40,960 B per
-    token. Mamba2 per layer: conv 3 x (256 x 64 + 2 x 8 x 256 = 20,480) x 2 B = 122,880; SSM 256 x 64 x 256 x 2 B
-    (no mamba_ssm_cache_dtype in config.json: vLLM's float16 for nemotron_h) = 8,388,608; x 54 = 459,620,352 B per
-    sequence."""
+    token. Mamba2 per layer: conv 3 x (256 x 64 + 2 x 8 x 256 = 20,480) x 2 B = 122,880; SSM 256 x 64 x 256 x 4 B
+    (no mamba_ssm_cache_dtype in config.json: vLLM 0.28's NemotronHForCausalLMConfig default, float32) = 16,777,216;
+    x 54 = 912,605,184 B per sequence."""
     m = model(NEMOTRON_H_56B)
     assert (m.full_attention_layers, m.recurrent_layers, m.num_layers) == (10, 54, 118)
-    assert (m.kv_bytes_per_token, m.state_bytes_per_sequence) == (40_960, 459_620_352)
+    assert (m.kv_bytes_per_token, m.state_bytes_per_sequence) == (40_960, 912_605_184)
+    assert any("vLLM's default for nemotron_h" in note for note in m.notes)
 
 
 def test_nemotron_h_ssm_state_in_the_dtype_its_config_sets():
-    """mamba_ssm_cache_dtype float32 in config.json wins over vLLM's float16: SSM 256 x 64 x 256 x 4 B = 16,777,216
-    + conv 122,880 = 16,900,096 x 54 = 912,605,184 B per sequence."""
-    m = model({**NEMOTRON_H_56B, "mamba_ssm_cache_dtype": "float32"})
-    assert m.state_bytes_per_sequence == 912_605_184
+    """mamba_ssm_cache_dtype float16 in config.json wins over vLLM's float32: SSM 256 x 64 x 256 x 2 B = 8,388,608
+    + conv 122,880 = 8,511,488 x 54 = 459,620,352 B per sequence."""
+    m = model({**NEMOTRON_H_56B, "mamba_ssm_cache_dtype": "float16"})
+    assert m.state_bytes_per_sequence == 459_620_352
 
 
 def test_nemotron_3_nano_state_splits_over_ranks():

@@ -111,6 +111,13 @@ def refuse_model_flags(args: argparse.Namespace) -> None:
 
 
 def model_from_flags(args: argparse.Namespace):
+    """The model of ``--model``; with ``--weights`` (per rank) its weights are those, so no key that only the
+    estimate of the weights reads is needed."""
     from devmem.planner.models import load_model
 
-    return load_model(args.model, kv_dtype=args.kv_dtype or "auto", tp=args.tp or 1, dtype=args.dtype)
+    tp = args.tp or 1
+    weights = getattr(args, "weights", None)
+    given = (
+        {} if weights is None else {"weights_bytes": weights * tp, "weights_source": "given with --weights, per rank"}
+    )
+    return load_model(args.model, kv_dtype=args.kv_dtype or "auto", tp=tp, dtype=args.dtype, **given)

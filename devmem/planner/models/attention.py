@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_first_kv_heads
 from devmem.planner.models.zamba2 import _zamba2_attention
 
 #: Families whose attention is MLA: without ``kv_lora_rank`` they are refused, never sized as multi-head.
-_MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "minicpm3", "kimi_linear"}
+_MLA_FAMILIES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "kimi_k2", "minicpm3", "kimi_linear"}
 
 
 #: Families with MLA projections whose engine caches the expanded K and V of every head, not the latent (vLLM's
@@ -65,7 +65,9 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
     elif c.model_type == "chatglm":  # vLLM's GLMAttention: the groups where multi_query_attention
         kv = c.int("multi_query_group_num") if c.flag("multi_query_attention", False) else heads
         if heads % kv:
-            raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of multi_query_group_num {kv}")
+            raise c.refuse(
+                "multi_query_group_num", f"num_attention_heads {heads} is not a multiple of multi_query_group_num {kv}"
+            )
         hidden = c.int("hidden_size", why="ChatGLM's head dim (hidden_size / num_attention_heads, as vLLM reads it)")
         if hidden % heads or head_dim != hidden // heads:
             raise UnknownArchitectureError(
@@ -93,8 +95,9 @@ def _attention_shape(c: _Config) -> tuple[str, int, int, int, list[str]]:
             "reads it)"
         )
     if heads % kv:
-        raise ModelConfigError(
-            f"{c.name('num_attention_heads')} {heads} is not a multiple of {c.name('num_key_value_heads')} {kv}"
+        raise c.refuse(
+            "num_key_value_heads",
+            f"{c.name('num_attention_heads')} {heads} is not a multiple of {c.name('num_key_value_heads')} {kv}",
         )
     kind = "mha" if kv == heads else "mqa" if kv == 1 else "gqa"
     return kind, heads, kv, head_dim, notes

@@ -73,9 +73,17 @@ _PER_LAYER_SPECS = {
     "mimo_v2_flash": mimo_v2_specs,
     **dict.fromkeys(NAS_FAMILIES, nas_specs),
 }
-#: The SSM-state dtype vLLM gives a family whose config.json sets no ``mamba_ssm_cache_dtype`` (vLLM's
-#: NemotronH config hook: the config's, else float16), where transformers' config class would fill another in.
-_VLLM_SSM_DTYPE = {"nemotron_h": "float16"}
+#: The families whose vLLM config hook sets the SSM-state dtype from config.json, the key it reads and its default
+#: where config.json sets none (vLLM 0.28.0, vllm/model_executor/models/config.py: NemotronHForCausalLMConfig reads
+#: mamba_ssm_cache_dtype, else float32; Qwen3_5ForConditionalGenerationConfig reads mamba_ssm_dtype, else none).
+#: Every other family keeps the SSM state in the served dtype (mamba_utils: "auto" is the conv state's dtype), whatever
+#: its config.json says.
+_VLLM_SSM_DTYPE: dict[str, tuple[str, str | None]] = {
+    "nemotron_h": ("mamba_ssm_cache_dtype", "float32"),
+    **dict.fromkeys(("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), ("mamba_ssm_dtype", None)),
+}
+#: Keys that name an SSM-state dtype in some family's config.json.
+_SSM_DTYPE_KEYS = ("mamba_ssm_dtype", "mamba_ssm_cache_dtype")
 
 
 def _build(*args: Any, **options: Any) -> ModelMemory:
@@ -89,6 +97,50 @@ def _build(*args: Any, **options: Any) -> ModelMemory:
             if exc.model_type and "model_type" not in str(exc):  # type: ignore[attr-defined]
                 exc.args = (f"config of model_type {exc.model_type!r}: {exc}",)  # type: ignore[attr-defined]
         raise
+
+
+def _refuse_shared_indexers(c: _Config) -> None:
+    """Sparse attention whose layers share one indexer (GLM-5.2's ``indexer_types`` "shared", ``index_topk_freq``
+    above 1) is refused: whether a sharing layer still caches an indexer key is not modelled."""
+    types, freq = c.values.get("indexer_types"), c.values.get("index_topk_freq")
+    if types is not None:
+        key, value, sharing = "indexer_types", types, not isinstance(types, list) or any(t != "full" for t in types)
+    else:
+        key, value, sharing = "index_topk_freq", freq, freq not in (None, 1)
+    if sharing:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} sets {key}={_shown(value)}: layers that reuse another layer's "
+            "sparse-attention indexer (or an indexer schedule devmem cannot read), whose cache devmem does not model",
+            c.model_type,
+            (key,),
+        )
+
+
+def _ssm_dtype(c: _Config, conv_name: str, conv_bytes: int, notes: list[str]) -> int:
+    """The SSM state's dtype as vLLM's config hook for the family sets it (:data:`_VLLM_SSM_DTYPE`), else the
+    convolution state's (the served dtype)."""
+    key, default = _VLLM_SSM_DTYPE.get(c.model_type or "", ("", None))
+    given = c.values.get(key) if key and key not in c.defaults else None
+    if given is None and default is None:
+        ignored = [k for k in _SSM_DTYPE_KEYS if k in c.values and k not in c.defaults]
+        if ignored:
+            notes.append(
+                f"config.json sets {', '.join(ignored)}, which vLLM reads for {c.model_type} no more than for any "
+                f"family without a hook of its own: the SSM state is in {conv_name}, as the convolution state"
+            )
+        return conv_bytes
+    try:
+        name, size = _dtype(given if given is not None else default, f"config key {key}")
+    except ModelConfigError as exc:
+        raise c.refuse(key, str(exc)) from None
+    source = (
+        f"{key} in config.json"
+        if given is not None
+        else f"config.json sets no {key}: vLLM's default for {c.model_type}"
+    )
+    if size != conv_bytes or given is None:
+        notes.append(f"the SSM state is {name} ({source}); the convolution state {conv_name}")
+    return size
 
 
 def _build_memory(
@@ -195,27 +247,16 @@ def _build_memory(
     if CHUNKED in kinds and chunk is None:
         c.require("attention_chunk_size", why="chunked-local attention layers")
     states = _recurrent_states(c, state_kinds)
-    ssm_key = next((k for k in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype") if c.has(k)), None)
-    ssm_bytes = conv_bytes
-    if states and ssm_key and state_dtype == "auto":
-        vllm_default = _VLLM_SSM_DTYPE.get(c.model_type) if ssm_key in c.defaults else None
-        ssm_name, ssm_bytes = _dtype(vllm_default or c.get(ssm_key), f"config key {ssm_key}")
-        if vllm_default:
-            notes.append(
-                f"the SSM state is {ssm_name}: config.json sets no {ssm_key}, and vLLM's default for "
-                f"{c.model_type} is {vllm_default} (not {c.family}'s {c.get(ssm_key)})"
-            )
-        elif ssm_bytes != conv_bytes:
-            default = f" ({c.family}'s default)" if ssm_key in c.defaults else ""
-            notes.append(f"the SSM state is {ssm_name} ({ssm_key}{default}); the convolution state {conv_name}")
+    ssm_bytes = _ssm_dtype(c, conv_name, conv_bytes, notes) if states and state_dtype == "auto" else conv_bytes
     rope_dim, indexer = 0, 0
     if style == "mla":
         rope_dim = c.int("qk_rope_head_dim")
-        if c.has("index_topk") or c.model_type == "deepseek_v32":
+        if c.has("index_topk") or c.model_type in ("deepseek_v32", "glm_moe_dsa"):
+            _refuse_shared_indexers(c)
             index_dim = c.int("index_head_dim", why="the sparse-attention indexer's key cache")
             indexer = index_dim + -(-index_dim // 128) * 4
             notes.append(
-                f"DeepSeek-V3.2's indexer caches a key per token per layer: {index_dim} fp8 B + "
+                f"DeepSeek sparse attention's indexer caches a key per token per layer: {index_dim} fp8 B + "
                 f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
             )
             if kv_dtype in ("fp8", FP8_DS_MLA):

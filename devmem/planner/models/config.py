@@ -168,6 +168,11 @@ class _Config:
             self.defaulted[key] = self.values[key]
         return self.values.get(key, default)
 
+    def refuse(self, key: str, text: str) -> UnknownArchitectureError:
+        """The refusal of ``key`` (named as the family's config.json names it), naming the family."""
+        name = self.name(key)
+        return UnknownArchitectureError(f"config of model_type {self.model_type!r}: {text}", self.model_type, (name,))
+
     def int(self, key: str, *, positive: bool = True, why: str = "sizing") -> int:
         self.require(key, why=why)
         value = self.get(key)
@@ -176,10 +181,10 @@ class _Config:
             or not isinstance(value, numbers.Integral)
             or not (1 if positive else 0) <= int(value) <= MAX_CONFIG_INT
         ):
-            raise ModelConfigError(
-                f"config key {self.aliased.get(key, key)}={_shown(value)} must be a whole number from "
-                f"{1 if positive else 0} "
-                f"to {MAX_CONFIG_INT}"
+            raise self.refuse(
+                key,
+                f"config key {self.name(key)}={_shown(value)} must be a whole number from {1 if positive else 0} "
+                f"to {MAX_CONFIG_INT}",
             )
         return int(value)
 
@@ -187,7 +192,7 @@ class _Config:
         """A true/false key (``default`` when absent); anything but a JSON boolean is refused by name."""
         value = self.get(key, default)
         if not isinstance(value, bool):
-            raise ModelConfigError(f"config key {key}={_shown(value)} must be true or false")
+            raise self.refuse(key, f"config key {self.name(key)}={_shown(value)} must be true or false")
         return value
 
     def get_int(self, key: str, default: builtins.int, *, positive: bool = False) -> builtins.int:
@@ -220,13 +225,14 @@ def _max_context(c: _Config) -> tuple[int | None, str]:
     if rope_type in (None, "default", "su", "longrope", "llama3", "mrope") or factor is None:
         return length, source
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 1024:
-        raise ModelConfigError(f"config key {name}.factor={_shown(factor)} must be a number from 1 to 1024")
+        raise c.refuse(name, f"config key {name}.factor={_shown(factor)} must be a number from 1 to 1024")
     base = scaling.get("original_max_position_embeddings")
     if rope_type == "yarn" and base is not None:
         if isinstance(base, bool) or not isinstance(base, int) or not 0 < base <= MAX_CONFIG_INT:
-            raise ModelConfigError(
+            raise c.refuse(
+                name,
                 f"config key {name}.original_max_position_embeddings={_shown(base)} must be a whole number "
-                f"from 1 to {MAX_CONFIG_INT}"
+                f"from 1 to {MAX_CONFIG_INT}",
             )
         return int(base * factor), f"{name} yarn: original_max_position_embeddings {base} x factor {factor}"
     return int(length * factor), f"{source} x {name} {rope_type} factor {factor}"

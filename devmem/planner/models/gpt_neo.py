@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from devmem.errors import ModelConfigError
 from devmem.planner.models.config import MAX_LAYERS, _Config
 from devmem.planner.models.reading import _shown
 
@@ -32,8 +31,9 @@ def _gpt_neo_local_layers(c: _Config, layers: int) -> int:
             if len(kinds) > layers:
                 break
     if not well_formed or len(kinds) != layers:
-        raise ModelConfigError(
+        raise c.refuse(
+            "attention_types",
             f"config key attention_types must expand to one 'global' or 'local' per layer ({layers}) as "
-            f"[[[kinds...], repeats], ...], got {_shown(groups)}"
+            f"[[[kinds...], repeats], ...], got {_shown(groups)}",
         )
     return kinds.count("local")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.gpt_neo import _gpt_neo_local_layers
 from devmem.planner.models.kinds import CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, SLIDING
@@ -48,14 +48,14 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         if key == "hybrid_override_pattern" and isinstance(values, str):
             values = list(values)
         if not isinstance(values, list) or len(values) != layers:
-            raise ModelConfigError(f"config key {key} must list one entry per layer ({layers}), got {_shown(values)}")
+            raise c.refuse(key, f"config key {key} must list one entry per layer ({layers}), got {_shown(values)}")
         unknown = sorted(
             {_shown(v) for v in values if isinstance(v, bool) or not isinstance(v, str | int) or v not in table}
         )
         if unknown:
             raise UnknownArchitectureError(
                 f"config of model_type {c.model_type!r}: {key} holds {', '.join(unknown)}, layers devmem "
-                f"does not model (known: {', '.join(table)})",
+                f"does not model (known: {', '.join(map(_shown, table))})",
                 c.model_type,
                 (key,),
             )
@@ -84,15 +84,17 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     if c.has("attn_layer_indices"):  # Bamba: attention at these indices, Mamba2 elsewhere
         indices = c.get("attn_layer_indices")
         if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
-            raise ModelConfigError(
-                f"config key attn_layer_indices must list layer indices below {layers}, got {_shown(indices)}"
+            raise c.refuse(
+                "attn_layer_indices",
+                f"config key attn_layer_indices must list layer indices below {layers}, got {_shown(indices)}",
             )
         return [FULL if i in set(indices) else MAMBA2 for i in range(layers)], "attn_layer_indices"
     if c.has("full_attn_idxs"):  # LFM2: attention at these indices, short convolutions elsewhere
         indices = c.get("full_attn_idxs")
         if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
-            raise ModelConfigError(
-                f"config key full_attn_idxs must list layer indices below {layers}, got {_shown(indices)}"
+            raise c.refuse(
+                "full_attn_idxs",
+                f"config key full_attn_idxs must list layer indices below {layers}, got {_shown(indices)}",
             )
         return [FULL if i in set(indices) else CONV for i in range(layers)], "full_attn_idxs"
     if c.has("attn_layer_period") or c.has("attn_layer_offset"):
@@ -112,8 +114,9 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         if c.get("no_rope_layers") not in (None, []):  # published empty: the config class fills it in
             flags = c.get("no_rope_layers")
             if not isinstance(flags, list) or len(flags) != layers or not all(f in (0, 1) for f in flags):
-                raise ModelConfigError(
-                    f"config key no_rope_layers must list 0 or 1 per layer ({layers}), got {_shown(flags)}"
+                raise c.refuse(
+                    "no_rope_layers",
+                    f"config key no_rope_layers must list 0 or 1 per layer ({layers}), got {_shown(flags)}",
                 )
             return [CHUNKED if f else FULL for f in flags], "attention_chunk_size, no_rope_layers"
         interval = c.get_int("no_rope_layer_interval", 4, positive=True)

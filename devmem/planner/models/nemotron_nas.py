@@ -38,13 +38,39 @@ def _blocks(c: _Config) -> list[Mapping[str, Any]]:
     return blocks
 
 
-def _cached(attention: Mapping[str, Any]) -> bool:
-    return not attention.get("no_op") and not attention.get("replace_with_linear")
+def _flag(c: _Config, layer: int, part: str, block: Mapping[str, Any], key: str) -> bool:
+    """``block_configs[layer].part.key``: true or false (absent or null: false); anything else is refused."""
+    value = block.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r}: block_configs[{layer}].{part}.{key} must be true or false, "
+            f"got {_shown(value)}",
+            c.model_type,
+            ("block_configs",),
+        )
+    return bool(value)
+
+
+#: Per-block attention variants DeciLM defines and vLLM's nemotron_nas does not build: refused when set.
+_UNMODELLED_ATTENTION = ("window_length", "num_sink_tokens", "sparsify")
+
+
+def _cached(c: _Config, layer: int, attention: Mapping[str, Any]) -> bool:
+    no_op = _flag(c, layer, "attention", attention, "no_op")
+    variant = next((k for k in _UNMODELLED_ATTENTION if attention.get(k) is not None), None)
+    if variant and not no_op:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r}: block_configs[{layer}].attention.{variant}="
+            f"{_shown(attention[variant])}, an attention variant devmem does not model",
+            c.model_type,
+            ("block_configs",),
+        )
+    return not _flag(c, layer, "attention", attention, "replace_with_linear") and not no_op
 
 
 def nas_layer_kinds(c: _Config) -> list[str]:
-    """FULL where the layer's attention caches K and V, ``mlp`` (no cache) elsewhere."""
-    return [FULL if _cached(b["attention"]) else "mlp" for b in _blocks(c)]
+    """FULL where the layer's attention caches K and V, ``mlp`` (no cache) elsewhere, in layer order."""
+    return [FULL if _cached(c, i, b["attention"]) else "mlp" for i, b in enumerate(_blocks(c))]
 
 
 def _kv_heads(c: _Config, layer: int, attention: Mapping[str, Any]) -> int:
@@ -63,14 +89,14 @@ def nas_specs(c: _Config, kinds: list[str], kv_heads: int, head_dim: int, window
     return [
         AttentionSpec(FULL, _kv_heads(c, i, b["attention"]), head_dim, head_dim)
         for i, b in enumerate(_blocks(c))
-        if _cached(b["attention"])
+        if _cached(c, i, b["attention"])
     ]
 
 
 def nas_first_kv_heads(c: _Config) -> int:
     """The KV heads of the first attention layer (the model-wide figure devmem shows)."""
     for i, b in enumerate(_blocks(c)):
-        if _cached(b["attention"]):
+        if _cached(c, i, b["attention"]):
             return _kv_heads(c, i, b["attention"])
     return c.int("num_attention_heads")
 
@@ -83,14 +109,14 @@ def nas_layer_params(c: _Config, layer: int, head_dim: int) -> tuple[int, int]:
     attention = block["attention"]
     ffn: Mapping[str, Any] = block["ffn"] if isinstance(block.get("ffn"), Mapping) else {}
     matrices, other = 0, 0
-    if attention.get("replace_with_linear"):
+    if _flag(c, layer, "attention", attention, "replace_with_linear"):
         matrices, other = hidden * hidden, hidden
-    elif not attention.get("no_op"):
+    elif not _flag(c, layer, "attention", attention, "no_op"):
         kv = _kv_heads(c, layer, attention)
         matrices, other = 2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim, hidden
-    if ffn.get("replace_with_linear"):
+    if _flag(c, layer, "ffn", ffn, "replace_with_linear"):
         matrices, other = matrices + hidden * hidden, other + hidden
-    elif not ffn.get("no_op"):
+    elif not _flag(c, layer, "ffn", ffn, "no_op"):
         mult = ffn.get("ffn_mult")
         if isinstance(mult, bool) or not isinstance(mult, int | float) or not 0 < mult <= 64:
             raise UnknownArchitectureError(

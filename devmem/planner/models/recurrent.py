@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devmem.errors import ModelConfigError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.kinds import CONV, LINEAR, MAMBA, MAMBA2
 from devmem.planner.models.reading import _shown
@@ -132,8 +131,8 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
     if c.model_type == "zamba2":  # Zamba2Config: head dim = mamba_expand x hidden_size / n_mamba_heads
         heads, inner = c.int("n_mamba_heads", why=why), c.int("mamba_expand", why=why) * c.int("hidden_size", why=why)
         if inner % heads:
-            raise ModelConfigError(
-                f"config key n_mamba_heads {heads} does not divide mamba_expand x hidden_size {inner}"
+            raise c.refuse(
+                "n_mamba_heads", f"config key n_mamba_heads {heads} does not divide mamba_expand x hidden_size {inner}"
             )
         return (
             heads,
@@ -163,9 +162,10 @@ def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:
     else:
         head_dim = c.int("mamba_d_head", why=why)
     if heads * head_dim != inner:
-        raise ModelConfigError(
+        raise c.refuse(
+            "mamba_d_head",
             f"config keys mamba_n_heads {heads} x mamba_d_head {_shown(c.get('mamba_d_head'))} must equal the Mamba2 "
-            f"inner size {inner} ({'mamba_d_ssm' if c.has('mamba_d_ssm') else 'mamba_expand x hidden_size'})"
+            f"inner size {inner} ({'mamba_d_ssm' if c.has('mamba_d_ssm') else 'mamba_expand x hidden_size'})",
         )
     return (
         heads,

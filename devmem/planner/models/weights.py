@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.attention import _EXPANDED_MLA
 from devmem.planner.models.config import _Config
 from devmem.planner.models.falcon_h1 import _falcon_h1_mixer_params
@@ -141,7 +141,9 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     if c.get_int("num_experts", 0) and c.has("moe_intermediate_size"):  # Qwen2/3-MoE, Qwen3-Next
         step, dense_layers = c.get_int("decoder_sparse_step", 1, positive=True), c.values.get("mlp_only_layers", [])
         if not isinstance(dense_layers, list):
-            raise ModelConfigError(f"config key mlp_only_layers must list layer indices, got {_shown(dense_layers)}")
+            raise c.refuse(
+                "mlp_only_layers", f"config key mlp_only_layers must list layer indices, got {_shown(dense_layers)}"
+            )
         experts = c.int("num_experts")
         if layer in dense_layers or (layer + 1) % step:
             return dense(), 0
@@ -343,7 +345,7 @@ def _moe_layer(c: _Config, layer: int) -> bool:
     per-layer ``moe_layer_freq`` list (MiMo-V2's) holds 1."""
     freq = c.get("moe_layer_freq", 1)
     if isinstance(freq, list):
-        if len(freq) != c.int("num_hidden_layers") or not all(f in (0, 1) and not isinstance(f, float) for f in freq):
+        if len(freq) != c.int("num_hidden_layers") or not all(f in (0, 1) and type(f) is int for f in freq):
             raise UnknownArchitectureError(
                 f"config of model_type {c.model_type!r}: moe_layer_freq must be a whole number or list 0 or 1 per "
                 f"layer ({c.int('num_hidden_layers')}), got {_shown(freq)}",

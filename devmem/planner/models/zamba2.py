@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devmem.errors import ModelConfigError, UnknownArchitectureError
+from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.kinds import FULL, MAMBA2
 from devmem.planner.models.reading import _shown
@@ -16,9 +16,10 @@ def _zamba2_layers(c: _Config, layers: int) -> list[str]:
     types = c.get("layers_block_type")
     known = ("mamba", "linear_attention", "hybrid")
     if not isinstance(types, list) or len(types) != layers or not all(t in known for t in types):
-        raise ModelConfigError(
+        raise c.refuse(
+            "layers_block_type",
             f"config key layers_block_type must list one of {', '.join(known)} per layer ({layers}), got "
-            f"{_shown(types)}"
+            f"{_shown(types)}",
         )
     return [FULL if t == "hybrid" else MAMBA2 for t in types]
 
@@ -28,7 +29,9 @@ def _zamba2_attention(c: _Config, heads: int) -> tuple[str, int, int, int, list[
     ``attention_head_dim``), every head cached, as vLLM's Zamba2Attention caches them."""
     width = 2 * c.int("hidden_size")
     if width % heads:
-        raise ModelConfigError(f"num_attention_heads {heads} does not divide Zamba2's attention width {width}")
+        raise c.refuse(
+            "num_attention_heads", f"num_attention_heads {heads} does not divide Zamba2's attention width {width}"
+        )
     if c.has("num_key_value_heads") and c.int("num_key_value_heads") != heads:
         raise UnknownArchitectureError(
             f"config of model_type 'zamba2' sets num_key_value_heads {c.int('num_key_value_heads')}, not "

@@ -236,7 +236,8 @@ def main() -> None:
 def report(files: list[str]) -> str:
     """One line per instance of every round in ``files``: blocks, ratio to the same mode alone, the NVML
     footprint against ``ceil(u x total)``, the start time; refusals and errors with their first line."""
-    head = f"{'shape':<10} {'round':<16} {'mode':<7} {'KV GiB':>7} {'blocks':>8} {'of solo':>7}  {'NVML/cap GiB':<16} start"
+    head = f"{'shape':<10} {'round':<16} {'mode':<7} {'KV GiB':>7} {'blocks':>8} {'of solo':>7}  "
+    head += f"{'NVML/cap GiB':<16} start"
     results = []
     for path in files:
         with open(path) as f:

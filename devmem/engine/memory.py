@@ -47,7 +47,7 @@ from devmem.engine.reservations import reserve as reserve_share
 from devmem.engine.torch_device import initialised_module, torch_device_for
 from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
-from devmem.platform import Platform, prepare_device, read_device
+from devmem.platform import Platform, prepare_and_read
 from devmem.sdk.forksafe import ForkSafeLock
 from devmem.types import MiB
 from devmem.units import format_size
@@ -178,8 +178,7 @@ class EngineMemory:
         self.reservation: Reservation | None = None
         reading = None
         if baseline is None:  # one coherent reading of the device serves the baseline and the admission
-            prepare_device(self.platform, self.device)  # a platform that learns this process's PIDs first
-            reading = read_device(self.platform, self.device)
+            reading = prepare_and_read(self.platform, self.device)  # a platform that learns this process's PIDs first
             self.baseline = MemorySnapshot.from_reading(reading, self.platform)
         else:
             self.baseline = _adopted_baseline(baseline, self.device, self.platform)

@@ -41,7 +41,6 @@ import gc
 import inspect
 import logging
 import math
-import numbers
 import os
 import re
 import time
@@ -228,8 +227,7 @@ def _check_request(utilization: float | None, pinned_bytes: int | None) -> float
             f"pinned_bytes={pinned_bytes!r})"
         )
     if pinned_bytes is not None:
-        if isinstance(pinned_bytes, bool) or not isinstance(pinned_bytes, numbers.Integral) or pinned_bytes <= 0:
-            raise SizingError(f"pinned_bytes must be a whole number of bytes > 0, got {pinned_bytes!r}")
+        _bytes("pinned_bytes", pinned_bytes, positive=True)
         return None
     utilization = 0.9 if utilization is None else utilization
     requested_memory(1, utilization)  # raises SizingError naming a utilization outside (0, 1]
@@ -248,9 +246,8 @@ def _check_config(config: Any) -> Any:
             f"config.num_blocks={config.num_blocks!r} is already set; devmem sizes num_blocks: pass "
             "the config without it"
         )
-    tokens = config.max_batch_tokens
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens <= 0):
-        raise SizingError(f"config.max_batch_tokens must be an int > 0 or None, got {tokens!r}")
+    if config.max_batch_tokens is not None:
+        arguments.count("config.max_batch_tokens", config.max_batch_tokens, error=SizingError)
     return config
 
 
@@ -780,8 +777,8 @@ def _check_arguments(
             f"generation_config must be a transformers GenerationConfig or None (the model's), got "
             f"{generation_config!r} of type {type(generation_config).__name__}"
         )
-    if device is not None and (isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0):
-        raise SizingError(f"device must be a device index (an int >= 0) or None, got {device!r}")
+    if device is not None:
+        arguments.device_index(device, error=SizingError)
     if not hasattr(model, "init_continuous_batching"):
         raise TypeError(
             f"model must be a transformers model with continuous batching (init_continuous_batching), "
@@ -1034,9 +1031,8 @@ def size_continuous_batching(
     u, config, profile_store = _check_arguments(
         model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
     )
-    if not isinstance(limit_allocator_to_share, bool):
-        raise SizingError(f"limit_allocator_to_share must be True or False, got {limit_allocator_to_share!r}")
-    if reservation is not True and reservation is not False and not isinstance(reservation, Reservation):
+    arguments.flag("limit_allocator_to_share", limit_allocator_to_share, error=SizingError)
+    if not isinstance(reservation, (bool, Reservation)):
         raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
     if platform is not None:
         arguments.platform(platform, error=SizingError)

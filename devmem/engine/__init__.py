@@ -18,7 +18,7 @@ The pure arithmetic that turns the figures into a plan is :mod:`devmem.planner`.
 
 from typing import TYPE_CHECKING
 
-from devmem.sdk.lazy import lazy_exports
+from devmem._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
+from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
@@ -48,7 +49,6 @@ from devmem.engine.torch_device import initialised_module, torch_device_for
 from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import Platform, prepare_and_read
-from devmem.sdk.forksafe import ForkSafeLock
 from devmem.types import MiB
 from devmem.units import format_size
 

@@ -55,7 +55,7 @@ from devmem._text import shown
 from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
-from devmem.engine.memory import EngineMemory, KvLayout
+from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
 from devmem.engine.profiling import MemorySnapshot, ProfileResult
 from devmem.engine.reservations import Reservation
@@ -722,27 +722,6 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     return platform, device
 
 
-def _check_baseline(baseline: MemorySnapshot, device: int | None, platform: Platform) -> None:
-    if device is not None and baseline.device != device:
-        raise SizingError(
-            f"device={device!r} but the baseline was taken on device {baseline.device}: give the device the "
-            "baseline measured, or measure the baseline on this device"
-        )
-    taken_on = getattr(baseline, "platform", None)
-    if isinstance(taken_on, str) and taken_on != platform.name:
-        raise SizingError(
-            f"the baseline was taken on platform {taken_on!r} but sizing runs on {platform.name!r}: measure the "
-            "baseline with the same platform"
-        )
-    total = platform.device_memory_info(baseline.device).total
-    if total != baseline.total:
-        raise SizingError(
-            f"the baseline's device total is {baseline.total} bytes but {platform.name!r} device {baseline.device} "
-            f"has {total}: the baseline was taken on another platform or device; measure it with the platform "
-            "that sizes"
-        )
-
-
 def _check_arguments(
     model: Any,
     utilization: float | None,
@@ -1044,26 +1023,25 @@ def size_continuous_batching(
             check(device)
         except DevmemError as exc:
             raise SizingError(f"device={device!r}: {exc}") from None
-    if baseline is not None:
-        _check_baseline(baseline, device, platform)
-    if isinstance(reservation, Reservation) and reservation.device != device:
-        raise SizingError(f"reservation is for device {reservation.device}, but the model is sized on device {device}")
     generation_config = model.generation_config if generation_config is None else generation_config
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     notes: list[str] = []
     if memory is None:
-        memory = EngineMemory(
-            device,
-            utilization=u if u is not None else DEFAULT_UTILIZATION,
-            pinned_bytes=pinned_bytes,
-            platform=platform,
-            check_startup=False,
-            allocation_granularity=ALLOCATOR_GRANULARITY if platform.name != "cpu" else 1,
-            reserve=reservation,
-            reserve_bytes=None if pinned_bytes is None else pinned_bytes + weights,
-            baseline=baseline,
-            late=baseline is None,
-        )
+        try:  # EngineMemory checks the baseline and the reservation against the device
+            memory = EngineMemory(
+                device,
+                utilization=u if u is not None else DEFAULT_UTILIZATION,
+                pinned_bytes=pinned_bytes,
+                platform=platform,
+                check_startup=False,
+                allocation_granularity=ALLOCATOR_GRANULARITY if platform.name != "cpu" else 1,
+                reserve=reservation,
+                reserve_bytes=None if pinned_bytes is None else pinned_bytes + weights,
+                baseline=baseline,
+                late=baseline is None,
+            )
+        except EngineMemoryError as exc:
+            raise SizingError(str(exc)) from None
         if baseline is None:
             message = (
                 "no baseline taken before the model was given: one was taken now, and "

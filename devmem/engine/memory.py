@@ -47,9 +47,9 @@ from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
 from devmem.engine.torch_device import initialised_module, torch_device_for
 from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
+from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
-from devmem.types import MiB
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine")
@@ -62,9 +62,10 @@ PROFILE_PASSES = 2
 #: The kind under which :meth:`EngineMemory.measure_block_cost` keeps a measured cost in a profile store.
 BLOCK_COST_KIND = "block-cost"
 
-#: What torch's allocator maps at a time in expandable segments (its large pool's segment size): with
-#: ``expandable_segments:True`` the cache's allocation, and every later growth, is rounded up to it.
-EXPANDABLE_SEGMENT_GRANULARITY = 20 * MiB
+#: What torch's allocator maps at a time in expandable segments (its large pool's page,
+#: :data:`devmem.planner.rounding.LARGE_BUFFER`): with ``expandable_segments:True`` the cache's allocation, and every
+#: later growth, is rounded up to it.
+EXPANDABLE_SEGMENT_GRANULARITY = LARGE_BUFFER
 
 
 @dataclass(frozen=True)

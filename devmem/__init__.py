@@ -16,6 +16,8 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from devmem import old_paths
+from devmem._hookspecs import hookimpl
+from devmem._lazy import lazy_exports
 from devmem.errors import (
     DevmemError,
     InvalidTypeError,
@@ -29,8 +31,6 @@ from devmem.errors import (
 )
 from devmem.platform import DeviceReport, Platform, PlatformBase, device_report
 from devmem.resolution.plugins import Candidate, clear_cache, current_platform, platform_candidates
-from devmem.sdk.hookspecs import hookimpl
-from devmem.sdk.lazy import lazy_exports
 from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
 
 old_paths.install()  # 0.1.0's modules that moved into subpackages keep their old import paths

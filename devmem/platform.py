@@ -266,12 +266,15 @@ class PlatformBase:
             notes=tuple(self._notes(device)),
         )
 
+    def _prepare(self, device: int) -> None:
+        """The hook of :meth:`prepare` (nothing by default)."""
+
     def prepare(self, device: int = 0) -> None:
         """Do, once, the device work that lets later readings attribute memory to this process (none by default).
 
         Called by whoever may do device work (the engine-facing object, when it is created); readings never do it.
         """
-        self.check_device(device)
+        self._prepare(self.check_device(device))
 
     # ---- the contract ---------------------------------------------------------------------------
     def check_device(self, device: int) -> int:
@@ -434,6 +437,20 @@ def prepare_device(platform: Platform, device: int = 0) -> None:
     prepare = getattr(platform, "prepare", None)
     if prepare is not None:
         prepare(device)
+
+
+def prepare_and_read(platform: Platform, device: int = 0) -> DeviceReading:
+    """:func:`prepare_device`, then :func:`read_device`, with the index checked once: what an engine-facing object
+    does when it is created (its reading serves its baseline and its reservation alike)."""
+    if not isinstance(platform, PlatformBase):
+        prepare_device(platform, device)
+        return read_device(platform, device)
+    index = platform.check_device(device)
+    if type(platform).prepare is PlatformBase.prepare:
+        platform._prepare(index)
+    else:  # a backend that overrides prepare itself (written before the _prepare hook) checks the index again
+        platform.prepare(index)
+    return platform._read(index)
 
 
 def device_report(platform: Platform, device: int = 0) -> DeviceReport:

@@ -49,8 +49,7 @@ class Detection(Record):
     action: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.detected, bool):
-            raise InvalidTypeError(f"Detection.detected must be a bool, got {self.detected!r}")
+        arguments.flag("Detection.detected", self.detected, error=InvalidTypeError)
         if not isinstance(self.reason, str) or not self.reason:
             raise InvalidTypeError(f"Detection.reason must be a non-empty string, got {self.reason!r}")
         if not isinstance(self.action, str):

@@ -398,13 +398,12 @@ class NvmlPlatform(PlatformBase):
             except NvmlCallError as exc:
                 self._learn_note = f"cannot learn the driver-side PID: {exc}"
 
-    def prepare(self, device: int = 0) -> None:
+    def _prepare(self, device: int) -> None:
         """Learn this process's driver-side PID on ``device`` where NVML does not list it under a PID it knows
         and it holds a CUDA context there: allocates 42 MiB, then 26 MiB, through the CUDA driver, each freed at
         once (see the module docstring). Done at most once per device; a no-op where the PID is known, where this
         process holds no context, or with ``learn_pid=False``. NVML errors are kept in the reason, never raised.
         """
-        device = self.check_device(device)
         dev = self._table.devices()[device]
         if not self._holds_context(dev, device):  # nothing to learn, and NVML's process lists left unasked
             return

@@ -120,12 +120,11 @@ class UmaPlatform(PlatformBase):
                 )
             return self._per_process
 
-    def prepare(self, device: int = 0) -> None:
+    def _prepare(self, device: int) -> None:
         """On an NVIDIA part, let NVML's per-process lookup learn this process's driver-side PID
         (:meth:`devmem_nvidia.NvmlPlatform.prepare`, which may allocate 42 + 26 MiB once); nothing elsewhere."""
-        device = self.check_device(device)
         if isinstance(self._devices()[device], NvidiaUnified):
-            self._nvml_processes().prepare(device)
+            self._nvml_processes()._prepare(device)  # the same visible devices: the index is checked
 
     # ---- the contract --------------------------------------------------------------------------
     def _memory(self, device: int) -> DeviceMemory:

@@ -120,3 +120,22 @@ def test_importing_the_sdk_loads_none_of_its_modules():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_core_imports_nothing_of_the_sdk():
+    """The SDK lends backends the core's utilities, never the other way: outside devmem/sdk, devmem imports its
+    own private modules (devmem._forksafe, devmem._lazy, devmem._host, devmem._hookspecs), never devmem.sdk."""
+    core = [p for p in sorted((REPO / "devmem").rglob("*.py")) if "sdk" not in p.relative_to(REPO / "devmem").parts]
+    bad = [
+        f"{path.relative_to(REPO)}:{line} imports {module}"
+        for path in core
+        for line, module in imported_modules(ast.parse(path.read_text(), str(path)))
+        if module == "devmem.sdk" or module.startswith("devmem.sdk.")
+    ]
+    bad += [  # `from devmem import sdk`
+        f"{path.relative_to(REPO)}:{node.lineno} imports devmem.sdk"
+        for path in core
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.module == "devmem" and any(a.name == "sdk" for a in node.names)
+    ]
+    assert not bad, "the core imports the SDK (import the private core module instead):\n" + "\n".join(bad)

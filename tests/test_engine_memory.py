@@ -268,6 +268,22 @@ def test_expandable_segments_round_the_whole_cache_once_to_their_mapping_unit(h2
     assert "22 tensor(s) packed into torch's expandable segments" in memory.explain()
 
 
+def test_an_engines_own_granularity_in_expandable_segments_rounds_the_cache_once_to_20_mib(
+    h200, torch_rt, platform, monkeypatch
+):
+    """An engine allocating with its own granularity (below the segment's) in expandable segments: its tensors are
+    packed into one mapping that grows in torch's 20 MiB units, so the cache's total is rounded up to 20 MiB once."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    memory = EngineMemory(0, utilization=0.1, platform=platform, allocation_granularity=4096)
+    h200.allocate(545 * MiB)  # the device context
+    torch_rt.malloc(4 * GiB)  # the weights
+    with memory.profile(weights_memory=4 * GiB):
+        _forward(torch_rt, ACTIVATIONS)
+    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer())
+    assert plan.breakdown["granularity"] == 20 * MiB and plan.layout == "one allocation, rounded up once to 20.00 MiB"
+    assert -(-plan.num_blocks * plan.block_bytes // (20 * MiB)) * 20 * MiB <= plan.kv_cache_bytes
+
+
 # ---- a cache devmem cannot see into: the block cost measured from runs of the engine -------------------------------
 
 BLOCK = 3 * MiB + 4096  # what the black-box engine really spends per block (cache, masks, read-back)

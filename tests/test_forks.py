@@ -16,7 +16,7 @@ import devmem
 import devmem_nvidia
 import devmem_rocm
 import devmem_uma
-from devmem.sdk.forksafe import ForkSafeLock
+from devmem._forksafe import ForkSafeLock
 from devmem_nvidia.testing import (
     H200_CONTEXT,
     ScriptedAllocator,
@@ -241,7 +241,7 @@ def test_no_module_makes_a_lock_that_a_fork_would_not_renew():
         hit
         for package in PACKAGES
         for path in sorted(package.rglob("*.py"))
-        if path.name != "forksafe.py"
+        if path.name != "_forksafe.py"
         for hit in bare_locks(path)
     ]
     assert found == []

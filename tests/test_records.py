@@ -18,7 +18,7 @@ def test_value_is_frozen_and_says_how_to_change_it():
 
 
 def test_replace_validates_the_new_value():
-    with pytest.raises(TypeError, match="Detection.detected must be a bool"):
+    with pytest.raises(TypeError, match="Detection.detected must be True or False, got .yes."):
         devmem.Detection(True, "card present").replace(detected="yes")
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from devmem._host import Files
 from devmem._text import env_text
 from devmem.command.common import yes
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
-from devmem.sdk.host import Files
 
 
 def chosen_candidate(platform_name: str, cands: list[Candidate]) -> Candidate | None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devmem.sdk.host import REAL_FILES, Files
+from devmem._host import REAL_FILES, Files
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 
+from devmem._host import Files
 from devmem.command.common import out
 from devmem.command.devices import device_json, sample
 from devmem.command.info import screen
 from devmem.command.keys import Keys
 from devmem.command.top import top_facts, top_screen
 from devmem.platform import Platform
-from devmem.sdk.host import Files
 
 
 class _Stop(Exception):

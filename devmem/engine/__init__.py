@@ -2,7 +2,8 @@
 takes, each usable alone by an engine with a lifecycle of its own.
 
 - Before the context: :func:`prepare_device` (the one step that may do device work so later readings attribute
-  memory to this process), :func:`read_device` (one coherent reading), :class:`MemorySnapshot` (the baseline)
+  memory to this process), :func:`read_device` (one coherent reading), :func:`prepare_and_read` (both, the index
+  checked once), :class:`MemorySnapshot` (the baseline)
   and :func:`check_startup_memory` (fail at start when free memory is below the request).
 - Profiling (:mod:`.profiling`, :mod:`.segment_history`): :func:`memory_profiling`, a window that yields a
   :class:`ProfileResult`; a black-box cache's block cost (:mod:`.block_cost`, :func:`measure_block_cost`), and
@@ -17,7 +18,7 @@ The pure arithmetic that turns the figures into a plan is :mod:`devmem.planner`.
 
 from typing import TYPE_CHECKING
 
-from devmem.sdk.lazy import lazy_exports
+from devmem._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
@@ -32,12 +33,13 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         release_allocator_cache,
     )
     from devmem.engine.reservations import LedgerError, Reservation, ReservationRefused, reserve
-    from devmem.platform import prepare_device, read_device
+    from devmem.platform import prepare_and_read, prepare_device, read_device
 
 _NAMES = {
     "EngineMemory": "devmem.engine.memory",
     "EngineMemoryError": "devmem.engine.memory",
     "KvLayout": "devmem.engine.memory",
+    "prepare_and_read": "devmem.platform",
     "prepare_device": "devmem.platform",
     "read_device": "devmem.platform",
     "MemorySnapshot": "devmem.engine.profiling",
@@ -76,6 +78,7 @@ __all__ = [
     "check_startup_memory",
     "measure_block_cost",
     "memory_profiling",
+    "prepare_and_read",
     "prepare_device",
     "read_device",
     "release_allocator_cache",

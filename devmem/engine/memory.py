@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem import arguments
+from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
@@ -46,10 +47,9 @@ from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
 from devmem.engine.torch_device import initialised_module, torch_device_for
 from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
+from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
-from devmem.platform import Platform, prepare_device, read_device
-from devmem.sdk.forksafe import ForkSafeLock
-from devmem.types import MiB
+from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine")
@@ -62,9 +62,10 @@ PROFILE_PASSES = 2
 #: The kind under which :meth:`EngineMemory.measure_block_cost` keeps a measured cost in a profile store.
 BLOCK_COST_KIND = "block-cost"
 
-#: What torch's allocator maps at a time in expandable segments (its large pool's segment size): with
-#: ``expandable_segments:True`` the cache's allocation, and every later growth, is rounded up to it.
-EXPANDABLE_SEGMENT_GRANULARITY = 20 * MiB
+#: What torch's allocator maps at a time in expandable segments (its large pool's page,
+#: :data:`devmem.planner.rounding.LARGE_BUFFER`): with ``expandable_segments:True`` the cache's allocation, and every
+#: later growth, is rounded up to it.
+EXPANDABLE_SEGMENT_GRANULARITY = LARGE_BUFFER
 
 
 @dataclass(frozen=True)
@@ -176,13 +177,12 @@ class EngineMemory:
         self._busy: str | None = None  # the step under way: a window open, a measurement, an allocation
         self.closed = False
         self.reservation: Reservation | None = None
-        reading = None
         if baseline is None:  # one coherent reading of the device serves the baseline and the admission
-            prepare_device(self.platform, self.device)  # a platform that learns this process's PIDs first
-            reading = read_device(self.platform, self.device)
+            reading = prepare_and_read(self.platform, self.device)  # a platform that learns this process's PIDs first
             self.baseline = MemorySnapshot.from_reading(reading, self.platform)
-        else:
-            self.baseline = _adopted_baseline(baseline, self.device, self.platform)
+        else:  # the reading checks the adopted baseline's device, then serves the admission
+            reading = read_device(self.platform, self.device)
+            self.baseline = _adopted_baseline(baseline, reading, self.platform)
         self.requested = requested_memory(self.baseline.total, utilization)
         if isinstance(reserve, Reservation):
             if reserve.device != self.device:
@@ -788,19 +788,30 @@ class EngineMemory:
         }
 
 
-def _adopted_baseline(baseline: object, device: int, platform: Platform) -> MemorySnapshot:
-    """A baseline the engine took earlier (before the device context), checked to be of this device and platform."""
+def _adopted_baseline(baseline: object, reading: DeviceReading, platform: Platform) -> MemorySnapshot:
+    """A baseline the engine took earlier (before the device context), checked against a reading of this engine's
+    device to be of this device and platform."""
     if not isinstance(baseline, MemorySnapshot):
         raise EngineMemoryError(
             f"baseline must be a MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, got "
             f"{shown(baseline)} of type {type(baseline).__name__}"
         )
+    device = reading.index
     if baseline.device != device:
-        raise EngineMemoryError(f"the baseline is of device {baseline.device}, this EngineMemory of device {device}")
+        raise EngineMemoryError(
+            f"device={device} but the baseline was taken on device {baseline.device}: give the device the baseline "
+            "measured, or measure the baseline on this device"
+        )
     if baseline.platform not in (None, platform.name):
         raise EngineMemoryError(
             f"the baseline was read by the {baseline.platform!r} platform, this EngineMemory measures with "
             f"{platform.name!r}: take the baseline with the platform that profiles"
+        )
+    if baseline.total != reading.info.total:
+        raise EngineMemoryError(
+            f"the baseline's device total is {baseline.total} bytes but {platform.name!r} device {device} has "
+            f"{reading.info.total}: the baseline was taken on another platform or device; measure it with the "
+            "platform that profiles"
         )
     return baseline.read_by(platform)
 

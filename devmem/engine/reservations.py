@@ -48,13 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
+from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
 from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform
 from devmem.records import Record
-from devmem.sdk.forksafe import ForkSafeLock
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine.reservations")

@@ -16,10 +16,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from devmem import __version__
+from devmem._forksafe import ForkSafeLock
 from devmem.command.format import printable
 from devmem.engine.reservations import short_command
 from devmem.exporter.readings import DeviceSample, NodeReader, NodeReading
-from devmem.sdk.forksafe import ForkSafeLock
 
 #: The longest cgroup path kept in a label: its end, where the container is named.
 CGROUP_LENGTH = 128

@@ -41,7 +41,6 @@ import gc
 import inspect
 import logging
 import math
-import numbers
 import os
 import re
 import time
@@ -56,7 +55,7 @@ from devmem._text import shown
 from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
-from devmem.engine.memory import EngineMemory, KvLayout
+from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
 from devmem.engine.profiling import MemorySnapshot, ProfileResult
 from devmem.engine.reservations import Reservation
@@ -228,8 +227,7 @@ def _check_request(utilization: float | None, pinned_bytes: int | None) -> float
             f"pinned_bytes={pinned_bytes!r})"
         )
     if pinned_bytes is not None:
-        if isinstance(pinned_bytes, bool) or not isinstance(pinned_bytes, numbers.Integral) or pinned_bytes <= 0:
-            raise SizingError(f"pinned_bytes must be a whole number of bytes > 0, got {pinned_bytes!r}")
+        _bytes("pinned_bytes", pinned_bytes, positive=True)
         return None
     utilization = 0.9 if utilization is None else utilization
     requested_memory(1, utilization)  # raises SizingError naming a utilization outside (0, 1]
@@ -248,9 +246,8 @@ def _check_config(config: Any) -> Any:
             f"config.num_blocks={config.num_blocks!r} is already set; devmem sizes num_blocks: pass "
             "the config without it"
         )
-    tokens = config.max_batch_tokens
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens <= 0):
-        raise SizingError(f"config.max_batch_tokens must be an int > 0 or None, got {tokens!r}")
+    if config.max_batch_tokens is not None:
+        arguments.count("config.max_batch_tokens", config.max_batch_tokens, error=SizingError)
     return config
 
 
@@ -725,27 +722,6 @@ def _platform_and_device(model: Any, device: int | None, platform: Platform | No
     return platform, device
 
 
-def _check_baseline(baseline: MemorySnapshot, device: int | None, platform: Platform) -> None:
-    if device is not None and baseline.device != device:
-        raise SizingError(
-            f"device={device!r} but the baseline was taken on device {baseline.device}: give the device the "
-            "baseline measured, or measure the baseline on this device"
-        )
-    taken_on = getattr(baseline, "platform", None)
-    if isinstance(taken_on, str) and taken_on != platform.name:
-        raise SizingError(
-            f"the baseline was taken on platform {taken_on!r} but sizing runs on {platform.name!r}: measure the "
-            "baseline with the same platform"
-        )
-    total = platform.device_memory_info(baseline.device).total
-    if total != baseline.total:
-        raise SizingError(
-            f"the baseline's device total is {baseline.total} bytes but {platform.name!r} device {baseline.device} "
-            f"has {total}: the baseline was taken on another platform or device; measure it with the platform "
-            "that sizes"
-        )
-
-
 def _check_arguments(
     model: Any,
     utilization: float | None,
@@ -780,8 +756,8 @@ def _check_arguments(
             f"generation_config must be a transformers GenerationConfig or None (the model's), got "
             f"{generation_config!r} of type {type(generation_config).__name__}"
         )
-    if device is not None and (isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0):
-        raise SizingError(f"device must be a device index (an int >= 0) or None, got {device!r}")
+    if device is not None:
+        arguments.device_index(device, error=SizingError)
     if not hasattr(model, "init_continuous_batching"):
         raise TypeError(
             f"model must be a transformers model with continuous batching (init_continuous_batching), "
@@ -1034,9 +1010,8 @@ def size_continuous_batching(
     u, config, profile_store = _check_arguments(
         model, utilization, pinned_bytes, config, generation_config, device, baseline, weights_memory, store
     )
-    if not isinstance(limit_allocator_to_share, bool):
-        raise SizingError(f"limit_allocator_to_share must be True or False, got {limit_allocator_to_share!r}")
-    if reservation is not True and reservation is not False and not isinstance(reservation, Reservation):
+    arguments.flag("limit_allocator_to_share", limit_allocator_to_share, error=SizingError)
+    if not isinstance(reservation, (bool, Reservation)):
         raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
     if platform is not None:
         arguments.platform(platform, error=SizingError)
@@ -1048,26 +1023,25 @@ def size_continuous_batching(
             check(device)
         except DevmemError as exc:
             raise SizingError(f"device={device!r}: {exc}") from None
-    if baseline is not None:
-        _check_baseline(baseline, device, platform)
-    if isinstance(reservation, Reservation) and reservation.device != device:
-        raise SizingError(f"reservation is for device {reservation.device}, but the model is sized on device {device}")
     generation_config = model.generation_config if generation_config is None else generation_config
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     notes: list[str] = []
     if memory is None:
-        memory = EngineMemory(
-            device,
-            utilization=u if u is not None else DEFAULT_UTILIZATION,
-            pinned_bytes=pinned_bytes,
-            platform=platform,
-            check_startup=False,
-            allocation_granularity=ALLOCATOR_GRANULARITY if platform.name != "cpu" else 1,
-            reserve=reservation,
-            reserve_bytes=None if pinned_bytes is None else pinned_bytes + weights,
-            baseline=baseline,
-            late=baseline is None,
-        )
+        try:  # EngineMemory checks the baseline and the reservation against the device
+            memory = EngineMemory(
+                device,
+                utilization=u if u is not None else DEFAULT_UTILIZATION,
+                pinned_bytes=pinned_bytes,
+                platform=platform,
+                check_startup=False,
+                allocation_granularity=ALLOCATOR_GRANULARITY if platform.name != "cpu" else 1,
+                reserve=reservation,
+                reserve_bytes=None if pinned_bytes is None else pinned_bytes + weights,
+                baseline=baseline,
+                late=baseline is None,
+            )
+        except EngineMemoryError as exc:
+            raise SizingError(str(exc)) from None
         if baseline is None:
             message = (
                 "no baseline taken before the model was given: one was taken now, and "

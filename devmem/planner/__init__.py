@@ -13,7 +13,7 @@ Every name loads on first use.
 
 from typing import TYPE_CHECKING
 
-from devmem.sdk.lazy import lazy_exports
+from devmem._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.planner.models import ModelMemory, load_model

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
+from devmem import _hookspecs as hookspecs
 from devmem._text import env_seconds, env_text, shown
 from devmem.resolution.entrypoints import EntryPoint
-from devmem.sdk import hookspecs
 from devmem.types import Detection, PlatformSpec, PluginError
 
 LOGGER = "devmem.resolution.plugins"

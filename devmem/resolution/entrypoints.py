@@ -15,7 +15,7 @@ import re
 import sys
 from typing import NamedTuple
 
-from devmem.sdk.lazy import load_object
+from devmem._lazy import load_object
 
 
 class EntryPoint(NamedTuple):

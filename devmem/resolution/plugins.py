@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from devmem._forksafe import ForkSafeLock
 from devmem._text import env_text
 from devmem.platform import Platform
 from devmem.records import Record
@@ -37,7 +38,6 @@ from devmem.resolution.discovery import (
     warn,
 )
 from devmem.resolution.entrypoints import entry_points
-from devmem.sdk.forksafe import ForkSafeLock
 from devmem.types import PluginError
 
 ENTRY_POINT_GROUP = "devmem"

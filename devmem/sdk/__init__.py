@@ -31,21 +31,12 @@ Every name loads on first use, so a backend's registration module may import fro
 
 from typing import TYPE_CHECKING
 
-from devmem.sdk.lazy import lazy_exports
+from devmem._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
-    from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
-    from devmem.adapter import MINIMAL_CONTRACT, as_platform
-    from devmem.cpu import CpuPlatform
-    from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
-    from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
-    from devmem.sdk.dmem import DmemLimits, dmem_limits
-    from devmem.sdk.drm import client_memory
-    from devmem.sdk.drm import fields as drm_fields
-    from devmem.sdk.drm import size as drm_size
-    from devmem.sdk.forksafe import ForkSafeLock
-    from devmem.sdk.hookspecs import hookimpl
-    from devmem.sdk.host import (
+    from devmem._forksafe import ForkSafeLock
+    from devmem._hookspecs import hookimpl
+    from devmem._host import (
         REAL_FILES,
         Files,
         HostFiles,
@@ -56,6 +47,15 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         read_meminfo,
         read_stripped,
     )
+    from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
+    from devmem.adapter import MINIMAL_CONTRACT, as_platform
+    from devmem.cpu import CpuPlatform
+    from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
+    from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
+    from devmem.sdk.dmem import DmemLimits, dmem_limits
+    from devmem.sdk.drm import client_memory
+    from devmem.sdk.drm import fields as drm_fields
+    from devmem.sdk.drm import size as drm_size
     from devmem.sdk.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
     from devmem.sdk.limits import MemoryLimit, apply_limits
     from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text, whole_bytes
@@ -85,12 +85,12 @@ _SDK = {
     "MiB": "devmem.types",
     "GiB": "devmem.types",
     "gib": "devmem.types",
-    "hookimpl": "devmem.sdk.hookspecs",
+    "hookimpl": "devmem._hookspecs",
     "DriverGate": "devmem.sdk.lazy",
     "deferred": "devmem.sdk.lazy",
     "gated_detect": "devmem.sdk.lazy",
-    "lazy_exports": "devmem.sdk.lazy",
-    "load_object": "devmem.sdk.lazy",
+    "lazy_exports": "devmem._lazy",
+    "load_object": "devmem._lazy",
     # errors
     "DevmemError": "devmem.errors",
     "InvalidTypeError": "devmem.errors",
@@ -98,18 +98,18 @@ _SDK = {
     "LibraryUnavailable": "devmem.errors",
     "PluginError": "devmem.errors",
     "VendorSession": "devmem.sdk.sessions",
-    "ForkSafeLock": "devmem.sdk.forksafe",
+    "ForkSafeLock": "devmem._forksafe",
     # host files and the host's memory
-    "Files": "devmem.sdk.host",
-    "REAL_FILES": "devmem.sdk.host",
-    "HostFiles": "devmem.sdk.host",
+    "Files": "devmem._host",
+    "REAL_FILES": "devmem._host",
+    "HostFiles": "devmem._host",
     "CpuPlatform": "devmem.cpu",
-    "read_stripped": "devmem.sdk.host",
-    "read_int": "devmem.sdk.host",
-    "read_meminfo": "devmem.sdk.host",
-    "parse_meminfo": "devmem.sdk.host",
-    "page_cache_bytes": "devmem.sdk.host",
-    "cgroup_memory": "devmem.sdk.host",
+    "read_stripped": "devmem._host",
+    "read_int": "devmem._host",
+    "read_meminfo": "devmem._host",
+    "parse_meminfo": "devmem._host",
+    "page_cache_bytes": "devmem._host",
+    "cgroup_memory": "devmem._host",
     # checked figures and limits
     "checked_memory": "devmem.sdk.readings",
     "whole_bytes": "devmem.sdk.readings",

@@ -8,8 +8,8 @@ the cgroup and its descendants, so this process is bound by the tightest one on 
 
 from __future__ import annotations
 
+from devmem._host import REAL_FILES, Files, read_stripped
 from devmem._text import parse_int
-from devmem.sdk.host import REAL_FILES, Files, read_stripped
 from devmem.sdk.limits import MemoryLimit
 
 CGROUP_ROOT = "/sys/fs/cgroup"

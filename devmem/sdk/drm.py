@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from devmem._host import Files
 from devmem._text import parse_int
 from devmem.platform import ProcessMemory, ReasonKind
-from devmem.sdk.host import Files
 from devmem.types import KiB, MiB
 
 FDINFO = "/proc/self/fdinfo"

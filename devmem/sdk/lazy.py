@@ -1,6 +1,7 @@
 """Things that load on first use, so importing a package or registering a platform stays cheap.
 
-- :func:`lazy_exports`: module attributes imported on first access (PEP 562).
+- :func:`lazy_exports`: module attributes imported on first access (PEP 562), and :func:`load_object`; their home
+  is the core's private :mod:`devmem._lazy`.
 - :func:`deferred`: a callable that imports ``"module:attr"`` on its first call (a ``PlatformSpec.factory``).
 - :func:`gated_detect`: a ``PlatformSpec.detect`` that answers from a cheap check (driver files) and imports the
   backend's real probe only where that check passes.
@@ -10,43 +11,13 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from devmem._lazy import lazy_exports as lazy_exports
+from devmem._lazy import load_object as load_object
 from devmem.records import Record
 from devmem.types import Detection, PlatformSpec
-
-
-def lazy_exports(
-    namespace: dict[str, Any], names: Mapping[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for the module owning ``namespace``, whose ``names`` map each lazily
-    exported attribute to the module that defines it (``"module"``), or to ``"module:attr"`` where it has another
-    name there. A loaded attribute is cached in ``namespace``."""
-
-    def __getattr__(name: str) -> Any:
-        target = names.get(name)
-        if target is None:
-            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
-        module, _, attr = target.partition(":")
-        value = getattr(importlib.import_module(module), attr or name)
-        namespace[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(names))
-
-    return __getattr__, __dir__
-
-
-def load_object(target: str) -> Any:
-    """The object ``"package.module:attr.sub"`` names (the module itself without ``:attr``), imported now."""
-    module, _, attr = target.partition(":")
-    obj = importlib.import_module(module.strip())
-    for part in filter(None, attr.strip().split(".")):
-        obj = getattr(obj, part)
-    return obj
 
 
 def deferred(target: str) -> Callable[[], Any]:

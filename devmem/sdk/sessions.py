@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar
 
+from devmem._forksafe import ForkSafeLock
 from devmem.errors import DevmemError, LibraryUnavailable
-from devmem.sdk.forksafe import ForkSafeLock
 
 log = logging.getLogger("devmem")
 

@@ -9,7 +9,7 @@ here: a :class:`ScriptedDevice` subclass for its per-device fields, a
 
 from typing import TYPE_CHECKING
 
-from devmem.sdk.lazy import lazy_exports
+from devmem._lazy import lazy_exports
 from devmem.testing.scenario import (
     HostMemory,
     Scenario,

@@ -121,7 +121,7 @@ def independent_memory(platform: Platform) -> ReferenceMemory | str:
         return ReferenceMemory(f"torch.{platform.torch_device}.mem_get_info", lambda d: _pair(module.mem_get_info(d)))
     if not sys.platform.startswith("linux"):
         return f"no independent reading of {platform.name}'s host memory: /proc/meminfo exists only on Linux"
-    from devmem.sdk.host import cgroup_memory, read_meminfo
+    from devmem._host import cgroup_memory, read_meminfo
 
     def host(device: int) -> tuple[int, int]:
         meminfo, cgroup = read_meminfo(), cgroup_memory()

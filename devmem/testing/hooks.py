@@ -9,7 +9,7 @@ misspelling), and says why.
 
 from __future__ import annotations
 
-from devmem.sdk.hookspecs import IMPL_ATTRIBUTE
+from devmem._hookspecs import IMPL_ATTRIBUTE
 
 
 def hook_problems(plugin: object) -> list[str]:
@@ -17,7 +17,7 @@ def hook_problems(plugin: object) -> list[str]:
     each implements a devmem hook with arguments its specification has, and there is at least one."""
     import pluggy
 
-    from devmem.sdk import hookspecs
+    from devmem import _hookspecs as hookspecs
 
     implemented = [name for name in dir(plugin) if hasattr(getattr(plugin, name, None), IMPL_ATTRIBUTE)]
     if not implemented:

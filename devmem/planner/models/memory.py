@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from devmem import arguments
 from devmem.errors import ModelConfigError
 from devmem.planner.models.config import MAX_TP
 from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
@@ -61,9 +61,10 @@ class ModelMemory:
     def __post_init__(self) -> None:
         if not self.attention_specs:  # one spec for every layer of each kind, from the model-wide shape
             object.__setattr__(self, "attention_specs", self._uniform_specs())
-        if isinstance(self.tp, bool) or not isinstance(self.tp, numbers.Integral) or self.tp < 1:
-            raise ModelConfigError(f"tp must be a whole number >= 1 (tensor-parallel ranks), got {_shown(self.tp)}")
-        object.__setattr__(self, "tp", int(self.tp))
+        tp = arguments.integer(
+            "tp", self.tp, minimum=1, what="a whole number of tensor-parallel ranks", error=ModelConfigError
+        )
+        object.__setattr__(self, "tp", tp)
         object.__setattr__(self, "weights_bytes", _whole_number("weights_bytes", self.weights_bytes, 0))
         if self.tp > MAX_TP:
             raise ModelConfigError(f"tp must be at most {MAX_TP} (tensor-parallel ranks), got {self.tp}")

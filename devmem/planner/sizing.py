@@ -703,9 +703,10 @@ def plan_kv_cache(
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
     cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is subtracted on the
     utilization path and, on the growable path, the least non-KV use it counts (a co-tenant's release between the
-    free-memory readings is not credited to this engine); ``graph_capture`` on the utilization path only (the growable readings are taken after
-    graph capture). ``allocations`` is how many equal tensors the cache is allocated in (1: one allocation, a view
-    per layer; the layers: one tensor per layer; twice them: keys and values apart); ``num_blocks`` is the most
+    free-memory readings is not credited to this engine); ``graph_capture`` is used on the utilization path only
+    (the growable readings are taken after graph capture). ``allocations`` is how many equal tensors the cache is
+    allocated in (1: one allocation, a view per layer; the layers: one tensor per layer; twice them: keys and values
+    apart); ``num_blocks`` is the most
     whole blocks whose allocation still fits the budget, and ``KvCachePlan.layout`` says what was assumed.
     ``allocator`` (``"caching"``: torch's caching allocator; ``"expandable"``: with expandable segments;
     :meth:`~devmem.engine.profiling.ProfileResult.plan_inputs` gives the one the window saw) charges each tensor

@@ -846,8 +846,12 @@ def _stored_check(
         problem = _cost_problem(figures, total)
         if problem is None and figures.get("windows") is not None:
             problem = _windows_problem(figures, total)
-            if problem is None and accept is not None and not accept(figures.get("extra", {})):
-                problem = "the engine cannot read what it kept beside the figures (extra)"
+            if problem is None and accept is not None:
+                try:
+                    if not accept(figures.get("extra", {})):
+                        problem = "the engine cannot read what it kept beside the figures (extra)"
+                except ValueError as exc:  # the engine's accept saying why
+                    problem = str(exc)
         return problem
 
     return check

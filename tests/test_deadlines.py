@@ -74,9 +74,7 @@ def hanging(site, monkeypatch):
 @pytest.mark.parametrize(
     "command", [["info"], ["info", "--json"], ["doctor"], ["doctor", "--json"], ["top", "--count", "1"]]
 )
-def test_a_reading_that_never_returns_is_one_error_line_naming_the_platform_and_the_variable(
-    hanging, capsys, command
-):
+def test_a_reading_that_never_returns_is_one_error_line_naming_the_platform_and_the_variable(hanging, capsys, command):
     with no_hang(10):
         assert main(command) == 1
     out, err = capsys.readouterr()

@@ -112,13 +112,14 @@ class ProfileStore:
         figures that ``check`` (where given) refuses, set aside with one warning naming it (module docstring)."""
         path = self.path(kind, key)
         wanted = json.loads(canonical(key))
+        identity = None
         try:  # a FIFO, a device or a link to one in its place is refused, not read (it would block or never end)
             raw, identity = _read(path)
             data = json.loads(raw.decode("utf-8"))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing stored (a file in the folder's place: save says)
             return None
         except (OSError, ValueError, RecursionError) as exc:
-            _set_aside(path, None, str(exc) or type(exc).__name__)
+            _set_aside(path, identity, str(exc) or type(exc).__name__)
             return None
         why = _foreign(data, kind, wanted)
         if why:

@@ -8,14 +8,28 @@ were "reported by <backend>", a missing per-process figure carries a reason sayi
 process has a role, and ``torch_device``/``dist_backend`` are the backend's where it declares them (``None``
 otherwise). Resolution and the conformance kit adapt a minimal backend this way; :class:`devmem.PlatformBase`
 stays the full-featured path.
+
+What the backend answers is checked here, once, by the rules of :mod:`devmem.sdk.readings` (the boundary every
+full backend's figures pass): ``device_count()`` a whole number from 0 to :data:`MAX_DEVICES`; free and total
+whole numbers of bytes (an ``int`` or a numpy integer, a float with no fraction; never a ``bool``, text or
+``None``), a negative total an error, a negative free taken as 0 and a free above total as the total, each with a
+note; the process figure a whole number of bytes or ``None`` (anything else is unknown, with a reason naming the
+value); the two flags real ``bool`` values (a flag ``"no"`` is not taken as true). A value that breaks a rule is a
+:class:`~devmem.DevmemError` naming the backend, the call and the value.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from devmem import arguments
+from devmem._text import shown
 from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind
-from devmem.types import MemoryInfo, PluginError
+from devmem.sdk.readings import checked_memory, process_bytes
+from devmem.types import DevmemError, PluginError
+
+#: The most devices a backend may count: more than one PCI domain addresses (a count above it is no count).
+MAX_DEVICES = 1 << 16
 
 #: The members a minimal backend implements.
 MINIMAL_CONTRACT = (
@@ -37,36 +51,91 @@ class MinimalPlatform(PlatformBase):
 
     def __init__(self, backend: Any):
         self.backend = backend
-        self.name = str(backend.name)
-        self.torch_device = getattr(backend, "torch_device", None)
-        self.dist_backend = getattr(backend, "dist_backend", None)
-        self._source = f"reported by {self.name} ({type(backend).__module__}.{type(backend).__qualname__})"
+        where = f"{type(backend).__module__}.{type(backend).__qualname__}"
+        name = backend.name
+        if not isinstance(name, str) or not name.strip():
+            raise PluginError(f"the minimal backend {where} has the name {shown(name)}: a name must be non-empty text")
+        self.name = name
+        for member in ("torch_device", "dist_backend"):
+            value = getattr(backend, member, None)
+            if value is not None and not isinstance(value, str):
+                raise PluginError(f"{name} ({where}): {member} is {shown(value)}, not text or None")
+            setattr(self, member, value)
+        self._where = f"{name} ({where})"
+        self._source = f"reported by {self._where}"
 
     def __repr__(self) -> str:
         return f"MinimalPlatform({self.backend!r})"
 
+    def _refused(self, call: str, value: object, rule: str) -> DevmemError:
+        return DevmemError(
+            f"the minimal backend {self._where}: {call} returned {shown(value)} of type {type(value).__name__}: "
+            f"{rule}; fix the backend (devmem/adapter.py says what each member answers)"
+        )
+
+    def _call(self, member: str, *args: int) -> Any:
+        """``backend.member(*args)``; what it raises (but a :class:`~devmem.DevmemError` or Ctrl-C) becomes a
+        :class:`~devmem.DevmemError` naming the backend and the call."""
+        try:
+            return getattr(self.backend, member)(*args)
+        except DevmemError:
+            raise
+        except Exception as exc:
+            call = f"{member}({', '.join(map(str, args))})"
+            raise DevmemError(f"the minimal backend {self._where}: {call} raised {type(exc).__name__}: {exc}") from exc
+
     def device_count(self) -> int:
-        return self.backend.device_count()
+        count = self._call("device_count")
+        try:
+            number = arguments.integer("device_count()", count, minimum=0, error=DevmemError)
+        except DevmemError:
+            number = -1
+        if not 0 <= number <= MAX_DEVICES:
+            raise self._refused("device_count()", count, f"the count of devices is a whole number 0..{MAX_DEVICES}")
+        return number
 
     def _memory(self, device: int) -> DeviceMemory:
-        free, total = self.backend.device_memory_info(device)
-        return DeviceMemory(MemoryInfo(free, total), {"free": self._source, "total": self._source})
+        call = f"device_memory_info({device})"
+        pair = self._call("device_memory_info", device)
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise self._refused(call, pair, "it answers a MemoryInfo or a (free, total) pair of bytes")
+        try:
+            return checked_memory(pair[0], pair[1], {"free": self._source, "total": self._source}, call)
+        except DevmemError:
+            raise self._refused(
+                call, pair, "free and total are whole numbers of bytes (int), the total not below zero"
+            ) from None
+
+    def _notes(self, device: int) -> list[str]:  # the notes on its figures (a free above total, taken as it)
+        return list(self._memory(device).notes)
 
     def _process_memory(self, device: int) -> ProcessMemory:
-        used = self.backend.get_process_memory_usage(device)
+        used = self._call("get_process_memory_usage", device)
         if used is None:
             return ProcessMemory.unknown(
                 ReasonKind.NOT_ATTRIBUTED,
                 f"{self.name} gives no figure for this process and no reason (a minimal backend: "
                 "get_process_memory_usage returned None)",
             )
-        return ProcessMemory(used)
+        number = process_bytes(used)
+        if number is None:
+            return ProcessMemory.unknown(
+                ReasonKind.QUERY_FAILED,
+                f"{self._where}: get_process_memory_usage({device}) returned {shown(used)} of type "
+                f"{type(used).__name__}, not a whole number of bytes or None",
+            )
+        return ProcessMemory(number)
+
+    def _flag(self, call: str, value: object) -> bool:
+        if type(value) is not bool:
+            raise self._refused(call, value, "it answers True or False")
+        return value
 
     def _is_integrated(self, device: int) -> bool:
-        return self.backend.is_integrated_gpu(device)
+        return self._flag(f"is_integrated_gpu({device})", self._call("is_integrated_gpu", device))
 
     def _pages_instead_of_failing(self, device: int) -> bool:
-        return self.backend.pages_instead_of_failing(device)
+        return self._flag(f"pages_instead_of_failing({device})", self._call("pages_instead_of_failing", device))
 
 
 def missing_members(backend: object) -> list[str]:
@@ -90,4 +159,4 @@ def as_platform(backend: Any) -> Platform:
     return MinimalPlatform(backend)
 
 
-__all__ = ["MINIMAL_CONTRACT", "MinimalPlatform", "as_platform", "missing_members"]
+__all__ = ["MAX_DEVICES", "MINIMAL_CONTRACT", "MinimalPlatform", "as_platform", "missing_members"]

@@ -190,3 +190,114 @@ def test_the_kit_raises_no_setup_error_on_a_minimal_backend(kit_run):
 def test_mib_is_the_unit_the_wrong_backend_uses():
     sc = minimal_scenario()
     assert ScriptedClassic(sc, MiB).device_memory_info(0).total == 16 * 1024
+
+
+# ---- what a minimal backend answers, checked at the boundary -------------------------------------------------
+
+ANSWERING_DIST = """
+import devmem
+
+class Answering:
+    name = "answering"
+
+    def device_count(self):
+        return {count}
+
+    def device_memory_info(self, device=0):
+        return {memory}
+
+    def get_process_memory_usage(self, device=0):
+        return None
+
+    def is_integrated_gpu(self, device=0):
+        return {integrated}
+
+    def pages_instead_of_failing(self, device=0):
+        return False
+
+@devmem.hookimpl
+def devmem_platforms():
+    yield devmem.PlatformSpec(name="answering", priority=10, detect=lambda: devmem.Detection(True, "present"),
+                              factory=Answering)
+"""
+
+
+def answering(site, monkeypatch, *, count="1", memory="(6 * 2**30, 8 * 2**30)", integrated="False"):
+    """The platform resolved from a minimal backend answering the given Python expressions."""
+    body = ANSWERING_DIST.format(count=count, memory=memory, integrated=integrated)
+    monkeypatch.setenv("DEVMEM_LOAD_PLUGINS", write_dist(site, "vendor-answering", body))
+    monkeypatch.setenv("DEVMEM_PLATFORM", "answering")
+    return devmem.current_platform()
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        "(6.5, 8 * 2**30)",
+        "(None, 8 * 2**30)",
+        "('6 GiB', 8 * 2**30)",
+        "(True, 8 * 2**30)",
+        "(6 * 2**30, -1)",
+        "(6 * 2**30, 2**70)",
+        "(1, 2, 3)",
+        "None",
+        "'6/8'",
+    ],
+)
+def test_a_minimal_backends_figure_that_is_no_whole_number_of_bytes_is_an_error_naming_backend_and_value(
+    site, monkeypatch, memory
+):
+    platform = answering(site, monkeypatch, memory=memory)
+    with pytest.raises(devmem.DevmemError, match=r"the minimal backend answering \(.*device_memory_info\(0\)"):
+        devmem.device_report(platform, 0)
+
+
+def test_a_minimal_backends_numpy_figures_are_taken_as_python_ints(site, monkeypatch):
+    platform = answering(site, monkeypatch, memory="(__import__('numpy').int64(6 * 2**30), 8 * 2**30)")
+    info = platform.device_memory_info(0)
+    assert info == (6 * GiB, 8 * GiB) and type(info.free) is int
+    assert json.dumps(devmem.device_report(platform, 0).as_dict())
+
+
+def test_a_minimal_backends_free_above_total_is_taken_as_total_with_a_note(site, monkeypatch):
+    platform = answering(site, monkeypatch, memory="(9 * 2**30, 8 * 2**30)")
+    report = devmem.device_report(platform, 0)
+    assert (report.free, report.total) == (8 * GiB, 8 * GiB)
+    assert any("above its total" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("flag", ["'no'", "1", "None", "'False'"])
+def test_a_minimal_backends_flag_that_is_not_a_bool_is_an_error_not_true(site, monkeypatch, flag):
+    platform = answering(site, monkeypatch, integrated=flag)
+    with pytest.raises(devmem.DevmemError, match=r"is_integrated_gpu\(0\) returned .*True or False"):
+        platform.is_integrated_gpu(0)
+
+
+@pytest.mark.parametrize("count", ["2.0", "-1", "'2'", "True", "2**40"])
+def test_a_minimal_backends_device_count_that_is_no_count_is_an_error(site, monkeypatch, count):
+    platform = answering(site, monkeypatch, count=count)
+    with pytest.raises(devmem.DevmemError, match=r"device_count\(\) returned"):
+        platform.device_count()
+
+
+def test_a_minimal_backends_process_figure_that_is_no_number_is_unknown_with_a_reason_naming_it():
+    class Backend(ScriptedClassic):
+        def get_process_memory_usage(self, device=0):
+            return -5
+
+    platform = as_platform(Backend(minimal_scenario()))
+    memory = platform.process_memory(0)
+    assert memory.used is None and "returned -5" in memory.reason.text
+
+
+@pytest.mark.parametrize("command", [["info"], ["info", "--json"], ["doctor"], ["doctor", "--json"]])
+def test_the_cli_on_a_minimal_backend_answering_a_float_prints_one_error_line(site, monkeypatch, capsys, command):
+    from devmem.command.main import main
+
+    answering(site, monkeypatch, memory="(6.5, 8 * 2**30)")
+    assert main(command) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "devmem: error: the minimal backend answering" in err
+    assert "6.5" in err
+    if "--json" in command:
+        assert json.loads(out)["kind"] == "error"

@@ -319,3 +319,12 @@ def test_plan_inputs_name_the_allocator_the_window_saw(torch_rt, platform, monke
     with memory_profiling(baseline, platform=platform) as expandable:
         _forward(torch_rt, [4 * MiB])
     assert (default.plan_inputs()["allocator"], expandable.plan_inputs()["allocator"]) == ("caching", "expandable")
+
+
+def test_measured_snapshots_of_two_platforms_refuse_to_subtract(platform):
+    sc = wsl2_scenario()
+    other = WslPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    mine = MemorySnapshot.measure(0, platform)
+    assert mine.platform == platform.name
+    with pytest.raises(DevmemError, match="platform"):
+        mine - MemorySnapshot.measure(0, other)

@@ -631,3 +631,33 @@ def test_shortfall_advice_names_what_other_processes_hold():
             num_layers=2,
             other_processes=5 * devmem.GiB,
         )
+
+
+def test_a_cotenants_release_between_the_growable_readings_is_not_credited_to_this_engine():
+    """10 GiB requested; this engine consumed 3 GiB between the readings while a co-tenant freed 1 GiB: free memory
+    fell by 2 GiB only, but the engine holds 3 GiB beside its cache, so the cache gets 7 GiB, not 8."""
+    plan = plan_kv_cache(
+        total=20 * GiB,
+        utilization=0.5,
+        init_free_memory=18 * GiB,
+        free_memory=16 * GiB,
+        consumed=3 * GiB,
+        page_size_bytes=MiB,
+        num_layers=1,
+    )
+    assert plan.kv_cache_bytes == 7 * GiB
+    assert plan.breakdown["non_kv_used"] == 3 * GiB
+
+
+def test_the_growable_path_counts_weights_and_non_torch_where_no_consumed_is_given():
+    plan = plan_growable(
+        total=20 * GiB,
+        utilization=0.5,
+        init_free_memory=18 * GiB,
+        free_memory=16 * GiB,
+        weights=2 * GiB,
+        non_torch=GiB,
+        page_size_bytes=MiB,
+        num_layers=1,
+    )
+    assert plan.kv_cache_bytes == 7 * GiB

@@ -1,15 +1,17 @@
 """One reading of the devices, shared by ``devmem info``, ``devmem top`` and ``--watch``: each device's report with
 the processes and reservations on it, its JSON, the facts that do not change between samples, and why the
-platform was chosen."""
+platform was chosen. Each reading is bounded by ``DEVMEM_READ_TIMEOUT`` (:mod:`devmem.deadline`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from devmem._host import Files
 from devmem._text import env_text
 from devmem.command.common import yes
+from devmem.deadline import bounded_reading
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
 
@@ -27,20 +29,27 @@ def why_chosen(chosen: Candidate | None) -> str:
     return f"highest-priority detected platform ({chosen.priority}): {chosen.reason}"
 
 
+def device_count(platform: Platform) -> int:
+    """``platform.device_count()``, bounded by ``DEVMEM_READ_TIMEOUT``."""
+    return bounded_reading(platform.device_count, f"platform {platform.name!r}: counting its devices")
+
+
 def sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
-    """One reading of every device in ``indices``: its report, with the processes on it."""
+    """One reading of every device in ``indices``: its report, with the processes on it (each device's bounded by
+    ``DEVMEM_READ_TIMEOUT``)."""
     from devmem.command.processes import process_rows
     from devmem.engine.reservations import device_reservations
 
-    devices: list[dict[str, object]] = []
-    for index in indices:
+    def read(index: int) -> dict[str, object]:
         reading = read_device(platform, index)
         report = DeviceReport.from_reading(platform.name, reading)
         others = report.other_processes
         rows = None if others is None else process_rows(others, files, dict(reading.roles))
         reservations = device_reservations(platform, index, report)
-        devices.append({"report": report, "processes": rows, "reservations": reservations})
-    return devices
+        return {"report": report, "processes": rows, "reservations": reservations}
+
+    where = f"platform {platform.name!r}: reading device"
+    return [bounded_reading(functools.partial(read, index), f"{where} {index}") for index in indices]
 
 
 def device_json(device: dict[str, object]) -> dict[str, object]:

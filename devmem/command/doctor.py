@@ -11,12 +11,15 @@ machine rather than one device (a backend whose driver is loaded but whose libra
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from devmem.command.common import add_command, emit_json, out
+from devmem.command.devices import device_count
 from devmem.command.flags import device_index
+from devmem.deadline import bounded_reading
 from devmem.engine.torch_device import initialised_module
 from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
@@ -281,9 +284,15 @@ def diagnose(
 
     platform = platform or current_platform()
     findings = _unusable(platform_candidates() if candidates is None else candidates)
-    for device in devices if devices is not None else range(platform.device_count()):
+
+    def read(device: int) -> tuple[DeviceReport, DeviceReservations | None]:
         report = device_report(platform, device)
-        findings += device_findings(platform, report, device_reservations(platform, device, report))
+        return report, device_reservations(platform, device, report)
+
+    for device in devices if devices is not None else range(device_count(platform)):
+        where = f"platform {platform.name!r}: reading device {device}"
+        report, reservations = bounded_reading(functools.partial(read, device), where)  # DEVMEM_READ_TIMEOUT
+        findings += device_findings(platform, report, reservations)
     return findings
 
 

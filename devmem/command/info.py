@@ -9,7 +9,7 @@ from typing import Any
 
 from devmem._host import REAL_FILES, Files
 from devmem.command.common import add_command, emit_json, out
-from devmem.command.devices import chosen_candidate, device_json, sample, static_facts, why_chosen
+from devmem.command.devices import chosen_candidate, device_count, device_json, sample, static_facts, why_chosen
 from devmem.command.flags import device_index, interval, positive
 from devmem.platform import DeviceReport, Platform
 from devmem.resolution.plugins import current_platform, platform_candidates
@@ -76,7 +76,7 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     platform = platform or current_platform()
     chosen = chosen_candidate(platform.name, platform_candidates())
     because = why_chosen(chosen)
-    count = platform.device_count()
+    count = device_count(platform)
     indices = [args.device] if args.device is not None else list(range(count))
     if args.watch is not None:
         from devmem.command.watch import watch

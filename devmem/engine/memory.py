@@ -46,7 +46,7 @@ from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
 from devmem.engine.torch_device import initialised_module, torch_device_for
-from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
+from devmem.errors import EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
@@ -399,9 +399,10 @@ class EngineMemory:
                     "measure once, then plan"
                 )
             self._cost_layout = layout
-            stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key)
-            cost = None if stored is None else _stored_cost(stored)
-            if stored is not None and cost is not None:  # one key, one profile: its windows too, where whole
+            check = _stored_check(self.baseline.total)
+            stored = None if store is None or key is None else store.load(BLOCK_COST_KIND, key, check)
+            if stored is not None:  # one key, one profile: its windows too, where whole
+                cost = _stored_cost(stored)
                 whole = _stored_start(stored)
                 if whole is None:
                     self.block_cost, self.block_cost_source = cost, f"stored profile {stored.path}"
@@ -446,7 +447,10 @@ class EngineMemory:
         """Before the profile window: where ``store`` holds a whole start measured under ``key`` (the windows'
         figures and the block cost, :meth:`save_profile`), take them instead of running the engine, so that
         :meth:`plan` follows at once; returns what the engine kept beside them (``extra``). ``None`` where
-        nothing usable is stored (``accept``, where given, refuses the engine's ``extra``): run the windows then."""
+        nothing usable is stored: run the windows then. The figures are checked (shape, types, ranges, what this
+        device can hold); ``accept``, where given, checks the engine's ``extra`` (``False``, or a ``ValueError``
+        saying why, refuses it). A stored profile that fails is named in one warning and set aside
+        (:mod:`devmem.engine.profile_store`)."""
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
         with self._step("read a stored profile"):
@@ -454,9 +458,9 @@ class EngineMemory:
                 raise EngineMemoryError(
                     f"device {self.device}: a stored profile replaces the windows: load it before profiling"
                 )
-            stored = store.load(kind, key)
+            stored = store.load(kind, key, _stored_check(self.baseline.total, accept))
             read = None if stored is None else _stored_start(stored)
-            if stored is None or read is None or (accept is not None and not accept(read[2])):
+            if stored is None or read is None:
                 return None
             cost, figures, extra = read
             self._adopt(stored, cost, figures, f"stored profile {stored.path} (measured {time.ctime(stored.created)})")
@@ -500,22 +504,18 @@ class EngineMemory:
             "expandable_segments": self._expandable_segments(),
             "extra": ours,
         }
-        kept, mine = store.save_first(kind, key, figures, time.time())
+        kept, mine = store.save_first(kind, key, figures, time.time(), _stored_check(self.baseline.total, accept))
         if kept is None:
             return ours
-        first = None if mine else _stored_cost(kept)
-        whole = None if first is None else _stored_start(kept)  # its extra describes its cost
-        if whole is not None and accept is not None and not accept(whole[2]):
-            first = None  # the engine cannot read what it kept beside the cost: unusable
-        if first is not None:  # another engine of this key stored first: one key, one profile (as a restart reads)
+        if not mine:  # another engine of this key stored first: one key, one profile (as a restart reads)
+            first, whole = _stored_cost(kept), _stored_start(kept)  # its extra describes its cost
             source = f"{self.block_cost_source}; another engine of this key stored its profile first ({kept.path})"
-            if whole is None:  # its windows' figures are unreadable: its cost, beside our own windows
+            if whole is None:  # it holds a block cost only: its cost, beside our own windows
                 self.block_cost, self.block_cost_source = first, f"{source}: used its cost"
                 return ours
             self._adopt(kept, first, whole[1], f"{source}: used that")
             return whole[2]
-        saved = kept.path if mine else store.save(kind, key, figures, time.time())  # theirs unusable: replaced
-        self.block_cost_source = f"{self.block_cost_source}" + ("" if saved is None else f", stored in {saved}")
+        self.block_cost_source = f"{self.block_cost_source}, stored in {kept.path}"
         return ours
 
     def _adopt(self, stored: StoredProfile, cost: BlockCost, figures: dict[str, Any], source: str) -> None:
@@ -854,17 +854,10 @@ def _release_run_leftovers(device: int, platform: Platform) -> None:
     _release(device, platform)
 
 
-def _stored_cost(stored: StoredProfile) -> BlockCost | None:
-    """The block cost a stored profile holds, or ``None`` with a warning where its figures do not hold one."""
-    figures = stored.figures
-    try:
-        runs = tuple(BlockRun(**r) for r in figures["runs"])
-        notes = tuple(str(n) for n in figures.get("notes", ()))
-        return BlockCost(int(figures["block_bytes"]), runs, bool(figures["linear"]), notes)
-    except (KeyError, TypeError, ValueError, DevmemError) as exc:
-        log.warning("devmem: ignoring the stored block cost %s (its figures are incomplete: %r)", stored.path, exc)
-        return None
-
+#: The least a stored block may cost: a block holds the keys and values of at least one token on every layer, and
+#: one head of 64 fp16 dimensions alone is 256 bytes of them per token and layer. A stored cost below it was not
+#: measured (a block cost of 1 byte would plan millions of blocks).
+MIN_STORED_BLOCK_BYTES = 256
 
 #: The windows' figures a stored start holds, and whether each may be unknown (``None``).
 _WINDOW_FIGURES = {
@@ -876,35 +869,114 @@ _WINDOW_FIGURES = {
     "released_cache": False,
 }
 
+#: The fields of a stored :class:`BlockRun` and whether each may be unknown (``None``).
+_RUN_FIGURES = {"num_blocks": False, "held_bytes": False, "peak_bytes": True, "reserved_peak_bytes": True}
+
+
+def _stored_check(
+    total: int, accept: Callable[[Mapping[str, Any]], bool] | None = None
+) -> Callable[[dict[str, Any]], str | None]:
+    """The check :meth:`ProfileStore.load` applies to the figures an :class:`EngineMemory` on a device of
+    ``total`` bytes stored: their shape, types and ranges, and what such a device can hold; ``accept`` the
+    engine's ``extra`` (beside a whole start)."""
+
+    def check(figures: dict[str, Any]) -> str | None:
+        problem = _cost_problem(figures, total)
+        if problem is None and figures.get("windows") is not None:
+            problem = _windows_problem(figures, total)
+            if problem is None and accept is not None:
+                try:
+                    if not accept(figures.get("extra", {})):
+                        problem = "the engine cannot read what it kept beside the figures (extra)"
+                except ValueError as exc:  # the engine's accept saying why
+                    problem = str(exc)
+        return problem
+
+    return check
+
+
+def _cost_problem(figures: dict[str, Any], total: int) -> str | None:
+    """Why ``figures`` hold no block cost a device of ``total`` bytes could have measured (``None``: they do)."""
+    from devmem.engine.block_cost import growth_per_block
+    from devmem.engine.profile_store import whole_figure
+
+    runs = figures.get("runs")
+    if not isinstance(runs, list) or len(runs) < 2 or not all(isinstance(r, dict) for r in runs):
+        return f"runs is {shown(runs)}, not a list of at least two runs"
+    for i, r in enumerate(runs):
+        if set(r) - set(_RUN_FIGURES) or "num_blocks" not in r or "held_bytes" not in r:
+            return f"runs[{i}] has the fields {sorted(r)}, not {list(_RUN_FIGURES)}"
+        for name, may_be_none in _RUN_FIGURES.items():
+            value = r.get(name)
+            if not (value is None and may_be_none):
+                problem = whole_figure(f"runs[{i}].{name}", value, low=int(name == "num_blocks"), high=total)
+                if problem:
+                    return f"{problem} (a run on a device of {total} bytes)"
+    counts = [r["num_blocks"] for r in runs]
+    if any(b <= a for a, b in zip(counts, counts[1:], strict=False)):
+        return f"the runs' block counts {counts} do not ascend"
+    problem = whole_figure("block_bytes", figures.get("block_bytes"), low=MIN_STORED_BLOCK_BYTES, high=total)
+    if problem:
+        return f"{problem} (a block on a device of {total} bytes)"
+    block = figures["block_bytes"]
+    if counts[-1] > total // block:
+        return f"its largest run holds {counts[-1]} blocks of {block} bytes, more than the device's {total} bytes hold"
+    measured = growth_per_block(BlockRun(**runs[-2]), BlockRun(**runs[-1]))
+    if block < measured:
+        return f"block_bytes is {block}, below the {measured} bytes its own last two runs grew by per block"
+    if type(figures.get("linear")) is not bool:
+        return f"linear is {shown(figures.get('linear'))}, not true or false"
+    notes = figures.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return f"notes is {shown(notes)}, not a list of text"
+    return None
+
+
+def _windows_problem(figures: dict[str, Any], total: int) -> str | None:
+    """Why the windows' figures of a whole stored start are not ones a device of ``total`` bytes measured."""
+    from devmem.engine.profile_store import whole_figure
+
+    windows, extra = figures["windows"], figures.get("extra", {})
+    if not isinstance(windows, dict) or not isinstance(extra, dict):
+        return "its windows' figures or extra are not mappings"
+    for name, may_be_none in {**_WINDOW_FIGURES, "graph_capture": False}.items():
+        value = windows.get(name, 0 if name == "graph_capture" else None)
+        if not (value is None and may_be_none):
+            problem = whole_figure(f"windows.{name}", value, high=total)
+            if problem:
+                return f"{problem} (bytes of a device of {total} bytes)"
+    if windows["consumed"] < windows["weights"] or windows["consumed"] < windows["non_torch"]:
+        return (
+            f"windows.consumed is {windows['consumed']}, below the weights ({windows['weights']}) or the memory "
+            f"outside torch ({windows['non_torch']}) it holds"
+        )
+    if windows.get("allocator", "caching") not in (None, "caching", "expandable"):
+        return f"windows.allocator is {shown(windows['allocator'])}, not null, 'caching' or 'expandable'"
+    for flag in ("first_in_window", "expandable_segments"):
+        if type(figures.get(flag, False)) is not bool:
+            return f"{flag} is {shown(figures[flag])}, not true or false"
+    return None
+
+
+def _stored_cost(stored: StoredProfile) -> BlockCost:
+    """The block cost a stored profile holds (its figures passed :func:`_stored_check`)."""
+    figures = stored.figures
+    runs = tuple(BlockRun(**r) for r in figures["runs"])
+    return BlockCost(figures["block_bytes"], runs, figures["linear"], tuple(figures.get("notes", ())))
+
 
 def _stored_start(stored: StoredProfile) -> tuple[BlockCost, dict[str, Any], dict[str, Any]] | None:
     """(block cost, the windows' figures, the engine's extra) of a whole start stored by
-    :meth:`EngineMemory.save_profile`, or ``None`` (with a warning where it is malformed, silently where it holds
-    a block cost only)."""
-    cost = _stored_cost(stored)
-    windows, extra = stored.figures.get("windows"), stored.figures.get("extra", {})
-    if cost is None or windows is None:
-        return None
-    problem = None
-    if not isinstance(windows, dict) or not isinstance(extra, dict):
-        problem = "its windows' figures or extra are not mappings"
-    else:
-        for name, may_be_none in {**_WINDOW_FIGURES, "graph_capture": False}.items():
-            value = windows.get(name, 0 if name == "graph_capture" else None)
-            if value is None and may_be_none:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
-                problem = f"windows.{name} is {shown(value)}, not a whole number of bytes"
-                break
-    if problem is not None:
-        log.warning("devmem: ignoring the stored profile %s (%s); measuring again", stored.path, problem)
+    :meth:`EngineMemory.save_profile` (its figures passed :func:`_stored_check`), or ``None`` where it holds a
+    block cost only."""
+    windows = stored.figures.get("windows")
+    if windows is None:
         return None
     figures = {name: windows[name] for name in _WINDOW_FIGURES}
     if "graph_capture" in windows:
         figures["graph_capture"] = windows["graph_capture"]
-    if windows.get("allocator", "caching") in (None, "caching", "expandable"):  # what the window saw
-        figures["allocator"] = windows.get("allocator", "caching")
-    return cost, figures, extra
+    figures["allocator"] = windows.get("allocator", "caching")  # what the window saw
+    return _stored_cost(stored), figures, stored.figures.get("extra", {})
 
 
 __all__ = [

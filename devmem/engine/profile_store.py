@@ -3,9 +3,13 @@
 An engine that sizes its cache by running itself (:mod:`devmem.engine.block_cost`) takes seconds; the figures depend
 only on what the engine runs and where (model and engine configuration, device, driver, library versions,
 allocator settings). :class:`ProfileStore` keeps them in one JSON file per key: a restart with the same key reads
-them back, any changed field measures again. A file that cannot be read, is not valid JSON, or holds another
-key or another format is ignored with one warning (and measured over). The folder is ``directory`` if given,
-else ``$DEVMEM_PROFILE_DIR``, else ``$XDG_CACHE_HOME/devmem/profiles`` (``~/.cache/devmem/profiles``).
+them back, any changed field measures again. A file of another format, version or key is ignored with one
+warning (and measured over). A file of this format that is broken (unreadable, not a regular file, not JSON, a
+``created`` time that is no finite number of seconds from the epoch to a day from now, figures the reader's
+``check`` refuses) is named in one warning and set aside, renamed ``<name>.bad-<seconds since the epoch>`` in the
+same folder (kept for a person to look at; devmem never reads it again), so that the next start measures and
+stores afresh. The folder is ``directory`` if given, else ``$DEVMEM_PROFILE_DIR``, else
+``$XDG_CACHE_HOME/devmem/profiles`` (``~/.cache/devmem/profiles``).
 """
 
 from __future__ import annotations
@@ -14,16 +18,19 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
+import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devmem._text import shown
-from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
+from devmem.engine.state_files import SAFE_FLAGS, regular_fd
 from devmem.errors import ProfileStoreError
 
 log = logging.getLogger("devmem.engine.profile_store")
@@ -36,6 +43,14 @@ FORMAT = "devmem-profile"
 VERSION = 1
 #: A stored file larger than this is not one of these (and is not read).
 MAX_FILE_BYTES = 1 << 22
+#: A stored file's ``created`` time may be this many seconds ahead of this machine's clock (clocks of hosts that
+#: share a folder disagree); one further in the future was not written by a clock.
+FUTURE_SLACK = 86400.0
+#: No stored figure of bytes reaches this (16 EiB).
+FIGURE_LIMIT = 1 << 64
+
+#: What a reader's ``check`` says of the figures it reads: why they are not what it stores (``None``: they are).
+Check = Callable[[dict[str, Any]], "str | None"]
 
 
 def default_directory() -> Path:
@@ -91,21 +106,33 @@ class ProfileStore:
         digest = hashlib.sha256(canonical(key).encode()).hexdigest()[:32]
         return self.directory / f"{kind}-{digest}.json"
 
-    def load(self, kind: str, key: Mapping[str, Any]) -> StoredProfile | None:
-        """The figures stored for ``kind`` under ``key``, or ``None``: none stored, or a file that is not
-        readable, not JSON, of another format or version, or stored under another key (a warning says which)."""
+    def load(self, kind: str, key: Mapping[str, Any], check: Check | None = None) -> StoredProfile | None:
+        """The figures stored for ``kind`` under ``key``, or ``None``: none stored, or a file of another format,
+        version or key (one warning says which), or a broken one: unreadable, not JSON, a bad ``created`` time, or
+        figures that ``check`` (where given) refuses, set aside with one warning naming it (module docstring)."""
         path = self.path(kind, key)
         wanted = json.loads(canonical(key))
+        identity = None
         try:  # a FIFO, a device or a link to one in its place is refused, not read (it would block or never end)
-            data = json.loads(read_regular(path, MAX_FILE_BYTES).decode("utf-8"))
-        except FileNotFoundError:
+            raw, identity = _read(path)
+            data = json.loads(raw.decode("utf-8"))
+        except (FileNotFoundError, NotADirectoryError):  # nothing stored (a file in the folder's place: save says)
             return None
         except (OSError, ValueError, RecursionError) as exc:
-            log.warning("devmem: ignoring the stored profile %s (%s); measuring again", path, exc)
+            _set_aside(path, identity, str(exc) or type(exc).__name__)
             return None
         why = _foreign(data, kind, wanted)
         if why:
             log.warning("devmem: ignoring the stored profile %s: %s; measuring again", path, why)
+            return None
+        problem = _envelope_problem(data)
+        if problem is None and check is not None:
+            try:
+                problem = check(data["figures"])
+            except (KeyError, TypeError, ValueError, ArithmeticError) as exc:  # a check that met what it did not expect
+                problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            _set_aside(path, identity, problem)
             return None
         return StoredProfile(kind, wanted, data["figures"], path, float(data["created"]))
 
@@ -115,19 +142,24 @@ class ProfileStore:
         return self._write(kind, key, figures, created, replace=True)[0]
 
     def save_first(
-        self, kind: str, key: Mapping[str, Any], figures: Mapping[str, Any], created: float
+        self,
+        kind: str,
+        key: Mapping[str, Any],
+        figures: Mapping[str, Any],
+        created: float,
+        check: Check | None = None,
     ) -> tuple[StoredProfile | None, bool]:
         """Store ``figures`` unless valid figures of ``kind`` are already stored under ``key`` (engines with the
         same key that measured at the same time: the first to store wins). Returns what the key holds now and
         whether it is these figures: ``(theirs, False)`` where another process stored first, so that every
         engine of one key can use one set of figures; ``(None, False)`` with a warning where the folder cannot
-        be written. A file that :meth:`load` ignores is replaced."""
+        be written. A file that :meth:`load` (with ``check``) ignores or sets aside is replaced."""
         path, ours = self._write(kind, key, figures, created, replace=False)
         if path is None:
             return None, False
         if ours:
             return StoredProfile(kind, json.loads(canonical(key)), dict(figures), path, created), True
-        theirs = self.load(kind, key)
+        theirs = self.load(kind, key, check)
         if theirs is not None:
             return theirs, False
         path, ours = self._write(kind, key, figures, created, replace=True)
@@ -193,6 +225,68 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _read(path: Path) -> tuple[bytes, tuple[int, int]]:
+    """The bytes of the regular file ``path`` (at most :data:`MAX_FILE_BYTES`) and its identity (device, inode)."""
+    fd = regular_fd(os.open(path, os.O_RDONLY | (SAFE_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))), path)
+    with os.fdopen(fd, "rb") as f:
+        identity = os.fstat(f.fileno())
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    return data, (identity.st_dev, identity.st_ino)
+
+
+def _set_aside(path: Path, identity: tuple[int, int] | None, problem: str) -> None:
+    """Rename the broken file at ``path`` to ``<name>.bad-<seconds>`` beside it, with one warning naming both; a
+    file that is no longer the one read (``identity``: another process stored a new one meanwhile) is left."""
+    aside = path.with_name(f"{path.name}.bad-{int(time.time())}")
+    try:
+        now = os.stat(path)
+        if identity is not None and (now.st_dev, now.st_ino) != identity:
+            return
+        os.rename(path, aside)
+    except FileNotFoundError:  # another process set it aside first
+        return
+    except OSError as exc:
+        log.warning(
+            "devmem: ignoring the stored profile %s (%s); could not set it aside (%s); measuring again",
+            path,
+            problem,
+            exc,
+        )
+        return
+    kind = "folder" if stat.S_ISDIR(now.st_mode) else "file"
+    log.warning(
+        "devmem: ignoring the stored profile %s (%s); the %s is set aside as %s; measuring again",
+        path,
+        problem,
+        kind,
+        aside.name,
+    )
+
+
+def _envelope_problem(data: dict[str, Any]) -> str | None:
+    """Why the envelope of a stored file of this format is broken (``None``: it is not)."""
+    if not isinstance(data.get("figures"), dict):
+        return f"its figures are {shown(data.get('figures'))}, not a mapping"
+    created = data.get("created")
+    if isinstance(created, bool) or not isinstance(created, (int, float)):
+        return f"its created time is {shown(created)}, not a number of seconds"
+    if not (math.isfinite(created) and 0 <= created <= time.time() + FUTURE_SLACK):
+        return f"its created time {shown(created)} is no time from the epoch to a day from now"
+    return None
+
+
+def whole_figure(name: str, value: object, *, low: int = 0, high: int = FIGURE_LIMIT - 1) -> str | None:
+    """Why ``value``, the stored figure ``name``, is not a whole number from ``low`` to ``high`` (a JSON integer,
+    not a ``bool``); ``None`` where it is. The one check of the figures a stored profile's readers make."""
+    if type(value) is not int:
+        return f"{name} is {shown(value)}, not a whole number"
+    if not low <= value <= high:
+        return f"{name} is {shown(value)}, outside {low}..{high}"
+    return None
+
+
 def _foreign(data: object, kind: str, key: object) -> str | None:
     """Why ``data`` is not the stored figures of ``kind`` under ``key`` (``None``: it is)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -203,8 +297,6 @@ def _foreign(data: object, kind: str, key: object) -> str | None:
         return f"figures of {data.get('kind')!r}, not {kind!r}"
     if data.get("key") != key:
         return "stored under another key"
-    if not isinstance(data.get("figures"), dict) or not isinstance(data.get("created"), (int, float)):
-        return "no figures"
     return None
 
 
@@ -232,4 +324,5 @@ __all__ = [
     "StoredProfile",
     "default_directory",
     "resolve_store",
+    "whole_figure",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from devmem._host import REAL_FILES, Files
 from devmem.command.doctor import Finding, device_findings, diagnose
 from devmem.command.processes import ProcessRow, container_id, process_cgroup, process_rows
+from devmem.deadline import Job
 from devmem.engine.reservations import DeviceReservations, Owner
 from devmem.exporter.ledger import read_reservations
 from devmem.platform import DeviceReport, Platform, read_device
@@ -83,26 +83,6 @@ class NodeReading:
     seconds: float
 
 
-class _Job:
-    """A call running in a daemon thread; :meth:`wait` gives its value, or raises what it raised."""
-
-    def __init__(self, call: Callable[[], Any]):
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(call,), name="devmem-exporter-reading", daemon=True)
-        self.thread.start()
-
-    def _run(self, call: Callable[[], Any]) -> None:
-        try:
-            self.value = call()
-        except BaseException as exc:  # SystemExit from a plugin included: the exporter stays up
-            self.error = exc
-
-    def done_by(self, deadline: float) -> bool:
-        self.thread.join(max(0.0, deadline - time.monotonic()))
-        return not self.thread.is_alive()
-
-
 @dataclass
 class NodeReader:
     """Reads ``platform``'s devices for a scrape.
@@ -119,7 +99,7 @@ class NodeReader:
     command_length: int = 64
     files: Files = REAL_FILES
     candidates: Sequence[Candidate] | None = None
-    _running: dict[str, _Job] = field(default_factory=dict, init=False, repr=False)
+    _running: dict[str, Job] = field(default_factory=dict, init=False, repr=False)
     _failing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
     _me: Owner = field(default_factory=Owner.current, init=False, repr=False)
 
@@ -149,15 +129,15 @@ class NodeReader:
         return NodeReading(tuple(devices), tuple(machine), tuple(failures), time.monotonic() - started)
 
     # ---- bounded calls ---------------------------------------------------------------------------------
-    def _start(self, name: str, call: Callable[[], Any]) -> _Job | None:
+    def _start(self, name: str, call: Callable[[], Any]) -> Job | None:
         """A job for ``call``, or ``None`` where the one started for ``name`` by an earlier scrape still runs."""
         running = self._running.get(name)
         if running is not None and running.thread.is_alive():
             return None
-        job = self._running[name] = _Job(call)
+        job = self._running[name] = Job(call, name="devmem-exporter-reading")
         return job
 
-    def _outcome(self, name: str, reading: str, job: _Job | None, deadline: float) -> Any:
+    def _outcome(self, name: str, reading: str, job: Job | None, deadline: float) -> Any:
         """The value of ``job``, or the :class:`Failure` of ``reading`` on ``name`` where it raised or is late."""
         if job is None or not job.done_by(deadline):
             return self._noted(Failure(name, reading, DEADLINE), f"passed its deadline of {self.deadline:g} s")

@@ -45,7 +45,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -931,21 +931,73 @@ def _block_run(run: EngineRun) -> BlockRun:
     return BlockRun(run.num_blocks, run.held_bytes, run.peak_bytes, run.reserved_peak_bytes)
 
 
-def _stored_extra(extra: Mapping[str, Any]) -> tuple[tuple[EngineRun, ...], dict[str, int], list[str]] | None:
-    """(runs, costs, notes) this integration keeps beside a stored profile's figures, or ``None`` where they do
-    not hold them (a file edited by hand, say)."""
-    try:
-        runs = tuple(EngineRun(**{**r, "cuda_graphs": tuple(r["cuda_graphs"])}) for r in extra["runs"])
-        costs = {name: int(extra["costs"][name]) for name in ("block_bytes", "kv_block_bytes", "static_block_bytes")}
-        notes = [str(n) for n in extra["notes"]]
-        if len(runs) < 2:
-            raise ValueError("fewer than two runs")
-    except (KeyError, TypeError, ValueError) as exc:
-        log.warning(
-            "devmem: ignoring a stored transformers profile (its figures are incomplete: %r); measuring again", exc
-        )
-        return None
-    return runs, costs, notes
+#: The fields of a stored :class:`EngineRun` holding bytes or counts, and the least each may be.
+_RUN_COUNTS = {"num_blocks": 1, "cache_bytes": 0, "static_bytes": 0, "allocations": 1, "forward_tokens": 0}
+
+
+def _extra_problem(extra: Mapping[str, Any], total: int) -> str | None:
+    """Why ``extra`` is not the runs, costs and notes this integration keeps beside a stored profile measured on a
+    device of ``total`` bytes (``None``: it is)."""
+    from devmem.engine.profile_store import whole_figure
+
+    runs, costs, notes = extra.get("runs"), extra.get("costs"), extra.get("notes")
+    if not isinstance(runs, list) or len(runs) < 2 or not all(isinstance(r, dict) for r in runs):
+        return f"extra.runs is {shown(runs)}, not a list of at least two runs"
+    fields = set(EngineRun.__dataclass_fields__)
+    for i, r in enumerate(runs):
+        if set(r) - fields or not {*_RUN_COUNTS, "attn_implementation", "cuda_graphs", "async_batching"} <= set(r):
+            return f"extra.runs[{i}] has the fields {sorted(r)}, not those of an EngineRun"
+        for name, least in _RUN_COUNTS.items():
+            problem = whole_figure(f"extra.runs[{i}].{name}", r[name], low=least, high=total)
+            if problem:
+                return problem
+        for name in ("peak_bytes", "reserved_peak_bytes", "layers_run"):
+            problem = None if r.get(name) is None else whole_figure(f"extra.runs[{i}].{name}", r[name], high=total)
+            if problem:
+                return problem
+        if r["cache_bytes"] + r["static_bytes"] > total:
+            return f"extra.runs[{i}] held {r['cache_bytes'] + r['static_bytes']} bytes, more than the device's {total}"
+        graphs, seconds = r["cuda_graphs"], r.get("seconds")
+        if not isinstance(r["attn_implementation"], str) or type(r["async_batching"]) is not bool:
+            return f"extra.runs[{i}]: attn_implementation must be text and async_batching true or false"
+        if not isinstance(graphs, list) or not all(type(g) is bool for g in graphs):
+            return f"extra.runs[{i}].cuda_graphs is {shown(graphs)}, not a list of true or false"
+        if seconds is not None and (type(seconds) not in (int, float) or not 0 <= seconds < math.inf):
+            return f"extra.runs[{i}].seconds is {shown(seconds)}, not a duration"
+    if any(b["num_blocks"] <= a["num_blocks"] for a, b in zip(runs, runs[1:], strict=False)):
+        return f"extra.runs' block counts {[r['num_blocks'] for r in runs]} do not ascend"
+    if not isinstance(costs, dict):
+        return f"extra.costs is {shown(costs)}, not a mapping"
+    for name in ("block_bytes", "kv_block_bytes", "static_block_bytes"):
+        problem = whole_figure(f"extra.costs.{name}", costs.get(name), high=total)
+        if problem:
+            return problem
+    if costs["kv_block_bytes"] + costs["static_block_bytes"] > costs["block_bytes"]:
+        return f"extra.costs {costs}: the KV and static parts of a block are more than the block"
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return f"extra.notes is {shown(notes)}, not a list of text"
+    return None
+
+
+def _stored_extra(extra: Mapping[str, Any]) -> tuple[tuple[EngineRun, ...], dict[str, int], list[str]]:
+    """(runs, costs, notes) this integration keeps beside a stored profile's figures (:func:`_extra_problem`
+    found nothing wrong with them)."""
+    runs = tuple(EngineRun(**{**r, "cuda_graphs": tuple(r["cuda_graphs"])}) for r in extra["runs"])
+    costs = {name: extra["costs"][name] for name in ("block_bytes", "kv_block_bytes", "static_block_bytes")}
+    return runs, costs, list(extra["notes"])
+
+
+def _extra_accepted(total: int) -> Callable[[Mapping[str, Any]], bool]:
+    """The ``accept`` of :meth:`EngineMemory.load_profile`: ``True`` for an extra :func:`_extra_problem` finds
+    nothing wrong with, else a ``ValueError`` saying what is wrong (named in the store's one warning)."""
+
+    def accept(extra: Mapping[str, Any]) -> bool:
+        problem = _extra_problem(extra, total)
+        if problem is not None:
+            raise ValueError(problem)
+        return True
+
+    return accept
 
 
 def size_continuous_batching(
@@ -1064,10 +1116,10 @@ def size_continuous_batching(
     extra = (
         None
         if profile_store is None
-        else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_stored_extra_is_whole)
+        else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_extra_accepted(memory.baseline.total))
     )
     if extra is not None:
-        runs, costs, figure_notes = _stored_extra(extra) or ((), {}, [])
+        runs, costs, figure_notes = _stored_extra(extra)
     else:
         limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
         with _frozen_heap():
@@ -1081,8 +1133,9 @@ def size_continuous_batching(
                 "notes": figure_notes,
                 "measure_seconds": time.perf_counter() - began,
             }
-            kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=_stored_extra_is_whole)
-            runs, costs, figure_notes = _stored_extra(kept) or (runs, costs, figure_notes)
+            accept = _extra_accepted(memory.baseline.total)
+            kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=accept)
+            runs, costs, figure_notes = _stored_extra(kept)  # another engine's where it stored first
     notes.extend(figure_notes)
     plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
     if plan.num_blocks * tokens < max_batch_tokens:
@@ -1117,10 +1170,6 @@ def size_continuous_batching(
         memory.reservation,
         memory,
     )
-
-
-def _stored_extra_is_whole(extra: Mapping[str, Any]) -> bool:
-    return _stored_extra(extra) is not None
 
 
 def _from_memory(

@@ -6,7 +6,8 @@ figures that explain the memory that is not KV cache):
 - :func:`plan_utilization`: ``kv = ceil(total * utilization) - (consumed + transient peak + graph capture)``;
 - :func:`plan_pinned`: ``kv = pinned_bytes`` (the engine releases the allocator cache before allocating it);
 - :func:`plan_growable`: ``kv = min(requested - non_kv_used, free + committed - margin) - transient peak``,
-  floored at 0, with ``margin = max(margin_floor, ceil(margin_fraction * transient peak))``.
+  floored at 0, with ``margin = max(margin_floor, ceil(margin_fraction * transient peak))`` and ``non_kv_used``
+  the drop of free memory between the readings, never below what this engine knows it holds itself.
 
 :func:`plan_kv_cache` chooses the path from its arguments (the engine-facing entry:
 ``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=..., num_layers=...)``). Each raises
@@ -97,8 +98,11 @@ def _growable_terms(
     transient_peak_bytes: int,
     margin_floor_bytes: int,
     margin_fraction: float,
+    own: int = 0,
 ) -> dict[str, int]:
-    """Every term of the growable formula; ``unfloored`` is the budget before it is floored at 0."""
+    """Every term of the growable formula; ``unfloored`` is the budget before it is floored at 0. ``own`` is what
+    this engine knows it came to hold between the readings (its consumed memory): ``non_kv_used`` is never below
+    it, so that memory a co-tenant released meanwhile is not credited to this engine."""
     init_free = _bytes("init_free_memory", init_free_memory)
     free = _bytes("free_memory", free_memory)
     committed = _bytes("committed_bytes", committed_bytes)
@@ -106,7 +110,7 @@ def _growable_terms(
     margin = max(
         _bytes("margin_floor_bytes", margin_floor_bytes), math.ceil(_margin_fraction(margin_fraction) * transient)
     )
-    non_kv_used = max(0, init_free - free - committed)
+    non_kv_used = max(0, init_free - free - committed, own)
     requested_cap = requested - non_kv_used
     free_cap = free + committed - margin
     unfloored = min(requested_cap, free_cap) - transient
@@ -134,11 +138,13 @@ def growable_kv_cache_bytes(
     transient_peak_bytes: int = 0,
     margin_floor_bytes: int = MARGIN_FLOOR_BYTES,
     margin_fraction: float = MARGIN_FRACTION,
+    consumed: int = 0,
 ) -> int:
     """Budget of a growable (extensible) KV cache from two free-memory readings, floored at 0.
 
-    ``non_kv_used = init_free - free - committed`` (at least 0: memory that others released does not raise the
-    cap), ``margin = max(margin_floor, ceil(margin_fraction * transient_peak))`` and
+    ``non_kv_used = max(init_free - free - committed, consumed)`` (at least 0: memory that others released does
+    not raise the cap, nor lower it below ``consumed``, what this engine knows it holds beside its cache),
+    ``margin = max(margin_floor, ceil(margin_fraction * transient_peak))`` and
     ``kv = min(requested - non_kv_used, free + committed - margin) - transient_peak``.
     """
     return _growable_terms(
@@ -149,6 +155,7 @@ def growable_kv_cache_bytes(
         transient_peak_bytes,
         margin_floor_bytes,
         margin_fraction,
+        _bytes("consumed", consumed),
     )["kv_cache"]
 
 
@@ -569,9 +576,12 @@ def plan_growable(
     allocation_granularity: int = 1,
     allocations: int | None = None,
     allocator: str | None = None,
+    consumed: int | None = None,
 ) -> KvCachePlan:
-    """:func:`growable_kv_cache_bytes` with ``requested = ceil(total * utilization)``; ``weights`` and
-    ``non_torch`` only explain (the free-memory readings already count them)."""
+    """:func:`growable_kv_cache_bytes` with ``requested = ceil(total * utilization)``. The free-memory readings
+    count ``weights`` and ``non_torch``, but a co-tenant's release between them hides part of it: ``non_kv_used``
+    is never below what this engine holds itself, ``consumed`` (a profile's, this process's own growth) or, not
+    given, ``weights + non_torch`` (as on the utilization path)."""
     shared = _shared(
         page_size_bytes,
         num_layers,
@@ -586,6 +596,7 @@ def plan_growable(
     )
     total = _bytes("total", total, positive=True)
     requested = requested_memory(total, utilization)
+    own = shared.weights + shared.non_torch if consumed is None else _bytes("consumed", consumed)
     t = _growable_terms(
         requested,
         init_free_memory,
@@ -594,6 +605,7 @@ def plan_growable(
         shared.transient_peak,
         margin_floor_bytes,
         margin_fraction,
+        own,
     )
     figures = {
         "total": total,
@@ -689,10 +701,12 @@ def plan_kv_cache(
     :func:`plan_utilization`.
 
     ``other_processes`` (memory other processes hold, when known) and ``released_cache`` (bytes the allocator
-    cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is used on the
-    utilization path only, ``graph_capture`` on the utilization path only (the growable readings are taken after
-    graph capture). ``allocations`` is how many equal tensors the cache is allocated in (1: one allocation, a view
-    per layer; the layers: one tensor per layer; twice them: keys and values apart); ``num_blocks`` is the most
+    cache gave back before the KV allocation) are reported, never subtracted. ``consumed`` is subtracted on the
+    utilization path and, on the growable path, the least non-KV use it counts (a co-tenant's release between the
+    free-memory readings is not credited to this engine); ``graph_capture`` is used on the utilization path only
+    (the growable readings are taken after graph capture). ``allocations`` is how many equal tensors the cache is
+    allocated in (1: one allocation, a view per layer; the layers: one tensor per layer; twice them: keys and values
+    apart); ``num_blocks`` is the most
     whole blocks whose allocation still fits the budget, and ``KvCachePlan.layout`` says what was assumed.
     ``allocator`` (``"caching"``: torch's caching allocator; ``"expandable"``: with expandable segments;
     :meth:`~devmem.engine.profiling.ProfileResult.plan_inputs` gives the one the window saw) charges each tensor
@@ -754,5 +768,6 @@ def plan_kv_cache(
         committed_bytes=committed_bytes,
         margin_floor_bytes=margin_floor_bytes,
         margin_fraction=margin_fraction,
+        consumed=consumed,
         **explain,
     )

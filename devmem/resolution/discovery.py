@@ -2,7 +2,8 @@
 
 - :func:`load_plugins` imports each allowed entry point of the ``devmem`` group (``DEVMEM_LOAD_PLUGINS``).
 - :func:`collect` calls each plugin's ``devmem_platforms`` hook on its own and keeps the specs of allowed platforms.
-- :func:`probe` runs one platform's ``detect`` in a daemon thread, bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds.
+- :func:`probe` runs one platform's ``detect`` in a daemon thread, bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds;
+  :func:`build` its ``factory`` the same way (:mod:`devmem.deadline`).
 
 Whatever a plugin raises there, ``SystemExit`` included, is logged with the plugin's name and distribution and
 the plugin or platform is skipped; only ``KeyboardInterrupt`` propagates, because the user asked to stop.
@@ -11,13 +12,14 @@ the plugin or platform is skipped; only ``KeyboardInterrupt`` propagates, becaus
 from __future__ import annotations
 
 import sys
-import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from devmem import _hookspecs as hookspecs
 from devmem._text import env_seconds, env_text, shown
+from devmem.deadline import MAX_TIMEOUT, Job
 from devmem.resolution.entrypoints import EntryPoint
 from devmem.types import Detection, PlatformSpec, PluginError
 
@@ -26,7 +28,7 @@ BUILTIN = "cpu"
 DEFAULT_DETECT_TIMEOUT = 10.0
 #: The longest ``DEVMEM_DETECT_TIMEOUT`` (an hour): a detection is a cheap probe, and a thread can wait no longer
 #: than ``threading.TIMEOUT_MAX`` (``1e11`` overflowed it).
-MAX_DETECT_TIMEOUT = 3600.0
+MAX_DETECT_TIMEOUT = MAX_TIMEOUT
 
 T = TypeVar("T")
 
@@ -211,22 +213,12 @@ def probe(reg: Registration, timeout: float) -> Detection:
     """``reg``'s detection, run in a daemon thread: a detect still running after ``timeout`` seconds counts as
     not detected (the thread is left to finish on its own); anything it raises is logged and counts as not
     detected."""
-    outcome: list[tuple[object, BaseException | None]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((reg.spec.detect(), None))
-        except BaseException as exc:
-            outcome.append((None, exc))
-
     where = f"platform {reg.spec.name!r} of plugin {reg.plugin!r} from distribution {reg.distribution!r}"
-    worker = threading.Thread(target=run, name=f"devmem-detect-{reg.spec.name}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not outcome:
+    job = Job(reg.spec.detect, name=f"devmem-detect-{reg.spec.name}")
+    if not job.done_by(time.monotonic() + timeout):
         warn("devmem: skipping %s: detect took longer than %g s (DEVMEM_DETECT_TIMEOUT)", where, timeout)
         return Detection(False, f"detection took longer than {timeout:g} s (DEVMEM_DETECT_TIMEOUT)")
-    detection, exc = outcome[0]
+    detection, exc = job.value, job.error
     if isinstance(exc, KeyboardInterrupt):
         raise exc
     if exc is not None:
@@ -236,3 +228,15 @@ def probe(reg: Registration, timeout: float) -> Detection:
         warn("devmem: skipping %s: detect returned %r, not a devmem.Detection", where, detection)
         return Detection(False, f"detect returned {detection!r}, not a devmem.Detection")
     return detection
+
+
+def build(reg: Registration, timeout: float) -> tuple[object | None, BaseException | None]:
+    """``(reg.spec.factory(), None)``, or ``(None, exc)`` for what it raised (``KeyboardInterrupt`` aside), run in a
+    daemon thread as :func:`probe` runs ``detect``: a factory still running after ``timeout`` seconds
+    (``DEVMEM_DETECT_TIMEOUT``) gives a ``TimeoutError`` (the thread is left to finish on its own)."""
+    job = Job(reg.spec.factory, name=f"devmem-build-{reg.spec.name}")
+    if not job.done_by(time.monotonic() + timeout):
+        return None, TimeoutError(f"factory took longer than {timeout:g} s (DEVMEM_DETECT_TIMEOUT)")
+    if isinstance(job.error, KeyboardInterrupt):
+        raise job.error
+    return job.value, job.error

@@ -9,7 +9,8 @@ Rules:
 - Two distributions may provide the same platform name (a vendor's wheel overriding a built-in one, say): each
   is a candidate of its own, the higher priority is preferred, and equal priorities are an error naming both
   distributions.
-- Only the chosen candidate's ``factory`` runs; one that raises passes the choice to the next candidate.
+- Only the chosen candidate's ``factory`` runs; one that raises, or is still running after
+  ``DEVMEM_DETECT_TIMEOUT`` seconds, passes the choice to the next candidate.
 - Detection runs once per process (``detect`` bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds, see
   :mod:`devmem.resolution.discovery`); :func:`current_platform` and :func:`platform_candidates` share it, and
   :func:`clear_cache` forgets it. A forked child starts afresh (its parent's lock may be held mid-resolution).
@@ -28,11 +29,11 @@ from devmem.resolution.discovery import (
     AllowList,
     Registration,
     admitted,
+    build,
     collect,
     debug,
     described,
     detect_timeout,
-    isolated,
     load_plugins,
     probe,
     warn,
@@ -223,7 +224,7 @@ def _build(res: _Resolution) -> Platform:
         choice = _choose(res, [c for c, _ in res.probed])
         index = next(i for i, (c, _) in enumerate(res.probed) if c is choice)
         reg = res.probed[index][1]
-        platform, exc = isolated(reg.spec.factory)
+        platform, exc = build(reg, detect_timeout())
         if exc is not None:
             message = (
                 f"platform {choice.name!r} from distribution {choice.distribution!r} was detected "

@@ -1,0 +1,91 @@
+"""Calls into a plugin that may never return, given a deadline: one mechanism for every such call.
+
+A backend's ``detect`` and ``factory`` (resolution), a device reading in the CLI (``devmem info``, ``top``,
+``doctor``) and a scrape's readings (the exporter) each run in a daemon thread of their own (:class:`Job`); the
+caller waits until its deadline and then gives up on a call still running, which is left to finish on its own (a
+vendor call blocked in C cannot be stopped, and a daemon thread does not keep the process from exiting).
+
+- :func:`bounded`: ``call()``'s value, what it raised raised again, or a :class:`~devmem.DevmemError` naming
+  what did not answer in time and the variable that sets the deadline;
+- :func:`read_timeout`: ``DEVMEM_READ_TIMEOUT``, the seconds a CLI command waits for one device's reading
+  (default :data:`DEFAULT_READ_TIMEOUT`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from devmem._text import env_seconds
+from devmem.errors import DevmemError
+
+T = TypeVar("T")
+
+#: The variable naming how long a CLI command waits for one reading of a device.
+READ_TIMEOUT_ENV = "DEVMEM_READ_TIMEOUT"
+#: Seconds a CLI command waits for one device's reading where the variable is unset: a reading takes milliseconds,
+#: a vendor library's first initialisation on a large machine a few seconds.
+DEFAULT_READ_TIMEOUT = 30.0
+#: The longest deadline any variable may set (an hour): a thread can wait no longer than ``threading.TIMEOUT_MAX``.
+MAX_TIMEOUT = 3600.0
+
+
+class Job(Generic[T]):
+    """``call()`` running in a daemon thread named ``name``; :meth:`done_by` waits for it until a deadline, then
+    ``value`` holds what it returned or ``error`` what it raised (``SystemExit`` from a plugin included)."""
+
+    def __init__(self, call: Callable[[], T], name: str = "devmem-call"):
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(call,), name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[[], T]) -> None:
+        try:
+            self.value = call()
+        except BaseException as exc:
+            self.error = exc
+
+    def done_by(self, deadline: float) -> bool:
+        """Whether the call has finished by ``deadline`` (a :func:`time.monotonic` time), waiting for it until then."""
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        return not self.thread.is_alive()
+
+
+def bounded(call: Callable[[], T], seconds: float, what: str, variable: str = READ_TIMEOUT_ENV) -> T:
+    """``call()``, given ``seconds`` to return: its value, or what it raised raised again here, or, where it is still
+    running then, a :class:`~devmem.DevmemError` saying that ``what`` did not answer within ``seconds`` (set by
+    ``variable``)."""
+    job = Job(call, name=f"devmem-{what}"[:60])
+    if not job.done_by(time.monotonic() + seconds):
+        raise DevmemError(
+            f"{what} did not answer within {seconds:g} s ({variable}): the backend or its vendor library hangs; "
+            f"check the device with the vendor's tool, or raise {variable}"
+        )
+    if job.error is not None:
+        raise job.error
+    return job.value  # type: ignore[return-value]  # set by a call that returned
+
+
+def read_timeout() -> float:
+    """``DEVMEM_READ_TIMEOUT`` in seconds (default :data:`DEFAULT_READ_TIMEOUT`), above 0 and at most
+    :data:`MAX_TIMEOUT`; a :class:`~devmem.DevmemError` naming the value otherwise."""
+    return env_seconds(READ_TIMEOUT_ENV, default=DEFAULT_READ_TIMEOUT, high=MAX_TIMEOUT, error=DevmemError)
+
+
+def bounded_reading(call: Callable[[], T], what: str) -> T:
+    """``call()``, a reading of a device (or of the device count), bounded by :func:`read_timeout`."""
+    return bounded(call, read_timeout(), what)
+
+
+__all__ = [
+    "DEFAULT_READ_TIMEOUT",
+    "MAX_TIMEOUT",
+    "READ_TIMEOUT_ENV",
+    "Job",
+    "bounded",
+    "bounded_reading",
+    "read_timeout",
+]

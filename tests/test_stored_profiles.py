@@ -1,0 +1,218 @@
+"""Stored profiles are checked when read (shape, types, ranges, what this device can hold): a bad one is named in
+one warning, set aside as ``<name>.bad-<seconds>`` and measured again, never a traceback nor an implausible plan
+(devmem/engine/profile_store.py, devmem/engine/memory.py, the transformers integration's extra)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import pytest
+
+from devmem import EngineMemory, MiB
+from devmem.engine.block_cost import BlockRun
+from devmem.engine.memory import BLOCK_COST_KIND
+from devmem.engine.profile_store import ProfileStore
+from devmem.integrations.transformers import _extra_accepted
+from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario
+
+BLOCK = 3 * MiB + 4096
+FIXED = 200 * MiB
+KEY = {"model": "black-box", "blocks": 16}
+
+
+@pytest.fixture
+def platform():
+    sc = h200_scenario()
+    return NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+
+
+def _engine(calls):
+    def run(n):
+        calls.append(n)
+        return BlockRun(n, held_bytes=n * BLOCK, peak_bytes=n * BLOCK + FIXED, reserved_peak_bytes=n * BLOCK + FIXED)
+
+    return run
+
+
+def _profiled(platform):
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    with memory.profile(weights_memory=0):
+        pass
+    return memory
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """The figures of a whole start measured on a scripted H200 (once: each run collects garbage)."""
+    sc = h200_scenario()
+    store = ProfileStore(tmp_path_factory.mktemp("measured"))
+    platform = NvmlPlatform(nvml=ScriptedNvml(sc), files=sc.fs, environ=sc.environ)
+    _profiled(platform).measure_block_cost(_engine([]), [64, 128], store=store, key=KEY)
+    return store.load(BLOCK_COST_KIND, KEY).figures
+
+
+@pytest.fixture
+def stored(measured, tmp_path):
+    """A store in ``tmp_path`` holding the measured start, and the path of its file."""
+    store = ProfileStore(tmp_path)
+    return store, store.save(BLOCK_COST_KIND, KEY, measured, time.time())
+
+
+def _edit(path, change):
+    body = json.loads(path.read_text())
+    change(body)
+    path.write_text(json.dumps(body))
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def _set(where, name, value):
+    def change(body):
+        target = body
+        for part in where:
+            target = target[part]
+        target[name] = value
+
+    return change
+
+
+TOTAL = 150109880320  # the scripted H200's total
+
+HOSTILE = {
+    "a block cost of one byte": _set(["figures"], "block_bytes", 1),
+    "a block cost above the total": _set(["figures"], "block_bytes", 2 * TOTAL),
+    "a block cost of text": _set(["figures"], "block_bytes", "3 MiB"),
+    "a block cost of a float": _set(["figures"], "block_bytes", 3.5 * MiB),
+    "a block cost of true": _set(["figures"], "block_bytes", True),
+    "a block cost past 2**64": _set(["figures"], "block_bytes", 2**70),
+    "a transient above the total": _set(["figures", "windows"], "transient_peak_bytes", TOTAL + 1),
+    "a negative consumed": _set(["figures", "windows"], "consumed", -1),
+    "a consumed of null": _set(["figures", "windows"], "consumed", None),
+    "windows that are a list": _set(["figures"], "windows", [1, 2]),
+    "no runs": _set(["figures"], "runs", []),
+    "one run": lambda b: b["figures"].__setitem__("runs", b["figures"]["runs"][:1]),
+    "runs that are numbers": _set(["figures"], "runs", [1, 2]),
+    "a run of more blocks than the device holds": lambda b: b["figures"]["runs"][-1].__setitem__("num_blocks", 10**12),
+    "a run with an unknown field": lambda b: b["figures"]["runs"][0].__setitem__("colour", "red"),
+    "a run of 2**70 blocks": lambda b: b["figures"]["runs"][-1].__setitem__("num_blocks", 2**70),
+    "a linear flag of text": _set(["figures"], "linear", "no"),
+    "an expandable flag of text": _set(["figures"], "expandable_segments", "no"),
+    "notes that are text": _set(["figures"], "notes", "abc"),
+    "figures that are a list": _set([], "figures", [1]),
+    "a created time in the far future": _set([], "created", 1e300),
+    "a created time a year ahead": _set([], "created", time.time() + 365 * 86400),
+    "a negative created time": _set([], "created", -1e300),
+    "a created time of text": _set([], "created", "yesterday"),
+    "a created time that is not a number": _set([], "created", float("nan")),
+}
+
+
+@pytest.mark.parametrize("why", list(HOSTILE))
+def test_a_bad_stored_profile_is_named_in_one_warning_and_set_aside(platform, stored, tmp_path, caplog, why):
+    store, path = stored
+    _edit(path, HOSTILE[why])
+    with caplog.at_level(logging.WARNING):
+        assert EngineMemory(0, utilization=0.5, platform=platform, reserve=False).load_profile(store, KEY) is None
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and str(path) in warnings[0] and "set aside" in warnings[0], warnings
+    assert [p.name.startswith(f"{path.name}.bad-") for p in tmp_path.iterdir() if ".bad-" in p.name] == [True]
+
+
+def test_a_bad_stored_block_cost_is_measured_again_and_stored_afresh(platform, stored, caplog):
+    store, path = stored
+    _edit(path, _set(["figures"], "block_bytes", 1))
+    calls = []
+    with caplog.at_level(logging.WARNING):
+        cost = _profiled(platform).measure_block_cost(_engine(calls), [64, 128], store=store, key=KEY)
+    assert calls and cost.block_bytes == BLOCK and len(_warnings(caplog)) == 1
+    assert store.load(BLOCK_COST_KIND, KEY).figures["block_bytes"] == BLOCK
+
+
+def test_a_block_cost_below_what_its_own_runs_grew_by_is_not_planned_from(platform, stored, caplog):
+    store, path = stored
+    _edit(path, _set(["figures"], "block_bytes", BLOCK // 2))
+    with caplog.at_level(logging.WARNING):
+        again = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+        assert again.load_profile(store, KEY) is None
+    assert "below the" in _warnings(caplog)[0]
+
+
+def test_a_folder_in_place_of_a_stored_profile_is_set_aside_and_the_profile_stored(platform, tmp_path, caplog):
+    store = ProfileStore(tmp_path)
+    path = store.path(BLOCK_COST_KIND, KEY)
+    path.mkdir(parents=True)
+    calls = []
+    with caplog.at_level(logging.WARNING):
+        _profiled(platform).measure_block_cost(_engine(calls), [64, 128], store=store, key=KEY)
+    assert calls and path.is_file() and len(_warnings(caplog)) == 1
+    assert "folder is set aside" in _warnings(caplog)[0]
+
+
+def test_a_stored_profile_that_cannot_be_read_is_named_and_set_aside(platform, stored, caplog):
+    if os.geteuid() == 0:
+        pytest.skip("root reads a file of mode 000")
+    store, path = stored
+    path.chmod(0)
+    with caplog.at_level(logging.WARNING):
+        assert EngineMemory(0, utilization=0.5, platform=platform, reserve=False).load_profile(store, KEY) is None
+    assert len(_warnings(caplog)) == 1 and str(path) in _warnings(caplog)[0] and not path.exists()
+
+
+def _whole_start_with_extra(stored, extra):
+    store, path = stored
+    _edit(path, _set(["figures"], "extra", extra))
+    return store, path
+
+
+GOOD_RUN = {
+    "num_blocks": 33,
+    "cache_bytes": 33 * MiB,
+    "static_bytes": MiB,
+    "allocations": 4,
+    "forward_tokens": 512,
+    "attn_implementation": "sdpa",
+    "cuda_graphs": [False],
+    "async_batching": False,
+}
+GOOD_EXTRA = {
+    "runs": [GOOD_RUN, {**GOOD_RUN, "num_blocks": 66, "cache_bytes": 66 * MiB}],
+    "costs": {"block_bytes": BLOCK, "kv_block_bytes": MiB, "static_block_bytes": 0},
+    "notes": [],
+}
+
+
+def test_the_transformers_extra_as_stored_is_read_back(platform, stored):
+    store, _ = _whole_start_with_extra(stored, GOOD_EXTRA)
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    assert memory.load_profile(store, KEY, accept=_extra_accepted(memory.baseline.total)) == GOOD_EXTRA
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {**GOOD_EXTRA, "costs": {"block_bytes": -1, "kv_block_bytes": 0, "static_block_bytes": 0}},
+        {**GOOD_EXTRA, "costs": {"block_bytes": BLOCK, "kv_block_bytes": BLOCK, "static_block_bytes": BLOCK}},
+        {**GOOD_EXTRA, "costs": {"block_bytes": "big", "kv_block_bytes": 0, "static_block_bytes": 0}},
+        {**GOOD_EXTRA, "runs": [{**GOOD_RUN, "allocations": 0}, GOOD_RUN]},
+        {**GOOD_EXTRA, "runs": [GOOD_RUN, {**GOOD_RUN, "cache_bytes": 2 * TOTAL}]},
+        {**GOOD_EXTRA, "runs": [GOOD_RUN, {**GOOD_RUN, "cuda_graphs": "no"}]},
+        {**GOOD_EXTRA, "runs": [GOOD_RUN]},
+        {**GOOD_EXTRA, "runs": [GOOD_RUN, GOOD_RUN]},
+        {**GOOD_EXTRA, "notes": "text"},
+        {"runs": None},
+    ],
+)
+def test_a_bad_transformers_extra_is_named_in_one_warning_and_set_aside(platform, stored, caplog, extra):
+    store, path = _whole_start_with_extra(stored, extra)
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    with caplog.at_level(logging.WARNING):
+        assert memory.load_profile(store, KEY, accept=_extra_accepted(memory.baseline.total)) is None
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and str(path) in warnings[0] and "extra" in warnings[0], warnings
+    assert not path.exists()

@@ -29,7 +29,6 @@ from devmem import GiB, MiB, NotEnoughMemoryError
 from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import (
     Entry,
-    Ledger,
     LedgerError,
     Owner,
     ReservationRefused,

@@ -89,7 +89,7 @@ class LedgerDirectory:
             try:
                 os.makedirs(path.parent, exist_ok=True)
             except OSError as exc:
-                raise LedgerError(f"cannot create the reservation ledger directory {_named(path)}: {exc}; {_FIX}") from None
+                raise LedgerError(f"cannot create the ledger directory {_named(path)}: {exc}; {_FIX}") from None
             try:
                 os.mkdir(path, 0o700)  # private until this process has checked what it made
                 created = True
@@ -101,7 +101,7 @@ class LedgerDirectory:
             fd = os.open(path, _DIRECTORY_FLAGS)
         except FileNotFoundError:
             if create:  # removed again since it was made: say so rather than loop
-                raise LedgerError(f"the reservation ledger directory {_named(path)} vanished while it was opened") from None
+                raise LedgerError(f"the ledger directory {_named(path)} vanished as it was opened; {_FIX}") from None
             return None
         except OSError as exc:
             raise cls._error(path, "open", exc) from None
@@ -123,8 +123,8 @@ class LedgerDirectory:
         if wrong is not None:
             os.close(fd)
             raise LedgerError(
-                f"the reservation ledger directory {_named(path)} cannot be used: {wrong}; remove it (devmem creates it "
-                f"afresh, mode 1777), make it sticky (chmod +t, as /dev/shm), or {_FIX}"
+                f"the reservation ledger directory {_named(path)} cannot be used: {wrong}; remove it (devmem "
+                f"creates it afresh, mode 1777), make it sticky (chmod +t, as /dev/shm), or {_FIX}"
             )
         return cls(path, fd)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -371,14 +372,27 @@ def default_directory() -> Path:
     return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(os.environ.get("TMPDIR") or "/tmp") / "devmem"
 
 
+#: The longest device key: its files' names (``<key>.<id>.owner``) stay within a filesystem's 255 bytes.
+MAX_KEY = 128
+
+
+def _file_key(text: str) -> str:
+    """``text`` as a name in the ledger directory: only letters, digits and ``._-``, at most :data:`MAX_KEY`
+    characters (a longer one is cut, with a digest of the whole so that two long names stay apart)."""
+    key = _UNSAFE.sub("_", text)
+    if len(key) <= MAX_KEY:
+        return key
+    return f"{key[: MAX_KEY - 17]}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
+
+
 def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
     """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
     caller has it already (from a reading), so the platform is not asked for it."""
     get_uuid = getattr(platform, "device_uuid", None)
     uid = get_uuid(device) if callable(get_uuid) else None
     if uid:
-        return _UNSAFE.sub("_", str(uid)), "the device's UUID"
-    key = _UNSAFE.sub("_", f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
+        return _file_key(str(uid)), "the device's UUID"
+    key = _file_key(f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
     return key, (
         f"platform {platform.name!r}, device name and index {device} (the platform gives no UUID: processes that "
         "number the devices differently see different ledgers)"

@@ -15,11 +15,16 @@ Identity: a device is keyed by ``platform.device_uuid(d)`` where the platform ha
 start time (``/proc/<pid>/stat`` field 22, so a reused PID is not mistaken for it) and its PID namespace
 (the inode of ``/proc/<pid>/ns/pid``). Each owner also holds ``flock`` on a file of its own,
 ``<key>.<id>.owner``, holding a copy of its entry, for as long as it lives; the kernel drops that lock when
-the process dies, SIGKILL included. Liveness: an owner in this PID namespace is alive while its PID runs
-with its start time; an owner in another namespace (a container sharing the directory) while its owner
-lock is held, or, where its owner file is gone, while the platform's process list shows its outer PID.
-A dead owner's entry is reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner
-files of the live owners, with a warning.
+the process dies, SIGKILL included. Liveness: an owner is alive while its owner lock is held, in any PID
+namespace (in this one, by the owner's PID where ``/proc/locks`` lists the holders); a missing owner file, or
+one that is no regular file this user can open, is a dead owner's. Only where ``flock`` fails on the owner file
+do the PID and start time (this namespace) or the platform's process list (another) decide. Each live entry
+counts as its owner file records it (only its owner writes that), each id once. A dead owner's entry is
+reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner files of the live owners,
+with a warning.
+
+The directory is opened without following a link and checked (:mod:`devmem.engine.ledger_dir`); every file in
+it is opened relative to it, never through a link.
 
 The directory is ``DEVMEM_LEDGER_DIR``, by default ``/dev/shm/devmem`` (``<tempdir>/devmem`` where there is
 no ``/dev/shm``): a host-local tmpfs, emptied at boot as reservations should be, writable by every user, and

@@ -530,10 +530,7 @@ class Ledger:
     def opened(self, *, create: bool) -> LedgerDirectory | None:
         """The ledger directory, opened without following a link and checked (:mod:`devmem.engine.ledger_dir`);
         where it is missing, created (``create``) or ``None``."""
-        try:
-            return LedgerDirectory.open(self.directory, create=create)
-        except ValueError as exc:  # a path the system cannot take (too long a name is an OSError, named)
-            raise LedgerError(f"cannot open the reservation ledger directory {self.directory}: {exc}") from None
+        return LedgerDirectory.open(self.directory, create=create)
 
     def _opened(self) -> LedgerDirectory:
         d = self.opened(create=True)
@@ -847,20 +844,19 @@ class Ledger:
     ) -> DeviceReservations | None:
         """``key``'s ledger as it stands (nothing is reclaimed), with the holdings as admission counts them;
         ``None`` where the device has no ledger file."""
-        try:
-            d = self.opened(create=False)
-            if d is None:
-                return None
-            if not d.exists(f"{key}.json"):
-                d.close()
-                return None
-        except OSError as exc:  # a name too long, a directory this user cannot search
-            raise LedgerError(
-                f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
-                f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
-            ) from None
+        d = self.opened(create=False)
+        if d is None:
+            return None
         me = Owner.current()
         with d:
+            try:
+                if not d.exists(f"{key}.json"):
+                    return None
+            except OSError as exc:  # a directory this user cannot search
+                raise LedgerError(
+                    f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
+                    f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
+                ) from None
             try:
                 with self._locked(d, key):
                     live, dead, problem = self._load(d, key, me, others)

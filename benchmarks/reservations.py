@@ -1,7 +1,8 @@
 """Reservations: processes racing for one device's ledger, a refusal, a SIGKILL reclaimed, and admission's cost.
 
-1. ``--processes`` (32) real processes start, import devmem and wait; on one signal all reserve 1/32 of device
-   ``--device``'s total at once (``devmem.reserve``). Goal: all admitted, the ledger's sum within the total.
+1. ``--processes`` (32) real processes start, import devmem and wait; on one signal all reserve just under 1/32 of
+   device ``--device``'s total at once (``devmem.reserve``; 2/65 of it, which leaves each process room for its own
+   memory, counted on top of its request). Goal: all admitted, the ledger's sum within the total.
 2. One more process asks for the same share: goal, refused (a ``NotEnoughMemoryError`` naming the holders).
 3. One holder is killed with SIGKILL and a waiting newcomer asks for its share at once (asking again every 10 ms
    while refused, as the kill lands asynchronously): goal, admitted within 1 s of the kill (the dead holder's
@@ -135,7 +136,7 @@ def ledger_sum(directory: str) -> tuple[int, int]:
 
 
 def race(directory: str, device: int, processes: int, total: int) -> dict[str, Any]:
-    share = total // processes
+    share = total * 2 // (2 * processes + 1)  # room for each one's own memory; one more share does not fit
     holders = [Holder(directory, device, share) for _ in range(processes)]
     extra = newcomer = None
     try:

@@ -34,7 +34,7 @@ def test_racing_processes_are_admitted_one_more_refused_and_a_killed_share_recla
 
 
 def test_engines_beyond_the_device_are_refused_naming_the_holders(bench):
-    result = bench("reserved_engines", "--quick", "--engines", "3", "--share", "0.5", "--hold", "0")
+    result = bench("reserved_engines", "--quick", "--engines", "3", "--share", "0.45", "--hold", "0")
     refused = [r for r in result["with_reservations"] if r.get("refused")]
     assert len(refused) == 1 and result["goals"]["refusal_names_the_holders"]
     assert result["goals"]["admitted_and_serving"]

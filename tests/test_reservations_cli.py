@@ -16,7 +16,7 @@ from ledger_workers import no_hang
 from devmem.command.doctor import diagnose
 from devmem.command.info import cmd_info
 from devmem.command.main import build_parser
-from devmem.engine.reservations import Entry, Ledger, Owner, _start_time, device_key, reserve
+from devmem.engine.reservations import Entry, Ledger, Owner, _start_time, device_key, ledger_bytes, reserve
 from devmem.types import GiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
 
@@ -53,12 +53,12 @@ def owned_by(proc, platform, nbytes: int, command: str = "python engine.py") -> 
     owner = Owner(proc.pid, _start_time(proc.pid) or 0, me.pidns, (proc.pid,), command)
     entry = Entry("e1", owner, nbytes, 0.0)
     ledger = Ledger()
-    ledger._writable()
+    ledger.directory.mkdir(parents=True, exist_ok=True)
     key = device_key(platform, 0)[0]
-    proc.stdin.write(f"{ledger._owner_file(key, entry.id)}\n")
+    proc.stdin.write(f"{ledger.directory / f'{key}.{entry.id}.owner'}\n")
     proc.stdin.flush()
     assert proc.stdout.readline().strip() == "locked"
-    ledger._write(key, [entry])
+    ledger.path(key).write_bytes(ledger_bytes(key, [entry]))
     return entry
 
 

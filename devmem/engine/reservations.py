@@ -15,11 +15,16 @@ Identity: a device is keyed by ``platform.device_uuid(d)`` where the platform ha
 start time (``/proc/<pid>/stat`` field 22, so a reused PID is not mistaken for it) and its PID namespace
 (the inode of ``/proc/<pid>/ns/pid``). Each owner also holds ``flock`` on a file of its own,
 ``<key>.<id>.owner``, holding a copy of its entry, for as long as it lives; the kernel drops that lock when
-the process dies, SIGKILL included. Liveness: an owner in this PID namespace is alive while its PID runs
-with its start time; an owner in another namespace (a container sharing the directory) while its owner
-lock is held, or, where its owner file is gone, while the platform's process list shows its outer PID.
-A dead owner's entry is reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner
-files of the live owners, with a warning.
+the process dies, SIGKILL included. Liveness: an owner is alive while its owner lock is held, in any PID
+namespace (in this one, by the owner's PID where ``/proc/locks`` lists the holders); a missing owner file, or
+one that is no regular file this user can open, is a dead owner's. Only where ``flock`` fails on the owner file
+do the PID and start time (this namespace) or the platform's process list (another) decide. Each live entry
+counts as its owner file records it (only its owner writes that), each id once. A dead owner's entry is
+reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner files of the live owners,
+with a warning.
+
+The directory is opened without following a link and checked (:mod:`devmem.engine.ledger_dir`); every file in
+it is opened relative to it, never through a link.
 
 The directory is ``DEVMEM_LEDGER_DIR``, by default ``/dev/shm/devmem`` (``<tempdir>/devmem`` where there is
 no ``/dev/shm``): a host-local tmpfs, emptied at boot as reservations should be, writable by every user, and
@@ -32,6 +37,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -50,7 +56,7 @@ from typing import Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
-from devmem.engine.state_files import SAFE_FLAGS, read_regular, regular_fd
+from devmem.engine.ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
 from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform
@@ -59,19 +65,26 @@ from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine.reservations")
 
-#: The environment variable naming the ledger directory.
-LEDGER_DIR_ENV = "DEVMEM_LEDGER_DIR"
 #: Seconds to wait for a device's ledger lock before failing.
 DEFAULT_LOCK_TIMEOUT = 10.0
 #: The ledger file's format version.
 FORMAT = 1
-#: A ledger or owner file larger than this is corrupt (and is not read): an entry takes about 250 bytes.
+#: A ledger file larger than this is corrupt (and is not read).
 MAX_FILE_BYTES = 1 << 22
+#: The most an entry takes in a ledger file, its fields at their bounds (an owner file larger than this is no owner
+#: file); a test checks that the largest entry fits.
+MAX_ENTRY_BYTES = 16 << 10
+#: The most reservations one device's ledger holds: so many entries at their largest fit in :data:`MAX_FILE_BYTES`
+#: (a further request is refused, and a file listing more is corrupt).
+MAX_ENTRIES = (MAX_FILE_BYTES - 4096) // MAX_ENTRY_BYTES
 #: The longest entry id a ledger holds (devmem writes 16 hex digits); a longer one is corrupt.
 MAX_ID = 64
-
 #: The most PID namespaces nest (the kernel's limit): an entry's ``nspid`` lists at most this many PIDs.
 MAX_NESTING = 32
+#: The largest PID the kernel gives (``PID_MAX_LIMIT`` on 64-bit Linux).
+MAX_PID = 1 << 22
+#: The bound of an entry's byte count, start time and namespace inode (64-bit figures).
+MAX_FIGURE = (1 << 64) - 1
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -116,24 +129,6 @@ def _namespace_pids() -> tuple[int, ...]:
     except OSError:
         pass
     return (os.getpid(),)
-
-
-def _flock_holders(dev: int, ino: int, locks: str = "/proc/locks") -> set[int] | None:
-    """The PIDs (as this PID namespace names them) that hold a ``flock`` on the file ``(dev, ino)``, from the
-    kernel's ``/proc/locks``; ``None`` where it cannot be read or lists no lock on the file (the holders are in
-    another PID namespace, which ``/proc/locks`` leaves out)."""
-    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
-    try:
-        with open(locks, "rb") as f:
-            text = f.read(1 << 24).decode("ascii", "replace")
-    except OSError:
-        return None
-    holders = set()
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
-            holders.add(int(fields[4]))
-    return holders or None
 
 
 #: The longest command line an entry keeps (characters): it is for people, and a longer one would let one
@@ -206,29 +201,41 @@ class Entry(Record):
 
     @classmethod
     def from_json(cls, d: Any) -> Entry:
-        """The entry ``d`` describes; ``ValueError`` for anything else."""
+        """The entry ``d`` describes, each field within its bound (a command line longer than
+        :data:`MAX_COMMAND` is cut); ``ValueError`` for anything else."""
         if not isinstance(d, dict):
             raise ValueError(f"an entry must be an object, got {shown(d)}")
-        ints = {k: d.get(k) for k in ("pid", "start_time", "pidns", "bytes")}
-        for k, v in ints.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"entry field {k!r} must be a whole number >= 0, got {shown(v)}")
+        figures = {"pid": MAX_PID, "start_time": MAX_FIGURE, "pidns": MAX_FIGURE, "bytes": MAX_FIGURE}
+        for k, bound in figures.items():
+            v = d.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= bound:
+                raise ValueError(f"entry field {k!r} must be a whole number from 0 to {bound}, got {shown(v)}")
         nspid = d.get("nspid")
-        if not isinstance(nspid, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in nspid):
-            raise ValueError(f"entry field 'nspid' must be a list of PIDs, got {shown(nspid)}")
+        if (
+            not isinstance(nspid, list)
+            or len(nspid) > MAX_NESTING
+            or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PID for p in nspid)
+        ):
+            raise ValueError(
+                f"entry field 'nspid' must be a list of at most {MAX_NESTING} PIDs (0 to {MAX_PID}), got {shown(nspid)}"
+            )
         entry_id = d.get("id")
         if not isinstance(entry_id, str) or _UNSAFE.sub("", entry_id) != entry_id or not 0 < len(entry_id) <= MAX_ID:
             raise ValueError(
                 f"entry field 'id' must be a plain name of at most {MAX_ID} characters, got {shown(entry_id)}"
             )
         created = d.get("created")
-        if isinstance(created, bool) or not isinstance(created, (int, float)):
-            raise ValueError(f"entry field 'created' must be a time, got {shown(created)}")
-        pid, start, pidns, nbytes = (int(ints[k]) for k in ("pid", "start_time", "pidns", "bytes"))  # type: ignore[arg-type]
-        if len(nspid) > MAX_NESTING:
-            raise ValueError(f"entry field 'nspid' must list at most {MAX_NESTING} PIDs, got {len(nspid)}")
-        owner = Owner(pid, start, pidns, tuple(nspid), _cut(str(d.get("command", "?"))))
-        return cls(d["id"], owner, nbytes, float(created))
+        when = float(created) if isinstance(created, (int, float)) and _time_like(created) else math.nan
+        if not math.isfinite(when):
+            raise ValueError(f"entry field 'created' must be a time (seconds since the epoch), got {shown(created)}")
+        command = d.get("command", "?")
+        command = _cut(command) if isinstance(command, str) else "?"
+        return cls(entry_id, Owner(d["pid"], d["start_time"], d["pidns"], tuple(nspid), command), d["bytes"], when)
+
+
+def _time_like(value: float) -> bool:
+    """A float, or an int small enough to be one exactly (no bool)."""
+    return isinstance(value, float) or (not isinstance(value, bool) and abs(value) < 1 << 53)
 
 
 # ---- accounting ---------------------------------------------------------------------------------------
@@ -374,25 +381,39 @@ def default_directory() -> Path:
     return Path("/dev/shm/devmem") if os.path.isdir("/dev/shm") else Path(os.environ.get("TMPDIR") or "/tmp") / "devmem"
 
 
+#: The longest device key: its files' names (``<key>.<id>.owner``) stay within a filesystem's 255 bytes.
+MAX_KEY = 128
+
+
+def _file_key(text: str) -> str:
+    """``text`` as a name in the ledger directory: only letters, digits and ``._-``, at most :data:`MAX_KEY`
+    characters (a longer one is cut, with a digest of the whole so that two long names stay apart)."""
+    key = _UNSAFE.sub("_", text)
+    if len(key) <= MAX_KEY:
+        return key
+    return f"{key[: MAX_KEY - 17]}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
+
+
 def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
     """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
     caller has it already (from a reading), so the platform is not asked for it."""
     get_uuid = getattr(platform, "device_uuid", None)
     uid = get_uuid(device) if callable(get_uuid) else None
     if uid:
-        return _UNSAFE.sub("_", str(uid)), "the device's UUID"
-    key = _UNSAFE.sub("_", f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
+        return _file_key(str(uid)), "the device's UUID"
+    key = _file_key(f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
     return key, (
         f"platform {platform.name!r}, device name and index {device} (the platform gives no UUID: processes that "
         "number the devices differently see different ledgers)"
     )
 
 
-def _create(path: Path, flags: int) -> int:
-    """Open the regular file ``path`` (creating it readable and writable by every user), never through a symbolic
-    link in its place and never blocking on a FIFO; ``LedgerError`` naming it on failure."""
+def _create(d: LedgerDirectory, name: str, flags: int, mode: int) -> int:
+    """Open the regular file ``name`` in ``d``, creating it with ``mode``, never through a symbolic link in its
+    place and never blocking on a FIFO; ``LedgerError`` naming it on failure."""
+    path = d.file(name)
     try:
-        fd = regular_fd(os.open(path, flags | os.O_CREAT | SAFE_FLAGS, 0o666), path)
+        fd = d.open_file(name, flags | os.O_CREAT, mode)
     except OSError as exc:
         link = " (a symbolic link: the ledger does not follow links)" if exc.errno == errno.ELOOP else ""
         raise LedgerError(
@@ -403,7 +424,7 @@ def _create(path: Path, flags: int) -> int:
         raise LedgerError(f"the reservation ledger file {exc}; remove it") from None
     if os.fstat(fd).st_uid == os.geteuid():  # another user's file: its mode was set by its creator
         with suppress(OSError):
-            os.fchmod(fd, 0o666)
+            os.fchmod(fd, mode)
     return fd
 
 
@@ -412,6 +433,40 @@ def _os_error(what: str, path: Path, exc: OSError) -> LedgerError:
         f"cannot {what} the reservation ledger file {path}: {exc.strerror or exc}; set {LEDGER_DIR_ENV} to a "
         "writable directory shared by the engines on this host, on a local filesystem"
     )
+
+
+#: Paths of broken ledger files (a link, a FIFO, an unreadable owner file) this process has warned about.
+_WARNED: set[str] = set()
+
+
+def _warn_once(path: Path, what: str) -> None:
+    if str(path) not in _WARNED:
+        _WARNED.add(str(path))
+        log.warning("devmem: reservation ledger file %s %s", path, what)
+
+
+class _Locks:
+    """The ``flock`` holders the kernel lists (``/proc/locks``), read once per look at a ledger."""
+
+    def __init__(self, path: str = "/proc/locks"):
+        self._path = path
+        self._holders: dict[str, set[int]] | None = None
+
+    def holders(self, dev: int, ino: int) -> set[int] | None:
+        """The PIDs (as this PID namespace names them) holding a ``flock`` on the file ``(dev, ino)``; ``None``
+        where ``/proc/locks`` cannot be read or lists none (holders in another PID namespace are left out)."""
+        if self._holders is None:
+            self._holders = {}
+            try:
+                with open(self._path, "rb") as f:
+                    text = f.read(1 << 24).decode("ascii", "replace")
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                fields = line.split()
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit():
+                    self._holders.setdefault(fields[5], set()).add(int(fields[4]))
+        return self._holders.get(f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}") or None
 
 
 class DeviceReservations(Record):
@@ -437,6 +492,23 @@ class DeviceReservations(Record):
         }
 
 
+def ledger_bytes(key: str, entries: Sequence[Entry]) -> bytes:
+    """The ledger file of ``key`` listing ``entries``."""
+    return json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1).encode()
+
+
+def parse_ledger(data: bytes) -> list[Entry]:
+    """The entries of a ledger file's bytes; ``ValueError``, ``KeyError``, ``TypeError`` or ``RecursionError``
+    for anything else (more than :data:`MAX_ENTRIES` entries included)."""
+    ledger = json.loads(data)
+    if not isinstance(ledger, dict) or ledger.get("format") != FORMAT:
+        raise ValueError(f"not a version-{FORMAT} ledger")
+    entries = ledger["entries"]
+    if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
+        raise ValueError(f"'entries' must be a list of at most {MAX_ENTRIES} entries, got {shown(entries)}")
+    return [Entry.from_json(e) for e in entries]
+
+
 class Ledger:
     """The reservation ledger in ``directory`` (default: :func:`default_directory`)."""
 
@@ -459,37 +531,23 @@ class Ledger:
         self.lock_timeout: float = float(seconds)
 
     # ---- files ----------------------------------------------------------------------------------------
-    def _writable(self) -> Path:
-        d = self.directory
-        try:
-            if not d.is_dir():
-                d.mkdir(parents=True, exist_ok=True)
-                with suppress(OSError):  # shared by every user, as /tmp is; each removes only its own files
-                    os.chmod(d, 0o1777)
-        except OSError as exc:
-            why = exc.strerror
-            if d.is_symlink():
-                why = f"it is a symbolic link to {os.readlink(d)!r}, which is no directory"
-            elif isinstance(exc, FileExistsError):
-                why = "a file that is no directory is in its place"
-            raise LedgerError(
-                f"cannot create the reservation ledger directory {d}: {why}; set {LEDGER_DIR_ENV} to a "
-                "writable directory shared by the engines on this host"
-            ) from None
-        if not os.access(d, os.W_OK | os.X_OK):
-            raise LedgerError(
-                f"the reservation ledger directory {d} is not writable by this user; set {LEDGER_DIR_ENV} to a "
-                "writable directory shared by the engines on this host"
-            )
+    def opened(self, *, create: bool) -> LedgerDirectory | None:
+        """The ledger directory, opened without following a link and checked (:mod:`devmem.engine.ledger_dir`);
+        where it is missing, created (``create``) or ``None``."""
+        return LedgerDirectory.open(self.directory, create=create)
+
+    def _opened(self) -> LedgerDirectory:
+        d = self.opened(create=True)
+        assert d is not None  # created where missing
         return d
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
     @contextmanager
-    def _locked(self, key: str) -> Iterator[None]:
-        lock = self._writable() / f"{key}.lock"
-        fd = _create(lock, os.O_RDONLY)  # flock needs no write access: another user's lock file serves as well
+    def _locked(self, d: LedgerDirectory, key: str) -> Iterator[None]:
+        # flock needs no write access: another user's lock file serves as well
+        fd = _create(d, f"{key}.lock", os.O_RDONLY, 0o666)
         try:
             deadline = time.monotonic() + self.lock_timeout
             delay = 0.0005
@@ -499,10 +557,10 @@ class Ledger:
                     break
                 except OSError as exc:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise _os_error("lock (flock)", lock, exc) from None
+                        raise _os_error("lock (flock)", d.file(f"{key}.lock"), exc) from None
                 if time.monotonic() >= deadline:
                     raise LedgerError(
-                        f"waited {self.lock_timeout:g} s for the reservation ledger lock {self.directory / key}.lock "
+                        f"waited {self.lock_timeout:g} s for the reservation ledger lock {d.file(key)}.lock "
                         "without getting it: another process holds it (a hung engine?); `devmem info` lists the "
                         "holders"
                     )
@@ -512,81 +570,81 @@ class Ledger:
         finally:
             os.close(fd)  # closing drops the lock
 
-    def _read(self, key: str) -> tuple[list[Entry], str | None]:
-        """The entries of ``key``'s ledger file, and ``None``; for a file that is not a ledger, none and the
-        problem."""
-        path = self.path(key)
+    def _read(self, d: LedgerDirectory, key: str) -> tuple[list[Entry], str | None]:
+        """The entries of ``key``'s ledger file, and ``None``; for a file that is not a ledger (a symbolic link
+        included: never followed), none and the problem."""
+        name = f"{key}.json"
+        path = d.file(name)
         try:
-            text = read_regular(path, MAX_FILE_BYTES)
+            data = d.read(name, MAX_FILE_BYTES)
         except FileNotFoundError:
             return [], None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return [], f"{path} is a symbolic link (never followed): not a ledger"
             return [], f"cannot read {path}: {exc.strerror}"
         except ValueError as exc:
             return [], f"{exc}: not a ledger"
         try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or data.get("format") != FORMAT:
-                raise ValueError(f"not a version-{FORMAT} ledger")
-            return [Entry.from_json(e) for e in data["entries"]], None
+            return parse_ledger(data), None
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             return [], f"{path} is corrupt ({type(exc).__name__}: {exc})"
 
-    def _owner_file(self, key: str, entry_id: str) -> Path:
-        return self.directory / f"{key}.{entry_id}.owner"
+    @staticmethod
+    def _owner_name(key: str, entry_id: str) -> str:
+        return f"{key}.{entry_id}.owner"
 
-    def _owner_files(self, key: str) -> list[Path]:
-        prefix = f"{key}."
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return []
-        return [self.directory / n for n in names if n.startswith(prefix) and n.endswith(".owner")]
-
-    def _write(self, key: str, entries: Sequence[Entry]) -> None:
+    def _write(self, d: LedgerDirectory, key: str, entries: Sequence[Entry]) -> None:
         """Replace ``key``'s ledger file with ``entries`` (the lock is held): through a temporary file renamed
-        into place, or, where the file is another user's in a sticky directory (``/dev/shm``, mode 1777: only
-        its owner may replace it), rewritten in place; ``LedgerError`` naming the file where neither can be."""
-        data = json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1)
-        path = self.path(key)
+        into place (which replaces a link in its place, never its target), or, where the file is another user's
+        in a sticky directory (``/dev/shm``, mode 1777: only its owner may replace it), rewritten in place;
+        ``LedgerError`` naming the file where neither can be."""
+        data = ledger_bytes(key, entries)
+        name = f"{key}.json"
         # a name no other writer uses (the lock is held; the PID and thread tell a forked writer apart)
-        tmp = self.directory / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp = f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | SAFE_FLAGS, 0o666)
+            fd = d.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         except OSError as exc:
-            raise _os_error("write", tmp, exc) from None
+            raise _os_error("write", d.file(tmp), exc) from None
+        except ValueError as exc:
+            raise LedgerError(f"the reservation ledger file {exc}; remove it") from None
         try:
-            os.write(fd, data.encode())
+            os.write(fd, data)
             os.fchmod(fd, 0o666)
             os.close(fd)
             fd = -1
-            os.replace(tmp, path)
+            d.replace(tmp, name)
         except PermissionError:
-            Path(tmp).unlink(missing_ok=True)
-            self._write_in_place(path, data)
+            d.unlink(tmp)
+            self._write_in_place(d, name, data)
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            Path(tmp).unlink(missing_ok=True)
-            raise _os_error("write", path, exc) from None
+            with suppress(OSError):
+                d.unlink(tmp)
+            raise _os_error("write", d.file(name), exc) from None
         except BaseException:
             if fd >= 0:
                 os.close(fd)
-            Path(tmp).unlink(missing_ok=True)
+            with suppress(OSError):
+                d.unlink(tmp)
             raise
 
     @staticmethod
-    def _write_in_place(path: Path, data: str) -> None:
+    def _write_in_place(d: LedgerDirectory, name: str, data: bytes) -> None:
+        path = d.file(name)
         try:
-            fd = regular_fd(os.open(path, os.O_WRONLY | SAFE_FLAGS), path)
+            fd = d.open_file(name, os.O_WRONLY)
         except OSError as exc:
             try:
-                st = os.lstat(path)
+                st = d.lstat(name)
                 whose = f" (owned by uid {st.st_uid}, mode {stat.filemode(st.st_mode)})"
             except OSError:
                 whose = ""
+            link = ", a symbolic link the ledger does not follow" if exc.errno == errno.ELOOP else ""
             raise LedgerError(
-                f"cannot write the reservation ledger file {path}{whose}: {exc.strerror}; its owner or root can "
+                f"cannot write the reservation ledger file {path}{whose}: {exc.strerror}{link}; its owner or root can "
                 f"remove it (no reservation is lost: the owners' files rebuild it), or set {LEDGER_DIR_ENV} to "
                 "another directory shared by the engines on this host"
             ) from None
@@ -594,76 +652,108 @@ class Ledger:
             raise LedgerError(f"the reservation ledger file {exc}; remove it") from None
         try:
             os.ftruncate(fd, 0)
-            os.write(fd, data.encode())
+            os.write(fd, data)
         except OSError as exc:
             raise _os_error("write", path, exc) from None
         finally:
             os.close(fd)
 
     # ---- liveness -------------------------------------------------------------------------------------
-    def _owner_lock(self, key: str, entry: Entry) -> tuple[bool | None, tuple[int, int] | None]:
-        """Whether some process holds ``entry``'s owner lock (``False`` also where the owner file is gone: a live
-        owner keeps it from before its entry is written until after its entry is removed), with the file's
-        ``(st_dev, st_ino)``; ``None`` where the lock cannot be asked (the file cannot be opened, flock fails)."""
-        path = self._owner_file(key, entry.id)
+    def _owner(
+        self,
+        d: LedgerDirectory,
+        key: str,
+        entry: Entry,
+        me: Owner,
+        others: Mapping[int, int] | None,
+        locks: _Locks,
+    ) -> Entry | None:
+        """``entry`` as its owner recorded it (its owner file's copy, which only the owner writes), where the owner
+        is alive, as the kernel tells: its owner lock decides, in any PID namespace (a PID and start time anyone
+        can copy into an entry prove nothing). In this namespace the lock must be held by the owner's PID where
+        ``/proc/locks`` lists the lock's holders. A missing owner file means a dead owner (a live one keeps it from
+        before its entry is written until after its entry is removed); so does one that is no regular file this
+        user can open (a link, a FIFO, a directory, a file made unreadable: no owner made it so). Only where
+        ``flock`` itself fails on the owner file: the PID and start time (this namespace) or the platform's
+        process list (another)."""
+        name = self._owner_name(key, entry.id)
         try:
-            fd = regular_fd(os.open(path, os.O_RDONLY | SAFE_FLAGS), path)
+            fd = d.open_file(name, os.O_RDONLY)
         except FileNotFoundError:
-            return False, None
-        except (OSError, ValueError):
-            return None, None
+            return None
+        except (OSError, ValueError) as exc:
+            what = "is a symbolic link (never followed)" if getattr(exc, "errno", None) == errno.ELOOP else str(exc)
+            _warn_once(d.file(name), f"is no owner file ({what}): its entry counts as dead")
+            return None
         try:
             st = os.fstat(fd)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            held = True if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
-            return held, (st.st_dev, st.st_ino)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return None  # nobody holds it: the owner is gone
+            except OSError as exc:
+                held = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+            record = entry
+            with suppress(OSError, ValueError, RecursionError):
+                data = os.read(fd, MAX_ENTRY_BYTES + 1)
+                own = Entry.from_json(json.loads(data)) if len(data) <= MAX_ENTRY_BYTES else None
+                if own is not None and own.id == entry.id:
+                    record = own
         finally:
             os.close(fd)
-        return False, None
-
-    def alive(self, key: str, entry: Entry, me: Owner, others: Mapping[int, int] | None) -> bool:
-        """Whether ``entry``'s owner is alive, as the kernel tells: its owner lock decides, in any PID namespace
-        (a PID and start time anyone can copy into an entry prove nothing). In this namespace, the lock must be
-        held by the owner's PID where ``/proc/locks`` lists the lock's holders. Only where the lock cannot be
-        asked: the PID and start time (this namespace) or the platform's process list (another)."""
-        o = entry.owner
+        o = record.owner
         same_namespace = bool(o.pidns) and o.pidns == me.pidns
-        held, inode = self._owner_lock(key, entry)
-        if held is False:
-            return False
-        if held and inode is not None:
-            holders = _flock_holders(*inode) if same_namespace else None
-            return not holders or o.pid in holders  # no list: the lock alone says (a holder in another namespace)
+        if held:
+            holders = locks.holders(st.st_dev, st.st_ino) if same_namespace else None
+            # no list: the lock alone says (its holder is in another PID namespace)
+            return record if not holders or o.pid in holders else None
         if same_namespace:
-            return _start_time(o.pid) == o.start_time
+            return record if _start_time(o.pid) == o.start_time else None
         outer = o.nspid[0] if len(o.nspid) > 1 else None
-        return others is not None and outer is not None and outer in others
+        return record if others is not None and outer is not None and outer in others else None
 
-    def _rebuilt(self, key: str, me: Owner, others: Mapping[int, int] | None) -> list[Entry]:
-        """The live owners' entries from their owner files, for a ledger file that is corrupt."""
-        entries = []
-        for path in self._owner_files(key):
-            try:
-                entry = Entry.from_json(json.loads(read_regular(path, MAX_FILE_BYTES, follow=False)))
-            except (OSError, ValueError, RecursionError):
-                continue
-            if self.alive(key, entry, me, others):
-                entries.append(entry)
-        return entries
-
-    def _load(
-        self, key: str, me: Owner, others: Mapping[int, int] | None
-    ) -> tuple[list[Entry], list[Entry], str | None]:
-        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger."""
-        entries, problem = self._read(key)
-        if problem is not None:
-            entries = self._rebuilt(key, me, others)
-            return entries, [], f"{problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
+    def judged(
+        self, d: LedgerDirectory, key: str, entries: Sequence[Entry], me: Owner, others: Mapping[int, int] | None
+    ) -> tuple[list[Entry], list[Entry]]:
+        """``entries`` split into the live owners' (as each owner recorded it, each id once) and the dead's."""
+        locks = _Locks()
         live: list[Entry] = []
         dead: list[Entry] = []
+        seen: set[str] = set()
         for e in entries:
-            (live if self.alive(key, e, me, others) else dead).append(e)
+            if e.id in seen:  # a copy of an entry counts once
+                continue
+            seen.add(e.id)
+            record = self._owner(d, key, e, me, others, locks)
+            if record is None:
+                dead.append(e)
+            else:
+                live.append(record)
+        return live, dead
+
+    def _rebuilt(self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None) -> list[Entry]:
+        """The live owners' entries from their owner files, for a ledger file that is corrupt."""
+        entries = []
+        prefix = f"{key}."
+        for name in d.names():
+            if not (name.startswith(prefix) and name.endswith(".owner")):
+                continue
+            try:
+                entry = Entry.from_json(json.loads(d.read(name, MAX_ENTRY_BYTES)))
+            except (OSError, ValueError, RecursionError):
+                continue
+            if name == self._owner_name(key, entry.id):
+                entries.append(entry)
+        return self.judged(d, key, entries, me, others)[0]
+
+    def _load(
+        self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None
+    ) -> tuple[list[Entry], list[Entry], str | None]:
+        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger."""
+        entries, problem = self._read(d, key)
+        if problem is not None:
+            entries = self._rebuilt(d, key, me, others)
+            return entries, [], f"{problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
+        live, dead = self.judged(d, key, entries, me, others)
         return live, dead, None
 
     # ---- reserving ------------------------------------------------------------------------------------
@@ -690,53 +780,61 @@ class Ledger:
         request = resolve_request(nbytes, utilization, total)
         key, _ = device_key(platform, device, reading.name)
         others = reading.other_processes
-        own_used = reading.process.used
-        integrated = reading.integrated
         me = Owner.current()
-        with self._locked(key):
-            live, dead, problem = self._load(key, me, others)
+        with self._opened() as d, self._locked(d, key):
+            live, dead, problem = self._load(d, key, me, others)
             if problem:
                 log.warning("devmem: reservation ledger %s", problem)
             if dead:
                 log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
+            before = account(total, free, live, others, reading.process.used, reading.integrated, me)
+            # this process's own use beyond what it reserved is on top of a new request: an engine's budget is
+            # its growth from here
+            if before.committed + request > total or len(live) >= MAX_ENTRIES:
+                raise _refusal(reading.name, device, request, before, self.path(key), full=len(live) >= MAX_ENTRIES)
             entry = Entry(os.urandom(8).hex(), me, request, time.time())
-            before = account(total, free, live, others, own_used, integrated, me)
-            after = account(total, free, [*live, entry], others, own_used, integrated, me)
-            if after.committed > total:
-                raise _refusal(reading.name, device, request, before, self.path(key))
-            fd = _create(self._owner_file(key, entry.id), os.O_RDWR)
+            name = self._owner_name(key, entry.id)
+            fd = _create(d, name, os.O_RDWR, 0o644)  # readable by every user, written by its owner only
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     os.write(fd, json.dumps(entry.as_json()).encode())
                 except OSError as exc:
-                    raise _os_error("lock (flock) and write", self._owner_file(key, entry.id), exc) from None
+                    raise _os_error("lock (flock) and write", d.file(name), exc) from None
                 for stale in dead:
                     with suppress(OSError):  # another user's, in a sticky directory: left, and ignored
-                        self._owner_file(key, stale.id).unlink(missing_ok=True)
-                self._write(key, [*live, entry])
+                        d.unlink(self._owner_name(key, stale.id))
+                self._write(d, key, [*live, entry])
             except BaseException:
                 os.close(fd)
-                self._owner_file(key, entry.id).unlink(missing_ok=True)
+                with suppress(OSError):
+                    d.unlink(name)
                 raise
         reservation = Reservation(self, key, device, entry, total, fd)
         _LIVE.add(reservation)
         return reservation
 
     def _release(self, key: str, entry: Entry) -> None:
-        with self._locked(key):
-            entries, problem = self._read(key)
+        d = self.opened(create=False)
+        if d is None:  # the directory is gone, and the entry with it
+            return
+        with d, self._locked(d, key):
+            entries, problem = self._read(d, key)
             if problem is None:
-                self._write(key, [e for e in entries if e.id != entry.id])
+                self._write(d, key, [e for e in entries if e.id != entry.id])
             with suppress(OSError):  # gone already, or the directory no longer writable: the lock dies with us
-                self._owner_file(key, entry.id).unlink(missing_ok=True)
+                d.unlink(self._owner_name(key, entry.id))
 
     # ---- reading, for operators -----------------------------------------------------------------------
     def keys(self) -> list[str]:
         try:
-            names = os.listdir(self.directory)
-        except OSError:
+            d = self.opened(create=False)
+        except LedgerError:
             return []
+        if d is None:
+            return []
+        with d:
+            names = d.names()
         return sorted(n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith("."))
 
     def view(
@@ -750,20 +848,24 @@ class Ledger:
     ) -> DeviceReservations | None:
         """``key``'s ledger as it stands (nothing is reclaimed), with the holdings as admission counts them;
         ``None`` where the device has no ledger file."""
-        try:
-            if not self.path(key).exists():
-                return None
-        except OSError as exc:  # a name too long, a directory this user cannot search
-            raise LedgerError(
-                f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
-                f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
-            ) from None
+        d = self.opened(create=False)
+        if d is None:
+            return None
         me = Owner.current()
-        try:
-            with self._locked(key):
-                live, dead, problem = self._load(key, me, others)
-        except LedgerError:  # a directory this user cannot write: read without the lock (the file is replaced
-            live, dead, problem = self._load(key, me, others)  # atomically, so a read sees a whole file)
+        with d:
+            try:
+                if not d.exists(f"{key}.json"):
+                    return None
+            except OSError as exc:  # a directory this user cannot search
+                raise LedgerError(
+                    f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
+                    f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
+                ) from None
+            try:
+                with self._locked(d, key):
+                    live, dead, problem = self._load(d, key, me, others)
+            except LedgerError:  # a directory this user cannot write: read without the lock (the file is replaced
+                live, dead, problem = self._load(d, key, me, others)  # atomically, so a read sees a whole file)
         accounting = account(total, free, live, others, own_used, integrated, me)
         return DeviceReservations(key, str(self.path(key)), accounting, tuple(dead), problem)
 
@@ -805,16 +907,29 @@ def _reading_of(platform: Platform, device: int, reading: DeviceReading | None) 
     return reading
 
 
-def _refusal(name: str, device: int, request: int, before: Accounting, path: Path) -> ReservationRefused:
+def _refusal(
+    name: str, device: int, request: int, before: Accounting, path: Path, full: bool = False
+) -> ReservationRefused:
+    """The refusal of ``request``: what would fit (the total less all that ``before`` counts, this process's own
+    use included) and who holds the device; ``full``: the ledger holds :data:`MAX_ENTRIES` reservations already."""
     total = before.total
-    others = sum(h.committed for h in before.holdings if not h.mine)
-    available = max(0, total - others - sum(h.reserved or 0 for h in before.holdings if h.mine))
+    available = max(0, total - before.committed)
     holders = sorted(before.holdings, key=lambda h: -h.committed)
-    fits = math.floor(Fraction(available, total) * 1000) / 1000 if total else 0.0
+    fits = math.floor(Fraction(available, total) * 1000) / 1000
+    asked = f"device {device} ({name}): cannot reserve {format_size(request)} ({request / total:.3f} of "
+    asked += f"{format_size(total)})."
+    if full:
+        first = (
+            f"{asked} The device's ledger holds {MAX_ENTRIES} reservations, the most one device may have; stop a "
+            "holder first."
+        )
+    else:
+        first = (
+            f"{asked} What would fit: {format_size(available)} ({available} bytes, utilization {fits:.3f}); stop a "
+            "holder or ask for at most that."
+        )
     lines = [
-        f"device {device} ({name}): cannot reserve {format_size(request)} "
-        f"({request / total:.3f} of {format_size(total)}). What would fit: {format_size(available)} "
-        f"({available} bytes, utilization {fits:.3f}); stop a holder or ask for at most that.",
+        first,
         *_holder_lines(holders),
         *(f"  note: {n}" for n in (*_own_reservations_note(before), *before.notes)),
         f"  ledger: {path}",

@@ -1,0 +1,184 @@
+"""The reservation ledger's directory, opened once without following a link and checked before anything in it is
+trusted; every file in it is then opened relative to that descriptor, never through a link in its place.
+
+The directory must be a directory (a symbolic link in its place is refused, not followed) and either sticky (as
+``/dev/shm`` and a shared ``/dev/shm/devmem`` of mode 1777 are: only a file's owner may replace or remove it) or
+owned by this user or root and writable by nobody else: in a directory another user may write without the sticky
+bit, that user could replace the files that say who holds the device. Creating it never changes the mode of a
+directory this process did not just create: it is made private (``mkdir`` mode 0700), opened without following a
+link, and only a descriptor that shows an empty directory of this user's is made shared (``fchmod`` 1777).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from contextlib import suppress
+from pathlib import Path
+
+from devmem._text import shown
+from devmem.engine.state_files import SAFE_FLAGS, regular_fd
+from devmem.errors import LedgerError
+
+#: The environment variable naming the ledger directory.
+LEDGER_DIR_ENV = "DEVMEM_LEDGER_DIR"
+
+_DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | SAFE_FLAGS
+
+_FIX = f"set {LEDGER_DIR_ENV} to a writable directory shared by the engines on this host"
+
+
+def _named(path: Path) -> str:
+    """``path`` for a message: whole, or cut short where it is too long to read."""
+    text = str(path)
+    return text if len(text) <= 200 else shown(text)
+
+
+def _uid_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def problem(st: os.stat_result) -> str | None:
+    """What is wrong with a ledger directory of status ``st`` (``None``: nothing): not sticky, and owned by
+    another user than this one or root, or writable by its group or by others."""
+    if st.st_mode & stat.S_ISVTX:
+        return None
+    mode = stat.filemode(st.st_mode)
+    if st.st_uid not in (os.geteuid(), 0):
+        return (
+            f"it is owned by {_uid_name(st.st_uid)}, not by this user ({_uid_name(os.geteuid())}) or root, and is "
+            f"not sticky (mode {mode}): its owner could replace the files that say who holds the device"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"it is writable by other users and not sticky (mode {mode}): any of them could replace the files that "
+            "say who holds the device"
+        )
+    return None
+
+
+class LedgerDirectory:
+    """An open, checked ledger directory (a context manager closing it); file names are relative to it."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+
+    def __enter__(self) -> LedgerDirectory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool) -> LedgerDirectory | None:
+        """``path`` opened and checked; where it is missing, created (``create``) or ``None``. ``LedgerError``
+        naming it and what is wrong where it cannot be used."""
+        created = False
+        if create:
+            try:
+                os.makedirs(path.parent, exist_ok=True)
+            except OSError as exc:
+                raise LedgerError(f"cannot create the ledger directory {_named(path)}: {exc}; {_FIX}") from None
+            try:
+                os.mkdir(path, 0o700)  # private until this process has checked what it made
+                created = True
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise cls._error(path, "create", exc) from None
+        try:
+            fd = os.open(path, _DIRECTORY_FLAGS)
+        except FileNotFoundError:
+            if create:  # removed again since it was made: say so rather than loop
+                raise LedgerError(f"the ledger directory {_named(path)} vanished as it was opened; {_FIX}") from None
+            return None
+        except OSError as exc:
+            raise cls._error(path, "open", exc) from None
+        try:
+            st = os.fstat(fd)
+            if created and st.st_uid == os.geteuid() and not os.listdir(fd):
+                # what this process just made (a directory swapped in since would be another's, or not empty):
+                # shared by every user, as /tmp is, with the sticky bit so each removes only its own files
+                os.fchmod(fd, 0o1777)
+                st = os.fstat(fd)
+            wrong = problem(st)
+            writable = os.access(".", os.W_OK | os.X_OK, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            raise cls._error(path, "check", exc) from None
+        if wrong is None and create and not writable:
+            os.close(fd)
+            raise LedgerError(f"the reservation ledger directory {_named(path)} is not writable by this user; {_FIX}")
+        if wrong is not None:
+            os.close(fd)
+            raise LedgerError(
+                f"the reservation ledger directory {_named(path)} cannot be used: {wrong}; remove it (devmem "
+                f"creates it afresh, mode 1777), make it sticky (chmod +t, as /dev/shm), or {_FIX}"
+            )
+        return cls(path, fd)
+
+    @staticmethod
+    def _error(path: Path, what: str, exc: OSError) -> LedgerError:
+        why, fix = exc.strerror or str(exc), _FIX
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+            try:
+                why = f"it is a symbolic link (to {os.readlink(path)!r}), and the ledger does not follow links"
+                fix = f"remove the link, or set {LEDGER_DIR_ENV} to the directory itself"
+            except OSError:
+                why = "a file that is no directory is in its place"
+        return LedgerError(f"cannot {what} the reservation ledger directory {_named(path)}: {why}; {fix}")
+
+    # ---- files in it ----------------------------------------------------------------------------------
+    def file(self, name: str) -> Path:
+        """``name``'s path, for people (opening goes through the descriptor)."""
+        return self.path / name
+
+    def open_file(self, name: str, flags: int, mode: int = 0o644) -> int:
+        """The regular file ``name`` opened with ``flags``, never through a link (``OSError``, ELOOP) and never
+        blocking on a FIFO (``ValueError`` naming what is in its place)."""
+        return regular_fd(os.open(name, flags | SAFE_FLAGS, mode, dir_fd=self.fd), self.file(name))
+
+    def read(self, name: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of the regular file ``name`` (``ValueError`` where it is larger, or no regular
+        file; ``OSError`` where it cannot be opened, ELOOP for a link)."""
+        fd = self.open_file(name, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"{self.file(name)} is larger than {limit} bytes")
+        return data
+
+    def names(self) -> list[str]:
+        try:
+            return os.listdir(self.fd)
+        except OSError:
+            return []
+
+    def replace(self, source: str, target: str) -> None:
+        os.replace(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def unlink(self, name: str) -> None:
+        """Remove ``name`` (a link in its place is removed itself, never its target); gone already: nothing."""
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+
+    def lstat(self, name: str) -> os.stat_result:
+        return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.lstat(name)
+        except FileNotFoundError:
+            return False
+        return True

@@ -62,19 +62,11 @@ def test_an_engine_memory_without_a_reservation_checks_its_device_index_once(hos
     assert checks == {"type": 1, "platform": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 33: reservations.py checks a reading's index again (_reading_of) and asks device_uuid (device_key)",
-)
 def test_a_reservation_checks_its_device_index_once(host, checks, tmp_path):
     reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
     assert checks["platform"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 33: the reservation checks the door's reading again (_reading_of, device_key's device_uuid)",
-)
 def test_an_engine_memory_checks_its_device_index_once(host, checks, tmp_path):
     EngineMemory(0, platform=host, utilization=0.5, ledger_dir=tmp_path).close()
     assert checks == {"type": 1, "platform": 1}

@@ -391,6 +391,29 @@ def test_own_use_beyond_this_processs_reservations_counts_on_top_of_a_new_one(tm
             reserve(0, 31 * GiB, platform=platform, ledger_dir=tmp_path)
 
 
+def test_what_a_share_covers_of_this_processs_memory_is_not_counted_again(tmp_path):
+    """An engine created after its model (its share holds the 40 GiB it loaded): 0.9 of 80 fits."""
+    with reserve(0, utilization=0.9, platform=nvml_using_40_of_80(), ledger_dir=tmp_path, held_outside=0) as r:
+        assert r.bytes == 72 * GiB
+
+
+def test_an_engine_memory_created_after_its_model_reserves_its_share_around_what_it_holds(tmp_path):
+    memory = devmem.EngineMemory(0, utilization=0.9, platform=nvml_using_40_of_80(), ledger_dir=tmp_path, late=True)
+    assert memory.reservation is not None and memory.reservation.bytes == 72 * GiB
+
+
+def test_an_engine_memory_whose_baseline_came_before_its_model_counts_only_what_it_held_then(tmp_path):
+    sc = Scenario(devices=[ScriptedNvidiaGpu(total=80 * GiB, reserved=0)])
+    platform = scripted_platform(sc)
+    sc.allocate(8 * GiB)  # held before the engine's baseline: outside its share
+    baseline = devmem.engine.MemorySnapshot.measure(0, platform)
+    sc.allocate(32 * GiB)  # the model, loaded since the baseline: inside it
+    with pytest.raises(ReservationRefused, match=r"What would fit: 72.00 GiB"):
+        devmem.EngineMemory(0, utilization=0.95, platform=platform, ledger_dir=tmp_path, baseline=baseline)
+    memory = devmem.EngineMemory(0, utilization=0.9, platform=platform, ledger_dir=tmp_path, baseline=baseline)
+    assert memory.reservation.bytes == 72 * GiB
+
+
 # ---- another user, /proc hidden --------------------------------------------------------------------------
 HIDDEN_READER = """
 import os, sys

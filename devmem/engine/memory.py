@@ -194,12 +194,18 @@ class EngineMemory:
         elif arguments.flag("reserve", reserve, error=EngineMemoryError):
             # before the start-up check: a refusal names who holds the device
             share = reserve_bytes or (self.requested if self.pinned_bytes is None else self.pinned_bytes)
-            self.reservation = reserve_share(
-                self.device, share, platform=self.platform, ledger_dir=ledger_dir, reading=reading
+            self.reservation = reserve_share(  # the share covers what it holds since its baseline (all, if late)
+                self.device,
+                share,
+                platform=self.platform,
+                ledger_dir=ledger_dir,
+                reading=reading,
+                held_outside=0 if self.late else self.baseline.process,
             )
         try:
             if check_startup and self.pinned_bytes is None:
-                check_startup_memory(self.baseline, self.requested, self.platform)
+                held = (self.baseline.process or 0) if self.late else 0  # a late engine's share holds its model
+                check_startup_memory(self.baseline, self.requested, self.platform, held=held)
         except BaseException:
             self.close()  # a start refused here gives its share back, so a retry that fits is admitted
             raise

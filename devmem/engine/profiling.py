@@ -168,8 +168,11 @@ def release_allocator_cache(device: int = 0, platform: Platform | None = None) -
     return released
 
 
-def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Platform | None = None) -> None:
-    """Fail at start when free memory is below what this engine requests.
+def check_startup_memory(
+    snapshot: MemorySnapshot, requested: int, platform: Platform | None = None, *, held: int = 0
+) -> None:
+    """Fail at start when free memory is below what this engine requests (``held``: the part of the request
+    this process holds already, an engine created after its model).
 
     Co-tenants that together ask for more than the device has must fail loudly, not shrink each other silently.
     Raises :class:`~devmem.NotEnoughMemoryError` naming the device, both figures and the largest utilization that
@@ -188,30 +191,33 @@ def check_startup_memory(snapshot: MemorySnapshot, requested: int, platform: Pla
         )
     except ArgumentError as exc:
         raise DevmemError(f"{exc}: the platform's reading is broken (see `devmem doctor`)") from None
+    already = arguments.byte_count("held", held)
     free = max(0, int(snapshot.free))
-    if free >= requested:
+    if free + already >= requested:
         return
     platform = arguments.platform(platform)
     name = platform.device_name(snapshot.device)
-    fits = math.floor(Fraction(min(free, total), total) * 1000) / 1000
+    fits = math.floor(Fraction(min(free + already, total), total) * 1000) / 1000
     used = total - free
     others = None if snapshot.process is None else used - snapshot.process
     if others is None:
-        held = f"{format_size(used)} is in use"
+        holders = f"{format_size(used)} is in use"
     elif others < 0:
-        held = (
+        holders = (
             f"{format_size(used)} is in use; what other processes hold is unknown (this process's own figure, "
             f"{format_size(used - others)}, exceeds it)"
         )
     else:
-        held = f"other processes hold {format_size(others)}"
+        holders = f"other processes hold {format_size(others)}"
     # stopping other processes helps only where they hold memory (or what they hold is unknown)
     stop = "stop processes using the device" if others != 0 else "free what this process holds before starting"
     advice = f"Lower the utilization to at most {fits:.3f}, or {stop}" if fits > 0 else f"No utilization fits: {stop}"
     raise NotEnoughMemoryError(
-        f"device {snapshot.device} ({name}): free memory at start, {format_size(free)}, is less than the "
+        f"device {snapshot.device} ({name}): free memory at start, {format_size(free)}"
+        + (f", with the {format_size(already)} this process holds already," if already else ",")
+        + " is less than the "
         f"requested {format_size(requested)} ({requested / total:.3f} of the total "
-        f"{format_size(total)}); {held}. {advice}",
+        f"{format_size(total)}); {holders}. {advice}",
         {
             "free": free,
             "requested": requested,

@@ -59,7 +59,7 @@ from devmem._text import shown
 from devmem.engine.ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
 from devmem.planner.sizing import requested_memory
-from devmem.platform import DeviceReading, Platform
+from devmem.platform import DeviceReading, Platform, PlatformBase
 from devmem.records import Record
 from devmem.units import format_size
 
@@ -316,11 +316,14 @@ def account(
     own_used: int | None,
     integrated: bool,
     me: Owner,
+    own_counted: int | None = None,
 ) -> Accounting:
     """The holdings of a device with ``total`` and ``free`` bytes: each owner of ``live`` entries with its
     reservations and what it uses (``others``: other processes' bytes by PID, ``own_used``: this process's), each
     process in ``others`` that reserved nothing, and, where ``others`` is unknown on a discrete device, the
-    device's used memory beyond the reservations."""
+    device's used memory beyond the reservations. ``own_counted``: of this process's memory, what its holding
+    counts (``own_used`` where ``None``; less where a new share covers part of what it holds)."""
+    own_counted = own_used if own_counted is None else own_counted
     by_owner: dict[tuple[int, int, int], list[Entry]] = {}
     for e in live:
         by_owner.setdefault((e.owner.pid, e.owner.start_time, e.owner.pidns), []).append(e)
@@ -331,7 +334,7 @@ def account(
         owner = entries[0].owner
         reserved = sum(e.bytes for e in entries)
         if owner.same_process(me):
-            mine, used = True, own_used
+            mine, used = True, own_counted
         else:
             pid = owner.visible_pid(me)
             used = None if others is None or pid is None else others.get(pid)
@@ -358,8 +361,8 @@ def account(
             holdings.append(Holding(None, None, None, beyond))
     else:
         notes.append("the platform lists no per-process figures (host memory): only reservations are counted")
-    if not mine and own_used:  # on every platform: where others are unlisted, too (`beyond` leaves it out)
-        holdings.append(Holding(me.pid, me.command, None, own_used, True))
+    if not mine and own_counted:  # on every platform: where others are unlisted, too (`beyond` leaves it out)
+        holdings.append(Holding(me.pid, me.command, None, own_counted, True))
     return Accounting(total, tuple(holdings), tuple(notes))
 
 
@@ -396,9 +399,12 @@ def _file_key(text: str) -> str:
 
 def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
     """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
-    caller has it already (from a reading), so the platform is not asked for it."""
-    get_uuid = getattr(platform, "device_uuid", None)
-    uid = get_uuid(device) if callable(get_uuid) else None
+    caller has it already (from a reading, whose index is checked), so the platform is not asked for it."""
+    if name is not None and isinstance(platform, PlatformBase):
+        uid = platform._device_uuid(device)  # the index was checked when the reading was taken
+    else:
+        get_uuid = getattr(platform, "device_uuid", None)
+        uid = get_uuid(device) if callable(get_uuid) else None
     if uid:
         return _file_key(str(uid)), "the device's UUID"
     key = _file_key(f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
@@ -765,11 +771,12 @@ class Ledger:
         utilization: float | None = None,
         *,
         reading: DeviceReading | None = None,
+        held_outside: int | None = None,
     ) -> Reservation:
         """Admit a reservation of ``nbytes`` (or ``utilization`` of the total) on ``device``, or raise
         :class:`ReservationRefused`. ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` the caller
-        took already; admission counts its figures and asks the platform no memory question (see
-        :func:`reserve`)."""
+        took already; admission counts its figures and asks the platform no memory question; ``held_outside``:
+        of what this process holds, the bytes the new share does not cover (see :func:`reserve`)."""
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
         if total <= 0:
@@ -778,7 +785,7 @@ class Ledger:
                 "it; check the device (`devmem doctor`) or reserve on another"
             )
         request = resolve_request(nbytes, utilization, total)
-        key, _ = device_key(platform, device, reading.name)
+        key, _ = device_key(platform, reading.index, reading.name)
         others = reading.other_processes
         me = Owner.current()
         with self._opened() as d, self._locked(d, key):
@@ -787,9 +794,11 @@ class Ledger:
                 log.warning("devmem: reservation ledger %s", problem)
             if dead:
                 log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
-            before = account(total, free, live, others, reading.process.used, reading.integrated, me)
-            # this process's own use beyond what it reserved is on top of a new request: an engine's budget is
-            # its growth from here
+            own = reading.process.used
+            outside = own if held_outside is None or own is None else min(own, held_outside)
+            before = account(total, free, live, others, own, reading.integrated, me, own_counted=outside)
+            # this process's own use beyond what it reserved, and outside the new share, is on top of the request:
+            # an engine's budget is its growth from its baseline
             if before.committed + request > total or len(live) >= MAX_ENTRIES:
                 raise _refusal(reading.name, device, request, before, self.path(key), full=len(live) >= MAX_ENTRIES)
             entry = Entry(os.urandom(8).hex(), me, request, time.time())
@@ -898,6 +907,8 @@ def _reading_of(platform: Platform, device: int, reading: DeviceReading | None) 
             f"reading must be a devmem.platform.DeviceReading (platform.read(device)) or None, got {shown(reading)} "
             f"of type {type(reading).__name__}"
         )
+    if type(device) is int and device == reading.index:  # the reading's index was checked when it was read
+        return reading
     index = platform.check_device(device) if hasattr(platform, "check_device") else device
     if reading.index != index:
         raise DevmemError(
@@ -1059,6 +1070,7 @@ def reserve(
     ledger_dir: str | os.PathLike[str] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     reading: DeviceReading | None = None,
+    held_outside: int | None = None,
 ) -> Reservation:
     """Reserve ``bytes`` (or ``utilization`` of the total) of ``device`` on this host's ledger, before loading
     anything; raise :class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the holders and
@@ -1073,12 +1085,20 @@ def reserve(
     and asks the platform only for the device's identity (its index range and UUID), no reading, so one reading
     serves a caller's baseline and its reservation alike. A reading of another device is a
     :class:`~devmem.DevmemError`. Without it, admission takes one reading of its own.
+
+    What this process holds already counts on top of the new share (a share is the growth from now), except
+    ``held_outside``: where given, only that much of it does (an engine whose baseline was taken earlier, or one
+    created after its model, whose share covers what it loaded since: ``0`` for the latter).
     """
+    if held_outside is not None:
+        held_outside = arguments.byte_count("held_outside", held_outside)
     if platform is None:
         from devmem.resolution.plugins import current_platform
 
         platform = current_platform()
-    return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(platform, device, bytes, utilization, reading=reading)
+    return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(
+        platform, device, bytes, utilization, reading=reading, held_outside=held_outside
+    )
 
 
 def device_reservations(

@@ -41,7 +41,11 @@ _TIED_BY_DEFAULT = {
 
 
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
+#: Qwen3.5's configs (qwen3_5, qwen3_5_moe and their text configs).
+_QWEN3_5 = {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+
+
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", *_QWEN3_5}
 
 
 #: Families with a norm over the whole query and key projections (OLMo 2, OLMoE).
@@ -102,7 +106,7 @@ _GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 
 
 #: Families whose full-attention query projection also produces an output gate (twice the query width).
-_GATED_QUERY = {"qwen3_next"}
+_GATED_QUERY = {"qwen3_next", *_QWEN3_5}
 
 
 def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:

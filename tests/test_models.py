@@ -288,15 +288,15 @@ RECURRENT_GEMMA_2B_LIKE = {
 @pytest.mark.parametrize(
     ("config", "key"),
     [
-        (MINIMAX_TEXT_01_LIKE, "attn_type_list"),
         (RECURRENT_GEMMA_2B_LIKE, "block_types"),
         ({**MINIMAX_TEXT_01_LIKE, "model_type": "minimax", "attn_type_list": None}, "layer_types"),
     ],
-    ids=["minimax-attn_type_list", "recurrent_gemma", "minimax-config-class-default"],
+    ids=["recurrent_gemma", "minimax-config-class-default"],
 )
 def test_configs_whose_linear_or_recurrent_layers_devmem_cannot_size_are_refused(config, key):
-    """Each was sized as every layer attending fully: MiniMax-Text-01's 70 lightning-attention layers (7 of every 8)
-    and RecurrentGemma's recurrent blocks (2 of every 3) counted as KV cache."""
+    """Each was sized as every layer attending fully: RecurrentGemma's recurrent blocks (2 of every 3), and a MiniMax
+    config that lists neither layer_types nor attn_type_list (MiniMaxConfig alternates lightning layers), counted as
+    KV cache."""
     with pytest.raises(UnknownArchitectureError) as caught:
         model(config)
     assert caught.value.missing == (key,)

@@ -11,8 +11,9 @@ cache specs give:
   kv_dtype`` bytes per layer, the same on every tensor-parallel rank; DeepSeek-V3.2 adds its sparse-attention
   indexer's key (``index_head_dim`` fp8 bytes plus a 4-byte scale per 128) and caches the latent in vLLM's
   ``fp8_ds_mla`` layout (656 bytes for DeepSeek's shape);
-- recurrent layers (Mamba in Jamba, Mamba2 in NemotronH and Bamba, gated-delta-net linear attention in Qwen3-Next,
-  short convolutions in LFM2) hold a fixed state per sequence, whatever its length, split across ranks;
+- recurrent layers (Mamba in Jamba, Mamba2 in NemotronH and Bamba, gated-delta-net linear attention in Qwen3-Next
+  and Qwen3.5, lightning attention in MiniMax-Text-01, Kimi delta attention in Kimi-Linear, short convolutions in
+  LFM2) hold a fixed state per sequence, whatever its length, split across ranks;
 - mixture-of-experts and MLP-only layers change the weights only.
 
 Tensor parallelism follows vLLM: ``kv_heads_per_rank = max(1, kv_heads // tp)``, where ``tp`` must divide the
@@ -26,7 +27,19 @@ deep or holding an integer too long to be a size is one :class:`ModelConfigError
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, MAX_TP
-from devmem.planner.models.kinds import ATTENTION, CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, NO_CACHE, SLIDING
+from devmem.planner.models.kinds import (
+    ATTENTION,
+    CHUNKED,
+    CONV,
+    FULL,
+    KDA,
+    LIGHTNING,
+    LINEAR,
+    MAMBA,
+    MAMBA2,
+    NO_CACHE,
+    SLIDING,
+)
 from devmem.planner.models.memory import ModelMemory, load_model
 from devmem.planner.models.reading import (
     MAX_CONFIG_INT,
@@ -46,7 +59,9 @@ __all__ = [
     "CONV",
     "FP8_DS_MLA",
     "FULL",
+    "KDA",
     "KV_DTYPES",
+    "LIGHTNING",
     "LINEAR",
     "MAMBA",
     "MAMBA2",

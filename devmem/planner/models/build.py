@@ -9,7 +9,7 @@ from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.attention import _attention_shape
 from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, _Config, _dtype, _max_context, _served_dtype
 from devmem.planner.models.gemma4 import gemma4_specs
-from devmem.planner.models.kinds import ATTENTION, CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, SLIDING
+from devmem.planner.models.kinds import ATTENTION, CHUNKED, FULL, MAMBA2, RECURRENT, SLIDING
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
 from devmem.planner.models.memory import ModelMemory
 from devmem.planner.models.mimo_v2 import mimo_v2_specs
@@ -31,24 +31,25 @@ _UNMODELLED = {
     "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
     "kv_n_heads": "a KV-head count under the key kv_n_heads",
     "use_cla": "cross-layer attention (Hunyuan's CLA: adjacent layers share one KV cache)",
-    "attn_type_list": "MiniMax's lightning (linear) attention layers",
     "block_types": "RecurrentGemma's recurrent blocks",
 }
 
 
-#: KV-head keys a family reads as vLLM reads them: Falcon's (``multi_query`` unless ``new_decoder_architecture``,
-#: then ``num_kv_heads``), GPTBigCode's ``multi_query`` (one KV head) and ChatGLM's ``multi_query_group_num`` (the KV
-#: heads where ``multi_query_attention``).
+#: Keys of :data:`_UNMODELLED` a family reads as vLLM reads them: Falcon's (``multi_query`` unless
+#: ``new_decoder_architecture``, then ``num_kv_heads``), GPTBigCode's ``multi_query`` (one KV head), ChatGLM's
+#: ``multi_query_group_num`` (the KV heads where ``multi_query_attention``) and Kimi-Linear's ``linear_attn_config``
+#: (its KDA layers).
 _KV_KEYS_READ = {
     "falcon": ("multi_query", "num_kv_heads"),
     "gpt_bigcode": ("multi_query",),
     "chatglm": ("multi_query_group_num",),
+    "kimi_linear": ("linear_attn_config",),
 }
 
 
 #: Families whose config class places recurrent layers where the config.json says nothing: refused by model_type.
 _UNMODELLED_FAMILIES = {
-    "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers",
+    "minimax": "MiniMaxConfig alternates full and lightning (linear) attention layers where config.json lists none",
     "recurrent_gemma": "RecurrentGemmaConfig places recurrent blocks between its local-attention layers",
 }
 
@@ -181,7 +182,7 @@ def _build_memory(
             c.model_type,
             ("attn_config.alibi" if not c.flag("alibi", True) else "attn_config.prefix_lm",),
         )
-    if c.model_type in _UNMODELLED_FAMILIES and not c.has("layer_types"):
+    if c.model_type in _UNMODELLED_FAMILIES and not c.has("layer_types") and not c.has("attn_type_list"):
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} has no layer_types: {_UNMODELLED_FAMILIES[c.model_type]}, "
             "which devmem does not model",
@@ -225,7 +226,7 @@ def _build_memory(
     if c.model_type in ("falcon_h1", "zamba2"):
         state_kinds = kinds + [MAMBA2] * kinds.count(FULL)
     recurrent_keys = [k for k in _RECURRENT_KEYS if k in c.values and k not in c.defaults]
-    if recurrent_keys and not any(k in (MAMBA, MAMBA2, LINEAR, CONV) for k in state_kinds):
+    if recurrent_keys and not any(k in RECURRENT for k in state_kinds):
         raise UnknownArchitectureError(
             f"config of model_type {c.model_type!r} sets {', '.join(recurrent_keys)} (recurrent layers) but no layer "
             "list or pattern devmem reads places them: their state per sequence would be left out",

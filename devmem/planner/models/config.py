@@ -102,6 +102,7 @@ _MAX_LENGTH_KEYS = (
     "n_positions",
     "max_seq_len",
     "seq_length",
+    "model_max_length",
     "max_sequence_length",
     "max_seq_length",
     "seq_len",

@@ -9,7 +9,8 @@ from typing import Any
 from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.config import _Config
 from devmem.planner.models.gpt_neo import _gpt_neo_local_layers
-from devmem.planner.models.kinds import CHUNKED, CONV, FULL, LINEAR, MAMBA, MAMBA2, SLIDING
+from devmem.planner.models.kimi_linear import kimi_linear_layers
+from devmem.planner.models.kinds import CHUNKED, CONV, FULL, LIGHTNING, LINEAR, MAMBA, MAMBA2, SLIDING
 from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_layer_kinds
 from devmem.planner.models.reading import _shown
@@ -32,6 +33,11 @@ _LAYER_TYPES = {
 
 #: MiMo-V2's ``hybrid_layer_pattern``: 0 a full-attention layer, 1 a sliding-window one.
 _HYBRID_LAYER_PATTERN = {0: FULL, 1: SLIDING}
+#: MiniMax's ``attn_type_list`` (MiniMax-Text-01, -M1, -M2), as vLLM's MiniMaxText01 reads it: 0 a lightning
+#: (linear) attention layer, 1 a softmax (full) attention layer.
+_ATTN_TYPE_LIST = {0: LIGHTNING, 1: FULL}
+#: Families whose ``linear_attention`` layers are MiniMax's lightning attention (transformers' MiniMaxConfig).
+_LIGHTNING_FAMILIES = {"minimax", "minimax_text_01", "minimax_m1"}
 #: NemotronH's ``hybrid_override_pattern``: one character per layer.
 _PATTERN = {"M": MAMBA2, "*": FULL, "-": "mlp", "E": "moe"}
 
@@ -73,8 +79,12 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         )
     if c.model_type in NAS_FAMILIES:
         return nas_layer_kinds(c), "block_configs (attention that is no_op or replaced by a linear holds no cache)"
+    if c.model_type == "kimi_linear" and c.has("linear_attn_config"):
+        return kimi_linear_layers(c, layers), "linear_attn_config (kda_layers and full_attn_layers, 1-based)"
     if c.has("layer_types"):
         return listed("layer_types", _LAYER_TYPES), "layer_types"
+    if c.has("attn_type_list"):
+        return listed("attn_type_list", _ATTN_TYPE_LIST), "attn_type_list (0 lightning attention, 1 softmax attention)"
     if c.has("hybrid_layer_pattern"):  # MiMo-V2: 0 full attention, 1 sliding window (not attention_chunk_size)
         return listed("hybrid_layer_pattern", _HYBRID_LAYER_PATTERN), "hybrid_layer_pattern (0 full, 1 sliding)"
     if c.has("layers_block_type"):
@@ -149,7 +159,10 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
 
 def _resolve_recurrent(c: _Config, kinds: list[str]) -> list[str]:
     """``mamba`` and ``linear_attention`` layers as the family means them: Mamba2 in NemotronH (whose
-    transformers config calls its Mamba2 layers ``linear_attention``) and the other Mamba2 hybrids."""
+    transformers config calls its Mamba2 layers ``linear_attention``) and the other Mamba2 hybrids; lightning
+    attention in MiniMax's."""
+    if c.model_type in _LIGHTNING_FAMILIES:
+        return [LIGHTNING if k == LINEAR else k for k in kinds]
     mamba2 = c.model_type in _MAMBA2_FAMILIES or c.has("mamba_num_heads") or c.has("mamba_n_heads")
     if not mamba2:
         return kinds

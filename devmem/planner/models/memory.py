@@ -289,7 +289,7 @@ class ModelMemory:
             each = s.bytes_per_sequence(self.tp, self.conv_state_dtype_bytes, self.ssm_state_dtype_bytes)
             lines.append(
                 f"state per sequence, {s.kind}: {s.layers} layers x ({s.conv_text} x "
-                f"{self.conv_state_dtype_bytes} B + {s.ssm_text} x {self.ssm_state_dtype_bytes} B) / tp "
+                f"{self.conv_state_dtype_bytes} B + {s.ssm_text} x {s.ssm_bytes(self.ssm_state_dtype_bytes)} B) / tp "
                 f"{self.tp} = {each} B"
             )
         if self.max_context is not None:

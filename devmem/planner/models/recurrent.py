@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from devmem.planner.models.config import _Config
-from devmem.planner.models.kinds import CONV, LINEAR, MAMBA, MAMBA2
+from devmem.planner.models.kimi_linear import kda_dims
+from devmem.planner.models.kinds import CONV, KDA, LIGHTNING, LINEAR, MAMBA, MAMBA2
 from devmem.planner.models.reading import _shown
 
 
@@ -17,7 +18,8 @@ class RecurrentState:
     ``conv_elements`` is the convolution state of one layer (``(kernel - 1) x channels``), ``ssm_elements`` its
     SSM or linear-attention state (``conv_text`` and ``ssm_text`` say how); both are split evenly across
     ranks, each of which must divide every count in ``split``. Mamba2's ``groups`` (B and C, ``group_elements``
-    conv elements each) are replicated up to ``tp`` where they do not split, as vLLM does.
+    conv elements each) are replicated up to ``tp`` where they do not split, as vLLM does. ``fixed_ssm_bytes`` is the
+    state's element size where the engine fixes it whatever the dtypes asked for (KDA's float32), else ``None``.
     """
 
     kind: str
@@ -29,6 +31,7 @@ class RecurrentState:
     ssm_text: str
     groups: int = 0
     group_elements: int = 0
+    fixed_ssm_bytes: int | None = None
 
     def conv_elements_at(self, tp: int) -> int:
         """One layer's convolution state on one of ``tp`` ranks."""
@@ -47,7 +50,11 @@ class RecurrentState:
 
     def layer_bytes(self, tp: int, conv_bytes: int, ssm_bytes: int) -> int:
         """Bytes one sequence holds in one of these layers on one of ``tp`` ranks (vLLM's MambaSpec page)."""
-        return self.conv_elements_at(tp) * conv_bytes + self.ssm_elements // tp * ssm_bytes
+        return self.conv_elements_at(tp) * conv_bytes + self.ssm_elements // tp * self.ssm_bytes(ssm_bytes)
+
+    def ssm_bytes(self, asked: int) -> int:
+        """The state's element size: ``fixed_ssm_bytes`` where set, else ``asked`` (the model's SSM dtype)."""
+        return asked if self.fixed_ssm_bytes is None else self.fixed_ssm_bytes
 
 
 def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...]:
@@ -106,6 +113,33 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
                 f"state {nv} x {dk} x {dv}",
             )
         )
+    if LIGHTNING in kinds:
+        heads, head_dim = _lightning_dims(c)
+        states.append(
+            RecurrentState(
+                LIGHTNING,
+                kinds.count(LIGHTNING),
+                0,
+                heads * head_dim * head_dim,
+                (("lightning-attention heads", heads),),
+                "no convolution state",
+                f"state {heads} heads x {head_dim} x {head_dim}",
+            )
+        )
+    if KDA in kinds:
+        heads, head_dim, kernel = kda_dims(c)
+        states.append(
+            RecurrentState(
+                KDA,
+                kinds.count(KDA),
+                3 * heads * head_dim * (kernel - 1),
+                heads * head_dim * head_dim,
+                (("KDA heads", heads),),
+                f"conv 3 x {heads} x {head_dim} x (kernel {kernel} - 1)",
+                f"state {heads} heads x {head_dim} x {head_dim} (float32)",
+                fixed_ssm_bytes=4,
+            )
+        )
     if CONV in kinds:
         why = "the short-convolution state per sequence"
         channels = c.first_int("conv_dim", "hidden_size", why=why)
@@ -122,6 +156,20 @@ def _recurrent_states(c: _Config, kinds: list[str]) -> tuple[RecurrentState, ...
             )
         )
     return tuple(states)
+
+
+def _lightning_dims(c: _Config) -> tuple[int, int]:
+    """``(heads, head dim)`` of MiniMax's lightning attention, as vLLM's MiniMaxText01LinearAttention reads them:
+    ``num_attention_heads`` heads of ``head_dim`` (else ``hidden_size / num_attention_heads``)."""
+    heads = c.int("num_attention_heads")
+    if c.has("head_dim"):
+        return heads, c.int("head_dim")
+    hidden = c.int("hidden_size", why="the lightning-attention state (head_dim, else hidden_size / heads)")
+    if hidden % heads:
+        raise c.refuse(
+            "head_dim", f"config has no head_dim and hidden_size {hidden} is not a multiple of {heads} heads"
+        )
+    return heads, hidden // heads
 
 
 def _mamba2_dims(c: _Config) -> tuple[int, int, int, int, int, int]:

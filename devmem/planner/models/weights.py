@@ -10,11 +10,12 @@ from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.attention import _EXPANDED_MLA
 from devmem.planner.models.config import _Config
 from devmem.planner.models.falcon_h1 import _falcon_h1_mixer_params
-from devmem.planner.models.kinds import CONV, LINEAR, MAMBA, MAMBA2
+from devmem.planner.models.kimi_linear import kda_params
+from devmem.planner.models.kinds import CONV, KDA, LIGHTNING, LINEAR, MAMBA, MAMBA2
 from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_layer_params
 from devmem.planner.models.reading import _shown
-from devmem.planner.models.recurrent import _mamba2_params
+from devmem.planner.models.recurrent import _lightning_dims, _mamba2_params
 from devmem.planner.models.zamba2 import _zamba2_params
 
 #: Families whose config class ties the output embedding to the input one unless told otherwise.
@@ -40,7 +41,11 @@ _TIED_BY_DEFAULT = {
 
 
 #: Families with a norm on each query and key head (two ``head_dim`` vectors per attention layer).
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}
+#: Qwen3.5's configs (qwen3_5, qwen3_5_moe and their text configs).
+_QWEN3_5 = {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+
+
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", *_QWEN3_5}
 
 
 #: Families with a norm over the whole query and key projections (OLMo 2, OLMoE).
@@ -101,7 +106,7 @@ _GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 
 
 #: Families whose full-attention query projection also produces an output gate (twice the query width).
-_GATED_QUERY = {"qwen3_next"}
+_GATED_QUERY = {"qwen3_next", *_QWEN3_5}
 
 
 def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
@@ -128,11 +133,13 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
         experts = c.int("num_local_experts")
         shared = c.get_int("shared_intermediate_size", 0) if c.model_type in _GRANITE_SHARED_MLP else 0
         return experts * dense() + 3 * hidden * shared, hidden * experts
-    if c.has("n_routed_experts"):  # DeepSeek-V2/V3
-        if not _moe_layer(c, layer):
+    if c.has("n_routed_experts") or c.model_type == "kimi_linear":  # DeepSeek-V2/V3; Kimi-Linear under its names
+        if not _moe_layer(c, layer) or (c.model_type == "kimi_linear" and not c.has("num_experts")):
             return dense(), 0
-        experts, inner = c.int("n_routed_experts"), c.int("moe_intermediate_size", why="the weights estimate")
-        shared = c.get_int("n_shared_experts", 0)
+        kimi = c.model_type == "kimi_linear"
+        experts = c.int("num_experts" if kimi else "n_routed_experts")
+        inner = c.int("moe_intermediate_size", why="the weights estimate")
+        shared = c.get_int("num_shared_experts" if kimi else "n_shared_experts", 0)
         return (experts + shared) * 3 * hidden * inner, hidden * experts + experts
     if c.get_int("num_experts", 0) and c.has("expert_layer_period"):  # Jamba
         period, offset = c.int("expert_layer_period"), c.get_int("expert_layer_offset", 0)
@@ -197,6 +204,13 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         rank = math.ceil(hidden / 16) if rank == "auto" else c.int("mamba_dt_rank")
         matrices = hidden * 2 * inner + inner * (rank + 2 * d_state) + rank * inner + inner * hidden
         return mlp + matrices, router + norms + inner * (d_conv + 1) + inner * (d_state + 2) + rank + 2 * d_state
+    if kind == KDA:
+        matrices, other = kda_params(c, hidden)
+        return mlp + matrices, router + norms + other
+    if kind == LIGHTNING:  # vLLM's MiniMaxText01LinearAttention: qkv, output gate, out_proj, a norm over the heads
+        heads, head_dim = _lightning_dims(c)
+        inner = heads * head_dim
+        return mlp + 4 * hidden * inner + inner * hidden, router + norms + inner
     if kind == LINEAR:
         nk, dk = c.int("linear_num_key_heads"), c.int("linear_key_head_dim")
         nv, dv = c.int("linear_num_value_heads"), c.int("linear_value_head_dim")

@@ -596,7 +596,8 @@ class PlatformConformance:
             "the markers the platform declares): it must create no device context; probe "
             "with the vendor's management library or sysfs instead"
         )
-        assert probe["seconds"] <= capabilities.max_detect_seconds, (
-            f"resolution with plugin {registered[0].plugin!r} took {probe['seconds']:.3f} s in a fresh process, more "
-            f"than {capabilities.max_detect_seconds} s: detection must stay cheap"
+        assert probe["cpu_seconds"] <= capabilities.max_detect_seconds, (
+            f"resolution with plugin {registered[0].plugin!r} took {probe['cpu_seconds']:.3f} s of CPU time in a "
+            f"fresh process ({probe['seconds']:.3f} s of wall time), more than {capabilities.max_detect_seconds} s: "
+            "detection must stay cheap"
         )

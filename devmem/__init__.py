@@ -15,7 +15,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from devmem import old_paths
+from devmem import _old_paths
 from devmem._hookspecs import hookimpl
 from devmem._lazy import lazy_exports
 from devmem.errors import (
@@ -33,10 +33,10 @@ from devmem.platform import DeviceReport, Platform, PlatformBase, device_report
 from devmem.resolution.plugins import Candidate, clear_cache, current_platform, platform_candidates
 from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
 
-old_paths.install()  # 0.1.0's modules that moved into subpackages keep their old import paths
+_old_paths.install()  # 0.1.0's modules that moved into subpackages keep their old import paths
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
-    from devmem.adapter import as_platform
+    from devmem._adapter import as_platform
     from devmem.engine.distributed import agree_on_minimum
     from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
     from devmem.engine.reservations import LedgerError, Reservation, ReservationRefused, reserve
@@ -50,7 +50,7 @@ _LAZY = {
     "EngineMemory": "devmem.engine.memory",
     "EngineMemoryError": "devmem.engine.memory",
     "KvLayout": "devmem.engine.memory",
-    "as_platform": "devmem.adapter",
+    "as_platform": "devmem._adapter",
     "ModelMemory": "devmem.planner.models",
     "load_model": "devmem.planner.models",
     "LedgerError": "devmem.engine.reservations",

@@ -12,7 +12,7 @@ import sys
 
 from devmem._hookspecs import hookimpl
 
-# 0.1.0's devmem.host (an old path of this module, devmem.old_paths) held the host readers too: keep them here
+# 0.1.0's devmem.host (an old path of this module, devmem._old_paths) held the host readers too: keep them here
 from devmem._host import REAL_FILES as REAL_FILES
 from devmem._host import Files as Files
 from devmem._host import HostFiles as HostFiles

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import devmem.sdk
-from devmem.old_paths import MOVED
+from devmem._old_paths import MOVED
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {

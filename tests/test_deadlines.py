@@ -1,4 +1,4 @@
-"""Calls into a plugin that never return are given up on (devmem/deadline.py): a device reading in ``devmem info``,
+"""Calls into a plugin that never return are given up on (devmem/_deadline.py): a device reading in ``devmem info``,
 ``doctor`` and ``top`` after ``DEVMEM_READ_TIMEOUT`` seconds, a platform's factory after ``DEVMEM_DETECT_TIMEOUT``
 seconds, each with a message naming what did not answer; nothing hangs."""
 
@@ -13,8 +13,8 @@ from ledger_workers import no_hang
 from plugin_dists import write_dist
 
 import devmem
+from devmem._deadline import bounded
 from devmem.command.main import main
-from devmem.deadline import bounded
 
 HANGING_READING = """
 import threading

@@ -1,5 +1,5 @@
 """A backend written to the six-member protocol devmem started from resolves, is adapted with honest defaults, and
-is tested by the conformance kit, which fails it by name where its numbers are wrong (devmem/adapter.py)."""
+is tested by the conformance kit, which fails it by name where its numbers are wrong (devmem/_adapter.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from plugin_dists import write_dist
 from test_conformance_broken import failure, run_kit
 
 import devmem
-from devmem.adapter import MinimalPlatform, as_platform
+from devmem._adapter import MinimalPlatform, as_platform
 from devmem.testing import Scenario, ScriptedDevice
 from devmem.types import GiB, MemoryInfo, MiB
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from devmem.old_paths import MOVED
+from devmem._old_paths import MOVED
 
 
 @pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))

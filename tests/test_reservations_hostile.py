@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import devmem
 from devmem import GiB, MemoryInfo
-from devmem.adapter import as_platform
+from devmem._adapter import as_platform
 from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import Entry, LedgerError, Owner, ReservationRefused, _start_time, reserve
 from devmem.testing.scenario import HostMemory, Scenario
@@ -324,7 +324,7 @@ def test_an_entry_with_a_field_past_its_bound_is_corrupt_not_an_error(host, tmp_
 
 # ---- this process's own memory ---------------------------------------------------------------------------
 class Classic:
-    """A minimal backend (devmem.adapter): 80 GiB, of which this process uses 40, and no other process listed."""
+    """A minimal backend (devmem._adapter): 80 GiB, of which this process uses 40, and no other process listed."""
 
     name = "classic"
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import devmem
-from devmem.engine.torch_device import torch_device_for
+from devmem.engine._torch_device import torch_device_for
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """One reading of the devices, shared by ``devmem info``, ``devmem top`` and ``--watch``: each device's report with
 the processes and reservations on it, its JSON, the facts that do not change between samples, and why the
-platform was chosen. Each reading is bounded by ``DEVMEM_READ_TIMEOUT`` (:mod:`devmem.deadline`)."""
+platform was chosen. Each reading is bounded by ``DEVMEM_READ_TIMEOUT`` (:mod:`devmem._deadline`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from devmem._deadline import bounded_reading
 from devmem._host import Files
 from devmem._text import env_text
 from devmem.command.common import yes
-from devmem.deadline import bounded_reading
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
 

@@ -16,11 +16,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from devmem._deadline import bounded_reading
 from devmem.command.common import add_command, emit_json, out
 from devmem.command.devices import device_count
 from devmem.command.flags import device_index
-from devmem.deadline import bounded_reading
-from devmem.engine.torch_device import initialised_module
+from devmem.engine._torch_device import initialised_module
 from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
 from devmem.types import MiB

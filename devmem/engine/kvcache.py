@@ -15,7 +15,7 @@ from typing import Any
 
 from devmem import arguments
 from devmem._text import shown
-from devmem.engine.torch_device import import_torch, torch_device_for
+from devmem.engine._torch_device import import_torch, torch_device_for
 from devmem.planner.sizing import KvCachePlan, SizingError
 from devmem.platform import Platform
 from devmem.types import MiB

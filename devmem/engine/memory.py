@@ -38,6 +38,7 @@ from typing import Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
+from devmem.engine._torch_device import initialised_module, torch_device_for
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
 from devmem.engine.profile_store import ProfileStore, StoredProfile
@@ -45,7 +46,6 @@ from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup
 from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
-from devmem.engine.torch_device import initialised_module, torch_device_for
 from devmem.errors import EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem._text import shown
-from devmem.engine.state_files import SAFE_FLAGS, regular_fd
+from devmem.engine._state_files import SAFE_FLAGS, regular_fd
 from devmem.errors import ProfileStoreError
 
 log = logging.getLogger("devmem.engine.profile_store")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
-from devmem.engine.segment_history import SegmentHistory, created_after_peak
-from devmem.engine.torch_device import device_module, initialised_module
+from devmem.engine._segment_history import SegmentHistory, created_after_peak
+from devmem.engine._torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
 from devmem.platform import DeviceReading, Platform
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError

@@ -23,7 +23,7 @@ counts as its owner file records it (only its owner writes that), each id once. 
 reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner files of the live owners,
 with a warning.
 
-The directory is opened without following a link and checked (:mod:`devmem.engine.ledger_dir`); every file in
+The directory is opened without following a link and checked (:mod:`devmem.engine._ledger_dir`); every file in
 it is opened relative to it, never through a link.
 
 The directory is ``DEVMEM_LEDGER_DIR``, by default ``/dev/shm/devmem`` (``<tempdir>/devmem`` where there is
@@ -56,7 +56,7 @@ from typing import Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
-from devmem.engine.ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
+from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
 from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform, PlatformBase
@@ -538,7 +538,7 @@ class Ledger:
 
     # ---- files ----------------------------------------------------------------------------------------
     def opened(self, *, create: bool) -> LedgerDirectory | None:
-        """The ledger directory, opened without following a link and checked (:mod:`devmem.engine.ledger_dir`);
+        """The ledger directory, opened without following a link and checked (:mod:`devmem.engine._ledger_dir`);
         where it is missing, created (``create``) or ``None``."""
         return LedgerDirectory.open(self.directory, create=create)
 

@@ -28,10 +28,10 @@ from fractions import Fraction
 from typing import Any
 
 from devmem import arguments
+from devmem._results import deprecated_lines
 from devmem.planner.engine_layout import EngineLayout, engine_layout
 from devmem.planner.models import MAX_TP, ModelMemory
 from devmem.planner.sizing import KvCachePlan, SizingError, plan_kv_cache
-from devmem.results import deprecated_lines
 from devmem.types import NotEnoughMemoryError
 from devmem.units import format_size
 

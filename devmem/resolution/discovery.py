@@ -3,7 +3,7 @@
 - :func:`load_plugins` imports each allowed entry point of the ``devmem`` group (``DEVMEM_LOAD_PLUGINS``).
 - :func:`collect` calls each plugin's ``devmem_platforms`` hook on its own and keeps the specs of allowed platforms.
 - :func:`probe` runs one platform's ``detect`` in a daemon thread, bounded by ``DEVMEM_DETECT_TIMEOUT`` seconds;
-  :func:`build` its ``factory`` the same way (:mod:`devmem.deadline`).
+  :func:`build` its ``factory`` the same way (:mod:`devmem._deadline`).
 
 Whatever a plugin raises there, ``SystemExit`` included, is logged with the plugin's name and distribution and
 the plugin or platform is skipped; only ``KeyboardInterrupt`` propagates, because the user asked to stop.
@@ -18,8 +18,8 @@ from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from devmem import _hookspecs as hookspecs
+from devmem._deadline import MAX_TIMEOUT, Job
 from devmem._text import env_seconds, env_text, shown
-from devmem.deadline import MAX_TIMEOUT, Job
 from devmem.resolution.entrypoints import EntryPoint
 from devmem.types import Detection, PlatformSpec, PluginError
 

@@ -236,7 +236,7 @@ def _build(res: _Resolution) -> Platform:
             res.probed[index] = (choice.replace(detected=False, reason=f"factory raised {described(exc)}"), reg)
             continue
         if not isinstance(platform, Platform):
-            from devmem.adapter import as_platform  # only for a minimal backend: off the usual start-up path
+            from devmem._adapter import as_platform  # only for a minimal backend: off the usual start-up path
 
             try:
                 platform = as_platform(platform)

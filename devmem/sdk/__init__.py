@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from devmem._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from devmem._adapter import MINIMAL_CONTRACT, as_platform
     from devmem._forksafe import ForkSafeLock
     from devmem._hookspecs import hookimpl
     from devmem._host import (
@@ -48,7 +49,6 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         read_stripped,
     )
     from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
-    from devmem.adapter import MINIMAL_CONTRACT, as_platform
     from devmem.cpu import CpuPlatform
     from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
     from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
@@ -75,8 +75,8 @@ _SDK = {
     "ProcessMemory": "devmem.platform",
     "Reason": "devmem.platform",
     "ReasonKind": "devmem.platform",
-    "MINIMAL_CONTRACT": "devmem.adapter",
-    "as_platform": "devmem.adapter",
+    "MINIMAL_CONTRACT": "devmem._adapter",
+    "as_platform": "devmem._adapter",
     # registration
     "Detection": "devmem.types",
     "PlatformSpec": "devmem.types",

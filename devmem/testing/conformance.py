@@ -57,7 +57,7 @@ from typing import Any
 import pytest
 
 import devmem
-from devmem.adapter import MINIMAL_CONTRACT, as_platform, missing_members
+from devmem._adapter import MINIMAL_CONTRACT, as_platform, missing_members
 from devmem.platform import DeviceMemory, Platform, ProcessMemory, Reason, device_report, prepare_device
 from devmem.testing.allocations import Allocation
 from devmem.testing.probe import run_detection_probe

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import devmem
-from devmem.adapter import as_platform
+from devmem._adapter import as_platform
 from devmem.platform import Platform
 from devmem.testing.allocations import (
     Allocation,

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
+from devmem._results import Explanation
 from devmem.errors import ModelConfigError
 from devmem.planner.models.config import MAX_TP
 from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 from devmem.planner.models.reading import _is_dir, _shown, _whole_number, checkpoint_weights, read_json
 from devmem.planner.models.recurrent import RecurrentState
 from devmem.planner.models.spec import KV, MLA, SPARSE_MLA, AttentionSpec
-from devmem.results import Explanation
 from devmem.units import format_size
 
 

@@ -9,7 +9,7 @@ process has a role, and ``torch_device``/``dist_backend`` are the backend's wher
 otherwise). Resolution and the conformance kit adapt a minimal backend this way; :class:`devmem.PlatformBase`
 stays the full-featured path.
 
-What the backend answers is checked here, once, by the rules of :mod:`devmem.sdk.readings` (the boundary every
+What the backend answers is checked here, once, by the rules of :mod:`devmem._readings` (the boundary every
 full backend's figures pass): ``device_count()`` a whole number from 0 to :data:`MAX_DEVICES`; free and total
 whole numbers of bytes (an ``int`` or a numpy integer, a float with no fraction; never a ``bool``, text or
 ``None``), a negative total an error, a negative free taken as 0 and a free above total as the total, each with a
@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from devmem import arguments
+from devmem._readings import checked_memory, process_bytes
 from devmem._text import shown
 from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind
-from devmem.sdk.readings import checked_memory, process_bytes
 from devmem.types import DevmemError, PluginError
 
 #: The most devices a backend may count: more than one PCI domain addresses (a count above it is no count).
@@ -70,7 +70,7 @@ class MinimalPlatform(PlatformBase):
     def _refused(self, call: str, value: object, rule: str) -> DevmemError:
         return DevmemError(
             f"the minimal backend {self._where}: {call} returned {shown(value)} of type {type(value).__name__}: "
-            f"{rule}; fix the backend (devmem/adapter.py says what each member answers)"
+            f"{rule}; fix the backend (devmem/_adapter.py says what each member answers)"
         )
 
     def _call(self, member: str, *args: int) -> Any:

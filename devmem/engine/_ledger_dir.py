@@ -18,7 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from devmem._text import shown
-from devmem.engine.state_files import SAFE_FLAGS, regular_fd
+from devmem.engine._state_files import SAFE_FLAGS, regular_fd
 from devmem.errors import LedgerError
 
 #: The environment variable naming the ledger directory.

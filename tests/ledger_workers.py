@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The uid and gid of user ``nobody``, whom tests act as for "another user".
+NOBODY = 65534
 
 WORKER = """
 import sys
@@ -114,3 +116,24 @@ class Worker:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
+
+
+def as_nobody(work) -> str:
+    """Run ``work()`` in a forked child as user ``nobody``; what it returned, or the error it raised, as text."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            answer = str(work())
+        except BaseException as exc:
+            answer = f"{type(exc).__name__}: {exc}"
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    return answer

@@ -576,27 +576,6 @@ def test_a_huge_byte_request_is_named_cut_short(host, tmp_path):
         reserve(0, 10**400, platform=host, ledger_dir=tmp_path)
 
 
-def _as_nobody(work) -> str:
-    """Run ``work()`` in a forked child as user ``nobody``; what it returned, or the error it raised, as text."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            answer = str(work())
-        except BaseException as exc:
-            answer = f"{type(exc).__name__}: {exc}"
-        os.write(write, answer.encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        answer = f.read()
-    os.waitpid(pid, 0)
-    return answer
-
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user")
 
 
@@ -612,7 +591,7 @@ def sticky():
 @needs_root
 def test_another_user_reserves_on_a_ledger_file_it_does_not_own(host, sticky):
     with reserve(0, GiB, platform=host, ledger_dir=sticky):
-        answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky).release())
+        answer = ledger_workers.as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky).release())
         assert answer == "None"
         assert len(ledger_entries(sticky, "cpu-host_memory-0")) == 1
 
@@ -622,14 +601,14 @@ def test_a_lock_file_another_user_left_read_only_still_locks(host, sticky):
     lock = sticky / "cpu-host_memory-0.lock"
     lock.write_text("")
     lock.chmod(0o644)
-    assert _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky).release()) == "None"
+    assert ledger_workers.as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky).release()) == "None"
 
 
 @needs_root
 def test_a_ledger_file_another_user_left_read_only_is_a_ledger_error_naming_its_owner(host, sticky):
     reserve(0, GiB, platform=host, ledger_dir=sticky).release()
     (sticky / "cpu-host_memory-0.json").chmod(0o644)
-    answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky))
+    answer = ledger_workers.as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=sticky))
     assert answer.startswith("LedgerError: cannot write the reservation ledger file")
     assert "(owned by uid 0, mode -rw-r--r--): Permission denied" in answer
 
@@ -639,7 +618,7 @@ def test_a_directory_this_user_cannot_write_is_an_error_naming_it(host, tmp_path
     directory = Path(tempfile.mkdtemp(prefix="devmem-ledger-"))  # root's, mode 0700 -> 0755: nobody reads only
     directory.chmod(0o755)
     try:
-        answer = _as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=directory))
+        answer = ledger_workers.as_nobody(lambda: reserve(0, GiB, platform=host, ledger_dir=directory))
     finally:
         shutil.rmtree(directory)
     assert answer.startswith(f"LedgerError: the reservation ledger directory {directory} is not writable")

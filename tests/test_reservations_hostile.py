@@ -30,7 +30,7 @@ from devmem.testing.scenario import HostMemory, Scenario
 from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
 
 KEY = "cpu-host_memory-0"
-NOBODY = 65534
+NOBODY = ledger_workers.NOBODY
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user")
 
 
@@ -69,27 +69,6 @@ def sticky():
     directory.chmod(0o1777)
     yield directory
     shutil.rmtree(directory)
-
-
-def as_nobody(work) -> str:
-    """Run ``work()`` in a forked child as user ``nobody``; what it returned, or the error it raised, as text."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            answer = str(work())
-        except BaseException as exc:
-            answer = f"{type(exc).__name__}: {exc}"
-        os.write(write, answer.encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        answer = f.read()
-    os.waitpid(pid, 0)
-    return answer
 
 
 # ---- the directory ---------------------------------------------------------------------------------------
@@ -220,7 +199,9 @@ def test_an_owner_file_this_user_cannot_open_keeps_no_planted_entry_alive(host, 
         owner = sticky / f"{KEY}.planted.owner"
         owner.write_text("")
         owner.chmod(0)
-        assert as_nobody(lambda: reserve(0, 60 * GiB, platform=host, ledger_dir=sticky).release()) == "None"
+        assert (
+            ledger_workers.as_nobody(lambda: reserve(0, 60 * GiB, platform=host, ledger_dir=sticky).release()) == "None"
+        )
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -629,7 +610,7 @@ def test_another_users_hostile_files_never_make_the_ledger_over_admit_or_block(h
             (directory / f"{KEY}.json").write_bytes(b'{"format": 1, "entries": [')
         if ledger_file != "link":
             (directory / f"{KEY}.json").chmod(0o644 if ledger_file == "read-only" else 0o666)
-        answer = as_nobody(lambda: _answers(platform, directory, total))
+        answer = ledger_workers.as_nobody(lambda: _answers(platform, directory, total))
         if ledger_file in ("read-only", "link"):  # another user's, which this user may neither replace nor write
             assert answer == "LedgerError LedgerError"
         else:

@@ -1,36 +1,4 @@
-"""Per-device reservations: engines claim their budget on a host-wide ledger before they load anything.
-
-An engine reserves its budget (bytes, or a fraction of the device's total, which is the platform's capped
-total where a cap applies) with :func:`reserve`. Admission is atomic across processes: each device has a
-ledger file ``<key>.json`` under the ledger directory, and the read-check-write runs under ``flock`` on
-``<key>.lock`` and ends with an atomic replace (no fsync: a crash of the host ends every owner, and a ledger
-whose owners are dead is reclaimed at the next admission, so durability would buy nothing). Admission counts
-every live reservation (at its owner's current use where that is larger) and the memory of processes that
-reserved nothing, from the platform's per-process figures, against the device's total; a request that does
-not fit is refused with a :class:`ReservationRefused` (a :class:`~devmem.NotEnoughMemoryError`) naming the
-holders and what would fit.
-
-Identity: a device is keyed by ``platform.device_uuid(d)`` where the platform has one (stable across
-``*_VISIBLE_DEVICES`` renumbering), else by platform name, device name and index. An owner is its PID, its
-start time (``/proc/<pid>/stat`` field 22, so a reused PID is not mistaken for it) and its PID namespace
-(the inode of ``/proc/<pid>/ns/pid``). Each owner also holds ``flock`` on a file of its own,
-``<key>.<id>.owner``, holding a copy of its entry, for as long as it lives; the kernel drops that lock when
-the process dies, SIGKILL included. Liveness: an owner is alive while its owner lock is held, in any PID
-namespace (in this one, by the owner's PID where ``/proc/locks`` lists the holders); a missing owner file, or
-one that is no regular file this user can open, is a dead owner's. Only where ``flock`` fails on the owner file
-do the PID and start time (this namespace) or the platform's process list (another) decide. Each live entry
-counts as its owner file records it (only its owner writes that), each id once. A dead owner's entry is
-reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner files of the live owners,
-with a warning.
-
-The directory is opened without following a link and checked (:mod:`devmem.engine._ledger_dir`); every file in
-it is opened relative to it, never through a link.
-
-The directory is ``DEVMEM_LEDGER_DIR``, by default ``/dev/shm/devmem`` (``<tempdir>/devmem`` where there is
-no ``/dev/shm``): a host-local tmpfs, emptied at boot as reservations should be, writable by every user, and
-what containers share when they mount the host's ``/dev/shm`` (``--ipc=host`` or ``-v /dev/shm:/dev/shm``);
-a per-user runtime directory would hide users' engines from each other.
-"""
+"""The host-wide ledger: its files, admission under the device's lock, refusals, and the reservations it grants."""
 
 from __future__ import annotations
 
@@ -43,7 +11,6 @@ import logging
 import math
 import numbers
 import os
-import re
 import stat
 import threading
 import time
@@ -57,6 +24,18 @@ from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
+from devmem.engine.reservations._accounting import Accounting, Holding, account
+from devmem.engine.reservations._owners import (
+    _UNSAFE,
+    DEFAULT_LOCK_TIMEOUT,
+    FORMAT,
+    MAX_ENTRIES,
+    MAX_ENTRY_BYTES,
+    MAX_FILE_BYTES,
+    Entry,
+    Owner,
+    _start_time,
+)
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
 from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform, PlatformBase
@@ -64,307 +43,6 @@ from devmem.records import Record
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine.reservations")
-
-#: Seconds to wait for a device's ledger lock before failing.
-DEFAULT_LOCK_TIMEOUT = 10.0
-#: The ledger file's format version.
-FORMAT = 1
-#: A ledger file larger than this is corrupt (and is not read).
-MAX_FILE_BYTES = 1 << 22
-#: The most an entry takes in a ledger file, its fields at their bounds (an owner file larger than this is no owner
-#: file); a test checks that the largest entry fits.
-MAX_ENTRY_BYTES = 16 << 10
-#: The most reservations one device's ledger holds: so many entries at their largest fit in :data:`MAX_FILE_BYTES`
-#: (a further request is refused, and a file listing more is corrupt).
-MAX_ENTRIES = (MAX_FILE_BYTES - 4096) // MAX_ENTRY_BYTES
-#: The longest entry id a ledger holds (devmem writes 16 hex digits); a longer one is corrupt.
-MAX_ID = 64
-#: The most PID namespaces nest (the kernel's limit): an entry's ``nspid`` lists at most this many PIDs.
-MAX_NESTING = 32
-#: The largest PID the kernel gives (``PID_MAX_LIMIT`` on 64-bit Linux).
-MAX_PID = 1 << 22
-#: The bound of an entry's byte count, start time and namespace inode (64-bit figures).
-MAX_FIGURE = (1 << 64) - 1
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-# ---- owners -------------------------------------------------------------------------------------------
-
-
-def _start_time(pid: int) -> int | None:
-    """``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if it is gone or
-    a zombie (killed, not yet reaped by its parent). Without ``/proc`` (not Linux): psutil's creation time in
-    hundredths of a second."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        if os.path.isdir("/proc/self"):
-            return None
-    import psutil
-
-    try:
-        return int(psutil.Process(pid).create_time() * 100)
-    except psutil.Error:
-        return None
-
-
-def _pid_namespace(pid: int | str = "self") -> int:
-    """The inode of ``pid``'s PID namespace (0 where unknown)."""
-    try:
-        return os.stat(f"/proc/{pid}/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def _namespace_pids() -> tuple[int, ...]:
-    """This process's PIDs from the outermost PID namespace this ``/proc`` shows to its own (``NSpid``)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return tuple(int(p) for p in line.split()[1:] if p.isdigit())
-    except OSError:
-        pass
-    return (os.getpid(),)
-
-
-#: The longest command line an entry keeps (characters): it is for people, and a longer one would let one
-#: entry push the ledger file past :data:`MAX_FILE_BYTES`.
-MAX_COMMAND = 1024
-
-
-def _command(pid: int) -> str:
-    """``pid``'s command line, cut to :data:`MAX_COMMAND` characters."""
-    return _cut(_full_command(pid))
-
-
-def _cut(command: str) -> str:
-    return command if len(command) <= MAX_COMMAND else command[: MAX_COMMAND - 3] + "..."
-
-
-def _full_command(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read(4 * MAX_COMMAND).split(b"\0")
-        text = " ".join(a.decode("utf-8", "replace") for a in argv if a)
-        if text:
-            return text
-    except OSError:
-        pass
-    import psutil
-
-    try:
-        return " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
-    except psutil.Error:
-        return "?"
-
-
-class Owner(Record):
-    """A process that holds a reservation: PID, start time and PID namespace identify it; the rest is for people."""
-
-    pid: int
-    start_time: int
-    pidns: int
-    nspid: tuple[int, ...]
-    command: str
-
-    @classmethod
-    def current(cls) -> Owner:
-        pid = os.getpid()
-        return cls(pid, _start_time(pid) or 0, _pid_namespace(), _namespace_pids(), _command(pid))
-
-    def same_process(self, other: Owner) -> bool:
-        return (self.pid, self.start_time, self.pidns) == (other.pid, other.start_time, other.pidns)
-
-    def visible_pid(self, reader: Owner) -> int | None:
-        """This owner's PID as ``reader``'s PID namespace and the platform's process list name it, where known."""
-        if self.pidns == reader.pidns:
-            return self.pid
-        return self.nspid[0] if len(self.nspid) > 1 else None
-
-
-class Entry(Record):
-    """One reservation on the ledger."""
-
-    id: str
-    owner: Owner
-    bytes: int
-    created: float
-
-    def as_json(self) -> dict[str, Any]:
-        o = self.owner
-        owner = {"pid": o.pid, "start_time": o.start_time, "pidns": o.pidns, "nspid": list(o.nspid)}
-        return {"id": self.id, "bytes": self.bytes, "created": self.created, **owner, "command": o.command}
-
-    @classmethod
-    def from_json(cls, d: Any) -> Entry:
-        """The entry ``d`` describes, each field within its bound (a command line longer than
-        :data:`MAX_COMMAND` is cut); ``ValueError`` for anything else."""
-        if not isinstance(d, dict):
-            raise ValueError(f"an entry must be an object, got {shown(d)}")
-        figures = {"pid": MAX_PID, "start_time": MAX_FIGURE, "pidns": MAX_FIGURE, "bytes": MAX_FIGURE}
-        for k, bound in figures.items():
-            v = d.get(k)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= bound:
-                raise ValueError(f"entry field {k!r} must be a whole number from 0 to {bound}, got {shown(v)}")
-        nspid = d.get("nspid")
-        if (
-            not isinstance(nspid, list)
-            or len(nspid) > MAX_NESTING
-            or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PID for p in nspid)
-        ):
-            raise ValueError(
-                f"entry field 'nspid' must be a list of at most {MAX_NESTING} PIDs (0 to {MAX_PID}), got {shown(nspid)}"
-            )
-        entry_id = d.get("id")
-        if not isinstance(entry_id, str) or _UNSAFE.sub("", entry_id) != entry_id or not 0 < len(entry_id) <= MAX_ID:
-            raise ValueError(
-                f"entry field 'id' must be a plain name of at most {MAX_ID} characters, got {shown(entry_id)}"
-            )
-        created = d.get("created")
-        when = float(created) if isinstance(created, (int, float)) and _time_like(created) else math.nan
-        if not math.isfinite(when):
-            raise ValueError(f"entry field 'created' must be a time (seconds since the epoch), got {shown(created)}")
-        command = d.get("command", "?")
-        command = _cut(command) if isinstance(command, str) else "?"
-        return cls(entry_id, Owner(d["pid"], d["start_time"], d["pidns"], tuple(nspid), command), d["bytes"], when)
-
-
-def _time_like(value: float) -> bool:
-    """A float, or an int small enough to be one exactly (no bool)."""
-    return isinstance(value, float) or (not isinstance(value, bool) and abs(value) < 1 << 53)
-
-
-# ---- accounting ---------------------------------------------------------------------------------------
-
-
-def short_command(command: str, limit: int = 80) -> str:
-    """A command line on one line, cut to ``limit`` characters."""
-    text = " ".join(command.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class Holding(Record):
-    """Who holds part of a device: an owner with its reservation (``reserved``), or a process that reserved
-    nothing (``reserved`` ``None``). ``used`` is what it holds now where the platform says; ``pid`` is ``None``
-    for memory the platform attributes to no process it lists."""
-
-    pid: int | None
-    command: str | None
-    reserved: int | None
-    used: int | None
-    #: This process (the one reading the ledger).
-    mine: bool = False
-
-    @property
-    def committed(self) -> int:
-        """What admission counts for it: its reservation, or what it uses where that is larger."""
-        return max(self.reserved or 0, self.used or 0)
-
-    def describe(self) -> str:
-        if self.pid is None:
-            return (
-                f"{format_size(self.used or 0)} in use that no listed process holds (the driver's own, or processes "
-                "the platform does not list)"
-            )
-        who = f"this process (PID {self.pid})" if self.mine else f"PID {self.pid}"
-        command = f" ({short_command(self.command)})" if self.command else ""
-        if self.reserved is None:
-            return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"
-        using = "" if self.used is None else f", using {format_size(self.used)}"
-        return f"{who}{command} reserved {format_size(self.reserved)}{using}"
-
-    def as_dict(self) -> dict[str, object]:
-        over = None if self.used is None or self.reserved is None else self.used - self.reserved
-        return {**self.__dict__, "committed": self.committed, "over": over}
-
-
-class Accounting(Record):
-    """What holds a device, as admission counts it against ``total``."""
-
-    total: int
-    holdings: tuple[Holding, ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def reserved(self) -> int:
-        return sum(h.reserved or 0 for h in self.holdings)
-
-    @property
-    def committed(self) -> int:
-        return sum(h.committed for h in self.holdings)
-
-    @property
-    def unreserved(self) -> int:
-        return self.committed - self.reserved
-
-
-def _who(pid: int) -> str | None:
-    from devmem.command.processes import _who as who
-
-    return who(pid)[1]
-
-
-def account(
-    total: int,
-    free: int,
-    live: Sequence[Entry],
-    others: Mapping[int, int] | None,
-    own_used: int | None,
-    integrated: bool,
-    me: Owner,
-    own_counted: int | None = None,
-) -> Accounting:
-    """The holdings of a device with ``total`` and ``free`` bytes: each owner of ``live`` entries with its
-    reservations and what it uses (``others``: other processes' bytes by PID, ``own_used``: this process's), each
-    process in ``others`` that reserved nothing, and, where ``others`` is unknown on a discrete device, the
-    device's used memory beyond the reservations. ``own_counted``: of this process's memory, what its holding
-    counts (``own_used`` where ``None``; less where a new share covers part of what it holds)."""
-    own_counted = own_used if own_counted is None else own_counted
-    by_owner: dict[tuple[int, int, int], list[Entry]] = {}
-    for e in live:
-        by_owner.setdefault((e.owner.pid, e.owner.start_time, e.owner.pidns), []).append(e)
-    holdings: list[Holding] = []
-    matched: set[int] = set()
-    mine = False
-    for entries in by_owner.values():
-        owner = entries[0].owner
-        reserved = sum(e.bytes for e in entries)
-        if owner.same_process(me):
-            mine, used = True, own_counted
-        else:
-            pid = owner.visible_pid(me)
-            used = None if others is None or pid is None else others.get(pid)
-            if pid is not None:
-                matched.add(pid)
-        holdings.append(Holding(owner.pid, owner.command, reserved, used, owner.same_process(me)))
-    notes: list[str] = []
-    if others is not None:
-        holdings += [
-            Holding(pid, _who(pid), None, used) for pid, used in sorted(others.items()) if pid not in matched and used
-        ]
-        # memory in use that no listed process holds (the driver's own, processes it does not list) is no
-        # reservation's either: it counts on top, so that shares summing to the total are not all admitted
-        unlisted = (total - free) - (own_used or 0) - sum(others.values())
-        if not integrated and unlisted > 0:
-            holdings.append(Holding(None, None, None, unlisted))
-    elif not integrated:  # who uses what is unknown: all memory in use counts on top of the reservations
-        beyond = (total - free) - (own_used or 0)
-        notes.append(
-            "the platform lists no per-process figures: all memory in use on the device counts on top of the "
-            "reservations"
-        )
-        if beyond > 0:
-            holdings.append(Holding(None, None, None, beyond))
-    else:
-        notes.append("the platform lists no per-process figures (host memory): only reservations are counted")
-    if not mine and own_counted:  # on every platform: where others are unlisted, too (`beyond` leaves it out)
-        holdings.append(Holding(me.pid, me.command, None, own_counted, True))
-    return Accounting(total, tuple(holdings), tuple(notes))
-
 
 # ---- the ledger ---------------------------------------------------------------------------------------
 
@@ -1113,24 +791,3 @@ def device_reservations(
     except LedgerError as exc:
         log.warning("devmem: %s", exc)
         return None
-
-
-__all__ = [
-    "DEFAULT_LOCK_TIMEOUT",
-    "LEDGER_DIR_ENV",
-    "Accounting",
-    "DeviceReservations",
-    "Entry",
-    "Holding",
-    "Ledger",
-    "LedgerError",
-    "Owner",
-    "Reservation",
-    "ReservationRefused",
-    "account",
-    "default_directory",
-    "device_key",
-    "device_reservations",
-    "reserve",
-    "resolve_request",
-]

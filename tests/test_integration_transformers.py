@@ -178,11 +178,11 @@ def test_utilization_outside_zero_to_one_is_refused_naming_it(model, bad):
 
 
 def test_pinned_bytes_below_one_block_are_refused_naming_both(model, generation):
-    # a batch of one block: its attention mask's columns are less than a block, so the engine runs and the plan refuses
+    # a batch of one block: its mask's columns (1 KiB) are less than a block: the engine runs and the plan refuses
     block = llama_kv_block_bytes() + TOKENS * (TOKENS * model.dtype.itemsize + 8)
-    with pytest.raises(SizingError, match=rf"pinned_bytes=1000 .*smaller than one block of {block} bytes"):
+    with pytest.raises(SizingError, match=rf"pinned_bytes=2000 .*smaller than one block of {block} bytes"):
         size_continuous_batching(
-            model, pinned_bytes=1000, config=cb_config(max_batch_tokens=TOKENS), generation_config=generation
+            model, pinned_bytes=2000, config=cb_config(max_batch_tokens=TOKENS), generation_config=generation
         )
 
 
@@ -219,23 +219,28 @@ def drain(master: int, chunks: list[bytes]) -> None:
 
 
 def test_sizing_draws_a_progress_line_counting_its_runs_on_a_terminal(model, baseline, generation, monkeypatch):
+    import fcntl
     import os
     import pty
+    import struct
+    import termios
 
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # an 80x24 terminal
     terminal = os.fdopen(slave, "w")
     chunks: list[bytes] = []
     reader = threading.Thread(target=drain, args=(master, chunks))  # a full terminal buffer would block the writer
     reader.start()
-    monkeypatch.setattr(sys, "stderr", terminal)
     try:
-        size_continuous_batching(
-            model,
-            utilization=utilization(baseline),
-            baseline=baseline,
-            config=cb_config(),
-            generation_config=generation,
-        )
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stderr", terminal)
+            size_continuous_batching(
+                model,
+                utilization=utilization(baseline),
+                baseline=baseline,
+                config=cb_config(),
+                generation_config=generation,
+            )
         terminal.flush()
     finally:
         terminal.close()  # the reader then reads the end of the terminal

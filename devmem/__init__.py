@@ -113,7 +113,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(home), name)
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Candidate",

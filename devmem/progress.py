@@ -1,6 +1,7 @@
 """A progress line on stderr for work that takes seconds (block-cost runs, a model's sizing), through tqdm where it
 is installed (transformers brings it): on a terminal only, and nothing at all through a pipe, into a log, or
-without tqdm, so that no output a program reads ever changes.
+without tqdm, so that no output a program reads ever changes. Work inside work that shows a line already (the
+block-cost runs of a sizing) draws no second one: the outer line counts it.
 
     with progress("devmem: measuring a KV block's cost", total=6, unit="run") as bar:
         for n in sizes:
@@ -13,11 +14,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import IO, Any
 
 #: One short line: ``devmem: measuring a KV block's cost: 2/6 run [00:03, blocks=16]`` (no bar: the total is the
 #: most steps there may be, not the steps there will be).
 _FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
+#: Whether a line is drawn in this thread (or task) now: a nested :func:`progress` draws none.
+_drawing: ContextVar[bool] = ContextVar("devmem_progress_drawing", default=False)
 
 
 class Progress:
@@ -53,18 +57,21 @@ def progress(
     description: str, total: int | None = None, *, unit: str = "step", stream: IO[str] | None = None
 ) -> Iterator[Progress]:
     """A :class:`Progress` for the block: a line on ``stream`` (stderr by default) while it runs when that is a
-    terminal and tqdm is installed, removed when the block ends; else one whose updates do nothing."""
+    terminal, tqdm is installed and no line is drawn already, removed when the block ends; else one whose updates
+    do nothing."""
     stream = sys.stderr if stream is None else stream
-    tqdm = _tqdm() if _is_terminal(stream) else None
+    tqdm = _tqdm() if _is_terminal(stream) and not _drawing.get() else None
     if tqdm is None:
         yield Progress()
         return
     bar = tqdm(
         total=total, desc=description, unit=unit, file=stream, leave=False, dynamic_ncols=True, bar_format=_FORMAT
     )
+    token = _drawing.set(True)
     try:
         yield Progress(bar)
     finally:
+        _drawing.reset(token)
         bar.close()
 
 

@@ -97,6 +97,16 @@ def test_plan_model_block_size_sets_the_block(capsys, qwen3):
     assert code == 0 and json.loads(out)["plan"]["block_bytes"] == 32 * 147_456
 
 
+def test_plan_model_on_a_device_too_small_still_shows_what_a_token_costs_and_that_none_fits(capsys, qwen3):
+    code, out, err = run(capsys, "plan", "--model", qwen3, "--total", "16GiB", "--context", "32768", "--sequences", "8")
+    lines = out.splitlines()
+    assert code == 1 and err.count("devmem: error: not enough memory for the KV cache") == 1
+    assert "KV per token: 36 attention layers x 4096 B = 147456 B" in lines
+    assert "tokens: 0 B // block 2359296 B (16 tokens x 147456 B per token) = 0 blocks = 0 tokens" in lines
+    assert "longest context for 8 sequence(s): (0 B // 8) in whole blocks = 0 tokens" in lines
+    assert "8 sequence(s) of 32768 tokens: do not fit (0 do); `devmem fit` says what they need" in lines
+
+
 def test_plan_model_not_enough_memory_exits_1_with_the_model_in_json(capsys, qwen3):
     code, out, _ = run(capsys, "plan", "--model", qwen3, "--total", "8GiB", "--json")
     data = json.loads(out)

@@ -10,30 +10,30 @@ before the fence changes that, with the reason:
 - ``<!-- doc-test: compile-only REASON -->``: Python compiled, not run (a fragment of a larger program);
 - ``<!-- doc-test: recorded PATH -->``: a sample output recorded on other hardware; it must equal the file PATH.
 
-Blocks run in a fresh directory holding ``examples``, ``benchmarks`` and ``docs`` (links to the repository's) and
-the model folders the docs name (``Qwen3-8B``, ``gemma-3-12b-it``: their published configs, from
-tests/model_configs.py), on the cpu platform, with this checkout's ``devmem`` first on ``PATH``. In a sample
-output, a line ``...`` stands for any lines, and a line ending in `` ...`` for any line starting with the rest.
-An untagged block that is neither fails: say what it is.
+Blocks run in a fresh directory holding only what the repository ships (``examples``, ``benchmarks`` and ``docs``,
+links to the repository's: a model a doc plans for is one of ``examples/configs``), on the cpu platform, with this
+checkout's ``devmem`` first on ``PATH``. In a sample output, a line ``...`` stands for any lines, and a line ending
+in `` ...`` for any line starting with the rest. An untagged block that is neither fails: say what it is. Every
+Python block but a ``compile-only`` fragment uses only the names it defines or imports, a skipped one too.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import subprocess
+import symtable
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from model_configs import GEMMA_3_12B_IT, QWEN3_8B, write_model
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "examples" / "README.md"]
-MODELS = {"Qwen3-8B": QWEN3_8B, "gemma-3-12b-it": GEMMA_3_12B_IT}
 #: Blocks that take more than a few seconds (they serve a model on the CPU): run by CI, not by default.
-SLOW = re.compile(r"examples/engine\.py|benchmarks/")
+SLOW = re.compile(r"examples/engine\.py|benchmarks/|\btransformers\b")
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 MARK = re.compile(r"<!--\s*doc-test:\s*(skip|compile-only|recorded)\s+(.*?)\s*-->\s*\n$")
 
@@ -77,12 +77,10 @@ def param(block: Block):
 
 @pytest.fixture
 def workdir(tmp_path) -> tuple[Path, dict[str, str]]:
-    """A directory with the repository's examples, benchmarks and docs and the models the docs name; the
-    environment that runs this checkout's devmem on the cpu platform."""
+    """A directory with the repository's examples, benchmarks and docs; the environment that runs this checkout's
+    devmem on the cpu platform, with a ledger and a profile store of its own."""
     for name in ("examples", "benchmarks", "docs"):
         (tmp_path / name).symlink_to(REPO / name)
-    for name, config in MODELS.items():
-        write_model(tmp_path / name, config)
     bin_dir = tmp_path / ".bin"
     bin_dir.mkdir()
     (bin_dir / "devmem").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m devmem "$@"\n')
@@ -93,6 +91,8 @@ def workdir(tmp_path) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR", "DEVMEM_LOAD_PLUGINS")}
     env.update(
         DEVMEM_PLATFORM="cpu",
+        DEVMEM_LEDGER_DIR=str(tmp_path / ".ledger"),  # a block's reservations are its own, never the host's
+        DEVMEM_PROFILE_DIR=str(tmp_path / ".profiles"),
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
     )
@@ -169,6 +169,46 @@ def test_doc_block_runs_as_written(block: Block, workdir):
             assert not shown or matches(shown, printed), f"{block.id}: {command}\n" + "\n".join(printed)
     elif block.lang == "toml":
         pytest.importorskip("tomllib", reason="tomllib is Python 3.11+").loads(block.body)
+
+
+def undefined_names(source: str) -> list[str]:
+    """The global names ``source`` reads that it neither assigns, imports nor defines, builtins aside."""
+    top = symtable.symtable(source, "<block>", "exec")
+    defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    read: set[str] = set()
+    tables = [top]
+    while tables:
+        table = tables.pop()
+        read.update(s.get_name() for s in table.get_symbols() if s.is_referenced() and (table is top or s.is_global()))
+        tables.extend(table.get_children())
+    return sorted(read - defined - set(dir(builtins)))
+
+
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b.id) for b in BLOCKS if b.lang == "python" and b.mark != "compile-only"]
+)
+def test_python_block_uses_only_the_names_it_defines(block: Block):
+    try:
+        names = undefined_names(block.body)
+    except SyntaxError:
+        if block.mark != "skip":
+            raise
+        pytest.skip(f"not Python: {block.reason}")
+    assert names == [], f"{block.id} reads names it does not define: {names}"
+
+
+def test_undefined_names_are_found_in_functions_and_at_the_top_level():
+    assert undefined_names("import os\ndef f():\n    return os, name\nprint(prompts)\n") == ["name", "prompts"]
+
+
+#: ``devmem plan`` / ``devmem fit`` with ``--model X`` anywhere in a doc, prose included.
+MODEL_ARGUMENT = re.compile(r"devmem (?:plan|fit)\b[^`|\n]*?--model ([^\s`]+)")
+
+
+def test_every_model_a_doc_plans_for_is_shipped():
+    named = {(doc.name, m) for doc in DOCS for m in MODEL_ARGUMENT.findall(doc.read_text(encoding="utf-8"))}
+    assert len(named) >= 5
+    assert [(doc, m) for doc, m in named if m != "PATH" and not (REPO / m).is_file()] == []
 
 
 @pytest.mark.parametrize(

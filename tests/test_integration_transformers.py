@@ -14,6 +14,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 
 import pytest
 from forward_counter import Forwards
@@ -21,7 +22,7 @@ from forward_counter import Forwards
 transformers = pytest.importorskip("transformers", minversion="5.17")
 torch = pytest.importorskip("torch")
 
-from devmem import MiB, SizingError  # noqa: E402
+from devmem import MiB, NotEnoughMemoryError, SizingError  # noqa: E402
 from devmem.cpu import CpuPlatform  # noqa: E402
 from devmem.engine import MemorySnapshot  # noqa: E402
 from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
@@ -177,9 +178,85 @@ def test_utilization_outside_zero_to_one_is_refused_naming_it(model, bad):
 
 
 def test_pinned_bytes_below_one_block_are_refused_naming_both(model, generation):
-    block = llama_kv_block_bytes() + TOKENS * (BATCH * model.dtype.itemsize + 8)
-    with pytest.raises(SizingError, match=rf"pinned_bytes=1000 .*smaller than one block of {block} bytes"):
-        size_continuous_batching(model, pinned_bytes=1000, config=cb_config(), generation_config=generation)
+    # a batch of one block: its mask's columns (1 KiB) are less than a block: the engine runs and the plan refuses
+    block = llama_kv_block_bytes() + TOKENS * (TOKENS * model.dtype.itemsize + 8)
+    with pytest.raises(SizingError, match=rf"pinned_bytes=2000 .*smaller than one block of {block} bytes"):
+        size_continuous_batching(
+            model, pinned_bytes=2000, config=cb_config(max_batch_tokens=TOKENS), generation_config=generation
+        )
+
+
+def test_a_share_too_small_for_the_batchs_attention_mask_is_refused_before_the_engine_runs(model, baseline):
+    # 8192 query tokens x (8192 cache tokens + 8192) x 4 B = 512 MiB of mask: a 300 MiB share cannot hold it
+    forwards = Forwards(model)
+    with pytest.raises(NotEnoughMemoryError, match=r"requested 300.00 MiB .*max_batch_tokens=8192.* = 512.00 MiB"):
+        size_continuous_batching(
+            model,
+            utilization=utilization(baseline, 300 * MiB),
+            baseline=baseline,
+            config=cb_config(max_batch_tokens=8192),
+        )
+    assert forwards.count == 0
+
+
+def test_pinned_bytes_below_the_batchs_attention_mask_columns_are_refused_before_the_engine_runs(model):
+    columns = BATCH * BATCH * model.dtype.itemsize  # a cache of the batch's 64 tokens, read by its 64 query tokens
+    forwards = Forwards(model)
+    with pytest.raises(SizingError, match=rf"pinned_bytes={columns - 1} .*pin at least {columns} bytes"):
+        size_continuous_batching(model, pinned_bytes=columns - 1, config=cb_config())
+    assert forwards.count == 0
+
+
+def drain(master: int, chunks: list[bytes]) -> None:
+    """Read a pseudo-terminal into ``chunks`` until its other end is closed."""
+    import os
+
+    try:
+        while chunk := os.read(master, 65536):
+            chunks.append(chunk)
+    except OSError:  # EIO: the terminal's other end was closed
+        pass
+
+
+def test_sizing_draws_a_progress_line_counting_its_runs_on_a_terminal(model, baseline, generation, monkeypatch):
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # an 80x24 terminal
+    terminal = os.fdopen(slave, "w")
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=drain, args=(master, chunks))  # a full terminal buffer would block the writer
+    reader.start()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stderr", terminal)
+            size_continuous_batching(
+                model,
+                utilization=utilization(baseline),
+                baseline=baseline,
+                config=cb_config(),
+                generation_config=generation,
+            )
+        terminal.flush()
+    finally:
+        terminal.close()  # the reader then reads the end of the terminal
+        reader.join(timeout=30)
+        os.close(master)
+    drawn = b"".join(chunks).decode(errors="replace")
+    # one line for the whole sizing: the block-cost runs inside it draw none of their own
+    assert "devmem: sizing: 1/6 run" in drawn and "devmem: sizing: 2/6 run" in drawn, drawn
+    assert "measuring a KV block" not in drawn, drawn
+
+
+def test_sizing_through_a_pipe_draws_no_progress(model, baseline, generation, capsys):
+    size_continuous_batching(
+        model, utilization=utilization(baseline), baseline=baseline, config=cb_config(), generation_config=generation
+    )
+    assert "devmem: sizing" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bad", [0, -4096, 1.5, True, "1GiB"])

@@ -76,3 +76,14 @@ def test_measuring_a_block_cost_shows_each_run_on_a_terminal(terminal, monkeypat
     measure_block_cost(run, [8, 16], plan=lambda cost: 20)
     out = written()
     assert "devmem: measuring a KV block's cost: 2/6 run [00:00, blocks=16]" in out, out
+
+
+def test_work_inside_work_that_draws_a_line_draws_none_of_its_own(terminal):
+    stream, written = terminal
+    with progress("devmem: sizing", total=3, unit="run", stream=stream) as outer:
+        with progress("devmem: measuring a KV block's cost", total=2, stream=stream) as inner:
+            inner.update(blocks=8)
+        assert outer.shown and not inner.shown
+    with progress("devmem: measuring a KV block's cost", total=2, stream=stream) as after:
+        assert after.shown  # the outer line is gone: the next work draws again
+    assert "devmem: sizing" in written()

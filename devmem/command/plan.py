@@ -4,6 +4,7 @@ arithmetic."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from devmem.command.common import add_command, emit_json, print_wrapped
 from devmem.command.flags import device_index, fraction, positive, positive_size, size, sizes_read, sizes_read_lines
@@ -18,6 +19,9 @@ from devmem.command.model import (
 from devmem.resolution.plugins import current_platform
 from devmem.types import DevmemError
 from devmem.units import format_size
+
+if TYPE_CHECKING:
+    from devmem.planner.capacity import Capacity
 
 
 def _machine_total(args: argparse.Namespace) -> tuple[int | None, list[str]]:
@@ -140,39 +144,62 @@ def cmd_plan_model(args: argparse.Namespace) -> int:
     }
     if args.weights is not None:
         sizing["weights"] = args.weights
+    context, sequences = args.context, args.sequences
+    if context is None and sequences is None:
+        context, sequences = model.max_context, 1
+
+    def capacity_of(kv_cache_bytes: int) -> Capacity:
+        return capacity(
+            model,
+            kv_cache_bytes,
+            block_size=block_size,
+            context=context,
+            sequences=sequences,
+            allocation_granularity=granularity,
+        )
+
     try:
         _check_pinned(args, model.weights_bytes_per_rank if args.weights is None else args.weights)
         plan = plan_for_model(model, block_size=block_size, **sizing)
     except NotEnoughMemoryError as exc:
-        if not args.json:
-            raise
-        emit_json({"kind": "does_not_fit", "model": model.as_dict(), "error": str(exc), "breakdown": exc.breakdown})
-        return EXIT_DOES_NOT_FIT
-    context, sequences = args.context, args.sequences
-    if context is None and sequences is None:
-        context, sequences = model.max_context, 1
-    answer = capacity(
-        model,
-        plan.kv_cache_bytes,
-        block_size=block_size,
-        context=context,
-        sequences=sequences,
-        allocation_granularity=granularity,
-    )
+        if args.json:
+            emit_json({"kind": "does_not_fit", "model": model.as_dict(), "error": str(exc), "breakdown": exc.breakdown})
+            return EXIT_DOES_NOT_FIT
+        # the per-token arithmetic still holds: what a token costs, and that no token or context fits
+        none = capacity_of(0)
+        print_wrapped(
+            model.explain(),
+            "KV cache: none fits (the error says why)",
+            none.explain(),
+            *_verdict(args, none),
+            *total_lines,
+            *sizes_read_lines(read),
+        )
+        raise
+    answer = capacity_of(plan.kv_cache_bytes)
     if args.json:
         emit_json({"model": model.as_dict(), "plan": plan.as_dict(), "capacity": answer.as_dict()})
     else:
-        verdict = []
-        if args.context is not None and args.sequences is not None:
-            held = answer.sequences_at_context or 0
-            verdict = [
-                f"{args.sequences} sequence(s) of {args.context} tokens: "
-                + ("fit" if held >= args.sequences else f"do not fit ({held} do); `devmem fit` says what they need")
-            ]
         print_wrapped(
-            model.explain(), plan.explain(), answer.explain(), *verdict, *total_lines, *sizes_read_lines(read)
+            model.explain(),
+            plan.explain(),
+            answer.explain(),
+            *_verdict(args, answer),
+            *total_lines,
+            *sizes_read_lines(read),
         )
     return 0
+
+
+def _verdict(args: argparse.Namespace, answer: Capacity) -> list[str]:
+    """Whether ``--sequences`` of ``--context`` tokens fit, where both were given."""
+    if args.context is None or args.sequences is None:
+        return []
+    held = answer.sequences_at_context or 0
+    return [
+        f"{args.sequences} sequence(s) of {args.context} tokens: "
+        + ("fit" if held >= args.sequences else f"do not fit ({held} do); `devmem fit` says what they need")
+    ]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
 from devmem._text import shown
-from devmem.engine.block_cost import CAUTION, BlockCost, BlockRun, growth_per_block
+from devmem.engine.block_cost import CAUTION, MAX_RUNS, BlockCost, BlockRun, growth_per_block
 from devmem.engine.block_cost import grows_linearly as _grows_linearly
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
@@ -61,8 +61,9 @@ from devmem.engine.profiling import MemorySnapshot, ProfileResult
 from devmem.engine.reservations import Reservation
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, SizingError, _bytes, requested_memory
 from devmem.platform import Platform
+from devmem.progress import Progress, progress
 from devmem.resolution.plugins import current_platform
-from devmem.types import DevmemError
+from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
 if TYPE_CHECKING:
@@ -1110,6 +1111,7 @@ def size_continuous_batching(
     max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
     percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
     profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+    _check_share_holds_the_batch(model, memory, weights, max_batch_tokens, tokens)  # before seconds of engine runs
     key = profile_key(
         model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
     )
@@ -1122,9 +1124,9 @@ def size_continuous_batching(
         runs, costs, figure_notes = _stored_extra(extra)
     else:
         limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
-        with _frozen_heap():
+        with _frozen_heap(), progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:
             runs, costs, figure_notes = _measure(
-                memory, model, generation_config, profile_config, weights, max_batch_tokens
+                memory, model, generation_config, profile_config, weights, max_batch_tokens, bar
             )
         if profile_store is not None:
             ours = {
@@ -1170,6 +1172,74 @@ def size_continuous_batching(
         memory.reservation,
         memory,
     )
+
+
+def attention_mask_bytes(model: Any, max_batch_tokens: int, tokens_per_block: int) -> int:
+    """The fewest bytes of the attention mask transformers allocates for a batch of ``max_batch_tokens`` query tokens
+    (``paged|sdpa`` and ``paged|eager``; flash attention takes none): ``[1, 1, M, N + M]`` of the model's dtype, N
+    the tokens the cache holds, at least the batch's own in whole blocks. Allocated whole when the engine starts,
+    whatever the batches served."""
+    if "flash" in str(model.config._attn_implementation):
+        return 0
+    cache_tokens = tokens_per_block * math.ceil(max_batch_tokens / tokens_per_block)
+    return max_batch_tokens * (cache_tokens + max_batch_tokens) * model.dtype.itemsize
+
+
+def _check_share_holds_the_batch(
+    model: Any, memory: EngineMemory, weights: int, max_batch_tokens: int, tokens_per_block: int
+) -> None:
+    """Refuse at once a share in which transformers' own tensors for the batch cannot fit (the weights and the
+    attention mask, a floor: activations and blocks come on top), rather than after seconds of engine runs, with
+    the error the plan would raise (:class:`~devmem.NotEnoughMemoryError` on the utilization path,
+    :class:`SizingError` for pinned bytes) and what would pass the floor."""
+    mask = attention_mask_bytes(model, max_batch_tokens, tokens_per_block)
+    itemsize = model.dtype.itemsize
+    if memory.pinned_bytes is not None:  # the pinned bytes hold what grows with the cache: the mask's N columns
+        columns = mask - max_batch_tokens * max_batch_tokens * itemsize
+        if memory.pinned_bytes >= columns:
+            return
+        raise SizingError(
+            f"pinned_bytes={memory.pinned_bytes} ({format_size(memory.pinned_bytes)}) is smaller than the attention "
+            f"mask's columns for a cache of config.max_batch_tokens={max_batch_tokens} tokens, {max_batch_tokens} x "
+            f"{columns // (max_batch_tokens * itemsize)} x {itemsize} B = {columns} bytes ({format_size(columns)}), "
+            f"checked before running the engine; pin at least {columns} bytes (the cache itself comes on top), or "
+            "lower config.max_batch_tokens, or use flash attention (no mask)"
+        )
+    floor = weights + mask
+    if memory.requested >= floor:
+        return
+    fewer = _tokens_within(model, memory.requested - weights, tokens_per_block)
+    raise NotEnoughMemoryError(
+        f"not enough memory for the KV cache (utilization path): requested {format_size(memory.requested)} "
+        f"(utilization {memory.utilization} of {format_size(memory.baseline.total)}) cannot hold a batch of "
+        f"config.max_batch_tokens={max_batch_tokens}: the weights {format_size(weights)} and transformers' "
+        f"attention mask for it, {max_batch_tokens} x {mask // (max_batch_tokens * itemsize)} x {itemsize} B = "
+        f"{format_size(mask)}, take {format_size(floor)} before any activation or block, checked before running "
+        f"the engine. Advice: raise the utilization above {floor / memory.baseline.total:.3g} "
+        f"({format_size(floor)}, a floor: activations and the cache come on top), or "
+        + (
+            f"lower config.max_batch_tokens (at {fewer} the floor alone fills the share)"
+            if fewer
+            else "use a smaller model"
+        )
+        + ", or use flash attention (no mask)",
+        {
+            "requested": memory.requested,
+            "weights": weights,
+            "attention_mask": mask,
+            "max_batch_tokens": max_batch_tokens,
+        },
+    )
+
+
+def _tokens_within(model: Any, budget: int, tokens_per_block: int) -> int:
+    """The largest ``max_batch_tokens`` whose attention mask fits in ``budget`` bytes (0 where none does)."""
+    if budget <= 0:
+        return 0
+    tokens = math.isqrt(budget // (2 * model.dtype.itemsize)) + 1
+    while tokens > 0 and attention_mask_bytes(model, tokens, tokens_per_block) > budget:
+        tokens -= 1
+    return tokens
 
 
 def _from_memory(
@@ -1237,10 +1307,11 @@ def _measure(
     config: Any,
     weights: int,
     max_batch_tokens: int,
+    bar: Progress,
 ) -> tuple[tuple[EngineRun, ...], dict[str, int], list[str]]:
     """Run the engine through ``memory``: its profile window at ``N_a`` blocks (:meth:`EngineMemory.profile_blocks`),
     then the runs :meth:`EngineMemory.measure_block_cost` asks for (the first where the shapes say the
-    cache-reading step sets the peak). Returns the runs, the per-block costs and notes."""
+    cache-reading step sets the peak); ``bar`` counts each run. Returns the runs, the per-block costs and notes."""
     tokens = block_tokens(config)
     groups = shared_block_groups(model)
     small = math.ceil(max_batch_tokens / tokens) * groups + 1
@@ -1253,6 +1324,7 @@ def _measure(
 
     def run(blocks: int, all_layers: bool = False) -> int:
         engine_runs[blocks] = run_engine(model, generation_config, config, blocks, all_layers=all_layers)
+        bar.update(blocks=blocks)
         return engine_runs[blocks].held_bytes
 
     first = memory.profile_blocks(lambda blocks: run(blocks, all_layers=True), small, weights_memory=weights)

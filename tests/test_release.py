@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import devmem
-from devmem import old_paths
+from devmem import _old_paths as old_paths
 
 CHANGELOG = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
 HEADINGS = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", CHANGELOG, re.M)

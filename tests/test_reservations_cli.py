@@ -165,3 +165,15 @@ def test_info_shows_a_reservations_control_characters_as_escapes(capsys, sleeper
     owned_by(sleeper, platform, GiB, "engine\x1b]0;retitled\x07")
     out = info(capsys, platform=platform)
     assert "\x1b" not in out and "\x07" not in out and "engine\\x1b]0;retitled\\x07" in out
+
+
+def test_a_long_command_is_cut_to_its_column_not_broken_inside_a_path(tmp_path):
+    from devmem.command.reservations import reservation_table
+    from devmem.engine.reservations import Accounting, DeviceReservations, Holding
+
+    command = "/opt/torch/.venv/bin/python3 /work/main/benchmarks/vllm_cotenants.py instance --model /tmp/m"
+    holding = Holding(4242, command, 8 * 1024**3, 1024**3)
+    view = DeviceReservations("key", str(tmp_path / "key.json"), Accounting(80 * 1024**3, (holding,)), (), None)
+    lines = reservation_table(view, 80)
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
+    assert lines[1].endswith("...") and "/opt/torch/.venv/bin/python3" in lines[1]

@@ -41,15 +41,21 @@ def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
 
     if view is None or not view.accounting.holdings:
         return []
-    cells: list[tuple[str, ...]] = [
+    header = ("PID", "RESERVED", "USED NOW", "OVER/UNDER", "RESERVED BY")
+    figures = [
         (
             "-" if h.pid is None else str(h.pid),
             "-" if h.reserved is None else format_size(h.reserved),
             "-" if h.used is None else format_size(h.used),
             "no reservation" if h.reserved is None else _over(h.used, h.reserved),
-            "-" if h.command is None else printable(short_command(h.command)),
         )
         for h in view.accounting.holdings
     ]
-    header = ("PID", "RESERVED", "USED NOW", "OVER/UNDER", "RESERVED BY")
+    # a command is cut to the room its column has (as top cuts it), not broken inside a path
+    used = 2 + sum(max(len(row[i]) for row in [header, *figures]) + 2 for i in range(len(header) - 1))
+    room = max(24, width - used)
+    cells: list[tuple[str, ...]] = [
+        (*row, "-" if h.command is None else printable(short_command(h.command, room)))
+        for row, h in zip(figures, view.accounting.holdings, strict=True)
+    ]
     return table(header, cells, width, right=frozenset({0, 1, 2}))

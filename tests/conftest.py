@@ -4,6 +4,9 @@ ledger of its own."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -37,3 +40,12 @@ def site(tmp_path, monkeypatch):
     path.mkdir()
     monkeypatch.syspath_prepend(str(path))
     return path
+
+
+@pytest.fixture
+def sticky():
+    """A ledger directory as /dev/shm/devmem is: mode 1777, reachable by every user (pytest's are root's own)."""
+    directory = Path(tempfile.mkdtemp(prefix="devmem-ledger-"))
+    directory.chmod(0o1777)
+    yield directory
+    shutil.rmtree(directory)

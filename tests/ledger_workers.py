@@ -15,9 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The uid and gid of user ``nobody``, whom tests act as for "another user".
 NOBODY = 65534
+#: Tests that act as another user need root.
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user")
 
 WORKER = """
 import sys

@@ -576,16 +576,7 @@ def test_a_huge_byte_request_is_named_cut_short(host, tmp_path):
         reserve(0, 10**400, platform=host, ledger_dir=tmp_path)
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user")
-
-
-@pytest.fixture
-def sticky():
-    """A ledger directory as /dev/shm/devmem is: mode 1777, reachable by every user (pytest's are root's own)."""
-    directory = Path(tempfile.mkdtemp(prefix="devmem-ledger-"))
-    directory.chmod(0o1777)
-    yield directory
-    shutil.rmtree(directory)
+needs_root = ledger_workers.needs_root
 
 
 @needs_root

@@ -31,7 +31,7 @@ from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
 
 KEY = "cpu-host_memory-0"
 NOBODY = ledger_workers.NOBODY
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user")
+needs_root = ledger_workers.needs_root
 
 
 @pytest.fixture
@@ -60,15 +60,6 @@ def naming(pid: int, nbytes: int = 60 * GiB, entry_id: str = "planted") -> Entry
 
 def real_total() -> int:
     return CpuPlatform().device_memory_info().total
-
-
-@pytest.fixture
-def sticky():
-    """A ledger directory as /dev/shm/devmem is: mode 1777, reachable by every user."""
-    directory = Path(tempfile.mkdtemp(prefix="devmem-ledger-"))
-    directory.chmod(0o1777)
-    yield directory
-    shutil.rmtree(directory)
 
 
 # ---- the directory ---------------------------------------------------------------------------------------

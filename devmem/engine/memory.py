@@ -282,8 +282,10 @@ class EngineMemory:
         kept) is graph memory beside the cache, charged on top of the profile's transient, and the plan's
         ``graph_bytes`` may raise it to the engine's own estimate.
         """
-        self._graphs_after_cache = bool(captured_again_after_cache)
         with self._step("open the graph window"):
+            after_cache = arguments.flag(
+                "captured_again_after_cache", captured_again_after_cache, error=EngineMemoryError
+            )
             profile = self._profiled("open the graph window")
             if self.graphs_result is not None and self.graphs_result.error is None:
                 raise EngineMemoryError(
@@ -293,6 +295,7 @@ class EngineMemory:
                 raise EngineMemoryError(
                     f"device {self.device}: the KV cache was already planned; capture graphs before plan()"
                 )
+            self._graphs_after_cache = after_cache
             with memory_profiling(self.baseline, profile.weights_memory, self.platform) as result:
                 self.graphs_result = result
                 yield result

@@ -210,6 +210,104 @@ def test_footprint_stays_inside_the_request_when_graphs_are_captured_after_the_f
     assert h200.processes(0)[h200.own_driver_pid] <= -(-baseline.total // 10)
 
 
+#: torch serves requests of at most 1 MiB from small segments of their own (the scripted allocator's pools).
+SMALL_POOL = object()
+
+
+def _capture_on_side_streams(rt, warm_ups, pool_sizes, first_stream=1):
+    """A capture as torch's documentation writes it, without emptying the cache: each graph's static input is
+    allocated on the default stream and kept, the graph warms up on a side stream of its own (its activations
+    freed there), then its pool is allocated and kept."""
+    pool, kept = object(), []
+    for n, (warm_up, size) in enumerate(zip(warm_ups, pool_sizes, strict=True)):
+        kept.append(rt.malloc(4096, pool=SMALL_POOL))
+        for handle in [rt.malloc(warm_up, stream=first_stream + n)]:
+            rt.free(handle)
+        kept.append(rt.malloc(size, pool=pool, stream=99))
+    return kept
+
+
+def test_a_capture_warming_up_on_side_streams_after_the_forward_is_not_added_to_its_transient(torch_rt, platform):
+    """Forward 3 GiB on the default stream, then two graphs warming up with 100 and 60 MiB on side streams while the
+    forward's segments stay cached: the next pass needs the forward's 3 GiB, not 3 GiB + 160 MiB."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(2 * GiB)
+    with memory_profiling(baseline, weights_memory=2 * GiB, platform=platform) as profile:
+        _forward(torch_rt, [3 * GiB])
+        _capture_on_side_streams(torch_rt, [100 * MiB, 60 * MiB], [GiB, 10 * MiB + 1])
+    assert profile.transient_rule == "history"
+    assert profile.transient_peak_bytes == 3 * GiB
+    assert profile.transient_reach_bytes == 3 * GiB + 160 * MiB
+
+
+def test_a_warm_up_larger_than_the_forward_is_the_transient(torch_rt, platform):
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(GiB)
+    with memory_profiling(baseline, platform=platform) as profile:
+        _forward(torch_rt, [100 * MiB])
+        _capture_on_side_streams(torch_rt, [400 * MiB], [10 * MiB])
+    assert profile.transient_peak_bytes == 400 * MiB
+
+
+def test_two_streams_in_one_pass_are_charged_together(torch_rt, platform):
+    """A pass whose blocks on two streams are allocated at once (compute and communication) needs both."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(GiB)
+    with memory_profiling(baseline, platform=platform) as profile:
+        compute = torch_rt.malloc(GiB, stream=0)
+        comm = torch_rt.malloc(300 * MiB, stream=7)
+        torch_rt.free(comm)  # the communication's buffer goes first, while the pass goes on
+        more = torch_rt.malloc(500 * MiB, stream=0)
+        torch_rt.free(more)
+        torch_rt.free(compute)
+    assert profile.transient_peak_bytes == GiB + 300 * MiB + 500 * MiB
+
+
+def test_a_later_pass_on_the_same_stream_is_charged_with_the_cache_it_reuses(torch_rt, platform):
+    """The second pass reuses the first's 1 GiB segment on its stream and reserves 2 GiB more: 3 GiB at once."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(GiB)
+    with memory_profiling(baseline, platform=platform) as profile:
+        _forward(torch_rt, [GiB])
+        _forward(torch_rt, [GiB, 2 * GiB])
+    assert profile.transient_peak_bytes == 3 * GiB
+
+
+def test_a_history_of_segments_only_is_one_pass(torch_rt, platform):
+    """Without block events nothing says where a pass ends: every segment the window gives back counts at once."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(GiB)
+    with memory_profiling(baseline, platform=platform) as profile:
+        _forward(torch_rt, [3 * GiB])
+        _capture_on_side_streams(torch_rt, [100 * MiB], [GiB])
+        trace = torch_rt.allocators[0].trace
+        trace[:] = [e for e in trace if e["action"].startswith("segment")]
+    assert profile.transient_rule == "history"
+    assert profile.transient_peak_bytes == 3 * GiB + 100 * MiB
+
+
+def test_footprint_is_charged_one_transient_when_graphs_warm_up_on_side_streams_in_the_profile_window(
+    torch_rt, platform, h200
+):
+    """The plan leaves the forward's transient once: after the cache and a second pass (and the graphs replayed,
+    which reserves nothing), the footprint is within one block and the allocator's rounding of the request."""
+    baseline = MemorySnapshot.measure(0, platform)
+    torch_rt.malloc(4 * GiB)
+    activations = [300 * MiB + 1, 2 * GiB + 5]
+    with memory_profiling(baseline, weights_memory=4 * GiB, platform=platform) as profile:
+        _forward(torch_rt, activations)
+        _capture_on_side_streams(torch_rt, [200 * MiB, 90 * MiB], [400 * MiB, 10 * MiB + 7])
+    plan = plan_kv_cache(
+        total=baseline.total, utilization=0.1, page_size_bytes=2 * MiB, num_layers=1, **profile.plan_inputs()
+    )
+    torch_rt.malloc(plan.num_blocks * plan.block_bytes)
+    _forward(torch_rt, activations)
+    requested = -(-baseline.total // 10)
+    footprint = h200.processes(0)[h200.own_driver_pid]
+    assert footprint <= requested
+    assert requested - footprint < 2 * MiB + plan.block_bytes
+
+
 def test_without_the_allocator_history_the_transient_is_bounded_from_above(torch_rt, platform, monkeypatch):
     """A runtime without memory history: only what was reserved at the window's start and end is subtracted."""
     monkeypatch.delattr(torch_rt.cuda, "memory")

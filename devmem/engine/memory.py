@@ -543,7 +543,7 @@ class EngineMemory:
                 graphs = self.graphs_result.plan_inputs()
                 kept = max(0, graphs["consumed"] - figures["consumed"])
                 if self._graphs_after_cache:  # the window's whole reach is memory beside the cache
-                    figures["graph_capture"] = max(kept + graphs["transient_peak_bytes"], self._graph_bytes)
+                    figures["graph_capture"] = max(kept + self.graphs_result.transient_reach_bytes, self._graph_bytes)
                 else:
                     figures["graph_capture"] = kept
                     figures["transient_peak_bytes"] = max(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
-from devmem.engine._segment_history import SegmentHistory, created_after_peak
+from devmem.engine._segment_history import Replay, SegmentHistory, replay
 from devmem.engine._torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
 from devmem.platform import DeviceReading, Platform
@@ -242,9 +242,12 @@ class ProfileResult:
       caching allocator reserved at its peak over what it kept after the window (``transient_source`` says
       ``"reserved"``). The same pass reserves it again, with its rounding and fragmentation, whatever it
       allocates. What the window kept but reserved only after the peak (``kept_after_peak_bytes``: a graph
-      pool captured after the forward pass) is not subtracted: ``transient_rule`` says how that was known
-      (``"history"``: the allocator's segment history; ``"bounded"``: only memory reserved both when the window
-      opened and after it is subtracted). ``transient_allocated_bytes`` is the allocated peak over what stays
+      pool captured after the forward pass) is not subtracted, and where the window ran several passes (a
+      forward pass, then a capture warming up on side streams) it is the largest pass's, not theirs together:
+      ``transient_rule`` says how that was known (``"history"``: the allocator's history; ``"bounded"``: only
+      memory reserved both when the window opened and after it is subtracted, one pass).
+      ``transient_reach_bytes`` is all the window held at once (every pass's cache together), for graphs that
+      are captured again beside the cache. ``transient_allocated_bytes`` is the allocated peak over what stays
       allocated, beside it. Where torch keeps no allocator statistics (host memory) but the platform keeps the
       process's high-water mark (``process_peak``, Linux's ``VmHWM`` on the ``cpu`` platform), it is the
       process's peak in the window over what it holds after it (``transient_source`` ``"process peak"``).
@@ -270,6 +273,7 @@ class ProfileResult:
     transient_allocated_bytes: int = 0
     transient_source: str = "none"
     transient_rule: str = "none"
+    transient_reach_bytes: int = 0
     kept_after_peak_bytes: int = 0
     non_torch_increase: int = 0
     non_kv_cache_memory: int = 0
@@ -373,36 +377,43 @@ def _transient(
     before: MemorySnapshot,
     after: MemorySnapshot,
     reserved_peak: int,
-    created_after_peak: int | None,
+    history: Replay | None,
 ) -> None:
-    """The reserved peak over what the window kept AND already held at the peak.
+    """The transient the next pass needs, from the allocator's history where it was recorded, else bounded.
 
-    Memory kept at the end that did not exist at the peak (a graph pool captured after the forward pass)
-    is not subtracted: the allocator's history says how much that is (``created_after_peak``); without it only
-    what was reserved both when the window opened and after it is subtracted, which can only overcharge.
+    ``transient_reach_bytes`` is the reserved peak over what the window kept and already held at the peak: every
+    stream's cache at once. With the history (:func:`devmem.engine._segment_history.replay`), memory kept at the
+    end that did not exist at the peak (a graph pool captured after the forward pass) is not subtracted, and
+    the transient is the largest pass's, not the passes' together. Without it, only what was reserved both when
+    the window opened and after it is subtracted, which can only overcharge.
     """
-    if created_after_peak is not None:
-        held_at_peak = after.torch_reserved - created_after_peak
+    if history is not None:
+        held_at_peak = after.torch_reserved - history.created_after_peak
         result.transient_rule = "history"
+        reach = max(0, reserved_peak - held_at_peak)
+        transient = history.transient
         how = (
-            f"the allocator's history shows {format_size(created_after_peak)} of what it kept was reserved after "
-            "the peak, so only the rest is subtracted"
+            f"the allocator's history shows {format_size(history.created_after_peak)} of what it kept was reserved "
+            f"after the peak, and the largest of its {history.passes} pass(es) held {format_size(transient)} "
+            f"of what the window gave back (all of them together: {format_size(reach)})"
         )
     else:
         held_at_peak = min(before.torch_reserved, after.torch_reserved)
         result.transient_rule = "bounded"
+        reach = transient = max(0, reserved_peak - held_at_peak)
         how = (
             "without the allocator's history only what was reserved both when the window opened and after it "
             "is subtracted (an upper bound)"
         )
     result.kept_after_peak_bytes = after.torch_reserved - held_at_peak
-    result.transient_peak_bytes = max(0, reserved_peak - held_at_peak)
+    result.transient_peak_bytes = transient
+    result.transient_reach_bytes = max(reach, transient)
     result.transient_source = "reserved"
     result.expandable_segments = _expandable_segments()
     result.notes.append(
         f"transient headroom {format_size(result.transient_peak_bytes)}: torch's allocator reserved "
         f"{format_size(reserved_peak)} at its peak and kept {format_size(after.torch_reserved)}; {how}; the next "
-        f"pass reserves the difference again (its allocated peak over what stays allocated is "
+        f"pass reserves the transient again (its allocated peak over what stays allocated is "
         f"{format_size(result.transient_allocated_bytes)}; expandable segments "
         f"{'on' if result.expandable_segments else 'off'})"
     )
@@ -411,7 +422,7 @@ def _transient(
 def _process_transient(result: ProfileResult, after: MemorySnapshot, platform: Platform) -> None:
     """Where torch's allocator keeps no statistics: the process's peak over what it holds after the window."""
     peak, held = result.process_peak or 0, after.process or 0
-    result.transient_peak_bytes = max(0, peak - held)
+    result.transient_peak_bytes = result.transient_reach_bytes = max(0, peak - held)
     result.transient_source = "process peak"
     result.transient_rule = "process high-water mark"
     result.notes.append(
@@ -427,7 +438,7 @@ def _finish(
     after: MemorySnapshot,
     peaks: tuple[int, int],
     platform: Platform,
-    created_after_peak: int | None = None,
+    history: Replay | None = None,
 ) -> None:
     baseline = result.baseline
     result.after_profile = after
@@ -457,7 +468,7 @@ def _finish(
     result.torch_peak_increase = max(0, allocated_peak - before.torch_allocated)
     result.transient_allocated_bytes = max(0, allocated_peak - after.torch_allocated)
     if result.torch_measured:
-        _transient(result, before, after, reserved_peak, created_after_peak)
+        _transient(result, before, after, reserved_peak, history)
     elif result.process_peak is not None and after.process is not None:
         _process_transient(result, after, platform)
     result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
@@ -547,7 +558,8 @@ def memory_profiling(
     Run everything the engine will run again once the KV cache exists inside the window: the largest
     forward pass, and CUDA graph capture or collective warm-up where the engine uses them, so that what they
     reserve is measured instead of guessed. The order of that work inside the window does not matter: memory
-    kept at the end that did not exist at the peak is not subtracted from it (see ``transient_rule``).
+    kept at the end that did not exist at the peak is not subtracted from it, and a capture's warm-up after the
+    forward pass is not added to the pass's transient (see ``transient_rule``).
 
     The arguments are checked before the block runs: :class:`~devmem.DevmemError` for a baseline that is no
     :class:`MemorySnapshot`, or one read by another platform, and for a ``weights_memory`` that is not a whole
@@ -589,10 +601,10 @@ def memory_profiling(
         after = MemorySnapshot.measure(device, platform).read_by(platform)
         events, history = (history.stop() if history is not None else None), None
         peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
-        created = None if events is None else created_after_peak(events, before.torch_reserved, peaks[1])
+        history_replay = None if events is None else replay(events, before.torch_reserved, peaks[1])
         peak = process_peak(platform, device) if module is None and carried[3] else None
         result.process_peak = None if peak is None else max(peak, carried[2])
-        _finish(result, before, after, peaks, platform, created)
+        _finish(result, before, after, peaks, platform, history_replay)
     finally:
         if history is not None:
             history.stop()

@@ -4,15 +4,16 @@ It stands in for ``torch`` at the runtime boundary (install it with
 ``monkeypatch.setitem(sys.modules, "torch", ScriptedTorch(scenario))``), so that profiling can be tested where no
 GPU is present. It keeps the two properties of PyTorch's caching allocator that sizing depends on:
 
-- a request is served from a free cached segment that is large enough, else a new segment, rounded up to
-  ``granularity`` (2 MiB, as large allocations are), is reserved from the device (charged to this process in
-  the scenario); segments are not split, so what is reserved can exceed what is allocated;
+- a request is served from a free cached segment of its stream and pool that is large enough, else a new
+  segment, rounded up to ``granularity`` (2 MiB, as large allocations are), is reserved from the device (charged
+  to this process in the scenario); segments are not split, so what is reserved can exceed what is allocated;
 - freeing keeps the segment reserved until ``empty_cache()`` gives the unused ones back.
 
 ``memory_allocated``, ``memory_reserved`` and their peaks follow what happened, and ``reset_peak_memory_stats``
 resets both peaks to the current values, as torch does. ``memory._record_memory_history`` and
 ``memory._snapshot`` record and return the allocator's history as torch does (``alloc``, ``free_completed``,
-``segment_alloc`` and ``segment_free`` entries with ``addr`` and ``size``, less the ``skip_actions``), per device.
+``segment_alloc`` and ``segment_free`` entries with ``addr``, ``size`` and ``stream``, less the ``skip_actions``),
+per device.
 Memory that is allocated and never freed stands for what an engine keeps: its weights, a CUDA graph's pool.
 """
 
@@ -37,6 +38,7 @@ class ScriptedCachingAllocator:
         self.segments: dict[int, int] = {}  # segment id -> reserved bytes
         self.in_use: dict[int, int] = {}  # segment id -> allocated bytes (absent when the segment is free)
         self.pools: dict[int, object] = {}  # segment id -> the pool it serves (None: the default pool)
+        self.streams: dict[int, int] = {}  # segment id -> the stream it serves
         self.initialized = False
         self._next = 0
         self.peak_allocated = self.peak_reserved = 0
@@ -45,7 +47,8 @@ class ScriptedCachingAllocator:
 
     def _record(self, action: str, segment: int, size: int) -> None:
         if self.recording is not None and action in self.recording:
-            self.trace.append({"action": action, "addr": (segment + 1) << 40, "size": size, "stream": 0})
+            stream = self.streams[segment]
+            self.trace.append({"action": action, "addr": (segment + 1) << 40, "size": size, "stream": stream})
 
     @property
     def allocated(self) -> int:
@@ -59,12 +62,14 @@ class ScriptedCachingAllocator:
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         self.peak_reserved = max(self.peak_reserved, self.reserved)
 
-    def malloc(self, nbytes: int, pool: object = None) -> int:
-        """Allocate ``nbytes`` from ``pool`` (a private pool, as a CUDA graph's, serves only its own requests);
-        return a handle for :meth:`free`."""
+    def malloc(self, nbytes: int, pool: object = None, stream: int = 0) -> int:
+        """Allocate ``nbytes`` on ``stream`` from ``pool`` (a private pool, as a CUDA graph's, serves only its own
+        requests; a segment serves only the stream it was reserved on); return a handle for :meth:`free`."""
         self.initialized = True
         free = [
-            s for s, size in self.segments.items() if s not in self.in_use and size >= nbytes and self.pools[s] is pool
+            s
+            for s, size in self.segments.items()
+            if s not in self.in_use and size >= nbytes and self.pools[s] is pool and self.streams[s] == stream
         ]
         if free:
             segment = min(free, key=lambda s: self.segments[s])
@@ -74,6 +79,7 @@ class ScriptedCachingAllocator:
             segment, self._next = self._next, self._next + 1
             self.segments[segment] = size
             self.pools[segment] = pool
+            self.streams[segment] = stream
             self._record("segment_alloc", segment, size)
         self.in_use[segment] = nbytes
         self._record("alloc", segment, nbytes)
@@ -89,6 +95,7 @@ class ScriptedCachingAllocator:
             del self.pools[segment]
             self.scenario.release(size, self.device)
             self._record("segment_free", segment, size)
+            del self.streams[segment]
 
     def reset_peak(self) -> None:
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
@@ -147,10 +154,10 @@ class ScriptedTorch(SimpleNamespace):
         )
         super().__init__(__version__="2.13.0+scripted", allocators=allocators, **{namespace: module})
 
-    def malloc(self, nbytes: int, device: int = 0, pool: object = None) -> Any:
-        """Allocate through device ``device``'s allocator (what a tensor's creation does), from ``pool`` where given
-        (what a CUDA graph capture does); a handle to :meth:`free`."""
-        return device, self.allocators[device].malloc(nbytes, pool)
+    def malloc(self, nbytes: int, device: int = 0, pool: object = None, stream: int = 0) -> Any:
+        """Allocate through device ``device``'s allocator (what a tensor's creation does) on ``stream``, from
+        ``pool`` where given (what a CUDA graph capture does); a handle to :meth:`free`."""
+        return device, self.allocators[device].malloc(nbytes, pool, stream)
 
     def free(self, handle: Any) -> None:
         device, segment = handle

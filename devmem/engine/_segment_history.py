@@ -182,7 +182,9 @@ def _passes(events: list[dict[str, Any]]) -> tuple[list[int], list[set[Any]]]:
                 before += 1
             else:
                 freed.add(j)
-    pass_of, streams, live, current = [], [set()], before, 0
+    pass_of: list[int] = []
+    streams: list[set[Any]] = [set()]
+    live, current = before, 0
     for i, event in enumerate(events):
         action = event.get("action")
         pass_of.append(current)

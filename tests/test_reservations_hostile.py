@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import ledger_workers
@@ -611,6 +612,26 @@ def test_another_users_hostile_files_never_make_the_ledger_over_admit_or_block(h
         for fd in held:
             os.close(fd)
         shutil.rmtree(directory)
+
+
+@needs_root
+def test_a_file_planted_where_the_writer_could_be_foreseen_to_write_is_never_taken_as_the_ledger(host, sticky):
+    """Another user plants files, theirs and writable by all, under the temporary names this process's PID and
+    thread would give: the ledger file is still written by this user, and the planted files are left as they were."""
+    planted = [sticky / f".{KEY}.{os.getpid()}.{threading.get_ident()}.tmp", sticky / f".{KEY}.{os.getpid()}.tmp"]
+    for path in planted:
+        path.write_bytes(b"")
+        path.chmod(0o666)
+        os.chown(path, NOBODY, NOBODY)
+    with reserve(0, GiB, platform=host, ledger_dir=sticky):
+        assert (sticky / f"{KEY}.json").stat().st_uid == os.geteuid()
+    assert all(p.stat().st_uid == NOBODY and p.read_bytes() == b"" for p in planted)
+
+
+def test_a_ledger_write_leaves_no_temporary_file(host, tmp_path):
+    with reserve(0, GiB, platform=host, ledger_dir=tmp_path):
+        pass
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_a_device_with_a_very_long_name_gets_a_ledger_of_its_own(tmp_path):

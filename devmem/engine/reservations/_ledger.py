@@ -12,7 +12,6 @@ import math
 import numbers
 import os
 import stat
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -285,10 +284,11 @@ class Ledger:
         ``LedgerError`` naming the file where neither can be."""
         data = ledger_bytes(key, entries)
         name = f"{key}.json"
-        # a name no other writer uses (the lock is held; the PID and thread tell a forked writer apart)
-        tmp = f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        # a name nobody can foresee, made here (O_EXCL): a file another user planted under a name they could
+        # foresee (this PID's) would be theirs to keep, and in a sticky directory neither renamed nor removed by us
+        tmp = f".{key}.{os.urandom(8).hex()}.tmp"
         try:
-            fd = d.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            fd = d.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except OSError as exc:
             raise _os_error("write", d.file(tmp), exc) from None
         except ValueError as exc:
@@ -300,7 +300,8 @@ class Ledger:
             fd = -1
             d.replace(tmp, name)
         except PermissionError:
-            d.unlink(tmp)
+            with suppress(OSError):
+                d.unlink(tmp)
             self._write_in_place(d, name, data)
         except OSError as exc:
             if fd >= 0:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
+from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
@@ -205,11 +206,17 @@ class Ledger:
                 f"the ledger directory must be a path (str or os.PathLike, not empty, no NUL byte) or None, "
                 f"got {shown(directory)}"
             )
+        if directory is not None and not os.path.isabs(directory):  # as for DEVMEM_LEDGER_DIR
+            raise LedgerError(
+                f"the ledger directory must be an absolute path (every engine on the host must name the same folder), "
+                f"got {shown(os.fspath(directory))}"
+            )
         self.directory = Path(directory) if directory is not None else default_directory()
         seconds = None if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, numbers.Real) else lock_timeout
-        if seconds is None or not 0 < float(seconds) < math.inf:
+        if seconds is None or not 0 < float(seconds) <= MAX_TIMEOUT:
             raise DevmemError(
-                f"lock_timeout must be a finite number of seconds > 0 (a wait that can end), got {shown(lock_timeout)}"
+                f"lock_timeout must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:g} (a wait that "
+                f"ends), got {shown(lock_timeout)}"
             )
         self.lock_timeout: float = float(seconds)
 

@@ -628,6 +628,25 @@ def test_a_file_planted_where_the_writer_could_be_foreseen_to_write_is_never_tak
     assert all(p.stat().st_uid == NOBODY and p.read_bytes() == b"" for p in planted)
 
 
+def test_a_holders_command_with_control_characters_is_escaped_in_a_refusal(host, tmp_path):
+    """An owner writes its own owner file: a command holding escape sequences, a newline or a bidirectional
+    override reaches the refusal an engine logs as escapes, never as a sequence a terminal runs."""
+    held = reserve(0, 32 * GiB, platform=host, ledger_dir=tmp_path)
+    try:
+        e = held.entry
+        evil = "\x1b[2J\x1b]0;retitled\x07x\nholder: PID 1 reserved 999 TiB\u202e"
+        forged = Entry(e.id, Owner(e.owner.pid, e.owner.start_time, e.owner.pidns, e.owner.nspid, evil), e.bytes, 0.0)
+        (tmp_path / f"{KEY}.{e.id}.owner").write_text(json.dumps(forged.as_json()))
+        plant(tmp_path, [forged])
+        with pytest.raises(ReservationRefused) as refused:
+            reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path)
+    finally:
+        held.release()
+    text = str(refused.value)
+    assert "\\x1b[2J" in text and not any(c in text for c in "\x1b\x07\u202e")
+    assert "\nholder: PID 1" not in text
+
+
 def test_a_ledger_write_leaves_no_temporary_file(host, tmp_path):
     with reserve(0, GiB, platform=host, ledger_dir=tmp_path):
         pass

@@ -24,7 +24,7 @@ from typing import Any
 
 from devmem import arguments
 from devmem._readings import checked_memory, process_bytes
-from devmem._text import shown
+from devmem._text import described, shown
 from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind
 from devmem.types import DevmemError, PluginError
 
@@ -75,14 +75,15 @@ class MinimalPlatform(PlatformBase):
 
     def _call(self, member: str, *args: int) -> Any:
         """``backend.member(*args)``; what it raises (but a :class:`~devmem.DevmemError` or Ctrl-C) becomes a
-        :class:`~devmem.DevmemError` naming the backend and the call."""
+        :class:`~devmem.DevmemError` naming the backend and the call: ``SystemExit``, ``GeneratorExit`` and other
+        ``BaseException`` s too (a backend's reading does not end the process), and one whose text cannot be read."""
         try:
             return getattr(self.backend, member)(*args)
-        except DevmemError:
+        except (DevmemError, KeyboardInterrupt):
             raise
-        except Exception as exc:
+        except BaseException as exc:
             call = f"{member}({', '.join(map(str, args))})"
-            raise DevmemError(f"the minimal backend {self._where}: {call} raised {type(exc).__name__}: {exc}") from exc
+            raise DevmemError(f"the minimal backend {self._where}: {call} raised {described(exc)}") from exc
 
     def device_count(self) -> int:
         count = self._call("device_count")

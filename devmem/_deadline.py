@@ -1,9 +1,10 @@
 """Calls into a plugin that may never return, given a deadline: one mechanism for every such call.
 
 A backend's ``detect`` and ``factory`` (resolution), a device reading in the CLI (``devmem info``, ``top``,
-``doctor``) and a scrape's readings (the exporter) each run in a daemon thread of their own (:class:`Job`); the
-caller waits until its deadline and then gives up on a call still running, which is left to finish on its own (a
-vendor call blocked in C cannot be stopped, and a daemon thread does not keep the process from exiting).
+``doctor``, ``plan``, ``fit``) and a scrape's readings (the exporter) each run in a daemon thread of their own
+(:class:`Job`); the caller waits until its deadline and then gives up on a call still running, which is left to
+finish on its own (a vendor call blocked in C cannot be stopped, and a daemon thread does not keep the process from
+exiting).
 
 - :func:`bounded`: ``call()``'s value, what it raised raised again, or a :class:`~devmem.DevmemError` naming
   what did not answer in time and the variable that sets the deadline;

@@ -41,12 +41,31 @@ def parse_int(text: object, *, signed: bool = False, max_digits: int = MAX_DIGIT
 
 
 def shown(value: object) -> str:
-    """``repr(value)`` for an error message, cut short; a number too long to print is described instead."""
+    """``repr(value)`` for an error message, cut short; a number too long to print, or a value whose ``repr``
+    fails (a plugin's object), is described instead."""
     try:
         text = repr(value)
-    except ValueError:  # an int past Python's limit on digits converted to text
-        return "a number too long to print"
+    except Exception as exc:  # an int past Python's limit on digits converted to text, or a broken __repr__
+        if isinstance(value, int):
+            return "a number too long to print"
+        return f"a {type(value).__name__} whose repr() raised {type(exc).__name__}"
     return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+#: The most characters of an exception's text an error message repeats.
+MAX_EXCEPTION_TEXT = 1000
+
+
+def described(exc: BaseException) -> str:
+    """``<type>: <text>`` of an exception a plugin raised, for a message: its text cut to
+    :data:`MAX_EXCEPTION_TEXT` characters, and described where ``str()`` of it fails."""
+    try:
+        text = str(exc)
+    except Exception as failure:  # a plugin's exception with a broken __str__
+        text = f"(its text could not be read: {type(failure).__name__})"
+    if len(text) > MAX_EXCEPTION_TEXT:
+        text = f"{text[:MAX_EXCEPTION_TEXT]}... ({len(text)} characters)"
+    return f"{type(exc).__name__}: {text}"
 
 
 def require_int(text: object, source: str, *, signed: bool = False, max_digits: int = MAX_DIGITS) -> int:

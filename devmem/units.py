@@ -36,8 +36,6 @@ def read_size(text: str) -> tuple[int, str]:
     of 2). Fractions of a byte are dropped. Raises :class:`ValueError` naming the text and what is accepted,
     also for a size of 2**64 bytes (16 EiB) or more.
     """
-    from decimal import Decimal  # only here: importing decimal costs start-up time
-
     match = _SIZE.match(text) if isinstance(text, str) else None
     suffix = match.group(2) if match else ""
     unit = _LETTERS.get(suffix, suffix).lower() if match else None
@@ -45,7 +43,7 @@ def read_size(text: str) -> tuple[int, str]:
         raise InvalidValueError(
             f"{text!r} is not a size: give bytes or a unit (KB..TB; KiB, MiB, GiB, TiB; vLLM's 80G = 80 GiB)"
         )
-    nbytes = int(Decimal(match.group(1)) * _UNITS[unit]) if len(match.group(1)) <= 40 else _TOO_LARGE
+    nbytes = _whole_bytes(match.group(1), _UNITS[unit])
     if nbytes >= _TOO_LARGE:
         raise InvalidValueError(
             f"{text[:40]!r}{'...' if len(text) > 40 else ''} is larger than any memory: a size must be "
@@ -57,6 +55,17 @@ def read_size(text: str) -> tuple[int, str]:
         k for k in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB") if k.lower() == unit
     )
     return nbytes, f"{match.group(1)} {spelled} = {nbytes} bytes"
+
+
+def _whole_bytes(number: str, unit: int) -> int:
+    """``number`` (ASCII digits with an optional point) times ``unit``, fractions of a byte dropped, exactly; at least
+    :data:`_TOO_LARGE` for one that is (leading zeros and trailing fraction zeros are no size)."""
+    whole, _, fraction = number.partition(".")
+    whole, fraction = whole.lstrip("0"), fraction.rstrip("0")
+    if len(whole) > 20:  # 10**20 bytes is past 2**64 already, in any unit
+        return _TOO_LARGE
+    fraction = fraction[:40]  # a unit is below 10**13: digits past the 40th change no whole byte
+    return int(whole or "0") * unit + int(fraction or "0") * unit // 10 ** len(fraction)
 
 
 def parse_size(text: str) -> int:

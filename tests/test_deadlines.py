@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from ledger_workers import no_hang
+from model_configs import QWEN3_8B
 from plugin_dists import write_dist
 
 import devmem
@@ -72,7 +73,16 @@ def hanging(site, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "command", [["info"], ["info", "--json"], ["doctor"], ["doctor", "--json"], ["top", "--count", "1"]]
+    "command",
+    [
+        ["info"],
+        ["info", "--json"],
+        ["doctor"],
+        ["doctor", "--json"],
+        ["top", "--count", "1"],
+        ["plan", "--page-size", "65536", "--layers", "32"],
+        ["plan", "--page-size", "65536", "--layers", "32", "--json"],
+    ],
 )
 def test_a_reading_that_never_returns_is_one_error_line_naming_the_platform_and_the_variable(hanging, capsys, command):
     with no_hang(10):
@@ -116,3 +126,12 @@ def test_the_read_timeout_variable_is_checked(monkeypatch, capsys):
     monkeypatch.setenv("DEVMEM_READ_TIMEOUT", "forever")
     assert main(["info"]) == 1
     assert "DEVMEM_READ_TIMEOUT='forever' is not a positive number of seconds" in capsys.readouterr().err
+
+
+def test_fit_on_a_reading_that_never_returns_is_one_error_line_naming_the_variable(hanging, capsys, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    with no_hang(10):
+        assert main(["fit", "--model", str(tmp_path), "--context", "128", "--sequences", "1", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "did not answer within 0.3 s (DEVMEM_READ_TIMEOUT)" in err
+    assert json.loads(out)["kind"] == "error"

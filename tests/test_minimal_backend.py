@@ -301,3 +301,59 @@ def test_the_cli_on_a_minimal_backend_answering_a_float_prints_one_error_line(si
     assert "6.5" in err
     if "--json" in command:
         assert json.loads(out)["kind"] == "error"
+
+
+class Unreadable(Exception):
+    """An exception whose text cannot be read."""
+
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+class UnprintableValue:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [SystemExit(3), GeneratorExit(), BaseException("base"), Unreadable(), RecursionError("deep"), StopIteration()],
+    ids=lambda e: type(e).__name__,
+)
+def test_whatever_a_minimal_backends_reading_raises_is_a_devmem_error_naming_the_backend_and_the_call(raised):
+    class Backend(ScriptedClassic):
+        def device_memory_info(self, device=0):
+            raise raised
+
+    platform = as_platform(Backend(minimal_scenario()))
+    with pytest.raises(devmem.DevmemError, match=rf"device_memory_info\(0\) raised {type(raised).__name__}"):
+        platform.device_memory_info(0)
+
+
+def test_ctrl_c_in_a_minimal_backends_reading_stays_ctrl_c():
+    class Backend(ScriptedClassic):
+        def device_memory_info(self, device=0):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        as_platform(Backend(minimal_scenario())).device_memory_info(0)
+
+
+def test_a_minimal_backends_value_whose_repr_fails_is_an_error_naming_its_type():
+    class Backend(ScriptedClassic):
+        def device_memory_info(self, device=0):
+            return (UnprintableValue(), 8 * GiB)
+
+    platform = as_platform(Backend(minimal_scenario()))
+    with pytest.raises(devmem.DevmemError, match=r"returned a tuple whose repr\(\) raised RuntimeError"):
+        platform.device_memory_info(0)
+
+
+@pytest.mark.parametrize("command", [["info", "--json"], ["doctor", "--json"], ["top", "--json", "-n", "1"]])
+def test_the_cli_on_a_minimal_backend_raising_systemexit_prints_one_error_line(site, monkeypatch, capsys, command):
+    from devmem.command.main import main
+
+    answering(site, monkeypatch, memory="exec('raise SystemExit(3)')")
+    assert main(command) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "raised SystemExit: 3" in err and json.loads(out)["kind"] == "error"

@@ -135,6 +135,28 @@ def test_plugin_whose_detect_raises_is_skipped_with_one_log_line(site, monkeypat
     assert not flaky_candidate.detected and "driver not loaded" in flaky_candidate.reason
 
 
+@pytest.mark.parametrize("stage", ["detect", "factory"])
+def test_a_plugin_raising_an_exception_whose_text_cannot_be_read_is_skipped_with_one_log_line(
+    site, monkeypatch, caplog, stage
+):
+    body = f"""
+    import devmem
+    class Unreadable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+    def boom():
+        raise Unreadable()
+    @devmem.hookimpl
+    def devmem_platforms():
+        yield devmem.PlatformSpec(name="mute", priority=50,
+                                  detect={"boom" if stage == "detect" else 'lambda: devmem.Detection(True, "present")'},
+                                  factory={"boom" if stage == "factory" else "object"})
+    """
+    only(monkeypatch, write_dist(site, "vendor-mute", body))
+    assert devmem.current_platform().name == "cpu"
+    _one_warning(caplog, "'mute'", "Unreadable: (its text could not be read: RuntimeError)")
+
+
 def test_plugin_yielding_a_wrong_type_is_skipped_with_one_log_line(site, monkeypatch, caplog):
     body = """
     import devmem

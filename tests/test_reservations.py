@@ -9,6 +9,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -441,9 +442,19 @@ def test_the_directory_comes_from_devmem_ledger_dir(host, tmp_path, monkeypatch)
         assert r.path == tmp_path / "shared" / "cpu-host_memory-0.json"
 
 
-@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, 0, "10"])
+def test_a_relative_ledger_directory_is_refused_as_processes_in_other_folders_would_see_another(
+    host, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(devmem.LedgerError, match=r"must be an absolute path.*got 'ledger'"):
+        reserve(0, GiB, platform=host, ledger_dir="ledger")
+    assert not (tmp_path / "ledger").exists()
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, 0, "10", 1e308, 2**70, 3600.5])
 def test_a_lock_timeout_that_cannot_end_is_refused_naming_it(host, tmp_path, timeout):
-    with pytest.raises(devmem.DevmemError, match=rf"lock_timeout must be a finite number.*got {timeout!r}"):
+    expected = rf"lock_timeout must be a finite number.*at most 3600.*got {re.escape(repr(timeout))}"
+    with pytest.raises(devmem.DevmemError, match=expected):
         reserve(0, GiB, platform=host, ledger_dir=tmp_path, lock_timeout=timeout)
 
 

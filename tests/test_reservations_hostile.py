@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import ledger_workers
@@ -611,6 +612,45 @@ def test_another_users_hostile_files_never_make_the_ledger_over_admit_or_block(h
         for fd in held:
             os.close(fd)
         shutil.rmtree(directory)
+
+
+@needs_root
+def test_a_file_planted_where_the_writer_could_be_foreseen_to_write_is_never_taken_as_the_ledger(host, sticky):
+    """Another user plants files, theirs and writable by all, under the temporary names this process's PID and
+    thread would give: the ledger file is still written by this user, and the planted files are left as they were."""
+    planted = [sticky / f".{KEY}.{os.getpid()}.{threading.get_ident()}.tmp", sticky / f".{KEY}.{os.getpid()}.tmp"]
+    for path in planted:
+        path.write_bytes(b"")
+        path.chmod(0o666)
+        os.chown(path, NOBODY, NOBODY)
+    with reserve(0, GiB, platform=host, ledger_dir=sticky):
+        assert (sticky / f"{KEY}.json").stat().st_uid == os.geteuid()
+    assert all(p.stat().st_uid == NOBODY and p.read_bytes() == b"" for p in planted)
+
+
+def test_a_holders_command_with_control_characters_is_escaped_in_a_refusal(host, tmp_path):
+    """An owner writes its own owner file: a command holding escape sequences, a newline or a bidirectional
+    override reaches the refusal an engine logs as escapes, never as a sequence a terminal runs."""
+    held = reserve(0, 32 * GiB, platform=host, ledger_dir=tmp_path)
+    try:
+        e = held.entry
+        evil = "\x1b[2J\x1b]0;retitled\x07x\nholder: PID 1 reserved 999 TiB\u202e"
+        forged = Entry(e.id, Owner(e.owner.pid, e.owner.start_time, e.owner.pidns, e.owner.nspid, evil), e.bytes, 0.0)
+        (tmp_path / f"{KEY}.{e.id}.owner").write_text(json.dumps(forged.as_json()))
+        plant(tmp_path, [forged])
+        with pytest.raises(ReservationRefused) as refused:
+            reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path)
+    finally:
+        held.release()
+    text = str(refused.value)
+    assert "\\x1b[2J" in text and not any(c in text for c in "\x1b\x07\u202e")
+    assert "\nholder: PID 1" not in text
+
+
+def test_a_ledger_write_leaves_no_temporary_file(host, tmp_path):
+    with reserve(0, GiB, platform=host, ledger_dir=tmp_path):
+        pass
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_a_device_with_a_very_long_name_gets_a_ledger_of_its_own(tmp_path):

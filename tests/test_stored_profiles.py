@@ -10,6 +10,8 @@ import os
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from devmem import EngineMemory, MiB
 from devmem.engine.block_cost import BlockRun
@@ -95,6 +97,8 @@ HOSTILE = {
     "a negative consumed": _set(["figures", "windows"], "consumed", -1),
     "a consumed of null": _set(["figures", "windows"], "consumed", None),
     "windows that are a list": _set(["figures"], "windows", [1, 2]),
+    "a window figure that may be unknown left out": lambda b: b["figures"]["windows"].pop("other_processes"),
+    "every window figure left out": _set(["figures"], "windows", {}),
     "no runs": _set(["figures"], "runs", []),
     "one run": lambda b: b["figures"].__setitem__("runs", b["figures"]["runs"][:1]),
     "runs that are numbers": _set(["figures"], "runs", [1, 2]),
@@ -122,6 +126,16 @@ def test_a_bad_stored_profile_is_named_in_one_warning_and_set_aside(platform, st
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and str(path) in warnings[0] and "set aside" in warnings[0], warnings
     assert [p.name.startswith(f"{path.name}.bad-") for p in tmp_path.iterdir() if ".bad-" in p.name] == [True]
+
+
+@pytest.mark.parametrize("field", ["kind", "version"])
+def test_a_foreign_stored_files_long_field_is_cut_short_in_its_one_warning(platform, stored, caplog, field):
+    store, path = stored
+    _edit(path, _set([], field, "x" * 100_000))
+    with caplog.at_level(logging.WARNING):
+        assert EngineMemory(0, utilization=0.5, platform=platform, reserve=False).load_profile(store, KEY) is None
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and str(path) in warnings[0] and len(warnings[0]) < 500, warnings
 
 
 def test_a_bad_stored_block_cost_is_measured_again_and_stored_afresh(platform, stored, caplog):
@@ -216,3 +230,64 @@ def test_a_bad_transformers_extra_is_named_in_one_warning_and_set_aside(platform
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and str(path) in warnings[0] and "extra" in warnings[0], warnings
     assert not path.exists()
+
+
+def _leaves(value, path=()):
+    """Every path into ``value``'s dicts and lists (the root's own fields and below)."""
+    if path:
+        yield path
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for name, child in children:
+        yield from _leaves(child, (*path, name))
+
+
+HOSTILE_VALUES = st.one_of(
+    st.sampled_from([None, True, False, -1, 0, 1, 2**63, 2**64, 2**70, -(2**64), 1.5, 1e308, "", "x", [], {}]),
+    st.sampled_from([float("nan"), float("inf"), -float("inf"), [[[]]], {"a": {"b": [1]}}, "1" * 50]),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+    st.just("DELETE"),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_stored_start_with_any_field_hostile_is_set_aside_or_planned_from_never_a_traceback(
+    platform, measured, tmp_path, data
+):
+    """One field anywhere in a stored whole start (the transformers extra included) replaced or left out: the
+    start is refused with one warning naming the file, or read back and planned from; nothing raises."""
+    good = {"format": "devmem-profile", "version": 1, "kind": BLOCK_COST_KIND, "created": time.time(), "key": KEY}
+    good["figures"] = {**measured, "extra": GOOD_EXTRA}
+    paths = sorted(p for p in _leaves(good) if p[0] in ("figures", "created"))
+    path = data.draw(st.sampled_from(paths))
+    value = data.draw(HOSTILE_VALUES)
+    body = json.loads(json.dumps(good))
+    parent = body
+    for part in path[:-1]:
+        parent = parent[part]
+    if value == "DELETE":
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    store = ProfileStore(tmp_path / f"store-{time.monotonic_ns()}")
+    stored_path = store.save(BLOCK_COST_KIND, KEY, {}, time.time())
+    stored_path.write_text(json.dumps(body))
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("devmem").addHandler(handler)
+    try:
+        extra = memory.load_profile(store, KEY, accept=_extra_accepted(memory.baseline.total))
+    finally:
+        logging.getLogger("devmem").removeHandler(handler)
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    if isinstance(body.get("figures"), dict) and body["figures"].get("windows") is None and not warnings:
+        assert extra is None  # a block cost without windows: no whole start to read back
+    elif extra is None:
+        assert len(warnings) == 1 and str(stored_path) in warnings[0], warnings
+    else:
+        assert memory.plan().num_blocks > 0

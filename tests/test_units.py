@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from devmem import GiB, MiB
 from devmem.units import format_size, parse_size, read_size
@@ -88,3 +93,23 @@ def test_vllms_one_letter_sizes_are_powers_of_2_in_upper_case_and_of_10_in_lower
 )
 def test_read_size_says_how_it_read_the_text(text, how):
     assert read_size(text)[1] == how
+
+
+UNIT_BYTES = {"": 1, "KB": 10**3, "GB": 10**9, "TB": 10**12, "KiB": 1 << 10, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+@given(
+    whole=st.integers(0, 10**12),
+    fraction=st.text("0123456789", max_size=60),
+    zeros=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+    unit=st.sampled_from(sorted(UNIT_BYTES)),
+)
+def test_a_size_is_its_exact_bytes_whatever_zeros_pad_it(whole, fraction, zeros, unit):
+    """Leading zeros, trailing zeros and long fractions are no size: the bytes are the exact value, rounded down."""
+    number = f"{'0' * zeros[0]}{whole}.{fraction}{'0' * zeros[1]}"
+    exact = Fraction(f"{whole}.{fraction or '0'}") * UNIT_BYTES[unit]
+    if exact >= 1 << 64:
+        with pytest.raises(ValueError, match="larger than any memory"):
+            parse_size(number + unit)
+    else:
+        assert parse_size(number + unit) == math.floor(exact)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from devmem._deadline import bounded_reading
 from devmem.command.common import add_command, emit_json, print_wrapped
 from devmem.command.flags import device_index, fraction, positive, size
 from devmem.command.model import (
@@ -24,7 +25,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     model = model_from_flags(args)
     platform = current_platform()
-    info = platform.device_memory_info(args.device)
+    info = bounded_reading(  # DEVMEM_READ_TIMEOUT: a backend that never answers does not hang the verdict
+        lambda: platform.device_memory_info(args.device), f"platform {platform.name!r}: reading device {args.device}"
+    )
     result = fit(
         model,
         context=args.context,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from devmem._deadline import bounded_reading
 from devmem.command.common import add_command, emit_json, print_wrapped
 from devmem.command.flags import device_index, fraction, positive, positive_size, size, sizes_read, sizes_read_lines
 from devmem.command.model import (
@@ -30,8 +31,10 @@ def _machine_total(args: argparse.Namespace) -> tuple[int | None, list[str]]:
     if args.total is not None or args.pinned is not None:
         return args.total, []
     platform = current_platform()
-    total = platform.device_memory_info(args.device).total
-    name = platform.device_name(args.device)
+    total, name = bounded_reading(  # DEVMEM_READ_TIMEOUT: a backend that never answers does not hang the plan
+        lambda: (platform.device_memory_info(args.device).total, platform.device_name(args.device)),
+        f"platform {platform.name!r}: reading device {args.device}",
+    )
     return total, [
         f"total: {format_size(total)} is device {args.device} ({name}) of the {platform.name} platform: --total "
         "was not given"

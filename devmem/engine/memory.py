@@ -948,6 +948,9 @@ def _windows_problem(figures: dict[str, Any], total: int) -> str | None:
     windows, extra = figures["windows"], figures.get("extra", {})
     if not isinstance(windows, dict) or not isinstance(extra, dict):
         return "its windows' figures or extra are not mappings"
+    missing = [name for name in _WINDOW_FIGURES if name not in windows]
+    if missing:  # one that may be unknown is stored as null, never left out
+        return f"its windows' figures lack {', '.join(missing)}"
     for name, may_be_none in {**_WINDOW_FIGURES, "graph_capture": False}.items():
         value = windows.get(name, 0 if name == "graph_capture" else None)
         if not (value is None and may_be_none):

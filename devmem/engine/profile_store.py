@@ -292,9 +292,9 @@ def _foreign(data: object, kind: str, key: object) -> str | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return f"not a {FORMAT} file"
     if data.get("version") != VERSION:
-        return f"layout version {data.get('version')!r}, this devmem reads {VERSION}"
+        return f"layout version {shown(data.get('version'))}, this devmem reads {VERSION}"
     if data.get("kind") != kind:
-        return f"figures of {data.get('kind')!r}, not {kind!r}"
+        return f"figures of {shown(data.get('kind'))}, not {kind!r}"
     if data.get("key") != key:
         return "stored under another key"
     return None

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from devmem import _hookspecs as hookspecs
 from devmem._deadline import MAX_TIMEOUT, Job
-from devmem._text import env_seconds, env_text, shown
+from devmem._text import described, env_seconds, env_text, shown
 from devmem.resolution.entrypoints import EntryPoint
 from devmem.types import Detection, PlatformSpec, PluginError
 
@@ -43,10 +43,6 @@ def debug(message: str, *args: object) -> None:
     logging = sys.modules.get("logging")
     if logging is not None:  # never imported: no handler is configured that could show a debug line
         logging.getLogger(LOGGER).debug(message, *args)
-
-
-def described(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def isolated(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:

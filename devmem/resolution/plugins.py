@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 from devmem._forksafe import ForkSafeLock
-from devmem._text import env_text
+from devmem._text import described, env_text
 from devmem.platform import Platform
 from devmem.records import Record
 from devmem.resolution.discovery import (
@@ -32,7 +32,6 @@ from devmem.resolution.discovery import (
     build,
     collect,
     debug,
-    described,
     detect_timeout,
     load_plugins,
     probe,

@@ -42,7 +42,9 @@ class Holding(Record):
                 "the platform does not list)"
             )
         who = f"this process (PID {self.pid})" if self.mine else f"PID {self.pid}"
-        command = f" ({short_command(self.command)})" if self.command else ""
+        from devmem.command.format import printable  # another user's command: no escape reaches a terminal
+
+        command = f" ({printable(short_command(self.command))})" if self.command else ""
         if self.reserved is None:
             return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"
         using = "" if self.used is None else f", using {format_size(self.used)}"

@@ -12,7 +12,6 @@ import math
 import numbers
 import os
 import stat
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
+from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
@@ -206,11 +206,17 @@ class Ledger:
                 f"the ledger directory must be a path (str or os.PathLike, not empty, no NUL byte) or None, "
                 f"got {shown(directory)}"
             )
+        if directory is not None and not os.path.isabs(directory):  # as for DEVMEM_LEDGER_DIR
+            raise LedgerError(
+                f"the ledger directory must be an absolute path (every engine on the host must name the same folder), "
+                f"got {shown(os.fspath(directory))}"
+            )
         self.directory = Path(directory) if directory is not None else default_directory()
         seconds = None if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, numbers.Real) else lock_timeout
-        if seconds is None or not 0 < float(seconds) < math.inf:
+        if seconds is None or not 0 < float(seconds) <= MAX_TIMEOUT:
             raise DevmemError(
-                f"lock_timeout must be a finite number of seconds > 0 (a wait that can end), got {shown(lock_timeout)}"
+                f"lock_timeout must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:g} (a wait that "
+                f"ends), got {shown(lock_timeout)}"
             )
         self.lock_timeout: float = float(seconds)
 
@@ -285,10 +291,11 @@ class Ledger:
         ``LedgerError`` naming the file where neither can be."""
         data = ledger_bytes(key, entries)
         name = f"{key}.json"
-        # a name no other writer uses (the lock is held; the PID and thread tell a forked writer apart)
-        tmp = f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        # a name nobody can foresee, made here (O_EXCL): a file another user planted under a name they could
+        # foresee (this PID's) would be theirs to keep, and in a sticky directory neither renamed nor removed by us
+        tmp = f".{key}.{os.urandom(8).hex()}.tmp"
         try:
-            fd = d.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            fd = d.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except OSError as exc:
             raise _os_error("write", d.file(tmp), exc) from None
         except ValueError as exc:
@@ -300,7 +307,8 @@ class Ledger:
             fd = -1
             d.replace(tmp, name)
         except PermissionError:
-            d.unlink(tmp)
+            with suppress(OSError):
+                d.unlink(tmp)
             self._write_in_place(d, name, data)
         except OSError as exc:
             if fd >= 0:

@@ -20,6 +20,8 @@ from typing import IO, Any
 #: One short line: ``devmem: measuring a KV block's cost: 2/6 run [00:03, blocks=16]`` (no bar: the total is the
 #: most steps there may be, not the steps there will be).
 _FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
+#: The line of work without a total (``devmem top`` until Ctrl-C): ``devmem top, every 2 s: 3 samples [00:06]``.
+_FORMAT_OPEN = "{desc}: {n_fmt} {unit} [{elapsed}{postfix}]"
 #: Whether a line is drawn in this thread (or task) now: a nested :func:`progress` draws none.
 _drawing: ContextVar[bool] = ContextVar("devmem_progress_drawing", default=False)
 
@@ -58,14 +60,20 @@ def progress(
 ) -> Iterator[Progress]:
     """A :class:`Progress` for the block: a line on ``stream`` (stderr by default) while it runs when that is a
     terminal, tqdm is installed and no line is drawn already, removed when the block ends; else one whose updates
-    do nothing."""
+    do nothing. Without a ``total`` the line counts the steps alone."""
     stream = sys.stderr if stream is None else stream
     tqdm = _tqdm() if _is_terminal(stream) and not _drawing.get() else None
     if tqdm is None:
         yield Progress()
         return
     bar = tqdm(
-        total=total, desc=description, unit=unit, file=stream, leave=False, dynamic_ncols=True, bar_format=_FORMAT
+        total=total,
+        desc=description,
+        unit=unit,
+        file=stream,
+        leave=False,
+        dynamic_ncols=True,
+        bar_format=_FORMAT if total is not None else _FORMAT_OPEN,
     )
     token = _drawing.set(True)
     try:

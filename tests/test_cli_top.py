@@ -130,13 +130,67 @@ def test_static_facts_are_written_once_not_every_sample(top):
 
 def test_the_timestamp_is_to_the_second(top):
     _, out = top("0.4")
-    stamps = [line.split("  ")[0] for line in out.splitlines() if "Ctrl-C to stop" in line]
+    stamps = [line.split("  ")[0] for line in out.splitlines() if line.endswith("every 0.4 s")]
     assert stamps and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", s) for s in stamps), stamps
 
 
 def test_an_interval_is_taken_as_watch_and_nvidia_smi_l_take_it(top):
     _, out = top("0.4")
     assert "every 0.4 s" in out and len(samples(out)) >= 2
+
+
+def test_through_a_pipe_the_samples_say_their_interval_but_not_how_to_stop(top):
+    _, out = top("0.4")
+    assert "every 0.4 s" in out and "to stop" not in out, out
+
+
+def stderr_on_a_terminal(*argv: str, seconds: float = 30) -> tuple[int, str]:
+    """``devmem argv`` on the cpu platform with stdout through a pipe and stderr on an 80x24 pseudo-terminal:
+    its exit code and what the terminal got."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):  # EIO: the other end was closed
+            while chunk := os.read(master, 65536):
+                chunks.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        code = subprocess.run(
+            [sys.executable, "-m", "devmem", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=slave,
+            env={**os.environ, "DEVMEM_PLATFORM": "cpu", "TERM": "xterm"},
+            timeout=seconds,
+        ).returncode
+    finally:
+        os.close(slave)
+        reader.join(timeout=30)
+        os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (("top", "-l", "0.1", "-n", "3", "--json"), "devmem top, every 0.1 s (Ctrl-C to stop): 3/3 samples"),
+        (("info", "--watch", "0.1", "-n", "2"), "devmem info --watch, every 0.1 s (Ctrl-C to stop): 2/2 samples"),
+    ],
+    ids=["top", "info --watch"],
+)
+def test_samples_written_to_a_pipe_are_counted_on_stderr_where_it_is_a_terminal(argv, line):
+    code, terminal = stderr_on_a_terminal(*argv)
+    assert code == 0 and line in terminal, terminal
 
 
 @pytest.mark.parametrize("interval", ["0", "soon"])

@@ -44,6 +44,15 @@ def test_a_mistyped_flag_is_answered_with_the_commands_nearest_flag(capsys, monk
     assert f"did you mean {nearest}?" in usage_error(capsys, monkeypatch, *argv)
 
 
+def test_a_flag_the_command_does_not_take_points_to_the_commands_own_help(capsys, monkeypatch):
+    assert "(see `devmem top --help`)" in usage_error(capsys, monkeypatch, "top", "--jsn")
+
+
+def test_a_mistyped_required_flag_is_answered_with_the_nearest_flag_beside_what_is_missing(capsys, monkeypatch):
+    err = usage_error(capsys, monkeypatch, "fit", "--modle", "m.json", "--context", "4096", "--sequences", "8")
+    assert "the following arguments are required: --model" in err and "did you mean --model?" in err, err
+
+
 @pytest.mark.parametrize("typed,nearest", [("inf", "info"), ("tpo", "top"), ("docter", "doctor")])
 def test_a_mistyped_command_is_answered_with_the_nearest_command(capsys, monkeypatch, typed, nearest):
     assert f"did you mean {nearest}?" in usage_error(capsys, monkeypatch, typed)

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 from devmem import MiB, NotEnoughMemoryError, SizingError  # noqa: E402
 from devmem.cpu import CpuPlatform  # noqa: E402
-from devmem.engine import MemorySnapshot  # noqa: E402
+from devmem.engine import EngineMemory, MemorySnapshot  # noqa: E402
 from devmem.integrations.transformers import block_tokens, size_continuous_batching  # noqa: E402
 from devmem.planner import requested_memory  # noqa: E402
 
@@ -197,6 +197,17 @@ def test_a_share_too_small_for_the_batchs_attention_mask_is_refused_before_the_e
             config=cb_config(max_batch_tokens=8192),
         )
     assert forwards.count == 0
+
+
+def test_a_share_above_the_mask_but_short_of_one_batch_is_refused_after_the_first_engine_run(baseline, generation):
+    # the floor (weights + 512 MiB of mask) passes at 700 MiB; the first run, at the batch's 513 blocks, peaks near
+    # 1 GiB: no block cost the next runs could measure fits the batch's 512 blocks, so they are not run
+    memory = EngineMemory(0, utilization=utilization(baseline, 700 * MiB), platform=CpuPlatform(), baseline=baseline)
+    with pytest.raises(NotEnoughMemoryError, match=r"requested 700.00 MiB .* refused after the first of up to 6"):
+        size_continuous_batching(
+            build_model(), memory=memory, config=cb_config(max_batch_tokens=8192), generation_config=generation
+        )
+    assert memory.first_run.num_blocks == 513 and memory.block_cost is None
 
 
 def test_pinned_bytes_below_the_batchs_attention_mask_columns_are_refused_before_the_engine_runs(model):

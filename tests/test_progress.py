@@ -87,3 +87,11 @@ def test_work_inside_work_that_draws_a_line_draws_none_of_its_own(terminal):
     with progress("devmem: measuring a KV block's cost", total=2, stream=stream) as after:
         assert after.shown  # the outer line is gone: the next work draws again
     assert "devmem: sizing" in written()
+
+
+def test_work_without_a_total_counts_its_steps_alone(terminal):
+    stream, written = terminal
+    with progress("devmem top, every 2 s", unit="samples", stream=stream) as bar:
+        bar.update()
+        bar.update()
+    assert "devmem top, every 2 s: 2 samples [00:00]" in written()

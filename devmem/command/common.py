@@ -84,13 +84,21 @@ class Parser(argparse.ArgumentParser):
             command = self._commands().get(getattr(parsed, "command", None) or "")
             flags = (command or self)._option_string_actions
             message = f"unrecognized arguments: {' '.join(extras)}"
-            self.error(message + _did_you_mean(next((a for a in extras if a.startswith("-")), ""), flags))
+            (command or self).error(message + _did_you_mean(next((a for a in extras if a.startswith("-")), ""), flags))
         return parsed
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:  # type: ignore[override]
+        self._given = list(sys.argv[1:] if args is None else args)  # for error(): the flags a required one hides
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         choice = re.search(r"invalid choice: '([^']*)'", message)
         if choice and "COMMAND" in message:
             message += _did_you_mean(choice.group(1), self._commands())
+        elif message.startswith("the following arguments are required"):  # argparse says so before a mistyped flag
+            flags = self._option_string_actions
+            typed = (a.partition("=")[0] for a in getattr(self, "_given", ()) if a.startswith("--"))
+            message += _did_you_mean(next((a for a in typed if a not in flags), ""), flags)
         error_line(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
         sys.exit(2)
 

@@ -116,8 +116,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(PID, user, device memory, the command cut to the column; whole with -v), sampled every SECONDS. "
         "What does not change between samples (integrated or not, paging, where each figure comes from, "
         "driver notes) is written once, above. Redrawn in place on a terminal (not under TERM=dumb); "
-        "through a pipe the samples follow each other. Ctrl-C or SIGTERM stops it with exit 0, and so "
-        "does a reader going away. `devmem info` shows one device per block with every detail.",
+        "through a pipe the samples follow each other (counted on stderr where it is a terminal). Ctrl-C, "
+        "SIGTERM or q on a terminal stops it with exit 0, and so does a reader going away. `devmem info` shows "
+        "one device per block with every detail.",
         "  devmem top                            # every 2 s\n"
         "  devmem top 1                          # every second, as watch -n 1 or nvidia-smi -l 1\n"
         "  devmem top -v --device 0              # whole command lines\n"

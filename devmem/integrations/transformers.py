@@ -1232,6 +1232,42 @@ def _check_share_holds_the_batch(
     )
 
 
+def _check_share_holds_the_first_run(memory: EngineMemory, first: BlockRun, max_batch_tokens: int, tokens: int) -> None:
+    """Refuse right after the first engine run (the profile window, the smallest cache that holds a batch) a share
+    that no block cost the next runs could measure would fit one batch in, rather than after all of them: with
+    the plan's own figures, the fewest blocks a batch needs take at least the window's non-KV memory plus their
+    share of the first run's peak (the plan's line through that peak is lowest where it charges no fixed bytes).
+    The pinned path charges the cache alone, so the plan decides there."""
+    if memory.pinned_bytes is not None:
+        return
+    figures = memory.window_figures()
+    needed_blocks = math.ceil(max_batch_tokens / tokens)
+    peak = max(figures["transient_peak_bytes"], first.peak)
+    beside = figures["consumed"] + figures.get("graph_capture", 0)
+    need = beside + math.ceil(peak * needed_blocks / first.num_blocks)
+    if memory.requested >= need:
+        return
+    total = memory.baseline.total
+    raise NotEnoughMemoryError(
+        f"not enough memory for the KV cache (utilization path): requested {format_size(memory.requested)} "
+        f"(utilization {memory.utilization} of {format_size(total)}) cannot hold a batch of "
+        f"config.max_batch_tokens={max_batch_tokens}: the first engine run, at {first.num_blocks} blocks, peaked "
+        f"at {format_size(peak)} beside {format_size(beside)} it holds for good (weights, non-torch), so the "
+        f"{needed_blocks} blocks of {tokens} tokens a batch needs take at least {format_size(need)}; refused after "
+        f"the first of up to {MAX_RUNS} engine runs. Advice: raise the utilization to at least "
+        f"{need / total:.3g} ({format_size(need)}, a floor: the next runs measure the rest), or lower "
+        "config.max_batch_tokens",
+        {
+            "requested": memory.requested,
+            "consumed": figures["consumed"],
+            "first_run_blocks": first.num_blocks,
+            "first_run_peak": peak,
+            "needed": need,
+            "max_batch_tokens": max_batch_tokens,
+        },
+    )
+
+
 def _tokens_within(model: Any, budget: int, tokens_per_block: int) -> int:
     """The largest ``max_batch_tokens`` whose attention mask fits in ``budget`` bytes (0 where none does)."""
     if budget <= 0:
@@ -1328,6 +1364,7 @@ def _measure(
         return engine_runs[blocks].held_bytes
 
     first = memory.profile_blocks(lambda blocks: run(blocks, all_layers=True), small, weights_memory=weights)
+    _check_share_holds_the_first_run(memory, first, max_batch_tokens, tokens)  # before the block-cost runs
     start = 2 * small
     if first.peak_bytes is not None:
         flat = max(0, first.peak_bytes - first.held_bytes)

@@ -11,6 +11,7 @@ full-width and other Unicode digits (``"１"``), superscripts that ``int()`` the
   (one of a few words, else the default with one log line). A value out of its range is a
   :class:`~devmem.DevmemError` (of the class the caller names) that names the variable, the value and what is
   allowed; README.md and docs/containers.md list the variables and their ranges.
+- Text from outside devmem (a command line, a device's name) is shown through :func:`printable`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from devmem.errors import DevmemError
 MAX_DIGITS = 20
 
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def parse_int(text: object, *, signed: bool = False, max_digits: int = MAX_DIGITS) -> int | None:
@@ -164,3 +166,10 @@ def env_choice(name: str, choices: tuple[str, ...], default: str, environ: Mappi
         "devmem: %s=%s is not one of %s; taken as %s", name, shown(raw), ", ".join(choices), default
     )
     return default
+
+
+def printable(text: str) -> str:
+    """``text`` from outside devmem (a process's command line, a device's name) safe to show on one line: each
+    control character (an escape sequence's ESC, a newline, BEL) and each bidirectional override shown as its
+    escape (``\\x1b``), so that no process can move the cursor, retitle the terminal or break a row."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)

@@ -14,9 +14,10 @@ import textwrap
 from collections.abc import Iterable
 from typing import IO
 
+from devmem._text import printable as printable  # text from outside devmem, shown on one line
+
 _NBSP = "\u00a0"
 _NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|bytes|blocks)\b")
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _STYLES = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "dim": "2"}
 
 
@@ -36,13 +37,6 @@ def width_for(stream: IO[str] | None) -> int:
     if (columns.isascii() and columns.isdigit() and int(columns) > 0) or is_terminal(stream):
         return terminal_width()
     return UNWRAPPED
-
-
-def printable(text: str) -> str:
-    """``text`` from outside devmem (a process's command line, a device's name) safe to show on one line: each
-    control character (an escape sequence's ESC, a newline, BEL) and each bidirectional override shown as its
-    escape (``\\x1b``), so that no process can move the cursor, retitle the terminal or break a row."""
-    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def is_terminal(stream: IO[str] | None) -> bool:

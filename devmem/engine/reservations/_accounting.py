@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from devmem._text import printable
 from devmem.engine.reservations._owners import Entry, Owner
 from devmem.records import Record
 from devmem.units import format_size
@@ -42,8 +43,7 @@ class Holding(Record):
                 "the platform does not list)"
             )
         who = f"this process (PID {self.pid})" if self.mine else f"PID {self.pid}"
-        from devmem.command.format import printable  # another user's command: no escape reaches a terminal
-
+        # another user's command: no escape sequence reaches a terminal
         command = f" ({printable(short_command(self.command))})" if self.command else ""
         if self.reserved is None:
             return f"{who}{command} uses {format_size(self.used or 0)} without a reservation"

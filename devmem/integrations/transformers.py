@@ -640,7 +640,7 @@ def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_ba
 #: The kind of figures :class:`~devmem.engine.profile_store.ProfileStore` keeps for this integration; its version
 #: changes whenever the measurement does.
 STORE_KIND = "transformers-cb"
-METHOD_VERSION = 3
+METHOD_VERSION = 4
 
 
 def _versions() -> dict[str, str | None]:

@@ -341,9 +341,13 @@ def _shared(
             f"allocation_granularity={granularity} with allocator={allocator!r}: the allocator's own rounding "
             "is charged; give allocator=None to round each allocation up to a granularity of your own"
         )
-    # not told the layout: with a modelled allocator, a tensor per layer (never less than one allocation takes)
+    # not told the layout: with a modelled allocator, a tensor per layer, and it must fit one allocation and
+    # keys and values apart too (either can take more than a tensor per layer)
     default = layers if allocator is not None else 1
     count = default if allocations is None else arguments.count("allocations", allocations, error=SizingError)
+    alternatives: tuple[int, ...] = ()
+    if allocator is not None and allocations is None:
+        alternatives = tuple(c for c in dict.fromkeys((1, 2 * layers)) if c != count and block % c == 0)
     if block % count:
         raise SizingError(
             f"allocations={count}: a block of {block} bytes (page_size_bytes x num_layers) does not split into "
@@ -359,7 +363,7 @@ def _shared(
         released_cache=_bytes("released_cache", released_cache),
         granularity=granularity,
         allocations=count,
-        rounding=Rounding(count, allocator, 1 if allocator is not None else granularity),
+        rounding=Rounding(count, allocator, 1 if allocator is not None else granularity, alternatives),
     )
 
 
@@ -710,9 +714,10 @@ def plan_kv_cache(
     whole blocks whose allocation still fits the budget, and ``KvCachePlan.layout`` says what was assumed.
     ``allocator`` (``"caching"``: torch's caching allocator; ``"expandable"``: with expandable segments;
     :meth:`~devmem.engine.profiling.ProfileResult.plan_inputs` gives the one the window saw) charges each tensor
-    what that allocator reserves for its size (:mod:`devmem.planner.rounding`); not told the layout, it assumes a
-    tensor per layer, which no engine's one allocation or per-layer tensors exceed. With ``allocator`` ``None``
-    each of ``allocations`` (default 1) is rounded up to ``allocation_granularity`` (default 1: not at all). Raises
+    what that allocator reserves for its size (:mod:`devmem.planner.rounding`); not told the layout, the cache must
+    fit a tensor per layer, one allocation and keys and values apart (twice the layers) alike. With ``allocator``
+    ``None`` each of ``allocations`` (default 1) is rounded up to ``allocation_granularity`` (default 1: not at
+    all). Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input,
     whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """

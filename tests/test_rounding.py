@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import MiB, SizingError, plan_kv_cache
+from devmem import MiB, NotEnoughMemoryError, SizingError, plan_kv_cache
 from devmem.planner.rounding import Rounding, caching_reserved, expandable_reserved, request_size
 
 KiB = 1024
@@ -98,3 +98,12 @@ def test_plan_without_a_layout_fits_one_allocation(allocator):
     plan = plan_kv_cache(pinned_bytes=5407355, page_size_bytes=3034, num_layers=36, allocator=allocator)
     cache = plan.num_blocks * plan.block_bytes
     assert _reserved(allocator, cache, 1) <= plan.kv_cache_bytes
+
+
+def test_the_utilization_a_shortfall_advises_holds_one_block_as_the_allocator_rounds_it():
+    figures = {"total": 8 * 1024 * MiB, "weights": 4 * 1024 * MiB - MiB, "page_size_bytes": 3 * MiB, "num_layers": 1}
+    with pytest.raises(NotEnoughMemoryError) as info:  # a 3 MiB block takes a 20 MiB segment
+        plan_kv_cache(utilization=0.5, allocator="caching", **figures)
+    assert "less than one block (3.00 MiB, 20.00 MiB allocated)" in str(info.value)
+    needed = info.value.breakdown["needed_utilization"]
+    assert plan_kv_cache(utilization=needed, allocator="caching", **figures).num_blocks >= 1

@@ -401,9 +401,11 @@ def _shortfall(
         parts.append(_figure("graph_capture", figures["graph_capture"]))
     if shared.other_processes is not None:
         parts.append(_figure("other_processes", shared.other_processes))
+    smallest = shared.smallest()
+    allocated = "" if smallest == shared.block else f", {format_size(smallest)} allocated"
     message = (
         f"not enough memory for the KV cache ({path} path): {arithmetic} = {format_size(kv)}, less than one "
-        f"block ({format_size(shared.block)}). {', '.join(parts)}. Advice: {advice}."
+        f"block ({format_size(shared.block)}{allocated}). {', '.join(parts)}. Advice: {advice}."
     )
     breakdown: dict[str, int | float | None] = {
         **figures,
@@ -462,7 +464,7 @@ def plan_utilization(
         "non_kv": non_kv,
     }
     if kv < shared.block or shared.blocks(kv) == 0:
-        needed, advice = _utilization_advice(total, non_kv + shared.block, shared.other_processes)
+        needed, advice = _utilization_advice(total, non_kv + shared.smallest(), shared.other_processes)
         raise _shortfall(
             "utilization",
             figures,
@@ -624,18 +626,18 @@ def plan_growable(
             f"{f['committed']} - margin {f['margin']}) - transient peak {f['transient_peak']}"
         )
         headroom = t["free_cap"] - t["transient_peak"]
-        if headroom < shared.block:
+        if headroom < shared.smallest():
             needed, advice = (
                 None,
                 (
                     f"free memory binds, so no utilization is enough: the device needs "
-                    f"{format_size(shared.block - headroom)} more free memory (stop or shrink other "
+                    f"{format_size(shared.smallest() - headroom)} more free memory (stop or shrink other "
                     "processes on it), or a smaller transient peak"
                 ),
             )
         else:
             needed, advice = _utilization_advice(
-                total, t["non_kv_used"] + t["transient_peak"] + shared.block, shared.other_processes
+                total, t["non_kv_used"] + t["transient_peak"] + shared.smallest(), shared.other_processes
             )
         raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
     kv = t["kv_cache"]

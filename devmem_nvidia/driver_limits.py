@@ -4,7 +4,9 @@ NVIDIA's memory partitioning lets a process read its partition's limits: ``hardL
 ``softLimit`` (what is guaranteed before allocations may fail under pressure) and ``currentUsed`` (what is counted
 against them). No limit is set where ``softLimit`` is 0 and ``hardLimit`` is ``NVML_DEVICE_MEMORY_LIMIT_MAX``. The
 hard limit caps the device's total and free (what sizing and admission read); a driver or a pynvml without the
-call (``FunctionNotFound``, ``NotSupported``) sets no limit.
+call (``FunctionNotFound``, ``NotSupported``) sets no limit, and so does a hard limit of 0 (no partition a running
+process could be in). A call that fails otherwise is :meth:`DriverLimits.unread`: the platform keeps the hard limit
+it read before, and asks again at the next reading.
 """
 
 from __future__ import annotations
@@ -25,10 +27,16 @@ NO_HARD_LIMIT = (1 << 64) - 1
 
 
 class DriverLimits:
-    """The driver's reported limits for one device: ``hard`` (``None``: none), ``soft``, ``used``."""
+    """The driver's reported limits for one device: ``hard`` (``None``: none), ``soft``, ``used`` (``None``: not
+    read); ``failed``: the call failed, and nothing was read."""
 
-    def __init__(self, hard: int | None, soft: int, used: int):
-        self.hard, self.soft, self.used = hard, soft, used
+    def __init__(self, hard: int | None, soft: int, used: int | None, failed: bool = False):
+        self.hard, self.soft, self.used, self.failed = hard, soft, used, failed
+
+    @classmethod
+    def unread(cls) -> DriverLimits:
+        """What a call that failed tells: nothing."""
+        return cls(None, 0, None, failed=True)
 
     def limit(self) -> MemoryLimit | None:
         """The hard limit as a cap on what this process may use, with what already counts against it."""
@@ -43,13 +51,14 @@ class DriverLimits:
         return (
             f"the driver enforces a memory partition ({CALL}): hard limit {hard}, soft limit "
             f"{format_size(self.soft)} (guaranteed before allocations may fail under pressure), "
-            f"{format_size(self.used)} used against it"
+            + ("its use not read" if self.used is None else f"{format_size(self.used)} used against it")
         )
 
 
 def read_driver_limits(session: NvmlSession, handle: Any) -> DriverLimits | None:
     """The limits the driver reports for ``handle``, or ``None`` where it offers none (an older driver or pynvml,
-    a device that does not support it, or a figure that is not a whole number)."""
+    a device that does not support it, or a figure that is not a whole number); :meth:`DriverLimits.unread` where
+    the call failed otherwise."""
     if not session.has(CALL):
         return None
     struct = getattr(session.module, "c_nvmlGetMemoryLimits_v1_t", None)
@@ -59,18 +68,21 @@ def read_driver_limits(session: NvmlSession, handle: Any) -> DriverLimits | None
     try:
         session.call(CALL, handle, raw)
     except NvmlCallError as exc:
-        if not exc.not_supported:
-            log.debug("devmem: %s failed: %s", CALL, exc)
-        return None
+        if exc.not_supported:
+            return None
+        log.debug("devmem: %s failed: %s", CALL, exc)
+        return DriverLimits.unread()
     except DevmemError as exc:
         log.debug("devmem: %s failed: %s", CALL, exc)
-        return None
+        return DriverLimits.unread()
     figures = [int(getattr(raw, name, -1)) for name in ("hardLimit", "softLimit", "currentUsed")]
     if any(f < 0 for f in figures):
         log.debug("devmem: %s answered figures that are not whole numbers: %r", CALL, figures)
         return None
     hard, soft, used = figures
-    return DriverLimits(None if hard >= NO_HARD_LIMIT else hard, soft, used)
+    if hard == 0:
+        log.debug("devmem: %s answered a hard limit of 0 B, which no running process is under: no limit set", CALL)
+    return DriverLimits(None if hard >= NO_HARD_LIMIT or hard == 0 else hard, soft, used)
 
 
 __all__ = ["CALL", "NO_HARD_LIMIT", "DriverLimits", "read_driver_limits"]

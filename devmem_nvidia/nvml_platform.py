@@ -231,6 +231,8 @@ class NvmlPlatform(PlatformBase):
         self._plain: dict[int, bool] = {}
         #: Per device, whether the driver reported memory limits it enforces (read at every reading where it did).
         self._partitioned: dict[int, bool] = {}
+        #: Per device, the driver's limits as last read (a reading whose call fails keeps their hard limit).
+        self._enforced: dict[int, DriverLimits] = {}
         #: Per device where this process holds a context, whether the runtime's view can show a cap NVML cannot
         #: (an MPS client, or a runtime total below NVML's), decided at the first reading that saw the context.
         self._runtime_needed: dict[int, bool] = {}
@@ -289,7 +291,8 @@ class NvmlPlatform(PlatformBase):
     def _fixed_limits(self, device: int, dev: VisibleDevice) -> tuple[list[MemoryLimit], str]:
         """What does not change per reading of ``device``: its environment and MPS-daemon limits, its PCI slot."""
         limits = env_limits(self._environ, device) + self._mps_defaults.limit(device, len(self._table.devices()))
-        partitioned = self._driver_limits(dev) is not None  # read again at every reading: its use moves
+        # read again at every reading: its use moves, and a call that failed is asked again
+        partitioned = self._driver_limits(dev) is not None
         self._partitioned[device] = partitioned
         self._plain[device] = not limits and not partitioned and not self._dmem.controller_present()
         return limits, kernel_slot(dev.pci_bus_id)
@@ -297,7 +300,7 @@ class NvmlPlatform(PlatformBase):
     def _driver_limits(self, dev: VisibleDevice) -> DriverLimits | None:
         """The limits the driver enforces on ``dev`` and reports (NVML memory limits, driver r615+), where set."""
         found = read_driver_limits(self._session, dev.handle)
-        return None if found is None or found.note() is None else found
+        return None if found is None or (not found.failed and found.note() is None) else found
 
     def _memory(self, device: int) -> DeviceMemory:
         dev = self._table.devices()[device]
@@ -311,6 +314,11 @@ class NvmlPlatform(PlatformBase):
             fixed = self._fixed[device] = self._fixed_limits(device, dev)
         limits = fixed[0] + self._dmem(fixed[1])
         enforced = self._driver_limits(dev) if self._partitioned.get(device) else None
+        if enforced is not None and enforced.failed:  # the partition stays: its hard limit as read before
+            last = self._enforced.get(device)
+            enforced = None if last is None else DriverLimits(last.hard, last.soft, None)
+        elif enforced is not None:
+            self._enforced[device] = enforced
         if enforced is not None:
             memory = DeviceMemory(memory.info, memory.sources, (*memory.notes, str(enforced.note())))
             limits += [lim for lim in (enforced.limit(),) if lim is not None]

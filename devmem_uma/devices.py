@@ -53,7 +53,8 @@ def _host(host: CpuPlatform) -> tuple[MemoryInfo, str]:
 
 
 def runtime_figures(host: CpuPlatform, mem_get_info: MemGetInfo, index: int) -> DeviceMemory:
-    """Free is MemAvailable (page cache included); total the CUDA runtime's where it is initialised, else MemTotal."""
+    """Free is MemAvailable (page cache included); total the CUDA runtime's where it is initialised, else MemTotal
+    (capped by the host's memory within this cgroup's limit either way)."""
     info, free_source = _host(host)
     try:
         runtime = mem_get_info(index)
@@ -73,6 +74,9 @@ def runtime_figures(host: CpuPlatform, mem_get_info: MemGetInfo, index: int) -> 
     else:
         total = reading.info.total
         total_source = "the CUDA runtime's total (cudaMemGetInfo)"
+        if info.total < total:  # the GPU maps the host's memory: no more than the host (within its cgroup) gives
+            total_source = f"{host.memory_sources(0)['total']}, below the CUDA runtime's total {format_size(total)}"
+            total = info.total
         free_source += (
             f"; the CUDA runtime's own figure, {format_size(reading.info.free)}, leaves the page cache out and "
             "is not used"

@@ -46,3 +46,24 @@ def test_startup_check_refuses_a_share_above_the_hard_limit():
     snapshot = MemorySnapshot.measure(0, platform)
     with pytest.raises(NotEnoughMemoryError):
         check_startup_memory(snapshot, 40 * GiB + MiB, platform)
+
+
+def test_a_hard_limit_of_zero_sets_no_limit():
+    _, limited = _platform((0, 0, 0))
+    _, older = _platform(None)
+    assert limited.device_memory_info() == older.device_memory_info()
+
+
+def test_the_hard_limit_read_before_still_caps_a_reading_whose_call_fails():
+    sc, platform = _platform((40 * GiB, 32 * GiB, 4 * GiB))
+    assert platform.device_memory_info().total == 40 * GiB
+    sc.failures["nvmlDeviceGetMemoryLimits_v1"] = "Unknown"
+    assert platform.device_memory_info().total == 40 * GiB
+
+
+def test_a_limit_whose_first_read_failed_is_read_at_the_next_reading():
+    sc, platform = _platform((40 * GiB, 32 * GiB, 4 * GiB))
+    sc.failures["nvmlDeviceGetMemoryLimits_v1"] = "Unknown"
+    platform.device_memory_info()
+    del sc.failures["nvmlDeviceGetMemoryLimits_v1"]
+    assert platform.device_memory_info() == MemoryInfo(36 * GiB, 40 * GiB)

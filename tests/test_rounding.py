@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import MiB, SizingError, plan_kv_cache
+from devmem import MiB, NotEnoughMemoryError, SizingError, plan_kv_cache
 from devmem.planner.rounding import Rounding, caching_reserved, expandable_reserved, request_size
 
 KiB = 1024
@@ -45,9 +45,11 @@ def _plan(**kwargs):
     return plan_kv_cache(total=141 * 1024 * MiB, utilization=0.1, page_size_bytes=8 * KiB, num_layers=28, **kwargs)
 
 
-def test_plan_without_a_layout_assumes_a_tensor_per_layer():
-    assert _plan(allocator="caching").num_blocks == _plan(allocator="caching", allocations=28).num_blocks
+def test_plan_without_a_layout_takes_the_fewest_blocks_of_its_layouts():
+    told = [_plan(allocator="caching", allocations=n).num_blocks for n in (1, 28, 56)]
+    assert _plan(allocator="caching").num_blocks == min(told)
     assert "28 tensor(s), each charged what torch's caching allocator reserves" in _plan(allocator="caching").layout
+    assert "not told the layout, it fits one allocation or 56 tensor(s) too" in _plan(allocator="caching").layout
 
 
 def test_plan_for_tensors_between_1_and_10_mib_charges_their_shared_segments():
@@ -70,3 +72,38 @@ def test_plan_refuses_an_allocator_it_does_not_model():
 def test_plan_refuses_a_granularity_of_its_own_beside_a_modelled_allocator():
     with pytest.raises(SizingError, match="allocation_granularity=4096 with allocator='caching'"):
         _plan(allocator="caching", allocation_granularity=4096)
+
+
+def _reserved(allocator, total, count):
+    each = total // count
+    return caching_reserved(each, count) if allocator == "caching" else expandable_reserved(each, count)
+
+
+@pytest.mark.parametrize(
+    ("allocator", "pinned", "page", "layers"),
+    [
+        ("caching", 1000 * MiB, 512, 128),  # 6.7 MiB tensors, 3 in 20 MiB; their 3.3 MiB halves only 5
+        ("expandable", 5407355, 512, 36),  # 72 halves of 113.5 x 512 B, each rounded up to 114 x 512 B
+    ],
+)
+def test_plan_without_a_layout_fits_keys_and_values_allocated_apart(allocator, pinned, page, layers):
+    plan = plan_kv_cache(pinned_bytes=pinned, page_size_bytes=page, num_layers=layers, allocator=allocator)
+    cache = plan.num_blocks * plan.block_bytes
+    assert _reserved(allocator, cache, 2 * layers) <= plan.kv_cache_bytes
+
+
+@pytest.mark.parametrize("allocator", ["caching", "expandable"])
+def test_plan_without_a_layout_fits_one_allocation(allocator):
+    # 36 small tensors pack into 2 MiB segments, but one allocation of the same bytes above 1 MiB takes 20 MiB
+    plan = plan_kv_cache(pinned_bytes=5407355, page_size_bytes=3034, num_layers=36, allocator=allocator)
+    cache = plan.num_blocks * plan.block_bytes
+    assert _reserved(allocator, cache, 1) <= plan.kv_cache_bytes
+
+
+def test_the_utilization_a_shortfall_advises_holds_one_block_as_the_allocator_rounds_it():
+    figures = {"total": 8 * 1024 * MiB, "weights": 4 * 1024 * MiB - MiB, "page_size_bytes": 3 * MiB, "num_layers": 1}
+    with pytest.raises(NotEnoughMemoryError) as info:  # a 3 MiB block takes a 20 MiB segment
+        plan_kv_cache(utilization=0.5, allocator="caching", **figures)
+    assert "less than one block (3.00 MiB, 20.00 MiB allocated)" in str(info.value)
+    needed = info.value.breakdown["needed_utilization"]
+    assert plan_kv_cache(utilization=needed, allocator="caching", **figures).num_blocks >= 1

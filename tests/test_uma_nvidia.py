@@ -139,3 +139,18 @@ def test_a_failing_runtime_query_falls_back_to_memtotal():
     sc = gb10_scenario(failures={"cudaMemGetInfo": "Unknown"})
     platform, _ = gb10(sc)
     assert platform.device_memory_info() == (GB10_RAW_FREE + GB10_PAGE_CACHE, sc.host.total)
+
+
+def test_gb10_total_is_capped_by_the_cgroup_limit():
+    sc = gb10_scenario()
+    sc.files.update(
+        {
+            "/proc/self/cgroup": "0::/job\n",
+            "/sys/fs/cgroup/job/memory.max": f"{32 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.current": f"{12 * GiB}\n",
+            "/sys/fs/cgroup/job/memory.stat": "inactive_file 0\n",
+        }
+    )
+    platform, _ = gb10(sc)
+    assert platform.device_memory_info().total == 32 * GiB
+    assert "cgroup memory limit" in platform.memory_sources()["total"]

@@ -19,12 +19,13 @@ after the allocator cache is released, and never less. It assumes the allocator'
 
 A :class:`Rounding` is how a plan turns a budget into blocks: ``caching`` and ``expandable`` model the allocator
 for ``count`` equal tensors; ``granularity`` rounds each of ``count`` tensors up to a given unit (the rule for an
-allocator devmem does not model).
+allocator devmem does not model). ``alternatives`` are other tensor counts the cache may be allocated in (a plan
+not told the layout): the allocation must fit in each of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from devmem.types import MiB
 from devmem.units import format_size
@@ -82,16 +83,20 @@ class Rounding:
     count: int = 1
     model: str | None = None
     granularity: int = 1
+    alternatives: tuple[int, ...] = ()
 
     def reserved(self, nbytes: int) -> int:
         """Bytes the cache takes once allocated when its tensors hold ``nbytes`` in all (a multiple of
-        ``count``)."""
-        each = nbytes // self.count
+        ``count`` and of each of ``alternatives``): the most of its layouts."""
+        return max(self._reserved(nbytes, count) for count in (self.count, *self.alternatives))
+
+    def _reserved(self, nbytes: int, count: int) -> int:
+        each = nbytes // count
         if self.model == "caching":
-            return caching_reserved(each, self.count)
+            return caching_reserved(each, count)
         if self.model == "expandable":
-            return expandable_reserved(each, self.count)
-        return self.count * _up(each, self.granularity)
+            return expandable_reserved(each, count)
+        return count * _up(each, self.granularity)
 
     def blocks(self, kv: int, block: int) -> int:
         """The most whole blocks of ``block`` bytes whose allocation takes at most ``kv`` bytes."""
@@ -106,6 +111,9 @@ class Rounding:
     def describe(self) -> str:
         """How the plan assumed the cache is allocated, for people ("" for one allocation without rounding)."""
         tensors = "one allocation" if self.count == 1 else f"{self.count} equal tensors allocated separately"
+        if self.alternatives:
+            others = " or ".join("one allocation" if c == 1 else f"{c} tensor(s)" for c in self.alternatives)
+            return f"{replace(self, alternatives=()).describe()}; not told the layout, it fits {others} too"
         if self.model == "caching":
             return (
                 f"{self.count} tensor(s), each charged what torch's caching allocator reserves for its size (a "

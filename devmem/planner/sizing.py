@@ -341,9 +341,13 @@ def _shared(
             f"allocation_granularity={granularity} with allocator={allocator!r}: the allocator's own rounding "
             "is charged; give allocator=None to round each allocation up to a granularity of your own"
         )
-    # not told the layout: with a modelled allocator, a tensor per layer (never less than one allocation takes)
+    # not told the layout: with a modelled allocator, a tensor per layer, and it must fit one allocation and
+    # keys and values apart too (either can take more than a tensor per layer)
     default = layers if allocator is not None else 1
     count = default if allocations is None else arguments.count("allocations", allocations, error=SizingError)
+    alternatives: tuple[int, ...] = ()
+    if allocator is not None and allocations is None:
+        alternatives = tuple(c for c in dict.fromkeys((1, 2 * layers)) if c != count and block % c == 0)
     if block % count:
         raise SizingError(
             f"allocations={count}: a block of {block} bytes (page_size_bytes x num_layers) does not split into "
@@ -359,7 +363,7 @@ def _shared(
         released_cache=_bytes("released_cache", released_cache),
         granularity=granularity,
         allocations=count,
-        rounding=Rounding(count, allocator, 1 if allocator is not None else granularity),
+        rounding=Rounding(count, allocator, 1 if allocator is not None else granularity, alternatives),
     )
 
 
@@ -397,9 +401,11 @@ def _shortfall(
         parts.append(_figure("graph_capture", figures["graph_capture"]))
     if shared.other_processes is not None:
         parts.append(_figure("other_processes", shared.other_processes))
+    smallest = shared.smallest()
+    allocated = "" if smallest == shared.block else f", {format_size(smallest)} allocated"
     message = (
         f"not enough memory for the KV cache ({path} path): {arithmetic} = {format_size(kv)}, less than one "
-        f"block ({format_size(shared.block)}). {', '.join(parts)}. Advice: {advice}."
+        f"block ({format_size(shared.block)}{allocated}). {', '.join(parts)}. Advice: {advice}."
     )
     breakdown: dict[str, int | float | None] = {
         **figures,
@@ -458,7 +464,7 @@ def plan_utilization(
         "non_kv": non_kv,
     }
     if kv < shared.block or shared.blocks(kv) == 0:
-        needed, advice = _utilization_advice(total, non_kv + shared.block, shared.other_processes)
+        needed, advice = _utilization_advice(total, non_kv + shared.smallest(), shared.other_processes)
         raise _shortfall(
             "utilization",
             figures,
@@ -620,18 +626,18 @@ def plan_growable(
             f"{f['committed']} - margin {f['margin']}) - transient peak {f['transient_peak']}"
         )
         headroom = t["free_cap"] - t["transient_peak"]
-        if headroom < shared.block:
+        if headroom < shared.smallest():
             needed, advice = (
                 None,
                 (
                     f"free memory binds, so no utilization is enough: the device needs "
-                    f"{format_size(shared.block - headroom)} more free memory (stop or shrink other "
+                    f"{format_size(shared.smallest() - headroom)} more free memory (stop or shrink other "
                     "processes on it), or a smaller transient peak"
                 ),
             )
         else:
             needed, advice = _utilization_advice(
-                total, t["non_kv_used"] + t["transient_peak"] + shared.block, shared.other_processes
+                total, t["non_kv_used"] + t["transient_peak"] + shared.smallest(), shared.other_processes
             )
         raise _shortfall("growable", figures, t["unfloored"], shared, arithmetic, needed, advice)
     kv = t["kv_cache"]
@@ -710,9 +716,10 @@ def plan_kv_cache(
     whole blocks whose allocation still fits the budget, and ``KvCachePlan.layout`` says what was assumed.
     ``allocator`` (``"caching"``: torch's caching allocator; ``"expandable"``: with expandable segments;
     :meth:`~devmem.engine.profiling.ProfileResult.plan_inputs` gives the one the window saw) charges each tensor
-    what that allocator reserves for its size (:mod:`devmem.planner.rounding`); not told the layout, it assumes a
-    tensor per layer, which no engine's one allocation or per-layer tensors exceed. With ``allocator`` ``None``
-    each of ``allocations`` (default 1) is rounded up to ``allocation_granularity`` (default 1: not at all). Raises
+    what that allocator reserves for its size (:mod:`devmem.planner.rounding`); not told the layout, the cache must
+    fit a tensor per layer, one allocation and keys and values apart (twice the layers) alike. With ``allocator``
+    ``None`` each of ``allocations`` (default 1) is rounded up to ``allocation_granularity`` (default 1: not at
+    all). Raises
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input,
     whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """

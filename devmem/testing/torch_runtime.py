@@ -15,6 +15,12 @@ resets both peaks to the current values, as torch does. ``memory._record_memory_
 ``segment_alloc`` and ``segment_free`` entries with ``addr``, ``size`` and ``stream``, less the ``skip_actions``),
 per device.
 Memory that is allocated and never freed stands for what an engine keeps: its weights, a CUDA graph's pool.
+
+What it does not model: torch's segment sizes below 10 MiB (requests of at most 1 MiB packed into shared 2 MiB
+segments, those up to 10 MiB cut from shared 20 MiB ones), the splitting of a cached segment for a smaller
+request, and expandable segments (``PYTORCH_CUDA_ALLOC_CONF`` is read by the profile window, not here). A plan
+charges the real allocator's rules (:mod:`devmem.planner.rounding`), so footprints read here match it for
+tensors of 10 MiB or more on the default allocator only.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ could not use (``unusable``: the cache's budget less what its whole blocks take,
 n equal tensors of 2 MiB-rounded segments grow n x 2 MiB at a time) and whether the rest, what the plan charged
 beyond what the engine took, is within the same tolerance (``charged``).
 
-Usage: python benchmarks/exact_footprint.py [--utilizations 0.1125,0.5,0.9] [--out DIR] (an NVIDIA GPU)
+Usage: python benchmarks/exact_footprint.py [--utilizations 0.1125,0.5,0.9] [--modes low/off,kv/off] [--out DIR]
+(an NVIDIA GPU)
 """
 
 from __future__ import annotations
@@ -61,7 +62,15 @@ SHAPES = {
         "tie_word_embeddings": True,
     },
 }
-MODES = [("one", "off"), ("one", "window"), ("one", "profile"), ("kv", "off"), ("kv", "window"), ("kv", "profile")]
+MODES = [
+    ("one", "off"),
+    ("one", "window"),
+    ("one", "profile"),
+    ("kv", "off"),
+    ("kv", "window"),
+    ("kv", "profile"),
+    ("low", "off"),
+]
 GRAPH_BATCHES = (256, 64, 16, 4, 1)
 BLOCK_TOKENS = 16
 
@@ -72,10 +81,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shapes", default="tinyllama,qwen2")
     p.add_argument("--allocators", default="default,expandable")
     p.add_argument("--batch-tokens", type=int, default=8192)
+    p.add_argument(
+        "--modes",
+        default=",".join(f"{layout}/{graphs}" for layout, graphs in MODES),
+        help="layout/graphs pairs to run (default: all of them)",
+    )
     p.add_argument("--out", default=None, help="a folder for exact_footprint.json/.txt")
     p.add_argument("--render", default=None, help="print the table of an exact_footprint.json")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    known = {f"{layout}/{graphs}" for layout, graphs in MODES}
+    args.modes = [tuple(m.split("/")) for m in args.modes.split(",")]
+    unknown = [f"{layout}/{graphs}" for layout, graphs in args.modes if f"{layout}/{graphs}" not in known]
+    if unknown:
+        p.error(f"--modes: unknown {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+    return args
 
 
 def own_nvml_bytes(pynvml: Any) -> int:
@@ -225,7 +245,7 @@ def child(args: argparse.Namespace) -> None:
     pynvml.nvmlInit()
     for u in (float(x) for x in args.utilizations.split(",")):
         for shape in args.shapes.split(","):
-            for layout, graphs in [*MODES, ("low", "off")]:
+            for layout, graphs in args.modes:
                 try:
                     row = Run(torch, transformers, shape, u, layout, graphs, args.batch_tokens)(pynvml)
                 except Exception as exc:  # reported in the row, and the next configuration runs

@@ -76,3 +76,22 @@ def test_plugins_on_a_narrow_terminal_gives_each_reason_the_whole_width():
     cpu = next(i for i, line in enumerate(lines) if line.split()[:2] == ["*", "cpu"])
     assert lines[cpu + 1] == "      host memory is always available" and all(len(line) <= 80 for line in lines)
     assert lines[0].split() == ["name", "priority", "distribution", "version", "detected"]
+
+
+@pytest.mark.parametrize("argv", [["plan", "--model", "/nonexistent/config.json"], ["fit", "--model", "/nonexistent"]])
+def test_a_refused_model_is_an_error_wrapped_to_columns(argv):
+    result = devmem(*argv, "--context", "1", "--sequences", "1", COLUMNS="40")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 3 and len(lines) >= 2 and all(len(line) <= 40 for line in lines), lines
+
+
+def test_a_logged_warning_is_wrapped_to_columns():
+    result = devmem("plugins", DEVMEM_LOAD_PLUGINS="zzz", COLUMNS="40")
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("devmem: DEVMEM_LOAD_PLUGINS='zzz'") and len(lines) >= 3
+    assert all(len(line) <= 40 for line in lines), lines
+
+
+def test_a_logged_warning_in_a_log_stays_one_line():
+    [line] = devmem("plugins", DEVMEM_LOAD_PLUGINS="zzz", COLUMNS="").stderr.splitlines()
+    assert line.startswith("devmem: DEVMEM_LOAD_PLUGINS='zzz'") and line.endswith("wsl2")

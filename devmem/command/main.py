@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from devmem import __version__
 from devmem.command import doctor, exporter, fit, info, plan, plugins, top
 from devmem.command.common import ENVIRONMENT, EXIT_CODES, HelpFormatter, Parser, emit_json
-from devmem.command.output import OutputError, error_line
+from devmem.command.output import OutputError, StderrFormatter, error_line
 from devmem.types import DevmemError
 
 #: The commands, in the order ``devmem --help`` lists them.
@@ -75,6 +75,8 @@ def _run(argv: Sequence[str] | None) -> int:
         error_line(f"devmem: error: {exc}")
         return 1
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(StderrFormatter("%(message)s"))
     if getattr(args, "interval", None) is not None:
         args.watch = args.interval
     try:

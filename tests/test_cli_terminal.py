@@ -20,12 +20,22 @@ def devmem(*argv: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("columns", [80, 60])
-@pytest.mark.parametrize("command", [None, *COMMANDS])
+@pytest.mark.parametrize("columns", [80, 60, 40])
+@pytest.mark.parametrize("command", [None, *COMMANDS, "exporter"])
 def test_help_fits_the_terminal_width(command, columns):
     result = devmem(*([command] if command else []), "--help", COLUMNS=str(columns))
     too_long = [line for line in result.stdout.splitlines() if len(line) > columns]
     assert result.returncode == 0 and too_long == []
+
+
+def test_help_names_an_options_value_once_after_its_spellings():
+    out = devmem("top", "--help", COLUMNS="80").stdout
+    assert "\n  -n, --count N " in out and "\n  --watch, --interval [SECONDS]\n" in out
+
+
+def test_usage_too_wide_for_the_terminal_keeps_each_option_whole_under_a_short_indent():
+    usage = devmem("plan", "--help", COLUMNS="40").stdout.split("\n\n")[0].splitlines()
+    assert usage[0].startswith("usage: devmem plan") and "    [--utilization U | --pinned SIZE]" in usage
 
 
 def test_help_keeps_each_example_on_its_own_line():

@@ -105,3 +105,11 @@ def test_a_logged_warning_is_wrapped_to_columns():
 def test_a_logged_warning_in_a_log_stays_one_line():
     [line] = devmem("plugins", DEVMEM_LOAD_PLUGINS="zzz", COLUMNS="").stderr.splitlines()
     assert line.startswith("devmem: DEVMEM_LOAD_PLUGINS='zzz'") and line.endswith("wsl2")
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version_is_shown_by_V_as_nvitop_and_python_take_it(flag):
+    from devmem import __version__
+
+    result = devmem(flag)
+    assert result.returncode == 0 and result.stdout == f"devmem {__version__}\n"

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"{ENVIRONMENT}\n\n{EXIT_CODES}\n\n`devmem COMMAND --help` shows each command's examples.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"devmem {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"devmem {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of platform resolution")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
@@ -48,7 +48,7 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
     nor a value (argparse then names the valid commands)."""
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
-    if any(a in commands for a in argv) or any(a in ("-h", "--help", "--version") for a in argv):
+    if any(a in commands for a in argv) or any(a in ("-h", "--help", "-V", "--version") for a in argv):
         return argv
     words = [a for a in argv if not a.startswith("-")]
     if words and not words[0].replace(".", "", 1).isdigit():

@@ -123,7 +123,8 @@ def test_plan_model_unknown_architecture_exits_3_naming_the_missing_keys(capsys,
     )
 
 
-def test_plan_model_encoder_decoder_exits_3_with_one_line(capsys, tmp_path):
+def test_plan_model_encoder_decoder_exits_3_with_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS")  # a log: the error whole on its line
     folder = write_model(tmp_path / "whisper", WHISPER_LARGE_V3)
     code, out, err = run(capsys, "plan", "--model", str(folder), "--pinned", "1GiB")
     assert code == 3 and out == "" and err.count("\n") == 1

@@ -20,12 +20,22 @@ def devmem(*argv: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("columns", [80, 60])
-@pytest.mark.parametrize("command", [None, *COMMANDS])
+@pytest.mark.parametrize("columns", [80, 60, 40])
+@pytest.mark.parametrize("command", [None, *COMMANDS, "exporter"])
 def test_help_fits_the_terminal_width(command, columns):
     result = devmem(*([command] if command else []), "--help", COLUMNS=str(columns))
     too_long = [line for line in result.stdout.splitlines() if len(line) > columns]
     assert result.returncode == 0 and too_long == []
+
+
+def test_help_names_an_options_value_once_after_its_spellings():
+    out = devmem("top", "--help", COLUMNS="80").stdout
+    assert "\n  -n, --count N " in out and "\n  --watch, --interval [SECONDS]\n" in out
+
+
+def test_usage_too_wide_for_the_terminal_keeps_each_option_whole_under_a_short_indent():
+    usage = devmem("plan", "--help", COLUMNS="40").stdout.split("\n\n")[0].splitlines()
+    assert usage[0].startswith("usage: devmem plan") and "    [--utilization U | --pinned SIZE]" in usage
 
 
 def test_help_keeps_each_example_on_its_own_line():
@@ -76,3 +86,30 @@ def test_plugins_on_a_narrow_terminal_gives_each_reason_the_whole_width():
     cpu = next(i for i, line in enumerate(lines) if line.split()[:2] == ["*", "cpu"])
     assert lines[cpu + 1] == "      host memory is always available" and all(len(line) <= 80 for line in lines)
     assert lines[0].split() == ["name", "priority", "distribution", "version", "detected"]
+
+
+@pytest.mark.parametrize("argv", [["plan", "--model", "/nonexistent/config.json"], ["fit", "--model", "/nonexistent"]])
+def test_a_refused_model_is_an_error_wrapped_to_columns(argv):
+    result = devmem(*argv, "--context", "1", "--sequences", "1", COLUMNS="40")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 3 and len(lines) >= 2 and all(len(line) <= 40 for line in lines), lines
+
+
+def test_a_logged_warning_is_wrapped_to_columns():
+    result = devmem("plugins", DEVMEM_LOAD_PLUGINS="zzz", COLUMNS="40")
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("devmem: DEVMEM_LOAD_PLUGINS='zzz'") and len(lines) >= 3
+    assert all(len(line) <= 40 for line in lines), lines
+
+
+def test_a_logged_warning_in_a_log_stays_one_line():
+    [line] = devmem("plugins", DEVMEM_LOAD_PLUGINS="zzz", COLUMNS="").stderr.splitlines()
+    assert line.startswith("devmem: DEVMEM_LOAD_PLUGINS='zzz'") and line.endswith("wsl2")
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version_is_shown_by_V_as_nvitop_and_python_take_it(flag):
+    from devmem import __version__
+
+    result = devmem(flag)
+    assert result.returncode == 0 and result.stdout == f"devmem {__version__}\n"

@@ -255,6 +255,23 @@ def test_info_watch_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(fl
     assert build_parser().parse_args(["info", flag, "0.5"]).watch == 0.5
 
 
+@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval", "--watch"])
+def test_top_takes_an_interval_flag_without_a_value_as_the_default_interval(flag):
+    assert build_parser().parse_args(["top", flag, "-n", "2"]).watch == 2.0
+
+
+@pytest.mark.parametrize("command", ["top", "info"])
+@pytest.mark.parametrize("flag", ["-lms", "--loop-ms"])
+def test_the_nvidia_smi_loop_ms_flag_takes_milliseconds(command, flag):
+    assert build_parser().parse_args([command, flag, "500"]).watch == 0.5
+
+
+def test_a_loop_ms_below_50_is_a_usage_error_naming_milliseconds(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["top", "-lms", "10"])
+    assert exit_.value.code == 2 and "'10' is not a watch interval in milliseconds" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["top", "-l", "0.05", "-n", "2"], ["info", "-i", "0.05", "-n", "2"]])
 def test_a_loop_flag_with_n_stops_after_n_samples(argv):
     result = subprocess.run(

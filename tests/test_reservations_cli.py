@@ -176,4 +176,17 @@ def test_a_long_command_is_cut_to_its_column_not_broken_inside_a_path(tmp_path):
     view = DeviceReservations("key", str(tmp_path / "key.json"), Accounting(80 * 1024**3, (holding,)), (), None)
     lines = reservation_table(view, 80)
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
-    assert lines[1].endswith("...") and "/opt/torch/.venv/bin/python3" in lines[1]
+    assert lines[1].endswith("...") and " python3 /work/main/benchmarks/" in lines[1]
+
+
+def test_a_cut_reservation_command_names_its_program_without_its_path_as_top_does(tmp_path):
+    from devmem.command.reservations import reservation_table
+    from devmem.engine.reservations import Accounting, DeviceReservations, Holding
+
+    holdings = tuple(
+        Holding(pid, f"/root/.pyenv/versions/3.11.7/bin/python3 -m {module} --port 800{pid}", GiB, None)
+        for pid, module in ((1, "vllm.entrypoints.openai.api_server"), (2, "sglang.launch_server"))
+    )
+    view = DeviceReservations("key", str(tmp_path / "key.json"), Accounting(80 * GiB, holdings), (), None)
+    lines = reservation_table(view, 80)
+    assert "python3 -m vllm.entrypoints" in lines[1] and "python3 -m sglang.launch_server" in lines[2], lines

@@ -69,8 +69,32 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             column = re.match(r"\s+\S+(?: \S+)*\s{2,}", line) if line[:1].isspace() else None
             start = line[: len(line) - len(line.lstrip())]
             hanging = " " * len(column.group(0)) if column else start + ("    " if len(start) <= 2 else "")
+            if width - len(hanging) < 20:  # a column too far right for the terminal: a short indent instead
+                start = start[:2]
+                hanging = start + "    "
             lines += wrap(line.strip(), width, indent + start, indent + hanging, break_long=True) if line else [""]
         return "\n".join(lines)
+
+    def _format_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any) -> str:
+        """argparse's usage, or where a line of it is wider than the terminal (argparse keeps each ``[option]``
+        whole, indented under the program), the options wrapped under a short indent, each kept whole."""
+        from devmem.command.format import wrap
+
+        text = super()._format_usage(usage, actions, groups, prefix)
+        if all(len(line) <= self._width for line in text.splitlines()):
+            return text
+        depth, glued = 0, []
+        for char in " ".join(text.split()):
+            depth += (char in "[(") - (char in "])")
+            glued.append("\u00a0" if char == " " and depth > 0 else char)
+        return "\n".join(wrap("".join(glued), self._width, "", "    ")) + "\n\n"
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        """``-n, --count N``: the value named once, after every spelling (as Python 3.13 writes it)."""
+        if not action.option_strings or action.nargs == 0:
+            return super()._format_action_invocation(action)
+        value = self._format_args(action, self._get_default_metavar_for_optional(action))
+        return f"{', '.join(action.option_strings)} {value}"
 
 
 class Parser(argparse.ArgumentParser):

@@ -111,3 +111,16 @@ def interval(text: str) -> float:
             f"{text!r} is not a watch interval: give seconds from 0.05 to 86400, e.g. 2 or 0.5"
         )
     return value
+
+
+def interval_ms(text: str) -> float:
+    """A watch interval in milliseconds (nvidia-smi's ``-lms``), as seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 50 <= value <= 86_400_000:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a watch interval in milliseconds: give 50 to 86400000, e.g. 500"
+        )
+    return value / 1000

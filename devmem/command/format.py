@@ -67,6 +67,13 @@ class Painter:
         return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if self.enabled and text else text
 
 
+def without_program_path(command: str) -> str:
+    """``command`` with its program named without its path (``/usr/bin/python3 serve.py`` is ``python3
+    serve.py``): what a command cut to its column shows, so the cut keeps what tells processes apart."""
+    program, space, rest = command.partition(" ")
+    return f"{program.rsplit('/', 1)[-1] if program.startswith('/') else program}{space}{rest}"
+
+
 def wrap(text: str, width: int, indent: str = "", hanging: str | None = None, *, break_long: bool = False) -> list[str]:
     """``text`` as lines of at most ``width`` columns, the first prefixed by ``indent`` and the rest by
     ``hanging`` (``indent`` by default). A single word longer than a line stays whole unless ``break_long``

@@ -10,7 +10,7 @@ from typing import Any
 from devmem._host import REAL_FILES, Files
 from devmem.command.common import add_command, emit_json, out
 from devmem.command.devices import chosen_candidate, device_count, device_json, sample, static_facts, why_chosen
-from devmem.command.flags import device_index, interval, positive
+from devmem.command.flags import device_index, interval, interval_ms, positive
 from devmem.platform import DeviceReport, Platform
 from devmem.resolution.plugins import current_platform, platform_candidates
 from devmem.units import format_size
@@ -116,8 +116,10 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
 COMPACT_FROM = 4
 
 #: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, gpustat's ``-i/--interval``
-#: (nvitop's ``--interval``), each the same as ``--watch`` (named in its help, not listed apart).
+#: (nvitop's ``--interval``), each the same as ``--watch`` (named in its help, not listed apart); nvidia-smi's
+#: ``-lms/--loop-ms`` takes milliseconds.
 WATCH_ALIASES = ("-l", "--loop", "-i", "--interval")
+WATCH_MS_ALIASES = ("-lms", "--loop-ms")
 
 
 def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | None) -> None:
@@ -142,17 +144,19 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
             default=None,
             metavar="SECONDS",
             help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a terminal "
-            "(-l/--loop as nvidia-smi, -i/--interval as gpustat and nvitop)",
+            "(-l/--loop as nvidia-smi, -lms/--loop-ms in milliseconds, -i/--interval as gpustat and nvitop)",
         )
     else:
         parser.add_argument(
             "--watch",
             "--interval",
             type=interval,
+            nargs="?",
+            const=watch_default,
             default=watch_default,
             metavar="SECONDS",
-            help=f"seconds between samples (default {watch_default:g}; -l/--loop as nvidia-smi, -i/--interval as "
-            "gpustat and nvitop)",
+            help=f"seconds between samples (default {watch_default:g}; -l/--loop as nvidia-smi, -lms/--loop-ms in "
+            "milliseconds, -i/--interval as gpustat and nvitop)",
         )
     watch = parser._option_string_actions["--watch"]
     aliases = [flag for flag in WATCH_ALIASES if flag not in parser._option_string_actions]
@@ -164,6 +168,9 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
         const=watch.const,
         default=watch.default,
         help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        *WATCH_MS_ALIASES, dest="watch", type=interval_ms, default=watch.default, metavar="MS", help=argparse.SUPPRESS
     )
     parser.add_argument(
         "-n",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from devmem import __version__
 from devmem.command import doctor, exporter, fit, info, plan, plugins, top
 from devmem.command.common import ENVIRONMENT, EXIT_CODES, HelpFormatter, Parser, emit_json
-from devmem.command.output import OutputError, error_line
+from devmem.command.output import OutputError, StderrFormatter, error_line
 from devmem.types import DevmemError
 
 #: The commands, in the order ``devmem --help`` lists them.
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"{ENVIRONMENT}\n\n{EXIT_CODES}\n\n`devmem COMMAND --help` shows each command's examples.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"devmem {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"devmem {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details of platform resolution")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
@@ -48,7 +48,7 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
     nor a value (argparse then names the valid commands)."""
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
-    if any(a in commands for a in argv) or any(a in ("-h", "--help", "--version") for a in argv):
+    if any(a in commands for a in argv) or any(a in ("-h", "--help", "-V", "--version") for a in argv):
         return argv
     words = [a for a in argv if not a.startswith("-")]
     if words and not words[0].replace(".", "", 1).isdigit():
@@ -75,6 +75,8 @@ def _run(argv: Sequence[str] | None) -> int:
         error_line(f"devmem: error: {exc}")
         return 1
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(StderrFormatter("%(message)s"))
     if getattr(args, "interval", None) is not None:
         args.watch = args.interval
     try:

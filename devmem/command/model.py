@@ -4,11 +4,11 @@ from its folder, and the exit codes of a model that does not fit or is refused."
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
 from devmem.command.common import emit_json
 from devmem.command.flags import positive, positive_size
+from devmem.command.output import error_line
 
 _MODEL_FLAGS = ("tp", "kv_dtype", "dtype", "block_size", "context", "sequences")
 #: ``plan --model`` and ``fit``: 1 when the target does not fit (or no KV cache fits), 3 when the model is refused
@@ -42,7 +42,7 @@ def model_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[arg
                     }
                 )
             else:
-                print(f"devmem: error: {exc}", file=sys.stderr)
+                error_line(f"devmem: error: {exc}")
             return EXIT_MODEL_REFUSED
 
     return run

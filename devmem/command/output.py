@@ -9,6 +9,7 @@ Which escape sequences a stream may get is :mod:`devmem.command.format`'s busine
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
 from typing import IO
@@ -71,17 +72,31 @@ class Output:
         self.write("".join(f"{line}\n" for line in lines))
 
 
-def error_line(text: str) -> None:
-    """``text`` on stderr, wrapped to the terminal's width on a terminal or to ``COLUMNS`` where it is set (whole
-    in a log); nothing when stderr is gone too."""
+def fitted_to_stderr(text: str) -> str:
+    """``text`` wrapped to stderr's width: the terminal's on a terminal, ``COLUMNS`` where it is set, else whole
+    (a log keeps each line)."""
     from devmem.command.format import UNWRAPPED, width_for, wrap
 
+    width = width_for(sys.stderr)
+    if width >= UNWRAPPED:
+        return text
+    return "\n".join(line for part in text.splitlines() for line in wrap(part, width, "", "  ", break_long=True))
+
+
+class StderrFormatter(logging.Formatter):
+    """The CLI's log lines (a warning about ``DEVMEM_LOAD_PLUGINS``, a ledger that cannot be read), each wrapped
+    as :func:`error_line` wraps an error."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return fitted_to_stderr(super().format(record))
+
+
+def error_line(text: str) -> None:
+    """``text`` on stderr, wrapped by :func:`fitted_to_stderr`; nothing when stderr is gone too."""
     stream = sys.stderr
     if stream is None:
         return
-    width = width_for(stream)
-    if width < UNWRAPPED:
-        text = "\n".join(wrap(text, width, "", "  ", break_long=True))
+    text = fitted_to_stderr(text)
     try:
         stream.write(text + "\n")
         stream.flush()

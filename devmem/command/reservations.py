@@ -37,7 +37,7 @@ def reservation_rows(view: DeviceReservations | None, paint) -> list[tuple[str, 
 
 def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
     """One row per holder (owner, reserved, used now, over or under); nothing for a device without a ledger."""
-    from devmem.command.format import printable, table
+    from devmem.command.format import printable, table, without_program_path
 
     if view is None or not view.accounting.holdings:
         return []
@@ -51,11 +51,13 @@ def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
         )
         for h in view.accounting.holdings
     ]
-    # a command is cut to the room its column has (as top cuts it), not broken inside a path
+    # a command is cut to the room its column has (as top cuts it, its program named without its path), not
+    # broken inside a path
     used = 2 + sum(max(len(row[i]) for row in [header, *figures]) + 2 for i in range(len(header) - 1))
     room = max(24, width - used)
+    commands = [None if h.command is None else " ".join(h.command.split()) for h in view.accounting.holdings]
     cells: list[tuple[str, ...]] = [
-        (*row, "-" if h.command is None else printable(short_command(h.command, room)))
-        for row, h in zip(figures, view.accounting.holdings, strict=True)
+        (*row, "-" if c is None else printable(short_command(c if len(c) <= room else without_program_path(c), room)))
+        for row, c in zip(figures, commands, strict=True)
     ]
     return table(header, cells, width, right=frozenset({0, 1, 2}))

@@ -38,7 +38,7 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
     process, its command cut to the column and its program named without its path (whole, wrapped, with
     ``full_commands``)."""
-    from devmem.command.format import printable, wrap
+    from devmem.command.format import printable, without_program_path, wrap
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list | None = device["processes"]  # type: ignore[assignment]
@@ -53,10 +53,8 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     for row in rows_ or []:
         head = _TOP_PROCESS.format(pid=row.pid, user=printable(row.user or "-"), used=format_size(row.used))
         ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
-        program, _, rest = printable(row.command or "-").partition(" ")
-        if not full_commands and program.startswith("/"):  # the program's name, not its path, when cut
-            program = program.rsplit("/", 1)[-1]
-        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{program}{' ' if rest else ''}{rest}"
+        text = printable(row.command or "-")
+        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{text if full_commands else without_program_path(text)}"
         room = max(8, width - len(head))
         if full_commands:
             lines += wrap(command, width, head, " " * len(head), break_long=True)

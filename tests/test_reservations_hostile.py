@@ -228,6 +228,21 @@ def test_an_entry_edited_in_the_ledger_file_counts_as_its_owner_recorded_it(tmp_
         holder.close()
 
 
+@pytest.mark.parametrize("how", ["emptied", "removed"])
+def test_a_ledger_file_emptied_or_removed_while_its_owner_lives_keeps_its_reservation(host, tmp_path, how):
+    """Anyone may write or remove the ledger file (a careless clean-up too): the live owner's owner file counts."""
+    total = 64 * GiB
+    with reserve(0, total // 4, platform=host, ledger_dir=tmp_path):
+        if how == "emptied":
+            plant(tmp_path, [])
+        else:
+            (tmp_path / f"{KEY}.json").unlink()
+        with reserve(0, total // 2, platform=host, ledger_dir=tmp_path):
+            with pytest.raises(ReservationRefused):
+                reserve(0, total // 4 + 1, platform=host, ledger_dir=tmp_path)
+            assert len(entries_of(tmp_path)) == 2  # the next write lists it again
+
+
 def test_an_owner_file_is_writable_by_its_owner_only(host, tmp_path):
     with reserve(0, GiB, platform=host, ledger_dir=tmp_path) as r:
         mode = (tmp_path / f"{KEY}.{r.entry.id}.owner").stat().st_mode

@@ -422,8 +422,8 @@ class Ledger:
                 live.append(record)
         return live, dead
 
-    def _rebuilt(self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None) -> list[Entry]:
-        """The live owners' entries from their owner files, for a ledger file that is corrupt."""
+    def _owner_files(self, d: LedgerDirectory, key: str) -> list[Entry]:
+        """The entries ``key``'s owner files record, each from the file its id names (live or not)."""
         entries = []
         prefix = f"{key}."
         for name in d.names():
@@ -435,17 +435,20 @@ class Ledger:
                 continue
             if name == self._owner_name(key, entry.id):
                 entries.append(entry)
-        return self.judged(d, key, entries, me, others)[0]
+        return entries
 
     def _load(
         self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None
     ) -> tuple[list[Entry], list[Entry], str | None]:
-        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger."""
+        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger: the ledger file's
+        entries and those of the owner files it does not list, so that a ledger file emptied, edited or removed
+        while its owners live loses none of their reservations."""
         entries, problem = self._read(d, key)
-        if problem is not None:
-            entries = self._rebuilt(d, key, me, others)
-            return entries, [], f"{problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
+        listed = {e.id for e in entries}
+        entries += [e for e in self._owner_files(d, key) if e.id not in listed]
         live, dead = self.judged(d, key, entries, me, others)
+        if problem is not None:
+            return live, [], f"{problem}: rebuilt from the {len(live)} live owner(s)' owner files"
         return live, dead, None
 
     # ---- reserving ------------------------------------------------------------------------------------

@@ -673,6 +673,22 @@ def test_a_holders_command_with_control_characters_is_escaped_in_a_refusal(host,
     assert "\nholder: PID 1" not in text
 
 
+def test_a_holders_command_with_lone_surrogates_is_escaped_in_a_refusal_that_can_be_written(host, tmp_path):
+    """JSON can spell a lone surrogate (``"\\ud800"``), which no encoding writes: an engine logging the refusal
+    would lose it to an encoding error."""
+    held = reserve(0, 32 * GiB, platform=host, ledger_dir=tmp_path)
+    try:
+        e = held.entry
+        evil = "engine \udcff\ud800"  # low before high: no pair, two lone ones
+        forged = Entry(e.id, Owner(e.owner.pid, e.owner.start_time, e.owner.pidns, e.owner.nspid, evil), e.bytes, 0.0)
+        (tmp_path / f"{KEY}.{e.id}.owner").write_text(json.dumps(forged.as_json()))
+        with pytest.raises(ReservationRefused) as refused:
+            reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path)
+    finally:
+        held.release()
+    assert "engine \\udcff\\ud800" in str(refused.value).encode("utf-8").decode()
+
+
 def test_a_ledger_write_leaves_no_temporary_file(host, tmp_path):
     with reserve(0, GiB, platform=host, ledger_dir=tmp_path):
         pass

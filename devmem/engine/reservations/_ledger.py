@@ -552,7 +552,7 @@ class Ledger:
         me = Owner.current()
         with d:
             try:
-                if not d.exists(f"{key}.json"):
+                if not d.exists(f"{key}.json") and not self._owner_files(d, key):  # owners outlive a removed file
                     return None
             except OSError as exc:  # a directory this user cannot search
                 raise LedgerError(

@@ -213,7 +213,7 @@ class Ledger:
             )
         self.directory = Path(directory) if directory is not None else default_directory()
         seconds = None if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, numbers.Real) else lock_timeout
-        if seconds is None or not 0 < float(seconds) <= MAX_TIMEOUT:
+        if seconds is None or not 0 < seconds <= MAX_TIMEOUT:  # compared as given: a huge int is no float
             raise DevmemError(
                 f"lock_timeout must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:g} (a wait that "
                 f"ends), got {shown(lock_timeout)}"
@@ -466,6 +466,7 @@ class Ledger:
         :class:`ReservationRefused`. ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` the caller
         took already; admission counts its figures and asks the platform no memory question; ``held_outside``:
         of what this process holds, the bytes the new share does not cover (see :func:`reserve`)."""
+        platform = arguments.platform(platform)
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
         if total <= 0:
@@ -781,10 +782,7 @@ def reserve(
     """
     if held_outside is not None:
         held_outside = arguments.byte_count("held_outside", held_outside)
-    if platform is None:
-        from devmem.resolution.plugins import current_platform
-
-        platform = current_platform()
+    platform = arguments.platform(platform)  # the current one where None
     return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(
         platform, device, bytes, utilization, reading=reading, held_outside=held_outside
     )

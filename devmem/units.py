@@ -4,6 +4,7 @@ bytes turned back into sizes people read (:func:`format_size`)."""
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 from devmem._text import shown
@@ -86,6 +87,16 @@ def format_size(nbytes: int | float) -> str:
     """Bytes for people in the largest binary unit the size reaches (``'512 B'``, ``'2.25 MiB'``,
     ``'125.50 GiB'``, ``'1.50 TiB'``), up to EiB and in exponent form beyond 1024 EiB; a negative size with a
     leading minus sign; exact bytes belong in JSON."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
+        from decimal import Decimal
+
+        if not isinstance(nbytes, Decimal):  # None, text, a bool: no size, not a traceback from a comparison
+            raise InvalidValueError(
+                f"format_size takes a number of bytes (int or float), got {shown(nbytes)} of type "
+                f"{type(nbytes).__name__}"
+            )
+    if not isinstance(nbytes, int):  # numpy figures, Fractions, Decimals: as the float they print as
+        nbytes = float(nbytes)
     if isinstance(nbytes, float) and not math.isfinite(nbytes):
         return f"{nbytes} B"
     sign, size = ("-", -nbytes) if nbytes < 0 else ("", nbytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import ledger_workers
@@ -131,3 +132,16 @@ def test_a_size_is_its_exact_bytes_whatever_zeros_pad_it(whole, fraction, zeros,
             parse_size(number + unit)
     else:
         assert parse_size(number + unit) == math.floor(exact)
+
+
+@pytest.mark.parametrize("value", [None, "1GiB", True, complex(1)])
+def test_format_size_refuses_what_is_no_number_of_bytes_naming_it(value):
+    with pytest.raises(ValueError, match=rf"format_size takes a number of bytes.*got {re.escape(repr(value))}"):
+        format_size(value)
+
+
+def test_format_size_reads_numpy_figures_as_the_floats_they_print_as():
+    import numpy as np
+
+    assert format_size(np.float32("inf")) == "inf B"
+    assert format_size(np.uint64(3 << 30)) == "3.00 GiB"

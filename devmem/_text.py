@@ -26,7 +26,8 @@ from devmem.errors import DevmemError
 MAX_DIGITS = 20
 
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: Control characters, bidirectional overrides, and lone surrogates (JSON's ``"\\ud800"``: no encoding can write one).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def parse_int(text: object, *, signed: bool = False, max_digits: int = MAX_DIGITS) -> int | None:
@@ -171,5 +172,6 @@ def env_choice(name: str, choices: tuple[str, ...], default: str, environ: Mappi
 def printable(text: str) -> str:
     """``text`` from outside devmem (a process's command line, a device's name) safe to show on one line: each
     control character (an escape sequence's ESC, a newline, BEL) and each bidirectional override shown as its
-    escape (``\\x1b``), so that no process can move the cursor, retitle the terminal or break a row."""
+    escape (``\\x1b``), so that no process can move the cursor, retitle the terminal or break a row; and each lone
+    surrogate too (``\\ud800``), which would stop a write to a terminal, a log or a file in any encoding."""
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)

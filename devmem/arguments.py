@@ -129,6 +129,11 @@ def platform(value: object, *, error: type[DevmemError] = ArgumentError) -> Plat
         from devmem.resolution.plugins import current_platform
 
         return current_platform()
+    if isinstance(value, type):  # a class has every member too, none of them bound
+        raise error(
+            f"platform must be a devmem Platform, got the class {shown(value)}: pass an instance of it "
+            f"({value.__name__}()), devmem.current_platform(), or devmem.as_platform(backend)"
+        )
     if not isinstance(value, Contract):
         missing = [m for m in CONTRACT if not hasattr(value, m)]
         raise error(

@@ -195,7 +195,8 @@ CONTRACT = (
 
 
 class PlatformBase:
-    """The contract over a backend's hooks: every public method checks the index once, then asks a hook.
+    """The contract over a backend's hooks: every public method checks the index once, then asks a hook, and checks
+    that the hook answered the contract's type (a :class:`~devmem.DevmemError` naming the platform and the value).
 
     Required hooks: ``device_count()``, ``_memory(device) -> DeviceMemory``, ``_is_integrated(device)``,
     ``_pages_instead_of_failing(device)``. Optional hooks (neutral defaults): ``_process_memory(device) ->
@@ -260,10 +261,10 @@ class PlatformBase:
             memory=self._memory(device),
             process=self._process_memory(device),
             other_processes=self._other_processes_memory(device),
-            roles=dict(self._process_roles(device)),
+            roles=dict(_checked_roles(self, f"_process_roles({device})", self._process_roles(device))),
             integrated=self._is_integrated(device),
             pages_instead_of_failing=self._pages_instead_of_failing(device),
-            notes=tuple(self._notes(device)),
+            notes=_checked_notes(self, f"_notes({device})", self._notes(device)),
         )
 
     def _prepare(self, device: int) -> None:
@@ -281,8 +282,12 @@ class PlatformBase:
         """``device`` as an int if it is a valid index (an int or numpy integer), else :class:`DevmemError` naming
         the range (or the type, for a non-integer)."""
         count = self.device_count()
-        if type(device) is int and 0 <= device < count:  # the common case, without the checks below
+        if type(device) is int and type(count) is int and 0 <= device < count:  # the common case, without the checks
             return device
+        try:
+            count = arguments.integer("device_count()", count, minimum=0, error=DevmemError)
+        except DevmemError:
+            raise _wrong(self, "device_count()", count, "the count of devices is a whole number >= 0") from None
         valid = f"0..{count - 1}" if count else "none (no device is visible)"
         try:
             device = arguments.device_index(device, name=f"{self.name}: device", error=DevmemError)
@@ -293,11 +298,14 @@ class PlatformBase:
         return int(device)
 
     def read(self, device: int = 0) -> DeviceReading:
-        """One coherent :class:`DeviceReading` of ``device``: every figure from one set of vendor queries."""
-        return self._read(self.check_device(device))
+        """One coherent :class:`DeviceReading` of ``device``: every figure from one set of vendor queries, each of
+        the type the contract says (a :class:`~devmem.DevmemError` naming the platform and the value otherwise)."""
+        index = self.check_device(device)
+        return _checked_reading(self, index, self._read(index))
 
     def memory(self, device: int = 0) -> DeviceMemory:
-        return self._memory(self.check_device(device))
+        index = self.check_device(device)
+        return _checked_memory(self, f"_memory({index})", self._memory(index))
 
     def device_memory_info(self, device: int = 0) -> MemoryInfo:
         return self.memory(device).info
@@ -306,7 +314,8 @@ class PlatformBase:
         return dict(self.memory(device).sources)
 
     def process_memory(self, device: int = 0) -> ProcessMemory:
-        return self._process_memory(self.check_device(device))
+        index = self.check_device(device)
+        return _checked_process(self, f"_process_memory({index})", self._process_memory(index))
 
     def get_process_memory_usage(self, device: int = 0) -> int | None:
         return self.process_memory(device).used
@@ -341,14 +350,94 @@ class PlatformBase:
         return self._process_peak(self.check_device(device))
 
     def other_processes_memory(self, device: int = 0) -> dict[int, int] | None:
-        return self._other_processes_memory(self.check_device(device))
+        index = self.check_device(device)
+        return _checked_others(self, f"_other_processes_memory({index})", self._other_processes_memory(index))
 
     def process_roles(self, device: int = 0) -> dict[int, str]:
-        return dict(self._process_roles(self.check_device(device)))
+        index = self.check_device(device)
+        return dict(_checked_roles(self, f"_process_roles({index})", self._process_roles(index)))
 
     def notes(self, device: int = 0) -> list[str]:
-        device = self.check_device(device)
-        return list(self._notes(device))
+        index = self.check_device(device)
+        return list(_checked_notes(self, f"_notes({index})", self._notes(index)))
+
+
+# ---- what a backend's hooks answer, checked where the contract hands it on ------------------------------
+def _wrong(platform: PlatformBase, call: str, value: object, rule: str) -> DevmemError:
+    where = f"{platform.name} ({type(platform).__module__}.{type(platform).__qualname__})"
+    return DevmemError(
+        f"the platform {where}: {call} gave {shown(value)} of type {type(value).__name__}: {rule}; fix the backend"
+    )
+
+
+def _checked_memory(platform: PlatformBase, call: str, memory: object) -> DeviceMemory:
+    info = getattr(memory, "info", None)
+    figures = info if isinstance(info, MemoryInfo) else ()
+    if not (
+        isinstance(memory, DeviceMemory)
+        and len(figures) == 2
+        and all(type(f) is int for f in figures)
+        and 0 <= figures[0] <= figures[1] < 1 << 64
+    ):
+        raise _wrong(
+            platform,
+            call,
+            memory,
+            "a DeviceMemory of whole bytes, free from 0 to its total (devmem.sdk.checked_memory makes one)",
+        )
+    return memory
+
+
+def _checked_process(platform: PlatformBase, call: str, process: object) -> ProcessMemory:
+    used = getattr(process, "used", None)
+    if not isinstance(process, ProcessMemory) or not (used is None or (type(used) is int and 0 <= used < 1 << 63)):
+        raise _wrong(platform, call, process, "a ProcessMemory (its whole bytes, or None with a reason)")
+    return process
+
+
+def _checked_others(platform: PlatformBase, call: str, others: object) -> dict[int, int] | None:
+    from devmem._readings import process_bytes, process_id  # they import this module
+
+    if others is None:
+        return None
+    if not isinstance(others, Mapping) or not all(
+        process_id(pid) is not None and process_bytes(used) is not None for pid, used in others.items()
+    ):
+        raise _wrong(platform, call, others, "None, or a mapping of process ids to whole bytes >= 0")
+    return {int(pid): int(used) for pid, used in others.items()}
+
+
+def _checked_roles(platform: PlatformBase, call: str, roles: object) -> Mapping[int, str]:
+    if not isinstance(roles, Mapping) or not all(isinstance(r, str) for r in roles.values()):
+        raise _wrong(platform, call, roles, "a mapping of process ids to roles (text)")
+    return roles
+
+
+def _checked_notes(platform: PlatformBase, call: str, notes: object) -> tuple[str, ...]:
+    if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+        raise _wrong(platform, call, notes, "a list of text")
+    return tuple(notes)
+
+
+def _checked_reading(platform: PlatformBase, device: int, reading: object) -> DeviceReading:
+    """``reading``, what ``platform``'s ``_read(device)`` gave, with every field of the contract's type."""
+    call = f"_read({device})"
+    if not isinstance(reading, DeviceReading):
+        raise _wrong(platform, call, reading, "a DeviceReading")
+    _checked_memory(platform, f"{call}.memory", reading.memory)
+    _checked_process(platform, f"{call}.process", reading.process)
+    others = _checked_others(platform, f"{call}.other_processes", reading.other_processes)
+    _checked_roles(platform, f"{call}.roles", reading.roles)
+    _checked_notes(platform, f"{call}.notes", reading.notes)
+    if not isinstance(reading.name, str):
+        raise _wrong(platform, f"{call}.name", reading.name, "the device's name (text)")
+    for flag in ("integrated", "pages_instead_of_failing"):
+        if type(getattr(reading, flag)) is not bool:
+            raise _wrong(platform, f"{call}.{flag}", getattr(reading, flag), "True or False")
+    raw = reading.other_processes
+    if raw is None or all(type(k) is int and type(v) is int for k, v in raw.items()):
+        return reading
+    return reading.replace(other_processes=others)  # numpy integers or whole floats: Python ints
 
 
 class DeviceReport(Record):

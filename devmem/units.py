@@ -4,8 +4,10 @@ bytes turned back into sizes people read (:func:`format_size`)."""
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
+from devmem._text import shown
 from devmem.errors import InvalidValueError
 
 _UNITS = {
@@ -25,7 +27,10 @@ _UNITS = {
 _LETTERS = {"k": "KB", "m": "MB", "g": "GB", "t": "TB", "K": "KiB", "M": "MiB", "G": "GiB", "T": "TiB"}
 _TOO_LARGE = 1 << 64
 #: ASCII only: with Unicode case folding, the Kelvin sign (U+212A) would read as ``K`` and a dotless ``ı`` as ``i``.
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE | re.ASCII)
+#: Matched on the text without its surrounding whitespace: one run of spaces to try, not two side by side (which
+#: took time quadratic in their length to refuse).
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)", re.IGNORECASE | re.ASCII)
+_SPACE = " \t\n\r\f\v"
 
 
 def read_size(text: str) -> tuple[int, str]:
@@ -36,19 +41,16 @@ def read_size(text: str) -> tuple[int, str]:
     of 2). Fractions of a byte are dropped. Raises :class:`ValueError` naming the text and what is accepted,
     also for a size of 2**64 bytes (16 EiB) or more.
     """
-    match = _SIZE.match(text) if isinstance(text, str) else None
+    match = _SIZE.fullmatch(text.strip(_SPACE)) if isinstance(text, str) else None
     suffix = match.group(2) if match else ""
     unit = _LETTERS.get(suffix, suffix).lower() if match else None
     if match is None or unit not in _UNITS:
         raise InvalidValueError(
-            f"{text!r} is not a size: give bytes or a unit (KB..TB; KiB, MiB, GiB, TiB; vLLM's 80G = 80 GiB)"
+            f"{shown(text)} is not a size: give bytes or a unit (KB..TB; KiB, MiB, GiB, TiB; vLLM's 80G = 80 GiB)"
         )
     nbytes = _whole_bytes(match.group(1), _UNITS[unit])
     if nbytes >= _TOO_LARGE:
-        raise InvalidValueError(
-            f"{text[:40]!r}{'...' if len(text) > 40 else ''} is larger than any memory: a size must be "
-            "below 2**64 bytes (16 EiB)"
-        )
+        raise InvalidValueError(f"{shown(text)} is larger than any memory: a size must be below 2**64 bytes (16 EiB)")
     if not unit:
         return nbytes, f"{nbytes} bytes"
     spelled = _LETTERS.get(suffix) or next(
@@ -85,6 +87,16 @@ def format_size(nbytes: int | float) -> str:
     """Bytes for people in the largest binary unit the size reaches (``'512 B'``, ``'2.25 MiB'``,
     ``'125.50 GiB'``, ``'1.50 TiB'``), up to EiB and in exponent form beyond 1024 EiB; a negative size with a
     leading minus sign; exact bytes belong in JSON."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
+        from decimal import Decimal
+
+        if not isinstance(nbytes, Decimal):  # None, text, a bool: no size, not a traceback from a comparison
+            raise InvalidValueError(
+                f"format_size takes a number of bytes (int or float), got {shown(nbytes)} of type "
+                f"{type(nbytes).__name__}"
+            )
+    if not isinstance(nbytes, int):  # numpy figures, Fractions, Decimals: as the float they print as
+        nbytes = float(nbytes)
     if isinstance(nbytes, float) and not math.isfinite(nbytes):
         return f"{nbytes} B"
     sign, size = ("-", -nbytes) if nbytes < 0 else ("", nbytes)

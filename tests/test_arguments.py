@@ -6,8 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from devmem import DevmemError
+from devmem import DevmemError, arguments
 from devmem.arguments import ArgumentError, byte_count, count, device_index, real, utilization
+from devmem.cpu import CpuPlatform
 from devmem.planner.sizing import SizingError
 
 
@@ -68,3 +69,8 @@ def test_device_index_names_a_torch_device_as_the_wrong_type():
 def test_count_refuses_zero():
     with pytest.raises(ArgumentError, match="num_layers must be an int > 0, got 0"):
         count("num_layers", 0)
+
+
+def test_a_platform_class_in_place_of_a_platform_is_refused_naming_the_instance_to_pass():
+    with pytest.raises(ArgumentError, match=r"got the class .*CpuPlatform.*pass an instance of it \(CpuPlatform\(\)\)"):
+        arguments.platform(CpuPlatform)

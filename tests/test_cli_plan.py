@@ -105,6 +105,8 @@ def test_a_plan_that_does_not_fit_has_kind_does_not_fit_in_json(capsys):
     [
         (["--total", "24XB"], "'24XB' is not a size"),
         (["--utilization", "1.2"], "'1.2' is not a utilization"),
+        (["--utilization", "\uff10.5"], "'\uff10.5' is not a utilization"),  # a full-width zero: float() reads it
+        (["--utilization", "0.0_5"], "'0.0_5' is not a utilization"),
         (["--utilization", "0.5", "--pinned", "1GiB"], "not allowed with argument"),
         (["--layers", "0"], "'0' is not a layer count"),
         (["--page-size=-4KiB"], "'-4KiB' is not a size"),

@@ -6,6 +6,7 @@ command lines, hold memory; ``top`` runs in-process until an interval timer inte
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -319,3 +320,11 @@ def test_q_quits_top_on_a_terminal_with_exit_0_and_restores_its_mode():
         proc.kill()
         os.close(master)
         os.close(slave)
+
+
+@pytest.mark.parametrize("text", ["\uff12", "1_0", "\u0662"])  # full-width 2, an underscore, Arabic-Indic 2
+def test_a_watch_interval_that_float_reads_but_is_no_ascii_decimal_is_refused(text):
+    from devmem.command.flags import interval
+
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a watch interval"):
+        interval(text)

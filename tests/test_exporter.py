@@ -362,6 +362,16 @@ def test_a_bad_listen_address_is_a_usage_error_naming_it(text, capsys):
     assert exit_.value.code == 2 and repr(text) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "flag, text",
+    [("--deadline", "\uff15"), ("--deadline", "1_0"), ("--max-processes", "\uff18"), ("--max-processes", "3_2")],
+)
+def test_a_number_flag_in_unicode_digits_or_with_underscores_is_a_usage_error_naming_it(flag, text, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["exporter", flag, text])
+    assert exit_.value.code == 2 and repr(text) in capsys.readouterr().err
+
+
 def test_without_prometheus_client_the_command_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     assert main(["exporter"]) == 1

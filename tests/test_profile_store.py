@@ -110,6 +110,11 @@ def test_the_store_argument_names_the_store(tmp_path, monkeypatch):
     assert resolve_store(store) is store
 
 
+def test_a_folder_with_a_nul_character_is_refused_naming_it(tmp_path):
+    with pytest.raises(ProfileStoreError, match=r"without a NUL character, got '.*x\\x00y'"):
+        ProfileStore(f"{tmp_path}/x\0y")
+
+
 @pytest.mark.parametrize("bad", [3, 1.5, b"bytes", ["a"]])
 def test_a_store_argument_of_another_kind_is_refused(bad):
     with pytest.raises(ProfileStoreError, match="store must be a ProfileStore"):

@@ -458,6 +458,17 @@ def test_a_lock_timeout_that_cannot_end_is_refused_naming_it(host, tmp_path, tim
         reserve(0, GiB, platform=host, ledger_dir=tmp_path, lock_timeout=timeout)
 
 
+def test_a_lock_timeout_past_what_a_float_holds_is_refused_naming_it(host, tmp_path):
+    with pytest.raises(devmem.DevmemError, match=r"lock_timeout must be a finite number.*got 1000000000"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path, lock_timeout=10**400)
+
+
+@pytest.mark.parametrize("platform", ["cpu", object(), CpuPlatform])
+def test_a_platform_that_is_no_platform_is_refused_naming_it(tmp_path, platform):
+    with pytest.raises(devmem.DevmemError, match="platform must be a devmem Platform"):
+        reserve(0, GiB, platform=platform, ledger_dir=tmp_path)
+
+
 @pytest.mark.parametrize("request_", [{"utilization": 0.5}, {"bytes": GiB}])
 def test_a_device_whose_total_reads_zero_is_a_clear_error(tmp_path, request_):
     from devmem_nvidia.testing import ScriptedNvidiaGpu

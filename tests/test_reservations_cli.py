@@ -86,6 +86,16 @@ def test_info_shows_a_reservation_under_its_owner(capsys, sleeper, monkeypatch):
     assert f"{sleeper.pid}  40.00 GiB  30.00 GiB  10.00 GiB under  python engine.py" in out
 
 
+def test_info_json_lists_a_live_reservation_whose_ledger_file_was_removed(capsys, sleeper):
+    platform = scripted_platform(h200_scenario())
+    entry = owned_by(sleeper, platform, 40 * GiB)
+    ledger, key = Ledger(), device_key(platform, 0)[0]
+    (ledger.directory / f"{key}.{entry.id}.owner").write_text(json.dumps(entry.as_json()))  # as its owner writes it
+    ledger.path(key).unlink()
+    (holder,) = json.loads(info(capsys, "--json", platform=platform))["devices"][0]["reservations"]["holders"]
+    assert (holder["pid"], holder["reserved"]) == (sleeper.pid, 40 * GiB)
+
+
 def test_info_json_has_no_reservations_without_a_ledger(capsys):
     assert (
         json.loads(info(capsys, "--json", platform=scripted_platform(h200_scenario())))["devices"][0]["reservations"]

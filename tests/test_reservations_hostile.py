@@ -97,6 +97,11 @@ def test_a_sticky_directory_another_user_created_is_shared(host, sticky):
         assert [e["id"] for e in entries_of(sticky)] == [r.entry.id]
 
 
+def test_a_ledger_directory_nested_deeper_than_a_path_may_hold_is_a_ledger_error(host, tmp_path):
+    with pytest.raises(LedgerError, match="nests more folders than a path may hold"):
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path / ("a/" * 3000))
+
+
 def test_a_directory_it_creates_is_sticky_and_shared_by_every_user(host, tmp_path):
     reserve(0, GiB, platform=host, ledger_dir=tmp_path / "new" / "ledger").release()
     assert stat.S_IMODE((tmp_path / "new" / "ledger").stat().st_mode) == 0o1777
@@ -226,6 +231,21 @@ def test_an_entry_edited_in_the_ledger_file_counts_as_its_owner_recorded_it(tmp_
             assert sorted(e["bytes"] for e in entries_of(tmp_path)) == sorted([total // 4, r.bytes])
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("how", ["emptied", "removed"])
+def test_a_ledger_file_emptied_or_removed_while_its_owner_lives_keeps_its_reservation(host, tmp_path, how):
+    """Anyone may write or remove the ledger file (a careless clean-up too): the live owner's owner file counts."""
+    total = 64 * GiB
+    with reserve(0, total // 4, platform=host, ledger_dir=tmp_path):
+        if how == "emptied":
+            plant(tmp_path, [])
+        else:
+            (tmp_path / f"{KEY}.json").unlink()
+        with reserve(0, total // 2, platform=host, ledger_dir=tmp_path):
+            with pytest.raises(ReservationRefused):
+                reserve(0, total // 4 + 1, platform=host, ledger_dir=tmp_path)
+            assert len(entries_of(tmp_path)) == 2  # the next write lists it again
 
 
 def test_an_owner_file_is_writable_by_its_owner_only(host, tmp_path):
@@ -645,6 +665,22 @@ def test_a_holders_command_with_control_characters_is_escaped_in_a_refusal(host,
     text = str(refused.value)
     assert "\\x1b[2J" in text and not any(c in text for c in "\x1b\x07\u202e")
     assert "\nholder: PID 1" not in text
+
+
+def test_a_holders_command_with_lone_surrogates_is_escaped_in_a_refusal_that_can_be_written(host, tmp_path):
+    """JSON can spell a lone surrogate (``"\\ud800"``), which no encoding writes: an engine logging the refusal
+    would lose it to an encoding error."""
+    held = reserve(0, 32 * GiB, platform=host, ledger_dir=tmp_path)
+    try:
+        e = held.entry
+        evil = "engine \udcff\ud800"  # low before high: no pair, two lone ones
+        forged = Entry(e.id, Owner(e.owner.pid, e.owner.start_time, e.owner.pidns, e.owner.nspid, evil), e.bytes, 0.0)
+        (tmp_path / f"{KEY}.{e.id}.owner").write_text(json.dumps(forged.as_json()))
+        with pytest.raises(ReservationRefused) as refused:
+            reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path)
+    finally:
+        held.release()
+    assert "engine \\udcff\\ud800" in str(refused.value).encode("utf-8").decode()
 
 
 def test_a_ledger_write_leaves_no_temporary_file(host, tmp_path):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
+import ledger_workers
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,6 +37,23 @@ def test_sizes_with_binary_and_decimal_units_become_bytes(text, expected):
 def test_text_that_is_not_a_size_is_refused_with_the_accepted_forms(text):
     with pytest.raises(ValueError, match="KiB, MiB, GiB, TiB"):
         parse_size(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1" + " " * (1 << 17) + "!", " " * (1 << 17) + "1" + " " * (1 << 17) + "x!"],
+    ids=["after a number", "around a number"],
+)
+def test_a_long_run_of_spaces_in_text_that_is_no_size_is_refused_at_once(text):
+    """As long as one argument of a command line may be (128 KiB): refused within the bound, not after minutes."""
+    with ledger_workers.no_hang(5), pytest.raises(ValueError, match="is not a size"):
+        parse_size(text)
+
+
+def test_a_long_text_that_is_no_size_is_named_cut_short():
+    with pytest.raises(ValueError, match=r"\.\.\. \(100003 characters\) is not a size") as refused:
+        parse_size("1" + "x" * 100_000)
+    assert len(str(refused.value)) < 300
 
 
 @pytest.mark.parametrize("text", ["1\u212a", "1\u212aiB", "1\u212aB", "2G\u0131B", "4\u00a0GiB"])
@@ -113,3 +132,16 @@ def test_a_size_is_its_exact_bytes_whatever_zeros_pad_it(whole, fraction, zeros,
             parse_size(number + unit)
     else:
         assert parse_size(number + unit) == math.floor(exact)
+
+
+@pytest.mark.parametrize("value", [None, "1GiB", True, complex(1)])
+def test_format_size_refuses_what_is_no_number_of_bytes_naming_it(value):
+    with pytest.raises(ValueError, match=rf"format_size takes a number of bytes.*got {re.escape(repr(value))}"):
+        format_size(value)
+
+
+def test_format_size_reads_numpy_figures_as_the_floats_they_print_as():
+    import numpy as np
+
+    assert format_size(np.float32("inf")) == "inf B"
+    assert format_size(np.uint64(3 << 30)) == "3.00 GiB"

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from devmem import DevmemError, GiB, MemoryInfo
-from devmem.sdk import ReasonKind
+from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
+from devmem.sdk import ReasonKind, checked_memory
 from devmem.sdk.drm import client_memory
 from devmem.testing import ScriptedClock
 from devmem_nvidia.testing import (
@@ -170,3 +171,84 @@ def test_process_that_maps_no_device_holds_nothing_even_beside_hidden_pids():
     sc = h200_scenario()
     sc.allocate(GiB, pid=81234)
     assert scripted_platform(sc, allocator=ScriptedAllocator(sc, available=False)).process_memory(0).used == 0
+
+
+# ---- a full backend's hooks (devmem.sdk.PlatformBase): what they answer is checked where the contract hands it on
+class HookedPlatform(PlatformBase):
+    """A backend whose hooks answer ``answers`` (by hook name), else a sound 2 GiB device."""
+
+    name = "hooked"
+
+    def __init__(self, **answers):
+        self.answers = answers
+
+    def device_count(self):
+        return self.answers.get("device_count", 1)
+
+    def _memory(self, device):
+        return self.answers.get("_memory", checked_memory(GiB, 2 * GiB, {}, "memory"))
+
+    def _is_integrated(self, device):
+        return self.answers.get("_is_integrated", False)
+
+    def _pages_instead_of_failing(self, device):
+        return self.answers.get("_pages_instead_of_failing", False)
+
+    def _process_memory(self, device):
+        return self.answers.get("_process_memory", ProcessMemory(0))
+
+    def _device_name(self, device):
+        return self.answers.get("_device_name", "hooked")
+
+    def _other_processes_memory(self, device):
+        return self.answers.get("_other_processes_memory")
+
+    def _process_roles(self, device):
+        return self.answers.get("_process_roles", {})
+
+    def _notes(self, device):
+        return self.answers.get("_notes", [])
+
+
+WRONG_HOOKS = {
+    "a count of None": ("device_count", None),
+    "a count of text": ("device_count", "1"),
+    "a negative count": ("device_count", -1),
+    "a count of true": ("device_count", True),
+    "memory as a pair": ("_memory", (GiB, 2 * GiB)),
+    "memory as a MemoryInfo": ("_memory", MemoryInfo(free=GiB, total=2 * GiB)),
+    "memory of None": ("_memory", None),
+    "memory of a float": ("_memory", DeviceMemory(MemoryInfo(free=0.5, total=2 * GiB))),
+    "free above total": ("_memory", DeviceMemory(MemoryInfo(free=3 * GiB, total=2 * GiB))),
+    "a process figure of bytes, not a ProcessMemory": ("_process_memory", 5),
+    "a process figure of None": ("_process_memory", None),
+    "a process figure of a float": ("_process_memory", ProcessMemory(1.5)),
+    "processes as a list": ("_other_processes_memory", [1, 2]),
+    "processes of text bytes": ("_other_processes_memory", {1: "x"}),
+    "processes named by text": ("_other_processes_memory", {"a": 1}),
+    "a negative PID": ("_other_processes_memory", {-1: GiB}),
+    "roles of None": ("_process_roles", None),
+    "notes of None": ("_notes", None),
+    "notes of numbers": ("_notes", [5]),
+    "a flag of text": ("_is_integrated", "no"),
+    "a name of None": ("_device_name", None),
+}
+
+
+@pytest.mark.parametrize("why", list(WRONG_HOOKS))
+def test_a_full_backends_hook_answering_the_wrong_type_is_an_error_naming_the_platform_and_value(tmp_path, why):
+    from devmem.engine.reservations import reserve
+
+    hook, value = WRONG_HOOKS[why]
+    platform = HookedPlatform(**{hook: value})
+    for call in (lambda: platform.read(0), lambda: reserve(0, GiB, platform=platform, ledger_dir=tmp_path)):
+        with pytest.raises(DevmemError, match=r"the platform hooked \(.*HookedPlatform\): .* gave .*fix the backend"):
+            call()
+
+
+def test_a_full_backends_whole_float_and_numpy_figures_of_processes_are_read_as_ints():
+    import numpy as np
+
+    reading = HookedPlatform(_other_processes_memory={np.int64(7): np.uint64(GiB), 8: float(GiB)}).read(0)
+    assert reading.other_processes == {7: GiB, 8: GiB}
+    assert all(type(k) is int and type(v) is int for k, v in reading.other_processes.items())

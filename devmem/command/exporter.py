@@ -30,10 +30,12 @@ EXIT_CODES = (
 
 
 def _bounded_number(what: str, low: float, high: float, kind: Callable[[str], float]) -> Callable[[str], float]:
+    from devmem._text import parse_decimal, parse_int
+
     def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
+        # ASCII only: int() and float() also read full-width and other Unicode digits, and underscores
+        value = parse_int(text) if kind is int else parse_decimal(text)
+        if value is None:
             value = float("nan")
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give a number from {low:g} to {high:g}")

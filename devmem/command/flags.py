@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from devmem._text import shown
 from devmem.command.output import error_line
 
 
@@ -79,13 +80,19 @@ def device_index(text: str) -> int:
     return value
 
 
+def _decimal(text: str) -> float:
+    """``text`` as a decimal in ASCII (``float()`` also reads full-width and other Unicode digits, and
+    underscores), ``nan`` for anything else."""
+    from devmem._text import parse_decimal
+
+    value = parse_decimal(text)
+    return float("nan") if value is None else value
+
+
 def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    value = _decimal(text)
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a utilization: give a number in (0, 1], e.g. 0.9")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a utilization: give a number in (0, 1], e.g. 0.9")
     return value
 
 
@@ -102,13 +109,10 @@ def positive(what: str) -> Callable[[str], int]:
 
 
 def interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    value = _decimal(text)
     if not 0.05 <= value <= 86400:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a watch interval: give seconds from 0.05 to 86400, e.g. 2 or 0.5"
+            f"{shown(text)} is not a watch interval: give seconds from 0.05 to 86400, e.g. 2 or 0.5"
         )
     return value
 

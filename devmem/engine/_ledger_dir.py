@@ -90,6 +90,11 @@ class LedgerDirectory:
                 os.makedirs(path.parent, exist_ok=True)
             except OSError as exc:
                 raise LedgerError(f"cannot create the ledger directory {_named(path)}: {exc}; {_FIX}") from None
+            except RecursionError:  # os.makedirs recurses once per missing folder: a path past what one may hold
+                raise LedgerError(
+                    f"cannot create the ledger directory {_named(path)}: it nests more folders than a path may hold; "
+                    f"{_FIX}"
+                ) from None
             try:
                 os.mkdir(path, 0o700)  # private until this process has checked what it made
                 created = True

@@ -91,9 +91,13 @@ class ProfileStore:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         if directory is not None and not isinstance(directory, (str, os.PathLike)):
-            raise ProfileStoreError(f"directory must be a path (str or os.PathLike) or None, got {directory!r}")
+            raise ProfileStoreError(f"directory must be a path (str or os.PathLike) or None, got {shown(directory)}")
         if directory is not None and not str(os.fspath(directory)).strip():
             raise ProfileStoreError("directory must name a folder, got an empty path")
+        if directory is not None and "\0" in str(os.fspath(directory)):  # no path holds one: every call would raise
+            raise ProfileStoreError(
+                f"directory must be a path without a NUL character, got {shown(os.fspath(directory))}"
+            )
         self.directory = Path(directory).expanduser() if directory is not None else default_directory()
 
     def __repr__(self) -> str:

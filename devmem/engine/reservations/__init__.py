@@ -19,9 +19,10 @@ the process dies, SIGKILL included. Liveness: an owner is alive while its owner 
 namespace (in this one, by the owner's PID where ``/proc/locks`` lists the holders); a missing owner file, or
 one that is no regular file this user can open, is a dead owner's. Only where ``flock`` fails on the owner file
 do the PID and start time (this namespace) or the platform's process list (another) decide. Each live entry
-counts as its owner file records it (only its owner writes that), each id once. A dead owner's entry is
-reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner files of the live owners,
-with a warning.
+counts as its owner file records it (only its owner writes that), each id once, and the owner files the ledger
+file does not list count too (a ledger file emptied or removed while its owners live loses none of them). A
+dead owner's entry is reclaimed at the next admission. A corrupt ledger file is rebuilt from the owner files of
+the live owners, with a warning.
 
 The directory is opened without following a link and checked (:mod:`devmem.engine._ledger_dir`); every file in
 it is opened relative to it, never through a link.

@@ -213,7 +213,7 @@ class Ledger:
             )
         self.directory = Path(directory) if directory is not None else default_directory()
         seconds = None if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, numbers.Real) else lock_timeout
-        if seconds is None or not 0 < float(seconds) <= MAX_TIMEOUT:
+        if seconds is None or not 0 < seconds <= MAX_TIMEOUT:  # compared as given: a huge int is no float
             raise DevmemError(
                 f"lock_timeout must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:g} (a wait that "
                 f"ends), got {shown(lock_timeout)}"
@@ -422,8 +422,8 @@ class Ledger:
                 live.append(record)
         return live, dead
 
-    def _rebuilt(self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None) -> list[Entry]:
-        """The live owners' entries from their owner files, for a ledger file that is corrupt."""
+    def _owner_files(self, d: LedgerDirectory, key: str) -> list[Entry]:
+        """The entries ``key``'s owner files record, each from the file its id names (live or not)."""
         entries = []
         prefix = f"{key}."
         for name in d.names():
@@ -435,17 +435,20 @@ class Ledger:
                 continue
             if name == self._owner_name(key, entry.id):
                 entries.append(entry)
-        return self.judged(d, key, entries, me, others)[0]
+        return entries
 
     def _load(
         self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None
     ) -> tuple[list[Entry], list[Entry], str | None]:
-        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger."""
+        """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger: the ledger file's
+        entries and those of the owner files it does not list, so that a ledger file emptied, edited or removed
+        while its owners live loses none of their reservations."""
         entries, problem = self._read(d, key)
-        if problem is not None:
-            entries = self._rebuilt(d, key, me, others)
-            return entries, [], f"{problem}: rebuilt from the {len(entries)} live owner(s)' owner files"
+        listed = {e.id for e in entries}
+        entries += [e for e in self._owner_files(d, key) if e.id not in listed]
         live, dead = self.judged(d, key, entries, me, others)
+        if problem is not None:
+            return live, [], f"{problem}: rebuilt from the {len(live)} live owner(s)' owner files"
         return live, dead, None
 
     # ---- reserving ------------------------------------------------------------------------------------
@@ -463,6 +466,7 @@ class Ledger:
         :class:`ReservationRefused`. ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` the caller
         took already; admission counts its figures and asks the platform no memory question; ``held_outside``:
         of what this process holds, the bytes the new share does not cover (see :func:`reserve`)."""
+        platform = arguments.platform(platform)
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
         if total <= 0:
@@ -549,7 +553,7 @@ class Ledger:
         me = Owner.current()
         with d:
             try:
-                if not d.exists(f"{key}.json"):
+                if not d.exists(f"{key}.json") and not self._owner_files(d, key):  # owners outlive a removed file
                     return None
             except OSError as exc:  # a directory this user cannot search
                 raise LedgerError(
@@ -778,10 +782,7 @@ def reserve(
     """
     if held_outside is not None:
         held_outside = arguments.byte_count("held_outside", held_outside)
-    if platform is None:
-        from devmem.resolution.plugins import current_platform
-
-        platform = current_platform()
+    platform = arguments.platform(platform)  # the current one where None
     return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(
         platform, device, bytes, utilization, reading=reading, held_outside=held_outside
     )

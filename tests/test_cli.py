@@ -84,11 +84,19 @@ def test_a_platform_error_with_json_is_a_json_document_on_stdout():
 
 
 def test_a_ledger_directory_name_too_long_is_one_warning_not_a_traceback():
-    result = devmem("info", DEVMEM_LEDGER_DIR="/" + "x" * 5000)
+    result = devmem("info", DEVMEM_LEDGER_DIR="/" + "x" * 300)
     assert result.returncode == 0 and "device 0: host memory" in result.stdout
     [line] = result.stderr.splitlines()
     assert line.startswith("devmem: cannot open the reservation ledger directory '/xxx")
     assert "File name too long" in line
+    assert len(line) < 300
+
+
+def test_a_ledger_directory_variable_past_its_bound_is_one_warning_naming_it():
+    result = devmem("info", DEVMEM_LEDGER_DIR="/" + "x" * 5000)
+    assert result.returncode == 0 and "device 0: host memory" in result.stdout
+    [line] = result.stderr.splitlines()
+    assert line.startswith("devmem: DEVMEM_LEDGER_DIR='/xxx") and "holds more than 4096 characters" in line
     assert len(line) < 300
 
 

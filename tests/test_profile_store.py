@@ -115,6 +115,14 @@ def test_a_folder_with_a_nul_character_is_refused_naming_it(tmp_path):
         ProfileStore(f"{tmp_path}/x\0y")
 
 
+@pytest.mark.parametrize("variable", [ENV, "XDG_CACHE_HOME"])
+def test_a_folder_variable_past_its_bound_is_refused_naming_it(monkeypatch, variable):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(variable, "/" + "x" * 5000)
+    with pytest.raises(ProfileStoreError, match=f"{variable}='/x+\\.\\.\\. \\(\\d+ characters\\) holds more than 4096"):
+        ProfileStore()
+
+
 @pytest.mark.parametrize("bad", [3, 1.5, b"bytes", ["a"]])
 def test_a_store_argument_of_another_kind_is_refused(bad):
     with pytest.raises(ProfileStoreError, match="store must be a ProfileStore"):

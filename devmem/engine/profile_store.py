@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devmem._text import shown
+from devmem._text import env_text, shown
 from devmem.engine._state_files import SAFE_FLAGS, regular_fd
 from devmem.errors import ProfileStoreError
 
@@ -55,10 +55,10 @@ Check = Callable[[dict[str, Any]], "str | None"]
 
 def default_directory() -> Path:
     """``$DEVMEM_PROFILE_DIR``, else ``$XDG_CACHE_HOME/devmem/profiles``, else ``~/.cache/devmem/profiles``."""
-    named = os.environ.get(ENV, "").strip()
+    named = env_text(ENV, error=ProfileStoreError)
     if named:
         return Path(named).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    xdg = env_text("XDG_CACHE_HOME", error=ProfileStoreError)
     base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "devmem" / "profiles"
 

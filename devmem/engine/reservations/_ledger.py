@@ -22,7 +22,7 @@ from typing import Any
 from devmem import arguments
 from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
-from devmem._text import shown
+from devmem._text import env_text, shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
 from devmem.engine.reservations._accounting import Accounting, Holding, account
 from devmem.engine.reservations._owners import (
@@ -51,7 +51,7 @@ def default_directory() -> Path:
     """``DEVMEM_LEDGER_DIR``, else ``/dev/shm/devmem``, else ``<tempdir>/devmem`` where there is no /dev/shm. A
     relative ``DEVMEM_LEDGER_DIR`` is a :class:`LedgerError`: processes started in other folders would each see a
     ledger of their own, and admit more than the device between them."""
-    chosen = os.environ.get(LEDGER_DIR_ENV, "").strip()
+    chosen = env_text(LEDGER_DIR_ENV, error=LedgerError)
     if chosen:
         if not os.path.isabs(chosen):
             raise LedgerError(

@@ -66,9 +66,19 @@ def patch_worker(worker_class: Any, runner_class: Any = None) -> bool:
 def _around(original: Callable[..., Any], step: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return step(original, self, *args, **kwargs)
+        try:
+            return step(original, self, *args, **kwargs)
+        except BaseException:
+            _close(self)  # a start that fails gives its share back, so a retry in this process is admitted
+            raise
 
     return wrapped
+
+
+def _close(worker: Any) -> None:
+    memory = getattr(worker, MEMORY, None)
+    if memory is not None:
+        memory.close()
 
 
 def _replaced(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,8 +88,12 @@ def _replaced(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self)
         import torch
 
-        with torch.inference_mode():
-            return available_memory(self)
+        try:
+            with torch.inference_mode():
+                return available_memory(self)
+        except BaseException:
+            _close(self)
+            raise
 
     return determine_available_memory
 
@@ -111,11 +125,7 @@ def start(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) 
         pinned_bytes=cache.kv_cache_memory_bytes or None,
     )
     setattr(worker, MEMORY, memory)
-    try:
-        return original(worker, *args, **kwargs)
-    except BaseException:
-        memory.close()
-        raise
+    return original(worker, *args, **kwargs)  # a failure here closes the memory (the patched method's wrapper)
 
 
 def available_memory(worker: Any) -> int:
@@ -232,9 +242,7 @@ def stop(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -
     try:
         return original(worker, *args, **kwargs)
     finally:
-        memory = getattr(worker, MEMORY, None)
-        if memory is not None:
-            memory.close()
+        _close(worker)
 
 
 __all__ = ["MEMORY", "PATCHED", "available_memory", "device_index", "patch_worker"]

@@ -1198,14 +1198,19 @@ def _check_share_holds_the_batch(
         columns = mask - max_batch_tokens * max_batch_tokens * itemsize
         if memory.pinned_bytes >= columns:
             return
+        pin = (
+            f"pin at least {columns} bytes (the cache itself comes on top), or "
+            if columns <= memory.baseline.total
+            else f"no pin holds it (the device's total is {format_size(memory.baseline.total)}): "
+        )
         raise SizingError(
             f"pinned_bytes={memory.pinned_bytes} ({format_size(memory.pinned_bytes)}) is smaller than the attention "
             f"mask's columns for a cache of config.max_batch_tokens={max_batch_tokens} tokens, {max_batch_tokens} x "
             f"{columns // (max_batch_tokens * itemsize)} x {itemsize} B = {columns} bytes ({format_size(columns)}), "
-            f"checked before running the engine; pin at least {columns} bytes (the cache itself comes on top), or "
-            "lower config.max_batch_tokens, or use flash attention (no mask)"
+            f"checked before running the engine; {pin}lower config.max_batch_tokens, or use flash attention (no mask)"
         )
     floor = weights + mask
+    total = memory.baseline.total
     if memory.requested >= floor:
         return
     fewer = _tokens_within(model, memory.requested - weights, tokens_per_block)
@@ -1215,8 +1220,13 @@ def _check_share_holds_the_batch(
         f"config.max_batch_tokens={max_batch_tokens}: the weights {format_size(weights)} and transformers' "
         f"attention mask for it, {max_batch_tokens} x {mask // (max_batch_tokens * itemsize)} x {itemsize} B = "
         f"{format_size(mask)}, take {format_size(floor)} before any activation or block, checked before running "
-        f"the engine. Advice: raise the utilization above {floor / memory.baseline.total:.3g} "
-        f"({format_size(floor)}, a floor: activations and the cache come on top), or "
+        "the engine. Advice: "
+        + (
+            f"raise the utilization above {floor / total:.3g} ({format_size(floor)}, a floor: activations and the "
+            "cache come on top), or "
+            if floor <= total
+            else f"no utilization holds it (the device's total is {format_size(total)}): "
+        )
         + (
             f"lower config.max_batch_tokens (at {fewer} the floor alone fills the share)"
             if fewer

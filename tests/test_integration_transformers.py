@@ -448,6 +448,14 @@ def test_sizing_reserves_the_engines_share_on_the_ledger(engine):
     assert held.bytes == sized.plan.breakdown["requested"]
 
 
+def test_a_sizing_that_fails_gives_back_the_share_it_reserved(model, baseline, tmp_path):
+    with pytest.raises(NotEnoughMemoryError):  # the batch's attention mask alone is more than the share
+        size_continuous_batching(
+            model, utilization=utilization(baseline), baseline=baseline, config=cb_config(max_batch_tokens=8192)
+        )
+    assert list((tmp_path / "ledger").glob("*.owner")) == []  # the ledger's owner file of a held reservation
+
+
 def test_a_reservation_taken_before_the_model_is_kept_and_false_takes_none(model, baseline, generation):
     import devmem
 

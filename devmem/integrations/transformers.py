@@ -1079,6 +1079,7 @@ def size_continuous_batching(
     generation_config = model.generation_config if generation_config is None else generation_config
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     notes: list[str] = []
+    owned = memory is None and not isinstance(reservation, Reservation)
     if memory is None:
         try:  # EngineMemory checks the baseline and the reservation against the device
             memory = EngineMemory(
@@ -1107,71 +1108,76 @@ def size_continuous_batching(
             )
             log.warning("devmem: %s", message)
             notes.append(message)
-    tokens = block_tokens(config)
-    max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
-    percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
-    profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
-    _check_share_holds_the_batch(model, memory, weights, max_batch_tokens, tokens)  # before seconds of engine runs
-    key = profile_key(
-        model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
-    )
-    extra = (
-        None
-        if profile_store is None
-        else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_extra_accepted(memory.baseline.total))
-    )
-    if extra is not None:
-        runs, costs, figure_notes = _stored_extra(extra)
-    else:
-        limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
-        with _frozen_heap(), progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:
-            runs, costs, figure_notes = _measure(
-                memory, model, generation_config, profile_config, weights, max_batch_tokens, bar
-            )
-        if profile_store is not None:
-            ours = {
-                "runs": [vars(r) for r in runs],
-                "costs": costs,
-                "notes": figure_notes,
-                "measure_seconds": time.perf_counter() - began,
-            }
-            accept = _extra_accepted(memory.baseline.total)
-            kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=accept)
-            runs, costs, figure_notes = _stored_extra(kept)  # another engine's where it stored first
-    notes.extend(figure_notes)
-    plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
-    if plan.num_blocks * tokens < max_batch_tokens:
-        raise SizingError(
-            f"config.max_batch_tokens={max_batch_tokens} is more than the sized cache holds ({plan.num_blocks} "
-            f"blocks of {tokens} tokens = {plan.num_blocks * tokens} tokens): no batch of that size could be "
-            "scheduled, and the worst case was measured on a larger cache; lower max_batch_tokens to at most "
-            f"{plan.num_blocks * tokens}, or give the engine more memory"
+    try:
+        tokens = block_tokens(config)
+        max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
+        percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
+        profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+        _check_share_holds_the_batch(model, memory, weights, max_batch_tokens, tokens)  # before seconds of engine runs
+        key = profile_key(
+            model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
         )
-    limit = None
-    if u is not None and limit_allocator_to_share:
-        limit = plan.breakdown["requested"] - memory.window_figures()["non_torch"]
-        if limit_allocator(model.device, limit) is None:
-            limit = None
-    sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
-    return SizedConfig(
-        sized,
-        plan,
-        costs["block_bytes"],
-        costs["kv_block_bytes"],
-        costs["static_block_bytes"],
-        costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
-        tokens,
-        max_batch_tokens,
-        memory.profile_result,
-        runs,
-        plan.breakdown["transient_peak"],
-        tuple(notes),
-        memory.block_cost_source or "measured now",
-        time.perf_counter() - began,
-        limit,
-        memory.reservation,
-        memory,
-    )
+        extra = (
+            None
+            if profile_store is None
+            else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_extra_accepted(memory.baseline.total))
+        )
+        if extra is not None:
+            runs, costs, figure_notes = _stored_extra(extra)
+        else:
+            limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
+            with _frozen_heap(), progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:
+                runs, costs, figure_notes = _measure(
+                    memory, model, generation_config, profile_config, weights, max_batch_tokens, bar
+                )
+            if profile_store is not None:
+                ours = {
+                    "runs": [vars(r) for r in runs],
+                    "costs": costs,
+                    "notes": figure_notes,
+                    "measure_seconds": time.perf_counter() - began,
+                }
+                accept = _extra_accepted(memory.baseline.total)
+                kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=accept)
+                runs, costs, figure_notes = _stored_extra(kept)  # another engine's where it stored first
+        notes.extend(figure_notes)
+        plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
+        if plan.num_blocks * tokens < max_batch_tokens:
+            raise SizingError(
+                f"config.max_batch_tokens={max_batch_tokens} is more than the sized cache holds ({plan.num_blocks} "
+                f"blocks of {tokens} tokens = {plan.num_blocks * tokens} tokens): no batch of that size could be "
+                "scheduled, and the worst case was measured on a larger cache; lower max_batch_tokens to at most "
+                f"{plan.num_blocks * tokens}, or give the engine more memory"
+            )
+        limit = None
+        if u is not None and limit_allocator_to_share:
+            limit = plan.breakdown["requested"] - memory.window_figures()["non_torch"]
+            if limit_allocator(model.device, limit) is None:
+                limit = None
+        sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+        return SizedConfig(
+            sized,
+            plan,
+            costs["block_bytes"],
+            costs["kv_block_bytes"],
+            costs["static_block_bytes"],
+            costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
+            tokens,
+            max_batch_tokens,
+            memory.profile_result,
+            runs,
+            plan.breakdown["transient_peak"],
+            tuple(notes),
+            memory.block_cost_source or "measured now",
+            time.perf_counter() - began,
+            limit,
+            memory.reservation,
+            memory,
+        )
+    except BaseException:
+        if owned:  # a sizing that fails gives back the share it reserved, so a retry in this process is admitted
+            memory.close()
+        raise
 
 
 def attention_mask_bytes(model: Any, max_batch_tokens: int, tokens_per_block: int) -> int:

@@ -250,6 +250,17 @@ def test_a_kv_cache_allocation_that_fails_gives_the_reservation_back(h200, curre
     _started(h200, Runner(current), utilization=0.6)
 
 
+def test_a_worker_on_vllms_v2_model_runner_is_left_stock_with_one_warning(h200, current, vllm_log):
+    w = _worker(Runner(current))
+    w.use_v2_model_runner = True
+    started = []
+    with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
+        worker.start(started.append, w)
+    assert started == [w] and getattr(w, worker.MEMORY, None) is None
+    assert [r.levelname for r in vllm_log.records] == ["WARNING"]
+    assert "V2 model runner" in vllm_log.text and "vLLM sizes its KV cache itself" in vllm_log.text
+
+
 def test_shutdown_releases_the_reservation(h200, current):
     w = _started(h200, Runner(current), utilization=0.6)
     worker.stop(lambda _: None, w)

@@ -117,7 +117,14 @@ def device_index(worker: Any) -> int:
 
 
 def start(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
-    """The baseline and the reservation, then vLLM's ``init_device`` (which creates the CUDA context)."""
+    """The baseline and the reservation, then vLLM's ``init_device`` (which creates the CUDA context); a worker on
+    vLLM's V2 model runner, which the plugin was not verified on, is left stock with one warning."""
+    if getattr(worker, "use_v2_model_runner", False):
+        log.warning(
+            "devmem: vLLM runs its V2 model runner (VLLM_USE_V2_MODEL_RUNNER, or the model's default), which this "
+            "plugin was not verified on; vLLM sizes its KV cache itself (VLLM_USE_V2_MODEL_RUNNER=0 for devmem's)"
+        )
+        return original(worker, *args, **kwargs)
     cache = worker.cache_config
     memory = EngineMemory(
         device_index(worker),

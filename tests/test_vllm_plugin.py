@@ -193,6 +193,16 @@ def test_a_pinned_kv_cache_memory_bytes_gives_vllm_the_pinned_size_in_whole_bloc
     assert 8 * GiB - budget < block + LAYERS * 2 * MiB  # whole blocks in tensors of 2 MiB pages, one per layer
 
 
+def test_the_log_line_of_a_pinned_kv_cache_names_kv_cache_memory_bytes_not_the_ignored_utilization(
+    h200, current, vllm_log
+):
+    w = _started(h200, Runner(current), utilization=0.9, kv_cache_memory_bytes=8 * GiB)
+    with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
+        worker.available_memory(w)
+    assert "requested 8.00 GiB of 139.80 GiB (kv_cache_memory_bytes, for the cache)" in vllm_log.text
+    assert "utilization 0.9" not in vllm_log.text
+
+
 def test_the_allocator_cache_is_released_right_before_vllm_allocates_its_kv_cache(h200, current):
     w = _started(h200, Runner(current))
     worker.available_memory(w)

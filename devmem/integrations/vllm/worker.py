@@ -163,7 +163,7 @@ def available_memory(worker: Any) -> int:
         else "the device-wide fallback (the platform cannot attribute memory to processes)"
     )
     log.info(
-        "devmem sized the KV cache from %s: %s = %d blocks of %s; requested %s of %s (utilization %s), "
+        "devmem sized the KV cache from %s: %s = %d blocks of %s; requested %s of %s (%s), "
         "consumed %s, transient %s, CUDA graphs charged %s",
         source,
         format_size(budget),
@@ -171,7 +171,7 @@ def available_memory(worker: Any) -> int:
         format_size(plan.block_bytes),
         format_size(memory.requested if memory.pinned_bytes is None else memory.pinned_bytes),
         format_size(memory.baseline.total),
-        memory.utilization,
+        f"utilization {memory.utilization}" if memory.pinned_bytes is None else "kv_cache_memory_bytes, for the cache",
         format_size(profile.total_consumed),
         format_size(profile.transient_peak_bytes),
         format_size(charge),

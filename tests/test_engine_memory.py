@@ -548,3 +548,8 @@ def test_a_run_that_raises_propagates_its_error_and_the_cost_can_be_measured_aga
         memory.measure_block_cost(out_of_memory, [64, 128])
     assert memory.block_cost is None
     assert memory.measure_block_cost(_black_box_engine([]), [64, 128]).block_bytes == BLOCK
+
+
+def test_a_pinned_cache_larger_than_the_device_is_refused_naming_pinned_bytes(h200, platform):
+    with pytest.raises(EngineMemoryError, match=r"pinned_bytes=214748364800 \(200.00 GiB\) is more than device 0's"):
+        EngineMemory(0, pinned_bytes=200 * GiB, platform=platform, reserve=False)

@@ -218,6 +218,18 @@ def test_pinned_bytes_below_the_batchs_attention_mask_columns_are_refused_before
     assert forwards.count == 0
 
 
+def test_a_batch_whose_mask_no_utilization_holds_is_advised_no_utilization(model, baseline):
+    with pytest.raises(NotEnoughMemoryError, match=r"Advice: no utilization holds it \(the device's total is") as e:
+        size_continuous_batching(model, baseline=baseline, config=cb_config(max_batch_tokens=10**7))
+    assert "raise the utilization" not in str(e.value)
+
+
+def test_pinned_bytes_below_a_mask_no_pin_holds_are_advised_no_pin(model):
+    with pytest.raises(SizingError, match=r"no pin holds it \(the device's total is") as e:
+        size_continuous_batching(model, pinned_bytes=MiB, config=cb_config(max_batch_tokens=10**7))
+    assert "pin at least" not in str(e.value)
+
+
 def drain(master: int, chunks: list[bytes]) -> None:
     """Read a pseudo-terminal into ``chunks`` until its other end is closed."""
     import os
@@ -434,6 +446,14 @@ def test_sizing_reserves_the_engines_share_on_the_ledger(engine):
     held = sized.reservation
     assert held is not None and held.device == 0 and not held.released
     assert held.bytes == sized.plan.breakdown["requested"]
+
+
+def test_a_sizing_that_fails_gives_back_the_share_it_reserved(model, baseline, tmp_path):
+    with pytest.raises(NotEnoughMemoryError):  # the batch's attention mask alone is more than the share
+        size_continuous_batching(
+            model, utilization=utilization(baseline), baseline=baseline, config=cb_config(max_batch_tokens=8192)
+        )
+    assert list((tmp_path / "ledger").glob("*.owner")) == []  # the ledger's owner file of a held reservation
 
 
 def test_a_reservation_taken_before_the_model_is_kept_and_false_takes_none(model, baseline, generation):

@@ -3,10 +3,11 @@ on a scripted H200 whose torch runtime is scripted; skipped where vLLM is not in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import tomllib
@@ -76,8 +77,8 @@ class Runner:
         return {f"model.layers.{i}.self_attn": SimpleNamespace(page_size_bytes=PAGE) for i in range(LAYERS)}
 
 
-def _worker(runner, utilization=0.3, kv_cache_memory_bytes=None):
-    w = object.__new__(gpu_worker.Worker)
+def _worker(runner, utilization=0.3, kv_cache_memory_bytes=None, cls=gpu_worker.Worker):
+    w = object.__new__(cls)
     w.local_rank = 0
     w.cache_config = SimpleNamespace(gpu_memory_utilization=utilization, kv_cache_memory_bytes=kv_cache_memory_bytes)
     w.parallel_config = SimpleNamespace(
@@ -133,6 +134,24 @@ def test_a_changed_signature_leaves_vllm_stock_with_one_warning(vllm_log):
     assert not Changed.__dict__.get(worker.PATCHED)
 
 
+def test_a_worker_module_without_its_worker_class_is_left_stock_with_one_warning(monkeypatch, vllm_log):
+    monkeypatch.setitem(sys.modules, versions.WORKER_MODULE, ModuleType(versions.WORKER_MODULE))
+    with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
+        plugin.register()
+    assert [r.getMessage() for r in vllm_log.records] == [
+        f"devmem: {versions.WORKER_MODULE} has no class Worker; vLLM sizes its KV cache itself"
+    ]
+
+
+def test_an_unrecognised_devmem_vllm_value_is_named_in_one_warning(monkeypatch, vllm_log):
+    monkeypatch.setenv(plugin.ENABLE_ENV, "disable")
+    with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
+        plugin.register()
+    assert [r.getMessage() for r in vllm_log.records] == [
+        "devmem: DEVMEM_VLLM='disable' is none of 1, true, yes, on (on) or 0, false, no, off (off); the plugin stays on"
+    ]
+
+
 def test_environment_variable_turns_the_plugin_off(monkeypatch):
     monkeypatch.setenv(plugin.ENABLE_ENV, "0")
     hooks = list(sys.meta_path)
@@ -174,6 +193,16 @@ def test_a_pinned_kv_cache_memory_bytes_gives_vllm_the_pinned_size_in_whole_bloc
     assert 8 * GiB - budget < block + LAYERS * 2 * MiB  # whole blocks in tensors of 2 MiB pages, one per layer
 
 
+def test_the_log_line_of_a_pinned_kv_cache_names_kv_cache_memory_bytes_not_the_ignored_utilization(
+    h200, current, vllm_log
+):
+    w = _started(h200, Runner(current), utilization=0.9, kv_cache_memory_bytes=8 * GiB)
+    with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
+        worker.available_memory(w)
+    assert "requested 8.00 GiB of 139.80 GiB (kv_cache_memory_bytes, for the cache)" in vllm_log.text
+    assert "utilization 0.9" not in vllm_log.text
+
+
 def test_the_allocator_cache_is_released_right_before_vllm_allocates_its_kv_cache(h200, current):
     w = _started(h200, Runner(current))
     worker.available_memory(w)
@@ -202,6 +231,44 @@ def test_an_over_committed_start_is_refused_before_vllm_starts(h200, current):
     with pytest.raises(ReservationRefused):
         worker.start(started.append, _worker(Runner(current), utilization=0.6))
     assert started == []
+
+
+class _Patched(gpu_worker.Worker):
+    """vLLM's worker, patched as the plugin patches it (a subclass: the test leaves vLLM's own class as it is)."""
+
+
+def test_a_profile_run_that_fails_gives_the_reservation_back(h200, current, monkeypatch):
+    assert worker.patch_worker(_Patched, GPUModelRunner)
+    monkeypatch.setattr(current, "inference_mode", contextlib.nullcontext, raising=False)
+    runner = Runner(current)
+    w = _started(h200, runner, utilization=0.6, cls=_Patched)
+
+    def out_of_memory():
+        raise RuntimeError("CUDA out of memory")
+
+    runner.profile_run = out_of_memory
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        w.determine_available_memory()
+    _started(h200, Runner(current), utilization=0.6)  # admitted: the failed start holds nothing
+
+
+def test_a_kv_cache_allocation_that_fails_gives_the_reservation_back(h200, current):
+    assert worker.patch_worker(_Patched, GPUModelRunner)
+    w = _started(h200, Runner(current), utilization=0.6, cls=_Patched)
+    with pytest.raises(AttributeError):  # vLLM's own initialize_from_config, on a worker it did not build
+        w.initialize_from_config(None)
+    _started(h200, Runner(current), utilization=0.6)
+
+
+def test_a_worker_on_vllms_v2_model_runner_is_left_stock_with_one_warning(h200, current, vllm_log):
+    w = _worker(Runner(current))
+    w.use_v2_model_runner = True
+    started = []
+    with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
+        worker.start(started.append, w)
+    assert started == [w] and getattr(w, worker.MEMORY, None) is None
+    assert [r.levelname for r in vllm_log.records] == ["WARNING"]
+    assert "V2 model runner" in vllm_log.text and "vLLM sizes its KV cache itself" in vllm_log.text
 
 
 def test_shutdown_releases_the_reservation(h200, current):

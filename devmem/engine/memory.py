@@ -184,6 +184,12 @@ class EngineMemory:
             reading = read_device(self.platform, self.device)
             self.baseline = _adopted_baseline(baseline, reading, self.platform)
         self.requested = requested_memory(self.baseline.total, utilization)
+        for name, value in (("pinned_bytes", self.pinned_bytes), ("reserve_bytes", reserve_bytes)):
+            if value is not None and value > self.baseline.total:
+                raise EngineMemoryError(
+                    f"{name}={value} ({format_size(value)}) is more than device {self.device}'s total, "
+                    f"{self.baseline.total} ({format_size(self.baseline.total)}): give at most the total"
+                )
         if isinstance(reserve, Reservation):
             if reserve.device != self.device:
                 raise EngineMemoryError(

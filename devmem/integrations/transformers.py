@@ -1079,6 +1079,7 @@ def size_continuous_batching(
     generation_config = model.generation_config if generation_config is None else generation_config
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     notes: list[str] = []
+    owned = memory is None and not isinstance(reservation, Reservation)
     if memory is None:
         try:  # EngineMemory checks the baseline and the reservation against the device
             memory = EngineMemory(
@@ -1107,71 +1108,76 @@ def size_continuous_batching(
             )
             log.warning("devmem: %s", message)
             notes.append(message)
-    tokens = block_tokens(config)
-    max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
-    percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
-    profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
-    _check_share_holds_the_batch(model, memory, weights, max_batch_tokens, tokens)  # before seconds of engine runs
-    key = profile_key(
-        model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
-    )
-    extra = (
-        None
-        if profile_store is None
-        else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_extra_accepted(memory.baseline.total))
-    )
-    if extra is not None:
-        runs, costs, figure_notes = _stored_extra(extra)
-    else:
-        limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
-        with _frozen_heap(), progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:
-            runs, costs, figure_notes = _measure(
-                memory, model, generation_config, profile_config, weights, max_batch_tokens, bar
-            )
-        if profile_store is not None:
-            ours = {
-                "runs": [vars(r) for r in runs],
-                "costs": costs,
-                "notes": figure_notes,
-                "measure_seconds": time.perf_counter() - began,
-            }
-            accept = _extra_accepted(memory.baseline.total)
-            kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=accept)
-            runs, costs, figure_notes = _stored_extra(kept)  # another engine's where it stored first
-    notes.extend(figure_notes)
-    plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
-    if plan.num_blocks * tokens < max_batch_tokens:
-        raise SizingError(
-            f"config.max_batch_tokens={max_batch_tokens} is more than the sized cache holds ({plan.num_blocks} "
-            f"blocks of {tokens} tokens = {plan.num_blocks * tokens} tokens): no batch of that size could be "
-            "scheduled, and the worst case was measured on a larger cache; lower max_batch_tokens to at most "
-            f"{plan.num_blocks * tokens}, or give the engine more memory"
+    try:
+        tokens = block_tokens(config)
+        max_batch_tokens = config.max_batch_tokens or default_max_batch_tokens()
+        percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
+        profile_config = _with(config, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+        _check_share_holds_the_batch(model, memory, weights, max_batch_tokens, tokens)  # before seconds of engine runs
+        key = profile_key(
+            model, generation_config, profile_config, platform, device, memory.baseline.total, weights, not memory.late
         )
-    limit = None
-    if u is not None and limit_allocator_to_share:
-        limit = plan.breakdown["requested"] - memory.window_figures()["non_torch"]
-        if limit_allocator(model.device, limit) is None:
-            limit = None
-    sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
-    return SizedConfig(
-        sized,
-        plan,
-        costs["block_bytes"],
-        costs["kv_block_bytes"],
-        costs["static_block_bytes"],
-        costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
-        tokens,
-        max_batch_tokens,
-        memory.profile_result,
-        runs,
-        plan.breakdown["transient_peak"],
-        tuple(notes),
-        memory.block_cost_source or "measured now",
-        time.perf_counter() - began,
-        limit,
-        memory.reservation,
-        memory,
-    )
+        extra = (
+            None
+            if profile_store is None
+            else memory.load_profile(profile_store, key, kind=STORE_KIND, accept=_extra_accepted(memory.baseline.total))
+        )
+        if extra is not None:
+            runs, costs, figure_notes = _stored_extra(extra)
+        else:
+            limit_allocator(model.device, None)  # measure without a cap set by an earlier sizing
+            with _frozen_heap(), progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:
+                runs, costs, figure_notes = _measure(
+                    memory, model, generation_config, profile_config, weights, max_batch_tokens, bar
+                )
+            if profile_store is not None:
+                ours = {
+                    "runs": [vars(r) for r in runs],
+                    "costs": costs,
+                    "notes": figure_notes,
+                    "measure_seconds": time.perf_counter() - began,
+                }
+                accept = _extra_accepted(memory.baseline.total)
+                kept = memory.save_profile(profile_store, key, ours, kind=STORE_KIND, accept=accept)
+                runs, costs, figure_notes = _stored_extra(kept)  # another engine's where it stored first
+        notes.extend(figure_notes)
+        plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
+        if plan.num_blocks * tokens < max_batch_tokens:
+            raise SizingError(
+                f"config.max_batch_tokens={max_batch_tokens} is more than the sized cache holds ({plan.num_blocks} "
+                f"blocks of {tokens} tokens = {plan.num_blocks * tokens} tokens): no batch of that size could be "
+                "scheduled, and the worst case was measured on a larger cache; lower max_batch_tokens to at most "
+                f"{plan.num_blocks * tokens}, or give the engine more memory"
+            )
+        limit = None
+        if u is not None and limit_allocator_to_share:
+            limit = plan.breakdown["requested"] - memory.window_figures()["non_torch"]
+            if limit_allocator(model.device, limit) is None:
+                limit = None
+        sized = _with(config, num_blocks=plan.num_blocks, max_batch_tokens=max_batch_tokens, max_memory_percent=percent)
+        return SizedConfig(
+            sized,
+            plan,
+            costs["block_bytes"],
+            costs["kv_block_bytes"],
+            costs["static_block_bytes"],
+            costs["block_bytes"] - costs["kv_block_bytes"] - costs["static_block_bytes"],
+            tokens,
+            max_batch_tokens,
+            memory.profile_result,
+            runs,
+            plan.breakdown["transient_peak"],
+            tuple(notes),
+            memory.block_cost_source or "measured now",
+            time.perf_counter() - began,
+            limit,
+            memory.reservation,
+            memory,
+        )
+    except BaseException:
+        if owned:  # a sizing that fails gives back the share it reserved, so a retry in this process is admitted
+            memory.close()
+        raise
 
 
 def attention_mask_bytes(model: Any, max_batch_tokens: int, tokens_per_block: int) -> int:
@@ -1198,14 +1204,19 @@ def _check_share_holds_the_batch(
         columns = mask - max_batch_tokens * max_batch_tokens * itemsize
         if memory.pinned_bytes >= columns:
             return
+        pin = (
+            f"pin at least {columns} bytes (the cache itself comes on top), or "
+            if columns <= memory.baseline.total
+            else f"no pin holds it (the device's total is {format_size(memory.baseline.total)}): "
+        )
         raise SizingError(
             f"pinned_bytes={memory.pinned_bytes} ({format_size(memory.pinned_bytes)}) is smaller than the attention "
             f"mask's columns for a cache of config.max_batch_tokens={max_batch_tokens} tokens, {max_batch_tokens} x "
             f"{columns // (max_batch_tokens * itemsize)} x {itemsize} B = {columns} bytes ({format_size(columns)}), "
-            f"checked before running the engine; pin at least {columns} bytes (the cache itself comes on top), or "
-            "lower config.max_batch_tokens, or use flash attention (no mask)"
+            f"checked before running the engine; {pin}lower config.max_batch_tokens, or use flash attention (no mask)"
         )
     floor = weights + mask
+    total = memory.baseline.total
     if memory.requested >= floor:
         return
     fewer = _tokens_within(model, memory.requested - weights, tokens_per_block)
@@ -1215,8 +1226,13 @@ def _check_share_holds_the_batch(
         f"config.max_batch_tokens={max_batch_tokens}: the weights {format_size(weights)} and transformers' "
         f"attention mask for it, {max_batch_tokens} x {mask // (max_batch_tokens * itemsize)} x {itemsize} B = "
         f"{format_size(mask)}, take {format_size(floor)} before any activation or block, checked before running "
-        f"the engine. Advice: raise the utilization above {floor / memory.baseline.total:.3g} "
-        f"({format_size(floor)}, a floor: activations and the cache come on top), or "
+        "the engine. Advice: "
+        + (
+            f"raise the utilization above {floor / total:.3g} ({format_size(floor)}, a floor: activations and the "
+            "cache come on top), or "
+            if floor <= total
+            else f"no utilization holds it (the device's total is {format_size(total)}): "
+        )
         + (
             f"lower config.max_batch_tokens (at {fewer} the floor alone fills the share)"
             if fewer

@@ -22,6 +22,8 @@ from devmem.integrations.vllm.versions import WORKER_MODULE, supported_version
 
 #: The environment variable that turns the plugin off (``0``, ``false``, ``no`` or ``off``).
 ENABLE_ENV = "DEVMEM_VLLM"
+_OFF = ("0", "false", "no", "off")
+_ON = ("", "1", "true", "yes", "on")
 
 log = logging.getLogger("vllm.devmem")  # a child of vLLM's logger: its lines appear in vLLM's log
 
@@ -29,7 +31,7 @@ log = logging.getLogger("vllm.devmem")  # a child of vLLM's logger: its lines ap
 def enabled(environ: Any = None) -> bool:
     """Whether ``DEVMEM_VLLM`` leaves the plugin on (it is on unless set to 0, false, no or off)."""
     value = (os.environ if environ is None else environ).get(ENABLE_ENV, "1")
-    return value.strip().lower() not in ("0", "false", "no", "off")
+    return value.strip().lower() not in _OFF
 
 
 def register() -> None:
@@ -37,6 +39,15 @@ def register() -> None:
     if not enabled():
         log.info("devmem: %s=%s, vLLM sizes its KV cache itself", ENABLE_ENV, os.environ.get(ENABLE_ENV))
         return
+    value = os.environ.get(ENABLE_ENV, "1")
+    if value.strip().lower() not in _ON:
+        log.warning(
+            "devmem: %s=%r is none of %s (on) or %s (off); the plugin stays on",
+            ENABLE_ENV,
+            value[:80],
+            ", ".join(_ON[1:]),
+            ", ".join(_OFF),
+        )
     why = supported_version()
     if why is not None:
         log.warning("devmem: %s; vLLM sizes its KV cache itself", why)
@@ -51,7 +62,11 @@ def register() -> None:
 def _patch(module: ModuleType) -> None:
     from devmem.integrations.vllm.worker import patch_worker
 
-    patch_worker(module.Worker)
+    worker_class = getattr(module, "Worker", None)
+    if not isinstance(worker_class, type):
+        log.warning("devmem: %s has no class Worker; vLLM sizes its KV cache itself", module.__name__)
+        return
+    patch_worker(worker_class)
 
 
 class _WorkerImportHook(importlib.abc.MetaPathFinder):

@@ -66,9 +66,19 @@ def patch_worker(worker_class: Any, runner_class: Any = None) -> bool:
 def _around(original: Callable[..., Any], step: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return step(original, self, *args, **kwargs)
+        try:
+            return step(original, self, *args, **kwargs)
+        except BaseException:
+            _close(self)  # a start that fails gives its share back, so a retry in this process is admitted
+            raise
 
     return wrapped
+
+
+def _close(worker: Any) -> None:
+    memory = getattr(worker, MEMORY, None)
+    if memory is not None:
+        memory.close()
 
 
 def _replaced(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,8 +88,12 @@ def _replaced(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self)
         import torch
 
-        with torch.inference_mode():
-            return available_memory(self)
+        try:
+            with torch.inference_mode():
+                return available_memory(self)
+        except BaseException:
+            _close(self)
+            raise
 
     return determine_available_memory
 
@@ -103,7 +117,14 @@ def device_index(worker: Any) -> int:
 
 
 def start(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
-    """The baseline and the reservation, then vLLM's ``init_device`` (which creates the CUDA context)."""
+    """The baseline and the reservation, then vLLM's ``init_device`` (which creates the CUDA context); a worker on
+    vLLM's V2 model runner, which the plugin was not verified on, is left stock with one warning."""
+    if getattr(worker, "use_v2_model_runner", False):
+        log.warning(
+            "devmem: vLLM runs its V2 model runner (VLLM_USE_V2_MODEL_RUNNER, or the model's default), which this "
+            "plugin was not verified on; vLLM sizes its KV cache itself (VLLM_USE_V2_MODEL_RUNNER=0 for devmem's)"
+        )
+        return original(worker, *args, **kwargs)
     cache = worker.cache_config
     memory = EngineMemory(
         device_index(worker),
@@ -111,11 +132,7 @@ def start(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) 
         pinned_bytes=cache.kv_cache_memory_bytes or None,
     )
     setattr(worker, MEMORY, memory)
-    try:
-        return original(worker, *args, **kwargs)
-    except BaseException:
-        memory.close()
-        raise
+    return original(worker, *args, **kwargs)  # a failure here closes the memory (the patched method's wrapper)
 
 
 def available_memory(worker: Any) -> int:
@@ -146,7 +163,7 @@ def available_memory(worker: Any) -> int:
         else "the device-wide fallback (the platform cannot attribute memory to processes)"
     )
     log.info(
-        "devmem sized the KV cache from %s: %s = %d blocks of %s; requested %s of %s (utilization %s), "
+        "devmem sized the KV cache from %s: %s = %d blocks of %s; requested %s of %s (%s), "
         "consumed %s, transient %s, CUDA graphs charged %s",
         source,
         format_size(budget),
@@ -154,7 +171,7 @@ def available_memory(worker: Any) -> int:
         format_size(plan.block_bytes),
         format_size(memory.requested if memory.pinned_bytes is None else memory.pinned_bytes),
         format_size(memory.baseline.total),
-        memory.utilization,
+        f"utilization {memory.utilization}" if memory.pinned_bytes is None else "kv_cache_memory_bytes, for the cache",
         format_size(profile.total_consumed),
         format_size(profile.transient_peak_bytes),
         format_size(charge),
@@ -232,9 +249,7 @@ def stop(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -
     try:
         return original(worker, *args, **kwargs)
     finally:
-        memory = getattr(worker, MEMORY, None)
-        if memory is not None:
-            memory.close()
+        _close(worker)
 
 
 __all__ = ["MEMORY", "PATCHED", "available_memory", "device_index", "patch_worker"]

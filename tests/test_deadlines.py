@@ -57,7 +57,7 @@ def devmem_platforms():
 
 def _release_the_hung_calls():
     """Let every hung call of the test's plugins return, so that no thread outlives its test."""
-    for name, module in list(sys.modules.items()):
+    for name, module in sys.modules.copy().items():  # a copy made at once: hung threads may still import
         if name.startswith("devmem_testdist_") and hasattr(module, "RELEASE"):
             module.RELEASE.set()
 

@@ -468,7 +468,7 @@ def test_child_forked_while_another_thread_resolves_resolves_on_its_own(site, mo
         gate = next(
             (
                 m
-                for name, m in list(sys.modules.items())
+                for name, m in sys.modules.copy().items()  # a copy made at once: another thread imports
                 if name.startswith("devmem_testdist_") and hasattr(m, "ENTERED") and m.ENTERED.is_set()
             ),
             None,

@@ -196,6 +196,21 @@ def test_negative_weights_are_refused_before_the_window_runs(platform):
     assert ran == []
 
 
+def test_weights_larger_than_the_device_are_refused_before_the_window_runs(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    ran = []
+    refused = pytest.raises(EngineMemoryError, match=r"weights_memory=214748364800 .* more than device 0's total")
+    with refused, memory.profile(weights_memory=200 * GiB):
+        ran.append(True)
+    assert ran == []
+
+
+@pytest.mark.parametrize("name", ["pinned_bytes", "reserve_bytes"])
+def test_a_share_larger_than_the_device_is_refused_naming_the_argument(platform, name):
+    with pytest.raises(EngineMemoryError, match=rf"{name}=214748364800 .* more than device 0's total"):
+        EngineMemory(0, platform=platform, **{name: 200 * GiB})
+
+
 def test_layout_of_zero_tensors_is_refused():
     with pytest.raises(EngineMemoryError, match="tensors_per_layer"):
         KvLayout.per_layer(0)

@@ -183,6 +183,12 @@ class EngineMemory:
         else:  # the reading checks the adopted baseline's device, then serves the admission
             reading = read_device(self.platform, self.device)
             self.baseline = _adopted_baseline(baseline, reading, self.platform)
+        for name, given in (("pinned_bytes", self.pinned_bytes), ("reserve_bytes", reserve_bytes)):
+            if given is not None and given > self.baseline.total:
+                raise EngineMemoryError(
+                    f"{name}={given} ({format_size(given)}) is more than device {self.device}'s total memory, "
+                    f"{self.baseline.total} ({format_size(self.baseline.total)}): give at most the total"
+                )
         self.requested = requested_memory(self.baseline.total, utilization)
         if isinstance(reserve, Reservation):
             if reserve.device != self.device:
@@ -239,6 +245,12 @@ class EngineMemory:
         ``weights_memory`` is what the engine knows its weights take, a lower bound of what it consumed.
         """
         weights = arguments.byte_count("weights_memory", weights_memory, error=EngineMemoryError)
+        if weights > self.baseline.total:
+            raise EngineMemoryError(
+                f"weights_memory={weights} ({format_size(weights)}) is more than device {self.device}'s total "
+                f"memory, {self.baseline.total} ({format_size(self.baseline.total)}): give the bytes the weights "
+                "take on this device (its shard, where the model is split)"
+            )
         with self._step("open the profile window"):
             if self.stored is not None:
                 raise EngineMemoryError(

@@ -491,6 +491,16 @@ def test_the_graph_window_inside_the_profile_window_is_refused(platform):
         pass
 
 
+@pytest.mark.parametrize("returned", ["held", -1, BlockRun(17, 0)])
+def test_a_first_run_that_returned_nothing_usable_is_profiled_again(platform, returned):
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    with pytest.raises(devmem.DevmemError, match=r"run\(16\)|BlockRun.held_bytes"):
+        memory.profile_blocks(lambda n: returned, 16)
+    with pytest.raises(EngineMemoryError, match="the profile window ended with an exception"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    assert memory.profile_blocks(lambda n: n * BLOCK, 16) == BlockRun(16, 16 * BLOCK)
+
+
 def test_measuring_a_block_cost_twice_is_refused(platform):
     memory = _profiled(platform)
     memory.measure_block_cost(_black_box_engine([]), [64, 128])

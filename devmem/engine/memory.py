@@ -46,7 +46,7 @@ from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup
 from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
-from devmem.errors import EngineMemoryError, NotEnoughMemoryError
+from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
@@ -373,7 +373,11 @@ class EngineMemory:
         with self.profile(weights_memory) as window:
             result = run(blocks)
         _release_run_leftovers(self.device, self.platform)
-        self.first_run = _block_run(blocks, result, window)
+        try:
+            self.first_run = _block_run(blocks, result, window)
+        except DevmemError as exc:  # a run that gave nothing usable failed its window: it may be opened again
+            window.error = f"{type(exc).__name__}: {exc}"
+            raise
         return self.first_run
 
     def measure_block_cost(

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devmem import EngineMemory, MiB
+from devmem import EngineMemory, EngineMemoryError, MiB
 from devmem.engine.block_cost import BlockRun
 from devmem.engine.memory import BLOCK_COST_KIND
 from devmem.engine.profile_store import ProfileStore
@@ -291,3 +291,21 @@ def test_a_stored_start_with_any_field_hostile_is_set_aside_or_planned_from_neve
         assert len(warnings) == 1 and str(stored_path) in warnings[0], warnings
     else:
         assert memory.plan().num_blocks > 0
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda memory, store: memory.graphs().__enter__(),
+        lambda memory, store: memory.measure_block_cost(_engine([]), [64, 128]),
+        lambda memory, store: memory.load_profile(store, KEY),
+    ],
+    ids=["graphs", "measure_block_cost", "load_profile"],
+)
+def test_a_window_step_after_a_loaded_profile_is_refused_pointing_to_the_plan(platform, stored, step):
+    store, _ = stored
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    assert memory.load_profile(store, KEY) is not None
+    with pytest.raises(EngineMemoryError, match=r"figures were (already )?read from .*plan\(\) next"):
+        step(memory, store)
+    assert memory.plan().num_blocks > 0

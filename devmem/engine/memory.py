@@ -314,6 +314,11 @@ class EngineMemory:
 
     def _profiled(self, step: str) -> ProfileResult:
         """The profile window's result, which must have run to its end."""
+        if self.profile_result is None and self.stored is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step}: the windows' figures were read from {self.stored.path} "
+                "(load_profile), which replaces the windows: plan() next"
+            )
         if self.profile_result is None:
             raise EngineMemoryError(
                 f"device {self.device}: cannot {step} before the profile window: run the largest forward pass "
@@ -479,6 +484,10 @@ class EngineMemory:
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
         with self._step("read a stored profile"):
+            if self.stored is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the windows' figures were already read from {self.stored.path}: plan() next"
+                )
             if self.profile_result is not None or self.block_cost is not None or self.kv_plan is not None:
                 raise EngineMemoryError(
                     f"device {self.device}: a stored profile replaces the windows: load it before profiling"

@@ -467,6 +467,19 @@ def test_a_profile_window_that_raised_is_opened_again_and_then_plans(h200, torch
     assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0
 
 
+def test_a_profile_window_whose_end_could_not_be_read_is_opened_again_and_then_plans(h200, torch_rt, platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with pytest.raises(devmem.DevmemError, match="GpuIsLost"), memory.profile():
+        _forward(torch_rt, ACTIVATIONS)
+        h200.failures["nvmlDevice*"] = "GpuIsLost"  # the device is read again when the window closes
+    h200.failures.clear()
+    with pytest.raises(EngineMemoryError, match=r"the profile window ended with an exception \(DevmemError"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with memory.profile():
+        _forward(torch_rt, ACTIVATIONS)
+    assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0
+
+
 def test_a_graph_window_that_raised_refuses_the_plan_until_it_is_opened_again(h200, torch_rt, platform):
     memory = _engine(h200, torch_rt, platform, graphs=False)
     with pytest.raises(RuntimeError), memory.graphs():

@@ -309,3 +309,12 @@ def test_a_window_step_after_a_loaded_profile_is_refused_pointing_to_the_plan(pl
     with pytest.raises(EngineMemoryError, match=r"figures were (already )?read from .*plan\(\) next"):
         step(memory, store)
     assert memory.plan().num_blocks > 0
+
+
+@pytest.mark.parametrize("extra", ["engine", [("name", 1)]])
+def test_an_extra_that_is_no_mapping_is_refused_naming_it(platform, tmp_path, extra):
+    memory = _profiled(platform)
+    memory.measure_block_cost(_engine([]), [64, 128])
+    with pytest.raises(EngineMemoryError, match=r"extra must be a mapping .* of type (str|list)"):
+        memory.save_profile(ProfileStore(tmp_path), KEY, extra)
+    assert memory.save_profile(ProfileStore(tmp_path), KEY, {"name": 1}) == {"name": 1}

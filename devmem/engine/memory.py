@@ -514,6 +514,11 @@ class EngineMemory:
         first, its figures are taken instead (one key, one cost), and its ``extra`` is returned; else ``extra``."""
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        if extra is not None and not isinstance(extra, Mapping):
+            raise EngineMemoryError(
+                f"extra must be a mapping of what the engine keeps beside the figures (JSON) or None, got "
+                f"{shown(extra)} of type {type(extra).__name__}"
+            )
         with self._step("keep the profile"):
             return self._save_profile(store, key, extra, kind, accept)
 

@@ -211,6 +211,13 @@ def test_a_share_larger_than_the_device_is_refused_naming_the_argument(platform,
         EngineMemory(0, platform=platform, **{name: 200 * GiB})
 
 
+def test_a_released_reservation_is_refused_as_the_engines_share(platform):
+    share = devmem.reserve(0, bytes=GiB, platform=platform)
+    share.release()
+    with pytest.raises(EngineMemoryError, match="reserve is a reservation of device 0 that was released"):
+        EngineMemory(0, utilization=0.1, platform=platform, reserve=share)
+
+
 def test_layout_of_zero_tensors_is_refused():
     with pytest.raises(EngineMemoryError, match="tensors_per_layer"):
         KvLayout.per_layer(0)

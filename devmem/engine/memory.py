@@ -183,12 +183,8 @@ class EngineMemory:
         else:  # the reading checks the adopted baseline's device, then serves the admission
             reading = read_device(self.platform, self.device)
             self.baseline = _adopted_baseline(baseline, reading, self.platform)
-        for name, given in (("pinned_bytes", self.pinned_bytes), ("reserve_bytes", reserve_bytes)):
-            if given is not None and given > self.baseline.total:
-                raise EngineMemoryError(
-                    f"{name}={given} ({format_size(given)}) is more than device {self.device}'s total memory, "
-                    f"{self.baseline.total} ({format_size(self.baseline.total)}): give at most the total"
-                )
+        if self.pinned_bytes is not None:
+            self._within_total("pinned_bytes", self.pinned_bytes)
         self.requested = requested_memory(self.baseline.total, utilization)
         if isinstance(reserve, Reservation):
             if reserve.device != self.device:
@@ -196,8 +192,15 @@ class EngineMemory:
                     f"reserve is a reservation of device {reserve.device}, but this EngineMemory is for device "
                     f"{self.device}"
                 )
+            if reserve.released:
+                raise EngineMemoryError(
+                    f"reserve is a reservation of device {self.device} that was released ({reserve.path}): it holds "
+                    "nothing on the ledger; reserve again, or give reserve=True"
+                )
             self.reservation = reserve
         elif arguments.flag("reserve", reserve, error=EngineMemoryError):
+            if reserve_bytes is not None:
+                self._within_total("reserve_bytes", reserve_bytes)
             # before the start-up check: a refusal names who holds the device
             share = reserve_bytes or (self.requested if self.pinned_bytes is None else self.pinned_bytes)
             self.reservation = reserve_share(  # the share covers what it holds since its baseline (all, if late)
@@ -230,6 +233,13 @@ class EngineMemory:
         self.stored: StoredProfile | None = None  # where the windows' figures were read from (load_profile)
         self._stored_figures: dict[str, Any] | None = None
         self._cost_layout: KvLayout | None = None
+
+    def _within_total(self, name: str, given: int) -> None:
+        if given > self.baseline.total:
+            raise EngineMemoryError(
+                f"{name}={given} ({format_size(given)}) is more than device {self.device}'s total memory, "
+                f"{self.baseline.total} ({format_size(self.baseline.total)}): give at most the total"
+            )
 
     @property
     def torch_device(self) -> Any:

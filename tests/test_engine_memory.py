@@ -259,6 +259,22 @@ def test_profile_forward_refuses_a_forward_that_is_no_callable(platform):
         memory.profile_forward("forward")  # type: ignore[arg-type]
 
 
+async def _async_forward():
+    return None
+
+
+def _generator_forward():
+    yield None
+
+
+@pytest.mark.parametrize("forward", [_async_forward, _generator_forward])
+def test_profile_forward_refuses_a_forward_that_returns_work_not_yet_run(platform, forward):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with pytest.raises(EngineMemoryError, match=r"forward returned (coroutine|generator) .*work that has not run"):
+        memory.profile_forward(forward)
+    assert memory.profile_result is not None and memory.profile_result.error is not None  # may be opened again
+
+
 def test_cpu_platform_allocates_the_cache_on_torchs_cpu_device(monkeypatch):
     """The whole path with the real torch on the cpu platform: device index 0 is host memory."""
     torch = pytest.importorskip("torch")

@@ -26,6 +26,7 @@ beneath (``MemorySnapshot.measure``, ``check_startup_memory``, ``memory_profilin
 
 from __future__ import annotations
 
+import inspect
 import logging
 import numbers
 import os
@@ -291,7 +292,7 @@ class EngineMemory:
         count = arguments.count("passes", passes, error=EngineMemoryError)
         with self.profile(weights_memory) as result:
             for _ in range(count):
-                forward()
+                _ran(forward())
         return result
 
     @contextmanager
@@ -885,6 +886,20 @@ def _block_run(blocks: int, result: object, window: ProfileResult) -> BlockRun:
         return BlockRun(blocks, int(result))
     kept = after.torch_reserved - before.torch_reserved
     return BlockRun(blocks, int(result), window.torch_peak_increase, max(0, window.transient_peak_bytes + kept))
+
+
+def _ran(returned: object) -> None:
+    """Refuse what a forward returns when it is work not yet run (a coroutine, a generator): the window would
+    measure nothing of it."""
+    if inspect.iscoroutine(returned) or inspect.isgenerator(returned) or inspect.isasyncgen(returned):
+        close = getattr(returned, "close", None)
+        if callable(close):
+            close()  # no "never awaited" warning beside the error
+        raise EngineMemoryError(
+            f"forward returned {type(returned).__name__} {shown(returned)}, work that has not run: profile_forward "
+            "calls a synchronous forward; run an async or generator forward to its end inside "
+            "`with memory.profile(weights_memory=...)`"
+        )
 
 
 def _release_run_leftovers(device: int, platform: Platform) -> None:

@@ -421,6 +421,11 @@ def test_measuring_a_block_cost_before_the_profile_window_is_refused(platform):
         memory.measure_block_cost(_black_box_engine([]), [64, 128])
 
 
+def test_blocks_that_fit_refuses_a_cost_that_is_no_block_cost(platform):
+    with pytest.raises(EngineMemoryError, match="cost must be a BlockCost, got 'x' of type str"):
+        _profiled(platform).blocks_that_fit("x")  # type: ignore[arg-type]
+
+
 def test_a_plan_without_a_page_size_or_a_measured_block_cost_is_refused(platform):
     with pytest.raises(EngineMemoryError, match="needs page_size_bytes and num_layers"):
         _profiled(platform).plan()

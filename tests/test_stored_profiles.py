@@ -318,3 +318,11 @@ def test_an_extra_that_is_no_mapping_is_refused_naming_it(platform, tmp_path, ex
     with pytest.raises(EngineMemoryError, match=r"extra must be a mapping .* of type (str|list)"):
         memory.save_profile(ProfileStore(tmp_path), KEY, extra)
     assert memory.save_profile(ProfileStore(tmp_path), KEY, {"name": 1}) == {"name": 1}
+
+
+@pytest.mark.parametrize("step", ["load_profile", "save_profile"])
+def test_an_accept_that_is_no_callable_is_refused_naming_it(platform, tmp_path, step):
+    memory = _profiled(platform)
+    memory.measure_block_cost(_engine([]), [64, 128])
+    with pytest.raises(EngineMemoryError, match="accept must be a callable .* got 5 of type int"):
+        getattr(memory, step)(ProfileStore(tmp_path), KEY, accept=5)

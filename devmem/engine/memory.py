@@ -471,6 +471,8 @@ class EngineMemory:
     def blocks_that_fit(self, cost: BlockCost) -> int:
         """The blocks :meth:`plan` would give with a block of ``cost`` (0 where none fits): how the runs of
         :meth:`measure_block_cost` are steered, by the plan's own arithmetic."""
+        if not isinstance(cost, BlockCost):
+            raise EngineMemoryError(f"cost must be a BlockCost, got {shown(cost)} of type {type(cost).__name__}")
         try:
             return self._sized(None, None, self._cost_layout, cost).num_blocks
         except NotEnoughMemoryError:
@@ -494,6 +496,7 @@ class EngineMemory:
         (:mod:`devmem.engine.profile_store`)."""
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        _check_accept(accept)
         with self._step("read a stored profile"):
             if self.stored is not None:
                 raise EngineMemoryError(
@@ -525,6 +528,7 @@ class EngineMemory:
         first, its figures are taken instead (one key, one cost), and its ``extra`` is returned; else ``extra``."""
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        _check_accept(accept)
         if extra is not None and not isinstance(extra, Mapping):
             raise EngineMemoryError(
                 f"extra must be a mapping of what the engine keeps beside the figures (JSON) or None, got "
@@ -886,6 +890,14 @@ def _block_run(blocks: int, result: object, window: ProfileResult) -> BlockRun:
         return BlockRun(blocks, int(result))
     kept = after.torch_reserved - before.torch_reserved
     return BlockRun(blocks, int(result), window.torch_peak_increase, max(0, window.transient_peak_bytes + kept))
+
+
+def _check_accept(accept: object) -> None:
+    if accept is not None and not callable(accept):
+        raise EngineMemoryError(
+            f"accept must be a callable checking the engine's extra (True to take it) or None, got {shown(accept)} "
+            f"of type {type(accept).__name__}"
+        )
 
 
 def _ran(returned: object) -> None:

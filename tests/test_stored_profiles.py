@@ -326,3 +326,11 @@ def test_an_accept_that_is_no_callable_is_refused_naming_it(platform, tmp_path, 
     memory.measure_block_cost(_engine([]), [64, 128])
     with pytest.raises(EngineMemoryError, match="accept must be a callable .* got 5 of type int"):
         getattr(memory, step)(ProfileStore(tmp_path), KEY, accept=5)
+
+
+def test_an_engine_keeping_its_own_stored_profile_again_stores_its_extra_and_names_no_other_engine(platform, tmp_path):
+    store, memory = ProfileStore(tmp_path), _profiled(platform)
+    memory.measure_block_cost(_engine([]), [64, 128], store=store, key=KEY)  # stored here, without an extra
+    assert memory.save_profile(store, KEY, {"engine": 1}) == {"engine": 1}
+    assert store.load(BLOCK_COST_KIND, KEY).figures["extra"] == {"engine": 1}
+    assert "another engine" not in memory.block_cost_source

@@ -234,6 +234,7 @@ class EngineMemory:
         self.stored: StoredProfile | None = None  # where the windows' figures were read from (load_profile)
         self._stored_figures: dict[str, Any] | None = None
         self._cost_layout: KvLayout | None = None
+        self._kept: StoredProfile | None = None  # the profile this object stored itself (save_profile)
 
     def _within_total(self, name: str, given: int) -> None:
         if given > self.baseline.total:
@@ -561,6 +562,10 @@ class EngineMemory:
         kept, mine = store.save_first(kind, key, figures, time.time(), _stored_check(self.baseline.total, accept))
         if kept is None:
             return ours
+        own = self._kept is not None and (kept.path, kept.created) == (self._kept.path, self._kept.created)
+        if own:  # this object's own profile, stored before (measure_block_cost's store): kept again with this extra
+            store.save(kind, key, figures, kept.created)
+            return ours
         if not mine:  # another engine of this key stored first: one key, one profile (as a restart reads)
             first, whole = _stored_cost(kept), _stored_start(kept)  # its extra describes its cost
             source = f"{self.block_cost_source}; another engine of this key stored its profile first ({kept.path})"
@@ -569,6 +574,7 @@ class EngineMemory:
                 return ours
             self._adopt(kept, first, whole[1], f"{source}: used that")
             return whole[2]
+        self._kept = kept
         self.block_cost_source = f"{self.block_cost_source}, stored in {kept.path}"
         return ours
 

@@ -196,6 +196,28 @@ def test_negative_weights_are_refused_before_the_window_runs(platform):
     assert ran == []
 
 
+def test_weights_larger_than_the_device_are_refused_before_the_window_runs(platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    ran = []
+    refused = pytest.raises(EngineMemoryError, match=r"weights_memory=214748364800 .* more than device 0's total")
+    with refused, memory.profile(weights_memory=200 * GiB):
+        ran.append(True)
+    assert ran == []
+
+
+@pytest.mark.parametrize("name", ["pinned_bytes", "reserve_bytes"])
+def test_a_share_larger_than_the_device_is_refused_naming_the_argument(platform, name):
+    with pytest.raises(EngineMemoryError, match=rf"{name}=214748364800 .* more than device 0's total"):
+        EngineMemory(0, platform=platform, **{name: 200 * GiB})
+
+
+def test_a_released_reservation_is_refused_as_the_engines_share(platform):
+    share = devmem.reserve(0, bytes=GiB, platform=platform)
+    share.release()
+    with pytest.raises(EngineMemoryError, match="reserve is a reservation of device 0 that was released"):
+        EngineMemory(0, utilization=0.1, platform=platform, reserve=share)
+
+
 def test_layout_of_zero_tensors_is_refused():
     with pytest.raises(EngineMemoryError, match="tensors_per_layer"):
         KvLayout.per_layer(0)
@@ -235,6 +257,22 @@ def test_profile_forward_refuses_a_forward_that_is_no_callable(platform):
     memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
     with pytest.raises(EngineMemoryError, match="forward must be a callable"):
         memory.profile_forward("forward")  # type: ignore[arg-type]
+
+
+async def _async_forward():
+    return None
+
+
+def _generator_forward():
+    yield None
+
+
+@pytest.mark.parametrize("forward", [_async_forward, _generator_forward])
+def test_profile_forward_refuses_a_forward_that_returns_work_not_yet_run(platform, forward):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with pytest.raises(EngineMemoryError, match=r"forward returned (coroutine|generator) .*work that has not run"):
+        memory.profile_forward(forward)
+    assert memory.profile_result is not None and memory.profile_result.error is not None  # may be opened again
 
 
 def test_cpu_platform_allocates_the_cache_on_torchs_cpu_device(monkeypatch):
@@ -383,6 +421,11 @@ def test_measuring_a_block_cost_before_the_profile_window_is_refused(platform):
         memory.measure_block_cost(_black_box_engine([]), [64, 128])
 
 
+def test_blocks_that_fit_refuses_a_cost_that_is_no_block_cost(platform):
+    with pytest.raises(EngineMemoryError, match="cost must be a BlockCost, got 'x' of type str"):
+        _profiled(platform).blocks_that_fit("x")  # type: ignore[arg-type]
+
+
 def test_a_plan_without_a_page_size_or_a_measured_block_cost_is_refused(platform):
     with pytest.raises(EngineMemoryError, match="needs page_size_bytes and num_layers"):
         _profiled(platform).plan()
@@ -452,6 +495,19 @@ def test_a_profile_window_that_raised_is_opened_again_and_then_plans(h200, torch
     assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0
 
 
+def test_a_profile_window_whose_end_could_not_be_read_is_opened_again_and_then_plans(h200, torch_rt, platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform, reserve=False)
+    with pytest.raises(devmem.DevmemError, match="GpuIsLost"), memory.profile():
+        _forward(torch_rt, ACTIVATIONS)
+        h200.failures["nvmlDevice*"] = "GpuIsLost"  # the device is read again when the window closes
+    h200.failures.clear()
+    with pytest.raises(EngineMemoryError, match=r"the profile window ended with an exception \(DevmemError"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    with memory.profile():
+        _forward(torch_rt, ACTIVATIONS)
+    assert memory.plan(page_size_bytes=PAGE, num_layers=LAYERS).num_blocks > 0
+
+
 def test_a_graph_window_that_raised_refuses_the_plan_until_it_is_opened_again(h200, torch_rt, platform):
     memory = _engine(h200, torch_rt, platform, graphs=False)
     with pytest.raises(RuntimeError), memory.graphs():
@@ -474,6 +530,16 @@ def test_the_graph_window_inside_the_profile_window_is_refused(platform):
     refused = pytest.raises(EngineMemoryError, match="cannot open the graph window while the profile window")
     with memory.profile(), refused, memory.graphs():
         pass
+
+
+@pytest.mark.parametrize("returned", ["held", -1, BlockRun(17, 0)])
+def test_a_first_run_that_returned_nothing_usable_is_profiled_again(platform, returned):
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    with pytest.raises(devmem.DevmemError, match=r"run\(16\)|BlockRun.held_bytes"):
+        memory.profile_blocks(lambda n: returned, 16)
+    with pytest.raises(EngineMemoryError, match="the profile window ended with an exception"):
+        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    assert memory.profile_blocks(lambda n: n * BLOCK, 16) == BlockRun(16, 16 * BLOCK)
 
 
 def test_measuring_a_block_cost_twice_is_refused(platform):
@@ -548,8 +614,3 @@ def test_a_run_that_raises_propagates_its_error_and_the_cost_can_be_measured_aga
         memory.measure_block_cost(out_of_memory, [64, 128])
     assert memory.block_cost is None
     assert memory.measure_block_cost(_black_box_engine([]), [64, 128]).block_bytes == BLOCK
-
-
-def test_a_pinned_cache_larger_than_the_device_is_refused_naming_pinned_bytes(h200, platform):
-    with pytest.raises(EngineMemoryError, match=r"pinned_bytes=214748364800 \(200.00 GiB\) is more than device 0's"):
-        EngineMemory(0, pinned_bytes=200 * GiB, platform=platform, reserve=False)

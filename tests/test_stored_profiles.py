@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devmem import EngineMemory, MiB
+from devmem import EngineMemory, EngineMemoryError, MiB
 from devmem.engine.block_cost import BlockRun
 from devmem.engine.memory import BLOCK_COST_KIND
 from devmem.engine.profile_store import ProfileStore
@@ -291,3 +291,46 @@ def test_a_stored_start_with_any_field_hostile_is_set_aside_or_planned_from_neve
         assert len(warnings) == 1 and str(stored_path) in warnings[0], warnings
     else:
         assert memory.plan().num_blocks > 0
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda memory, store: memory.graphs().__enter__(),
+        lambda memory, store: memory.measure_block_cost(_engine([]), [64, 128]),
+        lambda memory, store: memory.load_profile(store, KEY),
+    ],
+    ids=["graphs", "measure_block_cost", "load_profile"],
+)
+def test_a_window_step_after_a_loaded_profile_is_refused_pointing_to_the_plan(platform, stored, step):
+    store, _ = stored
+    memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
+    assert memory.load_profile(store, KEY) is not None
+    with pytest.raises(EngineMemoryError, match=r"figures were (already )?read from .*plan\(\) next"):
+        step(memory, store)
+    assert memory.plan().num_blocks > 0
+
+
+@pytest.mark.parametrize("extra", ["engine", [("name", 1)]])
+def test_an_extra_that_is_no_mapping_is_refused_naming_it(platform, tmp_path, extra):
+    memory = _profiled(platform)
+    memory.measure_block_cost(_engine([]), [64, 128])
+    with pytest.raises(EngineMemoryError, match=r"extra must be a mapping .* of type (str|list)"):
+        memory.save_profile(ProfileStore(tmp_path), KEY, extra)
+    assert memory.save_profile(ProfileStore(tmp_path), KEY, {"name": 1}) == {"name": 1}
+
+
+@pytest.mark.parametrize("step", ["load_profile", "save_profile"])
+def test_an_accept_that_is_no_callable_is_refused_naming_it(platform, tmp_path, step):
+    memory = _profiled(platform)
+    memory.measure_block_cost(_engine([]), [64, 128])
+    with pytest.raises(EngineMemoryError, match="accept must be a callable .* got 5 of type int"):
+        getattr(memory, step)(ProfileStore(tmp_path), KEY, accept=5)
+
+
+def test_an_engine_keeping_its_own_stored_profile_again_stores_its_extra_and_names_no_other_engine(platform, tmp_path):
+    store, memory = ProfileStore(tmp_path), _profiled(platform)
+    memory.measure_block_cost(_engine([]), [64, 128], store=store, key=KEY)  # stored here, without an extra
+    assert memory.save_profile(store, KEY, {"engine": 1}) == {"engine": 1}
+    assert store.load(BLOCK_COST_KIND, KEY).figures["extra"] == {"engine": 1}
+    assert "another engine" not in memory.block_cost_source

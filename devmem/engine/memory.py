@@ -26,6 +26,7 @@ beneath (``MemorySnapshot.measure``, ``check_startup_memory``, ``memory_profilin
 
 from __future__ import annotations
 
+import inspect
 import logging
 import numbers
 import os
@@ -46,7 +47,7 @@ from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup
 from devmem.engine.profiling import release_allocator_cache as _release
 from devmem.engine.reservations import Reservation
 from devmem.engine.reservations import reserve as reserve_share
-from devmem.errors import EngineMemoryError, NotEnoughMemoryError
+from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
@@ -183,21 +184,24 @@ class EngineMemory:
         else:  # the reading checks the adopted baseline's device, then serves the admission
             reading = read_device(self.platform, self.device)
             self.baseline = _adopted_baseline(baseline, reading, self.platform)
+        if self.pinned_bytes is not None:
+            self._within_total("pinned_bytes", self.pinned_bytes)
         self.requested = requested_memory(self.baseline.total, utilization)
-        for name, value in (("pinned_bytes", self.pinned_bytes), ("reserve_bytes", reserve_bytes)):
-            if value is not None and value > self.baseline.total:
-                raise EngineMemoryError(
-                    f"{name}={value} ({format_size(value)}) is more than device {self.device}'s total, "
-                    f"{self.baseline.total} ({format_size(self.baseline.total)}): give at most the total"
-                )
         if isinstance(reserve, Reservation):
             if reserve.device != self.device:
                 raise EngineMemoryError(
                     f"reserve is a reservation of device {reserve.device}, but this EngineMemory is for device "
                     f"{self.device}"
                 )
+            if reserve.released:
+                raise EngineMemoryError(
+                    f"reserve is a reservation of device {self.device} that was released ({reserve.path}): it holds "
+                    "nothing on the ledger; reserve again, or give reserve=True"
+                )
             self.reservation = reserve
         elif arguments.flag("reserve", reserve, error=EngineMemoryError):
+            if reserve_bytes is not None:
+                self._within_total("reserve_bytes", reserve_bytes)
             # before the start-up check: a refusal names who holds the device
             share = reserve_bytes or (self.requested if self.pinned_bytes is None else self.pinned_bytes)
             self.reservation = reserve_share(  # the share covers what it holds since its baseline (all, if late)
@@ -230,6 +234,14 @@ class EngineMemory:
         self.stored: StoredProfile | None = None  # where the windows' figures were read from (load_profile)
         self._stored_figures: dict[str, Any] | None = None
         self._cost_layout: KvLayout | None = None
+        self._kept: StoredProfile | None = None  # the profile this object stored itself (save_profile)
+
+    def _within_total(self, name: str, given: int) -> None:
+        if given > self.baseline.total:
+            raise EngineMemoryError(
+                f"{name}={given} ({format_size(given)}) is more than device {self.device}'s total memory, "
+                f"{self.baseline.total} ({format_size(self.baseline.total)}): give at most the total"
+            )
 
     @property
     def torch_device(self) -> Any:
@@ -245,6 +257,12 @@ class EngineMemory:
         ``weights_memory`` is what the engine knows its weights take, a lower bound of what it consumed.
         """
         weights = arguments.byte_count("weights_memory", weights_memory, error=EngineMemoryError)
+        if weights > self.baseline.total:
+            raise EngineMemoryError(
+                f"weights_memory={weights} ({format_size(weights)}) is more than device {self.device}'s total "
+                f"memory, {self.baseline.total} ({format_size(self.baseline.total)}): give the bytes the weights "
+                "take on this device (its shard, where the model is split)"
+            )
         with self._step("open the profile window"):
             if self.stored is not None:
                 raise EngineMemoryError(
@@ -275,7 +293,7 @@ class EngineMemory:
         count = arguments.count("passes", passes, error=EngineMemoryError)
         with self.profile(weights_memory) as result:
             for _ in range(count):
-                forward()
+                _ran(forward())
         return result
 
     @contextmanager
@@ -308,6 +326,11 @@ class EngineMemory:
 
     def _profiled(self, step: str) -> ProfileResult:
         """The profile window's result, which must have run to its end."""
+        if self.profile_result is None and self.stored is not None:
+            raise EngineMemoryError(
+                f"device {self.device}: cannot {step}: the windows' figures were read from {self.stored.path} "
+                "(load_profile), which replaces the windows: plan() next"
+            )
         if self.profile_result is None:
             raise EngineMemoryError(
                 f"device {self.device}: cannot {step} before the profile window: run the largest forward pass "
@@ -367,7 +390,11 @@ class EngineMemory:
         with self.profile(weights_memory) as window:
             result = run(blocks)
         _release_run_leftovers(self.device, self.platform)
-        self.first_run = _block_run(blocks, result, window)
+        try:
+            self.first_run = _block_run(blocks, result, window)
+        except DevmemError as exc:  # a run that gave nothing usable failed its window: it may be opened again
+            window.error = f"{type(exc).__name__}: {exc}"
+            raise
         return self.first_run
 
     def measure_block_cost(
@@ -445,6 +472,8 @@ class EngineMemory:
     def blocks_that_fit(self, cost: BlockCost) -> int:
         """The blocks :meth:`plan` would give with a block of ``cost`` (0 where none fits): how the runs of
         :meth:`measure_block_cost` are steered, by the plan's own arithmetic."""
+        if not isinstance(cost, BlockCost):
+            raise EngineMemoryError(f"cost must be a BlockCost, got {shown(cost)} of type {type(cost).__name__}")
         try:
             return self._sized(None, None, self._cost_layout, cost).num_blocks
         except NotEnoughMemoryError:
@@ -468,7 +497,12 @@ class EngineMemory:
         (:mod:`devmem.engine.profile_store`)."""
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        _check_accept(accept)
         with self._step("read a stored profile"):
+            if self.stored is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the windows' figures were already read from {self.stored.path}: plan() next"
+                )
             if self.profile_result is not None or self.block_cost is not None or self.kv_plan is not None:
                 raise EngineMemoryError(
                     f"device {self.device}: a stored profile replaces the windows: load it before profiling"
@@ -495,6 +529,12 @@ class EngineMemory:
         first, its figures are taken instead (one key, one cost), and its ``extra`` is returned; else ``extra``."""
         if not isinstance(store, ProfileStore) or not isinstance(key, Mapping):
             raise EngineMemoryError(f"store and key must be a ProfileStore and a mapping, got {shown(store)}")
+        _check_accept(accept)
+        if extra is not None and not isinstance(extra, Mapping):
+            raise EngineMemoryError(
+                f"extra must be a mapping of what the engine keeps beside the figures (JSON) or None, got "
+                f"{shown(extra)} of type {type(extra).__name__}"
+            )
         with self._step("keep the profile"):
             return self._save_profile(store, key, extra, kind, accept)
 
@@ -522,6 +562,10 @@ class EngineMemory:
         kept, mine = store.save_first(kind, key, figures, time.time(), _stored_check(self.baseline.total, accept))
         if kept is None:
             return ours
+        own = self._kept is not None and (kept.path, kept.created) == (self._kept.path, self._kept.created)
+        if own:  # this object's own profile, stored before (measure_block_cost's store): kept again with this extra
+            store.save(kind, key, figures, kept.created)
+            return ours
         if not mine:  # another engine of this key stored first: one key, one profile (as a restart reads)
             first, whole = _stored_cost(kept), _stored_start(kept)  # its extra describes its cost
             source = f"{self.block_cost_source}; another engine of this key stored its profile first ({kept.path})"
@@ -530,6 +574,7 @@ class EngineMemory:
                 return ours
             self._adopt(kept, first, whole[1], f"{source}: used that")
             return whole[2]
+        self._kept = kept
         self.block_cost_source = f"{self.block_cost_source}, stored in {kept.path}"
         return ours
 
@@ -851,6 +896,28 @@ def _block_run(blocks: int, result: object, window: ProfileResult) -> BlockRun:
         return BlockRun(blocks, int(result))
     kept = after.torch_reserved - before.torch_reserved
     return BlockRun(blocks, int(result), window.torch_peak_increase, max(0, window.transient_peak_bytes + kept))
+
+
+def _check_accept(accept: object) -> None:
+    if accept is not None and not callable(accept):
+        raise EngineMemoryError(
+            f"accept must be a callable checking the engine's extra (True to take it) or None, got {shown(accept)} "
+            f"of type {type(accept).__name__}"
+        )
+
+
+def _ran(returned: object) -> None:
+    """Refuse what a forward returns when it is work not yet run (a coroutine, a generator): the window would
+    measure nothing of it."""
+    if inspect.iscoroutine(returned) or inspect.isgenerator(returned) or inspect.isasyncgen(returned):
+        close = getattr(returned, "close", None)
+        if callable(close):
+            close()  # no "never awaited" warning beside the error
+        raise EngineMemoryError(
+            f"forward returned {type(returned).__name__} {shown(returned)}, work that has not run: profile_forward "
+            "calls a synchronous forward; run an async or generator forward to its end inside "
+            "`with memory.profile(weights_memory=...)`"
+        )
 
 
 def _release_run_leftovers(device: int, platform: Platform) -> None:

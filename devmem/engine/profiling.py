@@ -257,7 +257,8 @@ class ProfileResult:
     - ``released_cache_bytes``: what the allocator cache gave back on exit.
     - ``expandable_segments``: whether torch's allocator maps memory in expandable segments (``None`` when
       torch was not measured).
-    - ``error``: set when the block raised; such a profile cannot feed the planner (:meth:`plan_inputs` raises).
+    - ``error``: set when the block raised or the window's end could not be measured; such a profile cannot feed
+      the planner (:meth:`plan_inputs` raises).
     """
 
     baseline: MemorySnapshot
@@ -553,7 +554,8 @@ def memory_profiling(
     measures. It never asserts on
     memory that other processes moved: a difference of 128 MiB or more between the device-wide change and
     this process's own is logged as a warning with both figures. Windows may nest: an inner window does not
-    erase the outer one's peak. If the block raises, the result records it and cannot feed the planner.
+    erase the outer one's peak. If the block raises, or the window's end cannot be measured, the result records it
+    and cannot feed the planner.
 
     Run everything the engine will run again once the KV cache exists inside the window: the largest
     forward pass, and CUDA graph capture or collective warm-up where the engine uses them, so that what they
@@ -594,17 +596,18 @@ def memory_profiling(
             )
         try:
             yield result
-        except BaseException as exc:
+            result.released_cache_bytes = release_allocator_cache(device, platform)  # collects garbage first
+            after = MemorySnapshot.measure(device, platform).read_by(platform)
+            events, history = (history.stop() if history is not None else None), None
+            peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
+            history_replay = None if events is None else replay(events, before.torch_reserved, peaks[1])
+            peak = process_peak(platform, device) if module is None and carried[3] else None
+            result.process_peak = None if peak is None else max(peak, carried[2])
+            _finish(result, before, after, peaks, platform, history_replay)
+        except BaseException as exc:  # the block, or measuring its end: either way the window measured nothing
             result.error = f"{type(exc).__name__}: {exc}"
+            result.after_profile = None
             raise
-        result.released_cache_bytes = release_allocator_cache(device, platform)  # collects garbage first
-        after = MemorySnapshot.measure(device, platform).read_by(platform)
-        events, history = (history.stop() if history is not None else None), None
-        peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
-        history_replay = None if events is None else replay(events, before.torch_reserved, peaks[1])
-        peak = process_peak(platform, device) if module is None and carried[3] else None
-        result.process_peak = None if peak is None else max(peak, carried[2])
-        _finish(result, before, after, peaks, platform, history_replay)
     finally:
         if history is not None:
             history.stop()

@@ -91,7 +91,8 @@ def test_nvml_process_list_errors_become_none_with_a_reason():
     assert "NVML could not list the processes" in platform.process_memory_reason()
 
 
-def test_cgroup_limit_caps_free():
+def gb10_in_a_cgroup():
+    """A GB10 in a cgroup limited to 32 GiB, 12 GiB of it in use."""
     sc = gb10_scenario()
     sc.files.update(
         {
@@ -101,7 +102,11 @@ def test_cgroup_limit_caps_free():
             "/sys/fs/cgroup/job/memory.stat": "inactive_file 0\n",
         }
     )
-    platform, _ = gb10(sc)
+    return gb10(sc)[0]
+
+
+def test_cgroup_limit_caps_free():
+    platform = gb10_in_a_cgroup()
     assert platform.device_memory_info().free == 20 * GiB
     assert platform.memory_sources()["free"].startswith(
         "MemAvailable, includes 56.40 GiB reclaimable page cache, capped by the cgroup limit"
@@ -142,15 +147,6 @@ def test_a_failing_runtime_query_falls_back_to_memtotal():
 
 
 def test_gb10_total_is_capped_by_the_cgroup_limit():
-    sc = gb10_scenario()
-    sc.files.update(
-        {
-            "/proc/self/cgroup": "0::/job\n",
-            "/sys/fs/cgroup/job/memory.max": f"{32 * GiB}\n",
-            "/sys/fs/cgroup/job/memory.current": f"{12 * GiB}\n",
-            "/sys/fs/cgroup/job/memory.stat": "inactive_file 0\n",
-        }
-    )
-    platform, _ = gb10(sc)
+    platform = gb10_in_a_cgroup()
     assert platform.device_memory_info().total == 32 * GiB
     assert "cgroup memory limit" in platform.memory_sources()["total"]

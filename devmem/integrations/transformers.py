@@ -62,7 +62,7 @@ from devmem.engine.reservations import Reservation
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, SizingError, _bytes, requested_memory
 from devmem.platform import Platform
 from devmem.progress import Progress, progress
-from devmem.resolution.plugins import current_platform
+from devmem.resolution.plugins import current_platform, platform_argument
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -1067,7 +1067,7 @@ def size_continuous_batching(
     if not isinstance(reservation, (bool, Reservation)):
         raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
     if platform is not None:
-        arguments.platform(platform, error=SizingError)
+        platform_argument(platform, error=SizingError)
     given = device if device is not None else (baseline.device if baseline is not None else None)
     platform, device = _platform_and_device(model, given, platform)
     check = getattr(platform, "check_device", None)

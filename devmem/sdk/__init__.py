@@ -111,7 +111,7 @@ _SDK = {
     "page_cache_bytes": "devmem._host",
     "cgroup_memory": "devmem._host",
     # checked figures and limits
-    "checked_memory": "devmem.sdk.readings",
+    "checked_memory": "devmem.platform",
     "whole_bytes": "devmem.sdk.readings",
     "process_bytes": "devmem.sdk.readings",
     "process_id": "devmem.sdk.readings",

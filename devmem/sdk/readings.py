@@ -4,12 +4,12 @@
 from devmem._readings import FIGURE_LIMIT as FIGURE_LIMIT
 from devmem._readings import PID_LIMIT as PID_LIMIT
 from devmem._readings import PROCESS_BYTES_LIMIT as PROCESS_BYTES_LIMIT
-from devmem._readings import checked_memory as checked_memory
 from devmem._readings import process_bytes as process_bytes
 from devmem._readings import process_id as process_id
 from devmem._readings import process_list as process_list
 from devmem._readings import vendor_text as vendor_text
 from devmem._readings import whole_bytes as whole_bytes
+from devmem.platform import checked_memory as checked_memory
 
 __all__ = [
     "FIGURE_LIMIT",

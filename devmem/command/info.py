@@ -7,9 +7,10 @@ import argparse
 import sys
 from typing import Any
 
+from devmem._deadline import device_count
 from devmem._host import REAL_FILES, Files
 from devmem.command.common import add_command, emit_json, out
-from devmem.command.devices import chosen_candidate, device_count, device_json, sample, static_facts, why_chosen
+from devmem.command.devices import chosen_candidate, device_json, sample, static_facts, why_chosen
 from devmem.command.flags import device_index, interval, interval_ms, positive
 from devmem.platform import DeviceReport, Platform
 from devmem.resolution.plugins import current_platform, platform_candidates

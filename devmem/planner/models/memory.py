@@ -11,6 +11,7 @@ from typing import Any
 from devmem import arguments
 from devmem._results import Explanation
 from devmem.errors import ModelConfigError
+from devmem.planner.models.build import _build
 from devmem.planner.models.config import MAX_TP
 from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 from devmem.planner.models.reading import _is_dir, _shown, _whole_number, checkpoint_weights, read_json
@@ -145,9 +146,8 @@ class ModelMemory:
         tp = _whole_number("tp", tp, 1)
         if weights_bytes is not None:
             weights_bytes = _whole_number("weights_bytes", weights_bytes, 0)
-        from devmem.planner.models.build import _build  # build makes a ModelMemory: imported here, not above
-
         return _build(
+            cls,
             raw,
             kv_dtype=kv_dtype,
             tp=tp,

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import devmem.sdk
-from devmem._old_paths import MOVED
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {
@@ -22,13 +21,10 @@ BACKENDS = {
 }
 #: What a backend may import of devmem.
 PUBLIC = {"devmem", "devmem.sdk", "devmem.testing"}
-#: devmem's modules and folders, and the old paths of moved modules, which a backend may not name
-#: (``devmem.platform``, ``devmem.engine``, ``devmem.host``, ...).
-PRIVATE = (
-    {p.stem for p in (REPO / "devmem").glob("*.py")}
-    | {p.name for p in (REPO / "devmem").iterdir() if p.is_dir() and p.name not in ("sdk", "testing")}
-    | {old.rpartition(".")[2] for old in MOVED}
-)
+#: devmem's modules and folders, which a backend may not name (``devmem.platform``, ``devmem.engine``, ...).
+PRIVATE = {p.stem for p in (REPO / "devmem").glob("*.py")} | {
+    p.name for p in (REPO / "devmem").iterdir() if p.is_dir() and p.name not in ("sdk", "testing")
+}
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:

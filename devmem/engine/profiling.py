@@ -75,7 +75,7 @@ class MemorySnapshot:
 
     @classmethod
     def from_reading(cls, reading: DeviceReading, platform: Platform) -> MemorySnapshot:
-        """The snapshot of one coherent :class:`~devmem.DeviceReading` (the figure and its reason agree) and of
+        """The snapshot of one coherent :class:`~devmem.platform.DeviceReading` (the figure and its reason agree) and of
         torch's allocator now, marked as read by ``platform``: what an engine takes once at start and shares."""
         device = reading.index
         info, process = reading.info, reading.process.used

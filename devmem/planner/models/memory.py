@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
-from devmem._results import Explanation
 from devmem.errors import ModelConfigError
 from devmem.planner.models.build import _build
 from devmem.planner.models.config import MAX_TP
@@ -299,7 +298,7 @@ class ModelMemory:
             f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source}){per_rank}"
         )
         lines += [f"note: {note}" for note in self.notes]
-        return Explanation("\n".join(lines))
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -1,7 +1,7 @@
 """The built-in ``cpu`` backend (entry point ``cpu = "devmem.cpu"``): host RAM as the device.
 
 It is the embedded default on a machine with no accelerator, so the ``devmem`` command and the conformance kit
-run for real everywhere. It builds on the host readers of :mod:`devmem._host` (``devmem.sdk.host`` to backends).
+run for real everywhere. It builds on the host readers of :mod:`devmem._host` (lent to backends by :mod:`devmem.sdk`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@
   ledger, so an over-committed start is refused (:class:`~devmem.ReservationRefused`) before any weight loads.
 - ``determine_available_memory`` (replaced): vLLM's profile run inside ``memory.profile(weights_memory=...)``;
   where CUDA graphs will be captured, vLLM's own graph profiling (``profile_cudagraph_memory``) inside
-  ``memory.graphs(captured_again_after_cache=True)`` (vLLM 0.24 captures them for good after the KV cache
-  exists: the plan charges the larger of vLLM's estimate and what the window reached); then ``memory.plan(...)``
-  for vLLM's KV cache spec, tensor-parallel ranks agreeing on the smallest budget. What vLLM gets back, and prints
-  as "Available KV cache memory", is the planned blocks' bytes. No assertion where another process frees memory.
+  ``memory.graphs()``, a throwaway capture (vLLM 0.24 captures them for good after the KV cache exists); then
+  ``memory.plan(..., graphs=GraphsAfterCache(estimate=<vLLM's estimate>))`` for vLLM's KV cache spec, charged the
+  larger of vLLM's estimate and what the window reached, tensor-parallel ranks agreeing on the smallest budget.
+  What vLLM gets back, and prints as "Available KV cache memory", is the planned blocks' bytes. No assertion
+  where another process frees memory.
 - ``initialize_from_config``: the allocator cache released right before vLLM allocates the KV cache.
 - ``compile_or_warm_up_model``: what graph capture and warm-up kept, measured and logged beside the charge.
 - ``shutdown``: the reservation released (``EngineMemory.close()``).
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devmem.engine.distributed import agree_on_minimum
+from devmem.engine.graphs import GraphsAfterCache
 from devmem.engine.memory import EngineMemory, KvLayout
 from devmem.engine.profiling import MemorySnapshot
 from devmem.integrations.kit import Starts, wrap
@@ -129,12 +131,12 @@ def available_memory(worker: Any) -> int:
     runner = worker.model_runner
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile:
         runner.profile_run()
-    estimate = 0
+    graphs = None
     if _captures_graphs(worker):  # vLLM measures its graphs here, and captures them for good beside the cache
-        with memory.graphs(captured_again_after_cache=True):
-            estimate = int(runner.profile_cudagraph_memory())
+        with memory.graphs():
+            graphs = GraphsAfterCache(estimate=int(runner.profile_cudagraph_memory()))
     page, layers = _kv_spec(worker)
-    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(), graph_bytes=estimate)
+    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(), graphs=graphs)
     budget, charge = plan.num_blocks * plan.block_bytes, plan.breakdown.get("graph_capture", 0)
     group = _tp_cpu_group()
     if group is not None:  # tensor-parallel ranks: every rank takes the smallest budget

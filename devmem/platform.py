@@ -550,7 +550,9 @@ def prepare_device(platform: Platform, device: int = 0) -> None:
 
 def prepare_and_read(platform: Platform, device: int = 0) -> DeviceReading:
     """:func:`prepare_device`, then :func:`read_device`, with the index checked once: what an engine-facing object
-    does when it is created (its reading serves its baseline and its reservation alike)."""
+    does when it is created (its reading serves its baseline and its reservation alike). The reading is checked
+    against the contract as :meth:`PlatformBase.read` checks it (what :func:`device_report` reads): a backend's
+    answer outside it (free above the total, a negative figure) is refused the same way."""
     if not isinstance(platform, PlatformBase):
         prepare_device(platform, device)
         return read_device(platform, device)
@@ -559,7 +561,7 @@ def prepare_and_read(platform: Platform, device: int = 0) -> DeviceReading:
         platform._prepare(index)
     else:  # a backend that overrides prepare itself (written before the _prepare hook) checks the index again
         platform.prepare(index)
-    return platform._read(index)
+    return _checked_reading(platform, index, platform._read(index))
 
 
 def device_report(platform: Platform, device: int = 0) -> DeviceReport:

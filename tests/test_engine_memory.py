@@ -90,35 +90,6 @@ def test_graph_window_is_charged_what_capture_kept(h200, torch_rt, platform):
     assert memory.as_dict()["graph_capture_bytes"] == plan.breakdown["graph_capture"]
 
 
-def _measured_then_freed(memory, rt, sizes):
-    """vLLM 0.24's graph profiling: capture in a throwaway pool, measure, free; the real capture comes later."""
-    with memory.graphs(captured_again_after_cache=True):
-        for handle in _capture(rt, sizes):
-            rt.free(handle)
-        rt.cuda.empty_cache()
-
-
-def test_graphs_captured_again_after_the_cache_are_charged_all_the_window_reached(h200, torch_rt, platform):
-    memory = _engine(h200, torch_rt, platform, graphs=False)
-    _measured_then_freed(memory, torch_rt, [400 * MiB + 3, 12 * MiB])
-    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
-    assert plan.breakdown["graph_capture"] == 414 * MiB  # the pool's two segments, freed before the plan
-    assert plan.breakdown["transient_peak"] == memory.profile_result.transient_peak_bytes  # not the graphs' peak
-
-
-def test_the_engines_larger_estimate_of_graphs_after_the_cache_is_charged(h200, torch_rt, platform):
-    memory = _engine(h200, torch_rt, platform, graphs=False)
-    _measured_then_freed(memory, torch_rt, [12 * MiB])
-    plan = memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, graph_bytes=GiB)
-    assert plan.breakdown["graph_capture"] == GiB
-
-
-def test_a_graph_estimate_without_the_after_cache_window_is_refused(h200, torch_rt, platform):
-    memory = _engine(h200, torch_rt, platform, graphs=True)
-    with pytest.raises(EngineMemoryError, match=r"graph_bytes=1073741824 .*captured_again_after_cache=True"):
-        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, graph_bytes=GiB)
-
-
 def test_explain_says_which_layout_the_plan_assumed(h200, torch_rt, platform):
     memory = _engine(h200, torch_rt, platform, graphs=True)
     memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, layout=KvLayout.per_layer(tensors_per_layer=2))

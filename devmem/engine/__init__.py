@@ -5,6 +5,8 @@ takes, each usable alone by an engine with a lifecycle of its own.
   memory to this process), :func:`read_device` (one coherent reading), :func:`prepare_and_read` (both, the index
   checked once), :class:`MemorySnapshot` (the baseline)
   and :func:`check_startup_memory` (fail at start when free memory is below the request).
+- Graphs captured after the cache (:mod:`.graphs`): :class:`GraphsAfterCache` tells the plan of them,
+  :class:`GraphCheck` is what their capture kept against the charge.
 - Profiling (:mod:`.profiling`, :mod:`.segment_history`): :func:`memory_profiling`, a window that yields a
   :class:`ProfileResult`; a black-box cache's block cost (:mod:`.block_cost`, :func:`measure_block_cost`), and
   measured profiles kept on disk (:mod:`.profile_store`).
@@ -23,6 +25,7 @@ from devmem._lazy import lazy_exports
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
     from devmem.engine.distributed import agree_on_minimum
+    from devmem.engine.graphs import GraphCheck, GraphsAfterCache
     from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
     from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
     from devmem.engine.profiling import (
@@ -39,6 +42,8 @@ _NAMES = {
     "EngineMemory": "devmem.engine.memory",
     "EngineMemoryError": "devmem.engine.memory",
     "KvLayout": "devmem.engine.memory",
+    "GraphsAfterCache": "devmem.engine.graphs",
+    "GraphCheck": "devmem.engine.graphs",
     "prepare_and_read": "devmem.platform",
     "prepare_device": "devmem.platform",
     "read_device": "devmem.platform",
@@ -66,6 +71,8 @@ __all__ = [
     "BlockRun",
     "EngineMemory",
     "EngineMemoryError",
+    "GraphCheck",
+    "GraphsAfterCache",
     "KvCacheTensors",
     "KvLayout",
     "LedgerError",

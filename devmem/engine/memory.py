@@ -11,6 +11,15 @@
     cache = memory.allocate()  # releases the allocator cache, then one allocation with a view per layer
     log.info(memory.explain())
 
+An engine that captures its graphs after the cache exists (vLLM's V2 model runner, SGLang) tells the plan so, and
+captures them in the window after the cache (:mod:`devmem.engine.graphs`)::
+
+    graphs = GraphsAfterCache(estimate=engine_estimate, store=ProfileStore(), key=engine_key)
+    memory.plan(page_size_bytes=page, num_layers=layers, graphs=graphs)  # charged the largest figure known
+    cache = memory.allocate()
+    with memory.graphs_after_cache():  # what capture kept, checked against the charge and stored under the key
+        capture_graphs()
+
 Creating it reserves the engine's share on the host's per-device ledger (:func:`devmem.reserve`; ``reserve=False``
 opts out), so engines started together are admitted or refused before any of them loads a model; ``close()`` (or
 leaving its ``with`` block, or the process's exit) releases the reservation.
@@ -41,6 +50,7 @@ from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
 from devmem.engine._torch_device import initialised_module, torch_device_for
 from devmem.engine.block_cost import BlockCost, BlockRun, measure_block_cost
+from devmem.engine.graphs import GraphCharge, GraphCheck, GraphsAfterCache, graph_charge
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
 from devmem.engine.profile_store import ProfileStore, StoredProfile
 from devmem.engine.profiling import MemorySnapshot, ProfileResult, check_startup_memory, memory_profiling
@@ -222,8 +232,9 @@ class EngineMemory:
             raise
         self.profile_result: ProfileResult | None = None
         self.graphs_result: ProfileResult | None = None
-        self._graphs_after_cache = False
-        self._graph_bytes = 0  # the engine's own estimate of graphs captured after the cache (plan's graph_bytes)
+        self.graphs_declared: GraphsAfterCache | None = None  # graphs captured after the cache (plan's graphs)
+        self.graph_charge: GraphCharge | None = None  # what the plan charged for them, and why
+        self.graph_check: GraphCheck | None = None  # what their capture kept against that (graphs_after_cache)
         self.kv_plan: KvCachePlan | None = None
         self.layout: KvLayout | None = None
         self.num_layers: int | None = None
@@ -298,19 +309,16 @@ class EngineMemory:
         return result
 
     @contextmanager
-    def graphs(self, *, captured_again_after_cache: bool = False) -> Iterator[ProfileResult]:
+    def graphs(self) -> Iterator[ProfileResult]:
         """The graph window: capture the engine's device graphs in it, after the profile window and before the plan.
 
         The plan is charged what capture kept (the graphs' pool), and the larger of the two windows' transients.
-        ``captured_again_after_cache``: the engine measures its graphs here and frees them, to capture them for
-        good once the KV cache exists (vLLM 0.24): then all the window reached (its transient peak and what it
-        kept) is graph memory beside the cache, charged on top of the profile's transient, and the plan's
-        ``graph_bytes`` may raise it to the engine's own estimate.
+        Where the plan is told the graphs are captured for good after the cache (``plan(graphs=GraphsAfterCache(
+        ...))``), this window is a throwaway capture measuring them (vLLM 0.24 captures into a pool it frees): all
+        it reached (its transient and what it kept) is then a measurement of the graphs beside the cache
+        (:mod:`devmem.engine.graphs`), on top of the profile's transient.
         """
         with self._step("open the graph window"):
-            after_cache = arguments.flag(
-                "captured_again_after_cache", captured_again_after_cache, error=EngineMemoryError
-            )
             profile = self._profiled("open the graph window")
             if self.graphs_result is not None and self.graphs_result.error is None:
                 raise EngineMemoryError(
@@ -318,12 +326,55 @@ class EngineMemory:
                 )
             if self.kv_plan is not None:
                 raise EngineMemoryError(
-                    f"device {self.device}: the KV cache was already planned; capture graphs before plan()"
+                    f"device {self.device}: the KV cache was already planned; capture graphs before plan() (graphs "
+                    "captured after the cache: plan(graphs=GraphsAfterCache(...)), then graphs_after_cache())"
                 )
-            self._graphs_after_cache = after_cache
             with memory_profiling(self.baseline, profile.weights_memory, self.platform) as result:
                 self.graphs_result = result
                 yield result
+
+    @contextmanager
+    def graphs_after_cache(self) -> Iterator[ProfileResult]:
+        """The window around graph capture after the KV cache exists, for graphs the plan was told of
+        (``plan(graphs=GraphsAfterCache(...))``): after :meth:`allocate`, or after :meth:`plan` where the engine
+        allocates its own cache (a :class:`KvLayout` ``by_engine``). It measures what capture kept (this process's
+        memory growth where the platform attributes memory to processes, else torch's reserved growth), records
+        the check against the plan's charge (:attr:`graph_check`, in :meth:`explain` and :meth:`as_dict`), logs one
+        warning where capture kept more than was charged, and stores the figure under the declaration's key so
+        that the next start plans for it exactly."""
+        with self._step("open the graph window after the cache"):
+            declared, charge = self.graphs_declared, self.graph_charge
+            if self.kv_plan is None or declared is None or charge is None:
+                raise EngineMemoryError(
+                    f"device {self.device}: cannot open the graph window after the cache: the plan was not told of "
+                    "graphs captured after the cache; plan(..., graphs=GraphsAfterCache(estimate=...)) first"
+                )
+            if self.cache is None and not (self.layout is not None and self.layout.by_engine):
+                raise EngineMemoryError(
+                    f"device {self.device}: cannot open the graph window after the cache before the cache exists: "
+                    "allocate() first"
+                )
+            if self.graph_check is not None:
+                raise EngineMemoryError(
+                    f"device {self.device}: the graph window after the cache was already opened; capture every "
+                    "graph in one window"
+                )
+            with memory_profiling(self.baseline, 0, self.platform) as result:
+                yield result
+            check = GraphCheck.of(result, charge)
+            self.graph_check = check
+            declared.keep(check.kept_bytes, time.time())
+            if check.fits:
+                log.info("devmem: device %d: %s", self.device, check.explain())
+            else:
+                log.warning(
+                    "devmem: device %d: %s; %s",
+                    self.device,
+                    check.explain(),
+                    "the next start with this key plans for it"
+                    if declared.store is not None
+                    else "give GraphsAfterCache a store and key so that the next start plans for it",
+                )
 
     def _profiled(self, step: str) -> ProfileResult:
         """The profile window's result, which must have run to its end."""
@@ -593,16 +644,15 @@ class EngineMemory:
             if self.graphs_result is not None:
                 self._finished("graph", self.graphs_result, "plan")
                 graphs = self.graphs_result.plan_inputs()
-                kept = max(0, graphs["consumed"] - figures["consumed"])
-                if self._graphs_after_cache:  # the window's whole reach is memory beside the cache
-                    figures["graph_capture"] = max(kept + self.graphs_result.transient_reach_bytes, self._graph_bytes)
-                else:
-                    figures["graph_capture"] = kept
+                if self.graphs_declared is None:  # graphs kept from the window: charged what capture kept
+                    figures["graph_capture"] = max(0, graphs["consumed"] - figures["consumed"])
                     figures["transient_peak_bytes"] = max(
                         figures["transient_peak_bytes"], graphs["transient_peak_bytes"]
                     )
                 figures["other_processes"] = graphs["other_processes"]
                 figures["released_cache"] += graphs["released_cache"]
+        if self.graph_charge is not None:  # graphs captured after the cache (plan's graphs)
+            figures["graph_capture"] = self.graph_charge.bytes
         if self.late:  # created after the model: everything this process holds counts as consumed
             figures["consumed"] = max(figures["consumed"], self._held_now())
         return figures
@@ -623,33 +673,42 @@ class EngineMemory:
         page_size_bytes: int | None = None,
         num_layers: int | None = None,
         layout: KvLayout | None = None,
-        graph_bytes: int = 0,
+        graphs: GraphsAfterCache | None = None,
     ) -> KvCachePlan:
         """Size the KV cache for blocks of ``page_size_bytes`` on each of ``num_layers`` layers, allocated as
         ``layout`` says (:meth:`KvLayout.one_allocation`, :meth:`allocate`'s, by default). After
         :meth:`measure_block_cost`, both may be left out: a block is what it measured (one allocation per block
-        count, the engine's), and the rest of the first run's peak is the transient headroom. ``graph_bytes``:
-        the engine's own estimate of the graphs it captures after the cache (``graphs(captured_again_after_cache=
-        True)``), charged where it is larger than what that window measured.
+        count, the engine's), and the rest of the first run's peak is the transient headroom. ``graphs``: the
+        engine captures its device graphs after the cache (:class:`~devmem.engine.graphs.GraphsAfterCache`): the
+        plan charges them the largest of the figure stored under its key, all a throwaway capture in the graph
+        window reached and its estimate, or, where none measured anything, the profile window's transient
+        (:attr:`graph_charge` says which); :meth:`graphs_after_cache` then checks what capture kept.
 
         At the utilization the profile window (and the graph window, where one was opened) is required; a
         pinned cache is checked against the total beside what the profile measured, where it ran. A block's
         bytes are ``page_size_bytes * num_layers``: the place where a black-box cache's measured per-block cost,
         or a stored profile, enters the plan.
         """
+        if graphs is not None and not isinstance(graphs, GraphsAfterCache):
+            raise EngineMemoryError(
+                f"graphs must be a GraphsAfterCache (graphs captured after the cache) or None, got {shown(graphs)} "
+                f"of type {type(graphs).__name__}"
+            )
         with self._step("plan"):
-            graph_bytes = arguments.byte_count("graph_bytes", graph_bytes, error=EngineMemoryError)
-            if graph_bytes and not self._graphs_after_cache:
-                raise EngineMemoryError(
-                    f"graph_bytes={graph_bytes} is the estimate of graphs captured after the cache: open "
-                    "`memory.graphs(captured_again_after_cache=True)` first"
-                )
-            self._graph_bytes = graph_bytes
-            return self._plan(page_size_bytes, num_layers, layout)
+            return self._plan(page_size_bytes, num_layers, layout, graphs)
 
-    def _plan(self, page_size_bytes: int | None, num_layers: int | None, layout: KvLayout | None) -> KvCachePlan:
+    def _plan(
+        self,
+        page_size_bytes: int | None,
+        num_layers: int | None,
+        layout: KvLayout | None,
+        graphs: GraphsAfterCache | None,
+    ) -> KvCachePlan:
         if self.kv_plan is not None:
             raise EngineMemoryError(f"device {self.device}: the KV cache was already planned; plan once")
+        self.graphs_declared, self.graph_charge = graphs, None
+        if graphs is not None:
+            self.graph_charge = self._graph_charge(graphs)
         layout = (self._cost_layout or KvLayout.one_allocation()) if layout is None else layout
         if not isinstance(layout, KvLayout):
             raise EngineMemoryError(f"layout must be a KvLayout, got {shown(layout)} of type {type(layout).__name__}")
@@ -663,6 +722,17 @@ class EngineMemory:
         self.kv_plan = self._sized(page_size_bytes, layers, layout, self.block_cost)
         self.layout, self.num_layers = layout, layers
         return self.kv_plan
+
+    def _graph_charge(self, graphs: GraphsAfterCache) -> GraphCharge:
+        """The charge for graphs captured after the cache (:func:`~devmem.engine.graphs.graph_charge`)."""
+        if self.pinned_bytes is not None:
+            return graph_charge(graphs, self.baseline.total, None, 0, pinned=True)
+        figures = self.window_figures()
+        window = None
+        if self.graphs_result is not None:  # a throwaway capture: all it reached is graph memory beside the cache
+            kept = max(0, self.graphs_result.total_consumed - self._profiled("plan").total_consumed)
+            window = kept + self.graphs_result.transient_reach_bytes
+        return graph_charge(graphs, self.baseline.total, window, figures["transient_peak_bytes"])
 
     def _sized(
         self, page_size_bytes: int | None, layers: int | None, layout: KvLayout | None, cost: BlockCost | None
@@ -820,6 +890,11 @@ class EngineMemory:
             lines.append(f"block cost: {self.block_cost.explain()} ({self.block_cost_source})")
         if self.kv_plan is not None:
             lines.append(self.kv_plan.explain())
+            if self.graph_charge is not None:
+                lines.append(
+                    f"graphs captured after the cache: charged {format_size(self.graph_charge.bytes)} as graph "
+                    f"capture ({self.graph_charge.source}: {self.graph_charge.detail})"
+                )
             if self.layout is not None and not self.layout.by_engine:
                 lines.append("allocated by devmem: one allocation with a view per layer (EngineMemory.allocate)")
         if self.cache is not None:
@@ -827,6 +902,8 @@ class EngineMemory:
                 f"allocated {format_size(self.cache.nbytes)} after releasing {format_size(self.released_bytes or 0)} "
                 "of cached allocator blocks"
             )
+        if self.graph_check is not None:
+            lines.append(self.graph_check.explain())
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, object]:
@@ -843,6 +920,12 @@ class EngineMemory:
             "profile": None if self.profile_result is None else self.profile_result.as_dict(),
             "graphs": None if self.graphs_result is None else self.graphs_result.as_dict(),
             "graph_capture_bytes": None if self.kv_plan is None else self.kv_plan.breakdown.get("graph_capture"),
+            "graphs_after_cache": None
+            if self.graph_charge is None
+            else {
+                **self.graph_charge.as_dict(),
+                "check": None if self.graph_check is None else self.graph_check.as_dict(),
+            },
             "plan": None if self.kv_plan is None else self.kv_plan.as_dict(),
             "allocated_bytes": None if self.cache is None else self.cache.nbytes,
             "released_bytes": self.released_bytes,

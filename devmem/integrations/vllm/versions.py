@@ -6,9 +6,10 @@ leaving vLLM as it came.
 
 from __future__ import annotations
 
-import inspect
 from importlib import metadata
 from typing import Any
+
+from devmem.integrations import kit
 
 #: The module holding vLLM's GPU worker, which the plugin patches.
 WORKER_MODULE = "vllm.v1.worker.gpu_worker"
@@ -16,7 +17,7 @@ WORKER_MODULE = "vllm.v1.worker.gpu_worker"
 #: The vLLM releases the plugin was verified on (major, minor): docs/vllm.md says where.
 SUPPORTED = ((0, 24),)
 
-#: Every method the plugin wraps or calls, with its parameters as vLLM declares them.
+#: Every method the plugin wraps or calls, with the parameters it passes (a method may take more, with defaults).
 WORKER_METHODS = {
     "init_device": ("self",),
     "determine_available_memory": ("self",),
@@ -54,18 +55,8 @@ def supported_version(version: str | None = None) -> str | None:
 
 
 def shape_mismatches(worker_class: Any, runner_class: Any) -> list[str]:
-    """What differs between the classes' methods and the parameters the plugin expects (empty: all match)."""
-    found = []
-    for cls, methods in ((worker_class, WORKER_METHODS), (runner_class, RUNNER_METHODS)):
-        for name, expected in methods.items():
-            method = getattr(cls, name, None)
-            if not callable(method):
-                found.append(f"{cls.__name__}.{name} is missing")
-                continue
-            params = tuple(inspect.signature(inspect.unwrap(method)).parameters)
-            if params != expected:
-                found.append(f"{cls.__name__}.{name}{params} is not {name}{expected}")
-    return found
+    """What differs between the classes' methods and the parameters the plugin passes (empty: all match)."""
+    return kit.shape_mismatches(worker_class, WORKER_METHODS) + kit.shape_mismatches(runner_class, RUNNER_METHODS)
 
 
 __all__ = ["RUNNER_METHODS", "SUPPORTED", "WORKER_METHODS", "WORKER_MODULE", "shape_mismatches", "supported_version"]

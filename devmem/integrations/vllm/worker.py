@@ -5,10 +5,11 @@
   ledger, so an over-committed start is refused (:class:`~devmem.ReservationRefused`) before any weight loads.
 - ``determine_available_memory`` (replaced): vLLM's profile run inside ``memory.profile(weights_memory=...)``;
   where CUDA graphs will be captured, vLLM's own graph profiling (``profile_cudagraph_memory``) inside
-  ``memory.graphs(captured_again_after_cache=True)`` (vLLM 0.24 captures them for good after the KV cache
-  exists: the plan charges the larger of vLLM's estimate and what the window reached); then ``memory.plan(...)``
-  for vLLM's KV cache spec, tensor-parallel ranks agreeing on the smallest budget. What vLLM gets back, and prints
-  as "Available KV cache memory", is the planned blocks' bytes. No assertion where another process frees memory.
+  ``memory.graphs()``, a throwaway capture (vLLM 0.24 captures them for good after the KV cache exists); then
+  ``memory.plan(..., graphs=GraphsAfterCache(estimate=<vLLM's estimate>))`` for vLLM's KV cache spec, charged the
+  larger of vLLM's estimate and what the window reached, tensor-parallel ranks agreeing on the smallest budget.
+  What vLLM gets back, and prints as "Available KV cache memory", is the planned blocks' bytes. No assertion
+  where another process frees memory.
 - ``initialize_from_config``: the allocator cache released right before vLLM allocates the KV cache.
 - ``compile_or_warm_up_model``: what graph capture and warm-up kept, measured and logged beside the charge.
 - ``shutdown``: the reservation released (``EngineMemory.close()``).
@@ -16,14 +17,15 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from devmem.engine.distributed import agree_on_minimum
+from devmem.engine.graphs import GraphsAfterCache
 from devmem.engine.memory import EngineMemory, KvLayout
 from devmem.engine.profiling import MemorySnapshot
+from devmem.integrations.kit import Starts, wrap
 from devmem.integrations.vllm.versions import shape_mismatches
 from devmem.units import format_size
 
@@ -33,6 +35,13 @@ log = logging.getLogger("vllm.devmem")
 PATCHED = "_devmem_patched"
 #: The attribute under which a worker keeps its EngineMemory.
 MEMORY = "devmem_memory"
+
+
+starts = Starts(log)
+
+
+def _memory(worker: Any) -> EngineMemory | None:
+    return getattr(worker, MEMORY, None)
 
 
 def patch_worker(worker_class: Any, runner_class: Any = None) -> bool:
@@ -53,49 +62,25 @@ def patch_worker(worker_class: Any, runner_class: Any = None) -> bool:
         return False
     for name, step in (
         ("init_device", start),
+        ("determine_available_memory", determine),
         ("initialize_from_config", allocate),
         ("compile_or_warm_up_model", warm_up),
         ("shutdown", stop),
     ):
-        setattr(worker_class, name, _around(getattr(worker_class, name), step))
-    worker_class.determine_available_memory = _replaced(worker_class.determine_available_memory)
+        wrap(worker_class, name, step, _memory)
     setattr(worker_class, PATCHED, True)
     return True
 
 
-def _around(original: Callable[..., Any], step: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return step(original, self, *args, **kwargs)
-        except BaseException:
-            _close(self)  # a start that fails gives its share back, so a retry in this process is admitted
-            raise
+def determine(original: Callable[..., Any], worker: Any) -> int:
+    """devmem's budget in place of vLLM's ``determine_available_memory`` (vLLM's own for a worker devmem did not
+    start)."""
+    if _memory(worker) is None:
+        return int(original(worker))
+    import torch
 
-    return wrapped
-
-
-def _close(worker: Any) -> None:
-    memory = getattr(worker, MEMORY, None)
-    if memory is not None:
-        memory.close()
-
-
-def _replaced(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def determine_available_memory(self: Any) -> int:
-        if getattr(self, MEMORY, None) is None:  # created by a worker devmem did not start
-            return original(self)
-        import torch
-
-        try:
-            with torch.inference_mode():
-                return available_memory(self)
-        except BaseException:
-            _close(self)
-            raise
-
-    return determine_available_memory
+    with torch.inference_mode():
+        return available_memory(worker)
 
 
 def device_index(worker: Any) -> int:
@@ -126,12 +111,17 @@ def start(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) 
         )
         return original(worker, *args, **kwargs)
     cache = worker.cache_config
-    memory = EngineMemory(
-        device_index(worker),
-        utilization=cache.gpu_memory_utilization,
-        pinned_bytes=cache.kv_cache_memory_bytes or None,
+    device = device_index(worker)
+    starts.begin(
+        worker,
+        MEMORY,
+        device,
+        lambda: EngineMemory(
+            device,
+            utilization=cache.gpu_memory_utilization,
+            pinned_bytes=cache.kv_cache_memory_bytes or None,
+        ),
     )
-    setattr(worker, MEMORY, memory)
     return original(worker, *args, **kwargs)  # a failure here closes the memory (the patched method's wrapper)
 
 
@@ -141,12 +131,12 @@ def available_memory(worker: Any) -> int:
     runner = worker.model_runner
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile:
         runner.profile_run()
-    estimate = 0
+    graphs = None
     if _captures_graphs(worker):  # vLLM measures its graphs here, and captures them for good beside the cache
-        with memory.graphs(captured_again_after_cache=True):
-            estimate = int(runner.profile_cudagraph_memory())
+        with memory.graphs():
+            graphs = GraphsAfterCache(estimate=int(runner.profile_cudagraph_memory()))
     page, layers = _kv_spec(worker)
-    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(), graph_bytes=estimate)
+    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(), graphs=graphs)
     budget, charge = plan.num_blocks * plan.block_bytes, plan.breakdown.get("graph_capture", 0)
     group = _tp_cpu_group()
     if group is not None:  # tensor-parallel ranks: every rank takes the smallest budget
@@ -213,15 +203,18 @@ def _log_vllm_line(budget: int) -> None:
 
 def allocate(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
     """The allocator cache released, then vLLM allocates its KV cache."""
-    memory = getattr(worker, MEMORY, None)
-    if memory is not None:
-        memory.release_allocator_cache()
-    return original(worker, *args, **kwargs)
+    memory = _memory(worker)
+    if memory is None:
+        return original(worker, *args, **kwargs)
+    memory.release_allocator_cache()
+    result = original(worker, *args, **kwargs)
+    starts.serving(memory)
+    return result
 
 
 def warm_up(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
     """vLLM's warm-up and CUDA graph capture, and what they kept, logged beside what the plan charged."""
-    memory = getattr(worker, MEMORY, None)
+    memory = _memory(worker)
     if memory is None:
         return original(worker, *args, **kwargs)
     before = MemorySnapshot.measure(memory.device, memory.platform)
@@ -249,7 +242,9 @@ def stop(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -
     try:
         return original(worker, *args, **kwargs)
     finally:
-        _close(worker)
+        memory = _memory(worker)
+        if memory is not None:
+            memory.close()
 
 
 __all__ = ["MEMORY", "PATCHED", "available_memory", "device_index", "patch_worker"]

@@ -1,0 +1,231 @@
+"""The adapter kit (devmem.integrations.kit): the switch, the feature checks, the import hook, the wrapped steps
+that give a failed start's share back, and the starts of one engine in a process."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import textwrap
+
+import pytest
+
+from devmem import GiB
+from devmem.cpu import CpuPlatform
+from devmem.engine.memory import EngineMemory
+from devmem.integrations import kit
+from devmem.testing.scenario import HostMemory, Scenario
+
+log = logging.getLogger("engine.devmem")
+
+
+@pytest.fixture
+def host():
+    return CpuPlatform(files=Scenario(host=HostMemory(total=64 * GiB, free=60 * GiB)).fs)
+
+
+def _memory(host, utilization=0.3):
+    return EngineMemory(0, platform=host, utilization=utilization)
+
+
+class Worker:
+    pass
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", " off "])
+def test_switch_values_that_turn_the_adapter_off(value, caplog):
+    switch = kit.Switch("DEVMEM_ENGINE", "the engine", log)
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert not switch.on({"DEVMEM_ENGINE": value})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"devmem: DEVMEM_ENGINE={value}, the engine sizes its KV cache itself"
+    ]
+
+
+@pytest.mark.parametrize("environ", [{}, {"DEVMEM_ENGINE": "1"}, {"DEVMEM_ENGINE": "on"}, {"DEVMEM_ENGINE": ""}])
+def test_switch_is_on_unless_turned_off(environ, caplog):
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert kit.Switch("DEVMEM_ENGINE", "the engine", log).on(environ)
+    assert caplog.records == []
+
+
+def test_an_unknown_switch_value_is_named_in_one_warning_and_leaves_it_on(caplog):
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert kit.Switch("DEVMEM_ENGINE", "the engine", log).on({"DEVMEM_ENGINE": "disable"})
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "devmem: DEVMEM_ENGINE='disable' is none of 1, true, yes, on (on) or 0, false, no, off (off); the "
+            "plugin stays on",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.26.0", (0, 26, 0)),
+        ("0.34.0rc1", (0, 34, 0)),
+        ("0.5.15.post1", (0, 5, 15)),
+        ("1.0+cu130", (1, 0)),
+        ("dev", None),
+    ],
+)
+def test_release_reads_the_numeric_part_of_a_version(version, expected):
+    assert kit.release(version) == expected
+
+
+def test_installed_version_is_none_for_an_engine_that_is_not_there():
+    assert kit.installed_version("no-such-distribution-devmem", "no_such_module_devmem") is None
+
+
+def test_installed_version_reads_a_copy_without_metadata(tmp_path, monkeypatch):
+    (tmp_path / "bare_engine_devmem.py").write_text("__version__ = '0.7.1'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert kit.installed_version("bare-engine-devmem", "bare_engine_devmem") == "0.7.1"
+
+
+def test_parameters_of_an_uninspectable_callable_is_none():
+    assert kit.parameters(object()) is None
+    assert kit.parameters(type("Odd", (), {"__signature__": "not a signature", "__call__": lambda self: 0})()) is None
+
+
+def test_a_method_taking_more_parameters_with_defaults_accepts_the_call():
+    class Runner:
+        def profile_run(self, randomize_inputs: bool = False): ...
+
+    assert kit.shape_mismatches(Runner, {"profile_run": ("self",)}) == []
+
+
+def test_shape_mismatches_name_a_missing_method_and_a_required_extra_parameter():
+    class Runner:
+        def profile_run(self, inputs): ...
+
+    assert kit.shape_mismatches(Runner, {"profile_run": ("self",), "capture_model": ("self",)}) == [
+        "Runner.profile_run('self', 'inputs') does not take profile_run(self)",
+        "Runner.capture_model is missing",
+    ]
+
+
+def test_when_imported_patches_the_module_right_after_its_import(tmp_path, monkeypatch):
+    (tmp_path / "later_engine_devmem.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    hooks = list(sys.meta_path)
+    try:
+        kit.when_imported("later_engine_devmem", lambda module: seen.append(module.VALUE))
+        kit.when_imported("later_engine_devmem", lambda module: seen.append(module.VALUE))  # another patch
+        assert seen == []
+        import later_engine_devmem  # noqa: F401
+
+        assert seen == [1, 1]
+    finally:
+        sys.meta_path[:] = hooks
+        sys.modules.pop("later_engine_devmem", None)
+
+
+def test_when_imported_installs_one_hook_per_module_and_patch(tmp_path):
+    def patch(module):
+        pass
+
+    hooks = list(sys.meta_path)
+    try:
+        kit.when_imported("never_imported_devmem", patch)
+        kit.when_imported("never_imported_devmem", patch)
+        assert len(sys.meta_path) == len(hooks) + 1
+    finally:
+        sys.meta_path[:] = hooks
+
+
+def test_when_imported_patches_at_once_a_module_already_imported():
+    seen = []
+    kit.when_imported("logging", seen.append)
+    assert seen == [logging]
+
+
+def test_a_wrapped_step_runs_around_the_original():
+    class Engine:
+        def start(self, size):
+            return size * 2
+
+    kit.wrap(Engine, "start", lambda original, self, size: original(self, size) + 1, lambda engine: None)
+    assert Engine().start(5) == 11
+
+
+def test_wrapping_a_wrapped_method_again_is_a_no_op():
+    class Engine:
+        def start(self):
+            return 1
+
+    kit.wrap(Engine, "start", lambda original, self: original(self) + 1, lambda engine: None)
+    kit.wrap(Engine, "start", lambda original, self: original(self) + 1, lambda engine: None)
+    assert Engine().start() == 2
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("load failed"), KeyboardInterrupt()])
+def test_a_step_that_raises_gives_the_share_back(host, failure):
+    class Engine:
+        def load(self):
+            raise failure
+
+    engine = Engine()
+    engine.memory = _memory(host)
+    kit.wrap(Engine, "load", lambda original, self: original(self), lambda e: getattr(e, "memory", None))
+    with pytest.raises(type(failure)):
+        engine.load()
+    assert engine.memory.closed and engine.memory.reservation.released
+
+
+def test_a_start_begun_again_on_the_same_owner_closes_the_first(host):
+    starts, worker = kit.Starts(log), Worker()
+    first = starts.begin(worker, "memory", 0, lambda: _memory(host))
+    second = starts.begin(worker, "memory", 0, lambda: _memory(host))
+    assert first.closed and not second.closed and worker.memory is second
+
+
+def test_a_start_whose_engine_was_dropped_in_a_cycle_gives_its_share_back_to_the_retry(host):
+    starts, failed = kit.Starts(log), Worker()
+    failed.cycle = failed  # only the garbage collector frees it
+    abandoned = starts.begin(failed, "memory", 0, lambda: _memory(host, 0.6))
+    del failed
+    retry = Worker()
+    retried = starts.begin(retry, "memory", 0, lambda: _memory(host, 0.6))  # 0.6 twice would be refused
+    assert abandoned.closed and not retried.closed
+
+
+def test_a_live_engine_still_starting_keeps_its_share(host):
+    starts, first, second = kit.Starts(log), Worker(), Worker()
+    starting = starts.begin(first, "memory", 0, lambda: _memory(host))
+    other = starts.begin(second, "memory", 0, lambda: _memory(host))
+    assert not starting.closed and not other.closed
+
+
+def test_an_owner_collected_without_shutdown_gives_its_share_back(host):
+    starts, worker = kit.Starts(log), Worker()
+    memory = starts.begin(worker, "memory", 0, lambda: _memory(host))
+    del worker
+    gc.collect()
+    assert memory.closed and memory.reservation.released
+
+
+def test_an_owner_without_weak_references_still_starts(host):
+    class Slotted:
+        __slots__ = ("memory",)
+
+    owner = Slotted()
+    memory = kit.Starts(log).begin(owner, "memory", 0, lambda: _memory(host))
+    assert owner.memory is memory and not memory.closed
+
+
+def test_the_kit_module_imports_no_engine():
+    code = textwrap.dedent(
+        """
+        import sys
+        import devmem.integrations.kit
+        print(sorted(m for m in ("vllm", "sglang", "transformers", "torch") if m in sys.modules))
+        """
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -72,8 +72,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
         choices=KV_DTYPES,
         default=None,
         metavar="DTYPE",
-        help=f"KV-cache dtype, as vLLM's --kv-cache-dtype: {', '.join(KV_DTYPES)} (default auto: the family's, as "
-        "vLLM sets it)",
+        help=f"KV-cache dtype, as vLLM's --kv-cache-dtype: {', '.join(KV_DTYPES)} (default auto: what the checkpoint "
+        "declares, else the served dtype, as vLLM resolves it)",
     )
     parser.add_argument(
         "--dtype",

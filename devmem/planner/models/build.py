@@ -10,6 +10,7 @@ from devmem.planner.models.attention import _attention_shape
 from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, _Config, _dtype, _max_context, _served_dtype
 from devmem.planner.models.gemma4 import gemma4_specs
 from devmem.planner.models.kinds import ATTENTION, CHUNKED, FULL, MAMBA2, RECURRENT, SLIDING
+from devmem.planner.models.kv_dtype import DeclaredKvDtype, declared_kv_dtype
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
 from devmem.planner.models.memory import ModelMemory
 from devmem.planner.models.mimo_v2 import mimo_v2_specs
@@ -17,7 +18,7 @@ from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_specs
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
-from devmem.planner.models.spec import FP8_DS_MLA, AttentionSpec
+from devmem.planner.models.spec import FP8_DS_MLA, NVFP4, AttentionSpec
 from devmem.planner.models.weights import _estimate_weights
 
 #: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
@@ -117,6 +118,41 @@ def _refuse_shared_indexers(c: _Config) -> None:
         )
 
 
+def _kv_dtype_size(name: str) -> tuple[str, int]:
+    """A cache dtype asked for (by name or by the checkpoint) as devmem counts it: nvfp4's bytes are packed per
+    head (:class:`AttentionSpec`), the rest by element."""
+    if name == NVFP4:
+        return NVFP4, 1
+    return _dtype("fp8" if name == FP8_DS_MLA else name, "kv_dtype")
+
+
+def _resolve_kv_dtype(
+    c: _Config, kv_dtype: str, declared: DeclaredKvDtype | None, style: str, served: str, notes: list[str]
+) -> tuple[str, str]:
+    """``(the cache dtype asked for, where it came from)``: ``kv_dtype`` when given, else what the checkpoint
+    declares where vLLM applies it to this attention (compressed-tensors' scheme not to MLA), else ``auto``."""
+    if kv_dtype != "auto":
+        if declared is not None and declared.name != kv_dtype:
+            notes.append(
+                f"kv_cache_dtype {kv_dtype} overrides the {declared.name} cache the checkpoint declares "
+                f"({declared.source}), as vLLM's --kv-cache-dtype does"
+            )
+        return kv_dtype, f"kv_cache_dtype {kv_dtype}, given"
+    if declared is None:
+        return "auto", f"auto: the served dtype {served}"
+    if style == "mla" and not declared.mla:
+        notes.append(
+            f"{declared.source} declares an {declared.name} cache, but vLLM's MLA layers (MLAAttention) do not read "
+            f"it: the latent is cached in the served {served}"
+        )
+        return "auto", f"auto: the served dtype {served} ({declared.source} applies to no MLA layer)"
+    notes.append(
+        f"the KV cache is {declared.name}, as the checkpoint declares it ({declared.source}) and vLLM 0.34.0 "
+        f"resolves --kv-cache-dtype auto; --kv-cache-dtype {served} overrides it"
+    )
+    return declared.name, f"auto: declared by the checkpoint, {declared.source}"
+
+
 def _ssm_dtype(c: _Config, conv_name: str, conv_bytes: int, notes: list[str]) -> int:
     """The SSM state's dtype as vLLM's config hook for the family sets it (:data:`_VLLM_SSM_DTYPE`), else the
     convolution state's (the served dtype)."""
@@ -153,6 +189,7 @@ def _build_memory(
     state_dtype: str,
     weights_bytes: int | None,
     weights_source: str | None,
+    hf_quant_config: Mapping[str, Any] | None = None,
 ) -> ModelMemory:
     c = _Config(raw)
     if c.model_type is None:
@@ -204,22 +241,10 @@ def _build_memory(
     model_dtype, model_bytes = _served_dtype(c, dtype, notes)
     if kv_dtype not in KV_DTYPES:
         raise ModelConfigError(f"kv_dtype {_shown(kv_dtype)} is not one of {', '.join(KV_DTYPES)}")
-    kv_name, kv_bytes = (
-        (model_dtype, model_bytes)
-        if kv_dtype == "auto"
-        else _dtype("fp8" if kv_dtype == FP8_DS_MLA else kv_dtype, "kv_dtype")
-    )
+    declared = declared_kv_dtype(raw, hf_quant_config, c.model_type, notes)
     if state_dtype != "auto" and not isinstance(state_dtype, str):
         raise ModelConfigError(f"state_dtype {_shown(state_dtype)} is not a dtype name")
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
-    quant = c.values.get("quantization_config")
-    scheme = quant.get("kv_cache_scheme") if isinstance(quant, Mapping) else None
-    if isinstance(scheme, Mapping) and kv_dtype == "auto":
-        notes.append(
-            f"the checkpoint ships KV-cache quantization scales (kv_cache_scheme, {_shown(scheme.get('num_bits'))} "
-            f"bits): the cache is counted in {kv_name} (kv_dtype auto); an engine run with an fp8 cache "
-            "(--kv-dtype fp8) holds half"
-        )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
     state_kinds = kinds  # Falcon-H1's and Zamba2's attention layers run a Mamba2 mixer beside them
@@ -241,6 +266,8 @@ def _build_memory(
         )
     style, heads, kv, head_dim, attention_notes = _attention_shape(c)
     notes += attention_notes
+    asked, kv_source = _resolve_kv_dtype(c, kv_dtype, declared, style, model_dtype, notes)
+    kv_name, kv_bytes = (model_dtype, model_bytes) if asked == "auto" else _kv_dtype_size(asked)
     window = (
         c.first_int("sliding_window", "sliding_window_size", why="sliding-window layers") if SLIDING in kinds else None
     )
@@ -260,11 +287,12 @@ def _build_memory(
                 f"DeepSeek sparse attention's indexer caches a key per token per layer: {index_dim} fp8 B + "
                 f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
             )
-            if kv_dtype in ("fp8", FP8_DS_MLA):
+            if asked in ("fp8", NVFP4, FP8_DS_MLA):
                 kv_name, kv_bytes = FP8_DS_MLA, 1
                 notes.append(
-                    f"an fp8 cache of DeepSeek sparse attention is vLLM's packed latent ({FP8_DS_MLA}): the latent in "
-                    "fp8 with a 4-byte scale per 128, the rope part in bf16"
+                    f"a quantized cache of DeepSeek sparse attention is vLLM's packed latent ({FP8_DS_MLA}, as its "
+                    "FLASHMLA_SPARSE backend serves fp8 and nvfp4 alike): the latent in fp8 with a 4-byte scale per "
+                    "128, the rope part in bf16"
                 )
             else:
                 notes.append(
@@ -278,11 +306,23 @@ def _build_memory(
             c.model_type,
             ("index_topk",),
         )
+    if style == "mla" and not indexer and kv_name == NVFP4:
+        raise c.refuse(
+            "kv_cache_dtype" if kv_dtype != "auto" else "quantization_config",
+            f"an nvfp4 KV cache ({kv_source}) of MLA without DeepSeek sparse attention: vLLM's nvfp4 layout packs K "
+            "and V per head, and devmem does not model a latent in it",
+        )
     if style == "mla" and not indexer and kv_name == "fp8":
         notes.append("fp8 MLA counted at 1 byte per latent element (vLLM's fp8 MLA cache)")
     specs: tuple[AttentionSpec, ...] = ()
     if c.model_type in _PER_LAYER_SPECS:
         specs = tuple(_PER_LAYER_SPECS[c.model_type](c, kinds, kv, head_dim, window))
+    if kv_name == NVFP4 and any(s.k_head_size != s.v_head_size for s in specs):
+        raise c.refuse(
+            "kv_cache_dtype" if kv_dtype != "auto" else "quantization_config",
+            f"an nvfp4 KV cache ({kv_source}) of layers whose K and V heads differ in size: vLLM's nvfp4 layout "
+            "asserts they are equal",
+        )
     if weights_bytes is None:
         weights_bytes, weight_notes = _estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
         weights_source = "estimated from config.json" + (" (text model only)" if c.nested else "")
@@ -308,6 +348,7 @@ def _build_memory(
         dtype_bytes=model_bytes,
         kv_dtype=kv_name,
         kv_dtype_bytes=kv_bytes,
+        kv_dtype_source=kv_source,
         states=states,
         conv_state_dtype_bytes=conv_bytes,
         ssm_state_dtype_bytes=ssm_bytes,

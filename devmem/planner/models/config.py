@@ -30,8 +30,9 @@ _DTYPES: dict[str, tuple[str, int]] = {
 
 
 #: KV-cache dtypes a user may ask for (vLLM's ``--kv-cache-dtype``): ``auto`` is the family's default (the model's
-#: dtype, or what vLLM chooses for the family); ``fp8_ds_mla`` is DeepSeek sparse attention's packed fp8 latent.
-KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "fp32")
+#: dtype, or what the checkpoint declares, as vLLM resolves it); ``fp8_ds_mla`` is DeepSeek sparse attention's packed
+#: fp8 latent; ``nvfp4`` packs K and V in fp4 with fp8 scales.
+KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "nvfp4", "fp32")
 
 
 #: GPT-2's key names (GPT2Config's ``attribute_map``), shared by GPT-J, CodeGen and GPTBigCode.

@@ -1,0 +1,133 @@
+"""Published configs of the fourth round (issue 46): quantized checkpoints that declare their KV-cache dtype, and the
+newest attention kinds.
+
+As in model_configs_third.py, the Hugging Face files are not in the reference store: each config is the one public
+repositories quote as the published file (named above it), trimmed to the keys that matter; where a quantization
+config is the shape a tool writes rather than one release's file, the comment says so.
+"""
+
+from __future__ import annotations
+
+# meta-llama/Llama-3.3-70B-Instruct config.json (the NVFP4 release nvidia/Llama-3.3-70B-Instruct-FP4 ships the same
+# config.json and puts its quantization in hf_quant_config.json beside it).
+LLAMA_3_3_70B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+# nvidia/Llama-3.3-70B-Instruct-FP4 hf_quant_config.json, with the values a public deployment script checks in the
+# published file (quant_algo NVFP4, kv_cache_quant_algo FP8, group_size 16, lm_head excluded) and the index's
+# metadata.total_size it checks: 42,709,045,632 bytes.
+LLAMA_3_3_70B_FP4_QUANT = {
+    "producer": {"name": "modelopt", "version": "0.23.0"},
+    "quantization": {
+        "quant_algo": "NVFP4",
+        "kv_cache_quant_algo": "FP8",
+        "group_size": 16,
+        "exclude_modules": ["lm_head"],
+    },
+}
+LLAMA_3_3_70B_FP4_TOTAL_SIZE = 42_709_045_632
+
+# nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 hf_quant_config.json, as a Rust test quotes "the exact schema shipped"
+# (exclude_modules trimmed there to three of its entries); its config.json is the BF16 release's (NEMOTRON_3_NANO).
+NEMOTRON_3_NANO_NVFP4_QUANT = {
+    "producer": {"name": "modelopt", "version": "0.29.0"},
+    "quantization": {
+        "quant_algo": "NVFP4",
+        "kv_cache_quant_algo": "FP8",
+        "group_size": 16,
+        "exclude_modules": ["lm_head", "backbone.layers.4.mixer.in_proj", "backbone.layers.0.mixer.conv1d"],
+    },
+}
+
+
+def modelopt_quantization_config(quant_algo: str, kv_cache_quant_algo: str | None, ignore: list[str]) -> dict:
+    """config.json's ``quantization_config`` as ModelOpt 0.31 and later write it (NVIDIA/Model-Optimizer,
+    modelopt/torch/export/convert_hf_config.py ``convert_hf_quant_config_format``): an FP8 KV cache becomes the
+    ``kv_cache_scheme`` object, another algorithm its name; ``quant_method`` ``modelopt``."""
+    bits = 4 if quant_algo == "NVFP4" else 8
+    scheme: dict = {"dynamic": False, "num_bits": bits, "type": "float"}
+    if quant_algo == "NVFP4":
+        scheme["group_size"] = 16
+    config: dict = {
+        "config_groups": {"group_0": {"input_activations": scheme, "weights": scheme, "targets": ["Linear"]}},
+        "ignore": ignore,
+        "quant_algo": quant_algo,
+        "producer": {"name": "modelopt", "version": "0.37.0"},
+        "quant_method": "modelopt",
+    }
+    if kv_cache_quant_algo == "FP8":
+        config["kv_cache_scheme"] = {"dynamic": False, "num_bits": 8, "type": "float"}
+    elif kv_cache_quant_algo is not None:
+        config["kv_cache_scheme"] = kv_cache_quant_algo
+    return config
+
+
+# config.json's quantization_config as llm-compressor writes an FP8 checkpoint with an FP8 KV cache (the
+# compressed-tensors QuantizationArgs of its weights and of kv_cache_scheme, written out in full).
+COMPRESSED_TENSORS_FP8_KV = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": {
+                "actorder": None,
+                "block_structure": None,
+                "dynamic": True,
+                "group_size": None,
+                "num_bits": 8,
+                "observer": None,
+                "strategy": "token",
+                "symmetric": True,
+                "type": "float",
+            },
+            "targets": ["Linear"],
+            "weights": {
+                "actorder": None,
+                "block_structure": None,
+                "dynamic": False,
+                "group_size": None,
+                "num_bits": 8,
+                "observer": "minmax",
+                "strategy": "channel",
+                "symmetric": True,
+                "type": "float",
+            },
+        }
+    },
+    "format": "float-quantized",
+    "ignore": ["lm_head"],
+    "kv_cache_scheme": {
+        "actorder": None,
+        "block_structure": None,
+        "dynamic": False,
+        "group_size": None,
+        "num_bits": 8,
+        "observer": "minmax",
+        "strategy": "tensor",
+        "symmetric": True,
+        "type": "float",
+    },
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}

@@ -8,6 +8,8 @@ config is the shape a tool writes rather than one release's file, the comment sa
 
 from __future__ import annotations
 
+from model_configs_third import GLM_5
+
 # meta-llama/Llama-3.3-70B-Instruct config.json (the NVFP4 release nvidia/Llama-3.3-70B-Instruct-FP4 ships the same
 # config.json and puts its quantization in hf_quant_config.json beside it).
 LLAMA_3_3_70B = {
@@ -130,4 +132,24 @@ COMPRESSED_TENSORS_FP8_KV = {
     },
     "quant_method": "compressed-tensors",
     "quantization_status": "compressed",
+}
+
+
+def _glm_5_2_indexer_types() -> list[str]:
+    types = ["shared"] * 78
+    for layer in (0, 1, 2, *range(6, 78, 4)):
+        types[layer] = "full"
+    return types
+
+
+# zai-org/GLM-5.2 config.json: GLM-5's architecture (glm_moe_dsa, 78 layers) with the IndexShare keys. indexer_types
+# as a public profile test gives the official checkpoint's ("full producers at 0, 1, 2 then every 4th layer": 21
+# full, 57 shared); mlp_layer_types, index_share_for_mtp_iteration and moe_router_dtype are keys a public validator
+# of the checkpoint requires, with the values it fixes. The other keys are GLM-5's: not checked key by key.
+GLM_5_2 = {
+    **GLM_5,
+    "indexer_types": _glm_5_2_indexer_types(),
+    "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 75,
+    "index_share_for_mtp_iteration": True,
+    "moe_router_dtype": "float32",
 }

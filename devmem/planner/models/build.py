@@ -18,7 +18,8 @@ from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_specs
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
-from devmem.planner.models.spec import FP8_DS_MLA, NVFP4, AttentionSpec
+from devmem.planner.models.sparse_indexer import indexer_layers
+from devmem.planner.models.spec import FP8_DS_MLA, NVFP4, SPARSE_MLA, AttentionSpec
 from devmem.planner.models.weights import _estimate_weights
 
 #: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
@@ -99,23 +100,6 @@ def _build(*args: Any, **options: Any) -> ModelMemory:
             if exc.model_type and "model_type" not in str(exc):  # type: ignore[attr-defined]
                 exc.args = (f"config of model_type {exc.model_type!r}: {exc}",)  # type: ignore[attr-defined]
         raise
-
-
-def _refuse_shared_indexers(c: _Config) -> None:
-    """Sparse attention whose layers share one indexer (GLM-5.2's ``indexer_types`` "shared", ``index_topk_freq``
-    above 1) is refused: whether a sharing layer still caches an indexer key is not modelled."""
-    types, freq = c.values.get("indexer_types"), c.values.get("index_topk_freq")
-    if types is not None:
-        key, value, sharing = "indexer_types", types, not isinstance(types, list) or any(t != "full" for t in types)
-    else:
-        key, value, sharing = "index_topk_freq", freq, freq not in (None, 1)
-    if sharing:
-        raise UnknownArchitectureError(
-            f"config of model_type {c.model_type!r} sets {key}={_shown(value)}: layers that reuse another layer's "
-            "sparse-attention indexer (or an indexer schedule devmem cannot read), whose cache devmem does not model",
-            c.model_type,
-            (key,),
-        )
 
 
 def _kv_dtype_size(name: str) -> tuple[str, int]:
@@ -276,16 +260,24 @@ def _build_memory(
         c.require("attention_chunk_size", why="chunked-local attention layers")
     states = _recurrent_states(c, state_kinds)
     ssm_bytes = _ssm_dtype(c, conv_name, conv_bytes, notes) if states and state_dtype == "auto" else conv_bytes
-    rope_dim, indexer = 0, 0
+    rope_dim, indexer, with_indexer = 0, 0, [True] * layers
     if style == "mla":
         rope_dim = c.int("qk_rope_head_dim")
         if c.has("index_topk") or c.model_type in ("deepseek_v32", "glm_moe_dsa"):
-            _refuse_shared_indexers(c)
+            with_indexer, schedule = indexer_layers(c, layers)
             index_dim = c.int("index_head_dim", why="the sparse-attention indexer's key cache")
             indexer = index_dim + -(-index_dim // 128) * 4
+            built = sum(1 for layer, kind in enumerate(kinds) if kind in ATTENTION and with_indexer[layer])
             notes.append(
-                f"DeepSeek sparse attention's indexer caches a key per token per layer: {index_dim} fp8 B + "
-                f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
+                f"DeepSeek sparse attention's indexer caches a key per token on each layer that builds one: "
+                f"{index_dim} fp8 B + {-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's "
+                "DeepseekV32IndexerCache)"
+                + (
+                    f"; {schedule}: the {kinds.count(FULL) - built} sharing layers reuse the top-k of the closest "
+                    "preceding indexer layer and cache only the latent (vLLM's compute_skip_topk_layers)"
+                    if schedule
+                    else ""
+                )
             )
             if asked in ("fp8", NVFP4, FP8_DS_MLA):
                 kv_name, kv_bytes = FP8_DS_MLA, 1
@@ -317,6 +309,21 @@ def _build_memory(
     specs: tuple[AttentionSpec, ...] = ()
     if c.model_type in _PER_LAYER_SPECS:
         specs = tuple(_PER_LAYER_SPECS[c.model_type](c, kinds, kv, head_dim, window))
+    elif indexer and not all(with_indexer):  # the sharing layers cache the latent alone
+        specs = tuple(
+            AttentionSpec(
+                kind,
+                1,
+                head_dim,
+                0,
+                window if kind == SLIDING else chunk if kind == CHUNKED else None,
+                SPARSE_MLA,
+                rope_dim,
+                indexer if with_indexer[layer] else 0,
+            )
+            for layer, kind in enumerate(kinds)
+            if kind in ATTENTION
+        )
     if kv_name == NVFP4 and any(s.k_head_size != s.v_head_size for s in specs):
         raise c.refuse(
             "kv_cache_dtype" if kv_dtype != "auto" else "quantization_config",

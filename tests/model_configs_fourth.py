@@ -8,7 +8,7 @@ config is the shape a tool writes rather than one release's file, the comment sa
 
 from __future__ import annotations
 
-from model_configs_third import GLM_5
+from model_configs_third import GLM_5, NEMOTRON_3_SUPER_120B
 
 # meta-llama/Llama-3.3-70B-Instruct config.json (the NVFP4 release nvidia/Llama-3.3-70B-Instruct-FP4 ships the same
 # config.json and puts its quantization in hf_quant_config.json beside it).
@@ -152,4 +152,16 @@ GLM_5_2 = {
     "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 75,
     "index_share_for_mtp_iteration": True,
     "moe_router_dtype": "float32",
+}
+
+
+_NEMOTRON_H_LAYER_TYPES = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+
+
+# A Nemotron 3 config in the form Nemotron 3 Ultra's config.json takes (nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B: the
+# layers only as layers_block_type, no num_hidden_layers, as NemotronHConfig writes them since transformers 5):
+# Nemotron-3-Super-120B's layers (NEMOTRON_3_SUPER_120B) written so. Ultra's own file is not in the reference store.
+NEMOTRON_3_LAYERS_BLOCK_TYPE = {
+    **{k: v for k, v in NEMOTRON_3_SUPER_120B.items() if k not in ("num_hidden_layers", "hybrid_override_pattern")},
+    "layers_block_type": [_NEMOTRON_H_LAYER_TYPES[c] for c in NEMOTRON_3_SUPER_120B["hybrid_override_pattern"]],
 }

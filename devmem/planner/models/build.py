@@ -222,6 +222,11 @@ def _build_memory(
             f"config key num_hidden_layers={layers} is more layers than devmem sizes (at most {MAX_LAYERS})"
         )
     notes: list[str] = []
+    if c.layer_count_from:
+        notes.append(
+            f"num_hidden_layers {layers}: the length of {c.layer_count_from}, as {c.family or 'the config class'} "
+            "derives it (config.json sets none)"
+        )
     model_dtype, model_bytes = _served_dtype(c, dtype, notes)
     if kv_dtype not in KV_DTYPES:
         raise ModelConfigError(f"kv_dtype {_shown(kv_dtype)} is not one of {', '.join(KV_DTYPES)}")

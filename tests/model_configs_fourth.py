@@ -165,3 +165,66 @@ NEMOTRON_3_LAYERS_BLOCK_TYPE = {
     **{k: v for k, v in NEMOTRON_3_SUPER_120B.items() if k not in ("num_hidden_layers", "hybrid_override_pattern")},
     "layers_block_type": [_NEMOTRON_H_LAYER_TYPES[c] for c in NEMOTRON_3_SUPER_120B["hybrid_override_pattern"]],
 }
+
+
+# A MiniMax-M3 text config (an architecture vLLM 0.34.0 does not register as MiniMaxM3ForCausalLM), shaped after
+# transformers' MiniMaxM3VLTextConfig defaults (60 layers, 64 heads, 4 KV heads of 128) with its sparse attention
+# in the sparse_attention_config object the config class folds in (sparse_attention_freq per layer, the lightning
+# indexer's heads, dims and blocks). Not the published file: its shape.
+MINIMAX_M3_SHAPED = {
+    "architectures": ["MiniMaxM3ForCausalLM"],
+    "model_type": "minimax_m3",
+    "hidden_size": 6144,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 60,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "rotary_dim": 64,
+    "max_position_embeddings": 524288,
+    "vocab_size": 200064,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "shared_intermediate_size": 3072,
+    "dense_intermediate_size": 12288,
+    "sparse_attention_config": {
+        "sparse_attention_freq": [0, 0, 0] + [1] * 57,
+        "sparse_num_index_heads": 4,
+        "sparse_index_dim": 128,
+        "sparse_block_size": 128,
+        "sparse_topk_blocks": 16,
+        "sparse_local_block": 1,
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+# A DeepSeek-V4 config shaped after transformers' DeepseekV4Config defaults (its docstring checkpoint,
+# deepseek-ai/DeepSeek-V4-Flash-Base: 43 layers, one KV head of 512, qk_rope_head_dim 64, no kv_lora_rank), with the
+# per-layer compress_ratios the released config.json carries (0 a sliding-window layer, 4 compressed sparse
+# attention, 128 heavily compressed) in DeepseekV4Config's default order. Not the published file: its shape.
+DEEPSEEK_V4_SHAPED = {
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "hidden_size": 4096,
+    "num_hidden_layers": 43,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 1,
+    "head_dim": 512,
+    "qk_rope_head_dim": 64,
+    "q_lora_rank": 1024,
+    "o_groups": 8,
+    "o_lora_rank": 1024,
+    "sliding_window": 128,
+    "compress_ratios": [128, 128] + [4 if layer % 2 else 128 for layer in range(41)],
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 512,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 2048,
+    "max_position_embeddings": 1048576,
+    "vocab_size": 129280,
+    "torch_dtype": "bfloat16",
+}

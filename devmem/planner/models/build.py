@@ -20,22 +20,9 @@ from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
 from devmem.planner.models.sparse_indexer import indexer_layers
 from devmem.planner.models.spec import FP8_DS_MLA, NVFP4, SPARSE_MLA, AttentionSpec
+from devmem.planner.models.vocabulary import REFUSED as _UNMODELLED
+from devmem.planner.models.vocabulary import unknown_attention_keys
 from devmem.planner.models.weights import _estimate_weights
-
-#: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
-_UNMODELLED = {
-    "num_kv_shared_layers": "KV shared across layers (Gemma 3n)",
-    "linear_attn_config": "Kimi-Linear's delta-attention layers",
-    "cross_attention_layers": "cross-attention layers (Mllama)",
-    "multi_query": "a multi-query flag (read for Falcon only)",
-    "n_head_kv": "a KV-head count under the key n_head_kv",
-    "num_kv_heads": "a KV-head count under the key num_kv_heads",
-    "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
-    "kv_n_heads": "a KV-head count under the key kv_n_heads",
-    "use_cla": "cross-layer attention (Hunyuan's CLA: adjacent layers share one KV cache)",
-    "block_types": "RecurrentGemma's recurrent blocks",
-}
-
 
 #: Keys of :data:`_UNMODELLED` a family reads as vLLM reads them: Falcon's (``multi_query`` unless
 #: ``new_decoder_architecture``, then ``num_kv_heads``), GPTBigCode's ``multi_query`` (one KV head), ChatGLM's
@@ -195,6 +182,14 @@ def _build_memory(
             f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model",
             c.model_type,
             tuple(refused),
+        )
+    unknown = unknown_attention_keys(k for k in c.values if k not in c.defaults)
+    if unknown:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} sets {', '.join(unknown)}: attention settings devmem neither "
+            "reads nor knows to leave the cache unchanged, so it does not plan the model as something else",
+            c.model_type,
+            tuple(unknown),
         )
     if c.model_type == "mpt" and (not c.flag("alibi", True) or c.flag("prefix_lm", False)):
         raise UnknownArchitectureError(

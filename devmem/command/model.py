@@ -57,7 +57,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
         default=None,
         required=required,
         metavar="PATH",
-        help="a model folder holding config.json (and its safetensors), or a config.json",
+        help="a model folder holding config.json (and its safetensors), a config.json, or a Hugging Face id "
+        "(ORG/NAME) found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME)",
     )
     parser.add_argument(
         "--tp",

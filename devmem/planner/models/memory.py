@@ -12,6 +12,7 @@ from devmem import arguments
 from devmem._results import Explanation
 from devmem.errors import ModelConfigError
 from devmem.planner.models.config import MAX_TP
+from devmem.planner.models.hub import cached_model, is_repo_id
 from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 from devmem.planner.models.reading import _is_dir, _shown, _whole_number, checkpoint_weights, read_json
 from devmem.planner.models.recurrent import RecurrentState
@@ -360,8 +361,11 @@ def _grouped(specs: tuple[AttentionSpec, ...]) -> dict[AttentionSpec, int]:
 
 def load_model(path: str | os.PathLike, **options: Any) -> ModelMemory:
     """A model from a path: a folder (:meth:`ModelMemory.from_pretrained_dir`), a ``config.json`` (the same, on
-    its folder) or another JSON config file (:meth:`ModelMemory.from_config`, weights estimated)."""
+    its folder) or another JSON config file (:meth:`ModelMemory.from_config`, weights estimated); or from a Hugging
+    Face id (``ORG/NAME``) that is no path, its snapshot in the local Hugging Face cache (:mod:`.hub`)."""
     file = Path(path)
+    if isinstance(path, str) and not os.path.lexists(file) and is_repo_id(path):
+        return ModelMemory.from_pretrained_dir(cached_model(path), **options)
     if _is_dir(file):
         return ModelMemory.from_pretrained_dir(file, **options)
     if file.name == "config.json" and _is_dir(file.parent):

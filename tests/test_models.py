@@ -514,7 +514,7 @@ def test_qwen3_moe_weights_estimate_counts_experts_and_router():
 def test_fp8_checkpoint_counts_its_matrices_at_one_byte():
     m, unquantized = model(DEEPSEEK_V3), model({k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"})
     assert m.weights_bytes < unquantized.weights_bytes * 0.51
-    assert any("counted at 8 bits" in note for note in m.notes)
+    assert any("at 8.00195 bits per weight (fp8, block scales included)" in note for note in m.notes)
 
 
 COMPRESSED_TENSORS_FP8 = {

@@ -10,7 +10,7 @@ from devmem.planner.models.attention import _attention_shape
 from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, _Config, _dtype, _max_context, _served_dtype
 from devmem.planner.models.gemma4 import gemma4_specs
 from devmem.planner.models.kinds import ATTENTION, CHUNKED, FULL, MAMBA2, RECURRENT, SLIDING
-from devmem.planner.models.kv_dtype import DeclaredKvDtype, declared_kv_dtype
+from devmem.planner.models.kv_dtype import DeclaredKvDtype, declared_kv_dtype, layer_quantization, quant_method
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
 from devmem.planner.models.memory import ModelMemory
 from devmem.planner.models.mimo_v2 import mimo_v2_specs
@@ -22,6 +22,7 @@ from devmem.planner.models.sparse_indexer import indexer_layers
 from devmem.planner.models.spec import FP8_DS_MLA, NVFP4, SPARSE_MLA, AttentionSpec
 from devmem.planner.models.vocabulary import REFUSED as _UNMODELLED
 from devmem.planner.models.vocabulary import unknown_attention_keys
+from devmem.planner.models.weight_format import weight_format
 from devmem.planner.models.weights import _estimate_weights
 
 #: Keys of :data:`_UNMODELLED` a family reads as vLLM reads them: Falcon's (``multi_query`` unless
@@ -331,7 +332,11 @@ def _build_memory(
             "asserts they are equal",
         )
     if weights_bytes is None:
-        weights_bytes, weight_notes = _estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
+        quant, where = layer_quantization(raw, hf_quant_config)
+        fmt = None if quant is None else weight_format(quant, quant_method(quant, where, c.model_type), where)
+        weights_bytes, weight_notes = _estimate_weights(
+            c, kinds, (style, heads, kv, head_dim), (model_dtype, model_bytes), fmt
+        )
         weights_source = "estimated from config.json" + (" (text model only)" if c.nested else "")
         notes += weight_notes
     max_context, context_source = _max_context(c)

@@ -61,7 +61,7 @@ def checkpoint_quantization(
     return None, ""
 
 
-def _quant_method(quant: Mapping[str, Any], where: str, model_type: str | None) -> str:
+def quant_method(quant: Mapping[str, Any], where: str, model_type: str | None) -> str:
     """``quant_method`` as vLLM normalizes it: ModelOpt's by ``producer.name`` and ``quantization.quant_algo``,
     lower case, ``compressed_tensors`` spelt ``compressed-tensors``."""
     producer = quant.get("producer")
@@ -143,6 +143,20 @@ def _compressed_tensors_kv(quant: Mapping[str, Any], where: str, model_type: str
     return DeclaredKvDtype("fp8", f"an 8-bit float kv_cache_scheme in {where}, compressed-tensors", mla=False)
 
 
+def layer_quantization(
+    raw: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None
+) -> tuple[Mapping[str, Any] | None, str]:
+    """The quantization config vLLM builds the layers with (``get_quant_config``): :func:`checkpoint_quantization`'s,
+    else the text config's ``quantization_config``, else ``compression_config``, and where it came from."""
+    quant, where = checkpoint_quantization(raw, hf_quant_config)
+    if quant is None:
+        text = raw.get("text_config")
+        for holder, key in ((text, "quantization_config"), (raw, "compression_config")):
+            if isinstance(holder, Mapping) and isinstance(holder.get(key), Mapping):
+                return holder[key], f"config.json's {'text_config.' if holder is text else ''}{key}"
+    return quant, where
+
+
 def declared_kv_dtype(
     raw: Mapping[str, Any],
     hf_quant_config: Mapping[str, Any] | None,
@@ -152,15 +166,9 @@ def declared_kv_dtype(
     """The KV-cache dtype the checkpoint declares, as vLLM 0.34.0 resolves ``auto`` (None: none declared, the served
     dtype). A declaration vLLM refuses is an :class:`UnknownArchitectureError` naming the key."""
     quant, where = checkpoint_quantization(raw, hf_quant_config)
-    compressed = quant
-    if compressed is None:  # the Attention layers' quant config: the text config's, else compression_config
-        text = raw.get("text_config")
-        for holder, key in ((text, "quantization_config"), (raw, "compression_config")):
-            if isinstance(holder, Mapping) and isinstance(holder.get(key), Mapping):
-                compressed, where = holder[key], f"config.json's {'text_config.' if holder is text else ''}{key}"
-                break
-    if quant is not None and _quant_method(quant, where, model_type).startswith("modelopt"):
+    compressed, where = layer_quantization(raw, hf_quant_config)  # what the Attention layers are built with
+    if quant is not None and quant_method(quant, where, model_type).startswith("modelopt"):
         return _modelopt_kv(quant, where, notes)
-    if compressed is not None and _quant_method(compressed, where, model_type) == "compressed-tensors":
+    if compressed is not None and quant_method(compressed, where, model_type) == "compressed-tensors":
         return _compressed_tensors_kv(compressed, where, model_type)
     return None

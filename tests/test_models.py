@@ -215,7 +215,8 @@ def test_tensor_parallel_must_be_a_positive_whole_number():
 
 
 def test_unknown_kv_dtype_is_refused_naming_the_choices():
-    with pytest.raises(ModelConfigError, match="kv_dtype 'int4' is not one of auto, bf16, fp16, fp8, fp8_ds_mla, fp32"):
+    choices = "auto, bf16, fp16, fp8, fp8_ds_mla, nvfp4, fp32"
+    with pytest.raises(ModelConfigError, match=f"kv_dtype 'int4' is not one of {choices}"):
         model(LLAMA_3_1_8B, kv_dtype="int4")
 
 
@@ -513,7 +514,7 @@ def test_qwen3_moe_weights_estimate_counts_experts_and_router():
 def test_fp8_checkpoint_counts_its_matrices_at_one_byte():
     m, unquantized = model(DEEPSEEK_V3), model({k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"})
     assert m.weights_bytes < unquantized.weights_bytes * 0.51
-    assert any("counted at 8 bits" in note for note in m.notes)
+    assert any("at 8.00195 bits per weight (fp8, block scales included)" in note for note in m.notes)
 
 
 COMPRESSED_TENSORS_FP8 = {
@@ -526,7 +527,7 @@ COMPRESSED_TENSORS_FP8 = {
     },
     "format": "float-quantized",
     "ignore": ["lm_head"],
-    "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "type": "float"},
+    "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "strategy": "tensor", "symmetric": True, "type": "float"},
     "quant_method": "compressed-tensors",
     "quantization_status": "compressed",
 }
@@ -539,10 +540,12 @@ def test_compressed_tensors_checkpoint_counts_its_matrices_at_their_group_width(
     assert m.weights_bytes == 6_979_321_856 + 2 * 1_050_939_392
 
 
-def test_kv_cache_scheme_keeps_the_served_dtype_and_says_how_to_use_it():
+def test_kv_cache_scheme_makes_the_cache_fp8_as_vllm_does_and_says_so():
+    """vLLM 0.34.0's Attention.__init__ caches fp8 under auto where a compressed-tensors config has a kv_cache_scheme:
+    32 x 2 x 8 x 128 x 1 B = 65,536 B per token."""
     m = model({**LLAMA_3_1_8B, "quantization_config": COMPRESSED_TENSORS_FP8})
-    assert m.kv_bytes_per_token == 131_072
-    assert any("kv_cache_scheme, 8 bits" in n and "--kv-dtype fp8" in n for n in m.notes)
+    assert m.kv_bytes_per_token == 65_536
+    assert any("the KV cache is fp8, as the checkpoint declares it" in n for n in m.notes)
 
 
 def test_weights_come_from_the_safetensors_index(tmp_path):

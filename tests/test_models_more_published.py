@@ -180,10 +180,11 @@ def test_glm_4_5_air_caches_46_layers_of_8_kv_heads():
 
 
 def test_awq_checkpoint_serves_fp16_kv_and_counts_4_bit_matrices():
-    """torch_dtype float16: 28 x 2 x 4 x 128 x 2 B = 57,344 B per token; the weight matrices at 4 bits."""
+    """torch_dtype float16: 28 x 2 x 4 x 128 x 2 B = 57,344 B per token; the weight matrices at 4 bits and a 16-bit
+    scale and 4-bit zero point per group of 128: 4.15625 bits."""
     m = model(QWEN2_5_7B_AWQ)
     assert (m.dtype, m.kv_bytes_per_token) == ("fp16", 57_344)
-    assert any("counted at 4 bits" in n for n in m.notes)
+    assert any("at 4.15625 bits per weight (awq" in n for n in m.notes)
 
 
 def test_granite_hybrid_counts_its_shared_mlp():

@@ -205,13 +205,15 @@ def test_glm_5_weights_are_its_744b_parameters():
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("indexer_types", ["full"] * 3 + ["shared", "shared", "shared", "full"] * 10 + ["full"] * 5),
+        ("indexer_types", ["full"] * 3 + ["dense"] * 75),
         ("indexer_types", "full"),
-        ("index_topk_freq", 4),
+        ("indexer_types", ["full"] * 77),
+        ("index_topk_freq", 0),
+        ("index_topk_pattern", "FSX"),
     ],
 )
-def test_sparse_attention_whose_layers_share_an_indexer_is_refused_naming_family_and_key(key, value):
-    with pytest.raises(UnknownArchitectureError, match=f"model_type 'glm_moe_dsa' sets {key}=") as info:
+def test_an_indexer_schedule_vllm_cannot_read_is_refused_naming_family_and_key(key, value):
+    with pytest.raises(UnknownArchitectureError, match=f"model_type 'glm_moe_dsa'.*{key}") as info:
         model({**GLM_5, key: value})
     assert info.value.missing == (key,)
 

@@ -57,7 +57,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
         default=None,
         required=required,
         metavar="PATH",
-        help="a model folder holding config.json (and its safetensors), or a config.json",
+        help="a model folder holding config.json (and its safetensors), a config.json, or a Hugging Face id "
+        "(ORG/NAME) found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME)",
     )
     parser.add_argument(
         "--tp",
@@ -72,8 +73,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
         choices=KV_DTYPES,
         default=None,
         metavar="DTYPE",
-        help=f"KV-cache dtype, as vLLM's --kv-cache-dtype: {', '.join(KV_DTYPES)} (default auto: the family's, as "
-        "vLLM sets it)",
+        help=f"KV-cache dtype, as vLLM's --kv-cache-dtype: {', '.join(KV_DTYPES)} (default auto: what the checkpoint "
+        "declares, else the served dtype, as vLLM resolves it)",
     )
     parser.add_argument(
         "--dtype",

@@ -19,7 +19,8 @@ cache specs give:
 Tensor parallelism follows vLLM: ``kv_heads_per_rank = max(1, kv_heads // tp)``, where ``tp`` must divide the
 KV heads, or the KV heads ``tp`` (then each KV head is replicated on ``tp // kv_heads`` ranks); ``tp`` must
 divide the attention heads and the recurrent heads too. The dtype is resolved as engines resolve "auto": a
-float32 checkpoint, or one that names no dtype, is served in bf16. A config devmem cannot read exactly raises
+float32 checkpoint, or one that names no dtype, is served in bf16; the KV cache takes the dtype a quantized checkpoint
+declares (:mod:`.kv_dtype`). A config devmem cannot read exactly raises
 :class:`UnknownArchitectureError` naming the missing or unmodelled keys: it never guesses. Config files are read
 by one bounded reader (:func:`read_json`): a file that is not a regular file, too large, not UTF-8, nested too
 deep or holding an integer too long to be a size is one :class:`ModelConfigError` naming it.

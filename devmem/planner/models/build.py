@@ -11,30 +11,21 @@ from devmem.planner.models.attention import _attention_shape
 from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, _Config, _dtype, _max_context, _served_dtype
 from devmem.planner.models.gemma4 import gemma4_specs
 from devmem.planner.models.kinds import ATTENTION, CHUNKED, FULL, MAMBA2, RECURRENT, SLIDING
+from devmem.planner.models.kv_dtype import DeclaredKvDtype, declared_kv_dtype, layer_quantization, quant_method
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
 from devmem.planner.models.mimo_v2 import mimo_v2_specs
 from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_specs
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
-from devmem.planner.models.spec import FP8_DS_MLA, AttentionSpec
+from devmem.planner.models.sparse_indexer import indexer_layers
+from devmem.planner.models.spec import FP8_DS_MLA, NVFP4, SPARSE_MLA, AttentionSpec
+from devmem.planner.models.vocabulary import REFUSED as _UNMODELLED
+from devmem.planner.models.vocabulary import unknown_attention_keys
+from devmem.planner.models.weight_format import weight_format
 from devmem.planner.models.weights import _estimate_weights
 
 M = TypeVar("M")
-
-#: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
-_UNMODELLED = {
-    "num_kv_shared_layers": "KV shared across layers (Gemma 3n)",
-    "linear_attn_config": "Kimi-Linear's delta-attention layers",
-    "cross_attention_layers": "cross-attention layers (Mllama)",
-    "multi_query": "a multi-query flag (read for Falcon only)",
-    "n_head_kv": "a KV-head count under the key n_head_kv",
-    "num_kv_heads": "a KV-head count under the key num_kv_heads",
-    "multi_query_group_num": "a KV-head count under the key multi_query_group_num (ChatGLM)",
-    "kv_n_heads": "a KV-head count under the key kv_n_heads",
-    "use_cla": "cross-layer attention (Hunyuan's CLA: adjacent layers share one KV cache)",
-    "block_types": "RecurrentGemma's recurrent blocks",
-}
 
 
 #: Keys of :data:`_UNMODELLED` a family reads as vLLM reads them: Falcon's (``multi_query`` unless
@@ -102,21 +93,39 @@ def _build(make: Callable[..., M], raw: Mapping[str, Any], **options: Any) -> M:
         raise
 
 
-def _refuse_shared_indexers(c: _Config) -> None:
-    """Sparse attention whose layers share one indexer (GLM-5.2's ``indexer_types`` "shared", ``index_topk_freq``
-    above 1) is refused: whether a sharing layer still caches an indexer key is not modelled."""
-    types, freq = c.values.get("indexer_types"), c.values.get("index_topk_freq")
-    if types is not None:
-        key, value, sharing = "indexer_types", types, not isinstance(types, list) or any(t != "full" for t in types)
-    else:
-        key, value, sharing = "index_topk_freq", freq, freq not in (None, 1)
-    if sharing:
-        raise UnknownArchitectureError(
-            f"config of model_type {c.model_type!r} sets {key}={_shown(value)}: layers that reuse another layer's "
-            "sparse-attention indexer (or an indexer schedule devmem cannot read), whose cache devmem does not model",
-            c.model_type,
-            (key,),
+def _kv_dtype_size(name: str) -> tuple[str, int]:
+    """A cache dtype asked for (by name or by the checkpoint) as devmem counts it: nvfp4's bytes are packed per
+    head (:class:`AttentionSpec`), the rest by element."""
+    if name == NVFP4:
+        return NVFP4, 1
+    return _dtype("fp8" if name == FP8_DS_MLA else name, "kv_dtype")
+
+
+def _resolve_kv_dtype(
+    c: _Config, kv_dtype: str, declared: DeclaredKvDtype | None, style: str, served: str, notes: list[str]
+) -> tuple[str, str]:
+    """``(the cache dtype asked for, where it came from)``: ``kv_dtype`` when given, else what the checkpoint
+    declares where vLLM applies it to this attention (compressed-tensors' scheme not to MLA), else ``auto``."""
+    if kv_dtype != "auto":
+        if declared is not None and declared.name != kv_dtype:
+            notes.append(
+                f"kv_cache_dtype {kv_dtype} overrides the {declared.name} cache the checkpoint declares "
+                f"({declared.source}), as vLLM's --kv-cache-dtype does"
+            )
+        return kv_dtype, f"kv_cache_dtype {kv_dtype}, given"
+    if declared is None:
+        return "auto", f"auto: the served dtype {served}"
+    if style == "mla" and not declared.mla:
+        notes.append(
+            f"{declared.source} declares an {declared.name} cache, but vLLM's MLA layers (MLAAttention) do not read "
+            f"it: the latent is cached in the served {served}"
         )
+        return "auto", f"auto: the served dtype {served} ({declared.source} applies to no MLA layer)"
+    notes.append(
+        f"the KV cache is {declared.name}, as the checkpoint declares it ({declared.source}) and vLLM 0.34.0 "
+        f"resolves --kv-cache-dtype auto; --kv-cache-dtype {served} overrides it"
+    )
+    return declared.name, f"auto: declared by the checkpoint, {declared.source}"
 
 
 def _ssm_dtype(c: _Config, conv_name: str, conv_bytes: int, notes: list[str]) -> int:
@@ -156,6 +165,7 @@ def _build_memory(
     state_dtype: str,
     weights_bytes: int | None,
     weights_source: str | None,
+    hf_quant_config: Mapping[str, Any] | None = None,
 ) -> M:
     c = _Config(raw)
     if c.model_type is None:
@@ -177,6 +187,14 @@ def _build_memory(
             f"{'; '.join(_UNMODELLED[k] for k in refused)}, which devmem does not model",
             c.model_type,
             tuple(refused),
+        )
+    unknown = unknown_attention_keys(k for k in c.values if k not in c.defaults)
+    if unknown:
+        raise UnknownArchitectureError(
+            f"config of model_type {c.model_type!r} sets {', '.join(unknown)}: attention settings devmem neither "
+            "reads nor knows to leave the cache unchanged, so it does not plan the model as something else",
+            c.model_type,
+            tuple(unknown),
         )
     if c.model_type == "mpt" and (not c.flag("alibi", True) or c.flag("prefix_lm", False)):
         raise UnknownArchitectureError(
@@ -204,25 +222,18 @@ def _build_memory(
             f"config key num_hidden_layers={layers} is more layers than devmem sizes (at most {MAX_LAYERS})"
         )
     notes: list[str] = []
+    if c.layer_count_from:
+        notes.append(
+            f"num_hidden_layers {layers}: the length of {c.layer_count_from}, as {c.family or 'the config class'} "
+            "derives it (config.json sets none)"
+        )
     model_dtype, model_bytes = _served_dtype(c, dtype, notes)
     if kv_dtype not in KV_DTYPES:
         raise ModelConfigError(f"kv_dtype {_shown(kv_dtype)} is not one of {', '.join(KV_DTYPES)}")
-    kv_name, kv_bytes = (
-        (model_dtype, model_bytes)
-        if kv_dtype == "auto"
-        else _dtype("fp8" if kv_dtype == FP8_DS_MLA else kv_dtype, "kv_dtype")
-    )
+    declared = declared_kv_dtype(raw, hf_quant_config, c.model_type, notes)
     if state_dtype != "auto" and not isinstance(state_dtype, str):
         raise ModelConfigError(f"state_dtype {_shown(state_dtype)} is not a dtype name")
     conv_name, conv_bytes = (model_dtype, model_bytes) if state_dtype == "auto" else _dtype(state_dtype, "state_dtype")
-    quant = c.values.get("quantization_config")
-    scheme = quant.get("kv_cache_scheme") if isinstance(quant, Mapping) else None
-    if isinstance(scheme, Mapping) and kv_dtype == "auto":
-        notes.append(
-            f"the checkpoint ships KV-cache quantization scales (kv_cache_scheme, {_shown(scheme.get('num_bits'))} "
-            f"bits): the cache is counted in {kv_name} (kv_dtype auto); an engine run with an fp8 cache "
-            "(--kv-dtype fp8) holds half"
-        )
     kinds, source = _layer_kinds(c, layers)
     kinds = _resolve_recurrent(c, kinds)
     state_kinds = kinds  # Falcon-H1's and Zamba2's attention layers run a Mamba2 mixer beside them
@@ -244,6 +255,8 @@ def _build_memory(
         )
     style, heads, kv, head_dim, attention_notes = _attention_shape(c)
     notes += attention_notes
+    asked, kv_source = _resolve_kv_dtype(c, kv_dtype, declared, style, model_dtype, notes)
+    kv_name, kv_bytes = (model_dtype, model_bytes) if asked == "auto" else _kv_dtype_size(asked)
     window = (
         c.first_int("sliding_window", "sliding_window_size", why="sliding-window layers") if SLIDING in kinds else None
     )
@@ -252,22 +265,31 @@ def _build_memory(
         c.require("attention_chunk_size", why="chunked-local attention layers")
     states = _recurrent_states(c, state_kinds)
     ssm_bytes = _ssm_dtype(c, conv_name, conv_bytes, notes) if states and state_dtype == "auto" else conv_bytes
-    rope_dim, indexer = 0, 0
+    rope_dim, indexer, with_indexer = 0, 0, [True] * layers
     if style == "mla":
         rope_dim = c.int("qk_rope_head_dim")
         if c.has("index_topk") or c.model_type in ("deepseek_v32", "glm_moe_dsa"):
-            _refuse_shared_indexers(c)
+            with_indexer, schedule = indexer_layers(c, layers)
             index_dim = c.int("index_head_dim", why="the sparse-attention indexer's key cache")
             indexer = index_dim + -(-index_dim // 128) * 4
+            built = sum(1 for layer, kind in enumerate(kinds) if kind in ATTENTION and with_indexer[layer])
             notes.append(
-                f"DeepSeek sparse attention's indexer caches a key per token per layer: {index_dim} fp8 B + "
-                f"{-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's DeepseekV32IndexerCache)"
+                f"DeepSeek sparse attention's indexer caches a key per token on each layer that builds one: "
+                f"{index_dim} fp8 B + {-(-index_dim // 128)} x 4 B scales = {indexer} B (vLLM's "
+                "DeepseekV32IndexerCache)"
+                + (
+                    f"; {schedule}: the {kinds.count(FULL) - built} sharing layers reuse the top-k of the closest "
+                    "preceding indexer layer and cache only the latent (vLLM's compute_skip_topk_layers)"
+                    if schedule
+                    else ""
+                )
             )
-            if kv_dtype in ("fp8", FP8_DS_MLA):
+            if asked in ("fp8", NVFP4, FP8_DS_MLA):
                 kv_name, kv_bytes = FP8_DS_MLA, 1
                 notes.append(
-                    f"an fp8 cache of DeepSeek sparse attention is vLLM's packed latent ({FP8_DS_MLA}): the latent in "
-                    "fp8 with a 4-byte scale per 128, the rope part in bf16"
+                    f"a quantized cache of DeepSeek sparse attention is vLLM's packed latent ({FP8_DS_MLA}, as its "
+                    "FLASHMLA_SPARSE backend serves fp8 and nvfp4 alike): the latent in fp8 with a 4-byte scale per "
+                    "128, the rope part in bf16"
                 )
             else:
                 notes.append(
@@ -281,13 +303,44 @@ def _build_memory(
             c.model_type,
             ("index_topk",),
         )
+    if style == "mla" and not indexer and kv_name == NVFP4:
+        raise c.refuse(
+            "kv_cache_dtype" if kv_dtype != "auto" else "quantization_config",
+            f"an nvfp4 KV cache ({kv_source}) of MLA without DeepSeek sparse attention: vLLM's nvfp4 layout packs K "
+            "and V per head, and devmem does not model a latent in it",
+        )
     if style == "mla" and not indexer and kv_name == "fp8":
         notes.append("fp8 MLA counted at 1 byte per latent element (vLLM's fp8 MLA cache)")
     specs: tuple[AttentionSpec, ...] = ()
     if c.model_type in _PER_LAYER_SPECS:
         specs = tuple(_PER_LAYER_SPECS[c.model_type](c, kinds, kv, head_dim, window))
+    elif indexer and not all(with_indexer):  # the sharing layers cache the latent alone
+        specs = tuple(
+            AttentionSpec(
+                kind,
+                1,
+                head_dim,
+                0,
+                window if kind == SLIDING else chunk if kind == CHUNKED else None,
+                SPARSE_MLA,
+                rope_dim,
+                indexer if with_indexer[layer] else 0,
+            )
+            for layer, kind in enumerate(kinds)
+            if kind in ATTENTION
+        )
+    if kv_name == NVFP4 and any(s.k_head_size != s.v_head_size for s in specs):
+        raise c.refuse(
+            "kv_cache_dtype" if kv_dtype != "auto" else "quantization_config",
+            f"an nvfp4 KV cache ({kv_source}) of layers whose K and V heads differ in size: vLLM's nvfp4 layout "
+            "asserts they are equal",
+        )
     if weights_bytes is None:
-        weights_bytes, weight_notes = _estimate_weights(c, kinds, (style, heads, kv, head_dim), model_bytes)
+        quant, where = layer_quantization(raw, hf_quant_config)
+        fmt = None if quant is None else weight_format(quant, quant_method(quant, where, c.model_type), where)
+        weights_bytes, weight_notes = _estimate_weights(
+            c, kinds, (style, heads, kv, head_dim), (model_dtype, model_bytes), fmt
+        )
         weights_source = "estimated from config.json" + (" (text model only)" if c.nested else "")
         notes += weight_notes
     max_context, context_source = _max_context(c)
@@ -311,6 +364,7 @@ def _build_memory(
         dtype_bytes=model_bytes,
         kv_dtype=kv_name,
         kv_dtype_bytes=kv_bytes,
+        kv_dtype_source=kv_source,
         states=states,
         conv_state_dtype_bytes=conv_bytes,
         ssm_state_dtype_bytes=ssm_bytes,

@@ -30,8 +30,9 @@ _DTYPES: dict[str, tuple[str, int]] = {
 
 
 #: KV-cache dtypes a user may ask for (vLLM's ``--kv-cache-dtype``): ``auto`` is the family's default (the model's
-#: dtype, or what vLLM chooses for the family); ``fp8_ds_mla`` is DeepSeek sparse attention's packed fp8 latent.
-KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "fp32")
+#: dtype, or what the checkpoint declares, as vLLM resolves it); ``fp8_ds_mla`` is DeepSeek sparse attention's packed
+#: fp8 latent; ``nvfp4`` packs K and V in fp4 with fp8 scales.
+KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "nvfp4", "fp32")
 
 
 #: GPT-2's key names (GPT2Config's ``attribute_map``), shared by GPT-J, CodeGen and GPTBigCode.
@@ -83,6 +84,12 @@ _ALIASES = {
         "head_dim": "kv_channels",
     },
 }
+
+
+#: Families whose transformers config class derives ``num_hidden_layers`` from a per-layer list, read where config.json
+#: sets none: NemotronHConfig's is the length of ``layers_block_type`` (which ``layer_types`` and the older
+#: ``hybrid_override_pattern`` also set), as in Nemotron 3 Ultra's config.json.
+_LAYER_COUNT_FROM = {"nemotron_h": ("layers_block_type", "layer_types", "hybrid_override_pattern")}
 
 
 #: Bounds past any real model, so a hostile config cannot make devmem build huge lists or loop for ever.
@@ -138,6 +145,11 @@ class _Config:
             holder = merged.get(outer) if inner else merged
             if key not in merged and isinstance(holder, Mapping) and (inner or outer) in holder:
                 merged[key], self.aliased[key] = holder[inner or outer], alias
+        self.layer_count_from: str | None = None
+        for key in _LAYER_COUNT_FROM.get(self.model_type or "", ()):
+            if merged.get("num_hidden_layers") is None and isinstance(merged.get(key), list | str):
+                merged["num_hidden_layers"], self.layer_count_from = len(merged[key]), key
+                break
         self.family, defaults = FAMILY_DEFAULTS.get(self.model_type or "", ("", {}))
         self.defaults = {k: v for k, v in defaults.items() if k not in merged}
         self.values = {**self.defaults, **{k: v for k, v in merged.items() if v is not None}}

@@ -12,6 +12,7 @@ from devmem import arguments
 from devmem.errors import ModelConfigError
 from devmem.planner.models.build import _build
 from devmem.planner.models.config import MAX_TP
+from devmem.planner.models.hub import cached_model, is_repo_id
 from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 from devmem.planner.models.reading import _is_dir, _shown, _whole_number, checkpoint_weights, read_json
 from devmem.planner.models.recurrent import RecurrentState
@@ -57,6 +58,7 @@ class ModelMemory:
     indexer_bytes_per_token: int = 0
     max_context_source: str = ""
     attention_specs: tuple[AttentionSpec, ...] = ()
+    kv_dtype_source: str = ""
 
     def __post_init__(self) -> None:
         if not self.attention_specs:  # one spec for every layer of each kind, from the model-wide shape
@@ -122,6 +124,7 @@ class ModelMemory:
         weights_bytes: int | None = None,
         weights_source: str | None = None,
         kv_cache_dtype: str | None = None,
+        hf_quant_config: Mapping[str, Any] | None = None,
     ) -> ModelMemory:
         """The memory shape of the model a config describes (a dict, a config.json, or a folder holding one).
 
@@ -131,6 +134,8 @@ class ModelMemory:
         ``fp8_ds_mla`` (DeepSeek sparse attention's packed latent) or ``fp32``; ``state_dtype`` (``auto`` = the
         served dtype) is the recurrent state's. ``tp`` and ``weights_bytes`` take any whole number (numpy integers
         too). Without ``weights_bytes`` the weights are estimated from the config, matrix by matrix (docs/models.md).
+        ``hf_quant_config`` is the content of the checkpoint's ``hf_quant_config.json`` (ModelOpt), read where the
+        config has no ``quantization_config``: under ``auto`` the cache takes the dtype the checkpoint declares.
         """
         if isinstance(config, Mapping):
             raw = dict(config)
@@ -154,17 +159,22 @@ class ModelMemory:
             state_dtype=state_dtype,
             weights_bytes=weights_bytes,
             weights_source=weights_source,
+            hf_quant_config=hf_quant_config,
         )
 
     @classmethod
     def from_pretrained_dir(cls, path: str | os.PathLike, **options: Any) -> ModelMemory:
-        """:meth:`from_config` on ``path/config.json``, with the weights read from the checkpoint when present:
-        ``model.safetensors.index.json``'s ``metadata.total_size``, else the tensor bytes of the safetensors
-        files; otherwise estimated from the config, and said so."""
+        """:meth:`from_config` on ``path/config.json`` (and ``hf_quant_config.json`` beside it, where present), with
+        the weights read from the checkpoint when present: ``model.safetensors.index.json``'s
+        ``metadata.total_size``, else the tensor bytes of the safetensors files; otherwise estimated from the config,
+        and said so."""
         folder = Path(path)
         if not _is_dir(folder):
             raise ModelConfigError(f"{str(path)!r} is not a folder holding a model's config.json")
         config = read_json(folder / "config.json")
+        quant_file = folder / "hf_quant_config.json"
+        if options.get("hf_quant_config") is None and os.path.lexists(quant_file):
+            options["hf_quant_config"] = read_json(quant_file, "quantization config")
         if options.get("weights_bytes") is None:
             found = checkpoint_weights(folder)
             if found is not None:
@@ -319,6 +329,7 @@ class ModelMemory:
             "dtype": self.dtype,
             "kv_dtype": self.kv_dtype,
             "kv_dtype_bytes": self.kv_dtype_bytes,
+            "kv_dtype_source": self.kv_dtype_source,
             "tp": self.tp,
             "kv_layer_bytes_per_token": self.kv_layer_bytes_per_token,
             "indexer_bytes_per_token": self.indexer_bytes_per_token,
@@ -349,8 +360,11 @@ def _grouped(specs: tuple[AttentionSpec, ...]) -> dict[AttentionSpec, int]:
 
 def load_model(path: str | os.PathLike, **options: Any) -> ModelMemory:
     """A model from a path: a folder (:meth:`ModelMemory.from_pretrained_dir`), a ``config.json`` (the same, on
-    its folder) or another JSON config file (:meth:`ModelMemory.from_config`, weights estimated)."""
+    its folder) or another JSON config file (:meth:`ModelMemory.from_config`, weights estimated); or from a Hugging
+    Face id (``ORG/NAME``) that is no path, its snapshot in the local Hugging Face cache (:mod:`.hub`)."""
     file = Path(path)
+    if isinstance(path, str) and not os.path.lexists(file) and is_repo_id(path):
+        return ModelMemory.from_pretrained_dir(cached_model(path), **options)
     if _is_dir(file):
         return ModelMemory.from_pretrained_dir(file, **options)
     if file.name == "config.json" and _is_dir(file.parent):

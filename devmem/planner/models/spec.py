@@ -14,6 +14,14 @@ from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 KV, MLA, SPARSE_MLA = "kv", "mla", "sparse_mla"
 #: vLLM's packed fp8 latent of sparse MLA: the latent in fp8 with a float32 scale per 128, the rope part in bf16.
 FP8_DS_MLA = "fp8_ds_mla"
+#: vLLM's NVFP4 cache of K and V: per head ``head_size / 2`` bytes of packed fp4 and ``head_size / 16`` fp8 scales
+#: (``nvfp4_kv_cache_full_dim``).
+NVFP4 = "nvfp4"
+
+
+def nvfp4_head_bytes(head_size: int) -> int:
+    """Bytes of one head's K (or V) for one token in vLLM's NVFP4 cache."""
+    return head_size // 2 + head_size // 16
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,9 @@ class AttentionSpec:
 
     def bytes_per_token(self, tp: int, kv_dtype: str, kv_dtype_bytes: int) -> int:
         """Bytes this layer holds per token on one of ``tp`` ranks with a cache of ``kv_dtype``."""
+        if self.layout == KV and kv_dtype == NVFP4:
+            packed = nvfp4_head_bytes(self.k_head_size) + nvfp4_head_bytes(self.v_head_size)
+            return self.kv_heads_per_rank(tp) * packed
         if self.layout == KV:
             return self.kv_heads_per_rank(tp) * (self.k_head_size + self.v_head_size) * kv_dtype_bytes
         if self.layout == SPARSE_MLA and kv_dtype == FP8_DS_MLA:
@@ -59,6 +70,9 @@ class AttentionSpec:
         if self.layout == KV:
             split = "" if tp == 1 else f" (max(1, {self.kv_heads} // tp {tp}))"
             heads = f"{self.kv_heads_per_rank(tp)} KV heads per rank{split}"
+            if kv_dtype == NVFP4:
+                packed = " + ".join(f"({size} / 2 + {size} / 16)" for size in (self.k_head_size, self.v_head_size))
+                return f"{heads} x ({packed}) B of packed fp4 and fp8 scales ({NVFP4}) = {each} B"
             if self.k_head_size == self.v_head_size:
                 return f"2 x {heads} x head dim {self.k_head_size} x {kv_dtype} {kv_dtype_bytes} B = {each} B"
             return (

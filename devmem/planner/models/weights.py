@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from devmem.errors import UnknownArchitectureError
 from devmem.planner.models.attention import _EXPANDED_MLA
@@ -16,6 +16,7 @@ from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_layer_params
 from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _lightning_dims, _mamba2_params
+from devmem.planner.models.weight_format import ATTENTION, EXPERTS, MLP, WeightFormat
 from devmem.planner.models.zamba2 import _zamba2_params
 
 #: Families whose config class ties the output embedding to the input one unless told otherwise.
@@ -109,8 +110,9 @@ _GRANITE_SHARED_MLP = {"granitemoehybrid", "granitemoeshared"}
 _GATED_QUERY = {"qwen3_next", *_QWEN3_5}
 
 
-def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
-    """``(matrix parameters, other parameters)`` of one layer's MLP or mixture of experts."""
+def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int, int]:
+    """``(matrix parameters, other parameters, of the matrices the routed experts')`` of one layer's MLP or mixture
+    of experts."""
 
     def dense() -> int:
         inner = c.int("intermediate_size", why="the weights estimate")
@@ -126,25 +128,27 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
     if c.model_type in ("llama4", "llama4_text"):  # MoE every interleave_moe_layer_step, with a shared expert
         step = c.get_int("interleave_moe_layer_step", 1, positive=True)
         if (layer + 1) % step:
-            return 3 * hidden * c.int("intermediate_size_mlp", why="the weights estimate"), 0
+            return 3 * hidden * c.int("intermediate_size_mlp", why="the weights estimate"), 0, 0
         experts = c.int("num_local_experts")
-        return (experts + 1) * dense(), hidden * experts
+        return (experts + 1) * dense(), hidden * experts, experts * dense()
     if c.get_int("num_local_experts", 0):  # Mixtral, gpt-oss, Granite (with its shared MLP): every layer
         experts = c.int("num_local_experts")
         shared = c.get_int("shared_intermediate_size", 0) if c.model_type in _GRANITE_SHARED_MLP else 0
-        return experts * dense() + 3 * hidden * shared, hidden * experts
+        return experts * dense() + 3 * hidden * shared, hidden * experts, experts * dense()
     if c.has("n_routed_experts") or c.model_type == "kimi_linear":  # DeepSeek-V2/V3; Kimi-Linear under its names
         if not _moe_layer(c, layer) or (c.model_type == "kimi_linear" and not c.has("num_experts")):
-            return dense(), 0
+            return dense(), 0, 0
         kimi = c.model_type == "kimi_linear"
         experts = c.int("num_experts" if kimi else "n_routed_experts")
         inner = c.int("moe_intermediate_size", why="the weights estimate")
         shared = c.get_int("num_shared_experts" if kimi else "n_shared_experts", 0)
-        return (experts + shared) * 3 * hidden * inner, hidden * experts + experts
+        return (experts + shared) * 3 * hidden * inner, hidden * experts + experts, experts * 3 * hidden * inner
     if c.get_int("num_experts", 0) and c.has("expert_layer_period"):  # Jamba
         period, offset = c.int("expert_layer_period"), c.get_int("expert_layer_offset", 0)
         experts = c.int("num_experts")
-        return (experts * dense(), hidden * experts) if experts > 1 and layer % period == offset else (dense(), 0)
+        if experts > 1 and layer % period == offset:
+            return experts * dense(), hidden * experts, experts * dense()
+        return dense(), 0, 0
     if c.get_int("num_experts", 0) and c.has("moe_intermediate_size"):  # Qwen2/3-MoE, Qwen3-Next
         step, dense_layers = c.get_int("decoder_sparse_step", 1, positive=True), c.values.get("mlp_only_layers", [])
         if not isinstance(dense_layers, list):
@@ -153,22 +157,20 @@ def _mlp_params(c: _Config, layer: int, hidden: int) -> tuple[int, int]:
             )
         experts = c.int("num_experts")
         if layer in dense_layers or (layer + 1) % step:
-            return dense(), 0
+            return dense(), 0, 0
         shared = c.get_int("shared_expert_intermediate_size", 0)
-        return (
-            experts * 3 * hidden * c.int("moe_intermediate_size") + 3 * hidden * shared,
-            hidden * experts + (hidden if shared else 0),
-        )
+        routed = experts * 3 * hidden * c.int("moe_intermediate_size")
+        return routed + 3 * hidden * shared, hidden * experts + (hidden if shared else 0), routed
     if c.get_int("num_experts", 0) > 1:  # OLMoE: every layer, each expert of intermediate_size
         experts = c.int("num_experts")
-        return experts * dense(), hidden * experts
-    return dense(), 0
+        return experts * dense(), hidden * experts, experts * dense()
+    return dense(), 0, 0
 
 
-def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
-    """NemotronH's MLP (``-``: up and down, relu2) and mixture-of-experts (``E``) layers."""
+def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int, int]:
+    """NemotronH's MLP (``-``: up and down, relu2) and mixture-of-experts (``E``) layers, as :func:`_mlp_params`."""
     if kind == "mlp":
-        return 2 * hidden * c.int("intermediate_size", why="the weights estimate"), hidden
+        return 2 * hidden * c.int("intermediate_size", why="the weights estimate"), hidden, 0
     experts = c.int("n_routed_experts", why="the weights estimate")
     inner = c.int("moe_intermediate_size", why="the weights estimate")
     shared = c.get_int("moe_shared_expert_intermediate_size", 0) * c.get_int("n_shared_experts", 1)
@@ -177,8 +179,9 @@ def _cacheless_params(c: _Config, kind: str, hidden: int) -> tuple[int, int]:
         return (
             2 * hidden * latent + experts * 2 * latent * inner + 2 * hidden * shared,
             hidden * experts + experts + hidden,
+            experts * 2 * latent * inner,
         )
-    return 2 * hidden * (experts * inner + shared), hidden * experts + experts + hidden
+    return 2 * hidden * (experts * inner + shared), hidden * experts + experts + hidden, 2 * hidden * experts * inner
 
 
 def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, int, int]) -> tuple[int, int]:
@@ -186,10 +189,10 @@ def _layer_params(c: _Config, kind: str, layer: int, attention: tuple[str, int, 
         return nas_layer_params(c, layer, attention[3])
     hidden = c.int("hidden_size", why="the weights estimate")
     if kind in ("mlp", "moe"):
-        return _cacheless_params(c, kind, hidden)
+        return _cacheless_params(c, kind, hidden)[:2]
     single_mixer = c.model_type == "nemotron_h"  # one mixer per layer: no MLP beside it
     own_mlp = single_mixer or c.model_type == "falcon" or c.model_type in _LAYERNORM_UNGATED  # counted below
-    mlp, router = (0, 0) if own_mlp else _mlp_params(c, layer, hidden)
+    mlp, router = (0, 0) if own_mlp else _mlp_params(c, layer, hidden)[:2]
     norms = hidden * (1 if single_mixer or c.model_type in _ONE_NORM else 4 if c.model_type in _FOUR_NORMS else 2)
     if kind == MAMBA2:
         matrices, other = _mamba2_params(c, hidden)
@@ -283,14 +286,35 @@ def _chatglm_norm(c: _Config, hidden: int) -> int:
     return hidden if c.flag("rmsnorm", True) else 2 * hidden
 
 
+def _matrix_buckets(c: _Config, kind: str, layer: int, matrices: int) -> dict[str, int]:
+    """One layer's weight matrices split as a quantization config names them: attention (or the recurrent mixer),
+    MLP (dense, and shared experts), routed experts. Families whose layer counts its own MLP put it under attention."""
+    hidden = c.int("hidden_size", why="the weights estimate")
+    if c.model_type in NAS_FAMILIES:
+        mlp, experts = 0, 0
+    elif kind in ("mlp", "moe"):
+        mlp, _, experts = _cacheless_params(c, kind, hidden)
+    elif c.model_type == "nemotron_h" or c.model_type == "falcon" or c.model_type in _LAYERNORM_UNGATED:
+        mlp, experts = 0, 0
+    else:
+        mlp, _, experts = _mlp_params(c, layer, hidden)
+    return {ATTENTION: matrices - mlp, MLP: mlp - experts, EXPERTS: experts}
+
+
 def _estimate_weights(
-    c: _Config, kinds: list[str], attention: tuple[str, int, int, int], dtype_bytes: int
+    c: _Config,
+    kinds: list[str],
+    attention: tuple[str, int, int, int],
+    dtype: tuple[str, int],
+    quantization: WeightFormat | str | None,
 ) -> tuple[int, list[str]]:
     """Bytes of the weights a config describes, counted matrix by matrix, and notes on what is approximate.
 
     Embeddings (and the output head unless tied), per layer the attention or recurrent projections, the MLP or
-    every expert with its router, the norms. Gated MLPs (three matrices) are assumed.
+    every expert with its router, the norms. Gated MLPs (three matrices) are assumed. The matrices a quantized
+    checkpoint stores quantized (``quantization``, :mod:`.weight_format`) are counted at its bits per weight.
     """
+    dtype_name, dtype_bytes = dtype
     hidden = c.int("hidden_size", why="the weights estimate")
     vocab_key = "padded_vocab_size" if c.model_type == "chatglm" else "vocab_size"  # ChatGLM's embedding rows
     vocab = c.int(vocab_key, why="the weights estimate")
@@ -317,41 +341,26 @@ def _estimate_weights(
     if c.model_type == "zamba2":
         m, o = _zamba2_params(c, kinds, hidden, attention[1], attention[3])
         matrices, other = matrices + m, other + o
+    fmt = quantization if isinstance(quantization, WeightFormat) else None
+    stored = Fraction(0)  # bytes of the matrices, as the checkpoint stores them
+    if matrices:  # outside the layers: the same format as the layers' MLPs
+        stored += matrices * (fmt.bits / 8 if fmt and fmt.covers(MLP, -1) else dtype_bytes)
     for layer, kind in enumerate(kinds if c.model_type != "zamba2" else []):
         m, o = _layer_params(c, kind, layer, attention)
-        matrices, other = matrices + m, other + o
+        other += o
+        for bucket, count in (_matrix_buckets(c, kind, layer, m) if fmt else {MLP: m}).items():
+            stored += count * (fmt.bits / 8 if fmt and fmt.covers(bucket, layer) else dtype_bytes)
     notes = []
-    quant = c.values.get("quantization_config")
-    bits = dtype_bytes * 8
-    if isinstance(quant, Mapping):
-        method = quant.get("quant_method", "unknown")
-        given = quant.get("bits", quant.get("w_bit"))
-        groups = quant.get("config_groups")
-        if given is None and isinstance(groups, Mapping):  # compressed-tensors: the width every group gives
-            widths = {
-                g["weights"].get("num_bits")
-                if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
-                else None
-                for g in groups.values()
-            }
-            given = widths.pop() if len(widths) == 1 else None
-        if method == "fp8":
-            bits = 8
-        elif isinstance(given, int) and not isinstance(given, bool) and 0 < given <= 32:
-            bits = given
-        else:
-            notes.append(
-                f"quantization_config (quant_method {method!r}) is not modelled: the estimate counts "
-                "the weight matrices at the model dtype and overstates them"
-            )
-        if bits != dtype_bytes * 8:
-            notes.append(
-                f"weight matrices counted at {bits} bits (quantization_config, quant_method {method!r}); "
-                "quantization scales are not counted"
-            )
+    if isinstance(quantization, str):
+        notes.append(
+            f"{quantization} is not a weight format devmem models: the estimate counts the weight matrices at the "
+            "model dtype and overstates them"
+        )
+    elif fmt is not None:
+        notes.append(fmt.note(dtype_name))
     if c.get_int("num_nextn_predict_layers", 0) or c.get_int("mtp_num_hidden_layers", 0):
         notes.append("multi-token-prediction layers are not counted (engines load them only for speculative decoding)")
-    return -(-matrices * bits // 8) + other * dtype_bytes, notes
+    return math.ceil(stored) + other * dtype_bytes, notes
 
 
 def _moe_layer(c: _Config, layer: int) -> bool:

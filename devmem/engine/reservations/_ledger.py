@@ -119,7 +119,8 @@ def _os_error(what: str, path: Path, exc: OSError) -> LedgerError:
     )
 
 
-#: Paths of broken ledger files (a link, a FIFO, an unreadable owner file) this process has warned about.
+#: Paths of broken ledger files (a link, a FIFO, an unreadable owner file), and ledger directories that cannot be
+#: used, this process has warned about.
 _WARNED: set[str] = set()
 
 
@@ -797,6 +798,8 @@ def device_reservations(
     try:  # a ledger directory that cannot be used is a warning here: the rest of the report stands
         ledger = Ledger(ledger_dir)
         return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process)
-    except LedgerError as exc:
-        log.warning("devmem: %s", exc)
+    except LedgerError as exc:  # said once: every device, and every sample of `devmem top`, would repeat it
+        if str(exc) not in _WARNED:
+            _WARNED.add(str(exc))
+            log.warning("devmem: %s", exc)
         return None

@@ -292,6 +292,54 @@ def test_a_ledger_file_emptied_or_removed_while_its_owner_lives_keeps_its_reserv
             assert len(entries_of(tmp_path)) == 2  # the next write lists it again
 
 
+#: Set while a test watches every ``flock`` this process takes (an audit hook cannot be removed once added).
+_WATCHED: list[Path] = []
+_SEEN_UNLOCKED: list[str] = []
+
+
+def _owner_visible_before_locked(event: str, args: tuple) -> None:
+    """At each exclusive ``flock`` (before it is taken): the owner files already under their name that are the
+    file being locked, as any reader listing the directory would find them, unlocked and maybe empty."""
+    if event != "fcntl.flock" or not _WATCHED or not args[1] & fcntl.LOCK_EX:
+        return
+    inode = os.fstat(args[0]).st_ino
+    for path in _WATCHED[0].glob("*.owner"):
+        with suppress(OSError):
+            if path.lstat().st_ino == inode:
+                _SEEN_UNLOCKED.append(f"{path.name} ({path.stat().st_size} bytes)")
+
+
+sys.addaudithook(_owner_visible_before_locked)
+
+
+def test_an_owner_file_appears_under_its_name_only_locked_and_written(host, tmp_path):
+    """Readers that take no ledger lock (the exporter, `devmem info`) probe owner files' locks: one that appeared
+    unlocked or empty would be taken for a dead owner's, and a probe holding its lock as the owner took it failed
+    the admission."""
+    _WATCHED.append(tmp_path)
+    try:
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    finally:
+        _WATCHED.clear()
+    assert _SEEN_UNLOCKED == []
+
+
+def test_a_reader_probing_a_dead_owners_file_does_not_make_it_look_alive(host, tmp_path):
+    """A reader (`devmem info`, the exporter, another admission) holds an owner file's lock for the instant it
+    probes it: a dead owner of another PID namespace (where /proc/locks cannot name the holder) stays dead."""
+    me = Owner.current()
+    far = Entry("far", Owner(7, 1, me.pidns + 1, (7,), "another container"), 60 * GiB, 0.0)
+    plant(tmp_path, [far])
+    owner = tmp_path / f"{KEY}.far.owner"
+    owner.write_text(json.dumps(far.as_json()))
+    fd = os.open(owner, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # the reader, mid-probe
+        reserve(0, 32 * GiB, platform=host, ledger_dir=tmp_path).release()
+    finally:
+        os.close(fd)
+
+
 def test_an_owner_file_is_writable_by_its_owner_only(host, tmp_path):
     with reserve(0, GiB, platform=host, ledger_dir=tmp_path) as r:
         mode = (tmp_path / f"{KEY}.{r.entry.id}.owner").stat().st_mode

@@ -395,6 +395,10 @@ def test_listen_takes_an_ipv6_host():
     assert parse_listen("[::1]:9100") == ("::1", 9100)
 
 
+def test_listen_takes_a_bare_ipv6_address_as_a_pods_address_comes():
+    assert parse_listen("fd00::5:9633") == ("fd00::5", 9633)
+
+
 @pytest.mark.parametrize("text", ["9633", "localhost:", "host:99999", ":9633", "host:port"])
 def test_a_bad_listen_address_is_a_usage_error_naming_it(text, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -32,7 +32,7 @@ EXIT_CODES = (
 
 
 def _bounded_number(what: str, low: float, high: float, kind: Callable[[str], float]) -> Callable[[str], float]:
-    from devmem._text import parse_decimal, parse_int
+    from devmem._text import parse_decimal, parse_int, shown
 
     def parse(text: str) -> float:
         # ASCII only: int() and float() also read full-width and other Unicode digits, and underscores
@@ -40,7 +40,7 @@ def _bounded_number(what: str, low: float, high: float, kind: Callable[[str], fl
         if value is None:
             value = float("nan")
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give a number from {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a {what}: give a number from {low:g} to {high:g}")
         return value
 
     return parse

@@ -22,7 +22,7 @@ from typing import Any
 from devmem import arguments
 from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
-from devmem._text import env_text, shown
+from devmem._text import described, env_text, shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
 from devmem.engine.reservations._accounting import Accounting, Holding, account
 from devmem.engine.reservations._owners import (
@@ -78,11 +78,25 @@ def _file_key(text: str) -> str:
 def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
     """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
     caller has it already (from a reading, whose index is checked), so the platform is not asked for it."""
-    if name is not None and isinstance(platform, PlatformBase):
-        uid = platform._device_uuid(device)  # the index was checked when the reading was taken
-    else:
-        get_uuid = getattr(platform, "device_uuid", None)
-        uid = get_uuid(device) if callable(get_uuid) else None
+    try:
+        if name is not None and isinstance(platform, PlatformBase):
+            uid = platform._device_uuid(device)  # the index was checked when the reading was taken
+        else:
+            get_uuid = getattr(platform, "device_uuid", None)
+            uid = get_uuid(device) if callable(get_uuid) else None
+    except DevmemError:
+        raise
+    except Exception as exc:  # a backend's failure, named: keyed otherwise, the device would get a second ledger
+        raise LedgerError(
+            f"platform {platform.name!r}: device_uuid({device}) raised {described(exc)}, and the ledger keys a device "
+            "by its UUID (keyed by another name, engines that read the UUID would not see this one's reservation); "
+            "fix the backend, or check the device (`devmem doctor`)"
+        ) from exc
+    if uid is not None and not isinstance(uid, str):
+        raise LedgerError(
+            f"platform {platform.name!r}: device_uuid({device}) returned {shown(uid)} of type {type(uid).__name__}, "
+            "not text or None; fix the backend"
+        )
     if uid:
         return _file_key(str(uid)), "the device's UUID"
     key = _file_key(f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
@@ -708,13 +722,25 @@ class Reservation:
         return self.ledger.path(self.key)
 
     def release(self) -> None:
-        """Remove the reservation from the ledger (again: nothing; in a forked child: nothing)."""
+        """Remove the reservation from the ledger (again: nothing; in a forked child: nothing). Its owner lock is
+        dropped whatever happens, so where the ledger cannot be written (the directory gone or no longer to be
+        trusted, its lock not obtained, a full disk) the entry is a dead owner's, which the next admission reclaims:
+        that is logged, never raised, since a release runs where an engine stops, often on its own exception, which
+        it would replace."""
         with self._lock:
             if self.released or self.entry.owner.pid != os.getpid():
                 return
             self.released = True
         try:
             self.ledger._release(self.key, self.entry)
+        except (LedgerError, OSError) as exc:
+            log.warning(
+                "devmem: reservation of %s on %s released, but its entry could not be removed from the ledger (%s); "
+                "its owner lock is dropped, so the next admission reclaims it",
+                format_size(self.bytes),
+                self.key,
+                exc,
+            )
         finally:
             os.close(self._fd)
             _LIVE.discard(self)

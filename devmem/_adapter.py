@@ -15,7 +15,9 @@ whole numbers of bytes (an ``int`` or a numpy integer, a float with no fraction;
 ``None``), a negative total an error, a negative free taken as 0 and a free above total as the total, each with a
 note; the process figure a whole number of bytes or ``None`` (anything else is unknown, with a reason naming the
 value); the two flags real ``bool`` values (a flag ``"no"`` is not taken as true). A value that breaks a rule is a
-:class:`~devmem.DevmemError` naming the backend, the call and the value.
+:class:`~devmem.DevmemError` naming the backend, the call and the value. Each call is given ``DEVMEM_READ_TIMEOUT``
+seconds (:mod:`devmem._deadline`), as every reading the command makes is: one that never returns is an error naming
+it, never a hang.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from devmem import arguments
+from devmem._deadline import bounded, read_timeout
 from devmem._readings import process_bytes
 from devmem._text import described, shown
 from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind, checked_memory
@@ -74,15 +77,19 @@ class MinimalPlatform(PlatformBase):
         )
 
     def _call(self, member: str, *args: int) -> Any:
-        """``backend.member(*args)``; what it raises (but a :class:`~devmem.DevmemError` or Ctrl-C) becomes a
-        :class:`~devmem.DevmemError` naming the backend and the call: ``SystemExit``, ``GeneratorExit`` and other
-        ``BaseException`` s too (a backend's reading does not end the process), and one whose text cannot be read."""
+        """``backend.member(*args)``, given ``DEVMEM_READ_TIMEOUT`` seconds to answer (:func:`devmem._deadline.
+        bounded`: a call that never returns is a :class:`~devmem.DevmemError` naming it and the variable, wherever
+        it was made, an engine's start included); what it raises (but a :class:`~devmem.DevmemError` or Ctrl-C)
+        becomes a :class:`~devmem.DevmemError` naming the backend and the call: ``SystemExit``, ``GeneratorExit``
+        and other ``BaseException`` s too (a backend's reading does not end the process), and one whose text cannot
+        be read."""
+        call = f"{member}({', '.join(map(str, args))})"
         try:
-            return getattr(self.backend, member)(*args)
+            what = f"the minimal backend {self._where}: {call}"
+            return bounded(lambda: getattr(self.backend, member)(*args), read_timeout(), what)
         except (DevmemError, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            call = f"{member}({', '.join(map(str, args))})"
             raise DevmemError(f"the minimal backend {self._where}: {call} raised {described(exc)}") from exc
 
     def device_count(self) -> int:

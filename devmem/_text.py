@@ -11,7 +11,8 @@ full-width and other Unicode digits (``"１"``), superscripts that ``int()`` the
   (one of a few words, else the default with one log line). A value out of its range is a
   :class:`~devmem.DevmemError` (of the class the caller names) that names the variable, the value and what is
   allowed; README.md and docs/containers.md list the variables and their ranges.
-- Text from outside devmem (a command line, a device's name) is shown through :func:`printable`.
+- Text from outside devmem (a command line, a device's name) is shown through :func:`printable`; the command's
+  sinks (``devmem.command.output.for_terminal``) apply it to every line they write, wherever the text came from.
 """
 
 from __future__ import annotations

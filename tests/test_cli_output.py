@@ -189,3 +189,49 @@ def test_a_gone_reader_silences_only_its_own_stream(capsys, monkeypatch):
     with contextlib.redirect_stdout(gone):
         assert main(["info", "--json"]) == 0
     assert main(["info", "--json"]) == 0 and '"platform": "cpu"' in capsys.readouterr().out
+
+
+# ---- text from outside devmem, escaped at the sink ---------------------------------------------------------------
+HOSTILE = "\x1b]0;retitled\x07\x1b[2J\x9b31m\u202e"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["plan", "--model"], ["fit", "--context", "1000", "--sequences", "1", "--model"]],
+    ids=["plan", "fit"],
+)
+@pytest.mark.parametrize("model_type", ["llama", "unknown", "refused"])
+def test_a_configs_model_type_reaches_no_terminal_as_escape_sequences(tmp_path, argv, model_type):
+    """A downloaded config.json names its model_type: printed in the model's line, or in the refusal, escaped."""
+    config = {**TINY_LLAMA, "model_type": model_type + HOSTILE}
+    if model_type == "refused":
+        del config["num_hidden_layers"]
+    folder = write_model(tmp_path / "model", config)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*DEVMEM, *argv, str(folder)], stdout=follower, stderr=follower, env=env_with(TERM="xterm"))
+    os.close(follower)
+    chunks = []
+    with contextlib.suppress(OSError):  # the terminal closed with the process
+        while chunk := os.read(leader, 65536):
+            chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(30) == 3 if model_type == "refused" else proc.wait(30) in (0, 1)  # 1: it does not fit here
+    out = b"".join(chunks).decode()
+    assert model_type + "\\x1b]0;retitled\\x07\\x1b[2J\\x9b31m\\u202e" in out.replace("\r\n", "\n")
+    assert "\x1b]" not in out and "\x1b[2J" not in out and "\x9b" not in out and "\u202e" not in out
+
+
+def test_the_sink_keeps_devmems_own_colours_and_escapes_every_other_sequence():
+    from devmem.command.format import Painter
+    from devmem.command.output import for_terminal
+
+    coloured = Painter(True)("WARN", "yellow")
+    assert for_terminal(f"{coloured} a\x1b[2Jb\r\nc\x1b[31m") == f"{coloured} a\\x1b[2Jb\\r\nc\x1b[31m"
+    assert for_terminal("x\x1b[8mhidden\x1b]0;t\x07") == "x\\x1b[8mhidden\\x1b]0;t\\x07"
+
+
+def test_a_cursor_move_devmem_does_not_write_is_refused():
+    from devmem.command.output import Output
+
+    with pytest.raises(ValueError, match="not a cursor move"):
+        Output().write("x", control="\x1b]0;retitled\x07")

@@ -113,3 +113,24 @@ def test_version_is_shown_by_V_as_nvitop_and_python_take_it(flag):
 
     result = devmem(flag)
     assert result.returncode == 0 and result.stdout == f"devmem {__version__}\n"
+
+
+@pytest.mark.parametrize("columns", ["1", "2", "3", "19"])
+@pytest.mark.parametrize(
+    "argv,code",
+    [(["--help"], 0), (["fit", "--help"], 0), (["info"], 0), (["info", "--nope"], 2), (["doctor"], None)],
+    ids=["help", "fit-help", "info", "usage-error", "doctor"],
+)
+def test_any_columns_lays_out_at_the_narrowest_width_without_an_error(monkeypatch, capsys, columns, argv, code):
+    """At ``COLUMNS=1`` or ``2`` argparse's width (``COLUMNS - 2``) was 0 or less, and every command raised."""
+    from devmem.command.main import main
+
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    try:
+        result = main(argv)
+    except SystemExit as exit_:
+        result = exit_.code
+    out, err = capsys.readouterr()
+    assert (code is None and result in (0, 1)) or result == code
+    assert out or err

@@ -70,3 +70,27 @@ def test_an_error_wraps_at_columns_80_through_a_pipe(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "names no registered platform" in " ".join(err.split())
     assert len(err.splitlines()) > 1 and all(len(line) <= 80 for line in err.splitlines()), err
+
+
+@pytest.mark.parametrize("text", ["５００", "\u0665\u0660\u0660", "5_00", "500\u00a0", "nan", "inf"])
+def test_loop_ms_in_anything_but_ascii_decimals_is_a_usage_error_naming_it(capsys, monkeypatch, text):
+    """nvidia-smi's -lms is read as every other number is: ASCII decimals only (float() took full-width and
+    Arabic-Indic digits and underscores)."""
+    # one sample where a regression takes the value: the test fails instead of watching forever
+    assert "argument -lms/--loop-ms:" in usage_error(capsys, monkeypatch, "top", "-n", "1", "--loop-ms", text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["top", "--loop-ms"],
+        ["info", "--device"],
+        ["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers"],
+        ["plan", "--layers", "32", "--page-size", "1KiB", "--total"],
+        ["exporter", "--deadline"],
+    ],
+    ids=["loop-ms", "device", "layers", "zero-size", "exporter"],
+)
+def test_a_huge_refused_value_is_echoed_cut_short(capsys, monkeypatch, argv):
+    err = usage_error(capsys, monkeypatch, *argv, "0" * 100_000)
+    assert "(100002 characters)" in err and len(err) < 1000  # repr adds its quotes

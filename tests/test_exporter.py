@@ -8,6 +8,7 @@ real ones (devmem.reserve) in a private ledger directory.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import subprocess
 import sys
@@ -21,12 +22,13 @@ prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 import devmem  # noqa: E402
+from devmem.command.info import cmd_info  # noqa: E402
 from devmem.command.main import build_parser, main  # noqa: E402
 from devmem.cpu import REAL_FILES, CpuPlatform  # noqa: E402
 from devmem.exporter.metrics import DevmemCollector  # noqa: E402
 from devmem.exporter.readings import NodeReader  # noqa: E402
 from devmem.exporter.server import DEFAULT_LISTEN, parse_listen, serve  # noqa: E402
-from devmem.testing import Scenario  # noqa: E402
+from devmem.testing import HostMemory, Scenario  # noqa: E402
 from devmem.types import DevmemError, GiB  # noqa: E402
 from devmem_nvidia.testing import ScriptedNvidiaGpu, ScriptedNvml, scripted_platform  # noqa: E402
 from tests.ledger_workers import Worker  # noqa: E402
@@ -297,17 +299,55 @@ def test_a_corrupt_ledger_is_flagged_and_costs_no_scrape(tmp_path):
     assert set(by_device(m, "devmem_device_total_bytes")) == {"0"}
 
 
-def test_an_unreadable_ledger_costs_only_the_reservation_metrics(tmp_path):
+def test_a_ledger_directory_that_cannot_be_used_costs_only_the_reservation_metrics(tmp_path):
     ledger = tmp_path / "ledger"
     with devmem.reserve(0, bytes=1 << 20, platform=CpuPlatform(), ledger_dir=ledger):
-        (path,) = ledger.glob("*.json")
-        path.rename(tmp_path / "elsewhere.json")
-        path.symlink_to(tmp_path / "elsewhere.json")  # a link in the ledger file's place: never followed
+        ledger.chmod(0o777)  # writable by every user without the sticky bit: nothing in it can be trusted
         m = scrape(CpuPlatform(), tmp_path)
+        ledger.chmod(0o1777)
     assert "devmem_reservations_holders" not in m
     assert set(by_device(m, "devmem_device_total_bytes")) == {"0"}
     failures = {tuple(s.labels.values()) for s in m["devmem_exporter_reading_failures_total"]}
     assert failures == {("0", "reservations", "error")}
+
+
+def test_a_link_in_the_ledger_files_place_is_flagged_corrupt_and_its_owner_still_counted(tmp_path):
+    ledger = tmp_path / "ledger"
+    with devmem.reserve(0, bytes=1 << 20, platform=CpuPlatform(), ledger_dir=ledger):
+        (path,) = ledger.glob("*.json")
+        path.rename(tmp_path / "elsewhere.json")
+        path.symlink_to(tmp_path / "elsewhere.json")  # never followed
+        m = scrape(CpuPlatform(), tmp_path)
+    assert by_device(m, "devmem_reservations_ledger_corrupt") == {"0": 1}
+    assert by_device(m, "devmem_reservations_reserved_bytes") == {"0": 1 << 20}
+
+
+def _tamper(ledger, how: str) -> None:
+    (path,) = ledger.glob("*.json")
+    if how == "removed":
+        path.unlink()
+    else:
+        data = {"emptied": b"", "truncated": path.read_bytes()[:40], "no entries": b'{"format": 1, "entries": []}'}
+        path.write_bytes(data[how])
+
+
+@pytest.mark.parametrize("how", ["emptied", "truncated", "removed", "no entries"])
+def test_a_ledger_file_anyone_tampered_with_is_exported_as_admission_counts_it(tmp_path, capsys, monkeypatch, how):
+    """The ledger file is writable by every user: whatever they leave of it, the exporter counts the live owners
+    that admission and `devmem info` count (their owner files), so the over-commitment alert can still fire."""
+    platform = CpuPlatform(files=Scenario(host=HostMemory(total=64 * GiB, free=60 * GiB)).fs)
+    ledger = tmp_path / "ledger"
+    with devmem.reserve(0, bytes=40 * GiB, platform=platform, ledger_dir=ledger):
+        _tamper(ledger, how)
+        m = scrape(platform, tmp_path)
+        with pytest.raises(devmem.ReservationRefused, match="reserved 40.00 GiB"):
+            devmem.reserve(0, bytes=30 * GiB, platform=platform, ledger_dir=ledger)
+        monkeypatch.setenv("DEVMEM_LEDGER_DIR", str(ledger))
+        assert cmd_info(build_parser().parse_args(["info", "--json"]), platform) == 0
+    info = json.loads(capsys.readouterr().out)["devices"][0]["reservations"]
+    assert by_device(m, "devmem_reservations_holders") == {"0": 1}
+    assert by_device(m, "devmem_reservations_reserved_bytes") == {"0": 40 * GiB} == {"0": info["reserved"]}
+    assert by_device(m, "devmem_reservations_committed_bytes") == {"0": info["committed"]}
 
 
 NAMES = {
@@ -353,6 +393,10 @@ def test_the_exporter_listens_on_localhost_by_default():
 
 def test_listen_takes_an_ipv6_host():
     assert parse_listen("[::1]:9100") == ("::1", 9100)
+
+
+def test_listen_takes_a_bare_ipv6_address_as_a_pods_address_comes():
+    assert parse_listen("fd00::5:9633") == ("fd00::5", 9633)
 
 
 @pytest.mark.parametrize("text", ["9633", "localhost:", "host:99999", ":9633", "host:port"])

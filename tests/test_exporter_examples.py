@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from devmem.exporter.server import DEFAULT_LISTEN
+from devmem.exporter.server import DEFAULT_LISTEN, parse_listen
 from tests.test_exporter import NAMES
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "exporter"
@@ -42,19 +42,28 @@ def test_the_daemonset_runs_in_the_hosts_pid_namespace():
 def test_the_daemonset_reads_the_ledger_from_the_hosts_dev_shm_read_only():
     spec = pod()
     (container,) = spec["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     mount = next(m for m in container["volumeMounts"] if env["DEVMEM_LEDGER_DIR"].startswith(m["mountPath"] + "/"))
     assert volumes[mount["name"]]["hostPath"]["path"] == "/dev/shm" and mount["readOnly"] is True
     assert env["DEVMEM_LEDGER_DIR"] == mount["mountPath"] + "/devmem"  # the ledger's default, /dev/shm/devmem
 
 
-def test_the_daemonset_serves_on_the_port_it_declares():
+def test_the_daemonset_listens_on_the_pods_own_address_only():
+    (container,) = pod()["containers"]
+    args = container["args"]
+    host, port = parse_listen(args[args.index("--listen") + 1])
+    assert host == "$(POD_IP)"  # Kubernetes puts the pod's address in its place
+    (pod_ip,) = [e for e in container["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert [p["containerPort"] for p in container["ports"]] == [port] == [int(DEFAULT_LISTEN.rsplit(":", 1)[1])]
+
+
+def test_the_image_serves_on_the_port_the_daemonset_declares():
     (container,) = pod()["containers"]
     image_listen = re.search(r'"--listen", "([^"]+)"', (EXAMPLES / "Dockerfile").read_text())
     assert image_listen is not None
-    port = int(image_listen.group(1).rsplit(":", 1)[1])
-    assert [p["containerPort"] for p in container["ports"]] == [port] == [int(DEFAULT_LISTEN.rsplit(":", 1)[1])]
+    assert [p["containerPort"] for p in container["ports"]] == [parse_listen(image_listen.group(1))[1]]
 
 
 def test_the_dashboard_queries_only_served_metrics():

@@ -4,8 +4,10 @@ is tested by the conformance kit, which fails it by name where its numbers are w
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+from ledger_workers import no_hang
 from plugin_dists import write_dist
 from test_conformance_broken import failure, run_kit
 
@@ -357,3 +359,46 @@ def test_the_cli_on_a_minimal_backend_raising_systemexit_prints_one_error_line(s
     assert main(command) == 1
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "raised SystemExit: 3" in err and json.loads(out)["kind"] == "error"
+
+
+# ---- a call that never returns ------------------------------------------------------------------------------
+class NeverAnswers:
+    """A minimal backend whose device_memory_info never returns (a vendor call blocked), until released."""
+
+    name = "never"
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def device_count(self):
+        return 1
+
+    def device_memory_info(self, device=0):
+        self.release.wait()
+        return MemoryInfo(free=6 * GiB, total=8 * GiB)
+
+    def get_process_memory_usage(self, device=0):
+        return None
+
+    def is_integrated_gpu(self, device=0):
+        return False
+
+    def pages_instead_of_failing(self, device=0):
+        return False
+
+
+def test_an_engines_start_on_a_minimal_backend_that_never_answers_is_an_error_naming_the_call(monkeypatch):
+    """Bounded by DEVMEM_READ_TIMEOUT as every reading of the command is: EngineMemory waited forever."""
+    monkeypatch.setenv("DEVMEM_READ_TIMEOUT", "0.3")
+    backend = NeverAnswers()
+    try:
+        with (
+            no_hang(10),
+            pytest.raises(
+                devmem.DevmemError,
+                match=r"never .*device_memory_info\(0\) did not answer within 0.3 s \(DEVMEM_READ_TIMEOUT\)",
+            ),
+        ):
+            devmem.EngineMemory(0, utilization=0.5, platform=as_platform(backend), reserve=False)
+    finally:
+        backend.release.set()

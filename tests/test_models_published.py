@@ -5,6 +5,8 @@ state, by vLLM's MambaStateShapeCalculator shapes: conv ``(kernel - 1, channels 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from model_configs import (
@@ -249,3 +251,37 @@ def test_bamba_attention_indices_place_attention_among_mamba2_layers():
     assert (m.full_attention_layers, m.recurrent_layers) == (3, 29)
     assert (m.kv_bytes_per_token, m.state_bytes_per_sequence) == (12_288, 62_287_360)
     assert model({**config, "mamba_d_head": "auto"}).state_bytes_per_sequence == 62_287_360
+
+
+BAMBA = {
+    "model_type": "bamba",
+    "num_hidden_layers": 32,
+    "attn_layer_indices": [9, 18, 27],
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "mamba_n_heads": 128,
+    "mamba_d_head": 64,
+    "mamba_n_groups": 1,
+    "mamba_d_state": 128,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("key", ["attn_layer_indices", "full_attn_idxs"])
+@pytest.mark.parametrize(
+    "indices", [[0] * 300_000, [1, 1], [True], list(range(33))], ids=["long", "twice", "bool", "33"]
+)
+def test_layer_indices_that_are_not_distinct_layers_are_refused_at_once_naming_the_key(key, indices):
+    """A list tested once per layer made a config of 300,000 indices (600 KB) run for a minute on 10,000 layers."""
+    config = {**BAMBA, "num_hidden_layers": 10_000 if len(indices) > 33 else 32}
+    if key == "full_attn_idxs":
+        config = {**config, "model_type": "lfm2"}
+        del config["attn_layer_indices"]
+    config[key] = indices
+    started = time.monotonic()
+    with pytest.raises(UnknownArchitectureError, match=f"{key} must list distinct layer indices below") as info:
+        model(config)
+    assert info.value.missing == (key,) and time.monotonic() - started < 5

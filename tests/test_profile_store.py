@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from ledger_workers import no_hang
@@ -213,7 +215,6 @@ def test_processes_that_store_one_key_at_once_all_get_the_one_figure_that_was_st
         ({}, "non-empty mapping"),
         ([("model", 1)], "non-empty mapping"),
         ({"nested": [[[[]]]] * 1}, None),  # plain data: accepted
-        ({1: "a", "b": 2}, "plain data"),  # keys of mixed types cannot be sorted
     ],
 )
 def test_a_key_that_is_no_plain_mapping_is_refused_by_name(store, key, why):
@@ -287,3 +288,46 @@ def test_figures_too_large_to_read_back_are_not_stored(store, caplog):
         assert store.save("engine", {**KEY, "huge": "x" * MAX_FILE_BYTES}, FIGURES, 0.0) is None
     assert f"the key and figures take more than {MAX_FILE_BYTES} bytes" in caplog.text
     assert not list(store.directory.glob("*"))
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"ratio": "Fraction(1, 2)"}, {"ratio": Fraction(1, 2)}),
+        ({"id2label": {1: "a"}}, {"id2label": {"1": "a"}}),
+        ({"shape": (1, 2)}, {"shape": [1, 2]}),
+        ({"n": Decimal("5")}, {"n": "Decimal('5')"}),
+        ({"a": {"~tuple": [1, 2]}}, {"a": (1, 2)}),
+        ({"labels": {1: "a", "b": 2}}, {"labels": {"1": "a", "b": 2}}),
+        ({"s": {1, 2}}, {"s": [1, 2]}),
+    ],
+    ids=[
+        "dtype-or-text",
+        "int-or-text-names",
+        "tuple-or-list",
+        "numpy-or-its-repr",
+        "a-name-like-a-tag",
+        "mixed",
+        "set",
+    ],
+)
+def test_keys_of_different_configurations_never_share_a_file(store, one, other):
+    """JSON wrote both as one text (a repr for what it cannot hold, names as text, tuples as lists): the figures
+    measured for one were read back for the other."""
+    assert store.path("engine", one) != store.path("engine", other)
+    store.save("engine", one, FIGURES, 0.0)
+    assert store.load("engine", other) is None
+
+
+def test_a_key_of_plain_data_is_written_as_json_writes_it():
+    """Profiles stored under plain keys before keys were tagged keep their files."""
+    from devmem.engine.profile_store import canonical
+
+    key = {"model": {"layers": 32, "name": "llama", "ratio": 0.5}, "flags": [True, None], "m~": "x"}
+    assert canonical(key) == json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def test_a_set_in_a_key_is_one_text_whatever_its_order():
+    from devmem.engine.profile_store import canonical
+
+    assert canonical({"s": {"b", "a", "c"}}) == canonical({"s": {"c", "a", "b"}}) == '{"s":{"~set":["a","b","c"]}}'

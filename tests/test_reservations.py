@@ -747,3 +747,47 @@ def test_memory_in_use_that_no_listed_process_holds_counts_on_top_of_the_reserva
     accounting = account(100 * GiB, 100 * GiB - 512 * MiB, entries, {}, 0, False, me)
     assert accounting.committed == 80 * GiB + 512 * MiB
     assert accounting.committed + 20 * GiB > accounting.total
+
+
+# ---- a release or a device identity that fails ----------------------------------------------------------------
+def test_a_release_that_cannot_write_the_ledger_never_replaces_the_engines_own_exception(host, tmp_path, caplog):
+    """The engine fails; as its share is released, the ledger directory cannot be used (here: made writable by
+    every user): the engine's exception is what the caller gets, the release is one warning, and the share, its
+    owner lock dropped, is reclaimed by the next admission."""
+    failing = pytest.raises(RuntimeError, match="the engine's own failure")
+    with failing, devmem.EngineMemory(0, utilization=0.5, platform=host, ledger_dir=tmp_path):
+        tmp_path.chmod(0o777)
+        raise RuntimeError("the engine's own failure")
+    assert "could not be removed from the ledger" in caplog.text
+    tmp_path.chmod(0o700)
+    reserve(0, 60 * GiB, platform=host, ledger_dir=tmp_path).release()
+
+
+def test_a_reservation_released_by_its_with_block_keeps_the_blocks_own_exception(host, tmp_path):
+    with pytest.raises(KeyError, match="the block's own failure"), reserve(0, GiB, platform=host, ledger_dir=tmp_path):
+        tmp_path.chmod(0o777)
+        raise KeyError("the block's own failure")
+    tmp_path.chmod(0o700)
+
+
+class UuidFails(CpuPlatform):
+    """A vendor wheel's backend whose device_uuid raises (its driver in a bad state)."""
+
+    name = "uuid-fails"
+
+    def _device_uuid(self, device: int) -> str | None:
+        raise RuntimeError("the driver's state is corrupted")
+
+
+def test_a_device_uuid_that_raises_is_a_ledger_error_naming_the_platform_and_the_call(tmp_path):
+    platform = UuidFails(files=Scenario(host=HostMemory(total=64 * GiB, free=60 * GiB)).fs)
+    with pytest.raises(LedgerError, match=r"'uuid-fails': device_uuid\(0\) raised RuntimeError: the driver's state"):
+        reserve(0, GiB, platform=platform, ledger_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_info_on_a_device_whose_uuid_raises_warns_and_reports_the_rest(tmp_path, caplog):
+    platform = UuidFails(files=Scenario(host=HostMemory(total=64 * GiB, free=60 * GiB)).fs)
+    report = devmem.device_report(platform, 0)
+    assert devmem.engine.reservations.device_reservations(platform, 0, report, tmp_path) is None
+    assert "device_uuid(0) raised RuntimeError" in caplog.text

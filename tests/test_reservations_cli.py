@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from ledger_workers import no_hang
+from ledger_workers import NOBODY, needs_root, no_hang
 
 from devmem.command.info import cmd_info
 from devmem.command.main import build_parser
@@ -157,6 +157,22 @@ def test_info_with_a_relative_ledger_dir_warns_and_reports_the_rest(capsys, capl
         device = json.loads(info(capsys, "--json", platform=scripted_platform(h200_scenario())))["devices"][0]
     assert device["reservations"] is None and device["total"] > 0
     assert "DEVMEM_LEDGER_DIR must be an absolute path" in caplog.text
+
+
+@needs_root
+def test_top_says_once_that_a_ledger_directory_another_user_owns_cannot_be_used(tmp_path):
+    import os
+
+    directory = tmp_path / "ledger"
+    directory.mkdir()
+    directory.chmod(0o1777)
+    os.chown(directory, NOBODY, NOBODY)
+    env = {**os.environ, "DEVMEM_PLATFORM": "cpu", "DEVMEM_LEDGER_DIR": str(directory)}
+    run = [sys.executable, "-m", "devmem", "top", "-n", "3", "--interval", "0.05"]
+    result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0 and result.stdout.count(" 0 host memory") == 3, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "ledger" in line]
+    assert f"owned by uid {NOBODY}" in line and "vanish" in line
 
 
 def test_info_with_a_fifo_in_place_of_the_ledger_file_reports_it_corrupt(capsys, tmp_path, monkeypatch):

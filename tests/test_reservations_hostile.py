@@ -15,11 +15,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import suppress
 from pathlib import Path
 
 import ledger_workers
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import devmem
@@ -74,12 +75,16 @@ def test_a_symbolic_link_as_the_ledger_directory_is_refused_and_its_target_left_
 
 
 @needs_root
-def test_a_directory_another_user_owns_without_the_sticky_bit_is_refused_naming_its_owner(host, tmp_path):
+@pytest.mark.parametrize("mode", [0o755, 0o1777], ids=["private", "sticky"])
+def test_a_directory_another_user_owns_is_refused_naming_its_owner_and_what_they_could_do(host, tmp_path, mode):
+    """Sticky or not: a directory's owner may remove or rename any file in it."""
     directory = tmp_path / "ledger"
-    directory.mkdir(mode=0o755)
+    directory.mkdir()
+    directory.chmod(mode)
     os.chown(directory, NOBODY, NOBODY)
-    with pytest.raises(LedgerError, match=rf"ledger cannot be used: it is owned by uid {NOBODY}.*not sticky"):
+    with pytest.raises(LedgerError, match=rf"ledger cannot be used: it is owned by uid {NOBODY}.*rename any file"):
         reserve(0, GiB, platform=host, ledger_dir=directory)
+    assert list(directory.iterdir()) == []
 
 
 def test_a_directory_others_may_write_without_the_sticky_bit_is_refused_saying_how_to_fix_it(host, tmp_path):
@@ -91,10 +96,49 @@ def test_a_directory_others_may_write_without_the_sticky_bit_is_refused_saying_h
 
 
 @needs_root
-def test_a_sticky_directory_another_user_created_is_shared(host, sticky):
-    os.chown(sticky, NOBODY, NOBODY)
-    with reserve(0, GiB, platform=host, ledger_dir=sticky) as r:
-        assert [e["id"] for e in entries_of(sticky)] == [r.entry.id]
+def test_a_shared_directory_another_user_made_before_any_engine_cannot_make_a_live_reservation_vanish(host, sticky):
+    """The other user makes the ledger directory (mode 1777) before any engine, as anyone may in /dev/shm; were
+    it used, they could remove a live engine's owner file and ledger file, and the next engine would be admitted
+    beside it (80 GiB of a 64 GiB device)."""
+    directory = sticky / "devmem"
+    assert ledger_workers.as_nobody(lambda: (directory.mkdir(), directory.chmod(0o1777))[1]) == "None"
+    with pytest.raises(LedgerError, match=rf"owned by uid {NOBODY} \(nobody\).*vanish.*install -d -m 1777 -o root"):
+        reserve(0, 40 * GiB, platform=host, ledger_dir=directory)
+    assert list(directory.iterdir()) == []
+
+
+@needs_root
+@pytest.mark.parametrize("owned", ["parent", "link"])
+def test_a_ledger_directory_on_a_path_another_user_controls_is_refused_naming_what_they_own(host, sticky, owned):
+    """Another user's directory (or symbolic link) on the way: they may rename the ledger directory away and
+    put a fresh one in its place, or point the link elsewhere."""
+    parent = sticky / "theirs"
+    parent.mkdir()
+    if owned == "link":
+        os.symlink(parent, sticky / "link")
+        os.lchown(sticky / "link", NOBODY, NOBODY)
+        via, named = sticky / "link", "the symbolic link .*/link"
+    else:
+        os.chown(parent, NOBODY, NOBODY)
+        via, named = parent, "the directory .*/theirs"
+    with pytest.raises(LedgerError, match=rf"{named} on the way to it is owned by uid {NOBODY}"):
+        reserve(0, GiB, platform=host, ledger_dir=via / "ledger")
+    assert not (parent / "ledger").exists()
+
+
+def test_a_ledger_directory_under_a_folder_others_may_write_without_the_sticky_bit_is_refused(host, tmp_path):
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)
+    with pytest.raises(LedgerError, match=r"open on the way to it is writable by other users and not sticky"):
+        reserve(0, GiB, platform=host, ledger_dir=parent / "ledger")
+
+
+def test_a_ledger_directory_through_a_link_of_this_users_is_used(host, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    reserve(0, GiB, platform=host, ledger_dir=tmp_path / "via" / "ledger").release()
+    assert (tmp_path / "real" / "ledger").is_dir()
 
 
 def test_a_ledger_directory_nested_deeper_than_a_path_may_hold_is_a_ledger_error(host, tmp_path):
@@ -246,6 +290,54 @@ def test_a_ledger_file_emptied_or_removed_while_its_owner_lives_keeps_its_reserv
             with pytest.raises(ReservationRefused):
                 reserve(0, total // 4 + 1, platform=host, ledger_dir=tmp_path)
             assert len(entries_of(tmp_path)) == 2  # the next write lists it again
+
+
+#: Set while a test watches every ``flock`` this process takes (an audit hook cannot be removed once added).
+_WATCHED: list[Path] = []
+_SEEN_UNLOCKED: list[str] = []
+
+
+def _owner_visible_before_locked(event: str, args: tuple) -> None:
+    """At each exclusive ``flock`` (before it is taken): the owner files already under their name that are the
+    file being locked, as any reader listing the directory would find them, unlocked and maybe empty."""
+    if event != "fcntl.flock" or not _WATCHED or not args[1] & fcntl.LOCK_EX:
+        return
+    inode = os.fstat(args[0]).st_ino
+    for path in _WATCHED[0].glob("*.owner"):
+        with suppress(OSError):
+            if path.lstat().st_ino == inode:
+                _SEEN_UNLOCKED.append(f"{path.name} ({path.stat().st_size} bytes)")
+
+
+sys.addaudithook(_owner_visible_before_locked)
+
+
+def test_an_owner_file_appears_under_its_name_only_locked_and_written(host, tmp_path):
+    """Readers that take no ledger lock (the exporter, `devmem info`) probe owner files' locks: one that appeared
+    unlocked or empty would be taken for a dead owner's, and a probe holding its lock as the owner took it failed
+    the admission."""
+    _WATCHED.append(tmp_path)
+    try:
+        reserve(0, GiB, platform=host, ledger_dir=tmp_path).release()
+    finally:
+        _WATCHED.clear()
+    assert _SEEN_UNLOCKED == []
+
+
+def test_a_reader_probing_a_dead_owners_file_does_not_make_it_look_alive(host, tmp_path):
+    """A reader (`devmem info`, the exporter, another admission) holds an owner file's lock for the instant it
+    probes it: a dead owner of another PID namespace (where /proc/locks cannot name the holder) stays dead."""
+    me = Owner.current()
+    far = Entry("far", Owner(7, 1, me.pidns + 1, (7,), "another container"), 60 * GiB, 0.0)
+    plant(tmp_path, [far])
+    owner = tmp_path / f"{KEY}.far.owner"
+    owner.write_text(json.dumps(far.as_json()))
+    fd = os.open(owner, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # the reader, mid-probe
+        reserve(0, 32 * GiB, platform=host, ledger_dir=tmp_path).release()
+    finally:
+        os.close(fd)
 
 
 def test_an_owner_file_is_writable_by_its_owner_only(host, tmp_path):
@@ -632,6 +724,82 @@ def test_another_users_hostile_files_never_make_the_ledger_over_admit_or_block(h
         for fd in held:
             os.close(fd)
         shutil.rmtree(directory)
+
+
+def _as_directory_owner(ledger: Path, action: str) -> None:
+    """What the user owning the ledger directory (or the folder holding it) may do to it, as that user."""
+    names = sorted(ledger.iterdir()) if ledger.is_dir() else []
+    if action == "delete":
+        for name in names:
+            with suppress(OSError):
+                name.unlink()
+    elif action == "rename":
+        for i, name in enumerate(names):
+            with suppress(OSError):
+                name.rename(ledger / f"moved-{i}")
+    elif action == "replace":
+        with suppress(OSError):
+            (ledger / f"{KEY}.json").unlink()
+            (ledger / f"{KEY}.json").write_text(json.dumps({"format": 1, "key": KEY, "entries": []}))
+    elif action == "swap":  # the whole directory renamed away and a fresh one of theirs put in its place
+        with suppress(OSError):
+            ledger.rename(ledger.with_name(f"old-{len(list(ledger.parent.iterdir()))}"))
+            ledger.mkdir()
+            ledger.chmod(0o1777)
+    else:
+        with suppress(OSError):
+            ledger.chmod({"sticky": 0o1777, "open": 0o777, "private": 0o755}[action])
+
+
+@needs_root
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    owns=st.sampled_from(["directory", "parent"]),
+    steps=st.lists(
+        st.one_of(
+            st.sampled_from([16, 24, 40, 64]).map(lambda gib: gib * GiB),
+            st.sampled_from(["delete", "rename", "replace", "swap", "sticky", "open", "private"]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+@example(owns="directory", steps=[40 * GiB, "delete", 40 * GiB])  # the issue's case: an engine's files removed
+@example(owns="parent", steps=[40 * GiB, "swap", 40 * GiB])  # the directory renamed away, a fresh one in its place
+def test_a_ledger_directory_another_user_controls_never_admits_more_than_the_device_holds(owns, steps):
+    """Another user owns the ledger directory, or the folder it is in, and deletes, renames and replaces its files
+    (and the directory itself) between admissions: whatever they do, the reservations admitted never add up to
+    more than the device holds (each admission is refused, naming the owner, and nothing else is raised)."""
+    total = 64 * GiB
+    platform = CpuPlatform(files=Scenario(host=HostMemory(total=total, free=60 * GiB)).fs)
+    base = Path(tempfile.mkdtemp(prefix="devmem-owned-"))
+    base.chmod(0o1777)
+    held = []
+    try:
+        if owns == "parent":  # theirs, with a shared ledger directory of root's in it
+            assert ledger_workers.as_nobody(lambda: (base / "theirs").mkdir()) == "None"
+            ledger = base / "theirs" / "ledger"
+            ledger.mkdir()
+            ledger.chmod(0o1777)
+        else:  # made by them before any engine, as anyone may in /dev/shm
+            ledger = base / "ledger"
+            assert ledger_workers.as_nobody(lambda: (ledger.mkdir(), ledger.chmod(0o1777))[1]) == "None"
+        for step in steps:
+            if isinstance(step, str):
+                ledger_workers.as_nobody(lambda step=step: _as_directory_owner(ledger, step))
+                continue
+            with ledger_workers.no_hang():
+                try:
+                    held.append(reserve(0, step, platform=platform, ledger_dir=ledger))
+                except ReservationRefused:
+                    pass
+                except LedgerError as exc:
+                    assert f"uid {NOBODY}" in str(exc)
+            assert sum(r.bytes for r in held) <= total
+    finally:
+        for r in held:
+            r.release()
+        shutil.rmtree(base)
 
 
 @needs_root

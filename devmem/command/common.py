@@ -57,7 +57,14 @@ with --json, an error of exit 1 is also a JSON object on stdout: {"kind": "error
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions and epilogs fitted to the terminal: a paragraph is wrapped, an indented line (an example, a
-    table row) keeps its start and wraps under its text column."""
+    table row) keeps its start and wraps under its text column. Its width is the command's own
+    (:func:`devmem.command.format.terminal_width`, at least 20 columns), not argparse's ``COLUMNS - 2``, which is
+    0 or less at ``COLUMNS=1`` or ``2`` and made every command raise."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        from devmem.command.format import terminal_width
+
+        super().__init__(prog, indent_increment, max_help_position, terminal_width() - 2 if width is None else width)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import re

@@ -14,7 +14,9 @@ DESCRIPTION = (
     "device memory (PID, user, command, container and cgroup); each reservation's reserved and used bytes, "
     "over-commitment and stale entries; doctor's findings as gauges. Every scrape reads each device once, in "
     "parallel, and waits at most --deadline seconds: a device that fails or hangs is left out of that scrape "
-    "and counted in devmem_exporter_reading_failures_total. Listens on 127.0.0.1 unless --listen says "
+    "and counted in devmem_exporter_reading_failures_total. No client can stall it: each connection has "
+    "--client-timeout to send its request and again to take its answer, at most --max-connections are open, and "
+    "the requests waiting share one reading. Listens on 127.0.0.1 unless --listen says "
     "otherwise, and only reads (the reservation ledger is never written, locked or created). Needs "
     "prometheus-client: pip install 'devmem-kv[exporter]'. docs/exporter.md lists every metric."
 )
@@ -30,7 +32,7 @@ EXIT_CODES = (
 
 
 def _bounded_number(what: str, low: float, high: float, kind: Callable[[str], float]) -> Callable[[str], float]:
-    from devmem._text import parse_decimal, parse_int
+    from devmem._text import parse_decimal, parse_int, shown
 
     def parse(text: str) -> float:
         # ASCII only: int() and float() also read full-width and other Unicode digits, and underscores
@@ -38,7 +40,7 @@ def _bounded_number(what: str, low: float, high: float, kind: Callable[[str], fl
         if value is None:
             value = float("nan")
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give a number from {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a {what}: give a number from {low:g} to {high:g}")
         return value
 
     return parse
@@ -56,7 +58,7 @@ def _listen(text: str) -> str:
 
 def add_exporter_flags(parser: argparse.ArgumentParser) -> None:
     """The exporter's flags on its sub-command's ``parser``."""
-    from devmem.exporter.server import DEFAULT_LISTEN
+    from devmem.exporter.server import DEFAULT_CLIENT_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS
 
     parser.add_argument(
         "--listen",
@@ -87,6 +89,22 @@ def add_exporter_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="characters of a command line kept in its label (default 64)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=_bounded_number("connection count", 1, 65536, int),
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"connections open at once (default {DEFAULT_MAX_CONNECTIONS}, fewer where the descriptor limit is "
+        "lower); one more closes the oldest that is not waiting for its answer",
+    )
+    parser.add_argument(
+        "--client-timeout",
+        type=_bounded_number("client timeout in seconds", 0.1, 600, float),
+        default=DEFAULT_CLIENT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"the longest a client may take to send its request, and again to take its answer, before it is "
+        f"closed (default {DEFAULT_CLIENT_TIMEOUT:g})",
+    )
     parser.set_defaults(handler=cmd_exporter)
 
 
@@ -108,7 +126,13 @@ def cmd_exporter(args: argparse.Namespace, platform: Platform | None = None) -> 
         max_processes=int(args.max_processes),
         command_length=int(args.command_length),
     )
-    return run(DevmemCollector(reader), args.listen, error_line)
+    return run(
+        DevmemCollector(reader),
+        args.listen,
+        error_line,
+        max_connections=int(args.max_connections),
+        client_timeout=args.client_timeout,
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,5 +1,7 @@
 """The values the ``devmem`` commands' flags take, each refused with what is allowed: sizes (that remember how their
-text was read, to echo it), device indices, utilizations, counts and watch intervals."""
+text was read, to echo it), device indices, utilizations, counts and watch intervals. Every number is read by the
+ASCII parsers of :mod:`devmem._text` (``int()`` and ``float()`` also read Unicode digits and underscores), and a
+value refused is echoed cut short (:func:`devmem._text.shown`)."""
 
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ def sizes_read_lines(read: dict[str, dict[str, object]]) -> list[str]:
 def positive_size(text: str) -> int:
     value = size(text)
     if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is zero bytes: give a size > 0")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is zero bytes: give a size > 0")
     return value
 
 
@@ -76,7 +78,9 @@ def device_index(text: str) -> int:
 
     value = parse_int(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device index: give a whole number >= 0 in ASCII digits")
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a device index: give a whole number >= 0 in ASCII digits"
+        )
     return value
 
 
@@ -102,7 +106,7 @@ def positive(what: str) -> Callable[[str], int]:
 
         value = parse_int(text)
         if not value:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give a whole number > 0")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a {what}: give a whole number > 0")
         return value
 
     return parse
@@ -119,12 +123,9 @@ def interval(text: str) -> float:
 
 def interval_ms(text: str) -> float:
     """A watch interval in milliseconds (nvidia-smi's ``-lms``), as seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    value = _decimal(text)
     if not 50 <= value <= 86_400_000:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a watch interval in milliseconds: give 50 to 86400000, e.g. 500"
+            f"{shown(text)} is not a watch interval in milliseconds: give 50 to 86400000, e.g. 500"
         )
     return value / 1000

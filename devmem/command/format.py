@@ -25,9 +25,13 @@ _STYLES = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "dim": "2"}
 UNWRAPPED = 1 << 20
 
 
+#: The narrowest width anything is laid out for, whatever ``COLUMNS`` says (a line wider than the screen wraps).
+MIN_WIDTH = 20
+
+
 def terminal_width() -> int:
-    """Columns to fit on a screen: ``COLUMNS``, else the terminal's width, else 80."""
-    return max(20, shutil.get_terminal_size((80, 24)).columns)
+    """Columns to fit on a screen: ``COLUMNS``, else the terminal's width, else 80; at least :data:`MIN_WIDTH`."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
 
 
 def width_for(stream: IO[str] | None) -> int:
@@ -77,7 +81,8 @@ def without_program_path(command: str) -> str:
 def wrap(text: str, width: int, indent: str = "", hanging: str | None = None, *, break_long: bool = False) -> list[str]:
     """``text`` as lines of at most ``width`` columns, the first prefixed by ``indent`` and the rest by
     ``hanging`` (``indent`` by default). A single word longer than a line stays whole unless ``break_long``
-    (for free text such as a command line, never for figures)."""
+    (for free text such as a command line, never for figures). A ``width`` below :data:`MIN_WIDTH` is taken as it."""
+    width = max(width, MIN_WIDTH)
     glued = _NUMBER_UNIT.sub(lambda m: f"{m.group(1)}{_NBSP}{m.group(2)}", text)
     lines = textwrap.wrap(
         glued,

@@ -3,7 +3,10 @@
 A reader that went away (``devmem fit ... | true``, ``| head``) or a closed stdout (``>&-``) drops the rest of
 the output silently: the command still returns its verdict (``fit`` exits 1 for a target that does not fit), and
 ``top`` stops. Any other write error (a full disk: ``devmem info > /dev/full``) is one :class:`OutputError` line.
-Which escape sequences a stream may get is :mod:`devmem.command.format`'s business.
+Which escape sequences a stream may get is :mod:`devmem.command.format`'s business; what reaches a stream goes
+through :func:`for_terminal` at its sink (stdout, error lines and log lines): every string from a config, a ledger
+or another process is escaped there, wherever it was put in a line, and only devmem's own colours and cursor
+moves reach the terminal.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import sys
 from typing import IO
 
+from devmem._text import printable
 from devmem.types import DevmemError
 
 #: errno values that mean nobody reads the stream any more.
@@ -22,6 +27,25 @@ _READER_GONE = frozenset({errno.EPIPE, errno.EBADF, errno.ECONNRESET})
 
 #: No stream: the reader of none has gone.
 _NOWHERE = object()
+
+
+#: The escape sequences of devmem's own colours (:class:`devmem.command.format.Painter`): the only ones a line keeps.
+_OWN_STYLES = re.compile(r"\x1b\[(?:0|1|2|31|32|33)m")
+#: The cursor moves ``--watch`` and ``top`` redraw with (:meth:`Output.write`'s ``control``).
+_CURSOR = re.compile(r"(?:\x1b\[H\x1b\[2J|\x1b\[[0-9]{1,5};1H\x1b\[J)")
+
+
+def for_terminal(text: str) -> str:
+    """``text`` as it may reach a terminal or a log: each control character, escape sequence, bidirectional
+    override and lone surrogate shown as its escape (:func:`devmem._text.printable`), whoever put it in the line,
+    except line breaks and devmem's own colours; so no config, ledger entry or process can retitle, clear or move
+    the terminal, or stop a write."""
+    lines = []
+    for line in text.split("\n"):
+        parts = _OWN_STYLES.split(line)
+        styles = _OWN_STYLES.findall(line)
+        lines.append("".join(printable(part) + (styles[i] if i < len(styles) else "") for i, part in enumerate(parts)))
+    return "\n".join(lines)
 
 
 class OutputError(DevmemError):
@@ -50,13 +74,16 @@ class Output:
         """Whether the current stdout's reader went away (or stdout is closed): writes to it are dropped."""
         return sys.stdout is None or self._lost_on is sys.stdout
 
-    def write(self, text: str) -> None:
-        """Write and flush ``text``: dropped once the reader is gone, :class:`OutputError` on any other failure."""
+    def write(self, text: str, *, control: str = "") -> None:
+        """Write and flush ``text`` (through :func:`for_terminal`), after ``control``, one of the cursor moves
+        devmem redraws with: dropped once the reader is gone, :class:`OutputError` on any other failure."""
+        if control and not _CURSOR.fullmatch(control):
+            raise ValueError(f"not a cursor move devmem writes: {control!r}")
         stream = sys.stdout
         if self.lost:  # also: started with fd 1 closed (sys.stdout is None)
             return
         try:
-            stream.write(text)
+            stream.write(control + for_terminal(text))
             stream.flush()
         except ValueError:  # a stream closed under us
             self._lost_on = stream
@@ -88,7 +115,7 @@ class StderrFormatter(logging.Formatter):
     as :func:`error_line` wraps an error."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return fitted_to_stderr(super().format(record))
+        return fitted_to_stderr(for_terminal(super().format(record)))
 
 
 def error_line(text: str) -> None:
@@ -96,7 +123,7 @@ def error_line(text: str) -> None:
     stream = sys.stderr
     if stream is None:
         return
-    text = fitted_to_stderr(text)
+    text = fitted_to_stderr(for_terminal(text))
     try:
         stream.write(text + "\n")
         stream.flush()

@@ -81,17 +81,16 @@ def _watch(
                 if redraw_from is None:
                     facts = top_facts(platform, because, devices, width)
                     redraw_from = len(facts) + 1
-                    head = ("\x1b[H\x1b[2J" if in_place else "") + "\n".join(facts) + "\n"
-                    out.write(head)
+                    out.write("\n".join(facts) + "\n", control="\x1b[H\x1b[2J" if in_place else "")
                 if in_place:
-                    out.write(f"\x1b[{redraw_from};1H\x1b[J" + "\n".join(body) + "\n")
+                    out.write("\n".join(body) + "\n", control=f"\x1b[{redraw_from};1H\x1b[J")
                 else:
                     out.write("\n".join(body) + "\n\n")
             else:
                 stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
                 text = screen(platform, because, devices, paint, width)
                 text = f"{stamp}  {every}\n" + text
-                out.write(("\x1b[H\x1b[2J" + text + "\n") if in_place else text + "\n\n")
+                out.write(text + ("\n" if in_place else "\n\n"), control="\x1b[H\x1b[2J" if in_place else "")
             bar.update()
             if samples != args.count and keys.wait(args.watch - (time.monotonic() - started)):
                 return 0  # q pressed

@@ -1,12 +1,14 @@
 """The reservation ledger's directory, opened once without following a link and checked before anything in it is
 trusted; every file in it is then opened relative to that descriptor, never through a link in its place.
 
-The directory must be a directory (a symbolic link in its place is refused, not followed) and either sticky (as
-``/dev/shm`` and a shared ``/dev/shm/devmem`` of mode 1777 are: only a file's owner may replace or remove it) or
-owned by this user or root and writable by nobody else: in a directory another user may write without the sticky
-bit, that user could replace the files that say who holds the device. Creating it never changes the mode of a
-directory this process did not just create: it is made private (``mkdir`` mode 0700), opened without following a
-link, and only a descriptor that shows an empty directory of this user's is made shared (``fchmod`` 1777).
+Trust: the directory, and every directory on the way to it, must be owned by this user or root (a directory's
+owner may remove or rename any name in it, the sticky bit notwithstanding, and so make a live engine's reservation
+vanish: the next engine would be admitted beside it), and either sticky (as ``/dev/shm`` and a shared
+``/dev/shm/devmem`` of mode 1777 are: only a file's owner may replace or remove it) or writable by nobody else. A
+symbolic link on the way counts as its owner's. The directory itself must be a directory (a symbolic link in its
+place is refused, not followed). Creating it never changes the mode of a directory this process did not just
+create: it is made private (``mkdir`` mode 0700), opened without following a link, and only a descriptor that
+shows an empty directory of this user's is made shared (``fchmod`` 1777).
 """
 
 from __future__ import annotations
@@ -44,21 +46,84 @@ def _uid_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def problem(st: os.stat_result) -> str | None:
-    """What is wrong with a ledger directory of status ``st`` (``None``: nothing): not sticky, and owned by
-    another user than this one or root, or writable by its group or by others."""
-    if st.st_mode & stat.S_ISVTX:
-        return None
+def _trusted_owner(uid: int) -> bool:
+    return uid in (os.geteuid(), 0)
+
+
+def problem(st: os.stat_result, named: str) -> str | None:
+    """What is wrong with the ledger directory ``named`` of status ``st`` (``None``: nothing), and how to fix it:
+    owned by another user than this one or root, or not sticky and writable by its group or by others."""
     mode = stat.filemode(st.st_mode)
-    if st.st_uid not in (os.geteuid(), 0):
+    if not _trusted_owner(st.st_uid):
         return (
-            f"it is owned by {_uid_name(st.st_uid)}, not by this user ({_uid_name(os.geteuid())}) or root, and is "
-            f"not sticky (mode {mode}): its owner could replace the files that say who holds the device"
+            f"it is owned by {_uid_name(st.st_uid)}, not by this user ({_uid_name(os.geteuid())}) or root (mode "
+            f"{mode}): its owner may remove or rename any file in it, sticky or not, and so make a live engine's "
+            f"reservation vanish and engines be admitted beyond the device; have root create it shared ({_ROOT_MADE}"
+            f" {named}), or its owner remove it, or {_FIX}"
         )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if not st.st_mode & stat.S_ISVTX and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return (
             f"it is writable by other users and not sticky (mode {mode}): any of them could replace the files that "
-            "say who holds the device"
+            f"say who holds the device; remove it (devmem creates it afresh, mode 1777), make it sticky (chmod +t, "
+            f"as /dev/shm), or {_FIX}"
+        )
+    return None
+
+
+#: How root makes a ledger directory every user may share and none may take over.
+_ROOT_MADE = "install -d -m 1777 -o root -g root"
+
+#: The most symbolic links followed on the way to the directory (the kernel's own limit).
+_MAX_LINKS = 40
+
+
+def ancestor_problem(path: Path) -> str | None:
+    """What is wrong with a directory on the way to ``path`` (``None``: nothing): one owned by another user than
+    this one or root, or writable by others without the sticky bit, could have the ledger directory renamed away
+    and another put in its place; a symbolic link on the way counts as its owner's (its owner may point it
+    elsewhere). Each link is followed by hand, so every directory the kernel walks through is checked."""
+    parts = list(Path(os.path.abspath(path)).parts[1:-1])
+    current, links = "/", 0
+    checked = _directory_problem(current)
+    while checked is None and parts:
+        step = os.path.join(current, parts.pop(0))
+        try:
+            st = os.lstat(step)
+        except OSError:
+            return None  # missing (created, or refused, as the ledger directory is) or unreadable: open() says
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if not _trusted_owner(st.st_uid):
+                return (
+                    f"the symbolic link {_named(Path(step))} on the way to it is owned by {_uid_name(st.st_uid)}, not "
+                    "by this user or root: its owner may point it at another directory"
+                )
+            if links > _MAX_LINKS:
+                return None  # a loop: open() fails on it and says so
+            target = os.readlink(step)
+            parts = [*Path(target).parts[1 if os.path.isabs(target) else 0 :], *parts]
+            current = "/" if os.path.isabs(target) else current
+            continue
+        current = os.path.normpath(step)
+        checked = _directory_problem(current)
+    return checked
+
+
+def _directory_problem(directory: str) -> str | None:
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    if not _trusted_owner(st.st_uid):
+        return (
+            f"the directory {_named(Path(directory))} on the way to it is owned by {_uid_name(st.st_uid)}, not by "
+            "this user or root: its owner may rename the ledger directory away and put another in its place"
+        )
+    if not st.st_mode & stat.S_ISVTX and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"the directory {_named(Path(directory))} on the way to it is writable by other users and not sticky "
+            f"(mode {stat.filemode(st.st_mode)}): any of them may rename the ledger directory away and put another "
+            "in its place"
         )
     return None
 
@@ -95,6 +160,13 @@ class LedgerDirectory:
                     f"cannot create the ledger directory {_named(path)}: it nests more folders than a path may hold; "
                     f"{_FIX}"
                 ) from None
+        untrusted = ancestor_problem(path)
+        if untrusted is not None:
+            raise LedgerError(
+                f"the reservation ledger directory {_named(path)} cannot be used: {untrusted}; set {LEDGER_DIR_ENV} "
+                "to a directory on a path of root's or this user's only (/dev/shm/devmem, say)"
+            )
+        if create:
             try:
                 os.mkdir(path, 0o700)  # private until this process has checked what it made
                 created = True
@@ -117,7 +189,7 @@ class LedgerDirectory:
                 # shared by every user, as /tmp is, with the sticky bit so each removes only its own files
                 os.fchmod(fd, 0o1777)
                 st = os.fstat(fd)
-            wrong = problem(st)
+            wrong = problem(st, _named(path))
             writable = os.access(".", os.W_OK | os.X_OK, dir_fd=fd)
         except OSError as exc:
             os.close(fd)
@@ -127,10 +199,7 @@ class LedgerDirectory:
             raise LedgerError(f"the reservation ledger directory {_named(path)} is not writable by this user; {_FIX}")
         if wrong is not None:
             os.close(fd)
-            raise LedgerError(
-                f"the reservation ledger directory {_named(path)} cannot be used: {wrong}; remove it (devmem "
-                f"creates it afresh, mode 1777), make it sticky (chmod +t, as /dev/shm), or {_FIX}"
-            )
+            raise LedgerError(f"the reservation ledger directory {_named(path)} cannot be used: {wrong}")
         return cls(path, fd)
 
     @staticmethod

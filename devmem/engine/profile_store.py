@@ -64,15 +64,50 @@ def default_directory() -> Path:
 
 
 def canonical(key: Mapping[str, Any]) -> str:
-    """The key as canonical JSON (sorted keys, no spaces); values that JSON cannot hold are written as ``repr``."""
+    """The key as canonical JSON (sorted keys, no spaces), one text per key: plain data (mappings of text to
+    values, lists, text, numbers, ``True``/``False``/``None``) is written as JSON writes it, and what JSON would
+    write as something else is tagged (:func:`_tagged`), so that no two keys share a text, and a profile measured
+    for one configuration is never read back for another."""
     if not isinstance(key, Mapping) or not key:
         raise ProfileStoreError(f"a profile key must be a non-empty mapping of names to values, got {shown(key)}")
     try:
-        return json.dumps(key, sort_keys=True, separators=(",", ":"), default=repr)
-    except (ValueError, TypeError, RecursionError) as exc:  # a circular or too deeply nested key, mixed key types
+        return json.dumps(_tagged(key), sort_keys=True, separators=(",", ":"))
+    except Exception as exc:  # a circular or too deeply nested key, a value whose repr() raises
         raise ProfileStoreError(
             f"a profile key must be plain data that JSON can write ({type(exc).__name__}: {exc})"
         ) from None
+
+
+#: The first character of a tag in a canonical key; a mapping's own name that starts with it is written doubled.
+_TAG = "~"
+
+
+def _tagged(value: Any, within: frozenset[int] = frozenset()) -> Any:
+    """``value`` as JSON data that tells apart what JSON alone would not: a tuple from a list (``{"~tuple": [...]}``),
+    a mapping with names other than text from one with text names (``{"~dict": [[name, value], ...]}``, ``{1: x}``
+    from ``{"1": x}``), a set (``{"~set": [...]}``, in a fixed order), and any other object from the text of its
+    ``repr`` (``{"~repr:<module>.<class>": repr}``: ``torch.float16`` from ``"torch.float16"``); a mapping's
+    own name starting with ``~`` is written with it doubled. ``within``: the containers holding ``value`` (one of
+    them again is a circular reference: ``ValueError``)."""
+    if value is None or type(value) in (str, bool, int, float):
+        return value
+    if id(value) in within:
+        raise ValueError("Circular reference detected")
+    inner = within | {id(value)}
+    if type(value) is list:
+        return [_tagged(v, inner) for v in value]
+    if isinstance(value, Mapping):
+        if all(type(k) is str for k in value):
+            return {(_TAG + k if k.startswith(_TAG) else k): _tagged(v, inner) for k, v in value.items()}
+        pairs = [[_tagged(k, inner), _tagged(v, inner)] for k, v in value.items()]
+        return {f"{_TAG}dict": sorted(pairs, key=lambda pair: json.dumps(pair[0], sort_keys=True))}
+    if type(value) is tuple:
+        return {f"{_TAG}tuple": [_tagged(v, inner) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        items = (_tagged(v, inner) for v in value)
+        return {f"{_TAG}set": sorted(items, key=lambda v: json.dumps(v, sort_keys=True))}
+    kind = type(value)
+    return {f"{_TAG}repr:{kind.__module__}.{kind.__qualname__}": repr(value)}
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,7 @@ from typing import Any
 from devmem._deadline import Job
 from devmem._host import REAL_FILES, Files
 from devmem._processes import ProcessRow, container_id, process_cgroup, process_rows
-from devmem.engine.reservations import DeviceReservations, Owner
-from devmem.exporter.ledger import read_reservations
+from devmem.engine.reservations import DeviceReservations, Owner, read_reservations
 from devmem.findings import Finding, device_findings, diagnose
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
@@ -177,7 +176,7 @@ class NodeReader:
         uuid = get_uuid(device) if callable(get_uuid) else None
         reservations = None
         try:
-            reservations = read_reservations(self.platform, report, self.ledger_dir, self._me)
+            reservations = read_reservations(self.platform, device, report, self.ledger_dir, self._me)
         except Exception as exc:
             failures.append(Failure(str(device), RESERVATIONS, ERROR, f"failed: {exc}"))
         findings = None

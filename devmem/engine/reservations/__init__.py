@@ -58,6 +58,7 @@ from devmem.engine.reservations._ledger import (  # noqa: F401
     _reading_of,
     ledger_bytes,
     parse_ledger,
+    read_reservations,
 )
 from devmem.engine.reservations._owners import (  # noqa: F401
     FORMAT,

@@ -22,7 +22,7 @@ from typing import Any
 from devmem import arguments
 from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
-from devmem._text import env_text, shown
+from devmem._text import described, env_text, shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
 from devmem.engine.reservations._accounting import Accounting, Holding, account
 from devmem.engine.reservations._owners import (
@@ -79,11 +79,25 @@ def _file_key(text: str) -> str:
 def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
     """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
     caller has it already (from a reading, whose index is checked), so the platform is not asked for it."""
-    if name is not None and isinstance(platform, PlatformBase):
-        uid = platform._device_uuid(device)  # the index was checked when the reading was taken
-    else:
-        get_uuid = getattr(platform, "device_uuid", None)
-        uid = get_uuid(device) if callable(get_uuid) else None
+    try:
+        if name is not None and isinstance(platform, PlatformBase):
+            uid = platform._device_uuid(device)  # the index was checked when the reading was taken
+        else:
+            get_uuid = getattr(platform, "device_uuid", None)
+            uid = get_uuid(device) if callable(get_uuid) else None
+    except DevmemError:
+        raise
+    except Exception as exc:  # a backend's failure, named: keyed otherwise, the device would get a second ledger
+        raise LedgerError(
+            f"platform {platform.name!r}: device_uuid({device}) raised {described(exc)}, and the ledger keys a device "
+            "by its UUID (keyed by another name, engines that read the UUID would not see this one's reservation); "
+            "fix the backend, or check the device (`devmem doctor`)"
+        ) from exc
+    if uid is not None and not isinstance(uid, str):
+        raise LedgerError(
+            f"platform {platform.name!r}: device_uuid({device}) returned {shown(uid)} of type {type(uid).__name__}, "
+            "not text or None; fix the backend"
+        )
     if uid:
         return _file_key(str(uid)), "the device's UUID"
     key = _file_key(f"{platform.name}-{platform.device_name(device) if name is None else name}-{device}")
@@ -120,7 +134,8 @@ def _os_error(what: str, path: Path, exc: OSError) -> LedgerError:
     )
 
 
-#: Paths of broken ledger files (a link, a FIFO, an unreadable owner file) this process has warned about.
+#: Paths of broken ledger files (a link, a FIFO, an unreadable owner file), and ledger directories that cannot be
+#: used, this process has warned about.
 _WARNED: set[str] = set()
 
 
@@ -380,8 +395,8 @@ class Ledger:
             return None
         try:
             st = os.fstat(fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:  # shared: readers probing at once never take each other for the owner
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 return None  # nobody holds it: the owner is gone
             except OSError as exc:
                 held = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
@@ -494,21 +509,29 @@ class Ledger:
                 raise _refusal(reading.name, device, request, before, self.path(key), full=len(live) >= MAX_ENTRIES)
             entry = Entry(os.urandom(8).hex(), me, request, time.time())
             name = self._owner_name(key, entry.id)
-            fd = _create(d, name, os.O_RDWR, 0o644)  # readable by every user, written by its owner only
+            # the owner file appears under its name already locked and written (renamed into place): a reader
+            # probing its lock (the exporter, `devmem info`, which take no ledger lock) never finds it unlocked or
+            # empty, and never holds its lock as the owner takes it; private (0600) until then, so nobody else
+            # can open it first
+            made = f".{name}.{os.urandom(4).hex()}.new"
+            fd = _create(d, made, os.O_RDWR | os.O_EXCL, 0o600)
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     os.write(fd, json.dumps(entry.as_json()).encode())
+                    os.fchmod(fd, 0o644)  # readable by every user, written by its owner only
+                    d.replace(made, name)
                 except OSError as exc:
-                    raise _os_error("lock (flock) and write", d.file(name), exc) from None
+                    raise _os_error("lock (flock), write and name", d.file(name), exc) from None
                 for stale in dead:
                     with suppress(OSError):  # another user's, in a sticky directory: left, and ignored
                         d.unlink(self._owner_name(key, stale.id))
                 self._write(d, key, [*live, entry])
             except BaseException:
                 os.close(fd)
-                with suppress(OSError):
-                    d.unlink(name)
+                for left in (made, name):
+                    with suppress(OSError):
+                        d.unlink(left)
                 raise
         reservation = Reservation(self, key, device, entry, total, fd)
         _LIVE.add(reservation)
@@ -545,13 +568,18 @@ class Ledger:
         others: Mapping[int, int] | None,
         integrated: bool,
         own_used: int | None = None,
+        me: Owner | None = None,
     ) -> DeviceReservations | None:
-        """``key``'s ledger as it stands (nothing is reclaimed), with the holdings as admission counts them;
-        ``None`` where the device has no ledger file."""
+        """``key``'s ledger as admission reads it (the ledger file's entries and the owner files it does not list,
+        each owner judged alive or dead as admission judges it), with the holdings as admission counts them;
+        ``None`` where the device has neither a ledger file nor an owner file. ``devmem info``, ``top``, ``doctor``
+        and the exporter all read it here. It writes, creates and locks nothing: nothing is reclaimed, engines
+        being admitted never wait for it, and it sees a whole ledger file (replaced atomically) and owner files
+        that appear locked and written. ``me``: the reading process (:meth:`Owner.current` where ``None``)."""
         d = self.opened(create=False)
         if d is None:
             return None
-        me = Owner.current()
+        me = me or Owner.current()
         with d:
             try:
                 if not d.exists(f"{key}.json") and not self._owner_files(d, key):  # owners outlive a removed file
@@ -561,11 +589,7 @@ class Ledger:
                     f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
                     f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
                 ) from None
-            try:
-                with self._locked(d, key):
-                    live, dead, problem = self._load(d, key, me, others)
-            except LedgerError:  # a directory this user cannot write: read without the lock (the file is replaced
-                live, dead, problem = self._load(d, key, me, others)  # atomically, so a read sees a whole file)
+            live, dead, problem = self._load(d, key, me, others)
         accounting = account(total, free, live, others, own_used, integrated, me)
         return DeviceReservations(key, str(self.path(key)), accounting, tuple(dead), problem)
 
@@ -699,13 +723,25 @@ class Reservation:
         return self.ledger.path(self.key)
 
     def release(self) -> None:
-        """Remove the reservation from the ledger (again: nothing; in a forked child: nothing)."""
+        """Remove the reservation from the ledger (again: nothing; in a forked child: nothing). Its owner lock is
+        dropped whatever happens, so where the ledger cannot be written (the directory gone or no longer to be
+        trusted, its lock not obtained, a full disk) the entry is a dead owner's, which the next admission reclaims:
+        that is logged, never raised, since a release runs where an engine stops, often on its own exception, which
+        it would replace."""
         with self._lock:
             if self.released or self.entry.owner.pid != os.getpid():
                 return
             self.released = True
         try:
             self.ledger._release(self.key, self.entry)
+        except (LedgerError, OSError) as exc:
+            log.warning(
+                "devmem: reservation of %s on %s released, but its entry could not be removed from the ledger (%s); "
+                "its owner lock is dropped, so the next admission reclaims it",
+                format_size(self.bytes),
+                self.key,
+                exc,
+            )
         finally:
             os.close(self._fd)
             _LIVE.discard(self)
@@ -789,15 +825,30 @@ def reserve(
     )
 
 
+def read_reservations(
+    platform: Platform,
+    device: int,
+    report: Any,
+    ledger_dir: str | os.PathLike[str] | None = None,
+    me: Owner | None = None,
+) -> DeviceReservations | None:
+    """The reservations on ``device`` from its ``report`` (a :class:`~devmem.DeviceReport`), read as admission reads
+    them (:meth:`Ledger.view`); ``None`` where the device has no ledger. A ledger directory that cannot be used is a
+    :class:`LedgerError`."""
+    key, _ = device_key(platform, device)
+    ledger = Ledger(ledger_dir)
+    return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process, me)
+
+
 def device_reservations(
     platform: Platform, device: int, report: Any, ledger_dir: str | os.PathLike[str] | None = None
 ) -> DeviceReservations | None:
-    """The reservations on ``device`` for ``devmem info`` and ``devmem doctor``, from its ``report`` (a
-    :class:`~devmem.DeviceReport`); ``None`` where the device has no ledger."""
-    key, _ = device_key(platform, device)
-    try:  # a ledger directory that cannot be used is a warning here: the rest of the report stands
-        ledger = Ledger(ledger_dir)
-        return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process)
-    except LedgerError as exc:
-        log.warning("devmem: %s", exc)
+    """:func:`read_reservations` for ``devmem info`` and ``devmem doctor``: a ledger directory that cannot be used
+    is a warning (the rest of the report stands), given once."""
+    try:
+        return read_reservations(platform, device, report, ledger_dir)
+    except LedgerError as exc:  # said once: every device, and every sample of `devmem top`, would repeat it
+        if str(exc) not in _WARNED:
+            _WARNED.add(str(exc))
+            log.warning("devmem: %s", exc)
         return None

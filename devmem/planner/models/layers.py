@@ -92,21 +92,11 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
     if c.has("hybrid_override_pattern"):
         return listed("hybrid_override_pattern", _PATTERN), "hybrid_override_pattern"
     if c.has("attn_layer_indices"):  # Bamba: attention at these indices, Mamba2 elsewhere
-        indices = c.get("attn_layer_indices")
-        if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
-            raise c.refuse(
-                "attn_layer_indices",
-                f"config key attn_layer_indices must list layer indices below {layers}, got {_shown(indices)}",
-            )
-        return [FULL if i in set(indices) else MAMBA2 for i in range(layers)], "attn_layer_indices"
+        attention = _indices(c, "attn_layer_indices", layers)
+        return [FULL if i in attention else MAMBA2 for i in range(layers)], "attn_layer_indices"
     if c.has("full_attn_idxs"):  # LFM2: attention at these indices, short convolutions elsewhere
-        indices = c.get("full_attn_idxs")
-        if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
-            raise c.refuse(
-                "full_attn_idxs",
-                f"config key full_attn_idxs must list layer indices below {layers}, got {_shown(indices)}",
-            )
-        return [FULL if i in set(indices) else CONV for i in range(layers)], "full_attn_idxs"
+        attention = _indices(c, "full_attn_idxs", layers)
+        return [FULL if i in attention else CONV for i in range(layers)], "full_attn_idxs"
     if c.has("attn_layer_period") or c.has("attn_layer_offset"):
         period, offset = c.int("attn_layer_period"), c.int("attn_layer_offset", positive=False)
         return (
@@ -155,6 +145,17 @@ def _layer_kinds(c: _Config, layers: int) -> tuple[list[str], str]:
         first = c.int("max_window_layers", positive=False)
         return [SLIDING if i >= first else FULL for i in range(layers)], f"max_window_layers {first}"
     return [SLIDING] * layers, "sliding_window, on every layer"
+
+
+def _indices(c: _Config, key: str, layers: int) -> set[int]:
+    """The layer indices config key ``key`` lists: distinct, each below ``layers`` (so at most ``layers`` of them),
+    read once (a list tested per layer made a config of a long list run for minutes)."""
+    indices = c.get(key)
+    if isinstance(indices, list) and len(indices) <= layers:
+        unique = {i for i in indices if type(i) is int and 0 <= i < layers}
+        if len(unique) == len(indices):
+            return unique
+    raise c.refuse(key, f"config key {key} must list distinct layer indices below {layers}, got {_shown(indices)}")
 
 
 def _resolve_recurrent(c: _Config, kinds: list[str]) -> list[str]:

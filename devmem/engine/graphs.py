@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from devmem import arguments
 from devmem._text import shown
+from devmem.engine import _door
 from devmem.engine.profile_store import ProfileStore, StoredProfile, canonical, whole_figure
 from devmem.engine.profiling import ProfileResult
-from devmem.errors import EngineMemoryError, ProfileStoreError
+from devmem.errors import ProfileStoreError
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine")
@@ -57,23 +57,20 @@ class GraphsAfterCache:
     key: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        estimate = arguments.byte_count("GraphsAfterCache.estimate", self.estimate, error=EngineMemoryError)
-        object.__setattr__(self, "estimate", estimate)
+        object.__setattr__(self, "estimate", _door.byte_count("GraphsAfterCache.estimate", self.estimate))
         if (self.store is None) != (self.key is None):
-            raise EngineMemoryError(
+            raise _door.refused(
+                "GraphsAfterCache.store",
+                self.store,
                 f"GraphsAfterCache.store and .key go together (a ProfileStore and a mapping) or not at all, got "
-                f"store={shown(self.store)} and key={shown(self.key)}"
+                f"store={shown(self.store)} and key={shown(self.key)}",
             )
-        if self.store is not None and not isinstance(self.store, ProfileStore):
-            raise EngineMemoryError(
-                f"GraphsAfterCache.store must be a ProfileStore, got {shown(self.store)} of type "
-                f"{type(self.store).__name__}"
-            )
+        _door.instance("GraphsAfterCache.store", self.store, ProfileStore, "a ProfileStore", optional=True)
         if self.key is not None:
             try:
                 key = json.loads(canonical(self.key))  # the key as the store compares it, kept from changes
             except ProfileStoreError as exc:
-                raise EngineMemoryError(f"GraphsAfterCache.key: {exc}") from None
+                raise _door.refused("GraphsAfterCache.key", self.key, f"GraphsAfterCache.key: {exc}") from None
             object.__setattr__(self, "key", key)
 
     def stored(self, total: int) -> StoredProfile | None:

@@ -125,6 +125,20 @@ def test_a_throwaway_capture_before_the_plan_is_charged_all_it_reached(h200, tor
     assert memory.graph_charge.source == "capture window"
 
 
+def test_a_throwaway_window_that_captured_nothing_leaves_the_first_start_bound_charged(h200, torch_rt, platform):
+    memory = _profiled(h200, torch_rt, platform)
+    _thrown_away(memory, torch_rt, [])  # an engine's graph profiling that captures nothing (vLLM V2's returns 0)
+    memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, graphs=GraphsAfterCache())
+    assert memory.graph_charge.source == "first-start bound"
+    assert memory.kv_plan.breakdown["graph_capture"] == memory.profile_result.transient_peak_bytes
+
+
+def test_a_stored_figure_of_nothing_is_charged_as_measured(h200, torch_rt, platform, store):
+    store.save(GRAPHS_KIND, KEY, {"kept_bytes": 0}, 1.0)
+    memory = _planned(h200, torch_rt, platform, GraphsAfterCache(store=store, key=KEY))
+    assert (memory.graph_charge.bytes, memory.graph_charge.source) == (0, "stored")
+
+
 def test_the_engines_estimate_above_what_the_throwaway_capture_reached_is_charged(h200, torch_rt, platform):
     memory = _profiled(h200, torch_rt, platform)
     _thrown_away(memory, torch_rt, [12 * MiB])

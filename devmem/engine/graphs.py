@@ -111,16 +111,17 @@ class GraphCharge:
 def graph_charge(
     graphs: GraphsAfterCache, total: int, window: int | None, transient: int, *, pinned: bool = False
 ) -> GraphCharge:
-    """The charge for ``graphs`` on a device of ``total`` bytes: the largest of the stored figure, what the
-    throwaway capture window reached (``window``; ``None`` where none ran) and the engine's estimate; the
-    profile window's ``transient`` where none of them measured anything (module docstring)."""
+    """The charge for ``graphs`` on a device of ``total`` bytes: the largest of the stored figure (0 too: a capture
+    after the cache measured it), what the throwaway capture window reached (``window``; ``None`` where none ran,
+    and 0, where it captured nothing, measured nothing) and the engine's estimate (0: none); the profile window's
+    ``transient`` where none of them measured anything (module docstring)."""
     if pinned:
         return GraphCharge(0, PINNED, "not charged: a pinned cache's share is the cache alone")
     known: list[tuple[int, str, str]] = []
     stored = graphs.stored(total)
     if stored is not None:
         known.append((stored.figures["kept_bytes"], STORED, f"what a previous start's capture kept ({stored.path})"))
-    if window is not None:
+    if window:  # a throwaway window that reached nothing captured nothing (vLLM V2's graph profiling returns 0)
         known.append((window, WINDOW, "all the throwaway capture in the graph window reached"))
     if graphs.estimate:
         known.append((graphs.estimate, ESTIMATE, "the engine's own estimate"))

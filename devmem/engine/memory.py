@@ -317,7 +317,7 @@ class EngineMemory:
             next_start = (
                 "the next start with this key plans for it"
                 if declared.store is not None
-                else ("give GraphsAfterCache a store and key so that the next start plans for it")
+                else "give GraphsAfterCache a store and key so that the next start plans for it"
             )
             log.warning("devmem: device %d: %s; %s", self.device, check.explain(), next_start)
 

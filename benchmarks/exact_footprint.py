@@ -7,8 +7,11 @@ shape, 22 layers, 4 KV heads; ``qwen2``: Qwen2-1.5B's, 28 layers, 2 KV heads, a 
 
 - through ``devmem.EngineMemory``: the cache as devmem's one allocation (``one``) or the engine's own keys and
   values per layer (``kv``, planned with ``KvLayout.per_layer(2)``), decode CUDA graphs (batch 1, 4, 16, 64, 256 in
-  one pool) ``off``, captured in ``memory.graphs()`` (``window``) or inside the profile window after the forward
-  (``profile``);
+  one pool) ``off``, captured in ``memory.graphs()`` (``window``), inside the profile window after the forward
+  (``profile``), or after the cache exists in ``memory.graphs_after_cache()``, the plan told of them with
+  ``GraphsAfterCache``: ``after`` is a first start (no figure stored under its key, no estimate: the first-start
+  bound is charged; what capture kept is stored), ``restart`` the next start with that key (charged what was
+  stored);
 - the low-level path (``low``): ``plan_kv_cache(**profile.plan_inputs(), ...)`` without a layout, then one tensor
   per layer allocated by the engine.
 
@@ -70,6 +73,10 @@ MODES = [
     ("kv", "window"),
     ("kv", "profile"),
     ("low", "off"),
+    ("one", "after"),
+    ("one", "restart"),
+    ("kv", "after"),
+    ("kv", "restart"),
 ]
 GRAPH_BATCHES = (256, 64, 16, 4, 1)
 BLOCK_TOKENS = 16
@@ -145,7 +152,9 @@ class Run:
 
     def __call__(self, pynvml: Any) -> dict[str, Any]:
         from devmem import EngineMemory, KvLayout
+        from devmem.engine.graphs import GRAPHS_KIND, GraphsAfterCache
         from devmem.engine.memory import PROFILE_PASSES
+        from devmem.engine.profile_store import ProfileStore
         from devmem.planner import plan_kv_cache
 
         row: dict[str, Any] = {"shape": self.shape, "u": self.u, "layout": self.layout, "graphs": self.graphs}
@@ -164,6 +173,13 @@ class Run:
         if self.graphs == "window":
             with memory.graphs():
                 graphs = self.capture(model)
+        declared = None
+        if self.graphs in ("after", "restart"):  # one key a shape, layout and allocator: its restart reads it
+            store = ProfileStore(os.environ.get("DEVMEM_PROFILE_DIR") or Path.home() / ".cache/devmem-benchmark")
+            key = {"shape": self.shape, "layout": self.layout, "allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
+            if self.graphs == "after":  # a first start: nothing stored under the key
+                store.path(GRAPHS_KIND, key).unlink(missing_ok=True)
+            declared = GraphsAfterCache(store=store, key=key)
         cfg = model.config
         layers, head = cfg.num_hidden_layers, cfg.hidden_size // cfg.num_attention_heads
         page = BLOCK_TOKENS * cfg.num_key_value_heads * head * 2 * 2  # K and V, bf16
@@ -178,15 +194,18 @@ class Run:
             memory.release_allocator_cache()
             cache = [self.t.zeros((plan.num_blocks, page), dtype=self.t.uint8, device=self.dev) for _ in range(layers)]
         elif self.layout == "kv":
-            plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(2))
+            plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=KvLayout.per_layer(2), graphs=declared)
             memory.release_allocator_cache()
             cache = [
                 self.t.zeros((plan.num_blocks, page // 2), dtype=self.t.uint8, device=self.dev)
                 for _ in range(2 * layers)
             ]
         else:
-            plan = memory.plan(page_size_bytes=page, num_layers=layers)
+            plan = memory.plan(page_size_bytes=page, num_layers=layers, graphs=declared)
             cache = [memory.allocate().buffer]
+        if declared is not None:
+            with memory.graphs_after_cache():
+                graphs = self.capture(model)
         self.forward(model)
         if graphs:  # replayed through the list: a loop variable would keep the pool alive past this run
             graphs[-1][0].replay()
@@ -209,6 +228,7 @@ class Run:
             layout_text=plan.layout,
             transient=plan.breakdown.get("transient_peak"),
             graph_capture=plan.breakdown.get("graph_capture"),
+            graphs_after_cache=memory.as_dict()["graphs_after_cache"],
             transient_rule=profile.transient_rule,
             kept_after_peak=profile.kept_after_peak_bytes,
             transient_reach=profile.transient_reach_bytes,

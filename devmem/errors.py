@@ -50,7 +50,14 @@ class NotEnoughMemoryError(DevmemError, ValueError):
 
 
 class ArgumentError(InvalidValueError):
-    """An argument of a public entry point is outside what it accepts (checked on entry, before any work runs)."""
+    """An argument of a public entry point is outside what it accepts (checked on entry, before any work runs).
+
+    ``argument`` names it and ``value`` is what was given, where the entry point that refused it set them
+    (``None`` otherwise; :class:`devmem.EngineMemory` always does)."""
+
+    def __init__(self, message: str, *, argument: str | None = None, value: object = None):
+        super().__init__(message)
+        self.argument, self.value = argument, value
 
 
 class ArgumentTypeError(ArgumentError, TypeError):
@@ -61,8 +68,27 @@ class SizingError(ArgumentError):
     """An input to the sizing arithmetic is outside what it accepts."""
 
 
-class EngineMemoryError(ArgumentError):
-    """A step of :class:`devmem.EngineMemory` out of order, repeated, or given a bad argument."""
+class EngineMemoryError(DevmemError):
+    """What :class:`devmem.EngineMemory` refuses: an argument (:class:`EngineArgumentError`) or a step the phase the
+    object is in does not allow (:class:`StepRefused`)."""
+
+
+class EngineArgumentError(EngineMemoryError, ArgumentError):
+    """An argument of :class:`devmem.EngineMemory` (or of what it is given: a layout, a declaration) refused at the
+    door, before the step runs: ``argument`` names it, ``value`` is what was given."""
+
+
+class StepRefused(EngineMemoryError, RuntimeError):
+    """A step of :class:`devmem.EngineMemory` that the phase the object is in does not allow (out of order, taken
+    twice, while another is under way, after ``close()``, in a forked child): ``step`` names the step asked for,
+    ``phase`` the phase (a :class:`devmem.engine.phases.Phase`)."""
+
+    def __init__(self, message: str, step: str, phase: object):
+        super().__init__(message)
+        self.step, self.phase = step, phase
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (str(self), self.step, self.phase)
 
 
 class ProfileStoreError(DevmemError, ValueError):
@@ -110,6 +136,8 @@ __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
     "EngineMemoryError",
+    "EngineArgumentError",
+    "StepRefused",
     "SnapshotMismatchError",
     "ProfileStoreError",
     "LedgerError",

@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
-from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
+from devmem import EngineMemory, GiB, KvLayout, MiB
 from devmem.engine.graphs import GRAPHS_KIND, GraphsAfterCache
+from devmem.engine.phases import Phase
 from devmem.engine.profile_store import ProfileStore
+from devmem.errors import EngineArgumentError, StepRefused
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, wsl2_scenario
@@ -121,6 +123,20 @@ def test_a_throwaway_capture_before_the_plan_is_charged_all_it_reached(h200, tor
     assert plan.breakdown["graph_capture"] == 414 * MiB  # the pool's two segments, freed before the plan
     assert plan.breakdown["transient_peak"] == memory.profile_result.transient_peak_bytes  # not the graphs' peak
     assert memory.graph_charge.source == "capture window"
+
+
+def test_a_throwaway_window_that_captured_nothing_leaves_the_first_start_bound_charged(h200, torch_rt, platform):
+    memory = _profiled(h200, torch_rt, platform)
+    _thrown_away(memory, torch_rt, [])  # an engine's graph profiling that captures nothing (vLLM V2's returns 0)
+    memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, graphs=GraphsAfterCache())
+    assert memory.graph_charge.source == "first-start bound"
+    assert memory.kv_plan.breakdown["graph_capture"] == memory.profile_result.transient_peak_bytes
+
+
+def test_a_stored_figure_of_nothing_is_charged_as_measured(h200, torch_rt, platform, store):
+    store.save(GRAPHS_KIND, KEY, {"kept_bytes": 0}, 1.0)
+    memory = _planned(h200, torch_rt, platform, GraphsAfterCache(store=store, key=KEY))
+    assert (memory.graph_charge.bytes, memory.graph_charge.source) == (0, "stored")
 
 
 def test_the_engines_estimate_above_what_the_throwaway_capture_reached_is_charged(h200, torch_rt, platform):
@@ -251,42 +267,36 @@ def _opened_twice(h200, rt, platform):
 
 
 @pytest.mark.parametrize(
-    ("state", "named"),
-    [
-        (_undeclared, "plan was not told of graphs captured after the cache"),
-        (_not_allocated, "before the cache exists: allocate"),
-        (_opened_twice, "already opened"),
-    ],
+    ("state", "phase"),
+    [(_undeclared, Phase.PLANNED), (_not_allocated, Phase.PLANNED), (_opened_twice, Phase.CAPTURED)],
 )
-def test_the_window_after_the_cache_out_of_order_is_refused(h200, torch_rt, platform, state, named):
+def test_the_window_after_the_cache_out_of_order_is_refused(h200, torch_rt, platform, state, phase):
     memory = state(h200, torch_rt, platform)
     ran = []
-    with pytest.raises(EngineMemoryError, match=named), memory.graphs_after_cache():
+    with pytest.raises(StepRefused) as refused, memory.graphs_after_cache():
         ran.append(True)
-    assert ran == []
+    assert ran == [] and (refused.value.step, refused.value.phase) == ("graphs_after_cache", phase)
 
 
-def test_graphs_that_are_no_declaration_are_refused_by_the_plan(h200, torch_rt, platform):
-    memory = _profiled(h200, torch_rt, platform)
-    with pytest.raises(EngineMemoryError, match="graphs must be a GraphsAfterCache .* got 1073741824 of type int"):
-        memory.plan(page_size_bytes=PAGE, num_layers=LAYERS, graphs=GiB)  # type: ignore[arg-type]
+CIRCULAR: dict = {"a": 1}
+CIRCULAR["self"] = CIRCULAR  # a key the store cannot write
 
 
 @pytest.mark.parametrize(
-    ("fields", "named"),
+    ("fields", "argument"),
     [
-        ({"estimate": -1}, "GraphsAfterCache.estimate must be >= 0 bytes, got -1"),
-        ({"estimate": 1.5}, "GraphsAfterCache.estimate must be a whole number of bytes"),
-        ({"key": KEY}, "store and .key go together"),
-        ({"store": "/tmp", "key": KEY}, "GraphsAfterCache.store must be a ProfileStore, got '/tmp'"),
-        ({"key": {}}, "GraphsAfterCache.key: a profile key must be a non-empty mapping"),
+        ({"estimate": -1}, "GraphsAfterCache.estimate"),
+        ({"estimate": 1.5}, "GraphsAfterCache.estimate"),
+        ({"key": KEY}, "GraphsAfterCache.store"),
+        ({"store": "/tmp", "key": KEY}, "GraphsAfterCache.store"),
+        ({"key": {}, "store": ProfileStore("/tmp")}, "GraphsAfterCache.key"),
+        ({"key": CIRCULAR, "store": ProfileStore("/tmp")}, "GraphsAfterCache.key"),
     ],
 )
-def test_a_declaration_with_bad_fields_is_refused_naming_them(tmp_path, fields, named):
-    if fields.get("key") == {}:
-        fields = {**fields, "store": ProfileStore(tmp_path)}
-    with pytest.raises(EngineMemoryError, match=named):
+def test_a_declaration_with_bad_fields_is_refused_naming_them(fields, argument):
+    with pytest.raises(EngineArgumentError) as refused:
         GraphsAfterCache(**fields)
+    assert (refused.value.argument, refused.value.value) == (argument, fields.get(argument.split(".")[1]))
 
 
 def test_the_window_opens_after_devmem_allocated_the_cache_on_the_cpu_platform(monkeypatch):

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from devmem import EngineMemory, EngineMemoryError, MiB
 from devmem.engine.block_cost import BlockRun
-from devmem.engine.memory import BLOCK_COST_KIND
-from devmem.engine.profile_store import ProfileStore
+from devmem.engine.profile_store import BLOCK_COST_KIND, ProfileStore
 from devmem.integrations.transformers import _extra_accepted
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario

@@ -27,7 +27,9 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem.engine.distributed import agree_on_minimum
     from devmem.engine.graphs import GraphCheck, GraphsAfterCache
     from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, allocate_kv_cache
-    from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
+    from devmem.engine.layout import KvLayout
+    from devmem.engine.memory import EngineMemory, EngineMemoryError
+    from devmem.engine.phases import Phase
     from devmem.engine.profiling import (
         MemorySnapshot,
         ProfileResult,
@@ -41,7 +43,8 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
 _NAMES = {
     "EngineMemory": "devmem.engine.memory",
     "EngineMemoryError": "devmem.engine.memory",
-    "KvLayout": "devmem.engine.memory",
+    "KvLayout": "devmem.engine.layout",
+    "Phase": "devmem.engine.phases",
     "GraphsAfterCache": "devmem.engine.graphs",
     "GraphCheck": "devmem.engine.graphs",
     "prepare_and_read": "devmem.platform",
@@ -77,6 +80,7 @@ __all__ = [
     "KvLayout",
     "LedgerError",
     "MemorySnapshot",
+    "Phase",
     "ProfileResult",
     "Reservation",
     "ReservationRefused",

@@ -70,9 +70,15 @@ def torch_device_for(platform: Platform, index: int) -> Any:
     """torch's device for devmem's device ``index`` on ``platform``: ``torch.device(<namespace>, index)``, or
     the CPU where the platform's device is host memory (``torch_device`` is ``None``). Imports torch.
     :class:`~devmem.arguments.ArgumentError` for an index that is not one of the platform's devices."""
-    from devmem.arguments import ArgumentError, device_index
+    from devmem.arguments import device_index
 
-    index = device_index(index)
+    return _device_of(platform, device_index(index))
+
+
+def _device_of(platform: Platform, index: int) -> Any:
+    """:func:`torch_device_for` of a checked ``index`` (refused where the platform has no such device)."""
+    from devmem.arguments import ArgumentError
+
     count = platform.device_count()
     if index >= count:
         valid = f"0..{count - 1}" if count else "none (no device is visible)"

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from devmem import arguments
 from devmem._text import shown
+from devmem.engine import _door
 from devmem.engine.profile_store import ProfileStore, StoredProfile, canonical, whole_figure
 from devmem.engine.profiling import ProfileResult
-from devmem.errors import EngineMemoryError, ProfileStoreError
+from devmem.errors import ProfileStoreError
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine")
@@ -57,23 +57,20 @@ class GraphsAfterCache:
     key: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        estimate = arguments.byte_count("GraphsAfterCache.estimate", self.estimate, error=EngineMemoryError)
-        object.__setattr__(self, "estimate", estimate)
+        object.__setattr__(self, "estimate", _door.byte_count("GraphsAfterCache.estimate", self.estimate))
         if (self.store is None) != (self.key is None):
-            raise EngineMemoryError(
+            raise _door.refused(
+                "GraphsAfterCache.store",
+                self.store,
                 f"GraphsAfterCache.store and .key go together (a ProfileStore and a mapping) or not at all, got "
-                f"store={shown(self.store)} and key={shown(self.key)}"
+                f"store={shown(self.store)} and key={shown(self.key)}",
             )
-        if self.store is not None and not isinstance(self.store, ProfileStore):
-            raise EngineMemoryError(
-                f"GraphsAfterCache.store must be a ProfileStore, got {shown(self.store)} of type "
-                f"{type(self.store).__name__}"
-            )
+        _door.instance("GraphsAfterCache.store", self.store, ProfileStore, "a ProfileStore", optional=True)
         if self.key is not None:
             try:
                 key = json.loads(canonical(self.key))  # the key as the store compares it, kept from changes
             except ProfileStoreError as exc:
-                raise EngineMemoryError(f"GraphsAfterCache.key: {exc}") from None
+                raise _door.refused("GraphsAfterCache.key", self.key, f"GraphsAfterCache.key: {exc}") from None
             object.__setattr__(self, "key", key)
 
     def stored(self, total: int) -> StoredProfile | None:
@@ -114,16 +111,17 @@ class GraphCharge:
 def graph_charge(
     graphs: GraphsAfterCache, total: int, window: int | None, transient: int, *, pinned: bool = False
 ) -> GraphCharge:
-    """The charge for ``graphs`` on a device of ``total`` bytes: the largest of the stored figure, what the
-    throwaway capture window reached (``window``; ``None`` where none ran) and the engine's estimate; the
-    profile window's ``transient`` where none of them measured anything (module docstring)."""
+    """The charge for ``graphs`` on a device of ``total`` bytes: the largest of the stored figure (0 too: a capture
+    after the cache measured it), what the throwaway capture window reached (``window``; ``None`` where none ran,
+    and 0, where it captured nothing, measured nothing) and the engine's estimate (0: none); the profile window's
+    ``transient`` where none of them measured anything (module docstring)."""
     if pinned:
         return GraphCharge(0, PINNED, "not charged: a pinned cache's share is the cache alone")
     known: list[tuple[int, str, str]] = []
     stored = graphs.stored(total)
     if stored is not None:
         known.append((stored.figures["kept_bytes"], STORED, f"what a previous start's capture kept ({stored.path})"))
-    if window is not None:
+    if window:  # a throwaway window that reached nothing captured nothing (vLLM V2's graph profiling returns 0)
         known.append((window, WINDOW, "all the throwaway capture in the graph window reached"))
     if graphs.estimate:
         known.append((graphs.estimate, ESTIMATE, "the engine's own estimate"))

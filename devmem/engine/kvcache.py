@@ -72,7 +72,12 @@ def allocate_kv_cache(
             f"device must be devmem's device index (an int >= 0), a torch device or its name, got {shown(device)} "
             f"of type {type(device).__name__}"
         )
+    return _allocate(plan, num_layers, device)
 
+
+def _allocate(plan: KvCachePlan, num_layers: int, device: Any) -> KvCacheTensors:
+    """:func:`allocate_kv_cache` of checked arguments (``device`` torch's)."""
+    torch = import_torch("allocate_kv_cache")
     page = plan.block_bytes // num_layers
     buffer = torch.zeros((num_layers, plan.num_blocks, page), dtype=torch.uint8, device=device)
     return KvCacheTensors(buffer, tuple(buffer.unbind(0)), plan.num_blocks, page)

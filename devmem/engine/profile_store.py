@@ -25,12 +25,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devmem._text import env_text, shown
 from devmem.engine._state_files import SAFE_FLAGS, regular_fd
+from devmem.engine.block_cost import BlockCost, BlockRun, growth_per_block
 from devmem.errors import ProfileStoreError
 
 log = logging.getLogger("devmem.engine.profile_store")
@@ -339,6 +340,163 @@ def _foreign(data: object, kind: str, key: object) -> str | None:
     return None
 
 
+#: The kind under which :class:`devmem.EngineMemory` keeps a measured block cost, or a whole start
+#: (:class:`StoredStart`).
+BLOCK_COST_KIND = "block-cost"
+
+#: The least a stored block may cost: a block holds the keys and values of at least one token on every layer, and
+#: one head of 64 fp16 dimensions alone is 256 bytes of them per token and layer. A stored cost below it was not
+#: measured (a block cost of 1 byte would plan millions of blocks).
+MIN_STORED_BLOCK_BYTES = 256
+
+#: The windows' figures a stored start holds, and whether each may be unknown (``None``).
+WINDOW_FIGURES = {
+    "consumed": False,
+    "weights": False,
+    "transient_peak_bytes": False,
+    "non_torch": False,
+    "other_processes": True,
+    "released_cache": False,
+}
+
+#: The fields of a stored :class:`~devmem.engine.block_cost.BlockRun` and whether each may be unknown (``None``).
+RUN_FIGURES = {"num_blocks": False, "held_bytes": False, "peak_bytes": True, "reserved_peak_bytes": True}
+
+
+@dataclass(frozen=True)
+class StoredStart:
+    """What :class:`devmem.EngineMemory` keeps under a key (kind :data:`BLOCK_COST_KIND`): a block's measured
+    ``cost`` and, for a whole start (:meth:`EngineMemory.save_profile <devmem.EngineMemory.save_profile>`), the
+    windows' figures the plan is made of (``windows``: ``plan_kv_cache``'s inputs), whether the first run was the
+    profile window's, whether torch's allocator mapped expandable segments, and the engine's own ``extra``.
+
+    :meth:`check` is the one check of what is read back (:meth:`ProfileStore.load`'s ``check``): the figures' shape,
+    types and ranges, and what a device of that total can hold; :meth:`read` then builds the record, and
+    :meth:`figures` is what is written.
+    """
+
+    cost: BlockCost
+    windows: Mapping[str, Any] | None = None
+    first_in_window: bool = False
+    expandable_segments: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def check(total: int, accept: Callable[[Mapping[str, Any]], bool] | None = None) -> Check:
+        """The check of figures stored on a device of ``total`` bytes; ``accept`` the engine's ``extra`` (``False``,
+        or a ``ValueError`` saying why, refuses it), beside a whole start."""
+
+        def check(figures: dict[str, Any]) -> str | None:
+            problem = _cost_problem(figures, total)
+            if problem is None and figures.get("windows") is not None:
+                problem = _windows_problem(figures, total)
+                if problem is None and accept is not None:
+                    try:
+                        if not accept(figures.get("extra", {})):
+                            problem = "the engine cannot read what it kept beside the figures (extra)"
+                    except ValueError as exc:  # the engine's accept saying why
+                        problem = str(exc)
+            return problem
+
+        return check
+
+    @classmethod
+    def read(cls, stored: StoredProfile) -> StoredStart:
+        """The record of ``stored``, whose figures passed :meth:`check`."""
+        figures = stored.figures
+        runs = tuple(BlockRun(**r) for r in figures["runs"])
+        cost = BlockCost(figures["block_bytes"], runs, figures["linear"], tuple(figures.get("notes", ())))
+        raw = figures.get("windows")
+        windows = None
+        if raw is not None:
+            windows = {name: raw[name] for name in WINDOW_FIGURES}
+            if "graph_capture" in raw:
+                windows["graph_capture"] = raw["graph_capture"]
+            windows["allocator"] = raw.get("allocator", "caching")  # what the window saw
+        return cls(
+            cost,
+            windows,
+            bool(figures.get("first_in_window", False)),
+            bool(figures.get("expandable_segments", False)),
+            dict(figures.get("extra", {})),
+        )
+
+    def figures(self) -> dict[str, Any]:
+        """The record as the JSON figures :meth:`ProfileStore.save` writes."""
+        cost = self.cost
+        return {
+            "block_bytes": cost.block_bytes,
+            "linear": cost.linear,
+            "runs": [vars(r) for r in cost.runs],
+            "notes": list(cost.notes),
+            "windows": None if self.windows is None else dict(self.windows),
+            "first_in_window": self.first_in_window,
+            "expandable_segments": self.expandable_segments,
+            "extra": dict(self.extra),
+        }
+
+
+def _cost_problem(figures: dict[str, Any], total: int) -> str | None:
+    """Why ``figures`` hold no block cost a device of ``total`` bytes could have measured (``None``: they do)."""
+    runs = figures.get("runs")
+    if not isinstance(runs, list) or len(runs) < 2 or not all(isinstance(r, dict) for r in runs):
+        return f"runs is {shown(runs)}, not a list of at least two runs"
+    for i, r in enumerate(runs):
+        if set(r) - set(RUN_FIGURES) or "num_blocks" not in r or "held_bytes" not in r:
+            return f"runs[{i}] has the fields {sorted(r)}, not {list(RUN_FIGURES)}"
+        for name, may_be_none in RUN_FIGURES.items():
+            value = r.get(name)
+            if not (value is None and may_be_none):
+                problem = whole_figure(f"runs[{i}].{name}", value, low=int(name == "num_blocks"), high=total)
+                if problem:
+                    return f"{problem} (a run on a device of {total} bytes)"
+    counts = [r["num_blocks"] for r in runs]
+    if any(b <= a for a, b in zip(counts, counts[1:], strict=False)):
+        return f"the runs' block counts {counts} do not ascend"
+    problem = whole_figure("block_bytes", figures.get("block_bytes"), low=MIN_STORED_BLOCK_BYTES, high=total)
+    if problem:
+        return f"{problem} (a block on a device of {total} bytes)"
+    block = figures["block_bytes"]
+    if counts[-1] > total // block:
+        return f"its largest run holds {counts[-1]} blocks of {block} bytes, more than the device's {total} bytes hold"
+    measured = growth_per_block(BlockRun(**runs[-2]), BlockRun(**runs[-1]))
+    if block < measured:
+        return f"block_bytes is {block}, below the {measured} bytes its own last two runs grew by per block"
+    if type(figures.get("linear")) is not bool:
+        return f"linear is {shown(figures.get('linear'))}, not true or false"
+    notes = figures.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return f"notes is {shown(notes)}, not a list of text"
+    return None
+
+
+def _windows_problem(figures: dict[str, Any], total: int) -> str | None:
+    """Why the windows' figures of a whole stored start are not ones a device of ``total`` bytes measured."""
+    windows, extra = figures["windows"], figures.get("extra", {})
+    if not isinstance(windows, dict) or not isinstance(extra, dict):
+        return "its windows' figures or extra are not mappings"
+    missing = [name for name in WINDOW_FIGURES if name not in windows]
+    if missing:  # one that may be unknown is stored as null, never left out
+        return f"its windows' figures lack {', '.join(missing)}"
+    for name, may_be_none in {**WINDOW_FIGURES, "graph_capture": False}.items():
+        value = windows.get(name, 0 if name == "graph_capture" else None)
+        if not (value is None and may_be_none):
+            problem = whole_figure(f"windows.{name}", value, high=total)
+            if problem:
+                return f"{problem} (bytes of a device of {total} bytes)"
+    if windows["consumed"] < windows["weights"] or windows["consumed"] < windows["non_torch"]:
+        return (
+            f"windows.consumed is {windows['consumed']}, below the weights ({windows['weights']}) or the memory "
+            f"outside torch ({windows['non_torch']}) it holds"
+        )
+    if windows.get("allocator", "caching") not in (None, "caching", "expandable"):
+        return f"windows.allocator is {shown(windows['allocator'])}, not null, 'caching' or 'expandable'"
+    for flag in ("first_in_window", "expandable_segments"):
+        if type(figures.get(flag, False)) is not bool:
+            return f"{flag} is {shown(figures[flag])}, not true or false"
+    return None
+
+
 def resolve_store(store: ProfileStore | str | os.PathLike[str] | bool | None) -> ProfileStore | None:
     """The store an entry point's ``store`` argument names: ``None`` or ``True`` the default folder, a path that
     folder, ``False`` none (measure every time), a :class:`ProfileStore` itself."""
@@ -357,7 +515,10 @@ def resolve_store(store: ProfileStore | str | os.PathLike[str] | bool | None) ->
 
 
 __all__ = [
+    "BLOCK_COST_KIND",
     "ENV",
+    "MIN_STORED_BLOCK_BYTES",
+    "StoredStart",
     "ProfileStore",
     "ProfileStoreError",
     "StoredProfile",

@@ -74,6 +74,13 @@ class MemorySnapshot:
         return cls.from_reading(read_device(platform, device), platform)
 
     @classmethod
+    def _read(cls, device: int, platform: Platform) -> MemorySnapshot:
+        """:meth:`measure` of a checked ``device`` and ``platform``, marked as read by it."""
+        from devmem.platform import read_device
+
+        return cls.from_reading(read_device(platform, device), platform)
+
+    @classmethod
     def from_reading(cls, reading: DeviceReading, platform: Platform) -> MemorySnapshot:
         """The snapshot of one coherent :class:`~devmem.platform.DeviceReading` (the figure and its reason agree) and of
         torch's allocator now, marked as read by ``platform``: what an engine takes once at start and shares."""
@@ -152,9 +159,14 @@ def release_allocator_cache(device: int = 0, platform: Platform | None = None) -
     why, when torch is not imported, sees no device of ``platform`` (the current one by default), or has not
     initialised that device's runtime in this process.
     """
-    device = arguments.device_index(device)
-    platform = platform_argument(platform)
-    gc.collect()
+    return _release(arguments.device_index(device), platform_argument(platform))
+
+
+def _release(device: int, platform: Platform, *, collect: bool = True) -> int:
+    """:func:`release_allocator_cache` of a checked ``device`` and ``platform``; ``collect=False`` where garbage
+    was collected just before (one ``gc.collect()`` per window edge)."""
+    if collect:
+        gc.collect()
     module, why = initialised_module(platform)
     if module is None:
         log.info("devmem: no allocator cache to release on device %d: %s; released bytes not measured", device, why)
@@ -187,16 +199,21 @@ def check_startup_memory(
         )
     requested = arguments.byte_count("requested", requested)
     try:
-        total = arguments.byte_count(
-            f"device {snapshot.device}: the snapshot's total memory", snapshot.total, positive=True
-        )
+        arguments.byte_count(f"device {snapshot.device}: the snapshot's total memory", snapshot.total, positive=True)
     except ArgumentError as exc:
         raise DevmemError(f"{exc}: the platform's reading is broken (see `devmem doctor`)") from None
     already = arguments.byte_count("held", held)
-    free = max(0, int(snapshot.free))
+    if max(0, int(snapshot.free)) + already < requested:
+        _refuse_start(snapshot, requested, platform_argument(platform), already)
+
+
+def _refuse_start(snapshot: MemorySnapshot, requested: int, platform: Platform, already: int = 0) -> None:
+    """:func:`check_startup_memory` of checked arguments: raise where free memory (with what this process holds
+    of the request, ``already``) is below ``requested``; the snapshot's total is the platform's, which the
+    contract checked."""
+    total, free = snapshot.total, max(0, snapshot.free)
     if free + already >= requested:
         return
-    platform = platform_argument(platform)
     name = platform.device_name(snapshot.device)
     fits = math.floor(Fraction(min(free + already, total), total) * 1000) / 1000
     used = total - free
@@ -581,14 +598,21 @@ def memory_profiling(
             f"{platform.name!r}: take the baseline with the platform that profiles"
         )
     device = arguments.device_index(baseline.device, name="baseline.device")
+    with _window(baseline, weights_memory, platform, device) as result:
+        yield result
+
+
+@contextmanager
+def _window(baseline: MemorySnapshot, weights_memory: int, platform: Platform, device: int) -> Iterator[ProfileResult]:
+    """:func:`memory_profiling` of checked arguments (``device`` the baseline's)."""
     # what earlier work left cached (a compile-time spike) would be charged as this window's transient: give
     # it back first, as the KV allocation does, so the window measures only what its own work reserves
-    released_at_open = release_allocator_cache(device, platform)
+    released_at_open = _release(device, platform)
     module, _ = initialised_module(platform)
     carried, outermost = _WINDOWS.open(module, device, platform)
     history = SegmentHistory.start(module, device) if module is not None and outermost else None
     try:
-        before = MemorySnapshot.measure(device, platform).read_by(platform)
+        before = MemorySnapshot._read(device, platform)
         result = ProfileResult(baseline, weights_memory, before_profile=before)
         if released_at_open:
             result.notes.append(
@@ -597,8 +621,8 @@ def memory_profiling(
             )
         try:
             yield result
-            result.released_cache_bytes = release_allocator_cache(device, platform)  # collects garbage first
-            after = MemorySnapshot.measure(device, platform).read_by(platform)
+            result.released_cache_bytes = _release(device, platform)  # collects garbage first
+            after = MemorySnapshot._read(device, platform)
             events, history = (history.stop() if history is not None else None), None
             peaks = (max(after.torch_peak, carried[0]), max(after.torch_reserved_peak, carried[1]))
             history_replay = None if events is None else replay(events, before.torch_reserved, peaks[1])

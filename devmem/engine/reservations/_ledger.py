@@ -481,8 +481,8 @@ class Ledger:
         """Admit a reservation of ``nbytes`` (or ``utilization`` of the total) on ``device``, or raise
         :class:`ReservationRefused`. ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` the caller
         took already; admission counts its figures and asks the platform no memory question; ``held_outside``:
-        of what this process holds, the bytes the new share does not cover (see :func:`reserve`)."""
-        platform = platform_argument(platform)
+        of what this process holds, the bytes the new share does not cover (see :func:`reserve`). ``platform`` is
+        a checked one (:func:`reserve` checks it)."""
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
         if total <= 0:

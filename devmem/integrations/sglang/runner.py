@@ -21,6 +21,7 @@ Any of them failing gives the share back; the process's exit gives it back too.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +33,10 @@ from devmem.engine.memory import EngineMemory, KvLayout
 from devmem.engine.profile_store import ProfileStore
 from devmem.engine.profiling import MemorySnapshot
 from devmem.integrations import kit
-from devmem.integrations.sglang import log
 from devmem.types import MiB
 from devmem.units import format_size
+
+log = logging.getLogger("sglang.devmem")
 
 #: The attribute under which a model runner keeps its EngineMemory.
 MEMORY = "devmem_memory"

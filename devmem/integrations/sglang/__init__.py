@@ -1,17 +1,10 @@
 """devmem inside stock SGLang: a ``sglang.srt.plugins`` entry point that sizes SGLang's KV pool with
-:class:`devmem.EngineMemory`, from this process's own memory (``pip install devmem-kv`` beside SGLang, docs/sglang.md).
+:class:`devmem.EngineMemory`, from this process's own memory (docs/sglang.md).
 
-SGLang (0.5.11 and later) calls :func:`register` in every process that calls its ``load_plugins()``, its scheduler
-processes included, then applies the hooks registered with its ``HookRegistry``. :func:`register` does nothing where
-``DEVMEM_SGLANG=0``; it finds the methods it hooks by the features of the installed SGLang (which of them exist,
-with the parameters SGLang passes), and where they are not there logs one warning and leaves SGLang as it came.
-The hooks (AROUND, :mod:`devmem.integrations.sglang.runner`):
-
-- ``ModelRunner.init_torch_distributed``: the baseline and the share, before any weight loads;
-- ``_profile_available_bytes`` (``KVCacheConfigurator``'s from 0.5.16, the model runner's KV cache mixin's
-  before): the pool's bytes, from this process's own memory;
-- ``ModelRunner.init_cuda_graphs`` (``init_device_graphs`` before 0.5.15): graph capture after the pool,
-  measured by EngineMemory's graph step after the cache.
+SGLang (0.5.11 on) calls :func:`register` in every process that calls its ``load_plugins()``, its schedulers
+included, then applies the hooks registered with its ``HookRegistry`` (:mod:`devmem.integrations.sglang.runner`).
+Nothing where ``DEVMEM_SGLANG=0``; the hooked methods are found by the installed SGLang's features, and where they
+are not there, one warning and SGLang as it came.
 """
 
 from __future__ import annotations

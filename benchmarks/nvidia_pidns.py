@@ -41,7 +41,7 @@ def inner() -> dict:
     """Inside the namespace: create a context, hold 512 MiB, ask the platform."""
     import torch
 
-    from devmem.sdk.host import REAL_FILES
+    from devmem.sdk import REAL_FILES
     from devmem_nvidia import NvmlPlatform, NvmlSession
     from devmem_nvidia.nvml_access import running_processes
     from devmem_nvidia.pidns import namespace_pids

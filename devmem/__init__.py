@@ -4,18 +4,15 @@ The top level holds what engines, operators and vendors use: :class:`EngineMemor
 lifecycle), the reservation ledger, :func:`current_platform` and :func:`device_report`, a model's memory
 (:func:`load_model`), sizes, every error, and what registers a backend. The steps :class:`EngineMemory` takes
 (snapshots, profile windows, the KV allocation) are in :mod:`devmem.engine`, the pure sizing arithmetic in
-:mod:`devmem.planner`, and what a backend builds on in :mod:`devmem.sdk`. A name that moved off the top level
-still works from here, with a :class:`DeprecationWarning` naming its home (:data:`MOVED_NAMES`).
+:mod:`devmem.planner`, and what a backend builds on in :mod:`devmem.sdk`.
 
 ``import devmem`` imports neither torch nor any vendor library, and the sizing, model, profiling and distributed
 helpers only on first use; resolving a platform imports a vendor library only where its driver is loaded.
 """
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
-from devmem import _old_paths
 from devmem._hookspecs import hookimpl
 from devmem._lazy import lazy_exports
 from devmem.errors import (
@@ -32,8 +29,6 @@ from devmem.errors import (
 from devmem.platform import DeviceReport, Platform, PlatformBase, device_report
 from devmem.resolution.plugins import Candidate, clear_cache, current_platform, platform_candidates
 from devmem.types import Detection, GiB, MemoryInfo, MiB, PlatformSpec
-
-_old_paths.install()  # 0.1.0's modules that moved into subpackages keep their old import paths
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from devmem._adapter import as_platform
@@ -62,40 +57,6 @@ _LAZY = {
     "parse_size": "devmem.units",
 }
 
-#: Names that left the top level -> their home; ``devmem.<name>`` still gives them, with a DeprecationWarning.
-MOVED_NAMES = {
-    **dict.fromkeys(
-        (
-            "MemorySnapshot",
-            "ProfileResult",
-            "memory_profiling",
-            "check_startup_memory",
-            "release_allocator_cache",
-            "ALLOCATOR_GRANULARITY",
-            "KvCacheTensors",
-            "allocate_kv_cache",
-            "read_device",
-            "prepare_device",
-        ),
-        "devmem.engine",
-    ),
-    **dict.fromkeys(
-        (
-            "PlanInputs",
-            "blocks_for_bytes",
-            "growable_kv_cache_bytes",
-            "plan_growable",
-            "plan_kv_cache",
-            "plan_pinned",
-            "plan_utilization",
-            "profiled_kv_cache_bytes",
-            "requested_memory",
-        ),
-        "devmem.planner",
-    ),
-    **dict.fromkeys(("DeviceMemory", "DeviceReading", "ProcessMemory", "Reason", "ReasonKind"), "devmem.sdk"),
-}
-
 _public_getattr, __dir__ = lazy_exports(globals(), _LAZY)
 
 
@@ -106,11 +67,7 @@ _SUBPACKAGES = ("engine", "planner", "sdk", "testing")
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"devmem.{name}")
-    home = MOVED_NAMES.get(name)
-    if home is None:
-        return _public_getattr(name)
-    warnings.warn(f"devmem.{name} moved to {home}.{name}; import it from {home}", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(home), name)
+    return _public_getattr(name)
 
 
 __version__ = "0.2.0"

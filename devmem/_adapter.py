@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from devmem import arguments
-from devmem._readings import checked_memory, process_bytes
+from devmem._readings import process_bytes
 from devmem._text import described, shown
-from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind
+from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind, checked_memory
 from devmem.types import DevmemError, PluginError
 
 #: The most devices a backend may count: more than one PCI domain addresses (a count above it is no count).

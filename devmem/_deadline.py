@@ -17,10 +17,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from devmem._text import env_seconds
 from devmem.errors import DevmemError
+
+if TYPE_CHECKING:
+    from devmem.platform import Platform
 
 T = TypeVar("T")
 
@@ -81,6 +84,11 @@ def bounded_reading(call: Callable[[], T], what: str) -> T:
     return bounded(call, read_timeout(), what)
 
 
+def device_count(platform: Platform) -> int:
+    """``platform.device_count()``, bounded by :func:`read_timeout`."""
+    return bounded_reading(platform.device_count, f"platform {platform.name!r}: counting its devices")
+
+
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
     "MAX_TIMEOUT",
@@ -88,5 +96,6 @@ __all__ = [
     "Job",
     "bounded",
     "bounded_reading",
+    "device_count",
     "read_timeout",
 ]

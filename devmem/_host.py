@@ -10,7 +10,7 @@ from typing import Protocol
 from devmem._text import parse_int
 from devmem.types import DevmemError, KiB
 
-log = logging.getLogger("devmem.sdk.host")
+log = logging.getLogger("devmem.host")
 
 _NO_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a page-aligned LONG_MAX
 

@@ -1,11 +1,11 @@
 """The one checked boundary where a vendor's memory figures enter devmem, the same rule for every backend.
 
-- a figure must be a whole number of bytes: an integer (not a ``bool``), or a float with no fraction, of less
-  than 2**64 bytes either way; anything else is an error naming the call and the value (a broken or mismatched
-  vendor library), never a guess;
-- a negative total is an error (e.g. a driver reservation larger than the total it came with);
-- a negative free is taken as 0, and a free above total as total, each with a note saying what was reported
-  (:func:`checked_memory`: a device's reading, or a runtime's view beside it).
+- :func:`whole_bytes`: a figure must be a whole number of bytes: an integer (not a ``bool``), or a float with no
+  fraction, of less than 2**64 bytes either way; anything else is an error naming the call and the value (a broken
+  or mismatched vendor library), never a guess. A device's free and total enter through
+  :func:`devmem.platform.checked_memory`, beside the :class:`~devmem.platform.DeviceMemory` it makes: a negative
+  total is an error (e.g. a driver reservation larger than the total it came with); a negative free is taken as 0,
+  and a free above total as total, each with a note saying what was reported.
 
 The other figures a vendor hands over pass here too, each into ``None`` where it is not what it should be, so
 that the caller gives ``None`` with a reason (or skips one entry) instead of a traceback or a wrong number:
@@ -26,8 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from devmem._text import shown
-from devmem.platform import DeviceMemory
-from devmem.types import DevmemError, MemoryInfo
+from devmem.errors import DevmemError
 
 #: No device figure reaches this many bytes (16 EiB), either way.
 FIGURE_LIMIT = 1 << 64
@@ -56,25 +55,6 @@ def whole_bytes(value: Any, what: str) -> int:
             "something devmem cannot use; check that it matches the installed driver"
         )
     return number
-
-
-def checked_memory(free: Any, total: Any, sources: Mapping[str, str], what: str) -> DeviceMemory:
-    """A :class:`DeviceMemory` of ``free``/``total`` as ``what`` (the call, for messages) reported them, checked as
-    the module docstring says."""
-    free, total = whole_bytes(free, f"{what}: free"), whole_bytes(total, f"{what}: total")
-    if total < 0:
-        raise DevmemError(
-            f"{what}: total is {total} bytes, below zero; the driver's figures are inconsistent "
-            "(check the device with the vendor's tool)"
-        )
-    notes = []
-    if free < 0:
-        notes.append(f"{what} reported free = {free} bytes (below zero); taken as 0")
-        free = 0
-    elif free > total:
-        notes.append(f"{what} reported free = {free} bytes, above its total of {total}; taken as the total")
-        free = total
-    return DeviceMemory(MemoryInfo(free=free, total=total), dict(sources), tuple(notes))
 
 
 #: Per-process figures at or above this are sentinels seen through a signed type, not bytes.
@@ -126,7 +106,6 @@ __all__ = [
     "FIGURE_LIMIT",
     "PID_LIMIT",
     "PROCESS_BYTES_LIMIT",
-    "checked_memory",
     "process_bytes",
     "process_id",
     "process_list",

@@ -21,8 +21,6 @@ from devmem.errors import DevmemError
 if TYPE_CHECKING:
     from fractions import Fraction
 
-    from devmem.platform import Platform
-
 #: No figure of memory reaches this (16 EiB); a larger one is garbage, not a size.
 MAX_BYTES = 1 << 64
 
@@ -118,31 +116,6 @@ def device_index(value: object, *, name: str = "device", error: type[DevmemError
     return int(index)
 
 
-def platform(value: object, *, error: type[DevmemError] = ArgumentError) -> Platform:
-    """``value`` as a devmem :class:`~devmem.Platform`, the current one where it is ``None``: an object with every
-    member of the contract (:data:`devmem.platform.CONTRACT`); a platform's name, or an object lacking members,
-    is not one (:func:`devmem.as_platform` wraps a minimal backend)."""
-    from devmem.platform import CONTRACT
-    from devmem.platform import Platform as Contract
-
-    if value is None:
-        from devmem.resolution.plugins import current_platform
-
-        return current_platform()
-    if isinstance(value, type):  # a class has every member too, none of them bound
-        raise error(
-            f"platform must be a devmem Platform, got the class {shown(value)}: pass an instance of it "
-            f"({value.__name__}()), devmem.current_platform(), or devmem.as_platform(backend)"
-        )
-    if not isinstance(value, Contract):
-        missing = [m for m in CONTRACT if not hasattr(value, m)]
-        raise error(
-            f"platform must be a devmem Platform (devmem.current_platform(), or devmem.as_platform(backend)), got "
-            f"{shown(value)} of type {type(value).__name__}, which lacks {', '.join(missing)}"
-        )
-    return value
-
-
 def flag(name: str, value: object, *, error: type[DevmemError] = ArgumentError) -> bool:
     """``value`` as ``True`` or ``False``: a switch that is not a bool (``1``, ``"no"``) is refused, not read as
     its truth value."""
@@ -159,7 +132,6 @@ __all__ = [
     "device_index",
     "flag",
     "integer",
-    "platform",
     "real",
     "utilization",
 ]

@@ -1,7 +1,7 @@
 """The built-in ``cpu`` backend (entry point ``cpu = "devmem.cpu"``): host RAM as the device.
 
 It is the embedded default on a machine with no accelerator, so the ``devmem`` command and the conformance kit
-run for real everywhere. It builds on the host readers of :mod:`devmem._host` (``devmem.sdk.host`` to backends).
+run for real everywhere. It builds on the host readers of :mod:`devmem._host` (lent to backends by :mod:`devmem.sdk`).
 """
 
 from __future__ import annotations
@@ -11,17 +11,7 @@ import os
 import sys
 
 from devmem._hookspecs import hookimpl
-
-# 0.1.0's devmem.host (an old path of this module, devmem._old_paths) held the host readers too: keep them here
-from devmem._host import REAL_FILES as REAL_FILES
-from devmem._host import Files as Files
-from devmem._host import HostFiles as HostFiles
-from devmem._host import cgroup_memory as cgroup_memory
-from devmem._host import page_cache_bytes as page_cache_bytes
-from devmem._host import parse_meminfo as parse_meminfo
-from devmem._host import read_int as read_int
-from devmem._host import read_meminfo as read_meminfo
-from devmem._host import read_stripped as read_stripped
+from devmem._host import REAL_FILES, Files, cgroup_memory, page_cache_bytes, read_meminfo
 from devmem._text import parse_int
 from devmem.platform import DeviceMemory, PlatformBase, ProcessMemory
 from devmem.types import Detection, KiB, MemoryInfo, PlatformSpec

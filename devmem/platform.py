@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from devmem import arguments
+from devmem._readings import process_bytes, process_id, whole_bytes
 from devmem._text import shown
 from devmem.errors import DevmemError, InvalidTypeError
 from devmem.records import Record
@@ -75,6 +76,27 @@ class DeviceMemory(Record):
     info: MemoryInfo
     sources: Mapping[str, str] = {}
     notes: tuple[str, ...] = ()
+
+
+def checked_memory(free: Any, total: Any, sources: Mapping[str, str], what: str) -> DeviceMemory:
+    """A :class:`DeviceMemory` of ``free``/``total`` as ``what`` (the call, for messages) reported them: each a whole
+    number of bytes (:func:`devmem._readings.whole_bytes`), a negative total an error, a negative free taken as 0
+    and a free above total as the total, each with a note saying what was reported (a device's reading, or a
+    runtime's view beside it)."""
+    free, total = whole_bytes(free, f"{what}: free"), whole_bytes(total, f"{what}: total")
+    if total < 0:
+        raise DevmemError(
+            f"{what}: total is {total} bytes, below zero; the driver's figures are inconsistent "
+            "(check the device with the vendor's tool)"
+        )
+    notes = []
+    if free < 0:
+        notes.append(f"{what} reported free = {free} bytes (below zero); taken as 0")
+        free = 0
+    elif free > total:
+        notes.append(f"{what} reported free = {free} bytes, above its total of {total}; taken as the total")
+        free = total
+    return DeviceMemory(MemoryInfo(free=free, total=total), dict(sources), tuple(notes))
 
 
 class DeviceReading(Record):
@@ -396,8 +418,6 @@ def _checked_process(platform: PlatformBase, call: str, process: object) -> Proc
 
 
 def _checked_others(platform: PlatformBase, call: str, others: object) -> dict[int, int] | None:
-    from devmem._readings import process_bytes, process_id  # they import this module
-
     if others is None:
         return None
     if not isinstance(others, Mapping) or not all(

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from devmem import arguments
 from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, NotEnoughMemoryError, PluginError
 from devmem.records import Record
-
-if TYPE_CHECKING:
-    from devmem.platform import Platform
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -60,7 +57,8 @@ class PlatformSpec(Record):
     """What a backend's ``devmem_platforms`` hook yields: a named, prioritised, lazily built platform.
 
     ``detect()`` must be cheap (no device context, no torch import); ``factory()`` runs only when
-    this platform is chosen. Higher ``priority`` wins among detected candidates. ``runtime_markers`` are
+    this platform is chosen, and returns a :class:`~devmem.Platform` or a minimal backend (which devmem adapts with
+    :func:`devmem.as_platform`). Higher ``priority`` wins among detected candidates. ``runtime_markers`` are
     what ``/proc/self/maps`` shows once the platform's device runtime is loaded or initialised (a library,
     a device node): the conformance kit checks that detection maps none of them.
     """
@@ -68,7 +66,7 @@ class PlatformSpec(Record):
     name: str
     priority: int
     detect: Callable[[], Detection]
-    factory: Callable[[], Platform]
+    factory: Callable[[], object]
     description: str = ""
     runtime_markers: tuple[str, ...] = ()
 

@@ -16,7 +16,6 @@ daemon's answers only; every other size in devmem and its backends is :func:`dev
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Mapping
 
 from devmem import DevmemError
@@ -82,15 +81,4 @@ def env_limits(environ: Mapping[str, str], device: int) -> list[MemoryLimit]:
     return out
 
 
-def parse_size(text: str, variable: str) -> int:
-    """Deprecated: :func:`parse_cuda_limit_size` (this name read as devmem's own grammar, which it is not)."""
-    warnings.warn(
-        "devmem_nvidia.limits.parse_size is deprecated: use parse_cuda_limit_size (CUDA's binary size grammar) or "
-        "devmem.parse_size (devmem's)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return parse_cuda_limit_size(text, variable)
-
-
-__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_cuda_limit_size", "parse_size"]
+__all__ = ["MPS_LIMIT", "VGPU_LIMIT", "env_limits", "mps_limits", "parse_cuda_limit_size"]

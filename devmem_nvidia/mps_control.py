@@ -54,7 +54,7 @@ def pipe_directory(environ: Mapping[str, str]) -> str:
 
 def run_control(commands: str) -> str:
     """``nvidia-cuda-mps-control`` with ``commands`` on stdin, under :data:`TIMEOUT_S`; its output as UTF-8, bytes
-    that are not replaced (:func:`devmem.sdk.readings.vendor_text`)."""
+    that are not replaced (:func:`devmem.sdk.vendor_text`)."""
     program = shutil.which(CONTROL)
     if program is None:
         raise OSError(f"{CONTROL} is not installed")

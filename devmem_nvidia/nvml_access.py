@@ -232,7 +232,7 @@ def process_bytes(value: Any) -> int | None:
     """A per-process ``usedGpuMemory`` as bytes, or ``None`` where NVML means "not available": ``None`` (converted
     by nvidia-ml-py), the unsigned sentinel ``2**64 - 1`` or anything at or above ``2**63`` (a sentinel seen
     through a signed type), a negative number (``-1``), or something that is not a whole number (the checked
-    readings' rule, :func:`devmem.sdk.readings.process_bytes`)."""
+    readings' rule, :func:`devmem.sdk.process_bytes`)."""
     return checked_process_bytes(value)
 
 
@@ -258,7 +258,7 @@ def _entry(p: Any, kind: str) -> ProcessEntry | None:
 
 def _pid(p: Any) -> int | None:
     """The entry's PID for matching against known PIDs: a plain ``int`` as it is (one out of range matches no
-    known PID), anything else through :func:`devmem.sdk.readings.process_id`."""
+    known PID), anything else through :func:`devmem.sdk.process_id`."""
     pid = getattr(p, "pid", None)
     return pid if type(pid) is int else process_id(pid)
 
@@ -268,7 +268,7 @@ def _entries(raw: Iterable[Any], kind: str) -> list[ProcessEntry]:
 
 
 def _process_list(session: NvmlSession, calls: tuple[str, ...], handle: Any) -> list[Any]:
-    """One of NVML's process lists (newest call first), through :func:`devmem.sdk.readings.process_list`: an answer
+    """One of NVML's process lists (newest call first), through :func:`devmem.sdk.process_list`: an answer
     that is no list (``None``, a number) raises :class:`NvmlCallError`, as a failed call would."""
     raw = session.call_newest(calls, handle)
     entries = process_list(raw)

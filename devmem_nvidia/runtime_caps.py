@@ -12,7 +12,7 @@ The runtime is read only where this process already holds a CUDA context (it map
 ``cuInit`` has run) and has one on the device (:meth:`CudaDriver.mem_get_info` creates none). A gap counts only
 beyond :func:`slack` and, for ``free``, only when NVML's free read again after the runtime still exceeds it: a
 co-tenant allocating between the reads cannot fake a cap. The runtime's figures pass the checked-readings rule
-(:func:`devmem.sdk.readings.checked_memory`): a free above total (a buggy interposer) is taken as the total, with a
+(:func:`devmem.sdk.checked_memory`): a free above total (a buggy interposer) is taken as the total, with a
 note; figures that are no whole numbers of bytes, or a negative total, make the runtime's view unreadable.
 """
 

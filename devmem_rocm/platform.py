@@ -183,7 +183,7 @@ class RocmPlatform(PlatformBase):
 
     def _entries(self, gpu: AmdGpu, raw: list[Any]) -> dict[int, int | None]:
         """PID -> VRAM bytes of the entries amdsmi listed; a VRAM figure that is no whole number of bytes from 0
-        (``True``, ``-1``, text) makes that PID's figure unknown (:func:`devmem.sdk.readings.process_bytes`)."""
+        (``True``, ``-1``, text) makes that PID's figure unknown (:func:`devmem.sdk.process_bytes`)."""
         table: dict[int, int | None] = {}
         for item in raw:
             if isinstance(item, Mapping):

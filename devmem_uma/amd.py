@@ -1,6 +1,6 @@
 """AMD APUs through amdgpu's sysfs and fdinfo files: which cards are APUs, their memory pools, this process's share.
 
-Everything reads through the :class:`devmem.sdk.host.Files` boundary, so no ROCm library is needed.
+Everything reads through the :class:`devmem.sdk.Files` boundary, so no ROCm library is needed.
 
 Which card is an APU (the rule, see docs/unified-memory.md): an amdgpu card (``vendor`` 0x1002 with
 ``mem_info_gtt_total``) is an APU when

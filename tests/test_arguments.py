@@ -6,10 +6,11 @@ from fractions import Fraction
 
 import pytest
 
-from devmem import DevmemError, arguments
+from devmem import DevmemError
 from devmem.arguments import ArgumentError, byte_count, count, device_index, real, utilization
 from devmem.cpu import CpuPlatform
 from devmem.planner.sizing import SizingError
+from devmem.resolution.plugins import platform_argument
 
 
 def test_byte_count_returns_a_python_int():
@@ -73,4 +74,4 @@ def test_count_refuses_zero():
 
 def test_a_platform_class_in_place_of_a_platform_is_refused_naming_the_instance_to_pass():
     with pytest.raises(ArgumentError, match=r"got the class .*CpuPlatform.*pass an instance of it \(CpuPlatform\(\)\)"):
-        arguments.platform(CpuPlatform)
+        platform_argument(CpuPlatform)

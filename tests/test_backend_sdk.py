@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import devmem.sdk
-from devmem._old_paths import MOVED
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {
@@ -22,13 +21,10 @@ BACKENDS = {
 }
 #: What a backend may import of devmem.
 PUBLIC = {"devmem", "devmem.sdk", "devmem.testing"}
-#: devmem's modules and folders, and the old paths of moved modules, which a backend may not name
-#: (``devmem.platform``, ``devmem.engine``, ``devmem.host``, ...).
-PRIVATE = (
-    {p.stem for p in (REPO / "devmem").glob("*.py")}
-    | {p.name for p in (REPO / "devmem").iterdir() if p.is_dir() and p.name not in ("sdk", "testing")}
-    | {old.rpartition(".")[2] for old in MOVED}
-)
+#: devmem's modules and folders, which a backend may not name (``devmem.platform``, ``devmem.engine``, ...).
+PRIVATE = {p.stem for p in (REPO / "devmem").glob("*.py")} | {
+    p.name for p in (REPO / "devmem").iterdir() if p.is_dir() and p.name not in ("sdk", "testing")
+}
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
@@ -104,8 +100,8 @@ def test_every_sdk_name_resolves():
 
 
 def test_the_sdk_gives_the_same_objects_as_their_modules():
+    from devmem._host import Files
     from devmem.platform import PlatformBase
-    from devmem.sdk.host import Files
     from devmem.sdk.visible import index
 
     assert (devmem.sdk.Files, devmem.sdk.PlatformBase, devmem.sdk.device_index) == (Files, PlatformBase, index)
@@ -114,8 +110,8 @@ def test_the_sdk_gives_the_same_objects_as_their_modules():
 def test_importing_the_sdk_loads_none_of_its_modules():
     code = (
         "import sys, devmem.sdk; "
-        "print(sorted(m for m in ('devmem.sdk.host', 'devmem.sdk.readings', 'devmem.sdk.dmem', 'devmem.sdk.drm', "
-        "'devmem.sdk.sessions') "
+        "print(sorted(m for m in ('devmem._host', 'devmem.sdk.dmem', 'devmem.sdk.drm', 'devmem.sdk.lazy', "
+        "'devmem.sdk.limits', 'devmem.sdk.sessions', 'devmem.sdk.visible') "
         "if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

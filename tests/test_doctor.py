@@ -8,8 +8,9 @@ import sys
 
 from plugin_dists import platform_dist
 
-from devmem.command.doctor import diagnose, render
+from devmem.command.doctor import render
 from devmem.cpu import CpuPlatform
+from devmem.findings import diagnose
 from devmem.types import GiB, MiB
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform, wsl2_scenario
 from devmem_nvidia.wsl2 import WslPlatform

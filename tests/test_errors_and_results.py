@@ -1,5 +1,5 @@
 """Every devmem error is defined in devmem.errors and is a DevmemError; every result type answers explain() with a
-str and as_dict() with a JSON-able dict; the spellings they replace keep working with a DeprecationWarning."""
+str and as_dict() with a JSON-able dict."""
 
 from __future__ import annotations
 
@@ -72,26 +72,12 @@ def results() -> dict[str, object]:
 @pytest.mark.parametrize("kind", list(results()))
 def test_explain_is_text_for_people(kind):
     text = results()[kind].explain()
-    assert isinstance(text, str) and text.strip()
+    assert type(text) is str and text.strip()
 
 
 @pytest.mark.parametrize("kind", list(results()))
 def test_as_dict_is_json(kind):
     assert isinstance(json.loads(json.dumps(results()[kind].as_dict())), dict)
-
-
-def test_iterating_a_models_explanation_gives_its_lines_with_a_deprecation_warning():
-    with pytest.warns(DeprecationWarning, match="explain\\(\\).splitlines\\(\\)"):
-        lines = list(MODEL.explain())
-    assert lines == MODEL.explain().splitlines() and len(lines) > 1
-
-
-@pytest.mark.parametrize("kind", ["Capacity", "Fit"])
-def test_lines_is_deprecated_for_explain(kind):
-    result = results()[kind]
-    with pytest.warns(DeprecationWarning, match=f"{kind}.lines\\(\\) is deprecated"):
-        lines = result.lines()
-    assert lines == result.explain().splitlines()
 
 
 def test_explain_itself_warns_nothing():

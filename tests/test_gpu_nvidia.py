@@ -19,7 +19,7 @@ import pytest
 
 from devmem import GiB, MiB
 from devmem.engine.profiling import MemorySnapshot, memory_profiling
-from devmem.sdk.host import REAL_FILES
+from devmem.sdk import REAL_FILES
 from devmem.testing import PlatformConformance, TorchFixtures
 from devmem.testing.allocations import allocate_torch_in_subprocess
 from devmem_nvidia import CudaDriverAllocator, NvmlPlatform, NvmlSession

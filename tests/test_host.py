@@ -6,7 +6,7 @@ import pytest
 
 import devmem
 from devmem.cpu import CpuPlatform
-from devmem.sdk.host import cgroup_memory, parse_meminfo
+from devmem.sdk import cgroup_memory, parse_meminfo
 from devmem.testing import HostMemory, Scenario
 from devmem.types import GiB, MiB
 

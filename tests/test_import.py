@@ -25,7 +25,7 @@ def test_import_devmem_prints_nothing():
 
 
 def test_import_devmem_loads_none_of_the_command_line_modules():
-    cli = ("devmem.command.main", "devmem.command.format", "devmem.command.processes", "psutil")
+    cli = ("devmem.command.main", "devmem.command.format", "devmem._processes", "devmem.findings", "psutil")
     probe = f"import sys, devmem; print([m for m in {cli!r} if m in sys.modules])"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "[]\n"
 

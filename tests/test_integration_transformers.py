@@ -613,16 +613,6 @@ def test_a_run_through_one_layer_holds_what_a_run_through_all_holds(model, gener
     assert (every.layers_run, one.layers_run) == (None, 1)
 
 
-def test_the_block_cost_helpers_that_moved_to_the_core_still_answer_with_a_deprecation_warning():
-    from devmem.integrations.transformers import EngineRun, block_cost, grows_linearly
-
-    runs = [EngineRun(n, 100 * n, 10 * n, 2, BATCH, "sdpa", (False, False), False) for n in (4, 8)]
-    with pytest.warns(DeprecationWarning, match="devmem.engine.block_cost.growth_per_block"):
-        assert block_cost(*runs) == (110, 100, 10)
-    with pytest.warns(DeprecationWarning, match="devmem.engine.block_cost.grows_linearly"):
-        assert grows_linearly(runs)
-
-
 def test_a_stored_profile_with_incomplete_figures_is_set_aside_with_a_warning(
     model, baseline, generation, profile_dir, caplog
 ):

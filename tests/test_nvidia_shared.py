@@ -279,10 +279,3 @@ def test_the_cuda_limit_grammar_differs_from_devmems_and_says_so():
     from devmem import parse_size
 
     assert (parse_cuda_limit_size("8GB", "X"), parse_size("8GB")) == (8 * GiB, 8 * 10**9)
-
-
-def test_the_old_limit_parser_name_warns_and_still_parses():
-    from devmem_nvidia.limits import parse_size
-
-    with pytest.warns(DeprecationWarning, match="parse_cuda_limit_size"):
-        assert parse_size("8G", "X") == 8 * GiB

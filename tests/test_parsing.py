@@ -6,8 +6,7 @@ import pytest
 
 from devmem._text import MAX_DIGITS, parse_int, require_int
 from devmem.cpu import CpuPlatform
-from devmem.sdk import drm
-from devmem.sdk.host import cgroup_memory, parse_meminfo, read_int
+from devmem.sdk import cgroup_memory, drm, parse_meminfo, read_int
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB, KiB
 

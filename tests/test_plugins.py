@@ -581,7 +581,7 @@ def test_devmem_hookspecs_validate_under_a_pluggy_plugin_manager():
     implementation, and calls it."""
     import pluggy
 
-    from devmem.sdk import hookspecs
+    from devmem import _hookspecs as hookspecs
 
     pm = pluggy.PluginManager("devmem")
     pm.add_hookspecs(hookspecs)

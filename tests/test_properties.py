@@ -31,9 +31,16 @@ from devmem.planner.sizing import (
     profiled_kv_cache_bytes,
     requested_memory,
 )
-from devmem.sdk import drm
-from devmem.sdk.host import cgroup_memory, parse_meminfo
-from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text
+from devmem.sdk import (
+    cgroup_memory,
+    checked_memory,
+    drm,
+    parse_meminfo,
+    process_bytes,
+    process_id,
+    process_list,
+    vendor_text,
+)
 from devmem.sdk.visible import index, pick
 from devmem.testing import Scenario
 from devmem.types import DevmemError, GiB, NotEnoughMemoryError, gib

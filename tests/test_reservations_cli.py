@@ -13,10 +13,10 @@ import sys
 import pytest
 from ledger_workers import no_hang
 
-from devmem.command.doctor import diagnose
 from devmem.command.info import cmd_info
 from devmem.command.main import build_parser
 from devmem.engine.reservations import Entry, Ledger, Owner, _start_time, device_key, ledger_bytes, reserve
+from devmem.findings import diagnose
 from devmem.types import GiB
 from devmem_nvidia.testing import h200_scenario, scripted_platform
 

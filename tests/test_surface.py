@@ -1,10 +1,9 @@
-"""The public surface: a narrow top level, the steps under devmem.engine and devmem.planner, and every name that
-left the top level still working there with a warning naming its home."""
+"""The public surface: a narrow top level, and the steps under devmem.engine and devmem.planner (reached there, not
+from the top level)."""
 
 from __future__ import annotations
 
 import importlib
-import re
 import subprocess
 import sys
 
@@ -14,7 +13,6 @@ import devmem
 import devmem.engine
 import devmem.planner
 import devmem.sdk
-from devmem import MOVED_NAMES
 
 
 def test_the_top_level_holds_at_most_40_names():
@@ -27,22 +25,10 @@ def test_every_name_of_a_step_package_resolves(package):
     assert [n for n in module.__all__ if getattr(module, n, None) is None] == []
 
 
-@pytest.mark.parametrize(("name", "home"), sorted(MOVED_NAMES.items()))
-def test_a_name_that_left_the_top_level_warns_naming_its_home(name, home):
-    with pytest.warns(DeprecationWarning, match=re.escape(f"devmem.{name} moved to {home}.{name}")):
-        value = getattr(devmem, name)
-    assert value is getattr(importlib.import_module(home), name)
-
-
-@pytest.mark.parametrize(("name", "home"), sorted(MOVED_NAMES.items()))
-def test_a_name_that_left_the_top_level_is_in_its_homes_all(name, home):
-    assert name in importlib.import_module(home).__all__ and name not in devmem.__all__
-
-
-def test_a_from_import_of_a_moved_name_warns_at_the_importing_line():
-    code = "import warnings; warnings.simplefilter('always')\nfrom devmem import plan_kv_cache\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "<string>:2: DeprecationWarning: devmem.plan_kv_cache moved to devmem.planner" in done.stderr
+@pytest.mark.parametrize("name", ["plan_kv_cache", "MemorySnapshot", "DeviceMemory"])
+def test_a_name_of_a_step_package_is_no_attribute_of_the_top_level(name):
+    with pytest.raises(AttributeError, match=f"module 'devmem' has no attribute '{name}'"):
+        getattr(devmem, name)
 
 
 def test_a_public_name_warns_nothing():

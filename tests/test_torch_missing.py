@@ -7,7 +7,9 @@ import sys
 import pytest
 
 import devmem
+from devmem.engine import allocate_kv_cache
 from devmem.engine._torch_device import torch_device_for
+from devmem.planner import plan_kv_cache
 
 
 @pytest.fixture
@@ -16,9 +18,9 @@ def without_torch(monkeypatch):
 
 
 def test_allocating_a_kv_cache_without_torch_says_to_pip_install_torch(without_torch):
-    plan = devmem.plan_kv_cache(pinned_bytes=4 * devmem.MiB, page_size_bytes=devmem.MiB, num_layers=1)
+    plan = plan_kv_cache(pinned_bytes=4 * devmem.MiB, page_size_bytes=devmem.MiB, num_layers=1)
     with pytest.raises(ModuleNotFoundError, match=r"allocate_kv_cache needs torch.*pip install torch") as raised:
-        devmem.allocate_kv_cache(plan, num_layers=1, device="cpu")
+        allocate_kv_cache(plan, num_layers=1, device="cpu")
     assert raised.value.name == "torch" and "devmem-kv[torch]" in str(raised.value)
 
 

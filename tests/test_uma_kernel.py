@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-from devmem.sdk import REAL_FILES
-from devmem.sdk.host import cgroup_memory, read_meminfo
+from devmem.sdk import REAL_FILES, cgroup_memory, read_meminfo
 from devmem.types import GiB, MiB, gib
 from devmem_nvidia.testing import ScriptedNvml
 from devmem_uma import UmaPlatform

@@ -1,4 +1,4 @@
-"""The checked boundary where vendor readings enter (devmem.sdk.readings, and each backend's per-process rule):
+"""The checked boundary where vendor readings enter (devmem.sdk's checks, and each backend's per-process rule):
 impossible figures become an error naming the call, a clamp with a note, or ``None`` with a reason, never a
 wrong number; nothing a vendor call raises escapes raw."""
 

@@ -29,15 +29,10 @@ def why_chosen(chosen: Candidate | None) -> str:
     return f"highest-priority detected platform ({chosen.priority}): {chosen.reason}"
 
 
-def device_count(platform: Platform) -> int:
-    """``platform.device_count()``, bounded by ``DEVMEM_READ_TIMEOUT``."""
-    return bounded_reading(platform.device_count, f"platform {platform.name!r}: counting its devices")
-
-
 def sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dict[str, object]]:
     """One reading of every device in ``indices``: its report, with the processes on it (each device's bounded by
     ``DEVMEM_READ_TIMEOUT``)."""
-    from devmem.command.processes import process_rows
+    from devmem._processes import process_rows
     from devmem.engine.reservations import device_reservations
 
     def read(index: int) -> dict[str, object]:

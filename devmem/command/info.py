@@ -5,70 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from devmem._deadline import device_count
 from devmem._host import REAL_FILES, Files
 from devmem.command.common import add_command, emit_json, out
-from devmem.command.devices import chosen_candidate, device_count, device_json, sample, static_facts, why_chosen
+from devmem.command.devices import chosen_candidate, device_json, sample, why_chosen
 from devmem.command.flags import device_index, interval, interval_ms, positive
-from devmem.platform import DeviceReport, Platform
+from devmem.command.screens import screen, top_facts, top_screen
+from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform, platform_candidates
-from devmem.units import format_size
-
-
-def _process_cells(rows_: list) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
-    """The process table's header, cells and right-aligned columns (NS PID only where a process has one)."""
-    from devmem.command.format import printable
-
-    with_ns = any(row.namespace_pid is not None for row in rows_)
-    header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
-    cells = []
-    for row in rows_:
-        command = printable(row.command or "-")
-        if row.role:
-            command = f"[{row.role}] {command}"
-        ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
-        cells.append((str(row.pid), *ns, printable(row.user or "-"), format_size(row.used), command))
-    return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
-
-
-def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
-    """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
-    from devmem.command.format import key_values, printable, table
-    from devmem.command.reservations import reservation_rows, reservation_table
-
-    r: DeviceReport = device["report"]  # type: ignore[assignment]
-    rows_: list = device["processes"]  # type: ignore[assignment]
-    used = r.total - r.free
-    rows: list[tuple[str, str]] = [
-        ("free / total", f"{format_size(r.free)} free of {format_size(r.total)} ({format_size(used)} in use)"),
-        ("a new process", f"can allocate up to {format_size(r.free)} (free now)"),
-    ]
-    if r.process:  # the CLI's own figure means something only where it holds memory (host RAM, not a GPU)
-        rows.append(("this process", f"{format_size(r.process)} (this devmem command itself)"))
-    if rows_ is not None:
-        held = sum(row.used for row in rows_)
-        rows.append(("processes", f"{len(rows_)} hold {format_size(held)}" if rows_ else "none hold memory"))
-    else:
-        rows.append(("processes", f"not listed by the {r.platform} platform"))
-    reservations: Any = device["reservations"]
-    rows += reservation_rows(reservations, paint)
-    head = paint(f"device {r.index}: {printable(r.name)}", "bold")
-    lines = [head, *key_values(rows + static_facts(r, platform), width)]
-    if rows_:
-        header, cells, right = _process_cells(rows_)
-        lines += table(header, cells, width, right=right)
-    lines += reservation_table(reservations, width)
-    return lines
-
-
-def screen(platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int) -> str:
-    from devmem.command.format import wrap
-
-    lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
-    for device in devices:
-        lines += _device_screen(device, platform, width, paint)
-    return "\n".join(lines)
 
 
 def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: Files = REAL_FILES) -> int:
@@ -100,8 +45,6 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
 
     paint, width = Painter(wants_colour(sys.stdout)), width_for(sys.stdout)
     if len(devices) >= COMPACT_FROM and not args.details:
-        from devmem.command.top import top_facts, top_screen
-
         hint = f"every figure per device: devmem info --details (or --device N); {len(devices)} devices"
         out.print(
             *top_facts(platform, because, devices, width, "devmem info"), *top_screen(args, devices, width, paint), hint

@@ -97,7 +97,7 @@ def add_granularity_flag(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SIZE",
         help="what the cache's one allocation is rounded up to (2MiB for PyTorch's caching "
-        "allocator, as devmem.allocate_kv_cache allocates it); only whole units are used "
+        "allocator, as devmem.engine.allocate_kv_cache allocates it); only whole units are used "
         "(default 1 byte)",
     )
 

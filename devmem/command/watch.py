@@ -10,9 +10,8 @@ from contextlib import AbstractContextManager, nullcontext
 from devmem._host import Files
 from devmem.command.common import out
 from devmem.command.devices import device_json, sample
-from devmem.command.info import screen
 from devmem.command.keys import Keys
-from devmem.command.top import top_facts, top_screen
+from devmem.command.screens import screen, top_facts, top_screen
 from devmem.platform import Platform
 from devmem.progress import Progress, progress
 

@@ -12,6 +12,7 @@ from typing import Any
 from devmem import arguments
 from devmem.errors import ArgumentTypeError as ArgumentTypeError  # re-exported
 from devmem.platform import Platform
+from devmem.resolution.plugins import platform_argument
 
 log = logging.getLogger("devmem.engine.distributed")
 
@@ -23,7 +24,7 @@ def _device(torch: Any, dist: Any, group: Any, platform: Platform | None) -> Any
     """Where the group's backend wants its tensors: the platform's current device when the group runs the
     platform's distributed backend (``platform.dist_backend``), the CPU otherwise."""
     backend = str(dist.get_backend(group))
-    platform = arguments.platform(platform)
+    platform = platform_argument(platform)
     namespace = platform.torch_device
     if namespace is not None and backend == platform.dist_backend:
         return torch.device(namespace, getattr(torch, namespace).current_device())
@@ -42,7 +43,7 @@ def agree_on_minimum(value: int, group: Any = None, platform: Platform | None = 
     """
     value = arguments.byte_count("agree_on_minimum's value", value, type_error=ArgumentTypeError)
     if platform is not None:
-        arguments.platform(platform)
+        platform_argument(platform)
     torch = sys.modules.get("torch")
     if torch is None:
         return int(value)

@@ -18,6 +18,7 @@ from devmem._text import shown
 from devmem.engine._torch_device import import_torch, torch_device_for
 from devmem.planner.sizing import KvCachePlan, SizingError
 from devmem.platform import Platform
+from devmem.resolution.plugins import platform_argument
 from devmem.types import MiB
 
 #: What PyTorch's caching allocator rounds an allocation above 1 MiB up to; pass it to
@@ -63,7 +64,7 @@ def allocate_kv_cache(
         index = arguments.device_index(device, error=SizingError)
         if plan.device is not None and plan.device != index:
             raise SizingError(f"the plan was made for device {plan.device}, not device {index}: plan on each device")
-        device = torch_device_for(arguments.platform(platform, error=SizingError), index)
+        device = torch_device_for(platform_argument(platform, error=SizingError), index)
     torch = import_torch("allocate_kv_cache")
 
     if not isinstance(device, (str, torch.device)):

@@ -61,6 +61,7 @@ from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
+from devmem.resolution.plugins import platform_argument
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine")
@@ -182,7 +183,7 @@ class EngineMemory:
         self.late = arguments.flag("late", late, error=EngineMemoryError)
         if reserve_bytes is not None:
             reserve_bytes = arguments.byte_count("reserve_bytes", reserve_bytes, positive=True, error=EngineMemoryError)
-        self.platform = arguments.platform(platform, error=EngineMemoryError)
+        self.platform = platform_argument(platform, error=EngineMemoryError)
         self._lock = ForkSafeLock()
         self._pid = os.getpid()
         self._busy: str | None = None  # the step under way: a window open, a measurement, an allocation

@@ -26,6 +26,7 @@ from devmem.engine._segment_history import Replay, SegmentHistory, replay
 from devmem.engine._torch_device import device_module, initialised_module
 from devmem.errors import ArgumentError, SnapshotMismatchError
 from devmem.platform import DeviceReading, Platform
+from devmem.resolution.plugins import platform_argument
 from devmem.types import DevmemError, MiB, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -69,12 +70,12 @@ class MemorySnapshot:
         from devmem.platform import read_device
 
         device = arguments.device_index(device)
-        platform = arguments.platform(platform)
+        platform = platform_argument(platform)
         return cls.from_reading(read_device(platform, device), platform)
 
     @classmethod
     def from_reading(cls, reading: DeviceReading, platform: Platform) -> MemorySnapshot:
-        """The snapshot of one coherent :class:`~devmem.DeviceReading` (the figure and its reason agree) and of
+        """The snapshot of one coherent :class:`~devmem.platform.DeviceReading` (the figure and its reason agree) and of
         torch's allocator now, marked as read by ``platform``: what an engine takes once at start and shares."""
         device = reading.index
         info, process = reading.info, reading.process.used
@@ -152,7 +153,7 @@ def release_allocator_cache(device: int = 0, platform: Platform | None = None) -
     initialised that device's runtime in this process.
     """
     device = arguments.device_index(device)
-    platform = arguments.platform(platform)
+    platform = platform_argument(platform)
     gc.collect()
     module, why = initialised_module(platform)
     if module is None:
@@ -195,7 +196,7 @@ def check_startup_memory(
     free = max(0, int(snapshot.free))
     if free + already >= requested:
         return
-    platform = arguments.platform(platform)
+    platform = platform_argument(platform)
     name = platform.device_name(snapshot.device)
     fits = math.floor(Fraction(min(free + already, total), total) * 1000) / 1000
     used = total - free
@@ -573,7 +574,7 @@ def memory_profiling(
             f"{shown(baseline)} of type {type(baseline).__name__}"
         )
     weights_memory = arguments.byte_count("weights_memory", weights_memory)
-    platform = arguments.platform(platform)
+    platform = platform_argument(platform)
     if baseline.platform is not None and baseline.platform != platform.name:
         raise SnapshotMismatchError(
             f"the baseline was read by the {baseline.platform!r} platform, the window would measure with "

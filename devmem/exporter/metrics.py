@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from devmem import __version__
 from devmem._forksafe import ForkSafeLock
-from devmem.command.format import printable
+from devmem._text import printable
 from devmem.engine.reservations import short_command
 from devmem.exporter.readings import DeviceSample, NodeReader, NodeReading
 

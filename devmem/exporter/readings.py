@@ -19,10 +19,10 @@ from typing import Any
 
 from devmem._deadline import Job
 from devmem._host import REAL_FILES, Files
-from devmem.command.doctor import Finding, device_findings, diagnose
-from devmem.command.processes import ProcessRow, container_id, process_cgroup, process_rows
+from devmem._processes import ProcessRow, container_id, process_cgroup, process_rows
 from devmem.engine.reservations import DeviceReservations, Owner
 from devmem.exporter.ledger import read_reservations
+from devmem.findings import Finding, device_findings, diagnose
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
 

@@ -33,13 +33,13 @@ import inspect
 import logging
 import os
 import sys
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from devmem._forksafe import ForkSafeLock
 from devmem.engine.memory import EngineMemory
 
 #: The values that turn an adapter off, and those that leave it on without a warning.
@@ -222,7 +222,7 @@ class Starts:
 
     def __init__(self, log: logging.Logger):
         self.log = log
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._starting: dict[int, weakref.WeakSet[EngineMemory]] = {}
 
     def begin(self, owner: Any, attribute: str, device: int, create: Callable[[], EngineMemory]) -> EngineMemory:

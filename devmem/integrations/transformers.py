@@ -44,7 +44,6 @@ import math
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -52,8 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
 from devmem._text import shown
-from devmem.engine.block_cost import CAUTION, MAX_RUNS, BlockCost, BlockRun, growth_per_block
-from devmem.engine.block_cost import grows_linearly as _grows_linearly
+from devmem.engine.block_cost import CAUTION, MAX_RUNS, BlockCost, BlockRun
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.memory import EngineMemory, EngineMemoryError, KvLayout
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
@@ -62,7 +60,7 @@ from devmem.engine.reservations import Reservation
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, SizingError, _bytes, requested_memory
 from devmem.platform import Platform
 from devmem.progress import Progress, progress
-from devmem.resolution.plugins import current_platform
+from devmem.resolution.plugins import current_platform, platform_argument
 from devmem.types import DevmemError, NotEnoughMemoryError
 from devmem.units import format_size
 
@@ -903,35 +901,6 @@ def limit_allocator(device: Any, nbytes: int | None) -> float | None:
     return fraction
 
 
-def block_cost(before: EngineRun, after: EngineRun) -> tuple[int, int, int]:
-    """Deprecated: use :func:`devmem.engine.block_cost.growth_per_block`. (all, KV cache, batch tensors): bytes one
-    block costs, as what grows from ``before`` to ``after``."""
-    warnings.warn(
-        "devmem.integrations.transformers.block_cost is deprecated: use devmem.engine.block_cost.growth_per_block",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    step = after.num_blocks - before.num_blocks
-    block = growth_per_block(_block_run(before), _block_run(after))
-    kv_block = math.ceil((after.cache_bytes - before.cache_bytes) / step)
-    return block, kv_block, math.ceil((after.static_bytes - before.static_bytes) / step)
-
-
-def grows_linearly(runs: list[EngineRun]) -> bool:
-    """Deprecated: use :func:`devmem.engine.block_cost.grows_linearly` over
-    :class:`~devmem.engine.block_cost.BlockRun`."""
-    warnings.warn(
-        "devmem.integrations.transformers.grows_linearly is deprecated: use devmem.engine.block_cost.grows_linearly",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return _grows_linearly([_block_run(r) for r in runs])
-
-
-def _block_run(run: EngineRun) -> BlockRun:
-    return BlockRun(run.num_blocks, run.held_bytes, run.peak_bytes, run.reserved_peak_bytes)
-
-
 #: The fields of a stored :class:`EngineRun` holding bytes or counts, and the least each may be.
 _RUN_COUNTS = {"num_blocks": 1, "cache_bytes": 0, "static_bytes": 0, "allocations": 1, "forward_tokens": 0}
 
@@ -1067,7 +1036,7 @@ def size_continuous_batching(
     if not isinstance(reservation, (bool, Reservation)):
         raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
     if platform is not None:
-        arguments.platform(platform, error=SizingError)
+        platform_argument(platform, error=SizingError)
     given = device if device is not None else (baseline.device if baseline is not None else None)
     platform, device = _platform_and_device(model, given, platform)
     check = getattr(platform, "check_device", None)

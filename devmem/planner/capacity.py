@@ -28,7 +28,6 @@ from fractions import Fraction
 from typing import Any
 
 from devmem import arguments
-from devmem._results import deprecated_lines
 from devmem.planner.engine_layout import EngineLayout, engine_layout
 from devmem.planner.models import MAX_TP, ModelMemory
 from devmem.planner.sizing import KvCachePlan, SizingError, plan_kv_cache
@@ -273,10 +272,6 @@ class Capacity:
             out += self.engine.lines(m, self.tokens, None if seqs is None else self.context, seqs)
         return "\n".join(out)
 
-    def lines(self) -> list[str]:
-        """Deprecated: ``explain().splitlines()``."""
-        return deprecated_lines("Capacity.lines", self.explain())
-
     def as_dict(self) -> dict[str, object]:
         return {
             "kv_cache_bytes": self.kv_cache_bytes,
@@ -444,10 +439,6 @@ class Fit:
                 f"{self.model.max_context} ({self.model.max_context_source})"
             )
         return "\n".join(out)
-
-    def lines(self) -> list[str]:
-        """Deprecated: ``explain().splitlines()``."""
-        return deprecated_lines("Fit.lines", self.explain())
 
     def as_dict(self) -> dict[str, object]:
         return {

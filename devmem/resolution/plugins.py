@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 
 from devmem._forksafe import ForkSafeLock
-from devmem._text import described, env_text
-from devmem.platform import Platform
+from devmem._text import described, env_text, shown
+from devmem.errors import ArgumentError, DevmemError
+from devmem.platform import CONTRACT, Platform
 from devmem.records import Record
 from devmem.resolution.discovery import (
     BUILTIN,
@@ -257,6 +258,27 @@ def current_platform() -> Platform:
         if _current is None:
             _current = _build(_resolved())
         return _current
+
+
+def platform_argument(value: object, *, error: type[DevmemError] = ArgumentError) -> Platform:
+    """An entry point's ``platform`` argument: the current platform where it is ``None``, else ``value`` checked to
+    be a devmem :class:`~devmem.Platform` (an object with every member of :data:`devmem.platform.CONTRACT`); a
+    platform's name, a platform class or an object lacking members is refused with ``error``
+    (:func:`devmem.as_platform` wraps a minimal backend)."""
+    if value is None:
+        return current_platform()
+    if isinstance(value, type):  # a class has every member too, none of them bound
+        raise error(
+            f"platform must be a devmem Platform, got the class {shown(value)}: pass an instance of it "
+            f"({value.__name__}()), devmem.current_platform(), or devmem.as_platform(backend)"
+        )
+    if not isinstance(value, Platform):
+        missing = [m for m in CONTRACT if not hasattr(value, m)]
+        raise error(
+            f"platform must be a devmem Platform (devmem.current_platform(), or devmem.as_platform(backend)), got "
+            f"{shown(value)} of type {type(value).__name__}, which lacks {', '.join(missing)}"
+        )
+    return value
 
 
 def clear_cache() -> None:

@@ -48,17 +48,27 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
         read_meminfo,
         read_stripped,
     )
+    from devmem._lazy import lazy_exports, load_object
+    from devmem._readings import process_bytes, process_id, process_list, vendor_text, whole_bytes
     from devmem._text import env_choice, env_seconds, env_text, parse_int, require_int, shown
     from devmem.cpu import CpuPlatform
     from devmem.errors import DevmemError, InvalidTypeError, InvalidValueError, LibraryUnavailable, PluginError
-    from devmem.platform import DeviceMemory, DeviceReading, Platform, PlatformBase, ProcessMemory, Reason, ReasonKind
+    from devmem.platform import (
+        DeviceMemory,
+        DeviceReading,
+        Platform,
+        PlatformBase,
+        ProcessMemory,
+        Reason,
+        ReasonKind,
+        checked_memory,
+    )
     from devmem.sdk.dmem import DmemLimits, dmem_limits
     from devmem.sdk.drm import client_memory
     from devmem.sdk.drm import fields as drm_fields
     from devmem.sdk.drm import size as drm_size
-    from devmem.sdk.lazy import DriverGate, deferred, gated_detect, lazy_exports, load_object
+    from devmem.sdk.lazy import DriverGate, deferred, gated_detect
     from devmem.sdk.limits import MemoryLimit, apply_limits
-    from devmem.sdk.readings import checked_memory, process_bytes, process_id, process_list, vendor_text, whole_bytes
     from devmem.sdk.sessions import VendorSession
     from devmem.sdk.visible import VisibleDevices, dropped, pick
     from devmem.sdk.visible import index as device_index
@@ -111,12 +121,12 @@ _SDK = {
     "page_cache_bytes": "devmem._host",
     "cgroup_memory": "devmem._host",
     # checked figures and limits
-    "checked_memory": "devmem.sdk.readings",
-    "whole_bytes": "devmem.sdk.readings",
-    "process_bytes": "devmem.sdk.readings",
-    "process_id": "devmem.sdk.readings",
-    "process_list": "devmem.sdk.readings",
-    "vendor_text": "devmem.sdk.readings",
+    "checked_memory": "devmem.platform",
+    "whole_bytes": "devmem._readings",
+    "process_bytes": "devmem._readings",
+    "process_id": "devmem._readings",
+    "process_list": "devmem._readings",
+    "vendor_text": "devmem._readings",
     "MemoryLimit": "devmem.sdk.limits",
     "apply_limits": "devmem.sdk.limits",
     "DmemLimits": "devmem.sdk.dmem",

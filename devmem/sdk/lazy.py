@@ -1,7 +1,7 @@
 """Things that load on first use, so importing a package or registering a platform stays cheap.
 
-- :func:`lazy_exports`: module attributes imported on first access (PEP 562), and :func:`load_object`; their home
-  is the core's private :mod:`devmem._lazy`.
+- :func:`~devmem.sdk.lazy_exports`: module attributes imported on first access (PEP 562), and
+  :func:`~devmem.sdk.load_object` (both the core's :mod:`devmem._lazy`'s, lent to backends by :mod:`devmem.sdk`).
 - :func:`deferred`: a callable that imports ``"module:attr"`` on its first call (a ``PlatformSpec.factory``).
 - :func:`gated_detect`: a ``PlatformSpec.detect`` that answers from a cheap check (driver files) and imports the
   backend's real probe only where that check passes.
@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from devmem._lazy import lazy_exports as lazy_exports
-from devmem._lazy import load_object as load_object
+from devmem._lazy import load_object
 from devmem.records import Record
 from devmem.types import Detection, PlatformSpec
 

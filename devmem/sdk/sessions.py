@@ -14,7 +14,7 @@ Every session registers here:
 
 - at exit, :func:`shutdown_all` calls ``shutdown()`` on every live session (registered with :mod:`atexit` once);
 - in a child made by ``os.fork()``, each session's locks are renewed first (each is a
-  :class:`~devmem.sdk.forksafe.ForkSafeLock`, and ``renew_locks()`` runs for a subclass's own), so a lock some other
+  :class:`~devmem.sdk.ForkSafeLock`, and ``renew_locks()`` runs for a subclass's own), so a lock some other
   thread held at the moment of the fork cannot deadlock the child; so are the locks guarding the registry and the
   shared sessions.
 """

@@ -105,13 +105,32 @@ def _pair(reading: Any) -> tuple[int, int]:
     return int(free), int(total)
 
 
+def torch_device_reason(platform: Platform) -> str | None:
+    """Why torch cannot allocate on ``platform``'s devices here, or ``None`` when it can."""
+    platform = as_platform(platform)
+    namespace = platform.torch_device
+    if namespace is None:
+        return f"the {platform.name} platform declares no torch device namespace (torch_device is None)"
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed, so the kit cannot allocate device memory"
+    module = getattr(torch, namespace, None)
+    if module is None or not module.is_available():
+        return f"torch.{namespace} is not available (no such device here, or a torch build without it)"
+    if module.device_count() != platform.device_count():
+        return (
+            f"torch sees {module.device_count()} {namespace} devices but {platform.name} sees "
+            f"{platform.device_count()}, so their indices cannot be matched"
+        )
+    return None
+
+
 def independent_memory(platform: Platform) -> ReferenceMemory | str:
     """The independent reading for ``platform`` on this machine, or why there is none: torch's
     ``<torch_device>.mem_get_info`` where torch sees the platform's devices, /proc/meminfo (within this process's
     cgroup limit) for a platform whose device is host memory."""
     if platform.torch_device is not None:
-        from devmem.testing.fixtures import torch_device_reason
-
         reason = torch_device_reason(platform)
         if reason is not None:
             return f"no independent reading of {platform.name}'s memory: {reason}"

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 import devmem
-from devmem._adapter import as_platform
 from devmem.platform import Platform
 from devmem.testing.allocations import (
     Allocation,
@@ -28,7 +27,7 @@ from devmem.testing.allocations import (
     allocate_torch,
     allocate_torch_in_subprocess,
 )
-from devmem.testing.conformance import Capabilities, PlatformFixtures, ReferenceMemory
+from devmem.testing.conformance import Capabilities, PlatformFixtures, ReferenceMemory, torch_device_reason
 from devmem.testing.scenario import Scenario
 from devmem.types import MiB
 
@@ -77,27 +76,6 @@ def installed_platform(name: str) -> Platform:
         else:
             os.environ["DEVMEM_PLATFORM"] = saved
         devmem.clear_cache()
-
-
-def torch_device_reason(platform: Platform) -> str | None:
-    """Why torch cannot allocate on ``platform``'s devices here, or ``None`` when it can."""
-    platform = as_platform(platform)
-    namespace = platform.torch_device
-    if namespace is None:
-        return f"the {platform.name} platform declares no torch device namespace (torch_device is None)"
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed, so the kit cannot allocate device memory"
-    module = getattr(torch, namespace, None)
-    if module is None or not module.is_available():
-        return f"torch.{namespace} is not available (no such device here, or a torch build without it)"
-    if module.device_count() != platform.device_count():
-        return (
-            f"torch sees {module.device_count()} {namespace} devices but {platform.name} sees "
-            f"{platform.device_count()}, so their indices cannot be matched"
-        )
-    return None
 
 
 class TorchFixtures(PlatformFixtures):

@@ -2,7 +2,7 @@
 
 devmem calls a plugin's ``devmem_platforms`` itself at start-up, without pluggy (its import alone costs more than
 devmem's start-up budget). Here, in the kit, pluggy does what it is for: :func:`hook_problems` registers the plugin
-with a ``pluggy.PluginManager("devmem")`` holding :mod:`devmem.sdk.hookspecs`, which refuses an implementation whose
+with a ``pluggy.PluginManager("devmem")`` holding :mod:`devmem._hookspecs`, which refuses an implementation whose
 arguments the specification does not have and, at ``check_pending``, one whose name is no devmem hook (a
 misspelling), and says why.
 """

@@ -22,8 +22,8 @@ from devmem.testing.allocations import (
     allocate_torch,
     allocate_torch_in_subprocess,
 )
-from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures
-from devmem.testing.fixtures import HOST_GRANULARITY, TORCH_GRANULARITY, installed_platform, torch_device_reason
+from devmem.testing.conformance import Capabilities, PlatformConformance, PlatformFixtures, torch_device_reason
+from devmem.testing.fixtures import HOST_GRANULARITY, TORCH_GRANULARITY, installed_platform
 
 
 def _on_host(platform: Platform) -> bool:

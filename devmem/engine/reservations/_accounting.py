@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from devmem._processes import who
 from devmem._text import printable
 from devmem.engine.reservations._owners import Entry, Owner
 from devmem.records import Record
@@ -75,12 +76,6 @@ class Accounting(Record):
         return self.committed - self.reserved
 
 
-def _who(pid: int) -> str | None:
-    from devmem.command.processes import _who as who
-
-    return who(pid)[1]
-
-
 def account(
     total: int,
     free: int,
@@ -117,7 +112,7 @@ def account(
     notes: list[str] = []
     if others is not None:
         holdings += [
-            Holding(pid, _who(pid), None, used) for pid, used in sorted(others.items()) if pid not in matched and used
+            Holding(pid, who(pid)[1], None, used) for pid, used in sorted(others.items()) if pid not in matched and used
         ]
         # memory in use that no listed process holds (the driver's own, processes it does not list) is no
         # reservation's either: it counts on top, so that shares summing to the total are not all admitted

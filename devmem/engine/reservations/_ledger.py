@@ -40,6 +40,7 @@ from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRe
 from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform, PlatformBase
 from devmem.records import Record
+from devmem.resolution.plugins import platform_argument
 from devmem.units import format_size
 
 log = logging.getLogger("devmem.engine.reservations")
@@ -466,7 +467,7 @@ class Ledger:
         :class:`ReservationRefused`. ``reading``: a :class:`~devmem.platform.DeviceReading` of ``device`` the caller
         took already; admission counts its figures and asks the platform no memory question; ``held_outside``:
         of what this process holds, the bytes the new share does not cover (see :func:`reserve`)."""
-        platform = arguments.platform(platform)
+        platform = platform_argument(platform)
         reading = _reading_of(platform, device, reading)
         total, free = reading.info.total, reading.info.free
         if total <= 0:
@@ -782,7 +783,7 @@ def reserve(
     """
     if held_outside is not None:
         held_outside = arguments.byte_count("held_outside", held_outside)
-    platform = arguments.platform(platform)  # the current one where None
+    platform = platform_argument(platform)  # the current one where None
     return Ledger(ledger_dir, lock_timeout=lock_timeout).reserve(
         platform, device, bytes, utilization, reading=reading, held_outside=held_outside
     )

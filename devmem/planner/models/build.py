@@ -1,9 +1,10 @@
-"""A config turned into a :class:`ModelMemory`: refusals, layer kinds, attention, state, dtypes, weights."""
+"""A config turned into a :class:`~devmem.planner.models.ModelMemory`'s fields: refusals, layer kinds, attention,
+state, dtypes, weights. The class itself is handed in (``make``), so that this module imports none of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from devmem.errors import ModelConfigError, UnknownArchitectureError
 from devmem.planner.models.attention import _attention_shape
@@ -11,7 +12,6 @@ from devmem.planner.models.config import KV_DTYPES, MAX_LAYERS, _Config, _dtype,
 from devmem.planner.models.gemma4 import gemma4_specs
 from devmem.planner.models.kinds import ATTENTION, CHUNKED, FULL, MAMBA2, RECURRENT, SLIDING
 from devmem.planner.models.layers import _layer_kinds, _resolve_recurrent
-from devmem.planner.models.memory import ModelMemory
 from devmem.planner.models.mimo_v2 import mimo_v2_specs
 from devmem.planner.models.nemotron_nas import FAMILIES as NAS_FAMILIES
 from devmem.planner.models.nemotron_nas import nas_specs
@@ -19,6 +19,8 @@ from devmem.planner.models.reading import _shown
 from devmem.planner.models.recurrent import _recurrent_states
 from devmem.planner.models.spec import FP8_DS_MLA, AttentionSpec
 from devmem.planner.models.weights import _estimate_weights
+
+M = TypeVar("M")
 
 #: Config keys that change the KV cache in ways devmem does not model: a config setting one is refused.
 _UNMODELLED = {
@@ -87,14 +89,14 @@ _VLLM_SSM_DTYPE: dict[str, tuple[str, str | None]] = {
 _SSM_DTYPE_KEYS = ("mamba_ssm_dtype", "mamba_ssm_cache_dtype")
 
 
-def _build(*args: Any, **options: Any) -> ModelMemory:
-    """:func:`_build_memory`, with every refusal naming the family: a :class:`ModelConfigError` raised without a
-    ``model_type`` gets the config's."""
+def _build(make: Callable[..., M], raw: Mapping[str, Any], **options: Any) -> M:
+    """``make`` (the model's class) called with the fields ``raw`` gives (:func:`_build_memory`), every refusal
+    naming the family: a :class:`ModelConfigError` raised without a ``model_type`` gets the config's."""
     try:
-        return _build_memory(*args, **options)
+        return _build_memory(make, raw, **options)
     except ModelConfigError as exc:
         if getattr(exc, "model_type", None) is None:
-            exc.model_type = _Config(args[0]).model_type  # type: ignore[attr-defined]
+            exc.model_type = _Config(raw).model_type  # type: ignore[attr-defined]
             if exc.model_type and "model_type" not in str(exc):  # type: ignore[attr-defined]
                 exc.args = (f"config of model_type {exc.model_type!r}: {exc}",)  # type: ignore[attr-defined]
         raise
@@ -145,6 +147,7 @@ def _ssm_dtype(c: _Config, conv_name: str, conv_bytes: int, notes: list[str]) ->
 
 
 def _build_memory(
+    make: Callable[..., M],
     raw: Mapping[str, Any],
     *,
     kv_dtype: str,
@@ -153,7 +156,7 @@ def _build_memory(
     state_dtype: str,
     weights_bytes: int | None,
     weights_source: str | None,
-) -> ModelMemory:
+) -> M:
     c = _Config(raw)
     if c.model_type is None:
         raise UnknownArchitectureError(
@@ -294,7 +297,7 @@ def _build_memory(
             f"{', '.join(f'{k} {v}' for k, v in sorted(defaulted.items()))}: absent from config.json, "
             f"{c.family}'s defaults (as transformers reads it)"
         )
-    return ModelMemory(
+    return make(
         model_type=c.model_type,
         num_layers=layers,
         full_attention_layers=kinds.count(FULL),

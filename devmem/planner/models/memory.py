@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
-from devmem._results import Explanation
 from devmem.errors import ModelConfigError
+from devmem.planner.models.build import _build
 from devmem.planner.models.config import MAX_TP
 from devmem.planner.models.kinds import CHUNKED, FULL, SLIDING
 from devmem.planner.models.reading import _is_dir, _shown, _whole_number, checkpoint_weights, read_json
@@ -145,9 +145,8 @@ class ModelMemory:
         tp = _whole_number("tp", tp, 1)
         if weights_bytes is not None:
             weights_bytes = _whole_number("weights_bytes", weights_bytes, 0)
-        from devmem.planner.models.build import _build  # build makes a ModelMemory: imported here, not above
-
         return _build(
+            cls,
             raw,
             kv_dtype=kv_dtype,
             tp=tp,
@@ -299,7 +298,7 @@ class ModelMemory:
             f"weights: {format_size(self.weights_bytes)} ({self.weights_bytes} bytes, {self.weights_source}){per_rank}"
         )
         lines += [f"note: {note}" for note in self.notes]
-        return Explanation("\n".join(lines))
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, object]:
         return {

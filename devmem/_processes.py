@@ -1,10 +1,11 @@
-"""The processes holding memory on a device, as an operator reads them in nvitop: PID, user, command, bytes.
+"""Who the processes holding memory on a device are, as an operator reads them in nvitop: PID, user, command, bytes.
 
 The platform says which PIDs hold how many bytes (``other_processes_memory``) and which of them serve other
 processes (``process_roles``: a server holding memory for its clients); who they are comes from this machine's
 process table (psutil) for PIDs visible in this PID namespace, and ``None`` otherwise. A process in a container
 shows the PID it has inside its own namespace (the last ``NSpid`` entry) where that differs; its cgroup
 (``/proc/<pid>/cgroup``) names the container it runs in, where a runtime put the container's ID in it.
+The ``devmem`` command's process tables, the exporter's process metrics and the ledger's holders all read it here.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def container_id(cgroup: str | None) -> str | None:
     return found[-1][:12] if found else None
 
 
-def _who(pid: int) -> tuple[str | None, str | None]:
+def who(pid: int) -> tuple[str | None, str | None]:
     """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot. What was read of a process
     is kept (for :data:`_KNOWN` processes at most): a PID with the same start time is the same process."""
     import psutil
@@ -90,7 +91,7 @@ def _who(pid: int) -> tuple[str | None, str | None]:
     return known
 
 
-#: How many processes' user and command :func:`_who` keeps.
+#: How many processes' user and command :func:`who` keeps.
 _KNOWN = 4096
 _known: dict[tuple[int, float], tuple[str | None, str | None]] = {}
 
@@ -121,6 +122,6 @@ def process_rows(
     roles = roles or {}
     rows = []
     for pid, used in sorted(others.items(), key=lambda kv: (-kv[1], kv[0])):
-        user, command = _who(pid)
+        user, command = who(pid)
         rows.append(ProcessRow(pid, used, user, command, _namespace_pid(files, pid), roles.get(pid)))
     return rows

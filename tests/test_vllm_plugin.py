@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
-
 import vllm_releases
+
 from devmem.integrations import vllm as plugin
 from devmem.integrations.vllm import versions
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import inspect
 import json
 import logging
 import os
@@ -54,6 +55,9 @@ RUNNERS = _runner_classes()
 def vllm_log(caplog):
     """vLLM's log (its logger does not propagate to the root, where caplog listens)."""
     logger = logging.getLogger("vllm")
+    if logger.propagate:  # a release whose logger propagates reaches caplog already
+        yield caplog
+        return
     logger.addHandler(caplog.handler)
     yield caplog
     logger.removeHandler(caplog.handler)
@@ -100,6 +104,7 @@ def _runner(kind: str = "v2"):
             self.rt.free(self.rt.malloc(GRAPHS))
             return GRAPHS
 
+        @functools.wraps(base.capture_model)  # its parameters are the release's: they tell the runners apart
         def capture_model(self, *args, **kwargs):
             self.captured.append(self.rt.malloc(GRAPHS))
             return GRAPHS
@@ -190,8 +195,9 @@ def test_vllm_is_given_devmems_plan_within_its_share(h200, current, kind):
     memory = getattr(w, worker.MEMORY)
     assert budget == memory.kv_plan.num_blocks * PAGE * LAYERS
     memory.release_allocator_cache()
-    for _ in range(LAYERS):  # vLLM allocates one tensor per layer (one, from 0.30: a tensor per layer is more)
-        current.malloc(budget // LAYERS)
+    tensors = memory.layout.count or LAYERS  # one backing allocation from 0.30, a tensor per layer before
+    for _ in range(tensors):
+        current.malloc(budget // tensors)
     runner.profile_run()
     footprint = h200.processes(0)[h200.own_driver_pid]
     assert footprint <= memory.requested
@@ -331,7 +337,7 @@ def test_a_worker_method_whose_signature_cannot_be_read_leaves_vllm_stock_with_o
     module.Worker = Odd
     with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
         plugin._patch(module)
-    assert [r.levelname for r in vllm_log.records] == ["WARNING"]
+    assert [r.levelname for r in vllm_log.records if r.name == "vllm.devmem"] == ["WARNING"]
     assert not Odd.__dict__.get(worker.PATCHED)
 
 
@@ -397,7 +403,7 @@ def test_the_extensible_cache_measurement_is_made_process_scoped(h200, current, 
     _extensible()
     module = ModuleType(gpu_worker.__name__)
     seen = []
-    real = gpu_worker.measure_kv_cache_blocks
+    real = inspect.unwrap(gpu_worker.measure_kv_cache_blocks)  # vLLM's own, whatever an earlier test patched
 
     @functools.wraps(real)
     def recorded(kv_cache, vllm_config, device, *, init_free_memory, requested_memory):
@@ -424,3 +430,37 @@ def test_the_extensible_cache_measurement_is_made_process_scoped(h200, current, 
     ((init_free, requested),) = seen
     assert init_free - free == own  # vLLM's init_free - free: this process's growth alone, not the co-tenant's
     assert requested == memory.requested
+
+
+def test_this_releases_extensible_measurement_is_made_process_scoped_not_turned_off(vllm_log):
+    _extensible()
+    module = ModuleType(gpu_worker.__name__)
+    module.measure_kv_cache_blocks = inspect.unwrap(gpu_worker.measure_kv_cache_blocks)
+
+    class Fresh(gpu_worker.Worker):
+        pass
+
+    worker.patch_worker(Fresh, module)
+    assert getattr(module.measure_kv_cache_blocks, "__devmem_step__", False)
+    assert "extensible_kv_cache_unsupported_reason" not in Fresh.__dict__
+
+
+def test_an_extensible_measurement_of_another_shape_turns_the_extensible_cache_off_with_one_line(
+    h200, current, vllm_log
+):
+    _extensible()
+    module = ModuleType(gpu_worker.__name__)
+    module.measure_kv_cache_blocks = lambda kv_cache, budget: 0
+
+    class Fresh(gpu_worker.Worker):
+        def extensible_kv_cache_unsupported_reason(self):  # vLLM's all-reduce over the ranks: none here
+            return None
+
+    with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
+        worker.patch_worker(Fresh, module)
+    assert [r.getMessage() for r in vllm_log.records if r.name == "vllm.devmem"] == [
+        f"devmem: {gpu_worker.__name__}.measure_kv_cache_blocks has another shape: "
+        "the extensible KV cache is turned off"
+    ]
+    w = _started(h200, _runner()(current), cls=Fresh)
+    assert "devmem sizes the KV cache" in w.extensible_kv_cache_unsupported_reason()

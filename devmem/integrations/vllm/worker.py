@@ -79,10 +79,9 @@ def patch_worker(worker_class: Any, module: ModuleType | None = None) -> bool:
         kit.wrap(worker_class, name, step, _memory)
     measure = getattr(module, MEASURE, None)
     if module is not None and measure is not None and not getattr(measure, kit.WRAPPED, False):
-        params = set(kit.parameters(measure) or ())
-        if (
-            kit.accepts(measure, ("kv_cache", "vllm_config", "device"))
-            and {"init_free_memory", "requested_memory"} <= params
+        params = kit.parameters(measure) or ()
+        if params[:3] == ("kv_cache", "vllm_config", "device") and {"init_free_memory", "requested_memory"} <= set(
+            params
         ):
             setattr(module, MEASURE, _process_scoped(measure))
         elif hasattr(worker_class, "extensible_kv_cache_unsupported_reason"):

@@ -1,13 +1,21 @@
 """Stock vLLM beside vLLM with devmem's plugin: N instances started at the same instant, as separate processes.
 
 Per instance: vLLM's "Available KV cache memory", ``num_gpu_blocks``, the ratio to the same mode started alone,
-the NVML footprint after serving against ``ceil(u x total)``, and the start time (``LLM(...)`` to ready). Models
-are saved with random weights from a config (``save_pretrained``): the TinyLlama-1.1B shape and a Qwen2 shape
-with a 151,936-token vocabulary. Stock and plugin runs alternate in one run, so every figure has its baseline
-beside it. Needs vLLM (docs/vllm.md says how it was carried to the H200) and devmem installed with its entry
+the NVML footprint after serving against ``ceil(u x total)`` (footprint minus that cap: ``over_cap_bytes``), and the
+start time (``LLM(...)`` to ready). Models are saved with random weights from a config (``save_pretrained``): the
+TinyLlama-1.1B shape, a Qwen2 shape and a Qwen3 shape (both with a 151,936-token vocabulary). Stock and plugin runs
+alternate in one run, so every figure has its baseline beside it. Needs vLLM (docs/vllm.md says how it was carried
+to the H200; ``--vllm-path`` puts a carried copy first on the instances' path) and devmem installed with its entry
 points (``pip install --no-deps -e .``), so that ``DEVMEM_VLLM=1`` loads the plugin.
 
-Usage: python benchmarks/vllm_cotenants.py [--shapes tinyllama,qwen2] [--scenarios ...] [--out results.json]
+The release is the one on the path (recorded per instance); ``--runner v1|v2|default`` sets
+``VLLM_USE_V2_MODEL_RUNNER`` (``default``: unset, the release's own choice; 0.34 has V2 only). Each round of the
+vLLM issue's list is one ``--scenarios`` value, so that one command runs one round (docs/vllm.md lists them):
+solo, two at 0.3, four and five at 0.2, graphs in the release's default mode, a co-tenant allocating and freeing
+12 GiB every 0.1 s, two pinned starts that do not fit, and the heaviest sampling vLLM accepts beside a light load.
+
+Usage: python benchmarks/vllm_cotenants.py [--shapes tinyllama,qwen3] [--scenarios ...] [--runner default]
+       [--vllm-path DIR] [--out results.json]
 """
 
 from __future__ import annotations
@@ -46,28 +54,65 @@ SHAPES = {
         max_position_embeddings=4096,
         tie_word_embeddings=True,
     ),
+    "qwen3": dict(
+        kind="qwen3",
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    ),
 }
-# name: (instances, utilization, mode(s), extra): "both" runs stock then plugin
-SCENARIOS = {
+# name: (instances, utilization, mode(s), extra): "both" runs stock then plugin. extra: "churn" (a co-tenant
+# allocating and freeing 12 GiB every 0.1 s during the start), "graphs" (CUDA graphs in the release's default mode),
+# "pinned" (kv_cache_memory_bytes, GiB), "load" (one workload per instance: light or heavy)
+SCENARIOS: dict[str, tuple[int, float, str, dict[str, Any]]] = {
     "solo-0.3": (1, 0.3, "both", {}),
     "solo-0.3-warm": (1, 0.3, "both", {}),  # the start-time comparison: caches warm for both modes
     "two-0.3": (2, 0.3, "both", {}),
-    "solo-0.2": (1, 0.2, "plugin", {}),
-    "four-0.2": (4, 0.2, "plugin", {}),
+    "solo-0.2": (1, 0.2, "both", {}),
+    "four-0.2": (4, 0.2, "both", {}),
     "five-0.2": (5, 0.2, "plugin", {}),
     "churn-0.3": (1, 0.3, "both", {"churn": True}),
-    "graphs-solo-0.3": (1, 0.3, "plugin", {"graphs": True}),
+    "graphs-solo-0.3": (1, 0.3, "both", {"graphs": True}),
     "graphs-two-0.3": (2, 0.3, "both", {"graphs": True}),
+    "pinned-two-68": (2, 0.3, "both", {"pinned": 68}),  # 2 x (68 GiB + weights) > an H200's 139.8 GiB
+    "sampling-0.3": (2, 0.3, "both", {"load": ["heavy", "light"]}),
+}
+# the heaviest sampling vLLM accepts beside a light load (issue: "never over under the heaviest serving")
+LOADS = {
+    "light": dict(prompts=48, length=690, params={}),
+    "heavy": dict(
+        prompts=128,
+        length=1990,
+        params=dict(
+            temperature=0.8,
+            top_p=0.9,
+            top_k=50,
+            min_p=0.01,
+            presence_penalty=0.5,
+            frequency_penalty=0.5,
+            repetition_penalty=1.2,
+            logprobs=20,
+            prompt_logprobs=20,
+        ),
+    ),
 }
 
 
 def save_model(shape: str, root: str) -> str:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
     spec = dict(SHAPES[shape])
     kind = spec.pop("kind")
-    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[kind]
+    config_cls = getattr(transformers, f"{name}Config")
+    model_cls = getattr(transformers, f"{name}ForCausalLM")
     path = os.path.join(root, shape)
     torch.manual_seed(0)
     model_cls(config_cls(torch_dtype="bfloat16", **spec)).to(torch.bfloat16).save_pretrained(path)
@@ -78,7 +123,6 @@ def instance(args: argparse.Namespace) -> None:
     """One vLLM instance: waits for the start instant, starts, serves, and writes its figures as JSON."""
     import logging
 
-    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     lines: list[str] = []
@@ -106,14 +150,22 @@ def instance(args: argparse.Namespace) -> None:
             max_model_len=2048,
             seed=0,
         )
-        if args.graphs:
-            options.update(enforce_eager=False, compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"})
+        if args.pinned:
+            options.update(kv_cache_memory_bytes=args.pinned * GiB)
+        if args.graphs:  # the release's default graph mode, without torch.compile (not carried)
+            options.update(enforce_eager=False, compilation_config={"mode": 0})
         else:
             options.update(enforce_eager=True)
         llm = LLM(**options)
         out["start_s"] = time.time() - t0
-        params = SamplingParams(max_tokens=16, ignore_eos=True, detokenize=False)
-        llm.generate([TokensPrompt(prompt_token_ids=list(range(1, 200 + i))) for i in range(32)], params)
+        out["runner"] = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "default")
+        load = LOADS[args.load] if args.load else dict(prompts=32, length=200, params={})
+        params = SamplingParams(max_tokens=16, ignore_eos=True, detokenize=False, **load["params"])
+        prompts = [
+            TokensPrompt(prompt_token_ids=[1 + (i * 7 + j) % 30000 for j in range(load["length"] + i % 8)])
+            for i in range(load["prompts"])
+        ]
+        llm.generate(prompts, params)
         out["num_gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -137,14 +189,21 @@ CHURN = """
 import time, torch
 end = time.time() + {seconds}
 while time.time() < end:
-    x = torch.empty(16 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); time.sleep(0.075)
-    del x; torch.cuda.empty_cache(); time.sleep(0.075)
+    x = torch.empty(12 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); time.sleep(0.05)
+    del x; torch.cuda.empty_cache(); time.sleep(0.05)
 """
 
 
-def round_of(model: str, count: int, util: float, plugin: bool, extra: dict[str, Any], tmp: str) -> list[dict]:
+def round_of(
+    model: str, count: int, util: float, plugin: bool, extra: dict[str, Any], tmp: str, args: argparse.Namespace
+) -> list[dict]:
     start_at = time.time() + 3.0
     env = dict(os.environ, DEVMEM_VLLM="1" if plugin else "0")
+    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    if args.runner != "default":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
+    if args.vllm_path:
+        env["PYTHONPATH"] = os.pathsep.join([args.vllm_path, *filter(None, [env.get("PYTHONPATH")])])
     churn = None
     if extra.get("churn"):
         churn = subprocess.Popen([sys.executable, "-c", CHURN.format(seconds=90)])
@@ -167,6 +226,8 @@ def round_of(model: str, count: int, util: float, plugin: bool, extra: dict[str,
             ]
             + (["--plugin"] if plugin else [])
             + (["--graphs"] if extra.get("graphs") else [])
+            + (["--pinned", str(extra["pinned"])] if extra.get("pinned") else [])
+            + (["--load", extra["load"][i]] if extra.get("load") else [])
         )
         procs.append((subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out))
     rows = []
@@ -186,6 +247,7 @@ def round_of(model: str, count: int, util: float, plugin: bool, extra: dict[str,
     for row in rows:
         if "total" in row:
             row["cap"] = math.ceil(util * row["total"])
+            row["over_cap_bytes"] = row["nvml_footprint"] - row["cap"]
             row["over_cap"] = row["nvml_footprint"] > row["cap"]
     return rows
 
@@ -200,9 +262,13 @@ def main() -> None:
     one.add_argument("--start-at", type=float, required=True)
     one.add_argument("--plugin", action="store_true")
     one.add_argument("--graphs", action="store_true")
+    one.add_argument("--pinned", type=int, default=0, help="kv_cache_memory_bytes in GiB")
+    one.add_argument("--load", choices=sorted(LOADS))
     table = sub.add_parser("report", help="the table of one or more result files (what results/h200/ holds)")
     table.add_argument("files", nargs="+")
-    parser.add_argument("--shapes", default="tinyllama,qwen2")
+    parser.add_argument("--shapes", default="tinyllama,qwen3")
+    parser.add_argument("--runner", choices=("v1", "v2", "default"), default="default")
+    parser.add_argument("--vllm-path", default="", help="a folder put first on the instances' PYTHONPATH")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default="vllm_cotenants.json")
     args = parser.parse_args()
@@ -218,15 +284,25 @@ def main() -> None:
         for name in args.scenarios.split(","):
             count, util, modes, extra = SCENARIOS[name]
             for plugin in {"both": (False, True), "plugin": (True,)}[modes]:
-                rows = round_of(model, count, util, plugin, extra, tmp)
+                rows = round_of(model, count, util, plugin, extra, tmp, args)
                 key = (util, plugin, bool(extra.get("graphs")))
-                if count == 1 and not extra.get("churn") and "num_gpu_blocks" in rows[0]:
+                plain = not (extra.get("pinned") or extra.get("load"))  # a ratio to solo means something
+                if count == 1 and plain and not extra.get("churn") and "num_gpu_blocks" in rows[0]:
                     solo[key] = rows[0]["num_gpu_blocks"]
                 for row in rows:
                     if key in solo and "num_gpu_blocks" in row:
                         row["ratio_to_solo"] = round(row["num_gpu_blocks"] / solo[key], 4)
+                for row in rows:
+                    if not plain:
+                        row.pop("ratio_to_solo", None)
                 results["rounds"].append(
-                    {"shape": shape, "scenario": name, "mode": "plugin" if plugin else "stock", "rows": rows}
+                    {
+                        "shape": shape,
+                        "scenario": name,
+                        "mode": "plugin" if plugin else "stock",
+                        "runner": args.runner,
+                        "rows": rows,
+                    }
                 )
                 print(summary(results["rounds"][-1]), flush=True)
                 with open(args.out, "w") as f:

@@ -2,9 +2,10 @@
 :class:`devmem.EngineMemory`, from this process's own memory (``pip install "devmem-kv[vllm]"``, docs/vllm.md).
 
 vLLM calls :func:`register` in every process it starts, workers included. It does nothing where
-``DEVMEM_VLLM=0``; where the installed vLLM is not one this plugin was verified on, or a method it wraps has
-another shape, it logs one warning and vLLM runs as it came. Otherwise it patches vLLM's GPU worker when vLLM
-imports it (:mod:`devmem.integrations.vllm.worker`), never before, so a process that runs no worker pays nothing.
+``DEVMEM_VLLM=0``; where the installed vLLM is older than 0.24, or a method it wraps has another shape, it logs one
+warning and vLLM runs as it came; a release newer than the newest verified one is tried where its shapes match, with
+one log line saying so. Otherwise it patches vLLM's GPU worker when vLLM imports it
+(:mod:`devmem.integrations.vllm.worker`), never before, so a process that runs no worker pays nothing.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import logging
 from types import ModuleType
 
-from devmem.integrations.kit import Switch, when_imported
-from devmem.integrations.vllm.versions import WORKER_MODULE, supported_version
+from devmem.integrations.kit import Switch, installed_version, when_imported
+from devmem.integrations.vllm.versions import WORKER_MODULE, version_note
 
 #: The environment variable that turns the plugin off (``0``, ``false``, ``no`` or ``off``).
 ENABLE_ENV = "DEVMEM_VLLM"
@@ -26,21 +27,31 @@ def register() -> None:
     """vLLM's ``vllm.general_plugins`` entry point: arrange for the GPU worker to be patched when it is imported."""
     if not switch.on():
         return
-    why = supported_version()
-    if why is not None:
-        log.warning("devmem: %s; vLLM sizes its KV cache itself", why)
+    go, note = version_note(installed_version("vllm", "vllm.version"))
+    if not go:
+        log.warning("devmem: %s; vLLM sizes its KV cache itself", note)
         return
-    when_imported(WORKER_MODULE, _patch)
+    when_imported(WORKER_MODULE, lambda module: _patch(module, note))
 
 
-def _patch(module: ModuleType) -> None:
-    from devmem.integrations.vllm.worker import patch_worker
+def _patch(module: ModuleType, note: str | None = None) -> None:
+    """Patch ``module``'s Worker; never raises into vLLM's import of it (one warning, stock vLLM)."""
+    try:
+        from devmem.integrations.vllm.worker import patch_worker
 
-    worker_class = getattr(module, "Worker", None)
-    if not isinstance(worker_class, type):
-        log.warning("devmem: %s has no class Worker; vLLM sizes its KV cache itself", module.__name__)
-        return
-    patch_worker(worker_class)
+        worker_class = getattr(module, "Worker", None)
+        if not isinstance(worker_class, type):
+            log.warning("devmem: %s has no class Worker; vLLM sizes its KV cache itself", module.__name__)
+            return
+        if patch_worker(worker_class, module) and note is not None:
+            log.info("devmem: %s", note)
+    except Exception as exc:  # never a crash in vLLM's import: stock vLLM, said once
+        log.warning(
+            "devmem: patching %s failed (%s: %s); vLLM sizes its KV cache itself",
+            module.__name__,
+            type(exc).__name__,
+            exc,
+        )
 
 
 __all__ = ["ENABLE_ENV", "register", "switch"]

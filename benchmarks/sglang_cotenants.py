@@ -131,7 +131,7 @@ def instance(args: argparse.Namespace) -> None:
             random_seed=0,
         )
         if args.graphs:
-            options.update(cuda_graph_max_bs=16)
+            options.update(cuda_graph_max_bs_decode=16, cuda_graph_max_bs_prefill=512)
         engine = sglang.Engine(**options)
         out["start_s"] = time.time() - t0
         params = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}

@@ -92,12 +92,11 @@ def _tree(pid: int) -> set[int]:
 
 def _share_of(pids: set[int]) -> int | None:
     """What devmem's ledger holds for ``pids`` on device 0 (``None``: nothing)."""
+    import devmem
     from devmem.engine.reservations import device_reservations
-    from devmem.platform import device_report
     from devmem.resolution.plugins import current_platform
 
-    platform = current_platform()
-    reservations = device_reservations(platform, 0, device_report(platform, 0))
+    reservations = device_reservations(current_platform(), 0, devmem.device_report(0))
     if reservations is None:
         return None
     held = [h.reserved for h in reservations.accounting.holdings if h.pid in pids and h.reserved]
@@ -132,7 +131,7 @@ def instance(args: argparse.Namespace) -> None:
             random_seed=0,
         )
         if args.graphs:
-            options.update(cuda_graph_max_bs_decode=16)
+            options.update(cuda_graph_max_bs_decode=16, cuda_graph_max_bs_prefill=512)
         engine = sglang.Engine(**options)
         out["start_s"] = time.time() - t0
         params = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}

@@ -92,11 +92,12 @@ def _tree(pid: int) -> set[int]:
 
 def _share_of(pids: set[int]) -> int | None:
     """What devmem's ledger holds for ``pids`` on device 0 (``None``: nothing)."""
-    import devmem
     from devmem.engine.reservations import device_reservations
+    from devmem.platform import device_report
     from devmem.resolution.plugins import current_platform
 
-    reservations = device_reservations(current_platform(), 0, devmem.device_report(0))
+    platform = current_platform()
+    reservations = device_reservations(platform, 0, device_report(platform, 0))
     if reservations is None:
         return None
     held = [h.reserved for h in reservations.accounting.holdings if h.pid in pids and h.reserved]

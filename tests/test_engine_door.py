@@ -420,6 +420,22 @@ def test_each_argument_of_a_lifecycle_is_checked_once(validated, monkeypatch, tm
     assert validated and max(validated.values()) == 1, validated
 
 
+def test_each_argument_of_a_black_box_lifecycle_is_checked_once(validated, monkeypatch):
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    devmem.clear_cache()
+    try:
+        total = devmem.current_platform().device_memory_info(0).total
+        memory = EngineMemory(0, utilization=max(512 * MiB / total, 1e-6), reserve=False, check_startup=False)
+        memory.profile_blocks(lambda n: n * 4096, 16)
+        memory.measure_block_cost(lambda n: n * 4096, [32, 64], granularity=2)
+        memory.plan()
+    finally:
+        devmem.clear_cache()
+    records = {name: n for name, n in validated.items() if name.startswith("BlockRun.")}  # a run's, not arguments
+    arguments = {name: n for name, n in validated.items() if name not in records}
+    assert arguments.pop("sizes") == 2 and arguments and max(arguments.values()) == 1, validated
+
+
 # ---- one gc.collect() per window edge --------------------------------------------------------------------------
 
 

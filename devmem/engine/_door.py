@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _checked(name: str, value: object, validate: Callable[[], T]) -> T:
+def checked(name: str, value: object, validate: Callable[[], T]) -> T:
+    """What ``validate()`` makes of the argument ``name`` given as ``value``, its refusal an
+    :class:`~devmem.errors.EngineArgumentError` carrying both."""
     try:
         return validate()
     except ArgumentError as exc:
@@ -34,27 +36,27 @@ def refused(name: str, value: object, message: str) -> EngineArgumentError:
 
 
 def byte_count(name: str, value: object, *, positive: bool = False) -> int:
-    return _checked(name, value, lambda: arguments.byte_count(name, value, positive=positive))
+    return checked(name, value, lambda: arguments.byte_count(name, value, positive=positive))
 
 
 def count(name: str, value: object) -> int:
-    return _checked(name, value, lambda: arguments.count(name, value))
+    return checked(name, value, lambda: arguments.count(name, value))
 
 
 def flag(name: str, value: object) -> bool:
-    return _checked(name, value, lambda: arguments.flag(name, value))
+    return checked(name, value, lambda: arguments.flag(name, value))
 
 
 def utilization(value: object) -> Any:
-    return _checked("utilization", value, lambda: arguments.utilization(value))
+    return checked("utilization", value, lambda: arguments.utilization(value))
 
 
 def device(value: object) -> int:
-    return _checked("device", value, lambda: arguments.device_index(value))
+    return checked("device", value, lambda: arguments.device_index(value))
 
 
 def platform(value: object) -> Platform:
-    return _checked("platform", value, lambda: platform_argument(value))
+    return checked("platform", value, lambda: platform_argument(value))
 
 
 def instance(name: str, value: object, kind: type | tuple[type, ...], what: str, *, optional: bool = False) -> Any:

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from devmem._text import shown
 from devmem.engine import _door
 from devmem.engine._torch_device import _device_of, initialised_module
-from devmem.engine.block_cost import BlockCost, BlockRun
-from devmem.engine.block_cost import measure_block_cost as _measure
+from devmem.engine.block_cost import MAX_RUNS, BlockCost, BlockRun, _measure, checked_sizes
 from devmem.engine.layout import KvLayout
 from devmem.engine.phases import Phase
 from devmem.engine.profile_store import BLOCK_COST_KIND, ProfileStore, StoredProfile, StoredStart
@@ -85,6 +84,10 @@ def measure_block_cost(
     _door.instance("key", key, Mapping, "a mapping", optional=True)
     quantum = _door.count("granularity", granularity)
     _door.instance("layout", layout, KvLayout, "a KvLayout", optional=True)
+    made = () if memory.first_run is None else (memory.first_run,)
+    checked = _door.checked("sizes", sizes, lambda: checked_sizes(sizes, made))
+    if len(made) + len(checked) > MAX_RUNS:
+        raise _door.refused("sizes", sizes, f"sizes asks for more runs than the {MAX_RUNS} measure_block_cost makes")
     with memory._step("measure_block_cost"):
         memory._cost_layout = layout
         stored = (
@@ -105,8 +108,7 @@ def measure_block_cost(
             _release_run_leftovers(memory.device, memory.platform)
             return _block_run(blocks, result, window)
 
-        made = () if memory.first_run is None else (memory.first_run,)
-        cost = _measure(measured, sizes, memory.blocks_that_fit, made=made, granularity=quantum)
+        cost = _measure(measured, checked, memory.blocks_that_fit, made, MAX_RUNS, quantum)
         memory.block_cost, memory.block_cost_source = cost, "measured now"
     if store is not None and key is not None:
         save_profile(memory, store, key)

@@ -172,6 +172,22 @@ def measure_block_cost(
     ``granularity``: the runs this function places are rounded up to a multiple of it (an engine whose cache
     holds whole groups of blocks); the ``sizes`` given are run as they are.
     """
+    sizes = checked_sizes(sizes, made)
+    granularity = arguments.integer(
+        "granularity", granularity, minimum=1, what="a whole number of blocks", error=SizingError
+    )
+    max_runs = arguments.integer(
+        "max_runs",
+        max_runs,
+        minimum=len(made) + len(sizes),
+        what="a number of runs (at least the runs asked for)",
+        error=SizingError,
+    )
+    return _measure(run, sizes, plan, made, max_runs, granularity)
+
+
+def checked_sizes(sizes: Sequence[int], made: Sequence[BlockRun]) -> list[int]:
+    """:func:`measure_block_cost`'s ``sizes``, checked to continue the runs ``made`` (a :class:`SizingError`)."""
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
         raise SizingError(f"sizes must be a list of block counts (ints > 0, ascending), got {shown(sizes)}")
     sizes = [arguments.integer("sizes", n, what="block counts", error=SizingError) for n in sizes]
@@ -181,16 +197,18 @@ def measure_block_cost(
         raise SizingError(
             f"the runs made and the sizes must be at least two ascending block counts in [1, 2**64), got {counts!r}"
         )
-    granularity = arguments.integer(
-        "granularity", granularity, minimum=1, what="a whole number of blocks", error=SizingError
-    )
-    max_runs = arguments.integer(
-        "max_runs",
-        max_runs,
-        minimum=len(counts),
-        what="a number of runs (at least the runs asked for)",
-        error=SizingError,
-    )
+    return sizes
+
+
+def _measure(
+    run: Callable[[int], BlockRun],
+    sizes: Sequence[int],
+    plan: Callable[[BlockCost], int],
+    made: Sequence[BlockRun],
+    max_runs: int,
+    granularity: int,
+) -> BlockCost:
+    """:func:`measure_block_cost` of checked arguments."""
     with progress("devmem: measuring a KV block's cost", total=max_runs - len(made), unit="run") as bar:
         runs = [*made, *(_checked(run, n, bar) for n in sizes)]
         while True:

@@ -75,6 +75,9 @@ PROFILE_PASSES = 2
 #: later growth, is rounded up to it.
 EXPANDABLE_SEGMENT_GRANULARITY = LARGE_BUFFER
 
+#: The plan's layout where none is given: devmem's one allocation (:meth:`EngineMemory.allocate`).
+_ONE_ALLOCATION = KvLayout.one_allocation()
+
 
 @dataclass
 class _Next:
@@ -405,7 +408,7 @@ class EngineMemory:
                     f"device {self.device}: plan() needs page_size_bytes and "
                     "num_layers (or a measure_block_cost() first)",
                 )
-            layout = (self._cost_layout or KvLayout.one_allocation()) if layout is None else layout
+            layout = (self._cost_layout or _ONE_ALLOCATION) if layout is None else layout
             self.graphs_declared, self.graph_charge = graphs, None
             if graphs is not None:
                 self.graph_charge = self._graph_charge(graphs)
@@ -432,7 +435,7 @@ class EngineMemory:
         if page_size_bytes is None or layers is None:
             assert cost is not None
             page_size_bytes, layers = cost.block_bytes, 1
-        layout = KvLayout.one_allocation() if layout is None else layout
+        layout = _ONE_ALLOCATION if layout is None else layout
         figures: dict[str, Any] = {}
         if self.pinned_bytes is None or self.profile_result is not None or self._record is not None:
             figures = self.window_figures()

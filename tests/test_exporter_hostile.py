@@ -110,9 +110,10 @@ class Exporter:
             preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)),
         )
         assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        found = re.search(r"127\.0\.0\.1:(\d+)/metrics", line)
-        assert found, line + self.proc.stderr.read()
+        said = []
+        while not (found := re.search(r"127\.0\.0\.1:(\d+)/metrics", said[-1] if said else "")):
+            said.append(self.proc.stderr.readline())
+            assert said[-1], "".join(said)  # it ended before it served
         self.port = int(found.group(1))
 
     def cpu_seconds(self) -> float:

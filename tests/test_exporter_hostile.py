@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,9 +110,10 @@ class Exporter:
             preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)),
         )
         assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        found = re.search(r"127\.0\.0\.1:(\d+)/metrics", line)
-        assert found, line + self.proc.stderr.read()
+        said = []
+        while not (found := re.search(r"127\.0\.0\.1:(\d+)/metrics", said[-1] if said else "")):
+            said.append(self.proc.stderr.readline())
+            assert said[-1], "".join(said)  # it ended before it served
         self.port = int(found.group(1))
 
     def cpu_seconds(self) -> float:
@@ -257,6 +259,32 @@ def test_requests_waiting_together_share_one_reading(server, tmp_path):
     for t in threads:
         t.join()
     assert answers == [200] * 20 and Counting.readings <= 3
+
+
+class FailsFirst:
+    """A collector whose first reading raises and whose second yields what cannot be written (bugs), the next ones
+    answer."""
+
+    def __init__(self):
+        self.readings = 0
+
+    def collect(self):
+        self.readings += 1
+        if self.readings == 1:
+            raise RuntimeError("a bug in a reading")
+        yield object() if self.readings == 2 else GaugeMetricFamily("fine", "A reading that worked.", value=1)
+
+    def describe(self):
+        return []
+
+
+def test_a_reading_that_fails_is_answered_503_and_the_server_goes_on(server):
+    port = server(collector=FailsFirst())
+    for _ in range(2):
+        with pytest.raises(urllib.error.HTTPError, match="503"):
+            scrape(port, timeout=5)
+    status, _, body = scrape(port, timeout=5)
+    assert status == 200 and "fine 1.0" in body
 
 
 # ---- the process as a whole -----------------------------------------------------------------------------------

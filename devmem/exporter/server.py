@@ -132,13 +132,18 @@ class _Replay:
 
 
 def _answers(collector: Any, requests: Iterable[_Request]) -> dict[tuple, bytes]:
-    """The answer to each of ``requests``, all from one reading of ``collector``; one answer per form asked."""
-    client = prometheus_client()
+    """The answer to each of ``requests``, all from one reading of ``collector``; one answer per form asked. A
+    reading or a rendering that raises is answered 503 (and logged): the server goes on serving."""
+    requests = list(requests)
     try:
-        metrics = list(collector.collect())
+        return _rendered(list(collector.collect()), requests)
     except Exception as exc:  # the collector leaves out what fails; this is a bug, answered and logged
         log.warning("devmem exporter: a reading failed: %s: %s", type(exc).__name__, exc)
         return {r.key(): _UNAVAILABLE for r in requests}
+
+
+def _rendered(metrics: list[Any], requests: list[_Request]) -> dict[tuple, bytes]:
+    client = prometheus_client()
     registry = client.CollectorRegistry(auto_describe=False)
     registry.register(_Replay(metrics))
     app = client.make_wsgi_app(registry)

@@ -258,20 +258,21 @@ def _graph_key(worker: Any, memory: EngineMemory) -> dict[str, Any]:
     """Everything that changes what vLLM's graphs keep: the store's key for them."""
     from vllm import __version__
 
-    model, compilation, scheduler = worker.model_config, worker.vllm_config.compilation_config, worker.scheduler_config
-    return {
-        "engine": "vllm",
-        "vllm": str(__version__),
-        "runner": f"{type(worker.model_runner).__module__}.{type(worker.model_runner).__name__}",
-        "model": str(model.model),
-        "dtype": str(model.dtype),
-        "max_model_len": int(model.max_model_len),
-        "max_num_seqs": int(scheduler.max_num_seqs),
-        "cudagraph_mode": str(compilation.cudagraph_mode),
-        "capture_sizes": [int(n) for n in (compilation.cudagraph_capture_sizes or ())],
-        "tp": int(worker.parallel_config.tensor_parallel_size),
-        "device_total": memory.baseline.total,
-    }
+    model, compilation, runner = worker.model_config, worker.vllm_config.compilation_config, type(worker.model_runner)
+    sizes = [int(n) for n in (compilation.cudagraph_capture_sizes or ())]
+    return dict(
+        engine="vllm",
+        vllm=str(__version__),
+        runner=f"{runner.__module__}.{runner.__name__}",
+        model=str(model.model),
+        dtype=str(model.dtype),
+        max_model_len=int(model.max_model_len),
+        max_num_seqs=int(worker.scheduler_config.max_num_seqs),
+        cudagraph_mode=str(compilation.cudagraph_mode),
+        capture_sizes=sizes,
+        tp=int(worker.parallel_config.tensor_parallel_size),
+        device_total=memory.baseline.total,
+    )
 
 
 def _layout() -> KvLayout:
@@ -305,37 +306,22 @@ def _log_sizing(
     from vllm.v1.worker import gpu_worker
 
     gpu_worker.logger.info("Available KV cache memory: %s GiB", format_gib(budget))
-    source = (
-        "process-scoped (this process's own memory)"
-        if profile.process_scoped
-        else "the device-wide fallback (the platform cannot attribute memory to processes)"
-    )
-    pinned = memory.pinned_bytes
+    pinned, size = memory.pinned_bytes, format_size
+    source = "process-scoped (this process's own memory)" if profile.process_scoped else "the device-wide fallback"
+    asked = f"utilization {memory.utilization}" if pinned is None else "kv_cache_memory_bytes, for the cache"
     graphs = "" if memory.graph_charge is None else f" ({memory.graph_charge.source})"
+    ipc = "" if kv == budget else f"; {size(budget - kv)} set aside for multimodal IPC"
     log.info(
-        "devmem sized the KV cache from %s: %s = %d blocks of %s; requested %s of %s (%s), consumed %s, transient %s, "
-        "CUDA graphs charged %s%s%s",
-        source,
-        format_size(budget),
-        budget // block,
-        format_size(block),
-        format_size(memory.requested if pinned is None else pinned),
-        format_size(memory.baseline.total),
-        f"utilization {memory.utilization}" if pinned is None else "kv_cache_memory_bytes, for the cache",
-        format_size(profile.total_consumed),
-        format_size(profile.transient_peak_bytes),
-        format_size(charge),
-        graphs,
-        "" if kv == budget else f"; {format_size(budget - kv)} set aside for multimodal IPC",
+        f"devmem sized the KV cache from {source}: {size(budget)} = {budget // block} blocks of {size(block)}; "
+        f"requested {size(memory.requested if pinned is None else pinned)} of {size(memory.baseline.total)} ({asked}), "
+        f"consumed {size(profile.total_consumed)}, transient {size(profile.transient_peak_bytes)}, CUDA graphs "
+        f"charged {size(charge)}{graphs}{ipc}"
     )
-    held = (pinned or 0) + profile.total_consumed + profile.transient_peak_bytes
-    if pinned is not None and memory.reservation is not None and held > memory.reservation.bytes:
+    held, reserved = (pinned or 0) + profile.total_consumed + profile.transient_peak_bytes, memory.reservation
+    if pinned is not None and reserved is not None and held > reserved.bytes:
         log.warning(
-            "devmem: this pinned start holds %s with its cache, %s more than its reservation of %s (the cache and "
-            "the weights counted before they loaded): engines admitted beside it may not fit",
-            format_size(held),
-            format_size(held - memory.reservation.bytes),
-            format_size(memory.reservation.bytes),
+            f"devmem: this pinned start holds {size(held)} with its cache, {size(held - reserved.bytes)} more than "
+            f"its reservation of {size(reserved.bytes)} (the cache and its weights): engines beside it may not fit"
         )
     log.debug("devmem: %s", memory.explain())
 

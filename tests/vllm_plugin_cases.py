@@ -37,6 +37,7 @@ PAGE = 352 * 1024  # TinyLlama's page of 16 tokens on one layer, bf16
 LAYERS = 22
 ACTIVATIONS = [300 * MiB + 1, 2 * GiB + 5]
 GRAPHS = 256 * MiB  # what the scripted capture keeps
+ROWS, VOCAB, CHUNK = 256, 32000, 2048  # the largest batch, TinyLlama's vocabulary, the longest prefill of a request
 
 
 def _runner_classes() -> dict[str, type]:
@@ -75,9 +76,27 @@ def current(h200, monkeypatch, tmp_path):
     platform = NvmlPlatform(nvml=ScriptedNvml(h200), files=h200.fs, environ=h200.environ)
     monkeypatch.setattr(resolution, "current_platform", lambda: platform)
     monkeypatch.setenv("DEVMEM_PROFILE_DIR", str(tmp_path / "profiles"))
-    rt = ScriptedTorch(h200, "cuda")
-    rt.inference_mode = contextlib.nullcontext
+    rt = _scripted_torch(h200)
     monkeypatch.setitem(sys.modules, "torch", rt)
+    return rt
+
+
+class _Tensor:
+    """What ``torch.empty`` gives the scripted runtime: its bytes freed when it is dropped."""
+
+    def __init__(self, rt, nbytes):
+        self.rt, self.handle = rt, rt.malloc(nbytes)
+
+    def __del__(self):
+        self.rt.free(self.handle)
+
+
+def _scripted_torch(scenario):
+    rt = ScriptedTorch(scenario, "cuda")
+    rt.inference_mode = contextlib.nullcontext
+    rt.uint8 = "uint8"
+    rt.device = lambda kind, index=0: f"{kind}:{index}"
+    rt.empty = lambda nbytes, dtype=None, device=None: _Tensor(rt, nbytes)
     return rt
 
 
@@ -97,8 +116,12 @@ def _runner(kind: str = "v2"):
         def profile_run(self, *args, **kwargs):
             handles = [self.rt.malloc(n) for n in ACTIVATIONS]
             self.during_profile()
+            self._dummy_sampler_run(None)  # vLLM's: the last hidden states still held
             for h in handles:
                 self.rt.free(h)
+
+        def _dummy_sampler_run(self, hidden_states):
+            self.rt.free(self.rt.malloc(ROWS * VOCAB * 4))  # fp32 logits of the largest batch
 
         def profile_cudagraph_memory(self):
             self.rt.free(self.rt.malloc(GRAPHS))
@@ -123,7 +146,9 @@ class _Patched(gpu_worker.Worker):
 worker.patch_worker(_Patched)
 
 
-def _worker(runner, utilization=0.3, kv_cache_memory_bytes=None, graphs=False, model="tinyllama", cls=_Patched):
+def _worker(
+    runner, utilization=0.3, kv_cache_memory_bytes=None, graphs=False, model="tinyllama", cls=_Patched, max_logprobs=20
+):
     w = object.__new__(cls)
     w.local_rank = 0
     w.cache_config = CacheConfig(gpu_memory_utilization=utilization, kv_cache_memory_bytes=kv_cache_memory_bytes)
@@ -134,9 +159,15 @@ def _worker(runner, utilization=0.3, kv_cache_memory_bytes=None, graphs=False, m
         compilation_config=SimpleNamespace(cudagraph_mode=mode, cudagraph_capture_sizes=[1])
     )
     w.model_config = SimpleNamespace(
-        enforce_eager=not graphs, model=model, dtype="bfloat16", max_model_len=2048, multimodal_config=None
+        enforce_eager=not graphs,
+        model=model,
+        dtype="bfloat16",
+        max_model_len=CHUNK,
+        multimodal_config=None,
+        max_logprobs=max_logprobs,
+        get_vocab_size=lambda: VOCAB,
     )
-    w.scheduler_config = SimpleNamespace(max_num_seqs=256)
+    w.scheduler_config = SimpleNamespace(max_num_seqs=ROWS, max_num_batched_tokens=8192)
     return w
 
 
@@ -198,7 +229,9 @@ def test_vllm_is_given_devmems_plan_within_its_share(h200, current, kind):
     tensors = memory.layout.count or LAYERS  # one backing allocation from 0.30, a tensor per layer before
     for _ in range(tensors):
         current.malloc(budget // tensors)
+    heaviest = current.malloc(worker.sampler_charge(w)[0])  # serving's heaviest sampling beside the largest batch
     runner.profile_run()
+    current.free(heaviest)
     footprint = h200.processes(0)[h200.own_driver_pid]
     assert footprint <= memory.requested
     assert memory.requested - footprint <= 64 * MiB
@@ -267,8 +300,7 @@ def test_another_process_freeing_memory_during_the_profile_is_no_assertion(h200,
     devmem.clear_cache()
     other = h200_scenario()
     other.allocate(16 * GiB, pid=4242)
-    rt = ScriptedTorch(other, "cuda")
-    rt.inference_mode = contextlib.nullcontext
+    rt = _scripted_torch(other)
     monkeypatch.setitem(sys.modules, "torch", rt)
     platform = NvmlPlatform(nvml=ScriptedNvml(other), files=other.fs, environ=other.environ)
     monkeypatch.setattr(resolution, "current_platform", lambda: platform)
@@ -464,3 +496,32 @@ def test_an_extensible_measurement_of_another_shape_turns_the_extensible_cache_o
     ]
     w = _started(h200, _runner()(current), cls=Fresh)
     assert "devmem sizes the KV cache" in w.extensible_kv_cache_unsupported_reason()
+
+
+def test_the_heaviest_sampling_is_charged_beside_the_dummy_sampler_run(h200, current):
+    w = _started(h200, _runner()(current))
+    _sized(w)
+    profile = getattr(w, worker.MEMORY).profile_result
+    assert profile.transient_peak_bytes >= worker.sampler_charge(w)[0] + ROWS * VOCAB * 4
+
+
+def test_prompt_logprobs_over_the_longest_prefill_are_the_heaviest_sampling_where_logprobs_are_accepted(h200, current):
+    w = _worker(_runner()(current))
+    assert worker.sampler_charge(w) == (
+        CHUNK * VOCAB * (2 + 4),
+        f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits",
+    )
+
+
+def test_a_model_accepting_no_logprobs_is_charged_the_penalties_alone(h200, current):
+    w = _worker(_runner()(current), max_logprobs=0)
+    assert worker.sampler_charge(w) == (ROWS * VOCAB * 10, f"penalties over {ROWS} requests x {VOCAB} logits")
+
+
+def test_the_sampling_charge_and_its_reason_are_in_vllms_log(h200, current, vllm_log):
+    w = _started(h200, _runner()(current))
+    with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
+        _sized(w)
+    assert "devmem: the profile charged 375.00 MiB for the heaviest sampling vLLM accepts: prompt logprobs" in (
+        vllm_log.text
+    )

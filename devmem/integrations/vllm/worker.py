@@ -49,6 +49,11 @@ MEMORY = "devmem_memory"
 #: The measurement function of 0.34's extensible KV cache (a global of the worker's module, read at call time).
 MEASURE = "measure_kv_cache_blocks"
 
+#: Bytes per logit that serving's sampling can take beyond vLLM's dummy sampler run (every row sampled with
+#: temperature, top-k and top-p): the penalties' output-token counts (int64) with the prompt and output masks (bool),
+#: and the fp32 logprobs of the raw logits, kept while the batch is sampled (docs/vllm.md, "The sampler").
+PENALTY_BYTES, LOGPROB_BYTES = 10, 4
+
 starts = kit.Starts(log)
 _warming: contextvars.ContextVar[EngineMemory | None] = contextvars.ContextVar("devmem_vllm_warming", default=None)
 
@@ -194,7 +199,9 @@ def determine(original: Callable[..., Any], worker: Any) -> int:
 def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], functions: dict[str, Any]) -> int:
     """The KV cache bytes vLLM gets: devmem's plan for this process, less the release's multimodal IPC set-aside."""
     runner = worker.model_runner
+    sampler, why = sampler_charge(worker)
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile, contextlib.ExitStack() as stack:
+        stack.enter_context(_held_while_sampling(runner, sampler, memory))
         if "_scoped_allocator_max_split" in names:
             stack.enter_context(worker._scoped_allocator_max_split(max_split_size_mb=20))
         if "set_current_vllm_config" in functions and "set_current_vllm_config" in names:
@@ -230,7 +237,46 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
     worker.non_torch_memory = profile.non_torch_increase  # read by 0.24-0.26's suggestion line
     worker.total_consumed = profile.total_consumed  # read by 0.30's onward
     _log_sizing(worker, memory, profile, budget, plan.block_bytes, charge, kv)
+    log.info("devmem: the profile charged %s for the heaviest sampling vLLM accepts: %s", format_size(sampler), why)
     return kv
+
+
+def sampler_charge(worker: Any) -> tuple[int, str]:
+    """What serving's heaviest sampling can take beyond vLLM's dummy sampler run, and why: penalties (and logprobs,
+    where ``max_logprobs`` is not 0) over the largest batch, or prompt logprobs over the longest prefill chunk of one
+    request (its logits and their fp32 logprobs), whichever is more."""
+    model, scheduler = worker.model_config, worker.scheduler_config
+    vocab, logprobs = int(model.get_vocab_size()), int(getattr(model, "max_logprobs", 0)) != 0
+    tokens = int(scheduler.max_num_batched_tokens)
+    rows, chunk = min(int(scheduler.max_num_seqs), tokens), min(tokens, int(model.max_model_len))
+    decode = rows * vocab * (PENALTY_BYTES + (LOGPROB_BYTES if logprobs else 0))
+    prompt = chunk * vocab * (int(getattr(model.dtype, "itemsize", 2)) + LOGPROB_BYTES) if logprobs else 0
+    if prompt > decode:
+        return prompt, f"prompt logprobs over a prefill chunk of {chunk} tokens x {vocab} logits"
+    return decode, f"penalties{' and logprobs' if logprobs else ''} over {rows} requests x {vocab} logits"
+
+
+@contextlib.contextmanager
+def _held_while_sampling(runner: Any, nbytes: int, memory: EngineMemory) -> Any:
+    """``nbytes`` held on the device while the profile run's dummy sampler runs (none where it runs no sampler)."""
+    run = getattr(runner, "_dummy_sampler_run", None)
+    if not callable(run) or nbytes <= 0:
+        yield
+        return
+    import torch
+
+    def _dummy_sampler_run(*args: Any, **kwargs: Any) -> Any:
+        held = torch.empty(nbytes, dtype=torch.uint8, device=memory.torch_device)
+        try:
+            return run(*args, **kwargs)
+        finally:
+            del held
+
+    runner._dummy_sampler_run = _dummy_sampler_run
+    try:
+        yield
+    finally:
+        runner.__dict__.pop("_dummy_sampler_run", None)
 
 
 def _captures_graphs(worker: Any) -> bool:
@@ -258,20 +304,21 @@ def _graph_key(worker: Any, memory: EngineMemory) -> dict[str, Any]:
     """Everything that changes what vLLM's graphs keep: the store's key for them."""
     from vllm import __version__
 
-    model, compilation, scheduler = worker.model_config, worker.vllm_config.compilation_config, worker.scheduler_config
-    return {
-        "engine": "vllm",
-        "vllm": str(__version__),
-        "runner": f"{type(worker.model_runner).__module__}.{type(worker.model_runner).__name__}",
-        "model": str(model.model),
-        "dtype": str(model.dtype),
-        "max_model_len": int(model.max_model_len),
-        "max_num_seqs": int(scheduler.max_num_seqs),
-        "cudagraph_mode": str(compilation.cudagraph_mode),
-        "capture_sizes": [int(n) for n in (compilation.cudagraph_capture_sizes or ())],
-        "tp": int(worker.parallel_config.tensor_parallel_size),
-        "device_total": memory.baseline.total,
-    }
+    model, compilation, runner = worker.model_config, worker.vllm_config.compilation_config, type(worker.model_runner)
+    sizes = [int(n) for n in (compilation.cudagraph_capture_sizes or ())]
+    return dict(
+        engine="vllm",
+        vllm=str(__version__),
+        runner=f"{runner.__module__}.{runner.__name__}",
+        model=str(model.model),
+        dtype=str(model.dtype),
+        max_model_len=int(model.max_model_len),
+        max_num_seqs=int(worker.scheduler_config.max_num_seqs),
+        cudagraph_mode=str(compilation.cudagraph_mode),
+        capture_sizes=sizes,
+        tp=int(worker.parallel_config.tensor_parallel_size),
+        device_total=memory.baseline.total,
+    )
 
 
 def _layout() -> KvLayout:
@@ -305,37 +352,22 @@ def _log_sizing(
     from vllm.v1.worker import gpu_worker
 
     gpu_worker.logger.info("Available KV cache memory: %s GiB", format_gib(budget))
-    source = (
-        "process-scoped (this process's own memory)"
-        if profile.process_scoped
-        else "the device-wide fallback (the platform cannot attribute memory to processes)"
-    )
-    pinned = memory.pinned_bytes
+    pinned, size = memory.pinned_bytes, format_size
+    source = "process-scoped (this process's own memory)" if profile.process_scoped else "the device-wide fallback"
+    asked = f"utilization {memory.utilization}" if pinned is None else "kv_cache_memory_bytes, for the cache"
     graphs = "" if memory.graph_charge is None else f" ({memory.graph_charge.source})"
+    ipc = "" if kv == budget else f"; {size(budget - kv)} set aside for multimodal IPC"
     log.info(
-        "devmem sized the KV cache from %s: %s = %d blocks of %s; requested %s of %s (%s), consumed %s, transient %s, "
-        "CUDA graphs charged %s%s%s",
-        source,
-        format_size(budget),
-        budget // block,
-        format_size(block),
-        format_size(memory.requested if pinned is None else pinned),
-        format_size(memory.baseline.total),
-        f"utilization {memory.utilization}" if pinned is None else "kv_cache_memory_bytes, for the cache",
-        format_size(profile.total_consumed),
-        format_size(profile.transient_peak_bytes),
-        format_size(charge),
-        graphs,
-        "" if kv == budget else f"; {format_size(budget - kv)} set aside for multimodal IPC",
+        f"devmem sized the KV cache from {source}: {size(budget)} = {budget // block} blocks of {size(block)}; "
+        f"requested {size(memory.requested if pinned is None else pinned)} of {size(memory.baseline.total)} ({asked}), "
+        f"consumed {size(profile.total_consumed)}, transient {size(profile.transient_peak_bytes)}, CUDA graphs "
+        f"charged {size(charge)}{graphs}{ipc}"
     )
-    held = (pinned or 0) + profile.total_consumed + profile.transient_peak_bytes
-    if pinned is not None and memory.reservation is not None and held > memory.reservation.bytes:
+    held, reserved = (pinned or 0) + profile.total_consumed + profile.transient_peak_bytes, memory.reservation
+    if pinned is not None and reserved is not None and held > reserved.bytes:
         log.warning(
-            "devmem: this pinned start holds %s with its cache, %s more than its reservation of %s (the cache and "
-            "the weights counted before they loaded): engines admitted beside it may not fit",
-            format_size(held),
-            format_size(held - memory.reservation.bytes),
-            format_size(memory.reservation.bytes),
+            f"devmem: this pinned start holds {size(held)} with its cache, {size(held - reserved.bytes)} more than "
+            f"its reservation of {size(reserved.bytes)} (the cache and its weights): engines beside it may not fit"
         )
     log.debug("devmem: %s", memory.explain())
 

@@ -152,8 +152,9 @@ def instance(args: argparse.Namespace) -> None:
         )
         if args.pinned:
             options.update(kv_cache_memory_bytes=args.pinned * GiB)
-        if args.graphs:  # the release's default graph mode, without torch.compile (not carried)
-            options.update(enforce_eager=False, compilation_config={"mode": 0})
+        if args.graphs:  # full decode graphs without torch.compile (not carried): with compilation off, the
+            # release's default mode captures nothing (seen on 0.26.0: the footprint equalled the eager one's)
+            options.update(enforce_eager=False, compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"})
         else:
             options.update(enforce_eager=True)
         llm = LLM(**options)

@@ -80,7 +80,7 @@ SCENARIOS: dict[str, tuple[int, float, str, dict[str, Any]]] = {
     "churn-0.3": (1, 0.3, "both", {"churn": True}),
     "graphs-solo-0.3": (1, 0.3, "both", {"graphs": True}),
     "graphs-two-0.3": (2, 0.3, "both", {"graphs": True}),
-    "pinned-two-68": (2, 0.3, "both", {"pinned": 68}),  # 2 x (68 GiB + weights) > an H200's 139.8 GiB
+    "pinned-two-69": (2, 0.3, "both", {"pinned": 69}),  # 2 x 69 GiB fit an H200 (139.8 GiB), with the weights not
     "sampling-0.3": (2, 0.3, "both", {"load": ["heavy", "light"]}),
 }
 # the heaviest sampling vLLM accepts beside a light load (issue: "never over under the heaviest serving")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from devmem._deadline import bounded_reading
 from devmem.command.common import add_command, emit_json, out
 from devmem.command.devices import device_count
-from devmem.command.flags import device_index
+from devmem.command.flags import add_device_flag
 from devmem.engine._torch_device import initialised_module
 from devmem.platform import DeviceReport, Platform, ReasonKind, device_report
 from devmem.resolution.plugins import Candidate, current_platform, platform_candidates
@@ -344,7 +344,7 @@ def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> in
     from devmem.command.format import Painter, wants_colour, width_for
 
     platform = platform or current_platform()
-    findings = diagnose(platform, [args.device] if args.device is not None else None)
+    findings = diagnose(platform, args.device)
     warnings = sum(f.severity == "warning" for f in findings)
     if args.json:
         emit_json({"platform": platform.name, "warnings": warnings, "findings": [f.as_dict() for f in findings]})
@@ -368,5 +368,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(or an error devmem explains in one line)\n  2  a usage error",
     )
     doctor.add_argument("--json", action="store_true", help="machine-readable output with exact bytes")
-    doctor.add_argument("--device", type=device_index, default=None, help="only this device index")
+    add_device_flag(doctor)
     doctor.set_defaults(handler=cmd_doctor)

@@ -10,7 +10,7 @@ from typing import Any
 from devmem._host import REAL_FILES, Files
 from devmem.command.common import add_command, emit_json, out
 from devmem.command.devices import chosen_candidate, device_count, device_json, sample, static_facts, why_chosen
-from devmem.command.flags import device_index, interval, interval_ms, positive
+from devmem.command.flags import add_device_flag, interval, interval_ms, positive
 from devmem.platform import DeviceReport, Platform
 from devmem.resolution.plugins import current_platform, platform_candidates
 from devmem.units import format_size
@@ -77,7 +77,7 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     chosen = chosen_candidate(platform.name, platform_candidates())
     because = why_chosen(chosen)
     count = device_count(platform)
-    indices = [args.device] if args.device is not None else list(range(count))
+    indices = args.device if args.device is not None else list(range(count))
     if args.watch is not None:
         from devmem.command.watch import watch
 
@@ -115,10 +115,11 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
 #: the facts they share once) unless ``--details`` asks for every device's block.
 COMPACT_FROM = 4
 
-#: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, gpustat's ``-i/--interval``
-#: (nvitop's ``--interval``), each the same as ``--watch`` (named in its help, not listed apart); nvidia-smi's
-#: ``-lms/--loop-ms`` takes milliseconds.
-WATCH_ALIASES = ("-l", "--loop", "-i", "--interval")
+#: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, nvitop's and gpustat's
+#: ``--interval``, each the same as ``--watch`` (named in its help, not listed apart); nvidia-smi's
+#: ``-lms/--loop-ms`` takes milliseconds. ``-i`` is nvidia-smi's device selection (``--device``), not gpustat's
+#: interval.
+WATCH_ALIASES = ("-l", "--loop", "--interval")
 WATCH_MS_ALIASES = ("-lms", "--loop-ms")
 
 
@@ -128,7 +129,7 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
         action="store_true",
         help="machine-readable output with exact bytes (one line per sample with --watch)",
     )
-    parser.add_argument("--device", type=device_index, default=None, help="only this device index")
+    add_device_flag(parser)
     if watch_default is None:
         parser.add_argument(
             "--details",
@@ -137,38 +138,45 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
             "one line per device and per process, by default)",
         )
         parser.add_argument(
+            "-l",
+            "--loop",
             "--watch",
+            dest="watch",
             type=interval,
             nargs="?",
             const=2.0,
             default=None,
             metavar="SECONDS",
-            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a terminal "
-            "(-l/--loop as nvidia-smi, -lms/--loop-ms in milliseconds, -i/--interval as gpustat and nvitop)",
+            help="sample again every SECONDS (default 2) until Ctrl-C, as nvidia-smi -l; redraws in place on a "
+            "terminal (-lms/--loop-ms in milliseconds, --interval as nvitop and gpustat)",
         )
     else:
         parser.add_argument(
-            "--watch",
+            "-l",
+            "--loop",
             "--interval",
+            "--watch",
+            dest="watch",
             type=interval,
             nargs="?",
             const=watch_default,
             default=watch_default,
             metavar="SECONDS",
-            help=f"seconds between samples (default {watch_default:g}; -l/--loop as nvidia-smi, -lms/--loop-ms in "
-            "milliseconds, -i/--interval as gpustat and nvitop)",
+            help=f"seconds between samples (default {watch_default:g}), as nvidia-smi -l, nvitop and gpustat "
+            "--interval (-lms/--loop-ms in milliseconds)",
         )
     watch = parser._option_string_actions["--watch"]
     aliases = [flag for flag in WATCH_ALIASES if flag not in parser._option_string_actions]
-    parser.add_argument(
-        *aliases,
-        dest="watch",
-        type=interval,
-        nargs=watch.nargs,
-        const=watch.const,
-        default=watch.default,
-        help=argparse.SUPPRESS,
-    )
+    if aliases:
+        parser.add_argument(
+            *aliases,
+            dest="watch",
+            type=interval,
+            nargs=watch.nargs,
+            const=watch.const,
+            default=watch.default,
+            help=argparse.SUPPRESS,
+        )
     parser.add_argument(
         *WATCH_MS_ALIASES, dest="watch", type=interval_ms, default=watch.default, metavar="MS", help=argparse.SUPPRESS
     )

@@ -16,24 +16,34 @@ from devmem.resolution.plugins import current_platform, platform_candidates
 from devmem.units import format_size
 
 
-def _process_cells(rows_: list) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
-    """The process table's header, cells and right-aligned columns (NS PID only where a process has one)."""
+def _process_cells(rows_: list, width: int | None) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
+    """The process table's header, cells and right-aligned columns (NS PID only where a process has one); each
+    command cut to the room a line of ``width`` columns leaves it (whole where ``width`` is ``None``)."""
+    from devmem.command.engines import cut_command
     from devmem.command.format import printable
 
     with_ns = any(row.namespace_pid is not None for row in rows_)
     header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
     cells = []
     for row in rows_:
-        command = printable(row.command or "-")
-        if row.role:
-            command = f"[{row.role}] {command}"
         ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
-        cells.append((str(row.pid), *ns, printable(row.user or "-"), format_size(row.used), command))
+        cells.append((str(row.pid), *ns, printable(row.user or "-"), format_size(row.used)))
+    # the table's indent, and each column but the command's with the two spaces after it
+    before = 2 + sum(max(len(row[i]) for row in [header, *cells]) + 2 for i in range(len(header) - 1))
+    commands = []
+    for row in rows_:
+        role = f"[{row.role}] " if row.role else ""
+        text = printable(row.command or "-")
+        commands.append(role + (text if width is None else cut_command(text, max(8, width - before - len(role)))))
+    cells = [(*cell, command) for cell, command in zip(cells, commands, strict=True)]
     return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
 
 
-def _device_screen(device: dict[str, object], platform: Platform, width: int, paint) -> list[str]:
-    """``devmem info``'s lines for one device: its figures, its static facts, its processes."""
+def _device_screen(
+    device: dict[str, object], platform: Platform, width: int, paint, full_commands: bool = False
+) -> list[str]:
+    """``devmem info``'s lines for one device: its figures, its static facts, its processes (each command on one
+    line, cut to its column; whole, wrapped, with ``full_commands``)."""
     from devmem.command.format import key_values, printable, table
     from devmem.command.reservations import reservation_rows, reservation_table
 
@@ -56,18 +66,20 @@ def _device_screen(device: dict[str, object], platform: Platform, width: int, pa
     head = paint(f"device {r.index}: {printable(r.name)}", "bold")
     lines = [head, *key_values(rows + static_facts(r, platform), width)]
     if rows_:
-        header, cells, right = _process_cells(rows_)
+        header, cells, right = _process_cells(rows_, None if full_commands else width)
         lines += table(header, cells, width, right=right)
     lines += reservation_table(reservations, width)
     return lines
 
 
-def screen(platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int) -> str:
+def screen(
+    platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int, full_commands: bool = False
+) -> str:
     from devmem.command.format import wrap
 
     lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
     for device in devices:
-        lines += _device_screen(device, platform, width, paint)
+        lines += _device_screen(device, platform, width, paint, full_commands)
     return "\n".join(lines)
 
 
@@ -107,7 +119,7 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
             *top_facts(platform, because, devices, width, "devmem info"), *top_screen(args, devices, width, paint), hint
         )
         return 0
-    out.print(screen(platform, because, devices, paint, width))
+    out.print(screen(platform, because, devices, paint, width, bool(args.verbose)))
     return 0
 
 

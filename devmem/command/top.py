@@ -38,7 +38,8 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     """``devmem top``'s lines for one device: a header line (figures, a bar, the share in use), then one line per
     process, its command cut to the column and its program named without its path (whole, wrapped, with
     ``full_commands``)."""
-    from devmem.command.format import printable, without_program_path, wrap
+    from devmem.command.engines import cut_command
+    from devmem.command.format import printable, wrap
 
     r: DeviceReport = device["report"]  # type: ignore[assignment]
     rows_: list | None = device["processes"]  # type: ignore[assignment]
@@ -53,13 +54,12 @@ def _top_device_lines(device: dict[str, object], width: int, full_commands: bool
     for row in rows_ or []:
         head = _TOP_PROCESS.format(pid=row.pid, user=printable(row.user or "-"), used=format_size(row.used))
         ns = f"(ns pid {row.namespace_pid}) " if row.namespace_pid is not None else ""
+        prefix = f"{f'[{row.role}] ' if row.role else ''}{ns}"
         text = printable(row.command or "-")
-        command = f"{f'[{row.role}] ' if row.role else ''}{ns}{text if full_commands else without_program_path(text)}"
-        room = max(8, width - len(head))
         if full_commands:
-            lines += wrap(command, width, head, " " * len(head), break_long=True)
+            lines += wrap(prefix + text, width, head, " " * len(head), break_long=True)
         else:
-            lines.append(head + (command if len(command) <= room else command[: room - 3] + "..."))
+            lines.append(head + prefix + cut_command(text, max(8, width - len(head) - len(prefix))))
     return lines + _top_reservation_lines(device["reservations"], width, paint)  # type: ignore[arg-type]
 
 

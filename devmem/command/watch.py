@@ -90,7 +90,7 @@ def _watch(
                     out.write("\n".join(body) + "\n\n")
             else:
                 stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-                text = screen(platform, because, devices, paint, width)
+                text = screen(platform, because, devices, paint, width, bool(getattr(args, "verbose", False)))
                 text = f"{stamp}  {every}\n" + text
                 out.write(("\x1b[H\x1b[2J" + text + "\n") if in_place else text + "\n\n")
             bar.update()

@@ -169,7 +169,7 @@ def test_a_dumb_terminal_gets_no_escape_sequences(argv):
 
 def test_top_redraws_in_place_on_a_terminal_that_can():
     out = run_on_a_terminal(["top", "0.2"], env_with(TERM="xterm"), stop_after=2)
-    assert out.startswith("\x1b[H\x1b[2J") and out.count("\x1b[J") >= 2
+    assert out.startswith("\x1b[?7l\x1b[H\x1b[2J") and out.count("\x1b[J") >= 2
 
 
 def test_a_pipe_gets_each_line_whole():

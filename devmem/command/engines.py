@@ -133,3 +133,13 @@ def cut_command(command: str, room: int) -> str:
         return command
     text = engine_command(command) or without_program_path(command)
     return text if len(text) <= room else text[: max(0, room - 3)] + "..."
+
+
+def named_briefly(commands: list[str | None]) -> str:
+    """What several processes run, for the one line a screen gives them: each command as
+    :func:`engine_command` names it (else its program), each name once."""
+    names = []
+    for command in commands:
+        text = command or "-"
+        names.append(engine_command(text) or text.split(" ", 1)[0].rsplit("/", 1)[-1])
+    return ", ".join(dict.fromkeys(names))

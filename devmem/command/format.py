@@ -39,6 +39,15 @@ def width_for(stream: IO[str] | None) -> int:
     return UNWRAPPED
 
 
+def height_for(stream: IO[str] | None) -> int | None:
+    """Lines a screen for ``stream`` may take: ``LINES`` when set above 0, the terminal's height on a terminal,
+    else ``None`` (a pipe or a file gets every line)."""
+    lines = os.environ.get("LINES", "").strip()
+    if (lines.isascii() and lines.isdigit() and int(lines) > 0) or is_terminal(stream):
+        return max(2, shutil.get_terminal_size((80, 24)).lines)
+    return None
+
+
 def is_terminal(stream: IO[str] | None) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:

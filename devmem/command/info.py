@@ -16,11 +16,15 @@ from devmem.resolution.plugins import current_platform, platform_candidates
 from devmem.units import format_size
 
 
-def _process_cells(rows_: list, width: int | None) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
+def _process_cells(
+    rows_: list, width: int | None, more: list | None = None
+) -> tuple[tuple[str, ...], list[tuple[str, ...]], frozenset[int]]:
     """The process table's header, cells and right-aligned columns (NS PID only where a process has one); each
-    command cut to the room a line of ``width`` columns leaves it (whole where ``width`` is ``None``)."""
+    command cut to the room a line of ``width`` columns leaves it (whole where ``width`` is ``None``). The
+    processes of ``more`` are one last row: their count, their bytes, what they run."""
     from devmem.command.engines import cut_command
     from devmem.command.format import printable
+    from devmem.command.top import more_text
 
     with_ns = any(row.namespace_pid is not None for row in rows_)
     header = ("PID", *(("NS PID",) if with_ns else ()), "USER", "DEVICE MEM", "COMMAND")
@@ -28,6 +32,8 @@ def _process_cells(rows_: list, width: int | None) -> tuple[tuple[str, ...], lis
     for row in rows_:
         ns = (str(row.namespace_pid) if row.namespace_pid is not None else "-",) if with_ns else ()
         cells.append((str(row.pid), *ns, printable(row.user or "-"), format_size(row.used)))
+    if more:
+        cells.append(("", *(("",) if with_ns else ()), "", format_size(sum(r.used for r in more))))
     # the table's indent, and each column but the command's with the two spaces after it
     before = 2 + sum(max(len(row[i]) for row in [header, *cells]) + 2 for i in range(len(header) - 1))
     commands = []
@@ -35,15 +41,25 @@ def _process_cells(rows_: list, width: int | None) -> tuple[tuple[str, ...], lis
         role = f"[{row.role}] " if row.role else ""
         text = printable(row.command or "-")
         commands.append(role + (text if width is None else cut_command(text, max(8, width - before - len(role)))))
+    if more:
+        text = more_text(more, alone=not rows_)
+        room = max(8, (width or len(text)) - before)
+        commands.append(text if len(text) <= room else text[: room - 3] + "...")
     cells = [(*cell, command) for cell, command in zip(cells, commands, strict=True)]
     return header, cells, frozenset({0, len(header) - 2, *((1,) if with_ns else ())})
 
 
 def _device_screen(
-    device: dict[str, object], platform: Platform, width: int, paint, full_commands: bool = False
+    device: dict[str, object],
+    platform: Platform,
+    width: int,
+    paint,
+    full_commands: bool = False,
+    room: int | None = None,
 ) -> list[str]:
     """``devmem info``'s lines for one device: its figures, its static facts, its processes (each command on one
-    line, cut to its column; whole, wrapped, with ``full_commands``)."""
+    line, cut to its column; whole, wrapped, with ``full_commands``). Where the lines would be more than
+    ``room``, the processes past what fits are one row, their count and bytes."""
     from devmem.command.format import key_values, printable, table
     from devmem.command.reservations import reservation_rows, reservation_table
 
@@ -65,22 +81,37 @@ def _device_screen(
     rows += reservation_rows(reservations, paint)
     head = paint(f"device {r.index}: {printable(r.name)}", "bold")
     lines = [head, *key_values(rows + static_facts(r, platform), width)]
+    below = reservation_table(reservations, width)
     if rows_:
-        header, cells, right = _process_cells(rows_, None if full_commands else width)
+        shown, more = rows_, []
+        if room is not None and len(lines) + 1 + len(rows_) + len(below) > room:
+            keep = max(0, room - len(lines) - 1 - len(below) - 1)  # the table's header, and the row of the rest
+            shown, more = rows_[:keep], rows_[keep:]
+        header, cells, right = _process_cells(shown, None if full_commands else width, more)
         lines += table(header, cells, width, right=right)
-    lines += reservation_table(reservations, width)
-    return lines
+    return lines + below
 
 
 def screen(
-    platform: Platform, because: str, devices: list[dict[str, object]], paint, width: int, full_commands: bool = False
+    platform: Platform,
+    because: str,
+    devices: list[dict[str, object]],
+    paint,
+    width: int,
+    full_commands: bool = False,
+    height: int | None = None,
 ) -> str:
+    """``devmem info``'s screen: the platform, then each device's block; in at most ``height`` lines where given
+    (one device's processes past what fits summed up on one row, and past that,
+    :func:`~devmem.command.top.fit_height`'s cut)."""
     from devmem.command.format import wrap
+    from devmem.command.top import fit_height
 
     lines = wrap(f"platform: {platform.name} ({because})", width, "", "  ")
+    room = None if height is None or len(devices) != 1 else height - len(lines)
     for device in devices:
-        lines += _device_screen(device, platform, width, paint, full_commands)
-    return "\n".join(lines)
+        lines += _device_screen(device, platform, width, paint, full_commands, room)
+    return "\n".join(lines if height is None else fit_height(lines, height, width))
 
 
 def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: Files = REAL_FILES) -> int:
@@ -108,30 +139,33 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
             }
         )
         return 0
-    from devmem.command.format import Painter, wants_colour, width_for
+    from devmem.command.format import Painter, height_for, wants_colour, width_for
 
     paint, width = Painter(wants_colour(sys.stdout)), width_for(sys.stdout)
+    height = height_for(sys.stdout)
+    # a screen leaves the terminal's last line to the prompt; -v and --details ask for every line
+    room = None if height is None or args.verbose or args.details else height - 1
     if len(devices) >= COMPACT_FROM and not args.details:
-        from devmem.command.top import top_facts, top_screen
+        from devmem.command.top import compact_screen
 
-        hint = f"every figure per device: devmem info --details (or --device N); {len(devices)} devices"
-        out.print(
-            *top_facts(platform, because, devices, width, "devmem info"), *top_screen(args, devices, width, paint), hint
-        )
+        hint = f"{len(devices)} devices; every figure: devmem info --details (or -i N); every process: -v"
+        facts, body = compact_screen(args, platform, because, devices, width, paint, room, "devmem info", 1)
+        out.print(*facts, *body, hint if len(hint) <= width else hint[: width - 3] + "...")
         return 0
-    out.print(screen(platform, because, devices, paint, width, bool(args.verbose)))
+    out.print(screen(platform, because, devices, paint, width, bool(args.verbose), room))
     return 0
 
 
 #: From this many devices on, ``devmem info`` shows ``top``'s compact screen (one line per device and per process,
-#: the facts they share once) unless ``--details`` asks for every device's block.
-COMPACT_FROM = 4
+#: the facts they share once) unless ``--details`` asks for every device's block: two blocks of a device with
+#: three engines on it are more than a 24-line terminal holds.
+COMPACT_FROM = 2
 
-#: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, nvitop's and gpustat's
-#: ``--interval``, each the same as ``--watch`` (named in its help, not listed apart); nvidia-smi's
-#: ``-lms/--loop-ms`` takes milliseconds. ``-i`` is nvidia-smi's device selection (``--device``), not gpustat's
-#: interval.
-WATCH_ALIASES = ("-l", "--loop", "--interval")
+#: The interval's spellings a command's help does not list apart: ``info`` shows ``-l/--loop/--watch`` (nvidia-smi's
+#: and its own), ``top`` ``-l/--loop/--interval`` (nvidia-smi's, nvitop's and gpustat's); each takes the others.
+#: nvidia-smi's ``-lms/--loop-ms`` takes milliseconds. ``-i`` is nvidia-smi's device selection (``--device``), not
+#: gpustat's interval.
+WATCH_ALIASES = ("--watch", "--interval")
 WATCH_MS_ALIASES = ("-lms", "--loop-ms")
 
 
@@ -167,7 +201,6 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
             "-l",
             "--loop",
             "--interval",
-            "--watch",
             dest="watch",
             type=interval,
             nargs="?",
@@ -177,7 +210,7 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
             help=f"seconds between samples (default {watch_default:g}), as nvidia-smi -l, nvitop and gpustat "
             "--interval (-lms/--loop-ms in milliseconds)",
         )
-    watch = parser._option_string_actions["--watch"]
+    watch = parser._option_string_actions["--loop"]
     aliases = [flag for flag in WATCH_ALIASES if flag not in parser._option_string_actions]
     if aliases:
         parser.add_argument(

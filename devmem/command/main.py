@@ -47,10 +47,10 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
 
     Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
     nor a value (argparse then names the valid commands)."""
-    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    commands: dict[str, argparse.ArgumentParser] = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr, assignment]
     if any(a in commands for a in argv) or any(a in ("-h", "--help", "-V", "--version") for a in argv):
         return argv
-    flags = commands["info"]._option_string_actions  # type: ignore[index]
+    flags = commands["info"]._option_string_actions
     words, value_of = [], None
     for a in argv:
         if value_of is not None and (value_of.nargs != "?" or _number(a)):  # a flag's value (`-i 0,2`, `-l 1`)

@@ -12,7 +12,7 @@ from devmem.command.common import out
 from devmem.command.devices import device_json, sample
 from devmem.command.info import screen
 from devmem.command.keys import Keys
-from devmem.command.top import top_facts, top_screen
+from devmem.command.top import compact_screen, top_facts, top_screen
 from devmem.platform import Platform
 from devmem.progress import Progress, progress
 
@@ -49,50 +49,48 @@ def _watch(
     import time
     from datetime import datetime, timezone
 
-    from devmem.command.format import Painter, is_terminal, redraw_ok, terminal_width, wants_colour, width_for
+    from devmem.command import format as fmt
 
     def stop(signum, frame):
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, stop)
-    in_place = not args.json and redraw_ok(sys.stdout)
+    in_place = not args.json and fmt.redraw_ok(sys.stdout)
     keys = Keys()
     if in_place:
         keys.start()
     every = f"every {args.watch:g} s"
-    if is_terminal(sys.stdout):
+    if fmt.is_terminal(sys.stdout):
         every += ", q or Ctrl-C to stop" if keys.reading else ", Ctrl-C to stop"
-    paint = Painter(wants_colour(sys.stdout))
+    paint = fmt.Painter(fmt.wants_colour(sys.stdout))
     compact = getattr(args, "compact", False)
-    width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
-    redraw_from = None  # the screen line below the static facts, once they are written
+    facts_written = False  # through a pipe, top's static facts are written once, above the first sample
     samples = 0
     try:
         while not out.lost and samples != args.count:
             samples += 1
             started = time.monotonic()
             devices = sample(platform, indices, files)
+            width = fmt.width_for(sys.stdout) if not compact else min(fmt.terminal_width(), fmt.width_for(sys.stdout))
+            # a frame never takes the terminal's last line: the newline after it would scroll the screen
+            height = fmt.height_for(sys.stdout) if in_place else None
+            room = None if height is None else height - 1
+            stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
             if args.json:
                 stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
                 line = {"time": stamp, "platform": platform.name, "devices": [device_json(d) for d in devices]}
                 out.write(json.dumps(line) + "\n")
+            elif in_place:
+                above, below = _screen(args, platform, because, devices, width, paint, room)
+                out.write(_frame([*above, f"{stamp}  {every}", *below], first=samples == 1))
             elif compact:
-                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-                body = [f"{stamp}  {every}", *top_screen(args, devices, width, paint)]
-                if redraw_from is None:
-                    facts = top_facts(platform, because, devices, width)
-                    redraw_from = len(facts) + 1
-                    head = ("\x1b[H\x1b[2J" if in_place else "") + "\n".join(facts) + "\n"
-                    out.write(head)
-                if in_place:
-                    out.write(f"\x1b[{redraw_from};1H\x1b[J" + "\n".join(body) + "\n")
-                else:
-                    out.write("\n".join(body) + "\n\n")
+                if not facts_written:
+                    out.write("\n".join(top_facts(platform, because, devices, width)) + "\n")
+                    facts_written = True
+                out.write("\n".join([f"{stamp}  {every}", *top_screen(args, devices, width, paint)]) + "\n\n")
             else:
-                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
                 text = screen(platform, because, devices, paint, width, bool(getattr(args, "verbose", False)))
-                text = f"{stamp}  {every}\n" + text
-                out.write(("\x1b[H\x1b[2J" + text + "\n") if in_place else text + "\n\n")
+                out.write(f"{stamp}  {every}\n{text}\n\n")
             bar.update()
             if samples != args.count and keys.wait(args.watch - (time.monotonic() - started)):
                 return 0  # q pressed
@@ -102,3 +100,35 @@ def _watch(
     finally:
         keys.restore()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _screen(
+    args: argparse.Namespace,
+    platform: Platform,
+    because: str,
+    devices: list[dict[str, object]],
+    width: int,
+    paint,
+    room: int | None,
+) -> tuple[list[str], list[str]]:
+    """One sample's screen, the lines above its time line and those below, in at most ``room - 1`` lines:
+    ``top``'s compact screen (its facts above) for ``top``, and for ``info --watch`` the screen ``devmem info``
+    shows (compact from :data:`~devmem.command.info.COMPACT_FROM` devices on, unless ``--details``)."""
+    from devmem.command.info import COMPACT_FROM
+
+    if getattr(args, "compact", False) or (len(devices) >= COMPACT_FROM and not getattr(args, "details", False)):
+        command = "devmem top" if getattr(args, "compact", False) else "devmem info"
+        return compact_screen(args, platform, because, devices, width, paint, room, command, 1)
+    verbose = bool(getattr(args, "verbose", False))
+    return [], screen(platform, because, devices, paint, width, verbose, None if room is None else room - 1).split("\n")
+
+
+def _frame(lines: list[str], first: bool) -> str:
+    """``lines`` drawn over the previous frame from the screen's top-left corner, each line erased before it is
+    written and the rest of the screen erased after the last; the ``first`` clears the screen (as ``clear``
+    does). Nothing of a frame reaches the terminal's scrollback: the screen is not cleared again (tmux's
+    ``scroll-on-clear`` keeps a cleared screen in its history), a frame is shorter than the terminal, and the
+    terminal's line wrap is off while it is drawn (a line wider than a terminal just made narrower is cut
+    there), so nothing scrolls."""
+    start = "\x1b[?7l" + ("\x1b[H\x1b[2J" if first else "\x1b[H")
+    return start + "".join(f"\x1b[K{line}\n" for line in lines) + "\x1b[J\x1b[?7h"

@@ -11,8 +11,8 @@ from devmem.command.doctor import cmd_doctor
 from devmem.command.info import cmd_info
 from devmem.command.main import _with_command, build_parser
 from devmem.testing import Scenario
-from devmem.types import GiB
-from devmem_nvidia.testing import ScriptedNvidiaGpu, scripted_platform
+from devmem.types import GiB, MiB
+from devmem_nvidia.testing import H200_RESERVED, H200_TOTAL, ScriptedNvidiaGpu, scripted_platform
 
 
 @pytest.fixture
@@ -97,3 +97,52 @@ def test_the_loop_flag_of_nvidia_smi_is_in_tops_help(capsys, flag):
     with pytest.raises(SystemExit):
         parse("top", "--help")
     assert flag in capsys.readouterr().out
+
+
+# --- --query-gpu --format=csv, as nvidia-smi answers it --------------------------------------------------------
+
+
+def query(capsys, node, *argv: str) -> list[str]:
+    assert cmd_info(parse(*argv), node) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_query_gpu_answers_as_nvidia_smi_does(capsys, node):
+    lines = query(capsys, node, "--query-gpu=index,memory.used", "--format=csv")
+    assert lines[0] == "index, memory.used [MiB]" and lines[1:] == [f"{i}, {(i + 1) * 1024} MiB" for i in range(8)]
+
+
+def test_query_gpu_noheader_nounits_gives_the_values_alone(capsys, node):
+    lines = query(capsys, node, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-i", "1")
+    assert lines == ["1, 2048"]
+
+
+def test_query_gpu_without_format_is_csv(capsys, node):
+    assert query(capsys, node, "--query-gpu", "index", "-i", "0")[0] == "index"
+
+
+def test_query_gpu_names_the_device_and_its_sizes_in_mib(capsys, node):
+    [line] = query(capsys, node, "--query-gpu=name,count,memory.total,memory.free", "--format=csv,noheader", "-i", "7")
+    total = (H200_TOTAL - H200_RESERVED) // MiB  # what the runtime can use: nvidia-smi's total less the reserve
+    assert line == f"NVIDIA H200, 8, {total} MiB, {total - 8 * 1024} MiB"
+
+
+def test_query_gpu_with_loop_writes_the_header_once_and_rows_each_sample(capsys, node):
+    lines = query(capsys, node, "--query-gpu=index", "--format=csv", "-i", "3", "-l", "0.05", "-n", "3")
+    assert lines == ["index", "3", "3", "3"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--query-gpu=index,bogus"], "'bogus' is not a field devmem answers"),
+        (["--query-gpu=index", "--format=json"], "'json' is not an output format"),
+        (["--query-gpu=index", "--format=noheader"], "is not an output format"),
+        (["--query-gpu=index", "--json"], "--query-gpu writes CSV"),
+        (["--format=csv"], "--format applies to --query-gpu"),
+    ],
+)
+def test_a_query_devmem_cannot_answer_is_a_usage_error(capsys, node, argv, said):
+    with pytest.raises(SystemExit) as exited:
+        cmd_info(parse(*argv), node)
+    assert exited.value.code == 2 and said in capsys.readouterr().err

@@ -121,6 +121,11 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     because = why_chosen(chosen)
     count = device_count(platform)
     indices = args.device if args.device is not None else list(range(count))
+    query = getattr(args, "query_gpu", None)
+    if query is not None and args.json:
+        args.parser.error("--query-gpu writes CSV: give it without --json")
+    if getattr(args, "format", None) is not None and query is None:
+        args.parser.error("--format applies to --query-gpu: give --query-gpu=FIELDS with it")
     if args.watch is not None:
         from devmem.command.watch import watch
 
@@ -128,6 +133,11 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     if args.count is not None:
         args.parser.error("--count applies to --watch: give --watch SECONDS with it")
     devices = sample(platform, indices, files)
+    if query is not None:
+        from devmem.command import query as csv
+
+        out.print(*csv.lines(devices, count, query, args.format or frozenset({"csv"}), first=True))
+        return 0
     if args.json:
         emit_json(
             {
@@ -177,6 +187,23 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
     )
     add_device_flag(parser)
     if watch_default is None:
+        from devmem.command.query import FIELDS, output_format, query_fields
+
+        parser.add_argument(
+            "--query-gpu",
+            type=query_fields,
+            default=None,
+            metavar="FIELDS",
+            help=f"CSV for scripts, as nvidia-smi's: one line per device with these fields ({', '.join(FIELDS)}; "
+            "sizes in MiB)",
+        )
+        parser.add_argument(
+            "--format",
+            type=output_format,
+            default=None,
+            metavar="csv[,noheader][,nounits]",
+            help="--query-gpu's format, as nvidia-smi's (default csv)",
+        )
         parser.add_argument(
             "--details",
             action="store_true",

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from devmem._host import Files
 from devmem.command.common import out
-from devmem.command.devices import device_json, sample
+from devmem.command.devices import device_count, device_json, sample
 from devmem.command.info import screen
 from devmem.command.keys import Keys
 from devmem.command.top import compact_screen, top_facts, top_screen
@@ -55,7 +55,7 @@ def _watch(
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, stop)
-    in_place = not args.json and fmt.redraw_ok(sys.stdout)
+    in_place = not args.json and getattr(args, "query_gpu", None) is None and fmt.redraw_ok(sys.stdout)
     keys = Keys()
     if in_place:
         keys.start()
@@ -76,7 +76,13 @@ def _watch(
             height = fmt.height_for(sys.stdout) if in_place else None
             room = None if height is None else height - 1
             stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-            if args.json:
+            if getattr(args, "query_gpu", None) is not None:  # CSV rows each sample, the header once
+                from devmem.command import query as csv
+
+                count = device_count(platform)
+                words = args.format or frozenset({"csv"})
+                out.print(*csv.lines(devices, count, args.query_gpu, words, first=samples == 1))
+            elif args.json:
                 stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
                 line = {"time": stamp, "platform": platform.name, "devices": [device_json(d) for d in devices]}
                 out.write(json.dumps(line) + "\n")

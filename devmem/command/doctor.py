@@ -278,11 +278,16 @@ def _unusable(candidates: list[Candidate]) -> list[Finding]:
 
 
 def diagnose(
-    platform: Platform | None = None, devices: list[int] | None = None, candidates: list[Candidate] | None = None
+    platform: Platform | None = None,
+    devices: list[int] | None = None,
+    candidates: list[Candidate] | None = None,
+    *,
+    count_self: bool = True,
 ) -> list[Finding]:
     """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once,
     after those about the registered platforms ``candidates`` (by default this machine's,
-    :func:`devmem.platform_candidates`)."""
+    :func:`devmem.platform_candidates`). ``count_self=False`` (the ``devmem doctor`` command) leaves this
+    process's own memory out of the reservations' accounting."""
     from devmem.engine.reservations import device_reservations
 
     platform = platform or current_platform()
@@ -290,7 +295,7 @@ def diagnose(
 
     def read(device: int) -> tuple[DeviceReport, DeviceReservations | None]:
         report = device_report(platform, device)
-        return report, device_reservations(platform, device, report)
+        return report, device_reservations(platform, device, report, count_self=count_self)
 
     for device in devices if devices is not None else range(device_count(platform)):
         where = f"platform {platform.name!r}: reading device {device}"
@@ -413,7 +418,7 @@ def cmd_doctor(args: argparse.Namespace, platform: Platform | None = None) -> in
     from devmem.command.format import Painter, wants_colour, width_for
 
     platform = platform or current_platform()
-    findings = diagnose(platform, args.device)
+    findings = diagnose(platform, args.device, count_self=False)
     warnings = sum(f.severity == "warning" for f in findings)
     if args.json:
         emit_json({"platform": platform.name, "warnings": warnings, "findings": [f.as_dict() for f in findings]})

@@ -789,14 +789,21 @@ def reserve(
 
 
 def device_reservations(
-    platform: Platform, device: int, report: Any, ledger_dir: str | os.PathLike[str] | None = None
+    platform: Platform,
+    device: int,
+    report: Any,
+    ledger_dir: str | os.PathLike[str] | None = None,
+    *,
+    count_self: bool = True,
 ) -> DeviceReservations | None:
     """The reservations on ``device`` for ``devmem info`` and ``devmem doctor``, from its ``report`` (a
-    :class:`~devmem.DeviceReport`); ``None`` where the device has no ledger."""
+    :class:`~devmem.DeviceReport`); ``None`` where the device has no ledger. ``count_self=False`` leaves this
+    process's own memory out (the ``devmem`` command reading host memory is no holder of it)."""
     key, _ = device_key(platform, device)
+    own = report.process if count_self else None
     try:  # a ledger directory that cannot be used is a warning here: the rest of the report stands
         ledger = Ledger(ledger_dir)
-        return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process)
+        return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, own)
     except LedgerError as exc:
         log.warning("devmem: %s", exc)
         return None

@@ -51,7 +51,7 @@ from devmem.errors import DevmemError, EngineMemoryError, NotEnoughMemoryError
 from devmem.planner.rounding import LARGE_BUFFER
 from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
 from devmem.platform import DeviceReading, Platform, prepare_and_read, read_device
-from devmem.units import format_size
+from devmem.units import format_share, format_size
 
 log = logging.getLogger("devmem.engine")
 
@@ -796,7 +796,7 @@ class EngineMemory:
             + (
                 f"; pinned cache {format_size(self.pinned_bytes)}"
                 if self.pinned_bytes is not None
-                else f"; requested {format_size(self.requested)} (utilization {self.utilization})"
+                else f"; requested {format_size(self.requested)} (utilization {format_share(self.utilization)})"
             )
         ]
         if self.reservation is not None:

@@ -16,7 +16,8 @@ DESCRIPTION = (
     "parallel, and waits at most --deadline seconds: a device that fails or hangs is left out of that scrape "
     "and counted in devmem_exporter_reading_failures_total. Listens on 127.0.0.1 unless --listen says "
     "otherwise, and only reads (the reservation ledger is never written, locked or created). Needs "
-    "prometheus-client: pip install 'devmem-kv[exporter]'. docs/exporter.md lists every metric."
+    "prometheus-client: pip install prometheus-client (from a devmem checkout, pip install -e '.[exporter]'). "
+    "docs/exporter.md lists every metric."
 )
 EXAMPLES = (
     "  devmem exporter                          # http://127.0.0.1:9633/metrics\n"

@@ -4,5 +4,5 @@
 own), :mod:`devmem.exporter.ledger` reads the reservation ledger without writing to it,
 :mod:`devmem.exporter.metrics` turns a reading into metric families (a ``prometheus_client`` collector) and
 :mod:`devmem.exporter.server` serves them over HTTP. Only the server and the collector need ``prometheus-client``
-(the ``devmem-kv[exporter]`` extra); nothing here is imported by ``import devmem``.
+(``pip install prometheus-client``, or the ``exporter`` extra); nothing here is imported by ``import devmem``.
 """

@@ -135,11 +135,13 @@ def cut_command(command: str, room: int) -> str:
     return text if len(text) <= room else text[: max(0, room - 3)] + "..."
 
 
-def named_briefly(commands: list[str | None]) -> str:
-    """What several processes run, for the one line a screen gives them: each command as
-    :func:`engine_command` names it (else its program), each name once."""
+def named_briefly(processes: list[tuple[int, str | None]]) -> str:
+    """What several processes (PID, command line or ``None`` where unseen) run, for the one line a screen gives
+    them: each command as :func:`engine_command` names it (else its program; its PID where unseen), each once."""
     names = []
-    for command in commands:
-        text = command or "-"
-        names.append(engine_command(text) or text.split(" ", 1)[0].rsplit("/", 1)[-1])
+    for pid, command in processes:
+        if not command:
+            names.append(f"pid {pid}")
+            continue
+        names.append(engine_command(command) or command.split(" ", 1)[0].rsplit("/", 1)[-1])
     return ", ".join(dict.fromkeys(names))

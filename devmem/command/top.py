@@ -85,7 +85,7 @@ def more_text(rows: list, alone: bool) -> str:
     from devmem.command.engines import named_briefly
     from devmem.command.format import printable
 
-    names = named_briefly([None if row.command is None else printable(row.command) for row in rows])
+    names = named_briefly([(row.pid, None if row.command is None else printable(row.command)) for row in rows])
     return f"{len(rows)} {'processes' if alone else 'more'}: {names}"
 
 

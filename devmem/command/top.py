@@ -93,15 +93,20 @@ def _cut(text: str, room: int) -> str:
     return text if len(text) <= room else text[: max(0, room - 3)] + "..."
 
 
-def _process_limit(counts: list[int], room: int) -> int | None:
+def _process_limits(counts: list[int], room: int) -> list[int | None]:
     """The most process lines each device may have (those past it summed up on one of them) so that the
-    devices' ``counts`` of processes take at most ``room`` lines; ``None`` where all fit."""
+    devices' ``counts`` of processes take at most ``room`` lines: the same for every device, and one more for the
+    first devices cut while lines are left; ``None`` where all fit."""
     if sum(counts) <= room:
-        return None
-    for limit in range(max(counts), 0, -1):
-        if sum(min(n, limit) for n in counts) <= room:
-            return limit
-    return 0
+        return [None] * len(counts)
+    limit = next((k for k in range(max(counts), 0, -1) if sum(min(n, k) for n in counts) <= room), 0)
+    left = room - sum(min(n, limit) for n in counts)
+    limits: list[int | None] = []
+    for n in counts:
+        extra = 1 if n > limit and left > 0 and limit > 0 else 0
+        left -= extra
+        limits.append(limit + extra)
+    return limits
 
 
 def _top_reservation_lines(view: DeviceReservations | None, width: int, paint) -> list[str]:
@@ -152,13 +157,13 @@ def top_screen(
     up on one line, and past that, :func:`fit_height`'s cut."""
     verbose = bool(getattr(args, "verbose", False))
     lines = _top_header(width)[: 2 if any(device["processes"] for device in devices) else 1]
-    limit = None
+    limits: list[int | None] = [None] * len(devices)
     if height is not None:
         below: list[int] = [len(_top_reservation_lines(d["reservations"], width, paint)) for d in devices]  # type: ignore[arg-type]
         counts: list[int] = [len(d["processes"] or []) for d in devices]  # type: ignore[arg-type]
-        limit = _process_limit(counts, height - len(lines) - len(devices) - sum(below))
-        lines = lines[:1] if limit == 0 else lines  # no process line: no header for them
-    for device in devices:
+        limits = _process_limits(counts, height - len(lines) - len(devices) - sum(below))
+        lines = lines[:1] if not any(limits) and any(counts) else lines  # no process line: no header for them
+    for device, limit in zip(devices, limits, strict=True):
         lines += _top_device_lines(device, width, verbose, paint, limit)
     return lines if height is None else fit_height(lines, height, width)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import GiB, MemoryInfo, MiB, NotEnoughMemoryError, check_startup_memory
+from devmem import GiB, MemoryInfo, MiB, NotEnoughMemoryError
+from devmem.engine import check_startup_memory
 from devmem.engine.profiling import MemorySnapshot
 from devmem_nvidia.driver_limits import NO_HARD_LIMIT
 from devmem_nvidia.nvml_platform import NvmlPlatform

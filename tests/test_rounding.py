@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from devmem import MiB, NotEnoughMemoryError, SizingError, plan_kv_cache
+from devmem import MiB, NotEnoughMemoryError, SizingError
+from devmem.planner import plan_kv_cache
 from devmem.planner.rounding import Rounding, caching_reserved, expandable_reserved, request_size
 
 KiB = 1024

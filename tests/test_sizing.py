@@ -614,7 +614,7 @@ def test_explain_names_the_result_the_path_and_each_figure():
 
 def test_shortfall_advice_does_not_name_other_processes_that_hold_nothing():
     with pytest.raises(devmem.NotEnoughMemoryError) as caught:
-        devmem.plan_kv_cache(
+        devmem.planner.plan_kv_cache(
             total=64 * devmem.GiB,
             utilization=0.1,
             weights=7 * devmem.GiB,
@@ -629,7 +629,7 @@ def test_shortfall_advice_does_not_name_other_processes_that_hold_nothing():
 
 def test_shortfall_advice_names_what_other_processes_hold():
     with pytest.raises(devmem.NotEnoughMemoryError, match=r"free memory that other processes hold \(5.00 GiB\)"):
-        devmem.plan_kv_cache(
+        devmem.planner.plan_kv_cache(
             total=64 * devmem.GiB,
             utilization=0.1,
             weights=7 * devmem.GiB,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -46,28 +47,14 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     """``argv`` with ``info`` in front where it names no command: ``devmem --json`` is ``devmem info --json``.
 
     Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
-    nor a value (argparse then names the valid commands)."""
-    commands: dict[str, argparse.ArgumentParser] = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr, assignment]
+    nor a value (argparse then names the valid commands); a value is a number or a list of them (``-i 0,2``)."""
+    commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
     if any(a in commands for a in argv) or any(a in ("-h", "--help", "-V", "--version") for a in argv):
         return argv
-    flags = commands["info"]._option_string_actions
-    words, value_of = [], None
-    for a in argv:
-        if value_of is not None and (value_of.nargs != "?" or _number(a)):  # a flag's value (`-i 0,2`, `-l 1`)
-            value_of = None
-            continue
-        value_of = flags.get(a) if a.startswith("-") else None
-        if value_of is not None and value_of.nargs == 0:
-            value_of = None
-        if not a.startswith("-"):
-            words.append(a)
-    if words and not _number(words[0]):
+    words = [a for a in argv if not a.startswith("-")]
+    if words and not re.fullmatch(r"[0-9][0-9.,]*", words[0]):
         return argv
     return ["info", *argv]
-
-
-def _number(word: str) -> bool:
-    return word.replace(".", "", 1).isdigit()
 
 
 #: Ctrl-C outside ``top``'s and ``--watch``'s sampling (those stop with 0): no traceback, the shell's 128 + SIGINT.

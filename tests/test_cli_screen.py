@@ -88,9 +88,10 @@ def test_lines_left_over_list_one_more_process_of_the_first_devices(capsys, node
     assert "vllm meta-llama/Llama-3.1-70B-Instruct :8000" in shown[first + 1] and " 2 more: " in shown[first + 2]
 
 
-def test_a_taller_terminal_lists_each_process(capsys, nodes):
+def test_a_taller_terminal_lists_each_process_under_the_process_header(capsys, nodes):
     shown = devmem(capsys, nodes(8), lines="50")
     assert sum("sglang Qwen/Qwen3-8B" in line and "processes:" not in line for line in shown) == 8, shown
+    assert any(line.split() == ["PID", "USER", "DEVICE", "MEM", "COMMAND"] for line in shown), shown
 
 
 def test_the_screen_says_how_to_see_every_process(capsys, nodes):

@@ -162,7 +162,7 @@ def top_screen(
         below: list[int] = [len(_top_reservation_lines(d["reservations"], width, paint)) for d in devices]  # type: ignore[arg-type]
         counts: list[int] = [len(d["processes"] or []) for d in devices]  # type: ignore[arg-type]
         limits = _process_limits(counts, height - len(lines) - len(devices) - sum(below))
-        lines = lines[:1] if not any(limits) and any(counts) else lines  # no process line: no header for them
+        lines = lines[:1] if all(limit == 0 for limit in limits) else lines  # no process line: no header for it
     for device, limit in zip(devices, limits, strict=True):
         lines += _top_device_lines(device, width, verbose, paint, limit)
     return lines if height is None else fit_height(lines, height, width)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from devmem.types import GiB
+from devmem import GiB
 from devmem_nvidia.nvml_platform import NvmlPlatform
 
 #: The engines on every device of the demo node: (PID offset, GiB it holds).

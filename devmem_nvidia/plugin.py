@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from devmem import hookimpl
-from devmem.sdk import DriverGate
-from devmem.sdk.lazy import deferred
-from devmem.types import Detection, PlatformSpec
+from devmem import Detection, PlatformSpec, hookimpl
+from devmem.sdk import DriverGate, deferred
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 
 #: What /proc/self/maps shows once the CUDA runtime is loaded or initialised (NVML may load libcuda.so without

@@ -118,7 +118,7 @@ def test_query_gpu_noheader_nounits_gives_the_values_alone(capsys, node):
 
 
 def test_query_gpu_without_format_is_csv(capsys, node):
-    assert query(capsys, node, "--query-gpu", "index", "-i", "0")[0] == "index"
+    assert query(capsys, node, "--query-gpu=index", "-i", "0")[0] == "index"
 
 
 def test_query_gpu_names_the_device_and_its_sizes_in_mib(capsys, node):

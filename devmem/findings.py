@@ -78,10 +78,9 @@ def _accounting(r: DeviceReport, platform: Platform) -> Finding:
             r.index,
             "per-process-accounting",
             "info",
-            "this process holds no memory on this device (it has no context there), so per-process "
-            "accounting cannot be confirmed from here",
-            "run `devmem doctor` from inside the engine (devmem.findings.diagnose()) once its device "
-            "context exists, or check `devmem info` there",
+            "this process holds no memory here (no device context), so per-process accounting cannot be "
+            "confirmed from here",
+            "call devmem.findings.diagnose() inside the engine once its device context exists",
         )
     if r.process is not None:
         return Finding(
@@ -102,6 +101,10 @@ def _accounting(r: DeviceReport, platform: Platform) -> Finding:
     )
 
 
+def _others(count: int) -> str:
+    return f"{count} other process holds" if count == 1 else f"{count} other processes hold"
+
+
 def _co_tenants(r: DeviceReport) -> Finding | None:
     if not r.other_processes:
         return None
@@ -110,7 +113,7 @@ def _co_tenants(r: DeviceReport) -> Finding | None:
         r.index,
         "co-tenants",
         "info",
-        f"{len(r.other_processes)} other process(es) hold {format_size(total)}: {_pid_list(r.other_processes)}",
+        f"{_others(len(r.other_processes))} {format_size(total)}: {_pid_list(r.other_processes)}",
         "each engine's utilization is a share of the whole device: keep the shares of all engines "
         "on this device summing to at most 1.0",
         {"held": total, "processes": {str(pid): used for pid, used in r.other_processes.items()}},
@@ -270,11 +273,16 @@ def _unusable(candidates: list[Candidate]) -> list[Finding]:
 
 
 def diagnose(
-    platform: Platform | None = None, devices: list[int] | None = None, candidates: list[Candidate] | None = None
+    platform: Platform | None = None,
+    devices: list[int] | None = None,
+    candidates: list[Candidate] | None = None,
+    *,
+    count_self: bool = True,
 ) -> list[Finding]:
     """Every finding for ``devices`` (all by default) of ``platform`` (the current one by default), each once,
     after those about the registered platforms ``candidates`` (by default this machine's,
-    :func:`devmem.platform_candidates`)."""
+    :func:`devmem.platform_candidates`). ``count_self=False`` (the ``devmem doctor`` command) leaves this
+    process's own memory out of the reservations' accounting."""
     from devmem.engine.reservations import device_reservations
 
     platform = platform or current_platform()
@@ -282,7 +290,7 @@ def diagnose(
 
     def read(device: int) -> tuple[DeviceReport, DeviceReservations | None]:
         report = device_report(platform, device)
-        return report, device_reservations(platform, device, report)
+        return report, device_reservations(platform, device, report, count_self=count_self)
 
     for device in devices if devices is not None else range(device_count(platform)):
         where = f"platform {platform.name!r}: reading device {device}"

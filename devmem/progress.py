@@ -1,7 +1,8 @@
 """A progress line on stderr for work that takes seconds (block-cost runs, a model's sizing), through tqdm where it
 is installed (transformers brings it): on a terminal only, and nothing at all through a pipe, into a log, or
 without tqdm, so that no output a program reads ever changes. Work inside work that shows a line already (the
-block-cost runs of a sizing) draws no second one: the outer line counts it.
+block-cost runs of a sizing) draws no second one: the outer line counts it. A log record written while a line is
+drawn (a warning of a profile window) goes above the line, never into it.
 
     with progress("devmem: measuring a KV block's cost", total=6, unit="run") as bar:
         for n in sizes:
@@ -11,6 +12,7 @@ block-cost runs of a sizing) draws no second one: the outer line counts it.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,10 +79,66 @@ def progress(
     )
     token = _drawing.set(True)
     try:
-        yield Progress(bar)
+        with _logs_above(bar, stream):
+            yield Progress(bar)
     finally:
         _drawing.reset(token)
         bar.close()
+
+
+class _Above(logging.Handler):
+    """A handler of the stream a line is drawn on, for as long as it is drawn: each record is written above the
+    line (tqdm's ``write`` clears it, writes the record, draws it again), formatted and filtered as ``like``."""
+
+    def __init__(self, bar: Any, like: logging.Handler) -> None:
+        super().__init__(like.level)
+        self.setFormatter(like.formatter)
+        self.filters = list(like.filters)
+        self._bar = bar
+        self._stream = getattr(like, "stream", None)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._bar.write(self.format(record), file=self._stream)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def _logs_above(bar: Any, stream: IO[str]) -> Iterator[None]:
+    """While ``bar`` is drawn on ``stream``, log records written there go above it, not into it: the root
+    logger's and devmem's handlers of that stream are swapped for :class:`_Above`, and where no handler would
+    take devmem's records (Python's last resort writes them to stderr) one is added to devmem's logger."""
+    swapped: list[tuple[logging.Logger, logging.Handler, logging.Handler]] = []
+    devmem = logging.getLogger("devmem")
+    for logger in (logging.getLogger(), devmem):
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is stream:
+                above: logging.Handler = _Above(bar, handler)
+                logger.handlers[logger.handlers.index(handler)] = above
+                swapped.append((logger, handler, above))
+    added = None
+    if logging.lastResort is not None and stream is sys.stderr and not _handled(devmem):
+        added = _Above(bar, logging.lastResort)
+        devmem.addHandler(added)
+    try:
+        yield
+    finally:
+        if added is not None:
+            devmem.removeHandler(added)
+        for logger, original, replacement in swapped:
+            if replacement in logger.handlers:
+                logger.handlers[logger.handlers.index(replacement)] = original
+
+
+def _handled(logger: logging.Logger) -> bool:
+    """Whether a record of ``logger`` reaches a handler (else Python's last resort writes it)."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.handlers:
+            return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def _is_terminal(stream: IO[str] | None) -> bool:

@@ -79,6 +79,12 @@ def parse_size(text: str) -> int:
     return read_size(text)[0]
 
 
+def format_share(share: float) -> str:
+    """A utilization (a share of a device) as a person writes it: at most four significant digits (``0.9``,
+    ``0.02124`` for 0.021240179382545236); the exact figure belongs in JSON and in the arithmetic shown."""
+    return f"{share:.4g}"
+
+
 #: The units :func:`format_size` scales through, largest first.
 _SCALE = (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from devmem import hookimpl
-from devmem.sdk import DriverGate
+from devmem import Detection, PlatformSpec, hookimpl
+from devmem.sdk import DriverGate, deferred
 from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 
 #: What /proc/self/maps shows once the CUDA runtime is loaded or initialised (NVML may load libcuda.so without
@@ -17,6 +17,7 @@ from devmem_nvidia.driver import NO_DRIVER, NOT_WSL, driver_loaded, wsl_marker
 RUNTIME_MARKERS = ("libcudart", "/dev/nvidia-uvm")
 NVML = "devmem_nvidia.nvml_platform"
 WSL2 = "devmem_nvidia.wsl2"
+DEMO = "devmem_nvidia.demo"
 
 
 def _wddm_possible() -> bool:
@@ -44,3 +45,15 @@ def devmem_platforms():
         f"{WSL2}:WslPlatform",
         "NVIDIA GPUs under WDDM (WSL2, native Windows): no per-process figures, pages instead of failing",
     )
+    # below the built-in cpu platform, so detection never chooses it: only DEVMEM_PLATFORM=demo does
+    yield PlatformSpec(
+        name="demo",
+        priority=-100,
+        detect=_demo,
+        factory=deferred(f"{DEMO}:DemoPlatform"),
+        description="a scripted node of eight NVIDIA H200s with serving engines, to try devmem without a GPU",
+    )
+
+
+def _demo() -> Detection:
+    return Detection(True, "a scripted node of eight NVIDIA H200s with engines, chosen by DEVMEM_PLATFORM=demo")

@@ -34,10 +34,10 @@ NOT_INSTALLED = "the Python package amdsmi is not installed"
 LIBRARY_MISSING = "amdsmi cannot find libamd_smi.so (ROCm's amd-smi-lib is not installed)"
 #: ROCm's own amdsmi package, which always matches its libamd_smi.so.
 ROCM_OWN_AMDSMI = "/opt/rocm/share/amd_smi"
-#: What to do about an import failure, by its reason (amdsmi is the extra ``devmem-kv[rocm]``, not a dependency).
+#: What to do about an import failure, by its reason (amdsmi is the extra ``rocm``, not a dependency).
 ACTIONS = {
-    NOT_INSTALLED: f"pip install 'devmem-kv[rocm]' (amdsmi from PyPI: pick the release of your ROCm version), "
-    f"or use your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
+    NOT_INSTALLED: f"pip install {ROCM_OWN_AMDSMI} (your ROCm's own amdsmi, which matches its library), or pip "
+    "install amdsmi (PyPI's: pick the release of your ROCm version)",
     LIBRARY_MISSING: f"install ROCm's amd-smi-lib with your package manager (then `amd-smi list` works), or use "
     f"your ROCm's own amdsmi: pip install {ROCM_OWN_AMDSMI}",
 }

@@ -26,8 +26,9 @@ CPUs and CI, or ``--config FILE.json`` (any causal LM config transformers knows,
 5. Read this process's device memory from the driver (raw NVML on NVIDIA, not devmem) with the cache alive
    after the passes ran, hold it ``--hold`` seconds so co-tenants overlap, and free everything.
 
-Prints ONE JSON line with every figure (bytes) and timing; a failure (free memory below the request, vLLM's
-assertion, a budget below one block, out of memory) is reported there (``"ok": false``) with exit status 1.
+Prints ONE JSON line with every figure (bytes) and timing where stdout is no terminal (or with ``--json``), and a
+summary of a few lines for a person on a terminal; a failure (free memory below the request, vLLM's assertion, a
+budget below one block, out of memory) is reported there (``"ok": false``) with exit status 1.
 On the ``cpu`` platform the device is host memory and torch runs on the CPU.
 
     python examples/engine.py --model llama-1b --utilization 0.5 --batch-tokens 8192
@@ -188,6 +189,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "engines start at the same moment",
     )
     p.add_argument("--hold", type=float, default=0.0, help="seconds to keep the KV cache before exiting")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print every figure as one JSON line (the default where stdout is no terminal; on one, a summary)",
+    )
     args = p.parse_args(argv)
     if not 0 < args.utilization <= 1:
         p.error(f"--utilization must be in (0, 1], got {args.utilization}")
@@ -638,9 +644,47 @@ def run(argv: list[str] | None = None, *, during_profile: Callable[[], None] | N
     return out
 
 
+def summary(result: dict[str, Any]) -> str:
+    """The result for a person: the engine, the device, the KV cache and where its size came from, what was
+    served, how long each stage took, or the failure (every figure: ``--json``)."""
+    from devmem.units import format_share, format_size
+
+    def size(key: str) -> str:
+        return "-" if result.get(key) is None else format_size(result[key])
+
+    lines = [
+        f"engine: {result['model']} ({result.get('model_type', '?')}, {result.get('layers', '?')} layers, "
+        f"{result.get('dtype', '?')}) on {result['platform']} device {result['device']} "
+        f"(torch device {result['torch_device']}): {'ok' if result['ok'] else 'failed'}"
+    ]
+    if result.get("total") is not None:
+        asked = (
+            f"pinned {format_size(result['pinned'])}"
+            if result.get("pinned") is not None
+            else f"utilization {format_share(result['utilization'])}, {size('requested')}"
+        )
+        lines.append(f"device: {size('init_free')} free of {size('total')} at start; asked for {asked}")
+    if result.get("num_blocks") is not None:
+        lines.append(
+            f"KV cache: {size('kv_cache_bytes')} = {result['num_blocks']} blocks of {result['block_size']} tokens "
+            f"({result['kv_tokens']} tokens), sized by {result['accounting']} accounting"
+        )
+    if result.get("generated_tokens") is not None:
+        held = f"; this process held {size('process_after_serve')}" if result.get("process_after_serve") else ""
+        lines.append(f"served: {result['prefill_tokens']} prefill tokens, {result['generated_tokens']} generated{held}")
+    failure = result.get("failure")
+    if failure:
+        lines.append(f"failure at {failure['stage']}: {failure['kind']}: {failure['message']}")
+    timings = result.get("timings_s") or {}
+    if timings:
+        lines.append("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in timings.items()))
+    return "\n".join([*lines, "every figure: --json"])
+
+
 def main(argv: list[str] | None = None) -> int:
     result = run(argv)
-    print(json.dumps(result), flush=True)
+    as_json = "--json" in (sys.argv[1:] if argv is None else argv) or not sys.stdout.isatty()
+    print(json.dumps(result) if as_json else summary(result), flush=True)
     return 0 if result["ok"] else 1
 
 

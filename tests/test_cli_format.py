@@ -100,3 +100,35 @@ def test_columns_above_0_wraps_a_pipe(monkeypatch):
 
 def test_printable_shows_control_characters_and_bidi_overrides_as_escapes():
     assert printable("a\x1b[2Jb\x07c\nd\u202ee\x9bf \u00e9") == "a\\x1b[2Jb\\x07c\\nd\\u202ee\\x9bf \u00e9"
+
+
+def _pty(rows: int):
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, 80, 0, 0))
+    return leader, os.fdopen(follower, "w")
+
+
+@pytest.mark.parametrize(("rows", "height"), [(30, 30), (0, 24)], ids=["30 rows", "a size not set"])
+def test_a_screen_takes_the_terminals_height(monkeypatch, rows, height):
+    from devmem.command.format import height_for
+
+    monkeypatch.delenv("LINES", raising=False)
+    leader, terminal = _pty(rows)
+    try:
+        assert height_for(terminal) == height
+    finally:
+        terminal.close()
+        os.close(leader)
+
+
+def test_lines_sets_a_screens_height_and_a_pipe_has_none(monkeypatch):
+    from devmem.command.format import height_for
+
+    monkeypatch.delenv("LINES", raising=False)
+    assert height_for(io.StringIO()) is None
+    monkeypatch.setenv("LINES", "12")
+    assert height_for(io.StringIO()) == 12

@@ -169,7 +169,7 @@ def test_a_dumb_terminal_gets_no_escape_sequences(argv):
 
 def test_top_redraws_in_place_on_a_terminal_that_can():
     out = run_on_a_terminal(["top", "0.2"], env_with(TERM="xterm"), stop_after=2)
-    assert out.startswith("\x1b[H\x1b[2J") and out.count("\x1b[J") >= 2
+    assert out.startswith("\x1b[?7l\x1b[H\x1b[2J") and out.count("\x1b[J") >= 2
 
 
 def test_a_pipe_gets_each_line_whole():
@@ -230,8 +230,9 @@ def test_the_sink_keeps_devmems_own_colours_and_escapes_every_other_sequence():
     assert for_terminal("x\x1b[8mhidden\x1b]0;t\x07") == "x\\x1b[8mhidden\\x1b]0;t\\x07"
 
 
-def test_a_cursor_move_devmem_does_not_write_is_refused():
+def test_a_frames_lines_are_escaped_around_devmems_own_cursor_moves(capsys):
     from devmem.command.output import Output
 
-    with pytest.raises(ValueError, match="not a cursor move"):
-        Output().write("x", control="\x1b]0;retitled\x07")
+    Output().frame(["x\x1b]0;retitled\x07", "y\x1b[2J"], first=False)
+    written = capsys.readouterr().out
+    assert written == "\x1b[?7l\x1b[H\x1b[Kx\\x1b]0;retitled\\x07\n\x1b[Ky\\x1b[2J\n\x1b[J\x1b[?7h"

@@ -30,7 +30,7 @@ def test_help_fits_the_terminal_width(command, columns):
 
 def test_help_names_an_options_value_once_after_its_spellings():
     out = devmem("top", "--help", COLUMNS="80").stdout
-    assert "\n  -n, --count N " in out and "\n  --watch, --interval [SECONDS]\n" in out
+    assert "\n  -n, --count N " in out and "\n  -l, --loop, --interval [SECONDS]\n" in out
 
 
 def test_usage_too_wide_for_the_terminal_keeps_each_option_whole_under_a_short_indent():

@@ -246,17 +246,17 @@ def test_count_without_watch_is_a_usage_error(capsys, monkeypatch):
     assert exit_.value.code == 2 and "--count applies to --watch" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval", "--watch"])
+@pytest.mark.parametrize("flag", ["-l", "--loop", "--interval", "--watch"])
 def test_top_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(flag):
     assert build_parser().parse_args(["top", flag, "0.5"]).watch == 0.5
 
 
-@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval"])
+@pytest.mark.parametrize("flag", ["-l", "--loop", "--interval"])
 def test_info_watch_takes_the_interval_flags_of_nvidia_smi_gpustat_and_nvitop(flag):
     assert build_parser().parse_args(["info", flag, "0.5"]).watch == 0.5
 
 
-@pytest.mark.parametrize("flag", ["-l", "--loop", "-i", "--interval", "--watch"])
+@pytest.mark.parametrize("flag", ["-l", "--loop", "--interval", "--watch"])
 def test_top_takes_an_interval_flag_without_a_value_as_the_default_interval(flag):
     assert build_parser().parse_args(["top", flag, "-n", "2"]).watch == 2.0
 
@@ -273,7 +273,7 @@ def test_a_loop_ms_below_50_is_a_usage_error_naming_milliseconds(capsys):
     assert exit_.value.code == 2 and "'10' is not a watch interval in milliseconds" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["top", "-l", "0.05", "-n", "2"], ["info", "-i", "0.05", "-n", "2"]])
+@pytest.mark.parametrize("argv", [["top", "-l", "0.05", "-n", "2"], ["info", "--interval", "0.05", "-n", "2"]])
 def test_a_loop_flag_with_n_stops_after_n_samples(argv):
     result = subprocess.run(
         [sys.executable, "-m", "devmem", *argv, "--json"],

@@ -27,9 +27,9 @@ def test_a_zero_size_where_one_must_be_positive_names_the_flag(capsys, monkeypat
     [
         (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "３２"], "--layers"),
         (["plan", "--total", "8GiB", "--page-size", "1KiB", "--layers", "1" * 5000], "--layers"),
-        (["info", "--device", "１"], "--device"),
-        (["doctor", "--device", "1_0"], "--device"),
-        (["info", "--device", "-1"], "--device"),
+        (["info", "--device", "１"], "-i/--id/--device"),
+        (["doctor", "--device", "1_0"], "-i/--id/--device"),
+        (["info", "--device", "-1"], "-i/--id/--device"),
     ],
 )
 def test_non_ascii_or_huge_numbers_are_usage_errors_naming_the_flag(capsys, monkeypatch, argv, flag):

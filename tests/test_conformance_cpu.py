@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,24 @@ def test_plugin_rejects_a_platform_that_is_not_registered(tmp_path):
     done = _pyargs(tmp_path, "--devmem-platform", "nope")
     assert done.returncode == pytest.ExitCode.USAGE_ERROR
     assert "--devmem-platform nope: DEVMEM_PLATFORM='nope' names no registered platform" in done.stderr
+
+
+def _timed(*options: str) -> list[str]:
+    """The summary of a pytest run of this file's timed test (each call's median time), with ``options``."""
+    test = f"{__file__}::TestCpuConformance::test_every_call_is_cheap"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, test]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_run_says_in_one_line_how_to_see_the_times_per_call_and_ends_with_its_verdict():
+    lines = _timed()
+    assert lines[-2] == "devmem: times per call of 1 conformance class: --devmem-times shows them", lines
+    assert " passed" in lines[-1] and not any("memory_sources" in line for line in lines)
+
+
+@pytest.mark.slow  # a pytest subprocess timing every call
+def test_devmem_times_prints_each_classes_time_per_call():
+    lines = _timed("--devmem-times")
+    assert any(line.startswith("tests/test_conformance_cpu.py::TestCpuConformance: device_count") for line in lines)

@@ -184,6 +184,38 @@ def undefined_names(source: str) -> list[str]:
     return sorted(read - defined - set(dir(builtins)))
 
 
+def discarded(source: str) -> list[str]:
+    """The statements of ``source`` that compute a value for a reader and drop it: a bare expression that is no
+    call (``model.kv_bytes_per_token``), or an ``explain()``/``as_dict()`` whose text goes nowhere."""
+    import ast
+
+    found = []
+    statements = list(ast.parse(source).body)
+    while statements:  # the program's own statements, in blocks (with, for, if) too; not a function's
+        node = statements.pop(0)
+        if isinstance(node, (ast.With, ast.For, ast.If, ast.While, ast.Try)):
+            statements += [*node.body, *getattr(node, "orelse", [])]
+        if not isinstance(node, ast.Expr) or isinstance(node.value, ast.Constant):  # a docstring, `...`
+            continue
+        value = node.value
+        shown = isinstance(value, ast.Call) and not (
+            isinstance(value.func, ast.Attribute) and value.func.attr in ("explain", "as_dict")
+        )
+        if not shown:
+            found.append(ast.unparse(value))
+    return found
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in BLOCKS if b.lang == "python" and b.mark is None])
+def test_python_block_prints_what_it_computes(block: Block):
+    assert discarded(block.body) == [], f"{block.id}: print what these compute"
+
+
+def test_a_value_computed_and_dropped_is_found():
+    source = "x = load()\nx.kv_bytes_per_token\nwith x:\n    plan(x).explain()\nprint(plan(x).explain())\nrun(x)\n..."
+    assert discarded(source) == ["x.kv_bytes_per_token", "plan(x).explain()"]
+
+
 @pytest.mark.parametrize(
     "block", [pytest.param(b, id=b.id) for b in BLOCKS if b.lang == "python" and b.mark != "compile-only"]
 )

@@ -30,7 +30,7 @@ def test_cotenants_are_listed_with_pids_and_bytes():
     sc.allocate(8 * GiB, pid=4242)
     sc.allocate(2 * GiB, pid=5151)
     found = by_code(diagnose(nvml_platform(sc)))
-    assert found["co-tenants"].summary == "2 other process(es) hold 10.00 GiB: pid 4242 (8.00 GiB), pid 5151 (2.00 GiB)"
+    assert found["co-tenants"].summary == "2 other processes hold 10.00 GiB: pid 4242 (8.00 GiB), pid 5151 (2.00 GiB)"
     assert "summing to at most 1.0" in found["co-tenants"].action
 
 
@@ -164,7 +164,7 @@ def test_doctor_exits_0_when_nothing_needs_fixing(capsys):
     sc = h200_scenario(context=True)
     sc.allocate(GiB, pid=4242)
     code, out = doctor(capsys, nvml_platform(sc))
-    assert code == 0 and "[info] device 0: 1 other process(es) hold 1.00 GiB" in out
+    assert code == 0 and "[info] device 0: 1 other process holds 1.00 GiB" in out
 
 
 def test_doctor_says_each_finding_once(capsys):

@@ -8,6 +8,7 @@ than the engine uses, so the host's own churn cannot hide its release.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -178,3 +179,24 @@ def test_graphs_asked_for_on_the_cpu_are_skipped_with_a_note(engine):
     result = engine.run(SMALL + requesting(REQUEST) + ["--graphs"])
     assert result["ok"] and result["graphs"] == {"captured": [], "note": "no CUDA graphs on the CPU"}
     assert result["memory"]["graphs"]["error"] is None and result["memory"]["graph_capture_bytes"] is not None
+
+
+def test_command_line_on_a_terminal_prints_a_summary_for_a_person():
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, str(ENGINE), *SMALL, *requesting(REQUEST)],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "DEVMEM_PLATFORM": "cpu"},
+    )
+    os.close(follower)
+    out = b""
+    with contextlib.suppress(OSError):  # EIO: the engine exited and closed its end
+        while chunk := os.read(leader, 65536):
+            out += chunk
+    os.close(leader)
+    lines = out.decode().splitlines()
+    assert proc.wait(timeout=120) == 0 and lines[0].startswith("engine: tiny (llama"), lines
+    assert lines[-1] == "every figure: --json" and not any(line.startswith("{") for line in lines), lines

@@ -20,7 +20,7 @@ import pytest
 from devmem_nvidia.nvml_access import INSTALL_PYNVML
 from devmem_rocm.smi import ROCM_OWN_AMDSMI
 
-AMDSMI_FIX = "pip install 'devmem-kv[rocm]'"
+AMDSMI_FIX = "pip install amdsmi"
 
 
 def _env() -> dict[str, str]:
@@ -124,7 +124,7 @@ def test_plugins_command_says_what_to_install_where_amdgpu_is_loaded_without_amd
     (rocm,) = [row for row in rows if row["name"] == "rocm"]
     assert not rocm["detected"] and AMDSMI_FIX in rocm["action"]
     text = _command(["plugins"], "/sys/module/amdgpu", missing="amdsmi")
-    assert f"amdsmi is not installed; to use it: {AMDSMI_FIX}" in text
+    assert f"amdsmi is not installed; to use it: pip install {ROCM_OWN_AMDSMI}" in text
 
 
 @needs_mount_namespace

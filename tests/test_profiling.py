@@ -485,3 +485,27 @@ def test_a_snapshot_of_a_numpy_device_index_holds_a_python_int():
 def test_the_startup_check_refuses_a_snapshot_of_another_kind():
     with pytest.raises(ArgumentError, match="snapshot must be a MemorySnapshot .*got 'free' of type str"):
         check_startup_memory("free", GiB, CpuPlatform())  # type: ignore[arg-type]
+
+
+def test_on_host_memory_other_processes_moves_are_said_once_at_info_not_warned_each_window(caplog, monkeypatch):
+    from devmem.cpu import CpuPlatform
+    from devmem.engine import profiling
+    from devmem.testing.scenario import HostMemory, Scenario
+
+    monkeypatch.setattr(profiling, "_host_memory_said", set())  # a process that has said nothing yet
+    sc = Scenario(host=HostMemory(total=64 * GiB, free=48 * GiB))
+    platform = CpuPlatform(files=sc.fs)
+    with caplog.at_level(logging.DEBUG, logger="devmem.engine.profiling"):
+        for _ in range(3):  # three windows, in each another process takes 1 GiB of host memory
+            with memory_profiling(MemorySnapshot.measure(0, platform), platform=platform) as result:
+                sc.host.take(GiB)
+            assert result.other_processes_delta == GiB
+    moved = [(r.levelname, r.getMessage()) for r in caplog.records if "other processes" in r.getMessage()]
+    assert [level for level, _ in moved] == ["DEBUG", "INFO", "DEBUG", "DEBUG"]
+    assert [m for m in moved if m[0] != "DEBUG"] == [
+        (
+            "INFO",
+            "devmem: device 0 (cpu) is host memory: its free memory moves with every process on this machine, so "
+            "profile windows see other processes' changes; sizing uses this process's own figure",
+        )
+    ]

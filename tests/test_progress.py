@@ -95,3 +95,40 @@ def test_work_without_a_total_counts_its_steps_alone(terminal):
         bar.update()
         bar.update()
     assert "devmem top, every 2 s: 2 samples [00:00]" in written()
+
+
+def last_line_of(text: str, words: str) -> str:
+    """What the terminal shows on the line where ``words`` were written (a carriage return starts it again)."""
+    return next(line for line in text.split("\n") if words in line).rstrip("\r").rsplit("\r", 1)[-1]
+
+
+def test_a_warning_logged_while_the_line_is_drawn_goes_above_it(terminal):
+    import logging
+
+    stream, written = terminal
+    handler = logging.StreamHandler(stream)
+    logging.getLogger().addHandler(handler)
+    try:
+        with progress("devmem: sizing", total=3, unit="run", stream=stream) as bar:
+            bar.update()
+            logging.getLogger("devmem.engine.profiling").warning("devmem: other processes moved 1.00 GiB")
+            bar.update()
+        assert logging.getLogger().handlers[-1] is handler  # the application's handler is back
+    finally:
+        logging.getLogger().removeHandler(handler)
+    out = written()
+    assert last_line_of(out, "other processes moved") == "devmem: other processes moved 1.00 GiB", repr(out)
+
+
+def test_a_warning_python_writes_as_its_last_resort_goes_above_the_line_too(terminal, monkeypatch):
+    import logging
+
+    stream, written = terminal
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # no handler anywhere: Python's last resort writes it
+    with progress("devmem: sizing", total=3, unit="run") as bar:
+        bar.update()
+        logging.getLogger("devmem.engine.profiling").warning("devmem: other processes moved 1.00 GiB")
+    assert logging.getLogger("devmem").handlers == []
+    out = written()
+    assert last_line_of(out, "other processes moved") == "devmem: other processes moved 1.00 GiB", repr(out)

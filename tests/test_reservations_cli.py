@@ -216,3 +216,33 @@ def test_a_cut_reservation_command_names_its_program_without_its_path_as_top_doe
     view = DeviceReservations("key", str(tmp_path / "key.json"), Accounting(80 * GiB, holdings), (), None)
     lines = reservation_table(view, 80)
     assert "python3 -m vllm.entrypoints" in lines[1] and "python3 -m sglang.launch_server" in lines[2], lines
+
+
+def test_info_on_host_memory_does_not_list_the_command_itself_as_a_holder(capsys, sleeper):
+    from devmem.cpu import CpuPlatform
+
+    platform = CpuPlatform()
+    owned_by(sleeper, platform, 64 << 20)
+    data = json.loads(info(capsys, "--json", platform=platform))
+    holders = data["devices"][0]["reservations"]["holders"]
+    assert [h["pid"] for h in holders] == [sleeper.pid], holders
+
+
+def test_doctor_on_host_memory_leaves_the_command_itself_out_of_the_accounting(capsys, sleeper):
+    from devmem.command.doctor import cmd_doctor
+    from devmem.cpu import CpuPlatform
+
+    platform = CpuPlatform()
+    owned_by(sleeper, platform, 1 << 60)  # far above the host's memory: over-committed whoever else counts
+    cmd_doctor(build_parser().parse_args(["doctor", "--json"]), platform)
+    [found] = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "reservations-over-committed"]
+    assert found["figures"]["unreserved"] == 0, found
+
+
+def test_an_engine_on_host_memory_counts_its_own_memory(sleeper):
+    from devmem.cpu import CpuPlatform
+
+    platform = CpuPlatform()
+    owned_by(sleeper, platform, 1 << 60)
+    [found] = [f for f in diagnose(platform) if f.kind == "reservations-over-committed"]
+    assert found.figures["unreserved"] > 0, found

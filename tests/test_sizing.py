@@ -588,6 +588,12 @@ def test_plan_as_dict_is_json_with_exact_bytes():
     assert data["path"] == "utilization" and data["utilization"] == 0.9 and data["block_bytes"] == 8192
 
 
+def test_explain_says_a_utilization_as_a_person_writes_it_and_keeps_it_exact_in_the_arithmetic():
+    share = 500 * MiB / (23 * GiB)  # a size as a share of the device: 0.021229...
+    lines = plan_kv_cache(total=80 * GiB, utilization=share, page_size_bytes=64 * 1024, num_layers=4).explain()
+    assert lines.splitlines()[1].startswith("path: utilization 0.02123 of the total") and f"({share} x total" in lines
+
+
 def test_explain_names_the_result_the_path_and_each_figure():
     plan = plan_kv_cache(
         total=80 * GiB,

@@ -151,7 +151,8 @@ def test_vendor_conformance_file_passes_where_the_wheel_is_installed(vendor_env)
 
 def test_vendor_scripted_library_runs_the_kit_on_the_neutral_scenario(vendor_env):
     done = _run(
-        [vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_acme_scripted.py"],
+        [vendor_env["python"], "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--devmem-times"]
+        + ["tests/test_acme_scripted.py"],
         cwd=vendor_env["source"],
     )
     assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout

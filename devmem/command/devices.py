@@ -40,7 +40,7 @@ def sample(platform: Platform, indices: Sequence[int], files: Files) -> list[dic
         report = DeviceReport.from_reading(platform.name, reading)
         others = report.other_processes
         rows = None if others is None else process_rows(others, files, dict(reading.roles))
-        reservations = device_reservations(platform, index, report)
+        reservations = device_reservations(platform, index, report, count_self=False)  # this command holds none
         return {"report": report, "processes": rows, "reservations": reservations}
 
     where = f"platform {platform.name!r}: reading device"

@@ -18,7 +18,8 @@ DESCRIPTION = (
     "--client-timeout to send its request and again to take its answer, at most --max-connections are open, and "
     "the requests waiting share one reading. Listens on 127.0.0.1 unless --listen says "
     "otherwise, and only reads (the reservation ledger is never written, locked or created). Needs "
-    "prometheus-client: pip install 'devmem-kv[exporter]'. docs/exporter.md lists every metric."
+    "prometheus-client: pip install prometheus-client (from a devmem checkout, pip install -e '.[exporter]'). "
+    "docs/exporter.md lists every metric."
 )
 EXAMPLES = (
     "  devmem exporter                          # http://127.0.0.1:9633/metrics\n"

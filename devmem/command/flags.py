@@ -84,6 +84,34 @@ def device_index(text: str) -> int:
     return value
 
 
+def device_list(text: str) -> list[int]:
+    """Device indices as nvidia-smi's ``-i`` takes them: one (``1``) or a comma list (``0,2``), each once."""
+    from devmem._text import parse_int
+
+    indices = [parse_int(part) for part in text.split(",")]
+    if not indices or any(i is None for i in indices):
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a device index or a list of them: give whole numbers >= 0 in ASCII digits, "
+            "separated by commas (0, or 0,2)"
+        )
+    return list(dict.fromkeys(i for i in indices if i is not None))
+
+
+def add_device_flag(parser: argparse.ArgumentParser) -> None:
+    """``--device``, with nvidia-smi's ``-i``/``--id`` spellings: the devices a report covers (every one by
+    default); ``args.device`` is their list, or ``None``."""
+    parser.add_argument(
+        "-i",
+        "--id",
+        "--device",
+        dest="device",
+        type=device_list,
+        default=None,
+        metavar="N[,N...]",
+        help="only these device indices (nvidia-smi's -i: 1, or 0,2)",
+    )
+
+
 def _decimal(text: str) -> float:
     """``text`` as a decimal in ASCII (``float()`` also reads full-width and other Unicode digits, and
     underscores), ``nan`` for anything else."""

@@ -43,6 +43,21 @@ def width_for(stream: IO[str] | None) -> int:
     return UNWRAPPED
 
 
+def height_for(stream: IO[str] | None) -> int | None:
+    """Lines a screen for ``stream`` may take: ``LINES`` when set above 0, the terminal's height on a terminal,
+    else ``None`` (a pipe or a file gets every line)."""
+    given = os.environ.get("LINES", "").strip()
+    if given.isascii() and given.isdigit() and int(given) > 0:
+        return max(2, int(given))
+    if not is_terminal(stream):
+        return None
+    try:
+        lines = os.get_terminal_size(stream.fileno()).lines  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):  # a terminal whose size cannot be read
+        lines = 0
+    return max(2, lines) if lines > 0 else 24  # a terminal that says 0 lines (a new pseudo-terminal): 24
+
+
 def is_terminal(stream: IO[str] | None) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:

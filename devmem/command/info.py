@@ -10,8 +10,8 @@ from devmem._deadline import device_count
 from devmem._host import REAL_FILES, Files
 from devmem.command.common import add_command, emit_json, out
 from devmem.command.devices import chosen_candidate, device_json, sample, why_chosen
-from devmem.command.flags import device_index, interval, interval_ms, positive
-from devmem.command.screens import screen, top_facts, top_screen
+from devmem.command.flags import add_device_flag, interval, interval_ms, positive
+from devmem.command.screens import COMPACT_FROM, compact_screen, screen
 from devmem.platform import Platform
 from devmem.resolution.plugins import current_platform, platform_candidates
 
@@ -22,7 +22,12 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     chosen = chosen_candidate(platform.name, platform_candidates())
     because = why_chosen(chosen)
     count = device_count(platform)
-    indices = [args.device] if args.device is not None else list(range(count))
+    indices = args.device if args.device is not None else list(range(count))
+    query = getattr(args, "query_gpu", None)
+    if query is not None and args.json:
+        args.parser.error("--query-gpu writes CSV: give it without --json")
+    if getattr(args, "format", None) is not None and query is None:
+        args.parser.error("--format applies to --query-gpu: give --query-gpu=FIELDS with it")
     if args.watch is not None:
         from devmem.command.watch import watch
 
@@ -30,6 +35,11 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
     if args.count is not None:
         args.parser.error("--count applies to --watch: give --watch SECONDS with it")
     devices = sample(platform, indices, files)
+    if query is not None:
+        from devmem.command import query as csv
+
+        out.print(*csv.lines(devices, count, query, args.format or frozenset({"csv"}), first=True))
+        return 0
     if args.json:
         emit_json(
             {
@@ -41,27 +51,26 @@ def cmd_info(args: argparse.Namespace, platform: Platform | None = None, files: 
             }
         )
         return 0
-    from devmem.command.format import Painter, wants_colour, width_for
+    from devmem.command.format import Painter, height_for, wants_colour, width_for
 
     paint, width = Painter(wants_colour(sys.stdout)), width_for(sys.stdout)
+    height = height_for(sys.stdout)
+    # a screen leaves the terminal's last line to the prompt; -v and --details ask for every line
+    room = None if height is None or args.verbose or args.details else height - 1
     if len(devices) >= COMPACT_FROM and not args.details:
-        hint = f"every figure per device: devmem info --details (or --device N); {len(devices)} devices"
-        out.print(
-            *top_facts(platform, because, devices, width, "devmem info"), *top_screen(args, devices, width, paint), hint
-        )
+        hint = f"{len(devices)} devices; every figure: devmem info --details (or -i N); every process: -v"
+        facts, body = compact_screen(args, platform, because, devices, width, paint, room, "devmem info", 1)
+        out.print(*facts, *body, hint if len(hint) <= width else hint[: width - 3] + "...")
         return 0
-    out.print(screen(platform, because, devices, paint, width))
+    out.print(screen(platform, because, devices, paint, width, bool(args.verbose), room))
     return 0
 
 
-#: From this many devices on, ``devmem info`` shows ``top``'s compact screen (one line per device and per process,
-#: the facts they share once) unless ``--details`` asks for every device's block.
-COMPACT_FROM = 4
-
-#: The interval flags operators bring from other tools: nvidia-smi's ``-l/--loop``, gpustat's ``-i/--interval``
-#: (nvitop's ``--interval``), each the same as ``--watch`` (named in its help, not listed apart); nvidia-smi's
-#: ``-lms/--loop-ms`` takes milliseconds.
-WATCH_ALIASES = ("-l", "--loop", "-i", "--interval")
+#: The interval's spellings a command's help does not list apart: ``info`` shows ``-l/--loop/--watch`` (nvidia-smi's
+#: and its own), ``top`` ``-l/--loop/--interval`` (nvidia-smi's, nvitop's and gpustat's); each takes the others.
+#: nvidia-smi's ``-lms/--loop-ms`` takes milliseconds. ``-i`` is nvidia-smi's device selection (``--device``), not
+#: gpustat's interval.
+WATCH_ALIASES = ("--watch", "--interval")
 WATCH_MS_ALIASES = ("-lms", "--loop-ms")
 
 
@@ -71,8 +80,25 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
         action="store_true",
         help="machine-readable output with exact bytes (one line per sample with --watch)",
     )
-    parser.add_argument("--device", type=device_index, default=None, help="only this device index")
+    add_device_flag(parser)
     if watch_default is None:
+        from devmem.command.query import FIELDS, output_format, query_fields
+
+        parser.add_argument(
+            "--query-gpu",
+            type=query_fields,
+            default=None,
+            metavar="FIELDS",
+            help=f"CSV for scripts, as nvidia-smi's: one line per device with these fields ({', '.join(FIELDS)}; "
+            "sizes in MiB)",
+        )
+        parser.add_argument(
+            "--format",
+            type=output_format,
+            default=None,
+            metavar="csv[,noheader][,nounits]",
+            help="--query-gpu's format, as nvidia-smi's (default csv)",
+        )
         parser.add_argument(
             "--details",
             action="store_true",
@@ -80,38 +106,44 @@ def add_info_flags(parser: argparse.ArgumentParser, *, watch_default: float | No
             "one line per device and per process, by default)",
         )
         parser.add_argument(
+            "-l",
+            "--loop",
             "--watch",
+            dest="watch",
             type=interval,
             nargs="?",
             const=2.0,
             default=None,
             metavar="SECONDS",
-            help="sample again every SECONDS (default 2) until Ctrl-C; redraws in place on a terminal "
-            "(-l/--loop as nvidia-smi, -lms/--loop-ms in milliseconds, -i/--interval as gpustat and nvitop)",
+            help="sample again every SECONDS (default 2) until Ctrl-C, as nvidia-smi -l; redraws in place on a "
+            "terminal (-lms/--loop-ms in milliseconds, --interval as nvitop and gpustat)",
         )
     else:
         parser.add_argument(
-            "--watch",
+            "-l",
+            "--loop",
             "--interval",
+            dest="watch",
             type=interval,
             nargs="?",
             const=watch_default,
             default=watch_default,
             metavar="SECONDS",
-            help=f"seconds between samples (default {watch_default:g}; -l/--loop as nvidia-smi, -lms/--loop-ms in "
-            "milliseconds, -i/--interval as gpustat and nvitop)",
+            help=f"seconds between samples (default {watch_default:g}), as nvidia-smi -l, nvitop and gpustat "
+            "--interval (-lms/--loop-ms in milliseconds)",
         )
-    watch = parser._option_string_actions["--watch"]
+    watch = parser._option_string_actions["--loop"]
     aliases = [flag for flag in WATCH_ALIASES if flag not in parser._option_string_actions]
-    parser.add_argument(
-        *aliases,
-        dest="watch",
-        type=interval,
-        nargs=watch.nargs,
-        const=watch.const,
-        default=watch.default,
-        help=argparse.SUPPRESS,
-    )
+    if aliases:
+        parser.add_argument(
+            *aliases,
+            dest="watch",
+            type=interval,
+            nargs=watch.nargs,
+            const=watch.const,
+            default=watch.default,
+            help=argparse.SUPPRESS,
+        )
     parser.add_argument(
         *WATCH_MS_ALIASES, dest="watch", type=interval_ms, default=watch.default, metavar="MS", help=argparse.SUPPRESS
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -46,12 +47,12 @@ def _with_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     """``argv`` with ``info`` in front where it names no command: ``devmem --json`` is ``devmem info --json``.
 
     Left as it is: a command anywhere, ``--help``/``--version``, and a first word that is neither a command
-    nor a value (argparse then names the valid commands)."""
+    nor a value (argparse then names the valid commands); a value is a number or a list of them (``-i 0,2``)."""
     commands = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr, arg-type]
     if any(a in commands for a in argv) or any(a in ("-h", "--help", "-V", "--version") for a in argv):
         return argv
     words = [a for a in argv if not a.startswith("-")]
-    if words and not words[0].replace(".", "", 1).isdigit():
+    if words and not re.fullmatch(r"[0-9][0-9.,]*", words[0]):
         return argv
     return ["info", *argv]
 

@@ -31,8 +31,6 @@ _NOWHERE = object()
 
 #: The escape sequences of devmem's own colours (:class:`devmem.command.format.Painter`): the only ones a line keeps.
 _OWN_STYLES = re.compile(r"\x1b\[(?:0|1|2|31|32|33)m")
-#: The cursor moves ``--watch`` and ``top`` redraw with (:meth:`Output.write`'s ``control``).
-_CURSOR = re.compile(r"(?:\x1b\[H\x1b\[2J|\x1b\[[0-9]{1,5};1H\x1b\[J)")
 
 
 def for_terminal(text: str) -> str:
@@ -74,16 +72,27 @@ class Output:
         """Whether the current stdout's reader went away (or stdout is closed): writes to it are dropped."""
         return sys.stdout is None or self._lost_on is sys.stdout
 
-    def write(self, text: str, *, control: str = "") -> None:
-        """Write and flush ``text`` (through :func:`for_terminal`), after ``control``, one of the cursor moves
-        devmem redraws with: dropped once the reader is gone, :class:`OutputError` on any other failure."""
-        if control and not _CURSOR.fullmatch(control):
-            raise ValueError(f"not a cursor move devmem writes: {control!r}")
+    def write(self, text: str) -> None:
+        """Write and flush ``text`` (through :func:`for_terminal`): dropped once the reader is gone,
+        :class:`OutputError` on any other failure."""
+        self._put(for_terminal(text))
+
+    def frame(self, lines: list[str], *, first: bool) -> None:
+        """``lines`` (each through :func:`for_terminal`) drawn over the previous frame from the screen's top-left
+        corner, each line erased before it is written and the rest of the screen erased after the last; the
+        ``first`` clears the screen (as ``clear`` does). These are the only cursor moves devmem writes. Nothing of a
+        frame reaches the terminal's scrollback: the screen is not cleared again (tmux's ``scroll-on-clear`` keeps a
+        cleared screen in its history), a frame is shorter than the terminal, and the terminal's line wrap is off
+        while it is drawn (a line wider than a terminal just made narrower is cut there), so nothing scrolls."""
+        start = "\x1b[?7l" + ("\x1b[H\x1b[2J" if first else "\x1b[H")
+        self._put(start + "".join(f"\x1b[K{for_terminal(line)}\n" for line in lines) + "\x1b[J\x1b[?7h")
+
+    def _put(self, text: str) -> None:
         stream = sys.stdout
         if self.lost:  # also: started with fd 1 closed (sys.stdout is None)
             return
         try:
-            stream.write(control + for_terminal(text))
+            stream.write(text)
             stream.flush()
         except ValueError:  # a stream closed under us
             self._lost_on = stream

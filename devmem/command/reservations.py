@@ -4,7 +4,7 @@ and :func:`reservation_table` under its process table."""
 
 from __future__ import annotations
 
-from devmem.engine.reservations import DeviceReservations, short_command
+from devmem.engine.reservations import DeviceReservations
 from devmem.units import format_size
 
 
@@ -37,7 +37,8 @@ def reservation_rows(view: DeviceReservations | None, paint) -> list[tuple[str, 
 
 def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
     """One row per holder (owner, reserved, used now, over or under); nothing for a device without a ledger."""
-    from devmem.command.format import printable, table, without_program_path
+    from devmem.command.engines import cut_command
+    from devmem.command.format import printable, table
 
     if view is None or not view.accounting.holdings:
         return []
@@ -57,7 +58,7 @@ def reservation_table(view: DeviceReservations | None, width: int) -> list[str]:
     room = max(24, width - used)
     commands = [None if h.command is None else " ".join(h.command.split()) for h in view.accounting.holdings]
     cells: list[tuple[str, ...]] = [
-        (*row, "-" if c is None else printable(short_command(c if len(c) <= room else without_program_path(c), room)))
+        (*row, "-" if c is None else printable(c if len(c) <= room else cut_command(c, room)))
         for row, c in zip(figures, commands, strict=True)
     ]
     return table(header, cells, width, right=frozenset({0, 1, 2}))

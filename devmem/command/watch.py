@@ -7,11 +7,12 @@ import json
 import sys
 from contextlib import AbstractContextManager, nullcontext
 
+from devmem._deadline import device_count
 from devmem._host import Files
 from devmem.command.common import out
 from devmem.command.devices import device_json, sample
 from devmem.command.keys import Keys
-from devmem.command.screens import screen, top_facts, top_screen
+from devmem.command.screens import COMPACT_FROM, compact_screen, screen, top_facts, top_screen
 from devmem.platform import Platform
 from devmem.progress import Progress, progress
 
@@ -48,49 +49,54 @@ def _watch(
     import time
     from datetime import datetime, timezone
 
-    from devmem.command.format import Painter, is_terminal, redraw_ok, terminal_width, wants_colour, width_for
+    from devmem.command import format as fmt
 
     def stop(signum, frame):
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, stop)
-    in_place = not args.json and redraw_ok(sys.stdout)
+    in_place = not args.json and getattr(args, "query_gpu", None) is None and fmt.redraw_ok(sys.stdout)
     keys = Keys()
     if in_place:
         keys.start()
     every = f"every {args.watch:g} s"
-    if is_terminal(sys.stdout):
+    if fmt.is_terminal(sys.stdout):
         every += ", q or Ctrl-C to stop" if keys.reading else ", Ctrl-C to stop"
-    paint = Painter(wants_colour(sys.stdout))
+    paint = fmt.Painter(fmt.wants_colour(sys.stdout))
     compact = getattr(args, "compact", False)
-    width = width_for(sys.stdout) if not compact else min(terminal_width(), width_for(sys.stdout))
-    redraw_from = None  # the screen line below the static facts, once they are written
+    facts_written = False  # through a pipe, top's static facts are written once, above the first sample
     samples = 0
     try:
         while not out.lost and samples != args.count:
             samples += 1
             started = time.monotonic()
             devices = sample(platform, indices, files)
-            if args.json:
+            width = fmt.width_for(sys.stdout) if not compact else min(fmt.terminal_width(), fmt.width_for(sys.stdout))
+            # a frame never takes the terminal's last line: the newline after it would scroll the screen
+            height = fmt.height_for(sys.stdout) if in_place else None
+            room = None if height is None else height - 1
+            stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+            if getattr(args, "query_gpu", None) is not None:  # CSV rows each sample, the header once
+                from devmem.command import query as csv
+
+                count = device_count(platform)
+                words = args.format or frozenset({"csv"})
+                out.print(*csv.lines(devices, count, args.query_gpu, words, first=samples == 1))
+            elif args.json:
                 stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
                 line = {"time": stamp, "platform": platform.name, "devices": [device_json(d) for d in devices]}
                 out.write(json.dumps(line) + "\n")
+            elif in_place:
+                above, below = _screen(args, platform, because, devices, width, paint, room)
+                out.frame([*above, f"{stamp}  {every}", *below], first=samples == 1)
             elif compact:
-                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-                body = [f"{stamp}  {every}", *top_screen(args, devices, width, paint)]
-                if redraw_from is None:
-                    facts = top_facts(platform, because, devices, width)
-                    redraw_from = len(facts) + 1
-                    out.write("\n".join(facts) + "\n", control="\x1b[H\x1b[2J" if in_place else "")
-                if in_place:
-                    out.write("\n".join(body) + "\n", control=f"\x1b[{redraw_from};1H\x1b[J")
-                else:
-                    out.write("\n".join(body) + "\n\n")
+                if not facts_written:
+                    out.write("\n".join(top_facts(platform, because, devices, width)) + "\n")
+                    facts_written = True
+                out.write("\n".join([f"{stamp}  {every}", *top_screen(args, devices, width, paint)]) + "\n\n")
             else:
-                stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-                text = screen(platform, because, devices, paint, width)
-                text = f"{stamp}  {every}\n" + text
-                out.write(text + ("\n" if in_place else "\n\n"), control="\x1b[H\x1b[2J" if in_place else "")
+                text = screen(platform, because, devices, paint, width, bool(getattr(args, "verbose", False)))
+                out.write(f"{stamp}  {every}\n{text}\n\n")
             bar.update()
             if samples != args.count and keys.wait(args.watch - (time.monotonic() - started)):
                 return 0  # q pressed
@@ -100,3 +106,22 @@ def _watch(
     finally:
         keys.restore()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _screen(
+    args: argparse.Namespace,
+    platform: Platform,
+    because: str,
+    devices: list[dict[str, object]],
+    width: int,
+    paint,
+    room: int | None,
+) -> tuple[list[str], list[str]]:
+    """One sample's screen, the lines above its time line and those below, in at most ``room - 1`` lines:
+    ``top``'s compact screen (its facts above) for ``top``, and for ``info --watch`` the screen ``devmem info``
+    shows (compact from :data:`~devmem.command.screens.COMPACT_FROM` devices on, unless ``--details``)."""
+    if getattr(args, "compact", False) or (len(devices) >= COMPACT_FROM and not getattr(args, "details", False)):
+        command = "devmem top" if getattr(args, "compact", False) else "devmem info"
+        return compact_screen(args, platform, because, devices, width, paint, room, command, 1)
+    verbose = bool(getattr(args, "verbose", False))
+    return [], screen(platform, because, devices, paint, width, verbose, None if room is None else room - 1).split("\n")

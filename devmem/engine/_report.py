@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from devmem.units import format_size
+from devmem.units import format_share, format_size
 
 if TYPE_CHECKING:
     from devmem.engine.memory import EngineMemory
@@ -17,7 +17,7 @@ def explain(memory: EngineMemory) -> str:
     request = (
         f"pinned cache {format_size(memory.pinned_bytes)}"
         if memory.pinned_bytes is not None
-        else f"requested {format_size(memory.requested)} (utilization {memory.utilization})"
+        else f"requested {format_size(memory.requested)} (utilization {format_share(memory.utilization)})"
     )
     lines = [
         f"device {memory.device} on {memory.platform.name}: at start {format_size(b.free)} free of "

@@ -60,7 +60,7 @@ def import_torch(needed_by: str) -> Any:
             raise
         raise ModuleNotFoundError(
             f"{needed_by} needs torch, which is not installed in this environment ({sys.executable}): "
-            'pip install torch (or devmem-kv[torch]; from a checkout, pip install -e ".[torch]")',
+            'pip install torch (from a devmem checkout, pip install -e ".[torch]")',
             name="torch",
         ) from None
     return torch

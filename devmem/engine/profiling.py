@@ -467,7 +467,8 @@ def _finish(
         own = after.process - baseline.process
         result.other_processes_delta = result.device_wide_consumed - own
         if abs(result.other_processes_delta) >= WARN_DIFFERENCE:
-            log.warning(
+            host = _host_memory(platform, after.device)
+            (log.debug if host else log.warning)(
                 "devmem: while profiling device %d, device-wide use changed by %s but this process's own by %s: "
                 "other processes moved %s; sizing uses this process's own figure",
                 after.device,
@@ -475,6 +476,8 @@ def _finish(
                 format_size(own),
                 format_size(result.other_processes_delta),
             )
+            if host:
+                _say_host_memory_moves(platform, after.device)
     else:
         own = result.device_wide_consumed
         result.notes.append(
@@ -493,6 +496,31 @@ def _finish(
     result.non_torch_increase = max(0, result.total_consumed - (after.torch_reserved - baseline.torch_reserved))
     result.non_kv_cache_memory = result.total_consumed + result.transient_peak_bytes
     result.notes.extend(n for n in after.notes if n not in result.notes)
+
+
+def _host_memory(platform: Platform, device: int) -> bool:
+    """Whether ``device`` computes in host memory, whose free figure every process of the machine moves."""
+    try:
+        return bool(platform.is_integrated_gpu(device))
+    except Exception:  # a platform that cannot say: a device of its own
+        return False
+
+
+#: The (platform, device) pairs whose host memory :func:`_say_host_memory_moves` spoke of in this process.
+_host_memory_said: set[tuple[str, int]] = set()
+
+
+def _say_host_memory_moves(platform: Platform, device: int) -> None:
+    """Once per process and device, in place of a warning at every profile window: the device is host memory,
+    which other processes move all the time, and sizing does not depend on it."""
+    if (platform.name, device) not in _host_memory_said:
+        _host_memory_said.add((platform.name, device))
+        log.info(
+            "devmem: device %d (%s) is host memory: its free memory moves with every process on this machine, so "
+            "profile windows see other processes' changes; sizing uses this process's own figure",
+            device,
+            platform.name,
+        )
 
 
 def _expandable_segments() -> bool:

@@ -4,5 +4,5 @@
 own), the reservation ledger is read as admission reads it (``devmem.engine.reservations``, without writing),
 :mod:`devmem.exporter.metrics` turns a reading into metric families (a ``prometheus_client`` collector) and
 :mod:`devmem.exporter.server` serves them over HTTP. Only the server and the collector need ``prometheus-client``
-(the ``devmem-kv[exporter]`` extra); nothing here is imported by ``import devmem``.
+(``pip install prometheus-client``, or the ``exporter`` extra); nothing here is imported by ``import devmem``.
 """

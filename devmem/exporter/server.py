@@ -34,7 +34,7 @@ log = logging.getLogger("devmem.exporter")
 #: Where the exporter listens by default: this host only (``--listen 0.0.0.0:9633`` exposes it).
 DEFAULT_LISTEN = "127.0.0.1:9633"
 #: What to install where ``prometheus-client`` is missing.
-INSTALL = "pip install 'devmem-kv[exporter]' (or pip install prometheus-client)"
+INSTALL = "pip install prometheus-client (from a devmem checkout, pip install -e '.[exporter]')"
 #: The most connections open at once, by default (``--max-connections``).
 DEFAULT_MAX_CONNECTIONS = 256
 #: Seconds a client has to send its request, and again to take its answer, by default (``--client-timeout``).

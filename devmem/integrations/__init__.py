@@ -4,7 +4,7 @@ Each integration is a module that imports its engine only when it is used, so im
 package imports neither the engine nor torch:
 
 - :mod:`devmem.integrations.transformers`: Hugging Face transformers' continuous batching
-  (``model.generate_batch``, ``init_continuous_batching``), ``pip install "devmem-kv[transformers]"``.
+  (``model.generate_batch``, ``init_continuous_batching``), ``pip install -e ".[transformers]"`` from the checkout.
 - :mod:`devmem.integrations.vllm`: a ``vllm.general_plugins`` plugin sizing stock vLLM's KV cache,
-  ``pip install "devmem-kv[vllm]"`` (docs/vllm.md).
+  ``pip install -e ".[vllm]"`` from the checkout (docs/vllm.md).
 """

@@ -62,7 +62,7 @@ from devmem.platform import Platform
 from devmem.progress import Progress, progress
 from devmem.resolution.plugins import current_platform, platform_argument
 from devmem.types import DevmemError, NotEnoughMemoryError
-from devmem.units import format_size
+from devmem.units import format_share, format_size
 
 if TYPE_CHECKING:
     from transformers import ContinuousBatchingConfig, GenerationConfig
@@ -1191,7 +1191,8 @@ def _check_share_holds_the_batch(
     fewer = _tokens_within(model, memory.requested - weights, tokens_per_block)
     raise NotEnoughMemoryError(
         f"not enough memory for the KV cache (utilization path): requested {format_size(memory.requested)} "
-        f"(utilization {memory.utilization} of {format_size(memory.baseline.total)}) cannot hold a batch of "
+        f"(utilization {format_share(memory.utilization)} of {format_size(memory.baseline.total)}) cannot hold a "
+        "batch of "
         f"config.max_batch_tokens={max_batch_tokens}: the weights {format_size(weights)} and transformers' "
         f"attention mask for it, {max_batch_tokens} x {mask // (max_batch_tokens * itemsize)} x {itemsize} B = "
         f"{format_size(mask)}, take {format_size(floor)} before any activation or block, checked before running "
@@ -1235,7 +1236,7 @@ def _check_share_holds_the_first_run(memory: EngineMemory, first: BlockRun, max_
     total = memory.baseline.total
     raise NotEnoughMemoryError(
         f"not enough memory for the KV cache (utilization path): requested {format_size(memory.requested)} "
-        f"(utilization {memory.utilization} of {format_size(total)}) cannot hold a batch of "
+        f"(utilization {format_share(memory.utilization)} of {format_size(total)}) cannot hold a batch of "
         f"config.max_batch_tokens={max_batch_tokens}: the first engine run, at {first.num_blocks} blocks, peaked "
         f"at {format_size(peak)} beside {format_size(beside)} it holds for good (weights, non-torch), so the "
         f"{needed_blocks} blocks of {tokens} tokens a batch needs take at least {format_size(need)}; refused after "

@@ -29,7 +29,7 @@ from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of
 from devmem.errors import NotEnoughMemoryError, SizingError
 from devmem.planner.rounding import ALLOCATORS, LARGE_BUFFER, ROUND_LARGE, Rounding
 from devmem.types import GiB
-from devmem.units import format_size
+from devmem.units import format_share, format_size
 
 #: Share of the device an engine asks for when it names none.
 DEFAULT_UTILIZATION = 0.9
@@ -241,7 +241,8 @@ class KvCachePlan:
             for k, v in self.breakdown.items()
         ]
         layout = [f"layout: {self.layout}"] if self.layout else []
-        return "\n".join([head, _PATHS[self.path].format(utilization=self.utilization), *layout, *rows])
+        share = None if self.utilization is None else format_share(self.utilization)
+        return "\n".join([head, _PATHS[self.path].format(utilization=share), *layout, *rows])
 
     def _how_figures_add_up(self) -> dict[str, str]:
         """For the breakdown's derived lines: what they add up from (the utilization path), and which figures are

@@ -4,7 +4,9 @@
 (:mod:`devmem.testing.test_installed_platform`) against the platform ``NAME`` on this machine (``devmem plugins``
 lists the names). Without
 the option those tests skip. The plugin also prints the per-call and detection times that the kit
-records. It is loaded by every pytest run where devmem is installed, so it imports nothing but pytest.
+records: each class's with ``--devmem-platform`` or ``--devmem-times``, else one line saying how many classes
+have them (a whole suite's would push pytest's verdict off the screen). It is loaded by every pytest run where
+devmem is installed, so it imports nothing but pytest.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ def pytest_addoption(parser):
         default=None,
         metavar="NAME",
         help="run devmem's conformance kit against the installed platform NAME",
+    )
+    group.addoption(
+        "--devmem-times",
+        action="store_true",
+        default=False,
+        help="print each conformance class's time per call in the summary (with --devmem-platform too)",
     )
 
 
@@ -75,7 +83,15 @@ def pytest_terminal_summary(terminalreporter):
                 text = _format(prop, value)
                 if text and getattr(report, "when", "call") == "call":
                     lines.append(f"{'::'.join(report.nodeid.split('::')[:2])}: {text}")
-    if lines:
+    if not lines:
+        return
+    config = terminalreporter.config
+    if config.getoption("devmem_times", False) or config.getoption("devmem_platform", None):
         terminalreporter.write_sep("-", "devmem: time per call (median)")
         for line in sorted(lines):
             terminalreporter.write_line(line)
+    else:
+        classes = len({line.split(": ", 1)[0] for line in lines})
+        what = "class" if classes == 1 else "classes"
+        shows = "--devmem-times shows them"
+        terminalreporter.write_line(f"devmem: times per call of {classes} conformance {what}: {shows}")

@@ -831,22 +831,31 @@ def read_reservations(
     report: Any,
     ledger_dir: str | os.PathLike[str] | None = None,
     me: Owner | None = None,
+    *,
+    count_self: bool = True,
 ) -> DeviceReservations | None:
     """The reservations on ``device`` from its ``report`` (a :class:`~devmem.DeviceReport`), read as admission reads
     them (:meth:`Ledger.view`); ``None`` where the device has no ledger. A ledger directory that cannot be used is a
-    :class:`LedgerError`."""
+    :class:`LedgerError`. ``count_self=False`` leaves this process's own memory out (the ``devmem`` command reading
+    host memory is no holder of it)."""
     key, _ = device_key(platform, device)
+    own = report.process if count_self else None
     ledger = Ledger(ledger_dir)
-    return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, report.process, me)
+    return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, own, me)
 
 
 def device_reservations(
-    platform: Platform, device: int, report: Any, ledger_dir: str | os.PathLike[str] | None = None
+    platform: Platform,
+    device: int,
+    report: Any,
+    ledger_dir: str | os.PathLike[str] | None = None,
+    *,
+    count_self: bool = True,
 ) -> DeviceReservations | None:
     """:func:`read_reservations` for ``devmem info`` and ``devmem doctor``: a ledger directory that cannot be used
-    is a warning (the rest of the report stands), given once."""
+    is a warning (the rest of the report stands), given once; ``count_self`` as there."""
     try:
-        return read_reservations(platform, device, report, ledger_dir)
+        return read_reservations(platform, device, report, ledger_dir, count_self=count_self)
     except LedgerError as exc:  # said once: every device, and every sample of `devmem top`, would repeat it
         if str(exc) not in _WARNED:
             _WARNED.add(str(exc))

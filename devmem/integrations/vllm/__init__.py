@@ -1,5 +1,6 @@
 """devmem inside stock vLLM: a ``vllm.general_plugins`` entry point that sizes vLLM's KV cache with
-:class:`devmem.EngineMemory`, from this process's own memory (``pip install "devmem-kv[vllm]"``, docs/vllm.md).
+:class:`devmem.EngineMemory`, from this process's own memory (``pip install -e ".[vllm]"`` from the checkout,
+docs/vllm.md).
 
 vLLM calls :func:`register` in every process it starts, workers included. It does nothing where
 ``DEVMEM_VLLM=0``; where the installed vLLM is older than 0.24, or a method it wraps has another shape, it logs one

@@ -54,11 +54,16 @@ GOAL_WIDTH = 200
 GPUS, PROCESSES = 8, 64
 
 
-def _env(ledger: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "COLUMNS", "DEVMEM_LOAD_PLUGINS")
-    }
-    env.update(DEVMEM_PLATFORM="cpu", DEVMEM_LEDGER_DIR=ledger)
+def _env(tmp: str) -> dict[str, str]:
+    """The cases' environment: the cpu platform, a ledger of their own, and compiled bytecode as an installed
+    package has it (a cache under ``tmp``, written by the warm-up round)."""
+    dropped = ("PYTHONPATH", "VIRTUAL_ENV", "COLUMNS", "DEVMEM_LOAD_PLUGINS", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env.update(
+        DEVMEM_PLATFORM="cpu",
+        DEVMEM_LEDGER_DIR=os.path.join(tmp, "ledger"),
+        PYTHONPYCACHEPREFIX=os.path.join(tmp, "pycache"),
+    )
     return env
 
 
@@ -74,7 +79,7 @@ def elapsed_ms(python: str, argv: list[str], env: dict[str, str]) -> tuple[float
 
 def timings(python: str, runs: int, env: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
     """Median wall and CPU milliseconds of each case over ``runs`` rounds, the cases alternating in each round."""
-    for argv in CASES.values():  # warm the file cache and the bytecode
+    for argv in CASES.values():  # warm the file cache, and write the bytecode
         elapsed_ms(python, argv, env)
     wall: dict[str, list[float]] = {name: [] for name in CASES}
     cpu: dict[str, list[float]] = {name: [] for name in CASES}
@@ -86,7 +91,7 @@ def timings(python: str, runs: int, env: dict[str, str]) -> tuple[dict[str, floa
     return {n: statistics.median(v) for n, v in wall.items()}, {n: statistics.median(v) for n, v in cpu.items()}
 
 
-def widths(ledger: str) -> dict[str, dict[str, int]]:
+def widths() -> dict[str, dict[str, int]]:
     """The size and widest line of ``devmem`` and ``devmem top -n 1`` written to a file, on the scripted node."""
     from devmem.command.info import cmd_info
     from devmem.command.main import build_parser
@@ -134,12 +139,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="write command_time.json and .txt here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="devmem-command-time-") as tmp:
-        ledger = os.path.join(tmp, "ledger")
         python = str(wheel_venv(Path(tmp))) if args.wheel else sys.executable
-        os.environ["DEVMEM_LEDGER_DIR"] = ledger
+        env = _env(tmp)
+        os.environ["DEVMEM_LEDGER_DIR"] = env["DEVMEM_LEDGER_DIR"]
         load = os.getloadavg()[0]
-        wall, cpu = timings(python, args.runs, _env(ledger))
-        written = widths(ledger)
+        wall, cpu = timings(python, args.runs, env)
+        written = widths()
     base, cpu_base = wall[BASELINE], cpu[BASELINE]
     added = {name: value - base for name, value in wall.items()}
     met = {name: added[name] <= goal for name, goal in GOALS_MS.items()}

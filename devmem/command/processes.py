@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from devmem._host import REAL_FILES, Files
+from devmem.records import Record
 
 
-@dataclass(frozen=True)
-class ProcessRow:
+class ProcessRow(Record):
     """One process on a device. ``user``/``command`` are ``None`` where this PID namespace cannot see it; ``role``
     is what the platform calls a process that serves others (``None`` for an ordinary one)."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -15,7 +14,6 @@ import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,6 @@ from devmem.engine.reservations._owners import (
     _start_time,
 )
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
-from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform, PlatformBase
 from devmem.records import Record
 from devmem.units import format_size
@@ -72,6 +69,8 @@ def _file_key(text: str) -> str:
     key = _UNSAFE.sub("_", text)
     if len(key) <= MAX_KEY:
         return key
+    import hashlib  # only for a long key: hashlib loads OpenSSL, a few ms of every `devmem` command
+
     return f"{key[: MAX_KEY - 17]}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
 
 
@@ -578,6 +577,8 @@ def resolve_request(nbytes: int | None, utilization: float | None, total: int) -
             f"utilization={shown(utilization)}"
         )
     if utilization is not None:
+        from devmem.planner.sizing import requested_memory  # the planner only where a share is asked for
+
         return requested_memory(total, utilization)
     whole = arguments.byte_count("bytes", nbytes, positive=True)
     if whole > total:
@@ -613,6 +614,8 @@ def _refusal(
 ) -> ReservationRefused:
     """The refusal of ``request``: what would fit (the total less all that ``before`` counts, this process's own
     use included) and who holds the device; ``full``: the ledger holds :data:`MAX_ENTRIES` reservations already."""
+    from fractions import Fraction
+
     total = before.total
     available = max(0, total - before.committed)
     holders = sorted(before.holdings, key=lambda h: -h.committed)

@@ -23,9 +23,9 @@ def emit_json(obj: object) -> None:
 def print_wrapped(*lines: str) -> None:
     """Lines for people, each wrapped to the terminal's width under its own indentation (plus two); a pipe or a
     file gets them whole."""
-    from devmem.command.format import width_for, wrap
+    from devmem.command.format import prose_width, wrap
 
-    width = width_for(sys.stdout)
+    width = prose_width(sys.stdout)
     wrapped = []
     for line in "\n".join(lines).splitlines():
         indent = line[: len(line) - len(line.lstrip())]
@@ -44,8 +44,8 @@ ENVIRONMENT = """environment:
                              which devices a process sees, and their order, as the device runtime applies them
   DEVMEM_LEDGER_DIR=DIR      the reservation ledger's directory (default /dev/shm/devmem)
   NO_COLOR=1                 no colour (colour is used only on a terminal, not under TERM=dumb)
-  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; output to
-                             a pipe or a file is not wrapped)"""
+  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; to a pipe
+                             or a file, screens are 80 columns and prose is not wrapped)"""
 
 EXIT_CODES = """exit codes:
   0  success

@@ -6,8 +6,8 @@ dispatches to the handler the command set: a command imports only what it needs.
 Exit codes: 0 success (``doctor``: nothing to fix), 1 a :class:`~devmem.DevmemError` (one line, no traceback;
 with ``--json`` also an object of kind ``error`` on stdout), a plan that does not fit, or ``doctor`` warnings, 2 a
 usage error, 130 Ctrl-C; a reader that goes away changes none of them.
-Human output scales its units (B..TiB) and wraps to the terminal's width (a pipe gets whole lines); ``--json``
-output shows exact bytes.
+Human output scales its units (B..TiB) and wraps to the terminal's width (in a pipe, screens to ``COLUMNS`` or 80
+columns, prose whole); ``--json`` output shows exact bytes.
 """
 
 from __future__ import annotations

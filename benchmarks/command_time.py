@@ -67,25 +67,27 @@ def _env(tmp: str) -> dict[str, str]:
     return env
 
 
-def elapsed_ms(python: str, argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Wall and CPU (user + system) milliseconds of one fresh ``python argv``, its output to a pipe."""
+def elapsed_ms(python: str, argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
+    """Wall and CPU (user + system) milliseconds of one fresh ``python argv`` run in ``cwd``, its output to a
+    pipe."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([python, *argv], check=True, capture_output=True, env=env, cwd=tempfile.gettempdir())
+    subprocess.run([python, *argv], check=True, capture_output=True, env=env, cwd=cwd)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall * 1e3, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
 
 
-def timings(python: str, runs: int, env: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """Median wall and CPU milliseconds of each case over ``runs`` rounds, the cases alternating in each round."""
+def timings(python: str, runs: int, env: dict[str, str], cwd: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU milliseconds of each case over ``runs`` rounds, the cases alternating in each round; run
+    in ``cwd`` (the repository, whose devmem ``-c`` then imports; a folder without one for a wheel)."""
     for argv in CASES.values():  # warm the file cache, and write the bytecode
-        elapsed_ms(python, argv, env)
+        elapsed_ms(python, argv, env, cwd)
     wall: dict[str, list[float]] = {name: [] for name in CASES}
     cpu: dict[str, list[float]] = {name: [] for name in CASES}
     for _ in range(runs):
         for name, argv in CASES.items():
-            w, c = elapsed_ms(python, argv, env)
+            w, c = elapsed_ms(python, argv, env, cwd)
             wall[name].append(w)
             cpu[name].append(c)
     return {n: statistics.median(v) for n, v in wall.items()}, {n: statistics.median(v) for n, v in cpu.items()}
@@ -143,7 +145,7 @@ def main() -> int:
         env = _env(tmp)
         os.environ["DEVMEM_LEDGER_DIR"] = env["DEVMEM_LEDGER_DIR"]
         load = os.getloadavg()[0]
-        wall, cpu = timings(python, args.runs, env)
+        wall, cpu = timings(python, args.runs, env, tmp if args.wheel else str(ROOT))
         written = widths()
     base, cpu_base = wall[BASELINE], cpu[BASELINE]
     added = {name: value - base for name, value in wall.items()}

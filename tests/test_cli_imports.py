@@ -17,13 +17,15 @@ CONFIG = str(ROOT / "examples" / "configs" / "qwen3-8b.json")
 #: What no command needs but the one that serves (the exporter) or reads a model (plan --model, fit).
 HTTP = ("http.server", "wsgiref.simple_server", "socketserver", "prometheus_client", "devmem.exporter")
 MODELS = ("devmem.planner.models", "devmem.planner.capacity", "devmem.planner.engine_layout")
-#: Heavy standard modules the screens do without: dataclasses pulls in inspect (ast, dis, tokenize), hashlib OpenSSL.
-HEAVY = ("dataclasses", "hashlib", "torch")
+#: Heavy modules the screens do without: dataclasses pulls in inspect (ast, dis, tokenize), hashlib OpenSSL, shutil
+#: the compression modules (unless the interpreter's own start imported them already).
+HEAVY = ("dataclasses", "hashlib", "shutil", "torch")
 COMMAND_MODULES = {f"devmem.command.{c}" for c in ("info", "top", "plugins", "doctor", "plan", "fit", "exporter")}
 
 
 def loaded(tmp_path: Path, *argv: str) -> set[str]:
-    """The modules a fresh interpreter holds after ``devmem argv`` (the cpu platform, a ledger of the test's own)."""
+    """The modules a fresh interpreter holds after ``devmem argv`` (the cpu platform, a ledger of the test's own),
+    less those its start (``site``, and what the environment's ``.pth`` files import) holds already."""
     code = (
         "import json, sys\n"
         "from devmem.command.main import main\n"
@@ -35,7 +37,11 @@ def loaded(tmp_path: Path, *argv: str) -> set[str]:
     env.update(DEVMEM_PLATFORM="cpu", DEVMEM_LEDGER_DIR=str(tmp_path / "ledger"))
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    return set(json.loads(done.stderr.rpartition("MODULES ")[2]))
+    bare = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+    start = subprocess.run(
+        [sys.executable, "-c", bare], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    return set(json.loads(done.stderr.rpartition("MODULES ")[2])) - set(json.loads(start.stdout))
 
 
 def under(modules: set[str], prefixes: tuple[str, ...] | set[str]) -> set[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
+import sys
 import textwrap
 from collections.abc import Iterable
 from typing import IO
@@ -30,9 +30,24 @@ PIPE_WIDTH = 80
 UNWRAPPED = 1 << 20
 
 
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size((80, 24)).columns`` without importing :mod:`shutil` (which imports the compression
+    modules: milliseconds of every command): ``COLUMNS`` above 0, else stdout's terminal's width, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def terminal_width() -> int:
     """Columns to fit on a screen: ``COLUMNS``, else the terminal's width, else 80."""
-    return max(20, shutil.get_terminal_size((80, 24)).columns)
+    return max(20, terminal_columns())
 
 
 def columns_set() -> bool:

@@ -7,7 +7,6 @@ import errno
 import fcntl
 import json
 import logging
-import math
 import numbers
 import os
 import stat
@@ -21,7 +20,7 @@ from devmem import arguments
 from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
 from devmem._text import env_text, shown
-from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
+from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory, read_bounded
 from devmem.engine.reservations._accounting import Accounting, Holding, account
 from devmem.engine.reservations._owners import (
     _UNSAFE,
@@ -141,8 +140,11 @@ class _Locks:
         if self._holders is None:
             self._holders = {}
             try:
-                with open(self._path, "rb") as f:
-                    text = f.read(1 << 24).decode("ascii", "replace")
+                fd = os.open(self._path, os.O_RDONLY)
+                try:
+                    text = read_bounded(fd, 1 << 24).decode("ascii", "replace")
+                finally:
+                    os.close(fd)
             except OSError:
                 text = ""
             for line in text.splitlines():
@@ -176,20 +178,34 @@ class DeviceReservations(Record):
 
 
 def ledger_bytes(key: str, entries: Sequence[Entry]) -> bytes:
-    """The ledger file of ``key`` listing ``entries``."""
-    return json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1).encode()
+    """The ledger file of ``key`` listing ``entries``, on one line: json's C encoder writes it (an indented dump
+    runs the pure-Python one, milliseconds for a few hundred entries at every admission)."""
+    return (json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}) + "\n").encode()
 
 
-def parse_ledger(data: bytes) -> list[Entry]:
+def parse_ledger(data: bytes, known: dict[str, Entry] | None = None) -> list[Entry]:
     """The entries of a ledger file's bytes; ``ValueError``, ``KeyError``, ``TypeError`` or ``RecursionError``
-    for anything else (more than :data:`MAX_ENTRIES` entries included)."""
+    for anything else (more than :data:`MAX_ENTRIES` entries included).
+
+    ``known``: the entries this process checked in an earlier read of the same file, by id; an entry written as
+    the one known is taken as it is, and ``known`` becomes this read's entries (a release, or the next scrape,
+    checks only what changed since)."""
     ledger = json.loads(data)
     if not isinstance(ledger, dict) or ledger.get("format") != FORMAT:
         raise ValueError(f"not a version-{FORMAT} ledger")
     entries = ledger["entries"]
     if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
         raise ValueError(f"'entries' must be a list of at most {MAX_ENTRIES} entries, got {shown(entries)}")
-    return [Entry.from_json(e) for e in entries]
+    if known is None:
+        return [Entry.from_json(e) for e in entries]
+    parsed = []
+    for e in entries:
+        entry_id = e.get("id") if isinstance(e, dict) else None
+        same = known.get(entry_id) if isinstance(entry_id, str) else None
+        parsed.append(same if same is not None and e == same.as_json() else Entry.from_json(e))
+    known.clear()
+    known.update((e.id, e) for e in parsed)
+    return parsed
 
 
 class Ledger:
@@ -218,6 +234,8 @@ class Ledger:
                 f"ends), got {shown(lock_timeout)}"
             )
         self.lock_timeout: float = float(seconds)
+        #: The entries of each device's ledger file as this object last read them (see :func:`parse_ledger`).
+        self._known: dict[str, dict[str, Entry]] = {}
 
     # ---- files ----------------------------------------------------------------------------------------
     def opened(self, *, create: bool) -> LedgerDirectory | None:
@@ -275,8 +293,9 @@ class Ledger:
         except ValueError as exc:
             return [], f"{exc}: not a ledger"
         try:
-            return parse_ledger(data), None
+            return parse_ledger(data, self._known.setdefault(key, {})), None
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            self._known.pop(key, None)
             return [], f"{path} is corrupt ({type(exc).__name__}: {exc})"
 
     @staticmethod
@@ -385,8 +404,10 @@ class Ledger:
                 held = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
             record = entry
             with suppress(OSError, ValueError, RecursionError):
-                data = os.read(fd, MAX_ENTRY_BYTES + 1)
-                own = Entry.from_json(json.loads(data)) if len(data) <= MAX_ENTRY_BYTES else None
+                data = os.read(fd, min(st.st_size, MAX_ENTRY_BYTES) + 1)  # its size: no 16 KiB buffer each
+                copy = json.loads(data) if len(data) <= MAX_ENTRY_BYTES else None
+                # the owner's copy as the ledger lists it (checked when it was read) needs no second check
+                own = entry if copy == entry.as_json() else None if copy is None else Entry.from_json(copy)
                 if own is not None and own.id == entry.id:
                     record = own
         finally:
@@ -421,12 +442,13 @@ class Ledger:
                 live.append(record)
         return live, dead
 
-    def _owner_files(self, d: LedgerDirectory, key: str) -> list[Entry]:
-        """The entries ``key``'s owner files record, each from the file its id names (live or not)."""
+    def _owner_files(self, d: LedgerDirectory, key: str, listed: frozenset[str] = frozenset()) -> list[Entry]:
+        """The entries ``key``'s owner files record, each from the file its id names (live or not), but for the
+        ids in ``listed`` (the ledger file's, whose owner files :meth:`judged` reads)."""
         entries = []
         prefix = f"{key}."
         for name in d.names():
-            if not (name.startswith(prefix) and name.endswith(".owner")):
+            if not (name.startswith(prefix) and name.endswith(".owner")) or name[len(prefix) : -6] in listed:
                 continue
             try:
                 entry = Entry.from_json(json.loads(d.read(name, MAX_ENTRY_BYTES)))
@@ -443,8 +465,8 @@ class Ledger:
         entries and those of the owner files it does not list, so that a ledger file emptied, edited or removed
         while its owners live loses none of their reservations."""
         entries, problem = self._read(d, key)
-        listed = {e.id for e in entries}
-        entries += [e for e in self._owner_files(d, key) if e.id not in listed]
+        listed = frozenset(e.id for e in entries)
+        entries += [e for e in self._owner_files(d, key, listed) if e.id not in listed]
         live, dead = self.judged(d, key, entries, me, others)
         if problem is not None:
             return live, [], f"{problem}: rebuilt from the {len(live)} live owner(s)' owner files"
@@ -614,12 +636,10 @@ def _refusal(
 ) -> ReservationRefused:
     """The refusal of ``request``: what would fit (the total less all that ``before`` counts, this process's own
     use included) and who holds the device; ``full``: the ledger holds :data:`MAX_ENTRIES` reservations already."""
-    from fractions import Fraction
-
     total = before.total
     available = max(0, total - before.committed)
     holders = sorted(before.holdings, key=lambda h: -h.committed)
-    fits = math.floor(Fraction(available, total) * 1000) / 1000
+    fits = available * 1000 // total / 1000  # the share that fits, rounded down to 0.001 (exactly: integers)
     asked = f"device {device} ({name}): cannot reserve {format_size(request)} ({request / total:.3f} of "
     asked += f"{format_size(total)})."
     if full:

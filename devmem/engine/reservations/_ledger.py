@@ -10,6 +10,7 @@ import logging
 import numbers
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -125,6 +126,40 @@ def _warn_once(path: Path, what: str) -> None:
     if str(path) not in _WARNED:
         _WARNED.add(str(path))
         log.warning("devmem: reservation ledger file %s %s", path, what)
+
+
+def _flock_within(fd: int, seconds: float) -> bool | OSError:
+    """Take ``flock(LOCK_EX)`` on ``fd``'s open file, waiting at most ``seconds``: whether it was taken (or the
+    ``OSError`` that ``flock`` raised). The wait is a blocking ``flock`` in a daemon thread, on a duplicate of
+    ``fd`` (a lock belongs to the open file, so ``fd`` holds it once taken): the kernel queues its waiters and
+    wakes the next when the lock is released, where polling gave no waiter its turn. Given up at the deadline, the
+    thread drops the lock as soon as it gets it (closing the last descriptor of the open file)."""
+    waiter = os.dup(fd)
+    turn = threading.Lock()
+    taken = threading.Event()
+    outcome: list[bool | OSError] = []
+
+    def wait() -> None:
+        try:
+            fcntl.flock(waiter, fcntl.LOCK_EX)
+            result: bool | OSError = True
+        except OSError as exc:
+            result = exc
+        with turn:
+            if not outcome:  # still waited for
+                outcome.append(result)
+                os.close(waiter)  # fd keeps the lock
+                taken.set()
+                return
+        os.close(waiter)  # given up: its lock (the last descriptor of that open file) goes with it
+
+    threading.Thread(target=wait, name="devmem-ledger-lock", daemon=True).start()
+    taken.wait(seconds)
+    with turn:
+        if not outcome:
+            outcome.append(False)
+            return False
+    return outcome[0]
 
 
 class _Locks:
@@ -253,26 +288,26 @@ class Ledger:
 
     @contextmanager
     def _locked(self, d: LedgerDirectory, key: str) -> Iterator[None]:
+        """The device's admission lock, held while the block runs. Where another process holds it, this one waits
+        in the kernel's queue of the lock's waiters (a blocking ``flock``), so engines arriving together are
+        answered in turn, each soon after the one before; ``LedgerError`` once :attr:`lock_timeout` has passed."""
         # flock needs no write access: another user's lock file serves as well
         fd = _create(d, f"{key}.lock", os.O_RDONLY, 0o666)
         try:
-            deadline = time.monotonic() + self.lock_timeout
-            delay = 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise _os_error("lock (flock)", d.file(f"{key}.lock"), exc) from None
-                if time.monotonic() >= deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise _os_error("lock (flock)", d.file(f"{key}.lock"), exc) from None
+                waited = _flock_within(fd, self.lock_timeout)
+                if isinstance(waited, OSError):
+                    raise _os_error("lock (flock)", d.file(f"{key}.lock"), waited) from None
+                if not waited:
                     raise LedgerError(
                         f"waited {self.lock_timeout:g} s for the reservation ledger lock {d.file(key)}.lock "
                         "without getting it: another process holds it (a hung engine?); `devmem info` lists the "
                         "holders"
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 0.01)
+                    ) from None
             yield
         finally:
             os.close(fd)  # closing drops the lock

@@ -13,7 +13,7 @@ import threading
 import pytest
 from ledger_workers import Worker
 
-from devmem import GiB, MiB, LedgerError
+from devmem import GiB, LedgerError, MiB
 from devmem.cpu import CpuPlatform
 from devmem.engine.reservations import reserve
 from devmem.testing.scenario import HostMemory, Scenario

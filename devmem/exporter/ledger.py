@@ -18,6 +18,7 @@ from devmem.engine.reservations import (
     Entry,
     Ledger,
     LedgerError,
+    Locks,
     Owner,
     account,
     device_key,
@@ -27,12 +28,19 @@ from devmem.platform import DeviceReport, Platform
 
 
 def read_reservations(
-    platform: Platform, report: DeviceReport, directory: str | os.PathLike[str], me: Owner
+    platform: Platform,
+    report: DeviceReport,
+    directory: str | os.PathLike[str],
+    me: Owner,
+    known: dict[str, Entry] | None = None,
+    locks: Locks | None = None,
 ) -> DeviceReservations | None:
     """The reservations on the device of ``report`` (one reading of it) in the ledger ``directory``, as the
     process ``me`` sees them; ``None`` where the device has no ledger file. A file that is no ledger gives no
     entries and its problem; a file that cannot be read (a symbolic link included: never followed), or a ledger
-    directory that cannot be used, raises :class:`~devmem.LedgerError` naming it."""
+    directory that cannot be used, raises :class:`~devmem.LedgerError` naming it. ``known``: the entries an
+    earlier scrape checked (see :func:`~devmem.engine.reservations.parse_ledger`), ``locks``: the kernel's lock
+    holders as this scrape read them."""
     key, _ = device_key(platform, report.index)
     ledger = Ledger(directory)
     path = ledger.path(key)
@@ -43,7 +51,7 @@ def read_reservations(
         entries: list[Entry] = []
         problem = None
         try:
-            entries = parse_ledger(d.read(path.name, MAX_FILE_BYTES))
+            entries = parse_ledger(d.read(path.name, MAX_FILE_BYTES), known)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -54,6 +62,7 @@ def read_reservations(
                 "rebuilds it"
             )
         others = report.other_processes
-        live, dead = ledger.judged(d, key, entries, me, others)
-    accounting = account(report.total, report.free, live, others, report.process, report.integrated, me)
+        live, dead = ledger.judged(d, key, entries, me, others, locks)
+    # the metrics name reservation holders only (from their entries): no process without one is looked up
+    accounting = account(report.total, report.free, live, others, report.process, report.integrated, me, commands=False)
     return DeviceReservations(key, str(path), accounting, tuple(dead), problem)

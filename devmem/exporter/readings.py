@@ -1,10 +1,13 @@
 """One reading of a node per scrape: per device, one :class:`~devmem.platform.DeviceReading` and everything derived
 from it (who the processes are, the ledger's reservations, doctor's findings), under a deadline.
 
-Each device is read in a daemon thread of its own, all at once, and the scrape waits for them until one deadline
-has passed. A device whose reading raises or is still running then is left out of the scrape and its failure is
-returned; a reading still running at the next scrape is not started again (a hung vendor call costs one thread per
-device, not one per scrape). Within a device, a ledger or findings step that raises costs only its own metrics.
+Each device is read on a daemon thread of its own that lives with the reader (a :class:`~devmem._deadline.Worker`
+per device, started at the first scrape: a scrape starts no thread), all at once, and the scrape waits for them
+until one deadline has passed. A device whose reading raises or is still running then is left out of the scrape and
+its failure is returned; a reading still running at the next scrape is not started again (a hung vendor call holds
+its device's thread, never one more). Within a device, a ledger or findings step that raises costs only its own
+metrics. Who a process is (user, command, PID namespace, cgroup) is read for the processes a scrape shows, once per
+process: a PID seen again with the same start time is the same process.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from devmem._deadline import Job
+from devmem._deadline import Call, Worker
 from devmem._host import REAL_FILES, Files
 from devmem.command.doctor import Finding, device_findings, diagnose
 from devmem.command.processes import ProcessRow, container_id, process_cgroup, process_rows
-from devmem.engine.reservations import DeviceReservations, Owner
+from devmem.engine.reservations import DeviceReservations, Entry, Locks, Owner, _start_time
 from devmem.exporter.ledger import read_reservations
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
@@ -99,7 +102,11 @@ class NodeReader:
     command_length: int = 64
     files: Files = REAL_FILES
     candidates: Sequence[Candidate] | None = None
-    _running: dict[str, Job] = field(default_factory=dict, init=False, repr=False)
+    _workers: dict[str, Worker] = field(default_factory=dict, init=False, repr=False)
+    #: Per device, who each process shown last time is, by PID: (start time, its sample without its bytes).
+    _who: dict[int, dict[int, tuple[int, ProcessSample]]] = field(default_factory=dict, init=False, repr=False)
+    #: Per device, the ledger entries checked at an earlier scrape (see devmem.engine.reservations.parse_ledger).
+    _entries: dict[int, dict[str, Entry]] = field(default_factory=dict, init=False, repr=False)
     _failing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
     _me: Owner = field(default_factory=Owner.current, init=False, repr=False)
 
@@ -109,8 +116,10 @@ class NodeReader:
         deadline = started + self.deadline
         count = self._outcome(ALL_DEVICES, DEVICE, self._start(ALL_DEVICES, self.platform.device_count), deadline)
         failures: list[Failure] = [] if isinstance(count, int) else [count]
+        locks = Locks()  # the kernel's lock holders, read once for every device's ledger
         jobs = {
-            str(d): self._start(str(d), functools.partial(self._device, d)) for d in range(0 if failures else count)
+            str(d): self._start(str(d), functools.partial(self._device, d, locks))
+            for d in range(0 if failures else count)
         }
         machine_job = self._start("machine", self._machine_findings)
         devices = []
@@ -129,15 +138,14 @@ class NodeReader:
         return NodeReading(tuple(devices), tuple(machine), tuple(failures), time.monotonic() - started)
 
     # ---- bounded calls ---------------------------------------------------------------------------------
-    def _start(self, name: str, call: Callable[[], Any]) -> Job | None:
-        """A job for ``call``, or ``None`` where the one started for ``name`` by an earlier scrape still runs."""
-        running = self._running.get(name)
-        if running is not None and running.thread.is_alive():
-            return None
-        job = self._running[name] = Job(call, name="devmem-exporter-reading")
-        return job
+    def _start(self, name: str, call: Callable[[], Any]) -> Call[Any] | None:
+        """``call`` handed to ``name``'s worker, or ``None`` where the one an earlier scrape gave it still runs."""
+        worker = self._workers.get(name)
+        if worker is None:
+            worker = self._workers[name] = Worker("devmem-exporter-reading")
+        return None if worker.busy else worker.submit(call)
 
-    def _outcome(self, name: str, reading: str, job: Job | None, deadline: float) -> Any:
+    def _outcome(self, name: str, reading: str, job: Call[Any] | None, deadline: float) -> Any:
         """The value of ``job``, or the :class:`Failure` of ``reading`` on ``name`` where it raised or is late."""
         if job is None or not job.done_by(deadline):
             return self._noted(Failure(name, reading, DEADLINE), f"passed its deadline of {self.deadline:g} s")
@@ -161,7 +169,7 @@ class NodeReader:
         return failure
 
     # ---- one device ------------------------------------------------------------------------------------
-    def _device(self, device: int) -> DeviceSample:
+    def _device(self, device: int, locks: Locks) -> DeviceSample:
         reading = read_device(self.platform, device)
         report = DeviceReport.from_reading(self.platform.name, reading)
         failures: list[Failure] = []
@@ -172,12 +180,13 @@ class NodeReader:
             ranked = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))
             shown = dict(ranked[: self.max_processes])
             omitted, omitted_bytes = len(ranked) - len(shown), sum(used for _, used in ranked[len(shown) :])
-            processes = self._processes(shown, dict(reading.roles))
+            processes = self._processes(device, shown, dict(reading.roles))
         get_uuid = getattr(self.platform, "device_uuid", None)
         uuid = get_uuid(device) if callable(get_uuid) else None
         reservations = None
         try:
-            reservations = read_reservations(self.platform, report, self.ledger_dir, self._me)
+            known = self._entries.setdefault(device, {})
+            reservations = read_reservations(self.platform, report, self.ledger_dir, self._me, known, locks)
         except Exception as exc:
             failures.append(Failure(str(device), RESERVATIONS, ERROR, f"failed: {exc}"))
         findings = None
@@ -188,12 +197,28 @@ class NodeReader:
                 failures.append(Failure(str(device), FINDINGS, ERROR, f"failed: {exc}"))
         return DeviceSample(report, uuid, processes, omitted, omitted_bytes, reservations, findings, tuple(failures))
 
-    def _processes(self, shown: dict[int, int], roles: dict[int, str]) -> tuple[ProcessSample, ...]:
-        """Samples of the processes ``shown`` (PID -> bytes), largest first."""
+    def _processes(self, device: int, shown: dict[int, int], roles: dict[int, str]) -> tuple[ProcessSample, ...]:
+        """Samples of the processes ``shown`` on ``device`` (PID -> bytes), largest first. Who a process is (psutil,
+        its ``/proc`` status and cgroup) is read the first time it is shown; a PID shown again with the same start
+        time (one read of ``/proc/<pid>/stat``) is the same process. Only the processes shown now are kept."""
+        before = self._who.get(device, {})
+        now: dict[int, tuple[int, ProcessSample]] = {}
         samples = []
-        for row in process_rows(shown, self.files, roles):
-            cgroup = process_cgroup(self.files, row.pid)
-            samples.append(ProcessSample(row, cgroup, container_id(cgroup)))
+        for pid, used in shown.items():
+            started = _start_time(pid)
+            seen = before.get(pid)
+            if seen is None or started is None or seen[0] != started:
+                (row,) = process_rows({pid: used}, self.files, roles)
+                cgroup = process_cgroup(self.files, pid)
+                sample = ProcessSample(row, cgroup, container_id(cgroup))
+            else:
+                known, row = seen[1], seen[1].row
+                row = ProcessRow(pid, used, row.user, row.command, row.namespace_pid, roles.get(pid))
+                sample = ProcessSample(row, known.cgroup, known.container)
+            if started is not None:
+                now[pid] = (started, sample)
+            samples.append(sample)
+        self._who[device] = now
         return tuple(samples)
 
     def _machine_findings(self) -> list[Finding]:

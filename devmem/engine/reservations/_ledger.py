@@ -22,7 +22,7 @@ from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
 from devmem._text import env_text, shown
 from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory, read_bounded
-from devmem.engine.reservations._accounting import Accounting, Holding, account
+from devmem.engine.reservations._accounting import Accounting, Holding, account, named
 from devmem.engine.reservations._owners import (
     _UNSAFE,
     DEFAULT_LOCK_TIMEOUT,
@@ -135,7 +135,7 @@ def _flock_within(fd: int, seconds: float) -> bool | OSError:
     wakes the next when the lock is released, where polling gave no waiter its turn. Given up at the deadline, the
     thread drops the lock as soon as it gets it (closing the last descriptor of the open file)."""
     waiter = os.dup(fd)
-    turn = threading.Lock()
+    turn = ForkSafeLock()
     taken = threading.Event()
     outcome: list[bool | OSError] = []
 
@@ -162,8 +162,9 @@ def _flock_within(fd: int, seconds: float) -> bool | OSError:
     return outcome[0]
 
 
-class _Locks:
-    """The ``flock`` holders the kernel lists (``/proc/locks``), read once per look at a ledger."""
+class Locks:
+    """The ``flock`` holders the kernel lists (``/proc/locks``), read once per look at a ledger (or at every ledger
+    of a scrape), at its first question."""
 
     def __init__(self, path: str = "/proc/locks"):
         self._path = path
@@ -172,8 +173,8 @@ class _Locks:
     def holders(self, dev: int, ino: int) -> set[int] | None:
         """The PIDs (as this PID namespace names them) holding a ``flock`` on the file ``(dev, ino)``; ``None``
         where ``/proc/locks`` cannot be read or lists none (holders in another PID namespace are left out)."""
-        if self._holders is None:
-            self._holders = {}
+        if self._holders is None:  # read whole before it is shared: threads may ask at once
+            holders: dict[str, set[int]] = {}
             try:
                 fd = os.open(self._path, os.O_RDONLY)
                 try:
@@ -185,7 +186,8 @@ class _Locks:
             for line in text.splitlines():
                 fields = line.split()
                 if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit():
-                    self._holders.setdefault(fields[5], set()).add(int(fields[4]))
+                    holders.setdefault(fields[5], set()).add(int(fields[4]))
+            self._holders = holders
         return self._holders.get(f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}") or None
 
 
@@ -411,7 +413,7 @@ class Ledger:
         entry: Entry,
         me: Owner,
         others: Mapping[int, int] | None,
-        locks: _Locks,
+        locks: Locks,
     ) -> Entry | None:
         """``entry`` as its owner recorded it (its owner file's copy, which only the owner writes), where the owner
         is alive, as the kernel tells: its owner lock decides, in any PID namespace (a PID and start time anyone
@@ -459,10 +461,17 @@ class Ledger:
         return record if others is not None and outer is not None and outer in others else None
 
     def judged(
-        self, d: LedgerDirectory, key: str, entries: Sequence[Entry], me: Owner, others: Mapping[int, int] | None
+        self,
+        d: LedgerDirectory,
+        key: str,
+        entries: Sequence[Entry],
+        me: Owner,
+        others: Mapping[int, int] | None,
+        locks: Locks | None = None,
     ) -> tuple[list[Entry], list[Entry]]:
-        """``entries`` split into the live owners' (as each owner recorded it, each id once) and the dead's."""
-        locks = _Locks()
+        """``entries`` split into the live owners' (as each owner recorded it, each id once) and the dead's;
+        ``locks``: the kernel's lock holders as a caller reading several ledgers at once read them."""
+        locks = locks or Locks()
         live: list[Entry] = []
         dead: list[Entry] = []
         seen: set[str] = set()
@@ -542,7 +551,10 @@ class Ledger:
                 log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
             own = reading.process.used
             outside = own if held_outside is None or own is None else min(own, held_outside)
-            before = account(total, free, live, others, own, reading.integrated, me, own_counted=outside)
+            # who the processes without a reservation are is asked only where a refusal names them
+            before = account(
+                total, free, live, others, own, reading.integrated, me, own_counted=outside, commands=False
+            )
             # this process's own use beyond what it reserved, and outside the new share, is on top of the request:
             # an engine's budget is its growth from its baseline
             if before.committed + request > total or len(live) >= MAX_ENTRIES:
@@ -673,7 +685,7 @@ def _refusal(
     use included) and who holds the device; ``full``: the ledger holds :data:`MAX_ENTRIES` reservations already."""
     total = before.total
     available = max(0, total - before.committed)
-    holders = sorted(before.holdings, key=lambda h: -h.committed)
+    holders = named(sorted(before.holdings, key=lambda h: -h.committed))
     fits = available * 1000 // total / 1000  # the share that fits, rounded down to 0.001 (exactly: integers)
     asked = f"device {device} ({name}): cannot reserve {format_size(request)} ({request / total:.3f} of "
     asked += f"{format_size(total)})."

@@ -45,8 +45,12 @@ def _start_time(pid: int) -> int | None:
     a zombie (killed, not yet reaped by its parent). Without ``/proc`` (not Linux): psutil's creation time in
     hundredths of a second."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # no buffered file object: the exporter asks every scrape
+        try:
+            text = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        fields = text.decode("ascii", "replace").rsplit(")", 1)[1].split()
         return None if fields[0] in ("Z", "X", "x") else int(fields[19])
     except (OSError, IndexError, ValueError):
         if os.path.isdir("/proc/self"):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devmem._deadline import Call, Worker
+from devmem._forksafe import ForkSafeLock
 from devmem._host import REAL_FILES, Files
 from devmem.command.doctor import Finding, device_findings, diagnose
 from devmem.command.processes import ProcessRow, container_id, process_cgroup, process_rows
@@ -76,6 +77,20 @@ class DeviceSample:
     failures: tuple[Failure, ...] = ()
 
 
+class _Scrape:
+    """What the devices of one scrape share: the kernel's lock holders and each shown PID's start time, each read
+    once."""
+
+    def __init__(self) -> None:
+        self.locks = Locks()
+        self.started: dict[int, int | None] = {}
+
+    def start_time(self, pid: int) -> int | None:
+        if pid not in self.started:
+            self.started[pid] = _start_time(pid)
+        return self.started[pid]
+
+
 @dataclass(frozen=True)
 class NodeReading:
     """One scrape's reading: the devices read in time, the machine's own findings, and what was left out."""
@@ -103,8 +118,9 @@ class NodeReader:
     files: Files = REAL_FILES
     candidates: Sequence[Candidate] | None = None
     _workers: dict[str, Worker] = field(default_factory=dict, init=False, repr=False)
-    #: Per device, who each process shown last time is, by PID: (start time, its sample without its bytes).
-    _who: dict[int, dict[int, tuple[int, ProcessSample]]] = field(default_factory=dict, init=False, repr=False)
+    #: Who each process the last scrape showed is, by PID: (its start time, its sample on the device it was read for).
+    _who: dict[int, tuple[int, ProcessSample]] = field(default_factory=dict, init=False, repr=False)
+    _who_lock: ForkSafeLock = field(default_factory=ForkSafeLock, init=False, repr=False)
     #: Per device, the ledger entries checked at an earlier scrape (see devmem.engine.reservations.parse_ledger).
     _entries: dict[int, dict[str, Entry]] = field(default_factory=dict, init=False, repr=False)
     _failing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
@@ -116,9 +132,9 @@ class NodeReader:
         deadline = started + self.deadline
         count = self._outcome(ALL_DEVICES, DEVICE, self._start(ALL_DEVICES, self.platform.device_count), deadline)
         failures: list[Failure] = [] if isinstance(count, int) else [count]
-        locks = Locks()  # the kernel's lock holders, read once for every device's ledger
+        scrape = _Scrape()
         jobs = {
-            str(d): self._start(str(d), functools.partial(self._device, d, locks))
+            str(d): self._start(str(d), functools.partial(self._device, d, scrape))
             for d in range(0 if failures else count)
         }
         machine_job = self._start("machine", self._machine_findings)
@@ -135,6 +151,7 @@ class NodeReader:
         if isinstance(machine, Failure):
             failures.append(machine)
             machine = []
+        self._who = {pid: who for pid, who in self._who.items() if pid in scrape.started}  # the processes shown now
         return NodeReading(tuple(devices), tuple(machine), tuple(failures), time.monotonic() - started)
 
     # ---- bounded calls ---------------------------------------------------------------------------------
@@ -169,7 +186,7 @@ class NodeReader:
         return failure
 
     # ---- one device ------------------------------------------------------------------------------------
-    def _device(self, device: int, locks: Locks) -> DeviceSample:
+    def _device(self, device: int, scrape: _Scrape) -> DeviceSample:
         reading = read_device(self.platform, device)
         report = DeviceReport.from_reading(self.platform.name, reading)
         failures: list[Failure] = []
@@ -180,13 +197,13 @@ class NodeReader:
             ranked = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))
             shown = dict(ranked[: self.max_processes])
             omitted, omitted_bytes = len(ranked) - len(shown), sum(used for _, used in ranked[len(shown) :])
-            processes = self._processes(device, shown, dict(reading.roles))
+            processes = self._processes(shown, dict(reading.roles), scrape)
         get_uuid = getattr(self.platform, "device_uuid", None)
         uuid = get_uuid(device) if callable(get_uuid) else None
         reservations = None
         try:
             known = self._entries.setdefault(device, {})
-            reservations = read_reservations(self.platform, report, self.ledger_dir, self._me, known, locks)
+            reservations = read_reservations(self.platform, report, self.ledger_dir, self._me, known, scrape.locks)
         except Exception as exc:
             failures.append(Failure(str(device), RESERVATIONS, ERROR, f"failed: {exc}"))
         findings = None
@@ -197,28 +214,26 @@ class NodeReader:
                 failures.append(Failure(str(device), FINDINGS, ERROR, f"failed: {exc}"))
         return DeviceSample(report, uuid, processes, omitted, omitted_bytes, reservations, findings, tuple(failures))
 
-    def _processes(self, device: int, shown: dict[int, int], roles: dict[int, str]) -> tuple[ProcessSample, ...]:
-        """Samples of the processes ``shown`` on ``device`` (PID -> bytes), largest first. Who a process is (psutil,
-        its ``/proc`` status and cgroup) is read the first time it is shown; a PID shown again with the same start
-        time (one read of ``/proc/<pid>/stat``) is the same process. Only the processes shown now are kept."""
-        before = self._who.get(device, {})
-        now: dict[int, tuple[int, ProcessSample]] = {}
+    def _processes(self, shown: dict[int, int], roles: dict[int, str], scrape: _Scrape) -> tuple[ProcessSample, ...]:
+        """Samples of the processes ``shown`` (PID -> bytes), largest first. Who a process is (psutil, its ``/proc``
+        status and cgroup) is read the first time a scrape shows it, on whichever device: a PID shown again with the
+        same start time (``/proc/<pid>/stat``, read once a scrape) is the same process."""
         samples = []
         for pid, used in shown.items():
-            started = _start_time(pid)
-            seen = before.get(pid)
+            started = scrape.start_time(pid)
+            seen = self._who.get(pid)
             if seen is None or started is None or seen[0] != started:
-                (row,) = process_rows({pid: used}, self.files, roles)
-                cgroup = process_cgroup(self.files, pid)
-                sample = ProcessSample(row, cgroup, container_id(cgroup))
-            else:
-                known, row = seen[1], seen[1].row
-                row = ProcessRow(pid, used, row.user, row.command, row.namespace_pid, roles.get(pid))
-                sample = ProcessSample(row, known.cgroup, known.container)
-            if started is not None:
-                now[pid] = (started, sample)
-            samples.append(sample)
-        self._who[device] = now
+                with self._who_lock:  # two devices showing one new process read it once
+                    seen = self._who.get(pid)
+                    if seen is None or started is None or seen[0] != started:
+                        (row,) = process_rows({pid: used}, self.files, roles)
+                        cgroup = process_cgroup(self.files, pid)
+                        seen = (started or 0, ProcessSample(row, cgroup, container_id(cgroup)))
+                        if started is not None:
+                            self._who[pid] = seen
+            known, row = seen[1], seen[1].row
+            row = ProcessRow(pid, used, row.user, row.command, row.namespace_pid, roles.get(pid))
+            samples.append(ProcessSample(row, known.cgroup, known.container))
         return tuple(samples)
 
     def _machine_findings(self) -> list[Finding]:

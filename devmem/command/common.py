@@ -59,12 +59,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions and epilogs fitted to the terminal: a paragraph is wrapped, an indented line (an example, a
     table row) keeps its start and wraps under its text column."""
 
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None, **kw: Any
+    ):
         if width is None:  # argparse's default, read without importing shutil
             from devmem.command.format import terminal_columns
 
             width = terminal_columns() - 2
-        super().__init__(prog, indent_increment, max_help_position, width)
+        super().__init__(prog, indent_increment, max_help_position, width, **kw)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import re

@@ -201,7 +201,7 @@ def main() -> int:
             for make in (prometheus_client.ProcessCollector, prometheus_client.PlatformCollector):
                 make(registry=own)
             prometheus_client.GCCollector(registry=own)
-            info_args = build_parser(["info"]).parse_args(["info", "--json"])
+            info_args = build_parser().parse_args(["info", "--json"])
 
             def info() -> None:
                 with contextlib.redirect_stdout(io.StringIO()):

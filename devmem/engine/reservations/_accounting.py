@@ -129,7 +129,7 @@ def account(
     notes: list[str] = []
     if others is not None:
         holdings += [
-            Holding(pid, command_of(pid) if commands else None, None, used)
+            Holding(pid, command_of(pid) if commands else None, None, used, False)
             for pid, used in sorted(others.items())
             if pid not in matched and used
         ]

@@ -185,6 +185,7 @@ class Locks:
     def __init__(self, path: str = "/proc/locks"):
         self._path = path
         self._holders: dict[str, set[int]] | None = None
+        self._devices: dict[int, str] = {}  # a device number as /proc/locks writes it (``08:01:``)
 
     def holders(self, dev: int, ino: int) -> set[int] | None:
         """The PIDs (as this PID namespace names them) holding a ``flock`` on the file ``(dev, ino)``; ``None``
@@ -204,7 +205,10 @@ class Locks:
                 if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit():
                     holders.setdefault(fields[5], set()).add(int(fields[4]))
             self._holders = holders
-        return self._holders.get(f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}") or None
+        device = self._devices.get(dev)
+        if device is None:
+            device = self._devices[dev] = f"{os.major(dev):02x}:{os.minor(dev):02x}:"
+        return self._holders.get(f"{device}{ino}") or None
 
 
 class DeviceReservations(Record):

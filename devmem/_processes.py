@@ -74,7 +74,7 @@ def who(pid: int) -> tuple[str | None, str | None]:
     """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot. What was read of a process
     is kept (for :data:`_KNOWN` processes at most): a PID with the same start time (``/proc/<pid>/stat``, one read)
     is the same process, asked nothing again."""
-    from devmem.engine.reservations import _start_time
+    from devmem.engine.reservations._owners import _start_time
 
     started = _start_time(pid)
     known = None if started is None else _known.get((pid, started))

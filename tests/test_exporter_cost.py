@@ -88,7 +88,7 @@ def test_later_scrapes_ask_psutil_about_no_process_seen_before(node, tmp_path):
 def test_a_process_shown_again_after_its_pid_was_reused_is_looked_up_anew(node, sleepers, tmp_path):
     registry = registry_for(scripted_platform(node), tmp_path, max_processes=2)
     prometheus_client.generate_latest(registry)
-    reused = mock.patch("devmem.engine.reservations._start_time", side_effect=lambda pid: 1)  # another start time
+    reused = mock.patch("devmem.engine.reservations._owners._start_time", side_effect=lambda pid: 1)  # another start
     with reused, mock.patch("devmem.exporter.readings._start_time", side_effect=lambda pid: 1):
         assert set(looked_up(registry, scrapes=1)) == set(sleepers[:2])
 

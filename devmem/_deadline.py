@@ -1,8 +1,9 @@
 """Calls into a plugin that may never return, given a deadline: one mechanism for every such call.
 
-A backend's ``detect`` and ``factory`` (resolution), a device reading in the CLI (``devmem info``, ``top``,
-``doctor``, ``plan``, ``fit``) and a scrape's readings (the exporter) each run in a daemon thread of their own
-(:class:`Job`); the caller waits until its deadline and then gives up on a call still running, which is left to
+A backend's ``detect`` and ``factory`` (resolution) and a device reading in the CLI (``devmem info``, ``top``,
+``doctor``, ``plan``, ``fit``) each run in a daemon thread of their own (:class:`Job`); a scrape's readings (the
+exporter) run on daemon threads that live with the exporter, one per kind of reading (:class:`Worker`), so a scrape
+starts none. The caller waits until its deadline and then gives up on a call still running, which is left to
 finish on its own (a vendor call blocked in C cannot be stopped, and a daemon thread does not keep the process from
 exiting).
 
@@ -17,12 +18,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from devmem._text import env_seconds
 from devmem.errors import DevmemError
 
 if TYPE_CHECKING:
+    import queue
+
     from devmem.platform import Platform
 
 T = TypeVar("T")
@@ -56,6 +59,64 @@ class Job(Generic[T]):
         """Whether the call has finished by ``deadline`` (a :func:`time.monotonic` time), waiting for it until then."""
         self.thread.join(max(0.0, deadline - time.monotonic()))
         return not self.thread.is_alive()
+
+
+class Call(Generic[T]):
+    """A call handed to a :class:`Worker`: :meth:`done_by` waits for it until a deadline, then ``value`` holds what
+    it returned or ``error`` what it raised."""
+
+    def __init__(self) -> None:
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def done_by(self, deadline: float) -> bool:
+        """Whether the call has finished by ``deadline`` (a :func:`time.monotonic` time), waiting for it until then."""
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+
+class Worker:
+    """A daemon thread named ``name``, started at the first call (and again in a forked child), that runs the calls
+    given to :meth:`submit` one after another. :attr:`busy` while one runs: a caller that finds it busy starts
+    nothing (a hung vendor call holds this one thread, never one more per try)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Call[Any]]] | None = None
+        self._thread: threading.Thread | None = None
+        self._last: Call[Any] | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._last is not None and not self._last.done
+
+    def submit(self, call: Callable[[], T]) -> Call[T]:
+        pending: Call[T] = Call()
+        if self._calls is None or self._thread is None or not self._thread.is_alive():
+            import queue  # the exporter's alone: not on import devmem's path
+
+            self._calls = queue.SimpleQueue()  # a forked child's copy may hold its parent's calls
+            self._thread = threading.Thread(target=self._run, args=(self._calls,), name=self.name, daemon=True)
+            self._thread.start()
+        self._last = pending
+        self._calls.put((call, pending))
+        return pending
+
+    @staticmethod
+    def _run(calls: queue.SimpleQueue[tuple[Callable[[], Any], Call[Any]]]) -> None:
+        while True:
+            call, pending = calls.get()
+            try:
+                pending.value = call()
+            except BaseException as exc:
+                pending.error = exc
+            finally:
+                pending._done.set()
+                del call, pending  # what the call returned is the caller's to keep, not this thread's
 
 
 def bounded(call: Callable[[], T], seconds: float, what: str, variable: str = READ_TIMEOUT_ENV) -> T:
@@ -93,7 +154,9 @@ __all__ = [
     "DEFAULT_READ_TIMEOUT",
     "MAX_TIMEOUT",
     "READ_TIMEOUT_ENV",
+    "Call",
     "Job",
+    "Worker",
     "bounded",
     "bounded_reading",
     "device_count",

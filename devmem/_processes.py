@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from devmem._host import REAL_FILES, Files
+from devmem.records import Record
 
 
-@dataclass(frozen=True)
-class ProcessRow:
+class ProcessRow(Record):
     """One process on a device. ``user``/``command`` are ``None`` where this PID namespace cannot see it; ``role``
     is what the platform calls a process that serves others (``None`` for an ordinary one)."""
 
@@ -73,27 +72,30 @@ def container_id(cgroup: str | None) -> str | None:
 
 def who(pid: int) -> tuple[str | None, str | None]:
     """(user, command line) of ``pid`` as psutil sees it; ``None`` for what it cannot. What was read of a process
-    is kept (for :data:`_KNOWN` processes at most): a PID with the same start time is the same process."""
+    is kept (for :data:`_KNOWN` processes at most): a PID with the same start time (``/proc/<pid>/stat``, one read)
+    is the same process, asked nothing again."""
+    from devmem.engine.reservations._owners import _start_time
+
+    started = _start_time(pid)
+    known = None if started is None else _known.get((pid, started))
+    if known is not None:
+        return known
     import psutil
 
     try:
-        proc = psutil.Process(pid)  # reads the start time
+        known = _identity(psutil.Process(pid))
     except psutil.Error:
         return None, None
-    key = (pid, proc.create_time())
-    known = _known.get(key)
-    if known is None:
-        known = _identity(proc)
-        if known[0] is not None:
-            if len(_known) >= _KNOWN:
-                _known.pop(next(iter(_known)), None)
-            _known[key] = known
+    if known[0] is not None and started is not None:
+        if len(_known) >= _KNOWN:
+            _known.pop(next(iter(_known)), None)
+        _known[(pid, started)] = known
     return known
 
 
 #: How many processes' user and command :func:`who` keeps.
 _KNOWN = 4096
-_known: dict[tuple[int, float], tuple[str | None, str | None]] = {}
+_known: dict[tuple[int, int], tuple[str | None, str | None]] = {}
 
 
 def _identity(proc) -> tuple[str | None, str | None]:

@@ -51,6 +51,16 @@ class Record:
         cls._fields, cls._defaults = tuple(fields), defaults
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not kwargs and len(args) == len(self._fields):  # every field by position: the common case, kept cheap
+            self.__dict__.update(zip(self._fields, args, strict=True))
+        else:
+            self._assign(args, kwargs)
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+
+    def _assign(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Set the fields from ``args`` and ``kwargs``, with the defaults for those neither gives."""
         cls = type(self).__name__
         if len(args) > len(self._fields):
             raise InvalidTypeError(f"{cls}() takes {len(self._fields)} arguments, got {len(args)}")
@@ -68,9 +78,6 @@ class Record:
                 default = self._defaults[name]
                 values[name] = type(default)(default) if isinstance(default, _MUTABLE_DEFAULTS) else default
             object.__setattr__(self, name, values[name])
-        post_init = getattr(self, "__post_init__", None)
-        if post_init is not None:
-            post_init()
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(self.__dict__[name] for name in self._fields)

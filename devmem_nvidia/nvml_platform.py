@@ -222,6 +222,9 @@ class NvmlPlatform(PlatformBase):
         self._learn_note: str | None = None
         self._learn_tried: set[int] = set()
         self._names: dict[int, str] = {}
+        #: Per device (its UUID), whether each PID of its last process list is the MPS server as its comm said
+        #: (``None``: this PID namespace shows no such process).
+        self._servers: dict[str, dict[int, bool | None]] = {}
         #: Per device, what does not change while this process runs, taken at its first reading: the environment's
         #: limits (the CUDA runtime reads them once, at its start), the MPS daemon's default limit, and the PCI slot
         #: cgroup dmem regions name.
@@ -535,20 +538,28 @@ class NvmlPlatform(PlatformBase):
             return None
         return {pid: int(used) for pid, used in others.items() if used is not None}
 
-    def _mps_servers(self, entries: dict[int, ProcessEntry]) -> list[ProcessEntry]:
+    def _mps_servers(self, entries: dict[int, ProcessEntry], device: str) -> list[ProcessEntry]:
         """Under MPS NVML lists the clients in its MPS list and the server (``nvidia-cuda-mps-server``, which
         holds the clients' shared context) in the compute list only. The server is the process whose
         ``/proc/<pid>/comm`` names it; where this PID namespace does not show a process, a compute-only entry
-        while MPS clients exist."""
+        while MPS clients exist. A PID's comm is read when it joins the process list of ``device`` (a UUID), not
+        again while it stays in it: a reading names hundreds of processes, the server among them once."""
         clients = any("mps" in e.lists for e in entries.values())
+        known = self._servers.get(device, {})
+        now: dict[int, bool | None] = {}
         servers = []
         for pid, e in sorted(entries.items()):
-            try:
-                server = self._files.read_text(f"/proc/{pid}/comm").strip() == MPS_SERVER_COMM
-            except OSError:
-                server = clients and e.lists == ("compute",)
-            if server:
+            if pid in known:
+                named = now[pid] = known[pid]
+            else:
+                try:
+                    named = self._files.read_text(f"/proc/{pid}/comm").strip() == MPS_SERVER_COMM
+                except OSError:
+                    named = None
+                now[pid] = named
+            if named if named is not None else clients and e.lists == ("compute",):
                 servers.append(e)
+        self._servers[device] = now
         return servers
 
     def _process_roles(self, device: int) -> dict[int, str]:
@@ -556,7 +567,7 @@ class NvmlPlatform(PlatformBase):
             entries = running_processes(self._session, self._table.devices()[device].handle)
         except NvmlCallError:
             return {}
-        return {e.pid: MPS_SERVER for e in self._mps_servers(entries)}
+        return {e.pid: MPS_SERVER for e in self._mps_servers(entries, self._table.devices()[device].uuid)}
 
     def _mps_notes(self, dev: VisibleDevice) -> list[str]:
         """Which PIDs are MPS clients on this device and which the server (:meth:`_mps_servers`)."""
@@ -567,7 +578,7 @@ class NvmlPlatform(PlatformBase):
         clients = sorted(pid for pid, e in entries.items() if "mps" in e.lists)
         if not clients:
             return []
-        servers = self._mps_servers(entries)
+        servers = self._mps_servers(entries, dev.uuid)
         own = self._driver_pids() & set(clients)
         text = f"MPS: {len(clients)} client(s) on this device (PIDs {', '.join(map(str, clients))})" + (
             ", this process among them" if own else ""

@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
 
     with tempfile.TemporaryDirectory() as directory, engine_node(int(argv[0]), Path(directory)) as (sc, _):
         parser = build_parser()
-        args = parser.parse_args(_with_command(parser, argv[1:]))
+        args = parser.parse_args(_with_command(argv[1:]))
         if getattr(args, "interval", None) is not None:
             args.watch = args.interval
         return args.handler(args, scripted_platform(sc))

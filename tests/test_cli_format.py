@@ -9,7 +9,7 @@ import pty
 import pytest
 
 from devmem.command.format import (
-    UNWRAPPED,
+    PIPE_WIDTH,
     Painter,
     key_values,
     printable,
@@ -88,9 +88,9 @@ def test_painter_leaves_text_alone_when_colour_is_off():
 
 
 @pytest.mark.parametrize("columns", ["0", "-5", "", "\u0663\u0663"])
-def test_columns_that_is_not_a_width_leaves_a_pipe_unwrapped(monkeypatch, columns):
+def test_columns_that_is_not_a_width_gives_a_pipe_80_columns(monkeypatch, columns):
     monkeypatch.setenv("COLUMNS", columns)
-    assert width_for(io.StringIO()) == UNWRAPPED
+    assert width_for(io.StringIO()) == PIPE_WIDTH == 80
 
 
 def test_columns_above_0_wraps_a_pipe(monkeypatch):

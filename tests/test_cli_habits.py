@@ -30,7 +30,7 @@ def node():
 
 def parse(*argv: str):
     parser = build_parser()
-    return parser.parse_args(_with_command(parser, list(argv)))
+    return parser.parse_args(_with_command(list(argv)))
 
 
 def indices_shown(capsys, node, *argv: str) -> list[int]:
@@ -69,7 +69,7 @@ def test_doctor_i_1_looks_at_device_1_only(capsys, node):
 
 @pytest.mark.parametrize("argv", [["-i", "0,2"], ["--id", "1", "--json"], ["-l", "1", "-i", "0"]])
 def test_devmem_alone_with_device_flags_is_devmem_info(argv):
-    assert _with_command(build_parser(), argv) == ["info", *argv]
+    assert _with_command(list(argv)) == ["info", *argv]
 
 
 @pytest.mark.parametrize("text", ["x", "1,", ",1", "1;2", "-1", "\uff11"])

@@ -58,7 +58,8 @@ def absent_pid() -> int:
 
 
 def test_info_lists_other_processes_with_user_command_and_bytes(capsys, machine, sleepers):
-    code, out = info(capsys, platform=scripted_platform(machine))
+    # -v: each command whole (a pipe's screen is 80 columns, where a command is cut to its engine or program)
+    code, out = info(capsys, "-v", platform=scripted_platform(machine))
     rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0].isdigit()}
     assert code == 0
     for n, (pid, size) in enumerate(zip(sleepers, ("2.00 GiB", "3.00 GiB"), strict=True), 1):
@@ -92,7 +93,7 @@ def hostile_process():
 @pytest.mark.parametrize(
     "argv, shown",
     [
-        (["info"], "\\x1b]0;retitled\\x07\\x1b[2Jcleared\\nsecondline"),
+        (["info", "-v"], "\\x1b]0;retitled\\x07\\x1b[2Jcleared\\nsecondline"),
         (["top", "-v", "--count", "1"], "\\x1b]0;retitled\\x07\\x1b[2Jcleared\\nsecondline"),
         (["top", "--count", "1"], "time.sleep(60)\\x1..."),  # cut to the column
     ],

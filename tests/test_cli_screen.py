@@ -48,7 +48,7 @@ def devmem(capsys, sc, *argv: str, lines: str | None = "24") -> list[str]:
     with mock.patch.dict(os.environ, env):
         if lines is None:
             os.environ.pop("LINES", None)
-        assert cmd_info(parser.parse_args(_with_command(parser, list(argv))), scripted_platform(sc)) == 0
+        assert cmd_info(parser.parse_args(_with_command(list(argv))), scripted_platform(sc)) == 0
     return capsys.readouterr().out.splitlines()
 
 

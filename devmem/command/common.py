@@ -23,9 +23,9 @@ def emit_json(obj: object) -> None:
 def print_wrapped(*lines: str) -> None:
     """Lines for people, each wrapped to the terminal's width under its own indentation (plus two); a pipe or a
     file gets them whole."""
-    from devmem.command.format import width_for, wrap
+    from devmem.command.format import prose_width, wrap
 
-    width = width_for(sys.stdout)
+    width = prose_width(sys.stdout)
     wrapped = []
     for line in "\n".join(lines).splitlines():
         indent = line[: len(line) - len(line.lstrip())]
@@ -44,8 +44,8 @@ ENVIRONMENT = """environment:
                              which devices a process sees, and their order, as the device runtime applies them
   DEVMEM_LEDGER_DIR=DIR      the reservation ledger's directory (default /dev/shm/devmem)
   NO_COLOR=1                 no colour (colour is used only on a terminal, not under TERM=dumb)
-  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; output to
-                             a pipe or a file is not wrapped)"""
+  COLUMNS=N                  wrap human output to N columns (default: the terminal's width; to a pipe
+                             or a file, screens are 80 columns and prose is not wrapped)"""
 
 EXIT_CODES = """exit codes:
   0  success
@@ -61,10 +61,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     (:func:`devmem.command.format.terminal_width`, at least 20 columns), not argparse's ``COLUMNS - 2``, which is
     0 or less at ``COLUMNS=1`` or ``2`` and made every command raise."""
 
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
-        from devmem.command.format import terminal_width
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None, **kw: Any
+    ):
+        if width is None:  # read without importing shutil
+            from devmem.command.format import terminal_width
 
-        super().__init__(prog, indent_increment, max_help_position, terminal_width() - 2 if width is None else width)
+            width = terminal_width() - 2
+        super().__init__(prog, indent_increment, max_help_position, width, **kw)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import re
@@ -179,7 +183,7 @@ def add_command(
 
 def _common() -> argparse.ArgumentParser:
     """``-v`` after a sub-command too (``devmem info -v``); SUPPRESS keeps ``devmem -v info`` working."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, formatter_class=HelpFormatter)
     common.add_argument(
         "-v",
         "--verbose",

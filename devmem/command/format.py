@@ -1,7 +1,9 @@
 """Text for a terminal: lines wrapped at word boundaries to its width, and colour only where it belongs.
 
-A size (``22.79 GiB``) is never split from its unit and no word is ever cut; output to a pipe or a file is not
-wrapped unless ``COLUMNS`` asks. Colour is used only when the stream is a terminal other than ``TERM=dumb`` and
+A size (``22.79 GiB``) is never split from its unit and no word is ever cut. In a pipe or a file, a screen (a
+table, a bar, a device's rows) is fitted to ``COLUMNS``, else to 80 columns, as on a terminal of that width: nothing
+is sized from an unbounded width. Prose (a plan's arithmetic, an error) keeps each line whole there unless
+``COLUMNS`` asks, so ``grep`` finds it. Colour is used only when the stream is a terminal other than ``TERM=dumb`` and
 ``NO_COLOR`` is unset or empty (https://no-color.org); a pipe gets plain text.
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
+import sys
 import textwrap
 from collections.abc import Iterable
 from typing import IO
@@ -21,7 +23,10 @@ _NUMBER_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|bytes|blocks)\b"
 _STYLES = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "dim": "2"}
 
 
-#: The width of output that is not wrapped: a pipe or a file keeps each line whole (``grep`` finds it).
+#: The width of a screen written to a pipe or a file where ``COLUMNS`` does not say one.
+PIPE_WIDTH = 80
+#: The width of prose written to a pipe or a file where ``COLUMNS`` does not say one: each line whole (never a
+#: screen's width: see :func:`prose_width`).
 UNWRAPPED = 1 << 20
 
 
@@ -29,18 +34,44 @@ UNWRAPPED = 1 << 20
 MIN_WIDTH = 20
 
 
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size((80, 24)).columns`` without importing :mod:`shutil` (which imports the compression
+    modules: milliseconds of every command): ``COLUMNS`` above 0, else stdout's terminal's width, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def terminal_width() -> int:
     """Columns to fit on a screen: ``COLUMNS``, else the terminal's width, else 80; at least :data:`MIN_WIDTH`."""
-    return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
+    return max(MIN_WIDTH, terminal_columns())
+
+
+def columns_set() -> bool:
+    """Whether ``COLUMNS`` names a width (ASCII digits, above 0)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return columns.isascii() and columns.isdigit() and int(columns) > 0
 
 
 def width_for(stream: IO[str] | None) -> int:
-    """Columns to wrap output for ``stream`` to: ``COLUMNS`` when set above 0, the terminal's width on a
-    terminal, else :data:`UNWRAPPED` (a pipe or a file is not wrapped)."""
-    columns = os.environ.get("COLUMNS", "").strip()
-    if (columns.isascii() and columns.isdigit() and int(columns) > 0) or is_terminal(stream):
+    """Columns to fit a screen for ``stream`` to: ``COLUMNS`` when set above 0, the terminal's width on a terminal,
+    else :data:`PIPE_WIDTH` (a pipe or a file)."""
+    if columns_set() or is_terminal(stream):
         return terminal_width()
-    return UNWRAPPED
+    return PIPE_WIDTH
+
+
+def prose_width(stream: IO[str] | None) -> int:
+    """Columns to wrap prose for ``stream`` to: :func:`width_for`'s on a terminal or where ``COLUMNS`` is set, else
+    :data:`UNWRAPPED` (a pipe or a file gets each line whole)."""
+    return width_for(stream) if columns_set() or is_terminal(stream) else UNWRAPPED
 
 
 def height_for(stream: IO[str] | None) -> int | None:

@@ -111,9 +111,9 @@ class Output:
 def fitted_to_stderr(text: str) -> str:
     """``text`` wrapped to stderr's width: the terminal's on a terminal, ``COLUMNS`` where it is set, else whole
     (a log keeps each line)."""
-    from devmem.command.format import UNWRAPPED, width_for, wrap
+    from devmem.command.format import UNWRAPPED, prose_width, wrap
 
-    width = width_for(sys.stderr)
+    width = prose_width(sys.stderr)
     if width >= UNWRAPPED:
         return text
     return "\n".join(line for part in text.splitlines() for line in wrap(part, width, "", "  ", break_long=True))

@@ -46,6 +46,20 @@ def _uid_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def read_bounded(fd: int, limit: int) -> bytes:
+    """What ``fd`` holds, up to ``limit + 1`` bytes, read in blocks: a read of ``limit + 1`` bytes at once would
+    allocate them all first (megabytes, for a ledger file of a few hundred)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def _trusted_owner(uid: int) -> bool:
     return uid in (os.geteuid(), 0)
 
@@ -221,14 +235,19 @@ class LedgerDirectory:
     def open_file(self, name: str, flags: int, mode: int = 0o644) -> int:
         """The regular file ``name`` opened with ``flags``, never through a link (``OSError``, ELOOP) and never
         blocking on a FIFO (``ValueError`` naming what is in its place)."""
-        return regular_fd(os.open(name, flags | SAFE_FLAGS, mode, dir_fd=self.fd), self.file(name))
+        fd = os.open(name, flags | SAFE_FLAGS, mode, dir_fd=self.fd)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        return regular_fd(fd, self.file(name))  # closes it and names what is there
 
     def read(self, name: str, limit: int) -> bytes:
         """At most ``limit`` bytes of the regular file ``name`` (``ValueError`` where it is larger, or no regular
         file; ``OSError`` where it cannot be opened, ELOOP for a link)."""
         fd = self.open_file(name, os.O_RDONLY)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(limit + 1)
+        try:
+            data = read_bounded(fd, limit)
+        finally:
+            os.close(fd)
         if len(data) > limit:
             raise ValueError(f"{self.file(name)} is larger than {limit} bytes")
         return data

@@ -1,10 +1,13 @@
 """One reading of a node per scrape: per device, one :class:`~devmem.platform.DeviceReading` and everything derived
 from it (who the processes are, the ledger's reservations, doctor's findings), under a deadline.
 
-Each device is read in a daemon thread of its own, all at once, and the scrape waits for them until one deadline
-has passed. A device whose reading raises or is still running then is left out of the scrape and its failure is
-returned; a reading still running at the next scrape is not started again (a hung vendor call costs one thread per
-device, not one per scrape). Within a device, a ledger or findings step that raises costs only its own metrics.
+Each device is read on a daemon thread of its own that lives with the reader (a :class:`~devmem._deadline.Worker`
+per device, started at the first scrape: a scrape starts no thread), all at once, and the scrape waits for them
+until one deadline has passed. A device whose reading raises or is still running then is left out of the scrape and
+its failure is returned; a reading still running at the next scrape is not started again (a hung vendor call holds
+its device's thread, never one more). Within a device, a ledger or findings step that raises costs only its own
+metrics. Who a process is (user, command, PID namespace, cgroup) is read for the processes a scrape shows, once per
+process: a PID seen again with the same start time is the same process.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from devmem._deadline import Job
+from devmem._deadline import Call, Worker
+from devmem._forksafe import ForkSafeLock
 from devmem._host import REAL_FILES, Files
 from devmem._processes import ProcessRow, container_id, process_cgroup, process_rows
-from devmem.engine.reservations import DeviceReservations, Owner, read_reservations
+from devmem.engine.reservations import DeviceReservations, Ledger, Locks, Owner, _start_time, read_reservations
 from devmem.findings import Finding, device_findings, diagnose
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
@@ -72,6 +76,20 @@ class DeviceSample:
     failures: tuple[Failure, ...] = ()
 
 
+class _Scrape:
+    """What the devices of one scrape share: the kernel's lock holders and each shown PID's start time, each read
+    once."""
+
+    def __init__(self) -> None:
+        self.locks = Locks()
+        self.started: dict[int, int | None] = {}
+
+    def start_time(self, pid: int) -> int | None:
+        if pid not in self.started:
+            self.started[pid] = _start_time(pid)
+        return self.started[pid]
+
+
 @dataclass(frozen=True)
 class NodeReading:
     """One scrape's reading: the devices read in time, the machine's own findings, and what was left out."""
@@ -98,7 +116,13 @@ class NodeReader:
     command_length: int = 64
     files: Files = REAL_FILES
     candidates: Sequence[Candidate] | None = None
-    _running: dict[str, Job] = field(default_factory=dict, init=False, repr=False)
+    _workers: dict[str, Worker] = field(default_factory=dict, init=False, repr=False)
+    #: Who each process the last scrape showed is, by PID: (its start time, its sample on the device it was read for).
+    _who: dict[int, tuple[int, ProcessSample]] = field(default_factory=dict, init=False, repr=False)
+    _who_lock: ForkSafeLock = field(default_factory=ForkSafeLock, init=False, repr=False)
+    #: The ledger read at each scrape, by directory: it keeps the entries checked at an earlier scrape (see
+    #: devmem.engine.reservations.parse_ledger).
+    _ledgers: dict[str, Ledger] = field(default_factory=dict, init=False, repr=False)
     _failing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
     _me: Owner = field(default_factory=Owner.current, init=False, repr=False)
 
@@ -108,8 +132,10 @@ class NodeReader:
         deadline = started + self.deadline
         count = self._outcome(ALL_DEVICES, DEVICE, self._start(ALL_DEVICES, self.platform.device_count), deadline)
         failures: list[Failure] = [] if isinstance(count, int) else [count]
+        scrape = _Scrape()
         jobs = {
-            str(d): self._start(str(d), functools.partial(self._device, d)) for d in range(0 if failures else count)
+            str(d): self._start(str(d), functools.partial(self._device, d, scrape))
+            for d in range(0 if failures else count)
         }
         machine_job = self._start("machine", self._machine_findings)
         devices = []
@@ -125,18 +151,18 @@ class NodeReader:
         if isinstance(machine, Failure):
             failures.append(machine)
             machine = []
+        self._who = {pid: who for pid, who in self._who.items() if pid in scrape.started}  # the processes shown now
         return NodeReading(tuple(devices), tuple(machine), tuple(failures), time.monotonic() - started)
 
     # ---- bounded calls ---------------------------------------------------------------------------------
-    def _start(self, name: str, call: Callable[[], Any]) -> Job | None:
-        """A job for ``call``, or ``None`` where the one started for ``name`` by an earlier scrape still runs."""
-        running = self._running.get(name)
-        if running is not None and running.thread.is_alive():
-            return None
-        job = self._running[name] = Job(call, name="devmem-exporter-reading")
-        return job
+    def _start(self, name: str, call: Callable[[], Any]) -> Call[Any] | None:
+        """``call`` handed to ``name``'s worker, or ``None`` where the one an earlier scrape gave it still runs."""
+        worker = self._workers.get(name)
+        if worker is None:
+            worker = self._workers[name] = Worker("devmem-exporter-reading")
+        return None if worker.busy else worker.submit(call)
 
-    def _outcome(self, name: str, reading: str, job: Job | None, deadline: float) -> Any:
+    def _outcome(self, name: str, reading: str, job: Call[Any] | None, deadline: float) -> Any:
         """The value of ``job``, or the :class:`Failure` of ``reading`` on ``name`` where it raised or is late."""
         if job is None or not job.done_by(deadline):
             return self._noted(Failure(name, reading, DEADLINE), f"passed its deadline of {self.deadline:g} s")
@@ -160,7 +186,7 @@ class NodeReader:
         return failure
 
     # ---- one device ------------------------------------------------------------------------------------
-    def _device(self, device: int) -> DeviceSample:
+    def _device(self, device: int, scrape: _Scrape) -> DeviceSample:
         reading = read_device(self.platform, device)
         report = DeviceReport.from_reading(self.platform.name, reading)
         failures: list[Failure] = []
@@ -171,12 +197,15 @@ class NodeReader:
             ranked = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))
             shown = dict(ranked[: self.max_processes])
             omitted, omitted_bytes = len(ranked) - len(shown), sum(used for _, used in ranked[len(shown) :])
-            processes = self._processes(shown, dict(reading.roles))
+            processes = self._processes(shown, dict(reading.roles), scrape)
         get_uuid = getattr(self.platform, "device_uuid", None)
         uuid = get_uuid(device) if callable(get_uuid) else None
         reservations = None
         try:
-            reservations = read_reservations(self.platform, device, report, self.ledger_dir, self._me)
+            # the metrics name reservation holders only (from their entries): no process without one is looked up
+            reservations = read_reservations(
+                self.platform, device, report, me=self._me, ledger=self._ledger(), locks=scrape.locks, commands=False
+            )
         except Exception as exc:
             failures.append(Failure(str(device), RESERVATIONS, ERROR, f"failed: {exc}"))
         findings = None
@@ -187,12 +216,31 @@ class NodeReader:
                 failures.append(Failure(str(device), FINDINGS, ERROR, f"failed: {exc}"))
         return DeviceSample(report, uuid, processes, omitted, omitted_bytes, reservations, findings, tuple(failures))
 
-    def _processes(self, shown: dict[int, int], roles: dict[int, str]) -> tuple[ProcessSample, ...]:
-        """Samples of the processes ``shown`` (PID -> bytes), largest first."""
+    def _ledger(self) -> Ledger:
+        """The ledger of :attr:`ledger_dir`, kept across scrapes (the directory the default resolves to may change)."""
+        ledger = Ledger(self.ledger_dir)
+        return self._ledgers.setdefault(str(ledger.directory), ledger)
+
+    def _processes(self, shown: dict[int, int], roles: dict[int, str], scrape: _Scrape) -> tuple[ProcessSample, ...]:
+        """Samples of the processes ``shown`` (PID -> bytes), largest first. Who a process is (psutil, its ``/proc``
+        status and cgroup) is read the first time a scrape shows it, on whichever device: a PID shown again with the
+        same start time (``/proc/<pid>/stat``, read once a scrape) is the same process."""
         samples = []
-        for row in process_rows(shown, self.files, roles):
-            cgroup = process_cgroup(self.files, row.pid)
-            samples.append(ProcessSample(row, cgroup, container_id(cgroup)))
+        for pid, used in shown.items():
+            started = scrape.start_time(pid)
+            seen = self._who.get(pid)
+            if seen is None or started is None or seen[0] != started:
+                with self._who_lock:  # two devices showing one new process read it once
+                    seen = self._who.get(pid)
+                    if seen is None or started is None or seen[0] != started:
+                        (row,) = process_rows({pid: used}, self.files, roles)
+                        cgroup = process_cgroup(self.files, pid)
+                        seen = (started or 0, ProcessSample(row, cgroup, container_id(cgroup)))
+                        if started is not None:
+                            self._who[pid] = seen
+            known, row = seen[1], seen[1].row
+            row = ProcessRow(pid, used, row.user, row.command, row.namespace_pid, roles.get(pid))
+            samples.append(ProcessSample(row, known.cgroup, known.container))
         return tuple(samples)
 
     def _machine_findings(self) -> list[Finding]:

@@ -54,6 +54,7 @@ from devmem.engine.reservations._accounting import short_command  # noqa: F401
 from devmem.engine.reservations._ledger import (  # noqa: F401
     HOLDERS_NAMED,
     MAX_KEY,
+    Locks,
     _holder_lines,
     _reading_of,
     ledger_bytes,

@@ -76,6 +76,19 @@ class Accounting(Record):
         return self.committed - self.reserved
 
 
+def command_of(pid: int) -> str | None:
+    """``pid``'s command line as psutil reads it (``None`` where it cannot)."""
+    return who(pid)[1]
+
+
+def named(holdings: Sequence[Holding]) -> list[Holding]:
+    """``holdings`` with the command of each process that reserved nothing looked up (see :func:`account`)."""
+    return [
+        h.replace(command=command_of(h.pid)) if h.pid is not None and h.reserved is None and h.command is None else h
+        for h in holdings
+    ]
+
+
 def account(
     total: int,
     free: int,
@@ -85,12 +98,16 @@ def account(
     integrated: bool,
     me: Owner,
     own_counted: int | None = None,
+    *,
+    commands: bool = True,
 ) -> Accounting:
     """The holdings of a device with ``total`` and ``free`` bytes: each owner of ``live`` entries with its
     reservations and what it uses (``others``: other processes' bytes by PID, ``own_used``: this process's), each
     process in ``others`` that reserved nothing, and, where ``others`` is unknown on a discrete device, the
     device's used memory beyond the reservations. ``own_counted``: of this process's memory, what its holding
-    counts (``own_used`` where ``None``; less where a new share covers part of what it holds)."""
+    counts (``own_used`` where ``None``; less where a new share covers part of what it holds). ``commands``:
+    whether the command line of each process that reserved nothing is looked up (psutil, one process at a time);
+    without, their ``command`` is ``None`` (:func:`named` looks up those shown)."""
     own_counted = own_used if own_counted is None else own_counted
     by_owner: dict[tuple[int, int, int], list[Entry]] = {}
     for e in live:
@@ -112,7 +129,9 @@ def account(
     notes: list[str] = []
     if others is not None:
         holdings += [
-            Holding(pid, who(pid)[1], None, used) for pid, used in sorted(others.items()) if pid not in matched and used
+            Holding(pid, command_of(pid) if commands else None, None, used, False)
+            for pid, used in sorted(others.items())
+            if pid not in matched and used
         ]
         # memory in use that no listed process holds (the driver's own, processes it does not list) is no
         # reservation's either: it counts on top, so that shares summing to the total are not all admitted

@@ -5,17 +5,15 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
-import hashlib
 import json
 import logging
-import math
 import numbers
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,8 @@ from devmem import arguments
 from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
 from devmem._text import described, env_text, shown
-from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory
-from devmem.engine.reservations._accounting import Accounting, Holding, account
+from devmem.engine._ledger_dir import LEDGER_DIR_ENV, LedgerDirectory, read_bounded
+from devmem.engine.reservations._accounting import Accounting, Holding, account, named
 from devmem.engine.reservations._owners import (
     _UNSAFE,
     DEFAULT_LOCK_TIMEOUT,
@@ -37,7 +35,6 @@ from devmem.engine.reservations._owners import (
     _start_time,
 )
 from devmem.errors import ArgumentError, DevmemError, LedgerError, ReservationRefused
-from devmem.planner.sizing import requested_memory
 from devmem.platform import DeviceReading, Platform, PlatformBase
 from devmem.records import Record
 from devmem.resolution.plugins import platform_argument
@@ -73,6 +70,8 @@ def _file_key(text: str) -> str:
     key = _UNSAFE.sub("_", text)
     if len(key) <= MAX_KEY:
         return key
+    import hashlib  # only for a long key: hashlib loads OpenSSL, a few ms of every `devmem` command
+
     return f"{key[: MAX_KEY - 17]}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
 
 
@@ -145,28 +144,71 @@ def _warn_once(path: Path, what: str) -> None:
         log.warning("devmem: reservation ledger file %s %s", path, what)
 
 
-class _Locks:
-    """The ``flock`` holders the kernel lists (``/proc/locks``), read once per look at a ledger."""
+def _flock_within(fd: int, seconds: float) -> bool | OSError:
+    """Take ``flock(LOCK_EX)`` on ``fd``'s open file, waiting at most ``seconds``: whether it was taken (or the
+    ``OSError`` that ``flock`` raised). The wait is a blocking ``flock`` in a daemon thread, on a duplicate of
+    ``fd`` (a lock belongs to the open file, so ``fd`` holds it once taken): the kernel queues its waiters and
+    wakes the next when the lock is released, where polling gave no waiter its turn. Given up at the deadline, the
+    thread drops the lock as soon as it gets it (closing the last descriptor of the open file)."""
+    waiter = os.dup(fd)
+    turn = ForkSafeLock()
+    taken = threading.Event()
+    outcome: list[bool | OSError] = []
+
+    def wait() -> None:
+        try:
+            fcntl.flock(waiter, fcntl.LOCK_EX)
+            result: bool | OSError = True
+        except OSError as exc:
+            result = exc
+        with turn:
+            if not outcome:  # still waited for
+                outcome.append(result)
+                os.close(waiter)  # fd keeps the lock
+                taken.set()
+                return
+        os.close(waiter)  # given up: its lock (the last descriptor of that open file) goes with it
+
+    threading.Thread(target=wait, name="devmem-ledger-lock", daemon=True).start()
+    taken.wait(seconds)
+    with turn:
+        if not outcome:
+            outcome.append(False)
+            return False
+    return outcome[0]
+
+
+class Locks:
+    """The ``flock`` holders the kernel lists (``/proc/locks``), read once per look at a ledger (or at every ledger
+    of a scrape), at its first question."""
 
     def __init__(self, path: str = "/proc/locks"):
         self._path = path
         self._holders: dict[str, set[int]] | None = None
+        self._devices: dict[int, str] = {}  # a device number as /proc/locks writes it (``08:01:``)
 
     def holders(self, dev: int, ino: int) -> set[int] | None:
         """The PIDs (as this PID namespace names them) holding a ``flock`` on the file ``(dev, ino)``; ``None``
         where ``/proc/locks`` cannot be read or lists none (holders in another PID namespace are left out)."""
-        if self._holders is None:
-            self._holders = {}
+        if self._holders is None:  # read whole before it is shared: threads may ask at once
+            holders: dict[str, set[int]] = {}
             try:
-                with open(self._path, "rb") as f:
-                    text = f.read(1 << 24).decode("ascii", "replace")
+                fd = os.open(self._path, os.O_RDONLY)
+                try:
+                    text = read_bounded(fd, 1 << 24).decode("ascii", "replace")
+                finally:
+                    os.close(fd)
             except OSError:
                 text = ""
             for line in text.splitlines():
                 fields = line.split()
                 if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit():
-                    self._holders.setdefault(fields[5], set()).add(int(fields[4]))
-        return self._holders.get(f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}") or None
+                    holders.setdefault(fields[5], set()).add(int(fields[4]))
+            self._holders = holders
+        device = self._devices.get(dev)
+        if device is None:
+            device = self._devices[dev] = f"{os.major(dev):02x}:{os.minor(dev):02x}:"
+        return self._holders.get(f"{device}{ino}") or None
 
 
 class DeviceReservations(Record):
@@ -193,20 +235,34 @@ class DeviceReservations(Record):
 
 
 def ledger_bytes(key: str, entries: Sequence[Entry]) -> bytes:
-    """The ledger file of ``key`` listing ``entries``."""
-    return json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}, indent=1).encode()
+    """The ledger file of ``key`` listing ``entries``, on one line: json's C encoder writes it (an indented dump
+    runs the pure-Python one, milliseconds for a few hundred entries at every admission)."""
+    return (json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}) + "\n").encode()
 
 
-def parse_ledger(data: bytes) -> list[Entry]:
+def parse_ledger(data: bytes, known: dict[str, Entry] | None = None) -> list[Entry]:
     """The entries of a ledger file's bytes; ``ValueError``, ``KeyError``, ``TypeError`` or ``RecursionError``
-    for anything else (more than :data:`MAX_ENTRIES` entries included)."""
+    for anything else (more than :data:`MAX_ENTRIES` entries included).
+
+    ``known``: the entries this process checked in an earlier read of the same file, by id; an entry written as
+    the one known is taken as it is, and ``known`` becomes this read's entries (a release, or the next scrape,
+    checks only what changed since)."""
     ledger = json.loads(data)
     if not isinstance(ledger, dict) or ledger.get("format") != FORMAT:
         raise ValueError(f"not a version-{FORMAT} ledger")
     entries = ledger["entries"]
     if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
         raise ValueError(f"'entries' must be a list of at most {MAX_ENTRIES} entries, got {shown(entries)}")
-    return [Entry.from_json(e) for e in entries]
+    if known is None:
+        return [Entry.from_json(e) for e in entries]
+    parsed = []
+    for e in entries:
+        entry_id = e.get("id") if isinstance(e, dict) else None
+        same = known.get(entry_id) if isinstance(entry_id, str) else None
+        parsed.append(same if same is not None and e == same.as_json() else Entry.from_json(e))
+    known.clear()
+    known.update((e.id, e) for e in parsed)
+    return parsed
 
 
 class Ledger:
@@ -235,6 +291,8 @@ class Ledger:
                 f"ends), got {shown(lock_timeout)}"
             )
         self.lock_timeout: float = float(seconds)
+        #: The entries of each device's ledger file as this object last read them (see :func:`parse_ledger`).
+        self._known: dict[str, dict[str, Entry]] = {}
 
     # ---- files ----------------------------------------------------------------------------------------
     def opened(self, *, create: bool) -> LedgerDirectory | None:
@@ -252,26 +310,26 @@ class Ledger:
 
     @contextmanager
     def _locked(self, d: LedgerDirectory, key: str) -> Iterator[None]:
+        """The device's admission lock, held while the block runs. Where another process holds it, this one waits
+        in the kernel's queue of the lock's waiters (a blocking ``flock``), so engines arriving together are
+        answered in turn, each soon after the one before; ``LedgerError`` once :attr:`lock_timeout` has passed."""
         # flock needs no write access: another user's lock file serves as well
         fd = _create(d, f"{key}.lock", os.O_RDONLY, 0o666)
         try:
-            deadline = time.monotonic() + self.lock_timeout
-            delay = 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise _os_error("lock (flock)", d.file(f"{key}.lock"), exc) from None
-                if time.monotonic() >= deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise _os_error("lock (flock)", d.file(f"{key}.lock"), exc) from None
+                waited = _flock_within(fd, self.lock_timeout)
+                if isinstance(waited, OSError):
+                    raise _os_error("lock (flock)", d.file(f"{key}.lock"), waited) from None
+                if not waited:
                     raise LedgerError(
                         f"waited {self.lock_timeout:g} s for the reservation ledger lock {d.file(key)}.lock "
                         "without getting it: another process holds it (a hung engine?); `devmem info` lists the "
                         "holders"
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 0.01)
+                    ) from None
             yield
         finally:
             os.close(fd)  # closing drops the lock
@@ -292,8 +350,9 @@ class Ledger:
         except ValueError as exc:
             return [], f"{exc}: not a ledger"
         try:
-            return parse_ledger(data), None
+            return parse_ledger(data, self._known.setdefault(key, {})), None
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            self._known.pop(key, None)
             return [], f"{path} is corrupt ({type(exc).__name__}: {exc})"
 
     @staticmethod
@@ -374,7 +433,7 @@ class Ledger:
         entry: Entry,
         me: Owner,
         others: Mapping[int, int] | None,
-        locks: _Locks,
+        locks: Locks,
     ) -> Entry | None:
         """``entry`` as its owner recorded it (its owner file's copy, which only the owner writes), where the owner
         is alive, as the kernel tells: its owner lock decides, in any PID namespace (a PID and start time anyone
@@ -402,8 +461,10 @@ class Ledger:
                 held = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
             record = entry
             with suppress(OSError, ValueError, RecursionError):
-                data = os.read(fd, MAX_ENTRY_BYTES + 1)
-                own = Entry.from_json(json.loads(data)) if len(data) <= MAX_ENTRY_BYTES else None
+                data = os.read(fd, min(st.st_size, MAX_ENTRY_BYTES) + 1)  # its size: no 16 KiB buffer each
+                copy = json.loads(data) if len(data) <= MAX_ENTRY_BYTES else None
+                # the owner's copy as the ledger lists it (checked when it was read) needs no second check
+                own = entry if copy == entry.as_json() else None if copy is None else Entry.from_json(copy)
                 if own is not None and own.id == entry.id:
                     record = own
         finally:
@@ -420,10 +481,17 @@ class Ledger:
         return record if others is not None and outer is not None and outer in others else None
 
     def judged(
-        self, d: LedgerDirectory, key: str, entries: Sequence[Entry], me: Owner, others: Mapping[int, int] | None
+        self,
+        d: LedgerDirectory,
+        key: str,
+        entries: Sequence[Entry],
+        me: Owner,
+        others: Mapping[int, int] | None,
+        locks: Locks | None = None,
     ) -> tuple[list[Entry], list[Entry]]:
-        """``entries`` split into the live owners' (as each owner recorded it, each id once) and the dead's."""
-        locks = _Locks()
+        """``entries`` split into the live owners' (as each owner recorded it, each id once) and the dead's;
+        ``locks``: the kernel's lock holders as a caller reading several ledgers at once read them."""
+        locks = locks or Locks()
         live: list[Entry] = []
         dead: list[Entry] = []
         seen: set[str] = set()
@@ -438,12 +506,13 @@ class Ledger:
                 live.append(record)
         return live, dead
 
-    def _owner_files(self, d: LedgerDirectory, key: str) -> list[Entry]:
-        """The entries ``key``'s owner files record, each from the file its id names (live or not)."""
+    def _owner_files(self, d: LedgerDirectory, key: str, listed: frozenset[str] = frozenset()) -> list[Entry]:
+        """The entries ``key``'s owner files record, each from the file its id names (live or not), but for the
+        ids in ``listed`` (the ledger file's, whose owner files :meth:`judged` reads)."""
         entries = []
         prefix = f"{key}."
         for name in d.names():
-            if not (name.startswith(prefix) and name.endswith(".owner")):
+            if not (name.startswith(prefix) and name.endswith(".owner")) or name[len(prefix) : -6] in listed:
                 continue
             try:
                 entry = Entry.from_json(json.loads(d.read(name, MAX_ENTRY_BYTES)))
@@ -454,15 +523,20 @@ class Ledger:
         return entries
 
     def _load(
-        self, d: LedgerDirectory, key: str, me: Owner, others: Mapping[int, int] | None
+        self,
+        d: LedgerDirectory,
+        key: str,
+        me: Owner,
+        others: Mapping[int, int] | None,
+        locks: Locks | None = None,
     ) -> tuple[list[Entry], list[Entry], str | None]:
         """(live entries, dead entries, the problem of a corrupt file) of ``key``'s ledger: the ledger file's
         entries and those of the owner files it does not list, so that a ledger file emptied, edited or removed
-        while its owners live loses none of their reservations."""
+        while its owners live loses none of their reservations; ``locks`` as for :meth:`judged`."""
         entries, problem = self._read(d, key)
-        listed = {e.id for e in entries}
-        entries += [e for e in self._owner_files(d, key) if e.id not in listed]
-        live, dead = self.judged(d, key, entries, me, others)
+        listed = frozenset(e.id for e in entries)
+        entries += [e for e in self._owner_files(d, key, listed) if e.id not in listed]
+        live, dead = self.judged(d, key, entries, me, others, locks)
         if problem is not None:
             return live, [], f"{problem}: rebuilt from the {len(live)} live owner(s)' owner files"
         return live, dead, None
@@ -502,7 +576,10 @@ class Ledger:
                 log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
             own = reading.process.used
             outside = own if held_outside is None or own is None else min(own, held_outside)
-            before = account(total, free, live, others, own, reading.integrated, me, own_counted=outside)
+            # who the processes without a reservation are is asked only where a refusal names them
+            before = account(
+                total, free, live, others, own, reading.integrated, me, own_counted=outside, commands=False
+            )
             # this process's own use beyond what it reserved, and outside the new share, is on top of the request:
             # an engine's budget is its growth from its baseline
             if before.committed + request > total or len(live) >= MAX_ENTRIES:
@@ -569,13 +646,18 @@ class Ledger:
         integrated: bool,
         own_used: int | None = None,
         me: Owner | None = None,
+        *,
+        locks: Locks | None = None,
+        commands: bool = True,
     ) -> DeviceReservations | None:
         """``key``'s ledger as admission reads it (the ledger file's entries and the owner files it does not list,
         each owner judged alive or dead as admission judges it), with the holdings as admission counts them;
         ``None`` where the device has neither a ledger file nor an owner file. ``devmem info``, ``top``, ``doctor``
         and the exporter all read it here. It writes, creates and locks nothing: nothing is reclaimed, engines
         being admitted never wait for it, and it sees a whole ledger file (replaced atomically) and owner files
-        that appear locked and written. ``me``: the reading process (:meth:`Owner.current` where ``None``)."""
+        that appear locked and written. ``me``: the reading process (:meth:`Owner.current` where ``None``); ``locks``
+        as for :meth:`judged`; ``commands`` as for :func:`account` (without, a holder that reserved nothing is not
+        looked up). A ledger kept across views checks only the entries changed since its last (:func:`parse_ledger`)."""
         d = self.opened(create=False)
         if d is None:
             return None
@@ -589,8 +671,8 @@ class Ledger:
                     f"cannot read the reservation ledger file {shown(str(self.path(key)))}: {exc.strerror}; set "
                     f"{LEDGER_DIR_ENV} to a directory shared by the engines on this host"
                 ) from None
-            live, dead, problem = self._load(d, key, me, others)
-        accounting = account(total, free, live, others, own_used, integrated, me)
+            live, dead, problem = self._load(d, key, me, others, locks)
+        accounting = account(total, free, live, others, own_used, integrated, me, commands=commands)
         return DeviceReservations(key, str(self.path(key)), accounting, tuple(dead), problem)
 
 
@@ -603,6 +685,8 @@ def resolve_request(nbytes: int | None, utilization: float | None, total: int) -
             f"utilization={shown(utilization)}"
         )
     if utilization is not None:
+        from devmem.planner.sizing import requested_memory  # the planner only where a share is asked for
+
         return requested_memory(total, utilization)
     whole = arguments.byte_count("bytes", nbytes, positive=True)
     if whole > total:
@@ -640,8 +724,8 @@ def _refusal(
     use included) and who holds the device; ``full``: the ledger holds :data:`MAX_ENTRIES` reservations already."""
     total = before.total
     available = max(0, total - before.committed)
-    holders = sorted(before.holdings, key=lambda h: -h.committed)
-    fits = math.floor(Fraction(available, total) * 1000) / 1000
+    holders = named(sorted(before.holdings, key=lambda h: -h.committed))
+    fits = available * 1000 // total / 1000  # the share that fits, rounded down to 0.001 (exactly: integers)
     asked = f"device {device} ({name}): cannot reserve {format_size(request)} ({request / total:.3f} of "
     asked += f"{format_size(total)})."
     if full:
@@ -833,15 +917,22 @@ def read_reservations(
     me: Owner | None = None,
     *,
     count_self: bool = True,
+    ledger: Ledger | None = None,
+    locks: Locks | None = None,
+    commands: bool = True,
 ) -> DeviceReservations | None:
     """The reservations on ``device`` from its ``report`` (a :class:`~devmem.DeviceReport`), read as admission reads
     them (:meth:`Ledger.view`); ``None`` where the device has no ledger. A ledger directory that cannot be used is a
     :class:`LedgerError`. ``count_self=False`` leaves this process's own memory out (the ``devmem`` command reading
-    host memory is no holder of it)."""
+    host memory is no holder of it). ``ledger``: the :class:`Ledger` read in place of one of ``ledger_dir`` (one kept
+    across readings checks only the entries changed since); ``locks`` and ``commands`` as for :meth:`Ledger.view`."""
     key, _ = device_key(platform, device)
     own = report.process if count_self else None
-    ledger = Ledger(ledger_dir)
-    return ledger.view(key, report.total, report.free, report.other_processes, report.integrated, own, me)
+    ledger = Ledger(ledger_dir) if ledger is None else ledger
+    others = report.other_processes
+    return ledger.view(
+        key, report.total, report.free, others, report.integrated, own, me, locks=locks, commands=commands
+    )
 
 
 def device_reservations(

@@ -6,7 +6,7 @@ import logging
 import math
 import os
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from devmem._text import shown
 from devmem.records import Record
@@ -45,8 +45,12 @@ def _start_time(pid: int) -> int | None:
     a zombie (killed, not yet reaped by its parent). Without ``/proc`` (not Linux): psutil's creation time in
     hundredths of a second."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # no buffered file object: the exporter asks every scrape
+        try:
+            text = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        fields = text.decode("ascii", "replace").rsplit(")", 1)[1].split()
         return None if fields[0] in ("Z", "X", "x") else int(fields[19])
     except (OSError, IndexError, ValueError):
         if os.path.isdir("/proc/self"):
@@ -153,22 +157,21 @@ class Entry(Record):
         :data:`MAX_COMMAND` is cut); ``ValueError`` for anything else."""
         if not isinstance(d, dict):
             raise ValueError(f"an entry must be an object, got {shown(d)}")
-        figures = {"pid": MAX_PID, "start_time": MAX_FIGURE, "pidns": MAX_FIGURE, "bytes": MAX_FIGURE}
-        for k, bound in figures.items():
+        for k, bound in _FIGURES:
             v = d.get(k)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= bound:
+            if not _whole(v) or not 0 <= v <= bound:
                 raise ValueError(f"entry field {k!r} must be a whole number from 0 to {bound}, got {shown(v)}")
         nspid = d.get("nspid")
         if (
             not isinstance(nspid, list)
             or len(nspid) > MAX_NESTING
-            or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= MAX_PID for p in nspid)
+            or not all(_whole(p) and 0 <= p <= MAX_PID for p in nspid)
         ):
             raise ValueError(
                 f"entry field 'nspid' must be a list of at most {MAX_NESTING} PIDs (0 to {MAX_PID}), got {shown(nspid)}"
             )
         entry_id = d.get("id")
-        if not isinstance(entry_id, str) or _UNSAFE.sub("", entry_id) != entry_id or not 0 < len(entry_id) <= MAX_ID:
+        if not isinstance(entry_id, str) or _UNSAFE.search(entry_id) or not 0 < len(entry_id) <= MAX_ID:
             raise ValueError(
                 f"entry field 'id' must be a plain name of at most {MAX_ID} characters, got {shown(entry_id)}"
             )
@@ -179,6 +182,15 @@ class Entry(Record):
         command = d.get("command", "?")
         command = _cut(command) if isinstance(command, str) else "?"
         return cls(entry_id, Owner(d["pid"], d["start_time"], d["pidns"], tuple(nspid), command), d["bytes"], when)
+
+
+#: An entry's whole-number fields and their bounds.
+_FIGURES = (("pid", MAX_PID), ("start_time", MAX_FIGURE), ("pidns", MAX_FIGURE), ("bytes", MAX_FIGURE))
+
+
+def _whole(value: Any) -> TypeGuard[int]:
+    """An int, not a bool (what JSON reads as a whole number)."""
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _time_like(value: float) -> bool:

@@ -112,7 +112,7 @@ class CoTenant:
 
 class _Records(logging.Handler):
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -121,17 +121,22 @@ class _Records(logging.Handler):
 
 @dataclass
 class Run:
-    """A profile window, the warnings it logged, and how the co-tenant's resident memory moved meanwhile."""
+    """A profile window, what it logged, and how the co-tenant's resident memory moved meanwhile."""
 
     result: ProfileResult
-    warnings: list[logging.LogRecord]
+    records: list[logging.LogRecord]
     cotenant_rss_delta: int = 0
+
+    def logged(self, level: int, words: str) -> bool:
+        return any(r.levelno == level and words in r.getMessage() for r in self.records)
 
 
 def _profile_own_allocation(cotenant: CoTenant | None = None, *holds: int) -> Run:
     """Profile a touched ``OWN``-byte allocation of this process while the co-tenant holds ``holds`` in turn."""
     platform, handler = CpuPlatform(), _Records()
     logger = logging.getLogger("devmem.engine.profiling")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)
     try:
         tenant_before = cotenant.rss() if cotenant else 0
@@ -144,6 +149,7 @@ def _profile_own_allocation(cotenant: CoTenant | None = None, *holds: int) -> Ru
         del own
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
     return Run(result, handler.records, cotenant.rss() - tenant_before if cotenant else 0)
 
 
@@ -217,13 +223,18 @@ def test_cotenant_release_is_not_fatal(cotenant_runs):
     """The co-tenant frees 1 GiB inside the window: profiling goes on and sizes from this process alone."""
     r = cotenant_runs.runs["release"]
     assert r.cotenant_rss_delta <= -0.95 * COTENANT
-    assert r.result.process_scoped and r.result.non_kv_cache_memory == r.result.total_consumed
+    assert r.result.process_scoped
+    assert abs(r.result.non_kv_cache_memory - OWN) <= 0.05 * OWN, format_size(r.result.non_kv_cache_memory)
 
 
 @pytest.mark.slow  # real co-tenant processes churning memory
-def test_warning_only_when_others_moved_128_mib_or_more(cotenant_runs, quiet_run):
+def test_host_memory_others_moves_logged_at_debug_only_when_128_mib_or_more(cotenant_runs, quiet_run):
+    """Host memory moves with every process on the machine: what others moved is never a warning there, and
+    a debug line gives both figures when it reaches 128 MiB."""
     for run in [*cotenant_runs.runs.values(), quiet_run]:
-        assert bool(run.warnings) == (abs(run.result.other_processes_delta) >= 128 * MiB)
+        assert not [r for r in run.records if r.levelno >= logging.WARNING]
+        moved = abs(run.result.other_processes_delta) >= 128 * MiB
+        assert run.logged(logging.DEBUG, "other processes moved") == moved
 
 
 def test_profile_result_feeds_the_planner(quiet_run):

@@ -277,6 +277,38 @@ def test_an_entry_edited_in_the_ledger_file_counts_as_its_owner_recorded_it(tmp_
         holder.close()
 
 
+def test_an_entry_edited_after_this_process_read_it_still_counts_as_its_owner_recorded_it(tmp_path):
+    """This process keeps what it read (the ledger's entries, the owner files' bytes) to check only what changed:
+    an edit made after a first reading is never taken from what it kept."""
+    total = real_total()
+    holder = ledger_workers.Worker(tmp_path)
+    try:
+        assert holder.reserve(total // 4)
+        reserve(0, total // 8, platform=CpuPlatform(), ledger_dir=tmp_path).release()  # read and kept
+        body = json.loads((tmp_path / f"{KEY}.json").read_text())
+        body["entries"][0]["bytes"] = total
+        (tmp_path / f"{KEY}.json").write_text(json.dumps(body))
+        with reserve(0, total // 2, platform=CpuPlatform(), ledger_dir=tmp_path) as r:
+            assert sorted(e["bytes"] for e in entries_of(tmp_path)) == sorted([total // 4, r.bytes])
+    finally:
+        holder.close()
+
+
+def test_an_owner_file_rewritten_after_this_process_read_it_is_read_anew(tmp_path):
+    total = real_total()
+    holder = ledger_workers.Worker(tmp_path)
+    try:
+        assert holder.reserve(total // 4)
+        reserve(0, total // 8, platform=CpuPlatform(), ledger_dir=tmp_path).release()  # read and kept
+        (owner_file,) = tmp_path.glob(f"{KEY}.*.owner")
+        recorded = json.loads(owner_file.read_text())
+        owner_file.write_text(json.dumps({**recorded, "bytes": total // 2}))  # as its owner would, in place
+        with pytest.raises(ReservationRefused):
+            reserve(0, total // 2 + total // 8, platform=CpuPlatform(), ledger_dir=tmp_path)
+    finally:
+        holder.close()
+
+
 @pytest.mark.parametrize("how", ["emptied", "removed"])
 def test_a_ledger_file_emptied_or_removed_while_its_owner_lives_keeps_its_reservation(host, tmp_path, how):
     """Anyone may write or remove the ledger file (a careless clean-up too): the live owner's owner file counts."""

@@ -240,29 +240,36 @@ def ledger_bytes(key: str, entries: Sequence[Entry]) -> bytes:
     return (json.dumps({"format": FORMAT, "key": key, "entries": [e.as_json() for e in entries]}) + "\n").encode()
 
 
-def parse_ledger(data: bytes, known: dict[str, Entry] | None = None) -> list[Entry]:
+def parse_ledger(data: bytes, known: Mapping[str, Entry] | None = None) -> list[Entry]:
     """The entries of a ledger file's bytes; ``ValueError``, ``KeyError``, ``TypeError`` or ``RecursionError``
     for anything else (more than :data:`MAX_ENTRIES` entries included).
 
-    ``known``: the entries this process checked in an earlier read of the same file, by id; an entry written as
-    the one known is taken as it is, and ``known`` becomes this read's entries (a release, or the next scrape,
-    checks only what changed since)."""
+    ``known``: entries checked in an earlier read of the same file, by id; an entry written as the one known is
+    taken as it is (a release, the next admission or the next scrape checks only what changed since)."""
     ledger = json.loads(data)
     if not isinstance(ledger, dict) or ledger.get("format") != FORMAT:
         raise ValueError(f"not a version-{FORMAT} ledger")
     entries = ledger["entries"]
     if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
         raise ValueError(f"'entries' must be a list of at most {MAX_ENTRIES} entries, got {shown(entries)}")
-    if known is None:
+    if not known:
         return [Entry.from_json(e) for e in entries]
     parsed = []
     for e in entries:
         entry_id = e.get("id") if isinstance(e, dict) else None
         same = known.get(entry_id) if isinstance(entry_id, str) else None
         parsed.append(same if same is not None and e == same.as_json() else Entry.from_json(e))
-    known.clear()
-    known.update((e.id, e) for e in parsed)
     return parsed
+
+
+#: The entries of each ledger file (by path) as this process last read them, shared by every
+#: :class:`Ledger` of the process (each admission makes its own): entries are immutable, and one is taken from here
+#: only where the file writes it exactly as it was checked. Each read replaces its file's whole map.
+_KNOWN: dict[Path, dict[str, Entry]] = {}
+
+#: The owner files of each ledger file as this process last read them, by id: their bytes and the record they gave
+#: (see :meth:`Ledger.judged`); each look replaces its file's whole map, so only the entries it saw are kept.
+_OWNER_COPIES: dict[Path, dict[str, tuple[bytes, Entry | None]]] = {}
 
 
 class Ledger:
@@ -291,8 +298,6 @@ class Ledger:
                 f"ends), got {shown(lock_timeout)}"
             )
         self.lock_timeout: float = float(seconds)
-        #: The entries of each device's ledger file as this object last read them (see :func:`parse_ledger`).
-        self._known: dict[str, dict[str, Entry]] = {}
 
     # ---- files ----------------------------------------------------------------------------------------
     def opened(self, *, create: bool) -> LedgerDirectory | None:
@@ -350,10 +355,12 @@ class Ledger:
         except ValueError as exc:
             return [], f"{exc}: not a ledger"
         try:
-            return parse_ledger(data, self._known.setdefault(key, {})), None
+            entries = parse_ledger(data, _KNOWN.get(path))
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            self._known.pop(key, None)
+            _KNOWN.pop(path, None)
             return [], f"{path} is corrupt ({type(exc).__name__}: {exc})"
+        _KNOWN[path] = {e.id: e for e in entries}
+        return entries, None
 
     @staticmethod
     def _owner_name(key: str, entry_id: str) -> str:
@@ -434,6 +441,8 @@ class Ledger:
         me: Owner,
         others: Mapping[int, int] | None,
         locks: Locks,
+        copies_before: Mapping[str, tuple[bytes, Entry | None]],
+        copies: dict[str, tuple[bytes, Entry | None]],
     ) -> Entry | None:
         """``entry`` as its owner recorded it (its owner file's copy, which only the owner writes), where the owner
         is alive, as the kernel tells: its owner lock decides, in any PID namespace (a PID and start time anyone
@@ -442,7 +451,8 @@ class Ledger:
         before its entry is written until after its entry is removed); so does one that is no regular file this
         user can open (a link, a FIFO, a directory, a file made unreadable: no owner made it so). Only where
         ``flock`` itself fails on the owner file: the PID and start time (this namespace) or the platform's
-        process list (another)."""
+        process list (another). ``copies_before``: the owner files' bytes this process read last time and what
+        they gave, by id (the same bytes give the same record); ``copies``: this read's, filled in."""
         name = self._owner_name(key, entry.id)
         try:
             fd = d.open_file(name, os.O_RDONLY)
@@ -462,9 +472,14 @@ class Ledger:
             record = entry
             with suppress(OSError, ValueError, RecursionError):
                 data = os.read(fd, min(st.st_size, MAX_ENTRY_BYTES) + 1)  # its size: no 16 KiB buffer each
-                copy = json.loads(data) if len(data) <= MAX_ENTRY_BYTES else None
-                # the owner's copy as the ledger lists it (checked when it was read) needs no second check
-                own = entry if copy == entry.as_json() else None if copy is None else Entry.from_json(copy)
+                before = copies_before.get(entry.id)
+                if before is not None and before[0] == data:  # the bytes this process checked last time
+                    own = before[1]
+                else:
+                    copy = json.loads(data) if len(data) <= MAX_ENTRY_BYTES else None
+                    # the owner's copy as the ledger lists it (checked when it was read) needs no second check
+                    own = entry if copy == entry.as_json() else None if copy is None else Entry.from_json(copy)
+                copies[entry.id] = (data, own)
                 if own is not None and own.id == entry.id:
                     record = own
         finally:
@@ -495,15 +510,19 @@ class Ledger:
         live: list[Entry] = []
         dead: list[Entry] = []
         seen: set[str] = set()
+        ledger_file = d.file(f"{key}.json")
+        copies_before = _OWNER_COPIES.get(ledger_file, {})
+        copies: dict[str, tuple[bytes, Entry | None]] = {}
         for e in entries:
             if e.id in seen:  # a copy of an entry counts once
                 continue
             seen.add(e.id)
-            record = self._owner(d, key, e, me, others, locks)
+            record = self._owner(d, key, e, me, others, locks, copies_before, copies)
             if record is None:
                 dead.append(e)
             else:
                 live.append(record)
+        _OWNER_COPIES[ledger_file] = copies
         return live, dead
 
     def _owner_files(self, d: LedgerDirectory, key: str, listed: frozenset[str] = frozenset()) -> list[Entry]:
@@ -657,7 +676,7 @@ class Ledger:
         being admitted never wait for it, and it sees a whole ledger file (replaced atomically) and owner files
         that appear locked and written. ``me``: the reading process (:meth:`Owner.current` where ``None``); ``locks``
         as for :meth:`judged`; ``commands`` as for :func:`account` (without, a holder that reserved nothing is not
-        looked up). A ledger kept across views checks only the entries changed since its last (:func:`parse_ledger`)."""
+        looked up). Entries read before in this process are checked again only where changed (:func:`parse_ledger`)."""
         d = self.opened(create=False)
         if d is None:
             return None

@@ -26,7 +26,7 @@ from devmem.command.info import cmd_info  # noqa: E402
 from devmem.command.main import build_parser, main  # noqa: E402
 from devmem.cpu import REAL_FILES, CpuPlatform  # noqa: E402
 from devmem.exporter.metrics import DevmemCollector  # noqa: E402
-from devmem.exporter.readings import NodeReader  # noqa: E402
+from devmem.exporter.readings import TURN_WAIT, NodeReader  # noqa: E402
 from devmem.exporter.server import DEFAULT_LISTEN, parse_listen, serve  # noqa: E402
 from devmem.testing import HostMemory, Scenario  # noqa: E402
 from devmem.types import DevmemError, GiB  # noqa: E402
@@ -182,8 +182,10 @@ class HangingNvml(ScriptedNvml):
     def __init__(self, scenario, uuid: str):
         super().__init__(scenario)
         self.uuid, self.release, self.entered = uuid, threading.Event(), 0
+        self.first_entered: dict[str, float] = {}
 
     def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        self.first_entered.setdefault(self._device(handle).uuid, time.monotonic())
         if self._device(handle).uuid == self.uuid:
             self.entered += 1
             self.release.wait(30)
@@ -235,6 +237,36 @@ def test_a_reading_that_recovers_is_shown_again(hanging, tmp_path):
     nvml.release.set()
     time.sleep(0.3)  # the hung reading ends
     assert set(by_device(parse(collector), "devmem_device_total_bytes")) == {"0", "1"}
+
+
+class TimedNvml(ScriptedNvml):
+    """A scripted NVML whose memory query takes ``seconds`` and records when each device's began and ended."""
+
+    def __init__(self, scenario, seconds: float):
+        super().__init__(scenario)
+        self.seconds, self.spans = seconds, {}
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        began = time.monotonic()
+        time.sleep(self.seconds)
+        self.spans[self._device(handle).uuid] = (began, time.monotonic())
+        return super().nvmlDeviceGetMemoryInfo(handle, version)
+
+
+def test_healthy_devices_are_read_one_at_a_time(node, tmp_path):
+    nvml = TimedNvml(node, 0.05)
+    scrape(scripted_platform(node, nvml=nvml), tmp_path)
+    spans = sorted(nvml.spans.values())
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0]
+
+
+def test_a_hung_device_holds_the_next_reading_up_by_one_turn_at_most(hanging, tmp_path):
+    platform, nvml = hanging
+    collector = collector_for(platform, tmp_path, deadline=2.0)
+    started = time.monotonic()
+    m = parse(collector)  # the hung device is read first
+    assert set(by_device(m, "devmem_device_total_bytes")) == {"1"}
+    assert nvml.first_entered["GPU-00000000-0000-0000-0000-000000000001"] - started < TURN_WAIT + 0.15
 
 
 def test_a_reservation_is_exported_with_its_holder_pid_and_bytes(node, tmp_path):

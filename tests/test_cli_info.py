@@ -195,22 +195,50 @@ def test_info_fits_the_terminal_width_without_cutting_a_size(capsys, monkeypatch
     )
 
 
-def run_on_a_terminal(argv: list[str], env: dict[str, str], seconds: float = 30) -> str:
-    """Run ``devmem argv`` with its stdout on a pseudo-terminal; its output."""
+def interruptible() -> None:
+    """In a child before it runs devmem: Ctrl-C interrupts it, as from an interactive shell (a test run started in
+    the background by a non-interactive shell passes SIGINT on ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_on_a_terminal(
+    argv: list[str], env: dict[str, str], stop_after: float | None = None, seconds: float = 30
+) -> str:
+    """``devmem argv`` with its stdout on a pseudo-terminal, interrupted after ``stop_after`` seconds where given;
+    its output. Fails (and kills it) where it has not ended ``seconds`` later."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "devmem", *argv], stdout=follower, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devmem", *argv],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=interruptible,
+    )
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed with the process
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    proc.wait(seconds)
-    os.close(leader)
+    chunks, deadline = [], time.monotonic() + seconds + (stop_after or 0)
+    interrupt_at = None if stop_after is None else time.monotonic() + stop_after
+    try:
+        while time.monotonic() < deadline:
+            if interrupt_at is not None and time.monotonic() >= interrupt_at:
+                proc.send_signal(signal.SIGINT)
+                interrupt_at = None
+            if not select.select([leader], [], [], 0.1)[0]:
+                continue
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        else:
+            raise AssertionError(f"devmem {' '.join(argv)} still ran {seconds:g} s after it should have ended")
+        assert proc.wait(seconds) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
     return b"".join(chunks).decode()
 
 
@@ -251,6 +279,7 @@ def watch(argv: list[str], seconds: float, stop: int) -> subprocess.CompletedPro
         stderr=subprocess.PIPE,
         text=True,
         env=env_with(),
+        preexec_fn=interruptible,
     )
     time.sleep(seconds)
     proc.send_signal(stop)
@@ -284,6 +313,7 @@ def test_watch_on_a_terminal_redraws_in_place():
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env_with(),
+        preexec_fn=interruptible,
     )
     os.close(follower)
     out, deadline = "", time.monotonic() + 2

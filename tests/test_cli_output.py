@@ -15,7 +15,7 @@ import time
 import pytest
 from model_configs import TINY_LLAMA, write_model
 from plugin_dists import write_dist
-from test_cli_info import env_with
+from test_cli_info import env_with, interruptible, run_on_a_terminal
 
 from devmem.command.main import main
 
@@ -45,28 +45,6 @@ def with_stdout_closed(*argv: str, timeout: float = 30) -> subprocess.CompletedP
         preexec_fn=lambda: os.close(1),
         timeout=timeout,
     )
-
-
-def run_on_a_terminal(argv: list[str], env: dict[str, str], stop_after: float | None = None) -> str:
-    """``devmem argv`` with its stdout on a pseudo-terminal, interrupted after ``stop_after`` seconds; its output."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([*DEVMEM, *argv], stdout=follower, stderr=subprocess.PIPE, env=env)
-    os.close(follower)
-    if stop_after is not None:
-        time.sleep(stop_after)
-        proc.send_signal(signal.SIGINT)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed with the process
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    assert proc.wait(30) == 0
-    os.close(leader)
-    return b"".join(chunks).decode()
 
 
 @pytest.fixture
@@ -141,7 +119,14 @@ def test_ctrl_c_while_a_platform_is_detected_exits_130_without_a_traceback(site,
     write_dist(site, "slow-vendor", SLOW_DETECTION.format(started=str(started)))
     env = {k: v for k, v in env_with().items() if k != "DEVMEM_PLATFORM"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
-    proc = subprocess.Popen([*DEVMEM, "plugins"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [*DEVMEM, "plugins"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+        preexec_fn=interruptible,
+    )
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)

@@ -477,3 +477,84 @@ def test_a_reading_outside_the_contract_is_refused_by_engine_memory_as_by_device
     with pytest.raises(DevmemError) as engine:
         EngineMemory(0, utilization=0.01, platform=backend(), reserve=False, check_startup=False)
     assert type(engine.value) is type(report.value) and str(engine.value) == str(report.value)
+
+
+# ---- the heap frozen while a start collects (devmem.engine._heap) --------------------------------------------------
+
+
+def test_a_starts_collections_never_scan_what_existed_before_it(platform, torch_rt):
+    existing, scanned = [], []
+
+    def record(phase, info):
+        if phase == "start":
+            scanned.append(any(o is existing for o in gc.get_objects()))  # gc.get_objects() leaves frozen ones out
+
+    gc.callbacks.append(record)
+    try:
+        memory = _planned(platform, layout=KvLayout.per_layer())
+        memory.release_allocator_cache()
+    finally:
+        gc.callbacks.remove(record)
+    assert scanned and not any(scanned)
+
+
+def test_the_heap_is_unfrozen_once_the_engine_allocates_its_cache(platform, torch_rt):
+    memory = _planned(platform, layout=KvLayout.per_layer())
+    assert gc.get_freeze_count() > 0
+    memory.release_allocator_cache()  # right before the engine allocates its cache tensors
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_heap_stays_frozen_until_graphs_after_the_cache_are_captured(platform, torch_rt):
+    memory = _planned(platform, layout=KvLayout.per_layer(), graphs=GraphsAfterCache(estimate=GiB))
+    memory.release_allocator_cache()
+    assert gc.get_freeze_count() > 0
+    with memory.graphs_after_cache():
+        pass
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_start_closed_early_unfreezes_the_heap(platform):
+    _created(platform).close()
+    assert gc.get_freeze_count() == 0
+
+
+def test_two_starts_at_once_unfreeze_when_the_last_ends(platform):
+    first, second = _created(platform), _created(platform)
+    first.close()
+    assert gc.get_freeze_count() > 0
+    second.close()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_heap_the_application_froze_stays_frozen(platform):
+    gc.freeze()
+    try:
+        _created(platform).close()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_what_the_application_froze_during_a_start_stays_frozen(platform):
+    memory = _created(platform)
+    served = [[] for _ in range(1000)]  # what the engine made after its start, frozen by the application
+    gc.freeze()
+    try:
+        memory.close()
+        assert gc.get_freeze_count() >= len(served)
+    finally:
+        gc.unfreeze()
+
+
+def test_a_cycle_made_in_the_profile_window_is_collected_before_its_end_is_measured(monkeypatch):
+    """What the collection at a window's end protects: memory a reference cycle kept is not counted as kept."""
+    monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")
+    devmem.clear_cache()
+    total = devmem.current_platform().device_memory_info(0).total
+    with EngineMemory(0, utilization=max(GiB / total, 1e-6), reserve=False, check_startup=False) as memory:
+        with memory.profile() as result:
+            cycle: list = [bytearray(b"\x01" * (256 * MiB))]
+            cycle.append(cycle)
+            del cycle
+        assert result.total_consumed < 64 * MiB

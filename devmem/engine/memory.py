@@ -42,13 +42,14 @@ import logging
 import numbers
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem._forksafe import ForkSafeLock
-from devmem.engine import _door, _report, black_box
+from devmem.engine import _door, _heap, _report, black_box
 from devmem.engine._torch_device import _device_of
 from devmem.engine.block_cost import BlockCost, BlockRun
 from devmem.engine.graphs import GraphCharge, GraphCheck, GraphsAfterCache, graph_charge
@@ -151,6 +152,7 @@ class EngineMemory:
         _door.instance("baseline", baseline, MemorySnapshot, what, optional=True)
         self.platform = _door.platform(platform)
         self._lock, self._pid, self._phase, self.closed = ForkSafeLock(), os.getpid(), Phase.CREATED, False
+        self._heap_held: weakref.finalize | None = None
         self.reservation: Reservation | None = reserve if isinstance(reserve, Reservation) else None
         if baseline is None:  # one coherent reading of the device serves the baseline and the admission
             reading = prepare_and_read(self.platform, self.device)  # a platform that learns this process's PIDs first
@@ -196,6 +198,8 @@ class EngineMemory:
         self._record: StoredStart | None = None  # the whole start read there
         self._cost_layout: KvLayout | None = None
         self._kept: StoredProfile | None = None  # the profile this object stored itself (save_profile)
+        _heap.hold()  # until the start's last collection (or this object's end): each collects only what it created
+        self._heap_held = weakref.finalize(self, _heap.let_go)
 
     @property
     def torch_device(self) -> Any:
@@ -314,6 +318,7 @@ class EngineMemory:
             check = GraphCheck.of(result, charge)
             self.graph_check = check
             declared.keep(check.kept_bytes, time.time())
+        self._heap_let_go(unless_graphs_follow=False)
         if check.fits:
             log.info("devmem: device %d: %s", self.device, check.explain())
         else:
@@ -519,16 +524,26 @@ class EngineMemory:
             assert self.kv_plan is not None and self.num_layers is not None  # the phase's
             self.released_bytes = _release(self.device, self.platform)
             self.cache = _allocate(self.kv_plan, self.num_layers, self.torch_device)
-            return self.cache
+        self._heap_let_go(unless_graphs_follow=True)
+        return self.cache
 
     def release_allocator_cache(self) -> int:
         """Give torch's cached, unused blocks back (right before an engine allocates its own cache tensors)."""
-        return _release(self.device, self.platform)
+        released = _release(self.device, self.platform)
+        if self.kv_plan is not None:  # the engine's own cache comes next
+            self._heap_let_go(unless_graphs_follow=True)
+        return released
+
+    def _heap_let_go(self, *, unless_graphs_follow: bool) -> None:
+        """The start's last collection is made (:mod:`devmem.engine._heap`): unless graphs after the cache follow."""
+        if self._heap_held is not None and not (unless_graphs_follow and self.graphs_declared is not None):
+            self._heap_held()  # once: a finalizer runs at most once
 
     def close(self) -> None:
         """Release the reservation (the cache itself is the engine's to drop); every step after it is refused
         (:meth:`explain` and :meth:`as_dict` still answer). Idempotent."""
         self.closed = True
+        self._heap_let_go(unless_graphs_follow=False)
         if self.reservation is not None:
             self.reservation.release()
 

@@ -10,7 +10,9 @@ figures that explain the memory that is not KV cache):
   the drop of free memory between the readings, never below what this engine knows it holds itself.
 
 :func:`plan_kv_cache` chooses the path from its arguments (the engine-facing entry:
-``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=..., num_layers=...)``). Each raises
+``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=..., num_layers=...)``). Its keywords, and each path's,
+are checked once (:meth:`~devmem.planner.inputs.CheckedPlanInputs.checked`); :func:`plan` sizes from the
+checked inputs, trusting them (:class:`devmem.EngineMemory` builds them from what its door checked). Each raises
 :class:`~devmem.NotEnoughMemoryError` with the numbers when the budget does not hold one block.
 """
 

@@ -102,8 +102,10 @@ class Worker:
 
     @property
     def last(self) -> Call[Any] | None:
-        """The call submitted last (``None`` before the first)."""
-        return self._last
+        """The call submitted last, while the thread that runs it lives (``None`` before the first, and in a forked
+        child, where a call the parent's thread was running never finishes)."""
+        thread = self._thread
+        return self._last if thread is not None and thread.is_alive() else None
 
     def submit(self, call: Callable[[], T]) -> Call[T]:
         pending: Call[T] = Call()

@@ -5,10 +5,12 @@ whose NVML blocks on an Event."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 from ledger_workers import no_hang
+from test_forks import child_status
 
 from devmem import DevmemError, EngineMemory
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario, scripted_platform
@@ -129,3 +131,17 @@ def test_readings_work_again_once_the_hung_call_returns(nvml, platform, deadline
 def test_an_engine_memory_given_a_bounded_platform_keeps_it(platform):
     first = _created(platform)
     assert _created(first.platform).platform is first.platform
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_reads_although_its_parent_has_a_call_hanging(nvml, platform, deadline):
+    memory = _created(platform)
+    nvml.blocked.add(MEMORY_INFO)
+    with no_hang(10), pytest.raises(DevmemError):
+        memory.platform.device_memory_info(0)
+
+    def in_child() -> None:
+        nvml.blocked.clear()  # the child's NVML answers; the parent's call never finishes there
+        memory.platform.device_memory_info(0)
+
+    assert os.waitstatus_to_exitcode(child_status(in_child)) == 0

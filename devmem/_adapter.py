@@ -16,8 +16,8 @@ whole numbers of bytes (an ``int`` or a numpy integer, a float with no fraction;
 note; the process figure a whole number of bytes or ``None`` (anything else is unknown, with a reason naming the
 value); the two flags real ``bool`` values (a flag ``"no"`` is not taken as true). A value that breaks a rule is a
 :class:`~devmem.DevmemError` naming the backend, the call and the value. Each call is given ``DEVMEM_READ_TIMEOUT``
-seconds (:mod:`devmem._deadline`), as every reading the command makes is: one that never returns is an error naming
-it, never a hang.
+seconds on the backend's one reused thread (:class:`devmem._deadline.Backend`), as every reading the command and
+:class:`devmem.EngineMemory` make is: one that never returns is an error naming it, never a hang.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from devmem import arguments
-from devmem._deadline import bounded, read_timeout
+from devmem._deadline import Backend
 from devmem._readings import process_bytes
 from devmem._text import described, shown
 from devmem.platform import DeviceMemory, Platform, PlatformBase, ProcessMemory, ReasonKind, checked_memory
@@ -66,6 +66,7 @@ class MinimalPlatform(PlatformBase):
             setattr(self, member, value)
         self._where = f"{name} ({where})"
         self._source = f"reported by {self._where}"
+        self._calls = Backend(f"devmem-{name}"[:60])
 
     def __repr__(self) -> str:
         return f"MinimalPlatform({self.backend!r})"
@@ -77,16 +78,16 @@ class MinimalPlatform(PlatformBase):
         )
 
     def _call(self, member: str, *args: int) -> Any:
-        """``backend.member(*args)``, given ``DEVMEM_READ_TIMEOUT`` seconds to answer (:func:`devmem._deadline.
-        bounded`: a call that never returns is a :class:`~devmem.DevmemError` naming it and the variable, wherever
-        it was made, an engine's start included); what it raises (but a :class:`~devmem.DevmemError` or Ctrl-C)
-        becomes a :class:`~devmem.DevmemError` naming the backend and the call: ``SystemExit``, ``GeneratorExit``
-        and other ``BaseException`` s too (a backend's reading does not end the process), and one whose text cannot
-        be read."""
+        """``backend.member(*args)``, given ``DEVMEM_READ_TIMEOUT`` seconds to answer on the backend's one reused
+        thread (:class:`devmem._deadline.Backend`: a call that never returns is a :class:`~devmem.DevmemError`
+        naming it and the variable, wherever it was made, an engine's start included); what it raises (but a
+        :class:`~devmem.DevmemError` or Ctrl-C) becomes a :class:`~devmem.DevmemError` naming the backend and the
+        call: ``SystemExit``, ``GeneratorExit`` and other ``BaseException`` s too (a backend's reading does not end
+        the process), and one whose text cannot be read."""
         call = f"{member}({', '.join(map(str, args))})"
         try:
             what = f"the minimal backend {self._where}: {call}"
-            return bounded(lambda: getattr(self.backend, member)(*args), read_timeout(), what)
+            return self._calls(lambda: getattr(self.backend, member)(*args), what)
         except (DevmemError, KeyboardInterrupt):
             raise
         except BaseException as exc:

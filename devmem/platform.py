@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from devmem import arguments
+from devmem._bounded import BoundedPlatform
 from devmem._readings import process_bytes, process_id, whole_bytes
 from devmem._text import shown
 from devmem.errors import DevmemError, InvalidTypeError
@@ -552,7 +553,10 @@ def prepare_and_read(platform: Platform, device: int = 0) -> DeviceReading:
     """:func:`prepare_device`, then :func:`read_device`, with the index checked once: what an engine-facing object
     does when it is created (its reading serves its baseline and its reservation alike). The reading is checked
     against the contract as :meth:`PlatformBase.read` checks it (what :func:`device_report` reads): a backend's
-    answer outside it (free above the total, a negative figure) is refused the same way."""
+    answer outside it (free above the total, a negative figure) is refused the same way. On a
+    :class:`~devmem._bounded.BoundedPlatform` all of it is one call, given its deadline."""
+    if isinstance(platform, BoundedPlatform):
+        return platform.call(f"prepare_and_read({device!r})", prepare_and_read, platform.platform, device)
     if not isinstance(platform, PlatformBase):
         prepare_device(platform, device)
         return read_device(platform, device)

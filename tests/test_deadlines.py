@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
 
 import pytest
 from ledger_workers import no_hang
@@ -14,7 +16,7 @@ from model_configs import QWEN3_8B
 from plugin_dists import write_dist
 
 import devmem
-from devmem._deadline import bounded
+from devmem._deadline import Backend, Worker, bounded
 from devmem.command.main import main
 
 HANGING_READING = """
@@ -120,6 +122,23 @@ def test_a_bounded_call_gives_its_value_or_raises_what_it_raised():
     assert bounded(lambda: 42, 5, "answer") == 42
     with pytest.raises(ZeroDivisionError):
         bounded(lambda: 1 / 0, 5, "division")
+
+
+def test_a_backend_call_gives_its_value_or_raises_what_it_raised():
+    calls = Backend("devmem-test")
+    assert calls(lambda: 42, "answer") == 42
+    with pytest.raises(ZeroDivisionError):
+        calls(lambda: 1 / 0, "division")
+
+
+def test_an_idle_workers_thread_ends_and_the_next_call_starts_it_again():
+    worker = Worker("devmem-test", idle=0.05)
+    first = worker.submit(threading.current_thread)
+    assert first.done_by(time.monotonic() + 5)
+    first.value.join(5)
+    again = worker.submit(threading.current_thread)
+    assert again.done_by(time.monotonic() + 5)
+    assert not first.value.is_alive() and again.value is not first.value
 
 
 def test_the_read_timeout_variable_is_checked(monkeypatch, capsys):

@@ -376,15 +376,15 @@ VALIDATORS = ("byte_count", "integer", "count", "real", "utilization", "device_i
 
 @pytest.fixture
 def validated(monkeypatch):
-    """Every call of devmem.arguments' validators from the engine side (devmem.engine, devmem.platform), by the
-    argument's name; the planner, pure arithmetic under the door, checks what it is given as its own entry points do."""
+    """Every call of devmem.arguments' validators from the engine side and the planner beneath it (devmem.engine,
+    devmem.platform, devmem.planner), by the argument's name: the planner trusts the inputs the door checked."""
     calls: collections.Counter[str] = collections.Counter()
 
     def counted(name, validator):
         @functools.wraps(validator)
         def wrapper(*args, **kwargs):
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            if caller.startswith(("devmem.engine", "devmem.platform")):
+            if caller.startswith(("devmem.engine", "devmem.platform", "devmem.planner")):
                 calls[kwargs.get("name") or (args[0] if isinstance(args[0], str) else name)] += 1
             return validator(*args, **kwargs)
 

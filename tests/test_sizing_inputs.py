@@ -3,13 +3,16 @@ number, a traceback or a value JSON cannot write."""
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 
-from devmem import DevmemError, GiB, MiB
+from devmem import DevmemError, GiB, MiB, arguments
 from devmem.command.main import main
 from devmem.cpu import CpuPlatform
 from devmem.engine.profiling import MemorySnapshot, check_startup_memory
@@ -188,3 +191,30 @@ def test_capacity_and_fit_of_numpy_inputs_give_json(tmp_path):
     json.dumps(
         capacity(model, np.int64(GiB), block_size=np.int64(16), context=np.int64(64), sequences=np.int64(2)).as_dict()
     )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        dict(total=80 * GiB, utilization=0.9, consumed=GiB, graph_capture=MiB),
+        dict(pinned_bytes=10 * GiB, total=80 * GiB),
+        dict(total=80 * GiB, init_free_memory=70 * GiB, free_memory=60 * GiB, committed_bytes=GiB),
+    ],
+    ids=["utilization", "pinned", "growable"],
+)
+def test_plan_kv_cache_checks_each_argument_once(path, monkeypatch):
+    calls: collections.Counter[str] = collections.Counter()
+
+    def counted(validator):
+        @functools.wraps(validator)
+        def wrapper(*args, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("devmem.planner"):
+                calls[kwargs.get("name") or (args[0] if args and isinstance(args[0], str) else "utilization")] += 1
+            return validator(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("byte_count", "count", "real", "utilization"):
+        monkeypatch.setattr(arguments, name, counted(getattr(arguments, name)))
+    plan_kv_cache(weights=GiB, transient_peak_bytes=MiB, allocations=2, **BLOCK, **path)
+    assert calls and max(calls.values()) == 1, calls

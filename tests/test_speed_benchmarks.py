@@ -5,6 +5,7 @@ answered, nothing admitted past the device), never the timing goals."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,25 @@ def test_admission_answers_every_engine_and_admits_nothing_past_the_device(tmp_p
     assert [row["holders"] for row in result["reserve_release"]] == [0, 4]
     burst = result["burst"]
     assert burst["answered"] == 12 and burst["outcomes"] == {"admitted": 12} and burst["within_total"]
+
+
+@pytest.mark.slow  # a fresh interpreter timing every case: `pytest -m slow` and CI run it
+def test_bounded_reading_times_every_case_straight_and_bounded_and_counts_a_lifecycles_calls(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bounded_reading.py"), "--rounds", "20", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCHMARKS.parent), os.environ.get("PYTHONPATH")])),
+            "DEVMEM_PLATFORM": "cpu",
+            "DEVMEM_LEDGER_DIR": str(tmp_path),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "bounded_reading.json").read_text())
+    cases = {"read", "device_memory_info", "get_process_memory_usage", "device_count", "snapshot"}
+    assert set(result["cases"]) == cases
+    assert all(c["straight_us"] > 0 and c["bounded_us"] > 0 for c in result["cases"].values())
+    assert result["lifecycle"]["calls"] > 0

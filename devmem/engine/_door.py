@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from devmem import arguments
+from devmem._adapter import MinimalPlatform
+from devmem._bounded import BoundedPlatform
 from devmem._text import shown
 from devmem.errors import ArgumentError, EngineArgumentError
 from devmem.platform import DeviceReading, Platform
@@ -56,7 +58,12 @@ def device(value: object) -> int:
 
 
 def platform(value: object) -> Platform:
-    return checked("platform", value, lambda: platform_argument(value))
+    """The platform argument resolved, every reading of it given ``DEVMEM_READ_TIMEOUT`` seconds
+    (:class:`~devmem._bounded.BoundedPlatform`; a minimal backend's calls are bounded already)."""
+    resolved = checked("platform", value, lambda: platform_argument(value))
+    if isinstance(resolved, (BoundedPlatform, MinimalPlatform)):
+        return resolved
+    return BoundedPlatform(resolved)
 
 
 def instance(name: str, value: object, kind: type | tuple[type, ...], what: str, *, optional: bool = False) -> Any:

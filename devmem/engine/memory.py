@@ -60,8 +60,10 @@ from devmem.engine.profile_store import StoredProfile, StoredStart
 from devmem.engine.profiling import MemorySnapshot, ProfileResult, _refuse_start, _release, _window
 from devmem.engine.reservations import Ledger, Reservation
 from devmem.errors import EngineMemoryError, StepRefused
+from devmem.planner.inputs import CheckedPlanInputs, splits
 from devmem.planner.rounding import LARGE_BUFFER
-from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, plan_kv_cache, requested_memory
+from devmem.planner.sizing import DEFAULT_UTILIZATION, KvCachePlan, requested_of
+from devmem.planner.sizing import plan as planned
 from devmem.platform import Platform, prepare_and_read, read_device
 
 log = logging.getLogger("devmem.engine")
@@ -122,7 +124,7 @@ class EngineMemory:
         late: bool = False,
     ):
         self.device = _door.device(device)
-        _door.utilization(utilization)
+        self._share = _door.utilization(utilization)  # exactly: what the plan sizes from
         # a Python number, whatever kind the caller gave (a numpy float is neither JSON nor printed as given)
         self.utilization = int(utilization) if isinstance(utilization, numbers.Integral) else float(utilization)
         self.pinned_bytes = (
@@ -163,7 +165,7 @@ class EngineMemory:
         total = self.baseline.total
         if self.pinned_bytes is not None:
             _door.within_total("pinned_bytes", self.pinned_bytes, total, self.device)
-        self.requested = requested_memory(total, utilization)
+        self.requested = requested_of(total, self._share)
         if reserve is True:
             if reserve_bytes is not None:
                 _door.within_total("reserve_bytes", reserve_bytes, total, self.device)
@@ -466,9 +468,10 @@ class EngineMemory:
             extra = EXPANDABLE_SEGMENT_GRANULARITY if expandable else allocations * self.allocation_granularity
             figures["transient_peak_bytes"] = figures.get("transient_peak_bytes", 0) + extra
             allocations, rounding = 1, {"allocation_granularity": 1}
-        plan = plan_kv_cache(
+        splits(page_size_bytes * layers, allocations)  # the layout's tensors, against the block the door checked
+        inputs = CheckedPlanInputs(  # what the door checked and the windows measured: nothing is checked again
             total=self.baseline.total,
-            utilization=self.utilization,
+            utilization=self._share,
             pinned_bytes=self.pinned_bytes,
             page_size_bytes=page_size_bytes,
             num_layers=layers,
@@ -476,7 +479,7 @@ class EngineMemory:
             **rounding,
             **figures,
         )
-        return replace(plan, device=self.device)
+        return replace(planned(inputs), device=self.device)
 
     def _transient_beside_blocks(self, cost: BlockCost, window_transient: int) -> int:
         """The headroom beside a plan that charges every block ``cost.block_bytes``: the rest of the first run's

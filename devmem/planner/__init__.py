@@ -1,6 +1,7 @@
 """The planner: pure KV-cache arithmetic (:mod:`.sizing`), models read from their configs (:mod:`.models`,
 :mod:`.model_defaults`), capacity in tokens and sequences (:mod:`.capacity`) and vLLM's layout of a budget
-(:mod:`.engine_layout`). Nothing here reads a device.
+(:mod:`.engine_layout`). Nothing here reads a device. A plan's inputs are checked once (:mod:`.inputs`), and the
+arithmetic trusts them.
 
 - :func:`requested_memory`: the one rounding of a utilization to bytes (the exact product's ceiling).
 - :func:`plan_kv_cache` chooses among :func:`plan_utilization`, :func:`plan_pinned` and :func:`plan_growable`

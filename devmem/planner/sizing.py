@@ -10,7 +10,9 @@ figures that explain the memory that is not KV cache):
   the drop of free memory between the readings, never below what this engine knows it holds itself.
 
 :func:`plan_kv_cache` chooses the path from its arguments (the engine-facing entry:
-``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=..., num_layers=...)``). Each raises
+``plan_kv_cache(**profile.plan_inputs(), page_size_bytes=..., num_layers=...)``). Its keywords, and each path's,
+are checked once (:meth:`~devmem.planner.inputs.CheckedPlanInputs.checked`); :func:`plan` sizes from the
+checked inputs, trusting them (:class:`devmem.EngineMemory` builds them from what its door checked). Each raises
 :class:`~devmem.NotEnoughMemoryError` with the numbers when the budget does not hold one block.
 """
 
@@ -21,38 +23,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
-from devmem import arguments
-from devmem._text import shown
 from devmem.arguments import MAX_BYTES as MAX_BYTES  # re-exported: no figure of memory reaches it
 from devmem.errors import NotEnoughMemoryError, SizingError
-from devmem.planner.rounding import ALLOCATORS, LARGE_BUFFER, ROUND_LARGE, Rounding
-from devmem.types import GiB
+from devmem.planner.inputs import DEFAULT_UTILIZATION as DEFAULT_UTILIZATION
+from devmem.planner.inputs import MARGIN_FLOOR_BYTES as MARGIN_FLOOR_BYTES
+from devmem.planner.inputs import MARGIN_FRACTION as MARGIN_FRACTION
+from devmem.planner.inputs import CheckedPlanInputs, layers, margin_share, share
+from devmem.planner.inputs import byte_count as _bytes
+from devmem.planner.rounding import Rounding
 from devmem.units import format_share, format_size
-
-#: Share of the device an engine asks for when it names none.
-DEFAULT_UTILIZATION = 0.9
-#: The growable path keeps at least this much free beside the transient peak ...
-MARGIN_FLOOR_BYTES = GiB
-#: ... or this share of the transient peak, whichever is larger.
-MARGIN_FRACTION = 0.75
-
-
-#: A margin of more than this many transient peaks is a mistake, not a setting.
-MAX_MARGIN_FRACTION = 100
-
-
-def _bytes(name: str, value: object, *, positive: bool = False) -> int:
-    return arguments.byte_count(name, value, positive=positive, error=SizingError)
-
-
-def _real(name: str, value: object) -> Fraction:
-    return arguments.real(name, value, error=SizingError)
-
-
-def _utilization(value: object) -> Fraction:
-    return arguments.utilization(value, error=SizingError)
 
 
 def requested_memory(total: int, utilization: float) -> int:
@@ -62,7 +43,13 @@ def requested_memory(total: int, utilization: float) -> int:
     The product is exact: a float means the decimal it prints as (0.9 is 9/10), so where ``total * utilization``
     is a whole number (80 GiB at 0.9) it is that number, never one more; a bad value is a :class:`SizingError`.
     """
-    return math.ceil(_bytes("total", total, positive=True) * _utilization(utilization))
+    return requested_of(_bytes("total", total, positive=True), share(utilization))
+
+
+def requested_of(total: int, fraction: Fraction) -> int:
+    """:func:`requested_memory` of a checked ``total`` and share (``fraction``, from :func:`devmem.arguments.
+    utilization`): what :class:`devmem.EngineMemory`'s door asks with what it checked."""
+    return math.ceil(total * fraction)
 
 
 def profiled_kv_cache_bytes(
@@ -81,35 +68,21 @@ def profiled_kv_cache_bytes(
     )
 
 
-def _margin_fraction(value: object) -> Fraction:
-    fraction = _real("margin_fraction", value)
-    if not 0 <= fraction <= MAX_MARGIN_FRACTION:
-        raise SizingError(
-            f"margin_fraction must be in [0, {MAX_MARGIN_FRACTION}] (a share of the transient peak), got {shown(value)}"
-        )
-    return fraction
-
-
 def _growable_terms(
     requested: int,
-    init_free_memory: int,
-    free_memory: int,
-    committed_bytes: int,
-    transient_peak_bytes: int,
+    init_free: int,
+    free: int,
+    committed: int,
+    transient: int,
     margin_floor_bytes: int,
-    margin_fraction: float,
+    margin_fraction: Fraction,
     own: int = 0,
 ) -> dict[str, int]:
-    """Every term of the growable formula; ``unfloored`` is the budget before it is floored at 0. ``own`` is what
-    this engine knows it came to hold between the readings (its consumed memory): ``non_kv_used`` is never below
-    it, so that memory a co-tenant released meanwhile is not credited to this engine."""
-    init_free = _bytes("init_free_memory", init_free_memory)
-    free = _bytes("free_memory", free_memory)
-    committed = _bytes("committed_bytes", committed_bytes)
-    transient = _bytes("transient_peak_bytes", transient_peak_bytes)
-    margin = max(
-        _bytes("margin_floor_bytes", margin_floor_bytes), math.ceil(_margin_fraction(margin_fraction) * transient)
-    )
+    """Every term of the growable formula, of checked figures; ``unfloored`` is the budget before it is floored at
+    0. ``own`` is what this engine knows it came to hold between the readings (its consumed memory):
+    ``non_kv_used`` is never below it, so that memory a co-tenant released meanwhile is not credited to this
+    engine."""
+    margin = max(margin_floor_bytes, math.ceil(margin_fraction * transient))
     non_kv_used = max(0, init_free - free - committed, own)
     requested_cap = requested - non_kv_used
     free_cap = free + committed - margin
@@ -147,27 +120,24 @@ def growable_kv_cache_bytes(
     ``margin = max(margin_floor, ceil(margin_fraction * transient_peak))`` and
     ``kv = min(requested - non_kv_used, free + committed - margin) - transient_peak``.
     """
+    requested, own = _bytes("requested_memory", requested_memory), _bytes("consumed", consumed)
     return _growable_terms(
-        _bytes("requested_memory", requested_memory),
-        init_free_memory,
-        free_memory,
-        committed_bytes,
-        transient_peak_bytes,
-        margin_floor_bytes,
-        margin_fraction,
-        _bytes("consumed", consumed),
+        requested,
+        _bytes("init_free_memory", init_free_memory),
+        _bytes("free_memory", free_memory),
+        _bytes("committed_bytes", committed_bytes),
+        _bytes("transient_peak_bytes", transient_peak_bytes),
+        _bytes("margin_floor_bytes", margin_floor_bytes),
+        margin_share(margin_fraction),
+        own,
     )["kv_cache"]
 
 
 def blocks_for_bytes(kv_bytes: int, page_size_bytes: int, num_layers: int) -> int:
     """Whole KV blocks in ``kv_bytes``, one block being one page on every layer."""
     return _bytes("kv_bytes", kv_bytes) // (
-        _bytes("page_size_bytes", page_size_bytes, positive=True) * _layers(num_layers)
+        _bytes("page_size_bytes", page_size_bytes, positive=True) * layers(num_layers)
     )
-
-
-def _layers(num_layers: object) -> int:
-    return arguments.count("num_layers", num_layers, error=SizingError)
 
 
 _LABELS = {
@@ -194,10 +164,6 @@ _LABELS = {
     "granularity": "allocation granularity",
     "allocations": "allocations",
 }
-
-#: What a plan counts as one of the allocator's own units when it models the allocator (the granularity a caller
-#: of an earlier release passed beside it: nothing, 2 MiB or expandable segments' 20 MiB).
-_ALLOCATOR_UNITS = (1, ROUND_LARGE, LARGE_BUFFER)
 
 _PATHS = {
     "utilization": "path: utilization {utilization} of the total, minus memory that is not KV cache",
@@ -316,52 +282,25 @@ class _Shared(NamedTuple):
         return self.rounding.describe()
 
 
-def _shared(
-    page_size_bytes: int,
-    num_layers: int,
-    weights: int,
-    transient_peak_bytes: int,
-    non_torch: int,
-    other_processes: int | None,
-    released_cache: int,
-    allocation_granularity: int,
-    allocations: int | None = None,
-    allocator: str | None = None,
-) -> _Shared:
-    layers = _layers(num_layers)
-    block = _bytes("page_size_bytes", page_size_bytes, positive=True) * layers
-    granularity = _bytes("allocation_granularity", allocation_granularity, positive=True)
-    if allocator is not None and allocator not in ALLOCATORS:
-        raise SizingError(
-            f"allocator must be one of {', '.join(map(repr, ALLOCATORS))} (torch's caching allocator, or with "
-            f"expandable segments) or None (each allocation rounded up to allocation_granularity), got "
-            f"{shown(allocator)}"
-        )
-    if allocator is not None and granularity not in _ALLOCATOR_UNITS:
-        raise SizingError(
-            f"allocation_granularity={granularity} with allocator={allocator!r}: the allocator's own rounding "
-            "is charged; give allocator=None to round each allocation up to a granularity of your own"
-        )
-    # not told the layout: with a modelled allocator, a tensor per layer, and it must fit one allocation and
-    # keys and values apart too (either can take more than a tensor per layer)
-    default = layers if allocator is not None else 1
-    count = default if allocations is None else arguments.count("allocations", allocations, error=SizingError)
+def _shared(inputs: CheckedPlanInputs) -> _Shared:
+    """The terms every path shares, of checked inputs."""
+    block = inputs.page_size_bytes * inputs.num_layers
+    allocator, count = inputs.allocator, inputs.allocations
     alternatives: tuple[int, ...] = ()
-    if allocator is not None and allocations is None:
-        alternatives = tuple(c for c in dict.fromkeys((1, 2 * layers)) if c != count and block % c == 0)
-    if block % count:
-        raise SizingError(
-            f"allocations={count}: a block of {block} bytes (page_size_bytes x num_layers) does not split into "
-            f"{count} equal tensors; give the number of tensors the cache is allocated in (1, the layers, or "
-            "twice the layers for separate keys and values)"
-        )
+    if count is None:
+        # not told the layout: with a modelled allocator, a tensor per layer, and it must fit one allocation and
+        # keys and values apart too (either can take more than a tensor per layer)
+        count = inputs.num_layers if allocator is not None else 1
+        if allocator is not None:
+            alternatives = tuple(c for c in dict.fromkeys((1, 2 * inputs.num_layers)) if c != count and block % c == 0)
+    granularity = inputs.allocation_granularity
     return _Shared(
         block=block,
-        weights=_bytes("weights", weights),
-        transient_peak=_bytes("transient_peak_bytes", transient_peak_bytes),
-        non_torch=_bytes("non_torch", non_torch),
-        other_processes=None if other_processes is None else _bytes("other_processes", other_processes),
-        released_cache=_bytes("released_cache", released_cache),
+        weights=inputs.weights,
+        transient_peak=inputs.transient_peak_bytes,
+        non_torch=inputs.non_torch,
+        other_processes=inputs.other_processes,
+        released_cache=inputs.released_cache,
         granularity=granularity,
         allocations=count,
         rounding=Rounding(count, allocator, 1 if allocator is not None else granularity, alternatives),
@@ -438,23 +377,35 @@ def plan_utilization(
 ) -> KvCachePlan:
     """``requested - (consumed + transient_peak_bytes + graph_capture)``; ``consumed`` (the process's measured
     growth) defaults to ``weights + non_torch``."""
-    shared = _shared(
-        page_size_bytes,
-        num_layers,
-        weights,
-        transient_peak_bytes,
-        non_torch,
-        other_processes,
-        released_cache,
-        allocation_granularity,
-        allocations,
-        allocator,
+    return _plan_utilization(
+        CheckedPlanInputs.checked(
+            page_size_bytes=page_size_bytes,
+            num_layers=num_layers,
+            total=total,
+            utilization=utilization,
+            consumed=consumed,
+            weights=weights,
+            transient_peak_bytes=transient_peak_bytes,
+            non_torch=non_torch,
+            graph_capture=graph_capture,
+            other_processes=other_processes,
+            released_cache=released_cache,
+            allocation_granularity=allocation_granularity,
+            allocations=allocations,
+            allocator=allocator,
+        )
     )
-    total = _bytes("total", total, positive=True)
-    requested = requested_memory(total, utilization)
-    used = shared.weights + shared.non_torch if consumed is None else _bytes("consumed", consumed)
-    graphs = _bytes("graph_capture", graph_capture)
-    kv = profiled_kv_cache_bytes(requested, used, shared.transient_peak, graphs)
+
+
+def _plan_utilization(inputs: CheckedPlanInputs) -> KvCachePlan:
+    """:func:`plan_utilization` of checked inputs (``total`` given)."""
+    shared = _shared(inputs)
+    assert inputs.total is not None  # the path's (CheckedPlanInputs.checked)
+    total = inputs.total
+    requested = requested_of(total, inputs.utilization)
+    used = shared.weights + shared.non_torch if inputs.consumed is None else inputs.consumed
+    graphs = inputs.graph_capture
+    kv = requested - (used + shared.transient_peak + graphs)
     non_kv = requested - kv
     figures = {
         "total": total,
@@ -480,7 +431,7 @@ def plan_utilization(
         shared.blocks(kv),
         "utilization",
         shared.block,
-        float(_utilization(utilization)),
+        float(inputs.utilization),
         {**figures, **shared.reported()},
         shared.layout(),
     )
@@ -517,20 +468,30 @@ def plan_pinned(
     """The cache is ``pinned_bytes``; the other figures only explain. Refuses a size below one block, and one
     larger than ``total`` (the device's total memory) where it is given, or that does not fit in it beside the
     weights, transient peak and non-torch memory (:class:`~devmem.NotEnoughMemoryError`)."""
-    shared = _shared(
-        page_size_bytes,
-        num_layers,
-        weights,
-        transient_peak_bytes,
-        non_torch,
-        other_processes,
-        released_cache,
-        allocation_granularity,
-        allocations,
-        allocator,
+    return _plan_pinned(
+        CheckedPlanInputs.checked(
+            page_size_bytes=page_size_bytes,
+            num_layers=num_layers,
+            pinned_bytes=pinned_bytes,
+            total=total,
+            weights=weights,
+            transient_peak_bytes=transient_peak_bytes,
+            non_torch=non_torch,
+            other_processes=other_processes,
+            released_cache=released_cache,
+            allocation_granularity=allocation_granularity,
+            allocations=allocations,
+            allocator=allocator,
+        )
     )
-    pinned = _bytes("pinned_bytes", pinned_bytes, positive=True)
-    known_total = {} if total is None else {"total": _bytes("total", total, positive=True)}
+
+
+def _plan_pinned(inputs: CheckedPlanInputs) -> KvCachePlan:
+    """:func:`plan_pinned` of checked inputs (``pinned_bytes`` given)."""
+    shared = _shared(inputs)
+    assert inputs.pinned_bytes is not None  # the path's
+    pinned = inputs.pinned_bytes
+    known_total = {} if inputs.total is None else {"total": inputs.total}
     if known_total and pinned > known_total["total"]:
         raise SizingError(
             f"pinned_bytes={pinned} ({format_size(pinned)}) is larger than the device's total memory "
@@ -589,29 +550,45 @@ def plan_growable(
     count ``weights`` and ``non_torch``, but a co-tenant's release between them hides part of it: ``non_kv_used``
     is never below what this engine holds itself, ``consumed`` (a profile's, this process's own growth) or, not
     given, ``weights + non_torch`` (as on the utilization path)."""
-    shared = _shared(
-        page_size_bytes,
-        num_layers,
-        weights,
-        transient_peak_bytes,
-        non_torch,
-        other_processes,
-        released_cache,
-        allocation_granularity,
-        allocations,
-        allocator,
+    return _plan_growable(
+        CheckedPlanInputs.checked(
+            page_size_bytes=page_size_bytes,
+            num_layers=num_layers,
+            total=total,
+            init_free_memory=init_free_memory,
+            free_memory=free_memory,
+            utilization=utilization,
+            committed_bytes=committed_bytes,
+            weights=weights,
+            transient_peak_bytes=transient_peak_bytes,
+            non_torch=non_torch,
+            other_processes=other_processes,
+            released_cache=released_cache,
+            margin_floor_bytes=margin_floor_bytes,
+            margin_fraction=margin_fraction,
+            allocation_granularity=allocation_granularity,
+            allocations=allocations,
+            allocator=allocator,
+            consumed=consumed,
+        )
     )
-    total = _bytes("total", total, positive=True)
-    requested = requested_memory(total, utilization)
-    own = shared.weights + shared.non_torch if consumed is None else _bytes("consumed", consumed)
+
+
+def _plan_growable(inputs: CheckedPlanInputs) -> KvCachePlan:
+    """:func:`plan_growable` of checked inputs (``total``, ``init_free_memory`` and ``free_memory`` given)."""
+    shared = _shared(inputs)
+    assert inputs.total is not None and inputs.init_free_memory is not None and inputs.free_memory is not None
+    total = inputs.total
+    requested = requested_of(total, inputs.utilization)
+    own = shared.weights + shared.non_torch if inputs.consumed is None else inputs.consumed
     t = _growable_terms(
         requested,
-        init_free_memory,
-        free_memory,
-        committed_bytes,
+        inputs.init_free_memory,
+        inputs.free_memory,
+        inputs.committed_bytes,
         shared.transient_peak,
-        margin_floor_bytes,
-        margin_fraction,
+        inputs.margin_floor_bytes,
+        inputs.margin_fraction,
         own,
     )
     figures = {
@@ -647,37 +624,18 @@ def plan_growable(
         shared.blocks(kv),
         "growable",
         shared.block,
-        float(_utilization(utilization)),
+        float(inputs.utilization),
         {**figures, **shared.reported()},
         shared.layout(),
     )
 
 
-def _check_every_argument(
-    *,
-    total: object,
-    utilization: object,
-    committed_bytes: object,
-    consumed: object,
-    graph_capture: object,
-    margin_floor_bytes: object,
-    margin_fraction: object,
-    growable: bool,
-) -> None:
-    """Refuse a bad argument even where the chosen path does not use it: garbage is a caller's bug either way."""
-    if total is not None:
-        _bytes("total", total, positive=True)
-    _utilization(utilization)
-    if consumed is not None:
-        _bytes("consumed", consumed)
-    _bytes("graph_capture", graph_capture)
-    _bytes("margin_floor_bytes", margin_floor_bytes)
-    _margin_fraction(margin_fraction)
-    if _bytes("committed_bytes", committed_bytes) and not growable:
-        raise SizingError(
-            f"committed_bytes={committed_bytes} applies to the growable path (what the cache already "
-            "holds between the two free-memory readings): give init_free_memory and free_memory with it"
-        )
+def plan(inputs: CheckedPlanInputs) -> KvCachePlan:
+    """The plan of checked ``inputs`` (:meth:`CheckedPlanInputs.checked`, or built by a caller that checked them),
+    by the path they choose; trusted: nothing is checked again."""
+    if inputs.path == "pinned":
+        return _plan_pinned(inputs)
+    return _plan_growable(inputs) if inputs.path == "growable" else _plan_utilization(inputs)
 
 
 def plan_kv_cache(
@@ -724,58 +682,27 @@ def plan_kv_cache(
     :class:`~devmem.NotEnoughMemoryError` when the budget holds no block, :class:`SizingError` on bad input,
     whichever path would use it. Numpy integers are accepted; every figure out is a Python int.
     """
-    growable = init_free_memory is not None or free_memory is not None
-    _check_every_argument(
-        total=total,
-        utilization=utilization,
-        committed_bytes=committed_bytes,
-        consumed=consumed,
-        graph_capture=graph_capture,
-        margin_floor_bytes=margin_floor_bytes,
-        margin_fraction=margin_fraction,
-        growable=growable,
-    )
-    explain: dict[str, Any] = dict(
-        page_size_bytes=page_size_bytes,
-        num_layers=num_layers,
-        weights=weights,
-        transient_peak_bytes=transient_peak_bytes,
-        non_torch=non_torch,
-        other_processes=other_processes,
-        released_cache=released_cache,
-        allocation_granularity=allocation_granularity,
-        allocations=allocations,
-        allocator=allocator,
-    )
-    if pinned_bytes is not None:
-        if growable:
-            raise SizingError(
-                "pinned_bytes selects the pinned path and init_free_memory/free_memory the growable "
-                "path; give one of them"
-            )
-        return plan_pinned(pinned_bytes=pinned_bytes, total=total, **explain)
-    path = "growable" if growable else "utilization"
-    if total is None:
-        raise SizingError(f"the {path} path needs total (the device's total memory in bytes)")
-    if not growable:
-        return plan_utilization(
-            total=total, utilization=utilization, consumed=consumed, graph_capture=graph_capture, **explain
+    return plan(
+        CheckedPlanInputs.checked(
+            page_size_bytes=page_size_bytes,
+            num_layers=num_layers,
+            total=total,
+            utilization=utilization,
+            pinned_bytes=pinned_bytes,
+            init_free_memory=init_free_memory,
+            free_memory=free_memory,
+            committed_bytes=committed_bytes,
+            consumed=consumed,
+            weights=weights,
+            transient_peak_bytes=transient_peak_bytes,
+            non_torch=non_torch,
+            graph_capture=graph_capture,
+            other_processes=other_processes,
+            released_cache=released_cache,
+            margin_floor_bytes=margin_floor_bytes,
+            margin_fraction=margin_fraction,
+            allocation_granularity=allocation_granularity,
+            allocations=allocations,
+            allocator=allocator,
         )
-    if init_free_memory is None or free_memory is None:
-        raise SizingError("the growable path needs both init_free_memory and free_memory")
-    if _bytes("graph_capture", graph_capture):
-        raise SizingError(
-            "graph_capture applies to the utilization path; on the growable path the free-memory "
-            "readings are taken after graph capture and already count it"
-        )
-    return plan_growable(
-        total=total,
-        utilization=utilization,
-        init_free_memory=init_free_memory,
-        free_memory=free_memory,
-        committed_bytes=committed_bytes,
-        margin_floor_bytes=margin_floor_bytes,
-        margin_fraction=margin_fraction,
-        consumed=consumed,
-        **explain,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from devmem import arguments
+from devmem._bounded import BoundedPlatform
 from devmem._deadline import MAX_TIMEOUT
 from devmem._forksafe import ForkSafeLock
 from devmem._text import described, env_text, shown
@@ -77,7 +78,10 @@ def _file_key(text: str) -> str:
 
 def device_key(platform: Platform, device: int, name: str | None = None) -> tuple[str, str]:
     """The ledger's name for ``device`` and how it was made (for people); ``name``: the device's name where the
-    caller has it already (from a reading, whose index is checked), so the platform is not asked for it."""
+    caller has it already (from a reading, whose index is checked), so the platform is not asked for it. On a
+    :class:`~devmem._bounded.BoundedPlatform` it is one call, given its deadline."""
+    if isinstance(platform, BoundedPlatform):
+        return platform.call(f"device_uuid({device!r})", device_key, platform.platform, device, name)
     try:
         if name is not None and isinstance(platform, PlatformBase):
             uid = platform._device_uuid(device)  # the index was checked when the reading was taken

@@ -50,6 +50,7 @@ from typing import Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
+from devmem.engine.black_box_sizing import BlackBoxEngine, SizedRuns, size_by_runs
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.memory import EngineMemory, EngineMemoryError
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
@@ -295,8 +296,8 @@ def _abandoned(memory: EngineMemory, log: logging.Logger) -> None:
 class Sizing:
     """A sizing call's request, checked before the engine runs (:func:`begin_sizing`): the
     :class:`~devmem.EngineMemory` it sizes through (``owned``: created by the call, so closed when it fails), its
-    platform and device, the store, the weights charged, the notes for its result and when it began
-    (``time.perf_counter()``)."""
+    platform and device, the store, the weights charged, whether to cap the allocator at the share, the notes for its
+    result and when it began (``time.perf_counter()``)."""
 
     memory: EngineMemory
     owned: bool
@@ -304,6 +305,7 @@ class Sizing:
     device: int
     store: ProfileStore | None
     weights: int
+    limit_allocator_to_share: bool
     began: float
     notes: list[str] = field(default_factory=list)
 
@@ -316,6 +318,21 @@ class Sizing:
             if self.owned:
                 self.memory.close()
             raise
+
+    def size(self, engine: BlackBoxEngine, result: type[SizedRuns], key: Mapping[str, Any], kind: str) -> SizedRuns:
+        """:func:`~devmem.engine.black_box_sizing.size_by_runs` of ``engine`` through this request's memory."""
+        return size_by_runs(
+            self.memory,
+            engine,
+            result,
+            weights=self.weights,
+            store=self.store,
+            key=key,
+            kind=kind,
+            limit_to_share=self.limit_allocator_to_share,
+            notes=self.notes,
+            began=self.began,
+        )
 
 
 def begin_sizing(
@@ -336,7 +353,8 @@ def begin_sizing(
 ) -> Sizing:
     """Check a sizing call's request and give its :class:`Sizing`: ``memory``, the engine's own
     :class:`~devmem.EngineMemory` (it holds the request, the baseline and the reservation: none of them beside it),
-    or one created here on the device of ``model`` (a torch module) at ``utilization`` (default 0.9) or
+    or one created here on the device of ``model`` (a torch module with its ``device``, as transformers' models have)
+    at ``utilization`` (default 0.9) or
     ``pinned_bytes``, from ``baseline`` where given, else from a reading now (``log`` warns, and a note says, that
     this process's whole device memory then counts as consumed), reserving ``reservation`` (``True``: the share now;
     on the pinned path the cache beside the weights). ``weights_memory`` defaults to the model's parameters and
@@ -373,7 +391,7 @@ def begin_sizing(
     platform, device = _platform_and_device(model.device, given, platform)
     weights = model_bytes(model) if weights_memory is None else int(weights_memory)
     if memory is not None:
-        return Sizing(memory, False, platform, device, resolved_store, weights, began)
+        return Sizing(memory, False, platform, device, resolved_store, weights, limit_allocator_to_share, began)
     try:  # EngineMemory checks the baseline and the reservation against the device
         memory = EngineMemory(
             device,
@@ -390,7 +408,7 @@ def begin_sizing(
     except EngineMemoryError as exc:
         raise SizingError(str(exc)) from None
     owned = not isinstance(reservation, Reservation)
-    sizing = Sizing(memory, owned, platform, device, resolved_store, weights, began)
+    sizing = Sizing(memory, owned, platform, device, resolved_store, weights, limit_allocator_to_share, began)
     if baseline is None:
         message = (
             "no baseline taken before the model was given: one was taken now, and "

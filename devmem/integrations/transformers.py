@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
-from devmem.engine.black_box_sizing import BatchFloor, BlackBoxEngine, CacheRun, SizedRuns, size_by_runs
+from devmem.engine.black_box_sizing import BatchFloor, BlackBoxEngine, CacheRun, SizedRuns
 from devmem.engine.memory import EngineMemory
 from devmem.engine.profile_key import environment_key
 from devmem.engine.profile_store import ProfileStore
@@ -478,18 +478,7 @@ def size_continuous_batching(
         )
         total, given = memory.baseline.total, not memory.late
         key = profile_key(model, generation, profiled, sizing.platform, sizing.device, total, sizing.weights, given)
-        sized = size_by_runs(
-            memory,
-            engine,
-            SizedConfig,
-            weights=sizing.weights,
-            store=sizing.store,
-            key=key,
-            kind=STORE_KIND,
-            limit_to_share=limit_allocator_to_share,
-            notes=sizing.notes,
-            began=began,
-        )
+        sized = sizing.size(engine, SizedConfig, key, STORE_KIND)
         assert isinstance(sized, SizedConfig)
         return sized
 

@@ -40,7 +40,7 @@ REQUEST = 1 * GiB
 def allocator_without_a_cap(tmp_path, monkeypatch):
     """Each test sizes from an empty profile store and lifts the allocator cap its sizing set, so that the
     tests after it run with the whole device."""
-    from devmem.integrations.transformers import limit_allocator
+    from devmem.engine.allocator_cap import limit_allocator
 
     monkeypatch.setenv("DEVMEM_PROFILE_DIR", str(tmp_path / "profiles"))
     yield

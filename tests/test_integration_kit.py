@@ -229,3 +229,154 @@ def test_the_kit_module_imports_no_engine():
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# A sizing call's request (begin_sizing) and what the kit reads of a model and its engine.
+
+
+@pytest.fixture
+def linear():
+    """A model as the kit reads one: a torch module that says where it is (``device``, as transformers' models do)."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(64, 64)
+    model.device = torch.device("cpu")
+    return model
+
+
+def _begin(model, host, **given):
+    request = dict(
+        utilization=None,
+        pinned_bytes=None,
+        device=None,
+        baseline=None,
+        weights_memory=None,
+        platform=host,
+        store=False,
+        reservation=True,
+        memory=None,
+        limit_allocator_to_share=True,
+        began=0.0,
+        log=log,
+    )
+    return kit.begin_sizing(model, **{**request, **given})
+
+
+def test_a_sizing_without_memory_creates_one_at_the_share_charging_the_models_weights(linear, host):
+    sizing = _begin(linear, host, utilization=0.3)
+    assert sizing.owned and sizing.memory.utilization == 0.3 and sizing.weights == (64 * 64 + 64) * 4
+    assert (sizing.platform, sizing.device, sizing.store) == (host, 0, None)
+
+
+def test_a_sizing_without_a_baseline_warns_and_notes_that_the_process_counts_as_consumed(linear, host, caplog):
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        sizing = _begin(linear, host)
+    assert "take MemorySnapshot.measure() before creating the model" in caplog.text
+    assert sizing.notes and "no baseline" in sizing.notes[0]
+
+
+def test_a_failed_sizing_closes_the_memory_it_created(linear, host):
+    sizing = _begin(linear, host)
+    with pytest.raises(RuntimeError), sizing.closed_on_failure():
+        raise RuntimeError("the engine failed")
+    assert sizing.memory.closed
+
+
+def test_a_failed_sizing_leaves_the_engines_own_memory_open(linear, host):
+    memory = _memory(host)
+    sizing = _begin(linear, None, memory=memory)
+    with pytest.raises(RuntimeError), sizing.closed_on_failure():
+        raise RuntimeError("the engine failed")
+    assert not sizing.owned and not memory.closed
+
+
+def test_a_request_given_beside_the_engines_memory_is_refused_naming_it(linear, host):
+    with pytest.raises(kit.SizingError, match="give utilization to the EngineMemory, not beside it"):
+        _begin(linear, None, memory=_memory(host), utilization=0.5)
+
+
+def test_a_share_and_pinned_bytes_together_are_refused():
+    with pytest.raises(kit.SizingError, match="give utilization or pinned_bytes, not both"):
+        kit.share_request(0.5, 1 << 20)
+
+
+def test_the_share_is_nine_tenths_where_none_is_given():
+    assert kit.share_request(None, None) == 0.9 and kit.share_request(None, 1 << 20) is None
+
+
+def test_a_model_on_the_meta_device_is_refused():
+    torch = pytest.importorskip("torch")
+    with torch.device("meta"):
+        model = torch.nn.Linear(4, 4)
+    with pytest.raises(kit.SizingError, match=r"weights are on the meta device \(devices \['meta'\]\)"):
+        kit.check_one_device(model, "the engine")
+
+
+def test_storages_are_counted_once_however_many_views_reach_them():
+    torch = pytest.importorskip("torch")
+    tensor = torch.zeros(256)
+    assert kit.storage_bytes([tensor, tensor[:8], {"again": [tensor]}], tensor.device, set()) == (1024, 1)
+
+
+def test_objects_of_the_entered_package_are_walked_into():
+    torch = pytest.importorskip("torch")
+    holder = Worker()
+    holder.tensor = torch.zeros(256)
+    assert kit.storage_bytes([holder], holder.tensor.device, set()) == (0, 0)
+    assert kit.storage_bytes([holder], holder.tensor.device, set(), __name__) == (1024, 1)
+
+
+def test_a_model_compiled_by_torch_is_unwrapped(linear):
+    torch = pytest.importorskip("torch")
+    assert kit.unwrapped(torch.compile(linear)) is linear and kit.unwrapped(linear) is linear
+
+
+def test_forward_tokens_are_the_last_dimension_of_each_forwards_input_ids():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Embedding(16, 4)
+    with kit.forward_tokens(model) as tokens:
+        model(torch.zeros(1, 5, dtype=torch.long))
+        model(input=torch.zeros(1, 3, dtype=torch.long))
+    model(torch.zeros(1, 7, dtype=torch.long))
+    assert tokens == [5]
+
+
+def test_logged_keeps_the_first_line_of_each_warning_with_the_phrase():
+    engine_log = logging.getLogger("engine.under.test")
+    with kit.logged(engine_log.name, "Failed to warm up") as found:
+        engine_log.warning("Failed to warm up: out of memory\ntraceback ...")
+        engine_log.warning("something else")
+    engine_log.warning("Failed to warm up after the step")
+    assert found == ["Failed to warm up: out of memory"]
+
+
+def test_a_copy_with_values_leaves_the_original_alone():
+    original = Worker()
+    original.sizes = [1, 2]
+    copy = kit.copied(original, blocks=3)
+    copy.sizes.append(3)
+    assert (copy.blocks, original.sizes, hasattr(original, "blocks")) == (3, [1, 2], False)
+
+
+def test_a_parameter_and_a_source_are_read_and_never_raise():
+    def step(model, *, kwargs):
+        return model
+
+    assert kit.parameter(step, "kwargs").kind.name == "KEYWORD_ONLY" and kit.parameter(step, "other") is None
+    assert kit.parameter(object(), "x") is None  # no signature to read: no parameter, no exception
+    assert "def step" in kit.source(step) and kit.source(len) == ""
+
+
+def test_a_step_is_ordered_after_the_current_stream_and_the_current_stream_after_it():
+    torch = pytest.importorskip("torch")
+    waited = []
+
+    class Stream:  # the engine's compute stream, as torch's stream API (wait_stream) sees it
+        device = torch.device("cpu")
+
+        def wait_stream(self, other):
+            waited.append("stream waits")
+
+    owner = Worker()
+    owner.compute = lambda x: waited.append(f"computes {x}") or x
+    kit.after_current_stream(owner, "compute", Stream())
+    assert owner.compute(2) == 2 and waited == ["stream waits", "computes 2"]

@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devmem import EngineMemory, EngineMemoryError, MiB
+from devmem.engine.black_box_sizing import extra_accepted
 from devmem.engine.block_cost import BlockRun
 from devmem.engine.profile_store import BLOCK_COST_KIND, ProfileStore
-from devmem.integrations.transformers import _extra_accepted
+from devmem.integrations.transformers import EngineRun
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 
@@ -203,7 +204,7 @@ GOOD_EXTRA = {
 def test_the_transformers_extra_as_stored_is_read_back(platform, stored):
     store, _ = _whole_start_with_extra(stored, GOOD_EXTRA)
     memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
-    assert memory.load_profile(store, KEY, accept=_extra_accepted(memory.baseline.total)) == GOOD_EXTRA
+    assert memory.load_profile(store, KEY, accept=extra_accepted(memory.baseline.total, EngineRun)) == GOOD_EXTRA
 
 
 @pytest.mark.parametrize(
@@ -225,7 +226,7 @@ def test_a_bad_transformers_extra_is_named_in_one_warning_and_set_aside(platform
     store, path = _whole_start_with_extra(stored, extra)
     memory = EngineMemory(0, utilization=0.5, platform=platform, reserve=False)
     with caplog.at_level(logging.WARNING):
-        assert memory.load_profile(store, KEY, accept=_extra_accepted(memory.baseline.total)) is None
+        assert memory.load_profile(store, KEY, accept=extra_accepted(memory.baseline.total, EngineRun)) is None
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and str(path) in warnings[0] and "extra" in warnings[0], warnings
     assert not path.exists()
@@ -280,7 +281,7 @@ def test_a_stored_start_with_any_field_hostile_is_set_aside_or_planned_from_neve
     handler.emit = records.append
     logging.getLogger("devmem").addHandler(handler)
     try:
-        extra = memory.load_profile(store, KEY, accept=_extra_accepted(memory.baseline.total))
+        extra = memory.load_profile(store, KEY, accept=extra_accepted(memory.baseline.total, EngineRun))
     finally:
         logging.getLogger("devmem").removeHandler(handler)
     warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]

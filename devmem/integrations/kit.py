@@ -7,16 +7,22 @@ sizes its KV cache. Around its engine-specific steps it needs the same few thing
   ``no`` or ``off`` turn it off, with one log line; any other value is named in one warning and leaves it on);
 - :func:`installed_version`: the engine's release, from its distribution's metadata or, for a copy on
   ``sys.path`` without metadata, its module's ``__version__``;
-- :func:`parameters` and :func:`shape_mismatches`: the feature checks (what a class has, and whether each method
-  accepts the arguments the adapter passes), so that a release is recognised by its shapes, not by a list of
-  version numbers; inspecting a signature never raises;
+- :func:`parameters`, :func:`parameter`, :func:`source` and :func:`shape_mismatches`: the feature checks (what a
+  class has, and whether each method accepts the arguments the adapter passes), so that a release is recognised by
+  its shapes, not by a list of version numbers; inspecting a signature or a source never raises;
 - :func:`when_imported`: patch a module right after the engine imports it (never before: a process that runs no
   worker pays nothing), or at once where it is already imported;
 - :func:`wrap`: wrap a class's method with a step, idempotently, the share given back (the
   :class:`~devmem.EngineMemory` closed) when anything in it raises;
 - :class:`Starts`: the engine's :class:`~devmem.EngineMemory` tied to its owner: an owner dropped without a
   shutdown (an engine that failed outside the wrapped methods) or started again gives its share back, so a retry
-  in this process is never refused by its own share.
+  in this process is never refused by its own share;
+- for an entry point that sizes a model's engine in one call (transformers' ``size_continuous_batching``):
+  :func:`begin_sizing` checks the call's request (a share or pinned bytes, a baseline, the device and platform of
+  the model, the store, the reservation) before anything runs and gives the :class:`Sizing` that closes the
+  :class:`~devmem.EngineMemory` it created on any failure; :func:`unwrapped`, :func:`check_one_device`,
+  :func:`storage_bytes`, :func:`model_bytes`, :func:`forward_tokens`, :func:`logged`, :func:`copied` and
+  :func:`after_current_stream` read and steer the model and the engine.
 
 Everything an adapter says goes to one logger, a child of the engine's (``vllm.devmem``, ``sglang.devmem``), so its
 lines appear in the engine's own log.
@@ -25,6 +31,7 @@ lines appear in the engine's own log.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import gc
 import importlib.abc
@@ -34,13 +41,26 @@ import logging
 import os
 import sys
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from devmem import arguments
 from devmem._forksafe import ForkSafeLock
-from devmem.engine.memory import EngineMemory
+from devmem._text import shown
+from devmem.engine.black_box_sizing import BlackBoxEngine, SizedRuns, size_by_runs
+from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
+from devmem.engine.memory import EngineMemory, EngineMemoryError
+from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
+from devmem.engine.profiling import MemorySnapshot
+from devmem.engine.reservations import Reservation
+from devmem.planner.sizing import DEFAULT_UTILIZATION, SizingError, _bytes, requested_memory
+from devmem.platform import Platform
+from devmem.resolution.plugins import current_platform, platform_argument
+from devmem.types import DevmemError
+from devmem.units import format_size
 
 #: The values that turn an adapter off, and those that leave it on without a warning.
 OFF = ("0", "false", "no", "off")
@@ -116,6 +136,22 @@ def parameters(function: Any) -> tuple[str, ...] | None:
         return tuple(inspect.signature(inspect.unwrap(function)).parameters)
     except (TypeError, ValueError):
         return None
+
+
+def parameter(function: Any, name: str) -> inspect.Parameter | None:
+    """``function``'s parameter ``name`` (unwrapped); ``None`` where it has none or its signature cannot be read."""
+    try:
+        return inspect.signature(inspect.unwrap(function)).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+
+
+def source(function: Any) -> str:
+    """The source of ``function``; empty where it cannot be read (a C function, code without its file)."""
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
 
 
 def accepts(function: Any, names: Sequence[str]) -> bool:
@@ -256,16 +292,365 @@ def _abandoned(memory: EngineMemory, log: logging.Logger) -> None:
         memory.close()
 
 
+@dataclass
+class Sizing:
+    """A sizing call's request, checked before the engine runs (:func:`begin_sizing`): the
+    :class:`~devmem.EngineMemory` it sizes through (``owned``: created by the call, so closed when it fails), its
+    platform and device, the store, the weights charged, whether to cap the allocator at the share, the notes for its
+    result and when it began (``time.perf_counter()``)."""
+
+    memory: EngineMemory
+    owned: bool
+    platform: Platform
+    device: int
+    store: ProfileStore | None
+    weights: int
+    limit_allocator_to_share: bool
+    began: float
+    notes: list[str] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def closed_on_failure(self) -> Iterator[Sizing]:
+        """A sizing that fails gives back the share it reserved, so a retry in this process is admitted."""
+        try:
+            yield self
+        except BaseException:
+            if self.owned:
+                self.memory.close()
+            raise
+
+    def size(self, engine: BlackBoxEngine, result: type[SizedRuns], key: Mapping[str, Any], kind: str) -> SizedRuns:
+        """:func:`~devmem.engine.black_box_sizing.size_by_runs` of ``engine`` through this request's memory."""
+        return size_by_runs(
+            self.memory,
+            engine,
+            result,
+            weights=self.weights,
+            store=self.store,
+            key=key,
+            kind=kind,
+            limit_to_share=self.limit_allocator_to_share,
+            notes=self.notes,
+            began=self.began,
+        )
+
+
+def begin_sizing(
+    model: Any,
+    *,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    device: int | None,
+    baseline: MemorySnapshot | None,
+    weights_memory: int | None,
+    platform: Platform | None,
+    store: object,
+    reservation: Reservation | bool,
+    memory: EngineMemory | None,
+    limit_allocator_to_share: bool,
+    began: float,
+    log: logging.Logger,
+) -> Sizing:
+    """Check a sizing call's request and give its :class:`Sizing`: ``memory``, the engine's own
+    :class:`~devmem.EngineMemory` (it holds the request, the baseline and the reservation: none of them beside it),
+    or one created here on the device of ``model`` (a torch module with its ``device``, as transformers' models have)
+    at ``utilization`` (default 0.9) or
+    ``pinned_bytes``, from ``baseline`` where given, else from a reading now (``log`` warns, and a note says, that
+    this process's whole device memory then counts as consumed), reserving ``reservation`` (``True``: the share now;
+    on the pinned path the cache beside the weights). ``weights_memory`` defaults to the model's parameters and
+    buffers. Raises :class:`~devmem.planner.sizing.SizingError` naming a bad value."""
+    if memory is not None:
+        utilization, pinned_bytes, device, platform = _request_of(
+            memory, utilization, pinned_bytes, device, platform, baseline, reservation
+        )
+    u = share_request(utilization, pinned_bytes)
+    if baseline is not None and not isinstance(baseline, MemorySnapshot):
+        raise SizingError(
+            f"baseline must be a devmem MemorySnapshot (MemorySnapshot.measure() before the model exists) or None, "
+            f"got {shown(baseline)} of type {type(baseline).__name__}"
+        )
+    if weights_memory is not None:
+        if isinstance(weights_memory, str):
+            raise SizingError(
+                f"weights_memory must be a whole number of bytes (int), got the text {weights_memory!r}: "
+                f"write devmem.parse_size({weights_memory!r}) for a size written as text"
+            )
+        _bytes("weights_memory", weights_memory)
+    if device is not None:
+        arguments.device_index(device, error=SizingError)
+    try:
+        resolved_store = resolve_store(store)  # type: ignore[arg-type]
+    except ProfileStoreError as exc:
+        raise SizingError(str(exc)) from None
+    arguments.flag("limit_allocator_to_share", limit_allocator_to_share, error=SizingError)
+    if not isinstance(reservation, (bool, Reservation)):
+        raise SizingError(f"reservation must be a devmem.Reservation, True or False, got {reservation!r}")
+    if platform is not None:
+        platform_argument(platform, error=SizingError)
+    given = device if device is not None else (baseline.device if baseline is not None else None)
+    platform, device = _platform_and_device(model.device, given, platform)
+    weights = model_bytes(model) if weights_memory is None else int(weights_memory)
+    if memory is not None:
+        return Sizing(memory, False, platform, device, resolved_store, weights, limit_allocator_to_share, began)
+    try:  # EngineMemory checks the baseline and the reservation against the device
+        memory = EngineMemory(
+            device,
+            utilization=u if u is not None else DEFAULT_UTILIZATION,
+            pinned_bytes=pinned_bytes,
+            platform=platform,
+            check_startup=False,
+            allocation_granularity=ALLOCATOR_GRANULARITY if platform.name != "cpu" else 1,
+            reserve=reservation,
+            reserve_bytes=None if pinned_bytes is None else pinned_bytes + weights,
+            baseline=baseline,
+            late=baseline is None,
+        )
+    except EngineMemoryError as exc:
+        raise SizingError(str(exc)) from None
+    owned = not isinstance(reservation, Reservation)
+    sizing = Sizing(memory, owned, platform, device, resolved_store, weights, limit_allocator_to_share, began)
+    if baseline is None:
+        message = (
+            "no baseline taken before the model was given: one was taken now, and "
+            + (
+                f"this process's device memory now, {format_size(memory.baseline.process)}, counts as consumed"
+                if memory.baseline.process is not None
+                else "only the weights count as consumed; the CUDA context does not"
+            )
+            + "; take MemorySnapshot.measure() before creating the model (or create the EngineMemory then)"
+        )
+        log.warning("devmem: %s", message)
+        sizing.notes.append(message)
+    return sizing
+
+
+def share_request(utilization: float | None, pinned_bytes: int | None) -> float | None:
+    """The utilization to plan at (default 0.9; ``None`` on the pinned path); raises :class:`SizingError` naming a
+    bad value."""
+    if utilization is not None and pinned_bytes is not None:
+        raise SizingError(
+            f"give utilization or pinned_bytes, not both (got utilization={utilization!r}, "
+            f"pinned_bytes={pinned_bytes!r})"
+        )
+    if pinned_bytes is not None:
+        _bytes("pinned_bytes", pinned_bytes, positive=True)
+        return None
+    utilization = 0.9 if utilization is None else utilization
+    requested_memory(1, utilization)  # raises SizingError naming a utilization outside (0, 1]
+    return utilization
+
+
+def _request_of(
+    memory: object,
+    utilization: float | None,
+    pinned_bytes: int | None,
+    device: int | None,
+    platform: Platform | None,
+    baseline: object,
+    reservation: object,
+) -> tuple[float | None, int | None, int, Platform]:
+    """The request, device and platform of the engine's own :class:`EngineMemory`, which holds them alone."""
+    if not isinstance(memory, EngineMemory):
+        raise SizingError(f"memory must be a devmem.EngineMemory or None, got {shown(memory)}")
+    doubled = [
+        name
+        for name, value in (
+            ("utilization", utilization),
+            ("pinned_bytes", pinned_bytes),
+            ("baseline", baseline),
+            ("platform", platform),
+        )
+        if value is not None
+    ]
+    if reservation is not True:
+        doubled.append("reservation")
+    if device is not None and device != memory.device:
+        doubled.append("device")
+    if doubled:
+        raise SizingError(
+            f"memory holds the request, the baseline and the reservation: give {', '.join(doubled)} to the "
+            "EngineMemory, not beside it"
+        )
+    if memory.pinned_bytes is not None:
+        return None, memory.pinned_bytes, memory.device, memory.platform
+    return memory.utilization, None, memory.device, memory.platform
+
+
+def _platform_and_device(where: Any, device: int | None, platform: Platform | None) -> tuple[Platform, int]:
+    """The platform and device index of ``where`` (a ``torch.device``), checked against ``platform``."""
+    if platform is None:
+        platform = current_platform()
+        if where.type == "cpu" and platform.name != "cpu":
+            from devmem.cpu import CpuPlatform
+
+            platform = CpuPlatform()
+    if (where.type == "cpu") != (platform.name == "cpu"):
+        raise ValueError(
+            f"the model is on {where} but devmem's platform is {platform.name!r}: the KV cache goes "
+            "where the model is; move the model or give the platform of its device"
+        )
+    if device is None:
+        device = where.index if where.index is not None else 0
+    check = getattr(platform, "check_device", None)
+    if check is not None:
+        try:
+            check(device)
+        except DevmemError as exc:
+            raise SizingError(f"device={device!r}: {exc}") from None
+    return platform, device
+
+
+def unwrapped(model: Any) -> Any:
+    """The model itself where ``model`` is wrapped by ``torch.compile`` (whose engine methods it reaches through)."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if inner is not None and type(model).__name__ == "OptimizedModule" else model
+
+
+def check_one_device(model: Any, engine: str) -> None:
+    """Refuse, naming why, a model whose weights are not loaded (the meta device) or are on several devices
+    (``engine`` puts the KV cache on ``model.device``)."""
+    devices = sorted({str(p.device) for p in model.parameters()} | {str(b.device) for b in model.buffers()})
+    if "meta" in devices:
+        raise SizingError(
+            f"the model's weights are on the meta device (devices {devices}): they are not loaded, so nothing "
+            "can run or be measured; load the weights (from_pretrained, or build the model outside "
+            "torch.device('meta')) before sizing"
+        )
+    if len(devices) > 1:
+        raise SizingError(
+            f"the model's parameters and buffers are on several devices ({', '.join(devices)}): devmem sizes the "
+            f"KV cache of one device, where {engine} puts it (model.device); put the whole model on one device"
+        )
+
+
+def storage_bytes(roots: list[Any], device: Any, seen: set[int], enter: str = "") -> tuple[int, int]:
+    """Bytes and count of the distinct ``device`` storages reachable from ``roots`` through lists, tuples, sets,
+    dicts and the objects of the package ``enter`` (``"transformers."``; modules are not entered); ``seen`` holds
+    storages already counted."""
+    import torch
+
+    total = count = 0
+    visited: set[int] = set()
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in visited:
+            continue
+        visited.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.device != device:
+                continue
+            storage = obj.untyped_storage()
+            if storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+            count += 1
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif (
+            enter
+            and not isinstance(obj, torch.nn.Module)
+            and type(obj).__module__.startswith(enter)
+            and hasattr(obj, "__dict__")
+        ):
+            stack.extend(vars(obj).values())
+    return total, count
+
+
+def model_bytes(model: Any) -> int:
+    """Bytes of the model's parameters and buffers on its device (each storage once)."""
+    return storage_bytes([list(model.parameters()), list(model.buffers())], model.device, set())[0]
+
+
+def copied(config: Any, **values: Any) -> Any:
+    """A deep copy of ``config`` with ``values`` set (the caller's object is never changed)."""
+    out = copy.deepcopy(config)
+    for name, value in values.items():
+        setattr(out, name, value)
+    return out
+
+
+@contextlib.contextmanager
+def forward_tokens(model: Any) -> Iterator[list[int]]:
+    """The query tokens of each forward of ``model`` (a torch module) meanwhile: its ``input_ids``' last dimension."""
+    tokens: list[int] = []
+
+    def count(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            tokens.append(int(ids.shape[-1]))
+
+    hook = model.register_forward_hook(count, with_kwargs=True)
+    try:
+        yield tokens
+    finally:
+        hook.remove()
+
+
+def after_current_stream(owner: Any, method: str, stream: Any) -> None:
+    """Make ``owner.method`` run with ``stream`` ordered after the current stream, and the current stream after it:
+    for an engine that writes a step's inputs on the current stream and computes on ``stream`` without a wait (on a
+    busy device the step could read inputs not yet written)."""
+    import torch
+
+    step = getattr(owner, method)
+
+    def ordered(*args: Any, **kwargs: Any) -> Any:
+        current = torch.get_device_module(stream.device).current_stream(stream.device)
+        stream.wait_stream(current)
+        result = step(*args, **kwargs)
+        current.wait_stream(stream)
+        return result
+
+    setattr(owner, method, ordered)
+
+
+@contextlib.contextmanager
+def logged(logger: str, phrase: str) -> Iterator[list[str]]:
+    """The first lines of the warnings ``logger`` writes with ``phrase`` in them meanwhile (an engine that catches
+    its own errors, out of memory included, and logs them)."""
+    found: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if phrase in message:
+                found.append(message.splitlines()[0])
+
+    handler, target = Collect(logging.WARNING), logging.getLogger(logger)
+    target.addHandler(handler)
+    try:
+        yield found
+    finally:
+        target.removeHandler(handler)
+
+
 __all__ = [
     "OFF",
     "ON",
+    "Sizing",
     "Starts",
     "Switch",
     "accepts",
+    "after_current_stream",
+    "begin_sizing",
+    "check_one_device",
+    "copied",
+    "forward_tokens",
     "installed_version",
+    "logged",
+    "model_bytes",
+    "parameter",
     "parameters",
     "release",
     "shape_mismatches",
+    "share_request",
+    "source",
+    "storage_bytes",
+    "unwrapped",
     "when_imported",
     "wrap",
 ]

@@ -19,7 +19,6 @@ from devmem.engine.black_box_sizing import (
     CacheRun,
     SizedRuns,
     extra_problem,
-    frozen_heap,
     size_by_runs,
     stored_extra,
 )
@@ -167,18 +166,28 @@ def test_a_stored_run_without_the_engines_own_fields_is_refused():
     assert "not those of an OwnRun" in extra_problem({**EXTRA, "runs": [RUN, RUN]}, 1 << 40, OwnRun)
 
 
-def test_the_heap_is_frozen_while_sizing_and_unfrozen_after():
-    assert gc.get_freeze_count() == 0
-    with frozen_heap():
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0
+def test_the_engine_runs_with_the_heap_from_before_the_start_frozen(platform):
+    frozen = []
+    sizing = engine([])
+    run = sizing.run
+    sized = dataclasses.replace(
+        sizing, run=lambda blocks, all_layers: frozen.append(gc.get_freeze_count()) or run(blocks, all_layers)
+    )
+    size_by_runs(
+        EngineMemory(0, utilization=0.5, platform=platform, reserve=False),
+        sized,
+        SizedRuns,
+        weights=0,
+        store=None,
+        key=KEY,
+        kind="formula",
+        limit_to_share=False,
+        notes=[],
+        began=0.0,
+    )
+    assert frozen and min(frozen) > 0
 
 
-def test_a_heap_the_application_froze_stays_frozen():
-    gc.freeze()
-    try:
-        with frozen_heap():
-            pass
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
+def test_the_heap_is_unfrozen_once_the_engine_is_sized(platform):
+    sized = size(EngineMemory(0, utilization=0.5, platform=platform, reserve=False), [])
+    assert gc.get_freeze_count() == 0 and not sized.memory.closed  # the engine keeps its share

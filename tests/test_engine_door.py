@@ -536,17 +536,6 @@ def test_a_heap_the_application_froze_stays_frozen(platform):
         gc.unfreeze()
 
 
-def test_what_the_application_froze_during_a_start_stays_frozen(platform):
-    memory = _created(platform)
-    served = [[] for _ in range(1000)]  # what the engine made after its start, frozen by the application
-    gc.freeze()
-    try:
-        memory.close()
-        assert gc.get_freeze_count() >= len(served)
-    finally:
-        gc.unfreeze()
-
-
 def test_a_cycle_made_in_the_profile_window_is_collected_before_its_end_is_measured(monkeypatch):
     """What the collection at a window's end protects: memory a reference cycle kept is not counted as kept."""
     monkeypatch.setenv("DEVMEM_PLATFORM", "cpu")

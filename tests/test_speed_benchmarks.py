@@ -71,3 +71,17 @@ def test_bounded_reading_times_every_case_straight_and_bounded_and_counts_a_life
     assert set(result["cases"]) == cases
     assert all(c["straight_us"] > 0 and c["bounded_us"] > 0 for c in result["cases"].values())
     assert result["lifecycle"]["calls"] > 0
+
+
+@pytest.mark.slow  # starts EngineMemory rounds beside raw torch: `pytest -m slow` and CI run it
+def test_engine_overhead_times_a_start_beside_the_same_work_in_raw_torch(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "engine_overhead.py"), "--rounds", "2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    result = json.loads((tmp_path / "engine_overhead.json").read_text())
+    assert set(result["medians_ms"]) == {"EngineMemory", "raw torch"} and result["cache_bytes"] > 0
+    assert all(len(v) == 2 for v in result["rounds"].values())

@@ -7,9 +7,9 @@ device memory, so they are moved out of the collections' way (``gc.freeze``) whi
 scans only what the start created (the model, its activations), and one start's collections cost milliseconds.
 
 Starts in one process share one freeze: the first :func:`hold` freezes, the last :func:`let_go` unfreezes. Where the
-application froze objects itself (as servers do after start-up), its choice is kept: nothing is frozen or unfrozen
-by devmem then. Nor is anything unfrozen where the application froze more while a start held the freeze (seen as
-more objects frozen than devmem froze). Garbage
+application froze objects itself before (as servers do after start-up), its choice is kept: nothing is frozen or
+unfrozen by devmem then. What the application freezes while a start holds the freeze is unfrozen with the rest at
+its end (counting the frozen objects to tell would cost a walk over all of them, 50 ms with torch imported). Garbage
 that existed before the start is not collected during it (it holds none of the start's memory) and is collected by
 the interpreter's own collections once the start ends.
 """
@@ -22,32 +22,28 @@ from devmem._forksafe import ForkSafeLock
 
 _lock = ForkSafeLock()
 _holders = 0
-#: What ``gc.get_freeze_count()`` was right after devmem froze the heap; ``None`` where devmem froze nothing.
-_frozen_count: int | None = None
+#: Whether devmem froze the heap (and unfreezes it when the last start lets go).
+_ours = False
 
 
 def hold() -> None:
     """One more start that wants the heap frozen: the first freezes it (unless the application froze objects)."""
-    global _holders, _frozen_count
+    global _holders, _ours
     with _lock:
         if _holders == 0:
-            if gc.get_freeze_count():
-                _frozen_count = None
-            else:
+            _ours = not gc.get_freeze_count()  # a walk over the frozen objects: none where nobody froze
+            if _ours:
                 gc.freeze()
-                _frozen_count = gc.get_freeze_count()
         _holders += 1
 
 
 def let_go() -> None:
-    """One start less: the last unfreezes what devmem froze, unless the application froze more meanwhile."""
-    global _holders, _frozen_count
+    """One start less: the last unfreezes what devmem froze."""
+    global _holders, _ours
     with _lock:
         if _holders == 0:
             return
         _holders -= 1
-        if _holders == 0:
-            # frozen objects that died meanwhile lower the count; only the application freezing more raises it
-            if _frozen_count is not None and gc.get_freeze_count() <= _frozen_count:
-                gc.unfreeze()
-            _frozen_count = None
+        if _holders == 0 and _ours:
+            gc.unfreeze()
+            _ours = False

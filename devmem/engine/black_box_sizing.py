@@ -13,12 +13,10 @@ place the runs, what a block reads back by the model's shapes, and the tensors i
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import time
 import typing
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -229,7 +227,7 @@ def size_by_runs(
         runs, costs, figure_notes = stored_extra(extra, engine.run_type)
     else:
         limit_allocator(engine.device, None)  # measure without a cap set by an earlier sizing
-        with frozen_heap(), progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:
+        with progress("devmem: sizing", total=MAX_RUNS, unit="run") as bar:  # the heap frozen (EngineMemory)
             runs, costs, figure_notes = measure_runs(memory, engine, weights, bar)
         if store is not None:
             ours = {
@@ -242,6 +240,7 @@ def size_by_runs(
             runs, costs, figure_notes = stored_extra(kept, engine.run_type)  # another engine's where it stored first
     notes.extend(figure_notes)
     plan = memory.plan(layout=KvLayout.tensors(runs[0].allocations))
+    memory.release_allocator_cache()  # the engine allocates its cache next: the start's last collection
     tokens, batch = engine.block_tokens, engine.max_batch_tokens
     if plan.num_blocks * tokens < batch:
         raise SizingError(
@@ -321,28 +320,6 @@ def measure_runs(
     }
     profile = memory.profile_result
     return runs, costs, [*cost.notes, *([] if profile is None else profile.notes)]
-
-
-@contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Keep every object that exists out of the collections each run's window makes (``gc.freeze``): with an engine
-    and torch loaded a full collection takes a quarter of a second (H200 host, 450,000 objects), and each run
-    collects several times (its window, the engine's own clean-up).
-
-    Where nothing was frozen before, everything is unfrozen afterwards, and nothing is collected first: garbage that
-    exists now is collected after the sizing (meanwhile any device memory it holds is only charged to the engine,
-    never missed). Where the application froze objects itself (as servers do after start-up, and as some
-    libraries do at import), ``gc.unfreeze`` would undo its choice, so what is frozen stays frozen, garbage
-    collected once first so that none of it is kept for good."""
-    frozen_before = gc.get_freeze_count()
-    if frozen_before:
-        gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        if not frozen_before:
-            gc.unfreeze()
 
 
 def check_batch_floor(memory: EngineMemory, weights: int, engine: BlackBoxEngine) -> None:
@@ -537,7 +514,6 @@ __all__ = [
     "check_first_run",
     "extra_accepted",
     "extra_problem",
-    "frozen_heap",
     "measure_runs",
     "size_by_runs",
     "stored_extra",

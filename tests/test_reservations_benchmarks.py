@@ -33,6 +33,7 @@ def test_racing_processes_are_admitted_one_more_refused_and_a_killed_share_recla
     assert goals["all_admitted"] and goals["extra_refused_naming_holders"] and result["race"]["newcomer_admitted"]
 
 
+@pytest.mark.slow  # seven engine processes, each importing transformers: `pytest -m slow` and CI run it
 def test_engines_beyond_the_device_are_refused_naming_the_holders(bench):
     result = bench("reserved_engines", "--quick", "--engines", "3", "--share", "0.45", "--hold", "0")
     refused = [r for r in result["with_reservations"] if r.get("refused")]

@@ -19,6 +19,7 @@ import pytest
 import devmem
 import devmem.resolution.plugins as resolution
 from devmem import GiB, MiB, ReservationRefused
+from devmem.integrations import kit
 from devmem.integrations import vllm as plugin
 from devmem.integrations.vllm import versions, worker
 from devmem.testing.torch_runtime import ScriptedTorch
@@ -96,7 +97,7 @@ def _scripted_torch(scenario):
     rt.inference_mode = contextlib.nullcontext
     rt.uint8 = "uint8"
     rt.device = lambda kind, index=0: f"{kind}:{index}"
-    rt.empty = lambda nbytes, dtype=None, device=None: _Tensor(rt, nbytes)
+    rt.zeros = lambda nbytes, dtype=None, device=None: _Tensor(rt, nbytes)
     return rt
 
 
@@ -187,7 +188,7 @@ def test_the_release_under_test_is_the_one_imported():
 
 
 def test_this_release_is_one_the_plugin_knows_without_a_warning():
-    assert versions.version_note(vllm.__version__) == (True, None)
+    assert kit.version_note("vLLM", vllm.__version__, versions.OLDEST, versions.VERIFIED) == (True, None)
 
 
 def test_the_plugin_wraps_this_releases_worker():
@@ -209,7 +210,7 @@ def test_the_worker_module_imported_by_vllm_is_patched_through_the_entry_point(m
     module.Worker = Worker
     monkeypatch.setitem(sys.modules, versions.WORKER_MODULE, module)
     plugin.register()
-    assert Worker.__dict__.get(worker.PATCHED)
+    assert Worker.__dict__.get(kit.PATCHED)
 
 
 def test_each_runner_of_this_release_has_what_the_plugin_calls():
@@ -370,7 +371,7 @@ def test_a_worker_method_whose_signature_cannot_be_read_leaves_vllm_stock_with_o
     with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
         plugin._patch(module)
     assert [r.levelname for r in vllm_log.records if r.name == "vllm.devmem"] == ["WARNING"]
-    assert not Odd.__dict__.get(worker.PATCHED)
+    assert not Odd.__dict__.get(kit.PATCHED)
 
 
 def test_the_device_is_the_one_this_releases_init_device_picks_for_a_data_parallel_rank(monkeypatch):
@@ -507,21 +508,36 @@ def test_the_heaviest_sampling_is_charged_beside_the_dummy_sampler_run(h200, cur
 
 def test_prompt_logprobs_over_the_longest_prefill_are_the_heaviest_sampling_where_logprobs_are_accepted(h200, current):
     w = _worker(_runner()(current))
-    assert worker.sampler_charge(w) == (
-        CHUNK * VOCAB * (2 + 4),
-        f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits",
-    )
+    nbytes, why = worker.sampler_charge(w)
+    assert nbytes == CHUNK * VOCAB * (2 + 4)
+    assert why.startswith(f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits at 6 bytes")
 
 
 def test_a_model_accepting_no_logprobs_is_charged_the_penalties_alone(h200, current):
     w = _worker(_runner()(current), max_logprobs=0)
-    assert worker.sampler_charge(w) == (ROWS * VOCAB * 10, f"penalties over {ROWS} requests x {VOCAB} logits")
+    nbytes, why = worker.sampler_charge(w)
+    assert nbytes == ROWS * VOCAB * 10
+    assert why.startswith(f"penalties over {ROWS} requests x {VOCAB} logits at 10 bytes")
 
 
-def test_the_sampling_charge_and_its_reason_are_in_vllms_log(h200, current, vllm_log):
+def test_the_sampling_charge_says_the_settings_it_was_counted_from(h200, current):
+    said = worker.sampler_charge(_worker(_runner()(current)))[1]
+    for setting in (f"vocabulary {VOCAB}", "max_logprobs 20", "max_num_batched_tokens 8192", f"max_model_len {CHUNK}"):
+        assert setting in said
+
+
+def test_the_sampling_charge_is_named_in_explain_with_its_figure_and_reason(h200, current):
+    w = _started(h200, _runner()(current))
+    _sized(w)
+    nbytes, why = worker.sampler_charge(w)
+    memory = getattr(w, worker.MEMORY)
+    assert memory.held_charges[worker.SAMPLER].bytes == nbytes
+    assert f"profile window: 375.00 MiB held for {worker.SAMPLER} ({why}), inside its transient" in memory.explain()
+
+
+def test_the_sampling_charge_and_its_reason_are_in_devmems_line_in_vllms_log(h200, current, vllm_log):
     w = _started(h200, _runner()(current))
     with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
         _sized(w)
-    assert "devmem: the profile charged 375.00 MiB for the heaviest sampling vLLM accepts: prompt logprobs" in (
-        vllm_log.text
-    )
+    (line,) = [r.getMessage() for r in vllm_log.records if r.getMessage().startswith("devmem sized the KV cache")]
+    assert line.endswith(f"; the profile window: 375.00 MiB held for {worker.SAMPLER} ({worker.sampler_charge(w)[1]})")

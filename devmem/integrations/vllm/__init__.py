@@ -11,48 +11,32 @@ one log line saying so. Otherwise it patches vLLM's GPU worker when vLLM imports
 
 from __future__ import annotations
 
-import logging
 from types import ModuleType
 
-from devmem.integrations.kit import Switch, installed_version, when_imported
-from devmem.integrations.vllm.versions import WORKER_MODULE, version_note
-
-#: The environment variable that turns the plugin off (``0``, ``false``, ``no`` or ``off``).
-ENABLE_ENV = "DEVMEM_VLLM"
-
-log = logging.getLogger("vllm.devmem")  # a child of vLLM's logger: its lines appear in vLLM's log
-switch = Switch(ENABLE_ENV, "vLLM", log)
+from devmem.integrations import kit
+from devmem.integrations.vllm.versions import ENABLE_ENV, OLDEST, VERIFIED, WORKER_MODULE, switch
 
 
 def register() -> None:
     """vLLM's ``vllm.general_plugins`` entry point: arrange for the GPU worker to be patched when it is imported."""
     if not switch.on():
         return
-    go, note = version_note(installed_version("vllm", "vllm.version"))
+    go, note = kit.version_note("vLLM", kit.installed_version("vllm", "vllm.version"), OLDEST, VERIFIED)
     if not go:
-        log.warning("devmem: %s; vLLM sizes its KV cache itself", note)
+        switch.declined(str(note))
         return
-    when_imported(WORKER_MODULE, lambda module: _patch(module, note))
+    kit.when_imported(WORKER_MODULE, lambda module: _patch(module, note))
 
 
 def _patch(module: ModuleType, note: str | None = None) -> None:
     """Patch ``module``'s Worker; never raises into vLLM's import of it (one warning, stock vLLM)."""
-    try:
-        from devmem.integrations.vllm.worker import patch_worker
+    kit.patch_in(module, "Worker", _patch_worker, switch, note)
 
-        worker_class = getattr(module, "Worker", None)
-        if not isinstance(worker_class, type):
-            log.warning("devmem: %s has no class Worker; vLLM sizes its KV cache itself", module.__name__)
-            return
-        if patch_worker(worker_class, module) and note is not None:
-            log.info("devmem: %s", note)
-    except Exception as exc:  # never a crash in vLLM's import: stock vLLM, said once
-        log.warning(
-            "devmem: patching %s failed (%s: %s); vLLM sizes its KV cache itself",
-            module.__name__,
-            type(exc).__name__,
-            exc,
-        )
+
+def _patch_worker(worker_class: type, module: ModuleType) -> bool:
+    from devmem.integrations.vllm.worker import patch_worker  # here: a process that runs no worker pays nothing
+
+    return patch_worker(worker_class, module)
 
 
 __all__ = ["ENABLE_ENV", "register", "switch"]

@@ -14,7 +14,7 @@ import vllm_releases
 
 from devmem.integrations import kit
 from devmem.integrations import vllm as plugin
-from devmem.integrations.vllm import versions
+from devmem.integrations.vllm import worker
 
 
 @pytest.mark.slow  # a vLLM import per release, each in its own process: `pytest -m slow` and CI run them
@@ -37,7 +37,7 @@ def vllm_log(caplog):
 
 
 def _note(version):
-    return kit.version_note("vLLM", version, versions.OLDEST, versions.VERIFIED)
+    return kit.version_note("vLLM", version, worker.OLDEST, worker.VERIFIED)
 
 
 def test_a_release_newer_than_the_newest_verified_is_tried_with_one_line_saying_so():

@@ -21,7 +21,7 @@ import devmem.resolution.plugins as resolution
 from devmem import GiB, MiB, ReservationRefused
 from devmem.integrations import kit
 from devmem.integrations import vllm as plugin
-from devmem.integrations.vllm import versions, worker
+from devmem.integrations.vllm import worker
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
@@ -188,7 +188,7 @@ def test_the_release_under_test_is_the_one_imported():
 
 
 def test_this_release_is_one_the_plugin_knows_without_a_warning():
-    assert kit.version_note("vLLM", vllm.__version__, versions.OLDEST, versions.VERIFIED) == (True, None)
+    assert kit.version_note("vLLM", vllm.__version__, worker.OLDEST, worker.VERIFIED) == (True, None)
 
 
 def test_the_plugin_wraps_this_releases_worker():
@@ -196,19 +196,19 @@ def test_the_plugin_wraps_this_releases_worker():
         pass
 
     assert worker.patch_worker(Fresh, gpu_worker)
-    for name in versions.WORKER_METHODS:
+    for name in worker.WORKER_METHODS:
         if name != "get_kv_cache_spec":
             assert getattr(Fresh.__dict__[name], "__devmem_step__", False), name
 
 
 def test_the_worker_module_imported_by_vllm_is_patched_through_the_entry_point(monkeypatch):
-    module = ModuleType(versions.WORKER_MODULE)
+    module = ModuleType(worker.WORKER_MODULE)
 
     class Worker(gpu_worker.Worker):
         pass
 
     module.Worker = Worker
-    monkeypatch.setitem(sys.modules, versions.WORKER_MODULE, module)
+    monkeypatch.setitem(sys.modules, worker.WORKER_MODULE, module)
     plugin.register()
     assert Worker.__dict__.get(kit.PATCHED)
 
@@ -216,7 +216,7 @@ def test_the_worker_module_imported_by_vllm_is_patched_through_the_entry_point(m
 def test_each_runner_of_this_release_has_what_the_plugin_calls():
     assert RUNNERS
     for runner in RUNNERS.values():
-        assert devmem.integrations.kit.shape_mismatches(runner, versions.RUNNER_METHODS) == []
+        assert devmem.integrations.kit.shape_mismatches(runner, worker.RUNNER_METHODS) == []
 
 
 @pytest.mark.parametrize("kind", sorted(RUNNERS))
@@ -369,7 +369,7 @@ def test_a_worker_method_whose_signature_cannot_be_read_leaves_vllm_stock_with_o
     module = ModuleType("odd")
     module.Worker = Odd
     with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
-        plugin._patch(module)
+        kit.patch_in(module, "Worker", worker.patch_worker, plugin.switch, None)
     assert [r.levelname for r in vllm_log.records if r.name == "vllm.devmem"] == ["WARNING"]
     assert not Odd.__dict__.get(kit.PATCHED)
 

@@ -368,6 +368,14 @@ class Starts:
             weakref.finalize(owner, _abandoned, memory, self.log)
         return memory
 
+    def drop(self, owner: Any, attribute: str) -> None:
+        """The start kept as ``owner.<attribute>`` abandoned by the adapter (the engine sizes itself): its share given
+        back."""
+        memory = getattr(owner, attribute, None)
+        if isinstance(memory, EngineMemory):
+            memory.close()
+        setattr(owner, attribute, None)
+
     def serving(self, memory: EngineMemory) -> None:
         """``memory``'s cache exists: its start is over."""
         with self._lock:
@@ -446,11 +454,14 @@ def grown_since_baseline(memory: EngineMemory) -> int | None:
     return None if own is None else own - memory.baseline.process
 
 
-def log_sizing(log: logging.Logger, memory: EngineMemory, budget: int, block: int, aside: str = "") -> None:
+def log_sizing(
+    log: logging.Logger, memory: EngineMemory, budget: int, block: int, set_aside: tuple[int, str] = (0, "")
+) -> None:
     """devmem's one line on a cache the engine allocates itself: ``budget`` bytes in blocks of ``block``, from what
-    (this process's memory or the device-wide fallback), of what request, and each charge beside it (``aside``
-    appends the engine's own); :meth:`~devmem.EngineMemory.explain` at debug level; one warning where a pinned
-    start holds more with its cache than its reservation."""
+    (this process's memory or the device-wide fallback), of what request, each charge in it (graphs, what was held
+    in the profile window) and what the engine set aside of it (``set_aside``: bytes, and for what);
+    :meth:`~devmem.EngineMemory.explain` at debug level; one warning where a pinned start holds more with its cache
+    than its reservation."""
     profile, plan, pinned, size = memory.profile_result, memory.kv_plan, memory.pinned_bytes, format_size
     assert profile is not None and plan is not None  # the plan's phase
     charge = plan.breakdown.get("graph_capture", 0)
@@ -461,7 +472,8 @@ def log_sizing(log: logging.Logger, memory: EngineMemory, budget: int, block: in
         f"devmem sized the KV cache from {source}: {size(budget)} = {budget // block} blocks of {size(block)}; "
         f"requested {size(memory.requested if pinned is None else pinned)} of {size(memory.baseline.total)} "
         f"({asked}), consumed {size(profile.total_consumed)}, transient {size(profile.transient_peak_bytes)}, CUDA "
-        f"graphs charged {size(charge)}{graphs}{aside}"
+        f"graphs charged {size(charge)}{graphs}"
+        + (f"; {size(set_aside[0])} set aside for {set_aside[1]}" if set_aside[0] else "")
         + "".join(f"; the profile window: {held.explain()}" for held in memory.held_charges.values())
     )
     held, reserved = (pinned or 0) + profile.total_consumed + profile.transient_peak_bytes, memory.reservation

@@ -4,17 +4,14 @@ docs/vllm.md).
 
 vLLM calls :func:`register` in every process it starts, workers included. It does nothing where
 ``DEVMEM_VLLM=0``; where the installed vLLM is older than 0.24, or a method it wraps has another shape, it logs one
-warning and vLLM runs as it came; a release newer than the newest verified one is tried where its shapes match, with
-one log line saying so. Otherwise it patches vLLM's GPU worker when vLLM imports it
+warning and vLLM runs as it came. Otherwise it patches vLLM's GPU worker when vLLM imports it
 (:mod:`devmem.integrations.vllm.worker`), never before, so a process that runs no worker pays nothing.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from devmem.integrations import kit
-from devmem.integrations.vllm.versions import ENABLE_ENV, OLDEST, VERIFIED, WORKER_MODULE, switch
+from devmem.integrations.vllm.worker import ENABLE_ENV, OLDEST, VERIFIED, WORKER_MODULE, patch_worker, switch
 
 
 def register() -> None:
@@ -25,18 +22,7 @@ def register() -> None:
     if not go:
         switch.declined(str(note))
         return
-    kit.when_imported(WORKER_MODULE, lambda module: _patch(module, note))
-
-
-def _patch(module: ModuleType, note: str | None = None) -> None:
-    """Patch ``module``'s Worker; never raises into vLLM's import of it (one warning, stock vLLM)."""
-    kit.patch_in(module, "Worker", _patch_worker, switch, note)
-
-
-def _patch_worker(worker_class: type, module: ModuleType) -> bool:
-    from devmem.integrations.vllm.worker import patch_worker  # here: a process that runs no worker pays nothing
-
-    return patch_worker(worker_class, module)
+    kit.when_imported(WORKER_MODULE, lambda module: kit.patch_in(module, "Worker", patch_worker, switch, note))
 
 
 __all__ = ["ENABLE_ENV", "register", "switch"]

@@ -1,9 +1,8 @@
 """vLLM's GPU worker (``vllm.v1.worker.gpu_worker.Worker``, 0.24 onward, both model runners) driven by
-:class:`devmem.EngineMemory`, step by step as docs/vllm.md's table says: ``init_device`` creates it (the baseline and
-the reservation, before vLLM's CUDA context), ``determine_available_memory`` is replaced by its profile and plan,
-``initialize_from_config`` releases the allocator cache first, ``compile_or_warm_up_model`` captures graphs inside
-``memory.graphs_after_cache()`` (on 0.34, the extensible cache's measurement made process-scoped or the cache turned
-off), ``shutdown`` gives the share back. What differs between releases is read from their classes.
+:class:`devmem.EngineMemory`, method by method as docs/vllm.md's table says; the releases are told apart by what
+their classes have (:data:`WORKER_METHODS`, the runner's, the names the release's own methods use), never by a list
+of versions: the version only says whether a release is older than the first the plugin knows (declined) or newer
+than the newest it was verified on (tried where the shapes match, with one log line saying so).
 """
 
 from __future__ import annotations
@@ -11,28 +10,48 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import logging
 import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from devmem.engine.distributed import agree_on_minimum
+from devmem.engine.graphs import GraphsAfterCache
 from devmem.engine.memory import EngineMemory, KvLayout
 from devmem.integrations import kit
-from devmem.integrations.vllm.versions import RUNNER_METHODS, WORKER_METHODS, log, switch
 from devmem.units import format_size
+
+#: The environment variable that turns the plugin off (``0``, ``false``, ``no`` or ``off``).
+ENABLE_ENV = "DEVMEM_VLLM"
+log = logging.getLogger("vllm.devmem")  # a child of vLLM's logger: its lines appear in vLLM's log
+switch = kit.Switch(ENABLE_ENV, "vLLM", log)
+
+#: The module holding vLLM's GPU worker (one class for both model runners in every release), which the plugin patches.
+WORKER_MODULE = "vllm.v1.worker.gpu_worker"
+#: The oldest release the plugin knows, and the releases it was verified on: docs/vllm.md says where (GPU or CPU).
+OLDEST, VERIFIED = (0, 24), ((0, 24), (0, 26), (0, 30), (0, 34))
+#: Every worker method the plugin wraps or calls, and the runner's (checked on the worker's own runner when it
+#: sizes), with the parameters it passes (a method may take more, with defaults).
+WORKER_METHODS = {
+    "init_device": ("self",),
+    "determine_available_memory": ("self",),
+    "initialize_from_config": ("self", "kv_cache_config"),
+    "compile_or_warm_up_model": ("self",),
+    "get_kv_cache_spec": ("self",),
+    "shutdown": ("self",),
+}
+RUNNER_METHODS = {"profile_run": ("self",), "capture_model": ("self",)}
 
 #: The attribute under which a worker keeps its EngineMemory.
 MEMORY = "devmem_memory"
 #: The measurement function of 0.34's extensible KV cache (a global of the worker's module, read at call time).
 MEASURE = "measure_kv_cache_blocks"
-
 #: Bytes per logit that serving's sampling can take beyond vLLM's dummy sampler run (every row sampled with
 #: temperature, top-k and top-p): the penalties' output-token counts (int64) with the prompt and output masks (bool),
-#: and the fp32 logprobs of the raw logits, kept while the batch is sampled (docs/vllm.md, "The sampler").
-PENALTY_BYTES, LOGPROB_BYTES = 10, 4
-#: The name of that charge in ``EngineMemory.explain()`` and devmem's line in vLLM's log.
-SAMPLER = "the heaviest sampling vLLM accepts"
+#: and the fp32 logprobs of the raw logits, kept while the batch is sampled (docs/vllm.md, "The sampler"); the
+#: charge's name in ``EngineMemory.explain()`` and devmem's line in vLLM's log.
+PENALTY_BYTES, LOGPROB_BYTES, SAMPLER = 10, 4, "the heaviest sampling vLLM accepts"
 
 starts = kit.Starts(log)
 _warming: contextvars.ContextVar[EngineMemory | None] = contextvars.ContextVar("devmem_vllm_warming", default=None)
@@ -43,8 +62,8 @@ def _memory(worker: Any) -> EngineMemory | None:
 
 
 def patch_worker(worker_class: Any, module: ModuleType | None = None) -> bool:
-    """Wrap ``worker_class``'s methods (vLLM's GPU worker; ``module``, its module, for 0.34's extensible cache);
-    ``False``, with one warning, where their shapes are not the ones this plugin knows. Patching twice is a no-op."""
+    """Wrap ``worker_class``'s methods (``module``, its module, for 0.34's extensible cache); ``False``, with one
+    warning, where their shapes are not the ones this plugin knows. Patching twice is a no-op."""
     if worker_class.__dict__.get(kit.PATCHED, False):
         return True
     steps = dict(init_device=start, determine_available_memory=determine, initialize_from_config=allocate)
@@ -54,9 +73,8 @@ def patch_worker(worker_class: Any, module: ModuleType | None = None) -> bool:
     measure = getattr(module, MEASURE, None)
     if module is not None and measure is not None and not getattr(measure, kit.WRAPPED, False):
         params = kit.parameters(measure) or ()
-        if params[:3] == ("kv_cache", "vllm_config", "device") and {"init_free_memory", "requested_memory"} <= set(
-            params
-        ):
+        takes = {"init_free_memory", "requested_memory"} <= {*params}
+        if params[:3] == ("kv_cache", "vllm_config", "device") and takes:
             setattr(module, MEASURE, _process_scoped(measure))
         elif hasattr(worker_class, "extensible_kv_cache_unsupported_reason"):
             log.info("devmem: %s.%s has another shape: the extensible KV cache is turned off", module.__name__, MEASURE)
@@ -84,24 +102,24 @@ def device_index(worker: Any) -> int:
 
 
 def _engine_memory(worker: Any, device: int, late: bool = False) -> EngineMemory:
-    cache = worker.cache_config
+    cache, model, ranks = worker.cache_config, worker.model_config, int(worker.parallel_config.tensor_parallel_size)
     pinned = cache.kv_cache_memory_bytes or None
     utilization = getattr(cache, "resolved_gpu_memory_utilization", None)  # 0.34: None resolved by the cache mode
-    utilization = cache.gpu_memory_utilization if utilization is None else utilization
+    reserve = None  # a pinned start reserves its weights beside the cache
+    if pinned is not None:
+        weights = kit.weights_per_rank(
+            str(model.model), lambda: model.hf_config.to_dict(), str(model.dtype), ranks, log
+        )
+        reserve = pinned + weights
     return EngineMemory(
         device,
-        utilization=utilization,
+        utilization=cache.gpu_memory_utilization if utilization is None else utilization,
         pinned_bytes=pinned,
-        reserve_bytes=None if pinned is None else pinned + _weights_per_rank(worker),
+        reserve_bytes=reserve,
         # the extensible cache's utilization is a cap on what it may grow to, not memory free at start (vLLM's own)
         check_startup=not getattr(cache, "enable_extensible_kv_cache", False),
         late=late,
     )
-
-
-def _weights_per_rank(worker: Any) -> int:
-    model, ranks = worker.model_config, int(worker.parallel_config.tensor_parallel_size)
-    return kit.weights_per_rank(str(model.model), lambda: model.hf_config.to_dict(), str(model.dtype), ranks, log)
 
 
 def start(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
@@ -121,13 +139,11 @@ def determine(original: Callable[..., Any], worker: Any) -> int:
     """devmem's budget in place of vLLM's ``determine_available_memory`` (vLLM's own for a worker devmem did not
     start, or whose runner lacks what devmem calls: one warning, the share given back)."""
     memory = _memory(worker)
-    if memory is None:
-        return int(original(worker))
-    missing = kit.shape_mismatches(type(worker.model_runner), RUNNER_METHODS)
+    missing = [] if memory is None else kit.shape_mismatches(type(worker.model_runner), RUNNER_METHODS)
     if missing:
         switch.declined(f"vLLM's model runner is not the shape this plugin knows ({'; '.join(missing)})")
-        memory.close()
-        setattr(worker, MEMORY, None)
+        starts.drop(worker, MEMORY)
+    if memory is None or missing:
         return int(original(worker))
     names, functions = kit.names_used(original)
     if "maybe_apply_startup_plan" in names and os.environ.get("VLLM_ENABLE_STARTUP_PLAN", "0") not in ("", "0"):
@@ -142,7 +158,13 @@ def determine(original: Callable[..., Any], worker: Any) -> int:
 
 
 def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], functions: dict[str, Any]) -> int:
-    """The KV cache bytes vLLM gets: devmem's plan for this process, less the release's multimodal IPC set-aside."""
+    """The KV cache bytes vLLM gets: devmem's plan for this process (one backing allocation where the release
+    allocates so, 0.30 onward; else a tensor per layer), less the release's multimodal IPC set-aside; vLLM's own
+    "Available KV cache memory" line with devmem's figure, and devmem's line saying where it came from."""
+    from vllm.distributed.parallel_state import get_tp_group, model_parallel_is_initialized
+    from vllm.utils.mem_utils import format_gib
+    from vllm.v1.worker import gpu_worker, utils
+
     runner, (sampler, why) = worker.model_runner, sampler_charge(worker)
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile, contextlib.ExitStack() as stack:
         stack.enter_context(kit.around(runner, "_dummy_sampler_run", lambda _: memory.hold(SAMPLER, sampler, why)))
@@ -150,34 +172,29 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
             stack.enter_context(worker._scoped_allocator_max_split(max_split_size_mb=20))
         if "set_current_vllm_config" in functions and "set_current_vllm_config" in names:
             stack.enter_context(functions["set_current_vllm_config"](worker.vllm_config))
-        if "randomize_dummy_inputs" in names:
-            runner.profile_run(randomize_inputs=worker.randomize_dummy_inputs)
-        else:
-            runner.profile_run()
-    graphs = None
-    if _captures_graphs(worker):  # always after the cache: measured there, and kept for the next start
-        estimate = runner.profile_cudagraph_memory if _estimates_graphs(worker, runner) else None
-        graphs = kit.graphs_after_cache(memory, _graph_key(worker), estimate)
-    page, layers = _kv_spec(worker)
-    plan = memory.plan(page_size_bytes=page, num_layers=layers, layout=_layout(), graphs=graphs)
-    budget, charge = plan.num_blocks * plan.block_bytes, plan.breakdown.get("graph_capture", 0)
-    group = _tp_cpu_group()
-    if group is not None:  # tensor-parallel ranks: every rank takes the smallest budget
-        budget = agree_on_minimum(budget, group=group)
-    kv = budget
+        randomized = {"randomize_inputs": worker.randomize_dummy_inputs} if "randomize_dummy_inputs" in names else {}
+        runner.profile_run(**randomized)
+    graphs, specs = _graphs(worker, memory), worker.get_kv_cache_spec()
+    pages = {spec.page_size_bytes for spec in specs.values()}
+    if len(pages) != 1:  # layers of several page sizes: charge every layer the largest
+        log.info("devmem: the KV cache's layers have pages of %s; each is charged the largest", sorted(pages))
+    layout = KvLayout.tensors(1) if hasattr(utils, "allocate_kv_cache") else KvLayout.per_layer()
+    plan = memory.plan(page_size_bytes=max(pages), num_layers=len(specs), layout=layout, graphs=graphs)
+    budget = kv = plan.num_blocks * plan.block_bytes
+    if model_parallel_is_initialized():  # tensor-parallel ranks: every rank takes the smallest budget
+        budget = kv = agree_on_minimum(budget, group=get_tp_group().cpu_group)
     if "reserve_mm_ipc_gpu_memory" in names and "reserve_mm_ipc_gpu_memory" in functions:  # 0.30 onward
-        mm = worker.model_config.multimodal_config
-        kv = int(
-            functions["reserve_mm_ipc_gpu_memory"](budget, mm, getattr(worker.parallel_config, "_api_process_count", 1))
-        )
+        processes = getattr(worker.parallel_config, "_api_process_count", 1)
+        kv = int(functions["reserve_mm_ipc_gpu_memory"](budget, worker.model_config.multimodal_config, processes))
     elif "_reserve_mm_ipc_gpu_memory" in names:  # 0.25-0.26
         kv = int(worker._reserve_mm_ipc_gpu_memory(budget))
     worker.available_kv_cache_memory_bytes = budget
-    worker.cudagraph_memory_estimate = charge
+    worker.cudagraph_memory_estimate = plan.breakdown.get("graph_capture", 0)
     worker.peak_activation_memory = profile.transient_peak_bytes
     worker.non_torch_memory = profile.non_torch_increase  # read by 0.24-0.26's suggestion line
     worker.total_consumed = profile.total_consumed  # read by 0.30's onward
-    _log_sizing(budget, plan.block_bytes, memory, kv)
+    gpu_worker.logger.info("Available KV cache memory: %s GiB", format_gib(budget))
+    kit.log_sizing(log, memory, budget, plan.block_bytes, set_aside=(budget - kv, "multimodal IPC"))
     return kv
 
 
@@ -200,70 +217,31 @@ def sampler_charge(worker: Any) -> tuple[int, str]:
     return decode, f"{why} ({said}, max_num_seqs {seqs})"
 
 
-def _captures_graphs(worker: Any) -> bool:
+def _graphs(worker: Any, memory: EngineMemory) -> GraphsAfterCache | None:
+    """vLLM's CUDA graphs (``None`` where it captures none), captured after the cache in every release: with its
+    estimate where the runner's ``profile_cudagraph_memory`` is a throwaway capture (V1's minimal cache; V2's
+    ``capture_model(profile_only=...)``), not V2's placeholder (0.24-0.26) nor 0.34's 0 under the extensible cache;
+    kept under everything that changes what they keep, for the next start."""
+    from vllm import __version__
     from vllm.config import CUDAGraphMode
     from vllm.platforms import current_platform
 
+    model, compilation, runner = worker.model_config, worker.vllm_config.compilation_config, worker.model_runner
     cuda = getattr(current_platform, "is_cuda_alike", current_platform.is_cuda)()
-    mode = worker.vllm_config.compilation_config.cudagraph_mode
-    return bool(cuda and mode not in (None, CUDAGraphMode.NONE) and not worker.model_config.enforce_eager)
-
-
-def _estimates_graphs(worker: Any, runner: Any) -> bool:
-    """Whether the runner's ``profile_cudagraph_memory`` is a throwaway capture (V1's minimal cache; V2's
-    ``capture_model(profile_only=...)``), not V2's placeholder (0.24-0.26) nor 0.34's 0 under the extensible cache."""
-    if getattr(worker.cache_config, "enable_extensible_kv_cache", False):
-        return False
-    if not callable(getattr(runner, "profile_cudagraph_memory", None)):
-        return False
-    return hasattr(runner, "_init_minimal_kv_cache_for_profiling") or "profile_only" in (
+    if not cuda or compilation.cudagraph_mode in (None, CUDAGraphMode.NONE) or model.enforce_eager:
+        return None
+    estimate = getattr(runner, "profile_cudagraph_memory", None)
+    throwaway = hasattr(runner, "_init_minimal_kv_cache_for_profiling") or "profile_only" in (
         kit.parameters(type(runner).capture_model) or ()
     )
-
-
-def _graph_key(worker: Any) -> dict[str, Any]:
-    """Everything that changes what vLLM's graphs keep: the store's key for them (the device's total beside it)."""
-    from vllm import __version__
-
-    model, compilation, runner = worker.model_config, worker.vllm_config.compilation_config, type(worker.model_runner)
+    if not callable(estimate) or not throwaway or getattr(worker.cache_config, "enable_extensible_kv_cache", False):
+        estimate = None
     sizes = [int(n) for n in (compilation.cudagraph_capture_sizes or ())]
-    key: dict[str, Any] = dict(engine="vllm", vllm=str(__version__), runner=f"{runner.__module__}.{runner.__name__}")
-    key.update(model=str(model.model), dtype=str(model.dtype), max_model_len=int(model.max_model_len))
+    key: dict[str, Any] = dict(engine="vllm", vllm=str(__version__), model=str(model.model), dtype=str(model.dtype))
+    key.update(runner=f"{type(runner).__module__}.{type(runner).__name__}", max_model_len=int(model.max_model_len))
     key.update(max_num_seqs=int(worker.scheduler_config.max_num_seqs), cudagraph_mode=str(compilation.cudagraph_mode))
-    return dict(key, capture_sizes=sizes, tp=int(worker.parallel_config.tensor_parallel_size))
-
-
-def _layout() -> KvLayout:
-    """One backing allocation where the release allocates so (``vllm.v1.worker.utils.allocate_kv_cache``, 0.30
-    onward), else a tensor per layer."""
-    from vllm.v1.worker import utils
-
-    return KvLayout.tensors(1) if hasattr(utils, "allocate_kv_cache") else KvLayout.per_layer()
-
-
-def _kv_spec(worker: Any) -> tuple[int, int]:
-    """A block's page bytes on one layer and the number of layers, from vLLM's KV cache spec."""
-    specs = worker.get_kv_cache_spec()
-    pages = {spec.page_size_bytes for spec in specs.values()}
-    if len(pages) != 1:  # layers of several page sizes: charge every layer the largest
-        log.info("devmem: the KV cache's layers have pages of %s; each is charged the largest", sorted(pages))
-    return max(pages), len(specs)
-
-
-def _tp_cpu_group() -> Any:
-    from vllm.distributed.parallel_state import get_tp_group, model_parallel_is_initialized
-
-    return get_tp_group().cpu_group if model_parallel_is_initialized() else None
-
-
-def _log_sizing(budget: int, block: int, memory: EngineMemory, kv: int) -> None:
-    """vLLM's own "Available KV cache memory" line with devmem's figure, and devmem's line saying where it came from."""
-    from vllm.utils.mem_utils import format_gib
-    from vllm.v1.worker import gpu_worker
-
-    gpu_worker.logger.info("Available KV cache memory: %s GiB", format_gib(budget))
-    ipc = "" if kv == budget else f"; {format_size(budget - kv)} set aside for multimodal IPC"
-    kit.log_sizing(log, memory, budget, block, ipc)
+    key.update(capture_sizes=sizes, tp=int(worker.parallel_config.tensor_parallel_size))
+    return kit.graphs_after_cache(memory, key, estimate)
 
 
 allocate = kit.allocating(starts, _memory)  # the allocator cache released, then vLLM allocates its KV cache

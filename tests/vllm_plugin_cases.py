@@ -454,11 +454,11 @@ def test_the_extensible_cache_measurement_is_made_process_scoped(h200, current, 
     memory = getattr(w, worker.MEMORY)
     free = h200.mem_get_info(0)[0]
     monkeypatch.setattr(sys.modules["vllm.utils.mem_utils"], "device_memory_info", lambda device: (free, 0))
-    token = worker._warming.set(memory)
-    try:
+
+    def warm_up(original, owner):  # vLLM's warm-up measures the extensible cache inside the worker's step
         module.measure_kv_cache_blocks(None, None, 0, init_free_memory=free + 30 * GiB, requested_memory=GiB << 10)
-    finally:
-        worker._warming.reset(token)
+
+    kit.guarded(warm_up, worker._memory)(None, w)
     own = h200.processes(0)[h200.own_driver_pid]
     ((init_free, requested),) = seen
     assert init_free - free == own  # vLLM's init_free - free: this process's growth alone, not the co-tenant's

@@ -16,6 +16,8 @@ sizes its KV cache. Around its engine-specific steps it needs the same few thing
   :class:`~devmem.EngineMemory` closed) when anything in it raises;
 - :func:`patch_class` and :func:`patch_in`: a class's methods wrapped once, where their shapes are the ones the
   adapter knows, and never an exception into the engine's import of its module (one warning, the engine stock);
+- :func:`current`: the EngineMemory of the adapter's step under way, for a function of the engine's module that
+  the step calls;
 - :func:`around`: an instance's method run inside a context for a block (a charge held while it runs, graphs
   captured after the cache);
 - :class:`Starts`: the engine's :class:`~devmem.EngineMemory` tied to its owner: an owner dropped without a
@@ -35,6 +37,7 @@ lines appear in the engine's own log.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import gc
 import importlib.abc
@@ -64,10 +67,12 @@ WRAPPED = "__devmem_step__"
 #: The attribute under which :func:`patch_class` marks a class it patched (so patching twice is a no-op).
 PATCHED = "_devmem_patched"
 
+_current: contextvars.ContextVar[EngineMemory | None] = contextvars.ContextVar("devmem_adapter_step", default=None)
+
 
 class Switch:
-    """The environment variable ``env`` that turns the adapter for ``engine`` off, and the warning that the engine
-    runs as it came (:meth:`declined`)."""
+    """The environment variable ``env`` that turns the adapter for ``engine`` off, the gate on the engine's release
+    (:meth:`admits`), and the warning that the engine runs as it came (:meth:`declined`)."""
 
     def __init__(self, env: str, engine: str, log: logging.Logger):
         self.env, self.engine, self.log = env, engine, log
@@ -89,6 +94,19 @@ class Switch:
                 ", ".join(OFF),
             )
         return True
+
+    def admits(
+        self, distribution: str, module: str, oldest: tuple[int, int], verified: Sequence[tuple[int, int]]
+    ) -> tuple[bool, str | None]:
+        """Whether the adapter runs: the switch on (:meth:`on`), and the installed release (:func:`installed_version`
+        of ``distribution``, else ``module.__version__``) admitted by :func:`version_note` (one warning where it is
+        declined); and the note to log once the engine is patched."""
+        if not self.on():
+            return False, None
+        go, note = version_note(self.engine, installed_version(distribution, module), oldest, verified)
+        if not go:
+            self.declined(str(note))
+        return go, note
 
     def declined(self, why: str) -> None:
         """One warning: ``why`` the adapter leaves the engine as it came, which then sizes its KV cache itself."""
@@ -279,10 +297,12 @@ def around(
 
 def guarded(step: Callable[..., Any], memory_of: Callable[[Any], EngineMemory | None]) -> Callable[..., Any]:
     """``step(original, owner, *args, **kwargs)``, closing the EngineMemory ``memory_of(owner)`` where it raises
-    (anything, Ctrl-C too): the step :func:`wrap` installs, and the one an engine's own hook registry calls."""
+    (anything, Ctrl-C too), and :func:`current` while it runs: the step :func:`wrap` installs, and the one an
+    engine's own hook registry calls."""
 
     @functools.wraps(step)
     def run(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _current.set(memory_of(owner))
         try:
             return step(original, owner, *args, **kwargs)
         except BaseException:
@@ -290,8 +310,16 @@ def guarded(step: Callable[..., Any], memory_of: Callable[[Any], EngineMemory | 
             if memory is not None:
                 memory.close()
             raise
+        finally:
+            _current.reset(token)
 
     return run
+
+
+def current() -> EngineMemory | None:
+    """The EngineMemory of the adapter's step running in this context (a :func:`guarded` step, as it began), for a
+    function of the engine's module that the step calls; ``None`` outside one."""
+    return _current.get()
 
 
 def patch_class(
@@ -331,6 +359,17 @@ def patch_in(
             switch.log.info("devmem: %s", note)
     except Exception as exc:  # never a crash in the engine's import: the engine as it came, said once
         switch.declined(f"patching {module.__name__} failed ({type(exc).__name__}: {exc})")
+
+
+def memory_of(attribute: str) -> Callable[[Any], EngineMemory | None]:
+    """The EngineMemory an owner keeps as ``owner.<attribute>`` (:meth:`Starts.begin`), or ``None``: the
+    ``memory_of`` of :func:`wrap`, :func:`guarded`, :func:`allocating` and :func:`closing`."""
+
+    def memory(owner: Any) -> EngineMemory | None:
+        found = getattr(owner, attribute, None)
+        return found if isinstance(found, EngineMemory) else None
+
+    return memory
 
 
 class Starts:
@@ -412,12 +451,11 @@ def closing(memory_of: Callable[[Any], EngineMemory | None]) -> Callable[..., An
     return stop
 
 
-def weights_per_rank(
-    model: str, config: Callable[[], Mapping[str, Any]], dtype: str, ranks: int, log: logging.Logger
-) -> int:
+def weights_per_rank(model: str, config: Callable[[], Any], dtype: str, ranks: int, log: logging.Logger) -> int:
     """What a pinned start's weights take on each of ``ranks`` ranks, read before they load: the checkpoint's tensor
-    bytes where ``model`` is a local folder, else counted from the model's config (``config()``, weights in
-    ``dtype``); 0, with one warning, where neither can be read (the reservation then covers the cache alone)."""
+    bytes where ``model`` is a local folder, else counted from the model's config (``config()``: a mapping, or an
+    object with ``to_dict()`` such as Hugging Face's; weights in ``dtype``); 0, with one warning, where neither can be
+    read (the reservation then covers the cache alone)."""
     from devmem.planner.models.memory import ModelMemory
     from devmem.planner.models.reading import checkpoint_weights
 
@@ -425,7 +463,9 @@ def weights_per_rank(
         found = checkpoint_weights(model) if os.path.isdir(model) else None
         if found is not None:
             return -(-found[0] // ranks)
-        counted = ModelMemory.from_config(dict(config()), tp=ranks, dtype=dtype.removeprefix("torch."))
+        found_config = config()
+        mapping = found_config.to_dict() if callable(getattr(found_config, "to_dict", None)) else dict(found_config)
+        counted = ModelMemory.from_config(mapping, tp=ranks, dtype=dtype.removeprefix("torch."))
         return counted.weights_bytes_per_rank
     except Exception as exc:  # an architecture devmem cannot count: the reservation covers the cache only
         log.warning("devmem: the weights beside the pinned cache cannot be counted (%s): reserved for the cache", exc)
@@ -501,11 +541,13 @@ __all__ = [
     "allocating",
     "around",
     "closing",
+    "current",
     "graphs_after_cache",
     "grown_since_baseline",
     "guarded",
     "installed_version",
     "log_sizing",
+    "memory_of",
     "names_used",
     "parameters",
     "patch_class",

@@ -1,14 +1,12 @@
 """vLLM's GPU worker (``vllm.v1.worker.gpu_worker.Worker``, 0.24 onward, both model runners) driven by
-:class:`devmem.EngineMemory`, method by method as docs/vllm.md's table says; the releases are told apart by what
-their classes have (:data:`WORKER_METHODS`, the runner's, the names the release's own methods use), never by a list
-of versions: the version only says whether a release is older than the first the plugin knows (declined) or newer
-than the newest it was verified on (tried where the shapes match, with one log line saying so).
+:class:`devmem.EngineMemory`, method by method as docs/vllm.md's table says. Releases are told apart by what their
+classes have, never by a list of versions: the version only declines a release older than the first the plugin
+knows, and says so in one line of one newer than the newest verified (tried where the shapes match).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import logging
 import os
@@ -27,12 +25,11 @@ ENABLE_ENV = "DEVMEM_VLLM"
 log = logging.getLogger("vllm.devmem")  # a child of vLLM's logger: its lines appear in vLLM's log
 switch = kit.Switch(ENABLE_ENV, "vLLM", log)
 
-#: The module holding vLLM's GPU worker (one class for both model runners in every release), which the plugin patches.
-WORKER_MODULE = "vllm.v1.worker.gpu_worker"
-#: The oldest release the plugin knows, and the releases it was verified on: docs/vllm.md says where (GPU or CPU).
-OLDEST, VERIFIED = (0, 24), ((0, 24), (0, 26), (0, 30), (0, 34))
-#: Every worker method the plugin wraps or calls, and the runner's (checked on the worker's own runner when it
-#: sizes), with the parameters it passes (a method may take more, with defaults).
+#: vLLM's GPU worker's module (one class, both runners, every release); the oldest release the plugin knows and the
+#: releases it was verified on (docs/vllm.md says where: GPU or CPU).
+WORKER_MODULE, OLDEST, VERIFIED = "vllm.v1.worker.gpu_worker", (0, 24), ((0, 24), (0, 26), (0, 30), (0, 34))
+#: The worker's methods the plugin wraps or calls, and the runner's (checked when it sizes), with the parameters it
+#: passes (a method may take more, with defaults).
 WORKER_METHODS = {
     "init_device": ("self",),
     "determine_available_memory": ("self",),
@@ -43,22 +40,14 @@ WORKER_METHODS = {
 }
 RUNNER_METHODS = {"profile_run": ("self",), "capture_model": ("self",)}
 
-#: The attribute under which a worker keeps its EngineMemory.
-MEMORY = "devmem_memory"
-#: The measurement function of 0.34's extensible KV cache (a global of the worker's module, read at call time).
-MEASURE = "measure_kv_cache_blocks"
-#: Bytes per logit that serving's sampling can take beyond vLLM's dummy sampler run (every row sampled with
-#: temperature, top-k and top-p): the penalties' output-token counts (int64) with the prompt and output masks (bool),
-#: and the fp32 logprobs of the raw logits, kept while the batch is sampled (docs/vllm.md, "The sampler"); the
-#: charge's name in ``EngineMemory.explain()`` and devmem's line in vLLM's log.
+#: The attribute under which a worker keeps its EngineMemory; 0.34's extensible cache's measurement function (a
+#: global of the worker's module, read at call time).
+MEMORY, MEASURE = "devmem_memory", "measure_kv_cache_blocks"
+#: Bytes per logit serving's sampling takes beyond vLLM's dummy sampler run: the penalties' int64 token counts and
+#: bool masks, the raw logits' fp32 logprobs (docs/vllm.md, "The sampler"); the charge's name in ``explain()``.
 PENALTY_BYTES, LOGPROB_BYTES, SAMPLER = 10, 4, "the heaviest sampling vLLM accepts"
 
-starts = kit.Starts(log)
-_warming: contextvars.ContextVar[EngineMemory | None] = contextvars.ContextVar("devmem_vllm_warming", default=None)
-
-
-def _memory(worker: Any) -> EngineMemory | None:
-    return getattr(worker, MEMORY, None)
+starts, _memory = kit.Starts(log), kit.memory_of(MEMORY)
 
 
 def patch_worker(worker_class: Any, module: ModuleType | None = None) -> bool:
@@ -90,10 +79,8 @@ def device_index(worker: Any) -> int:
     config, local = worker.parallel_config, worker.local_rank
     if callable(getattr(config, "get_local_gpu_index", None)):
         local = config.get_local_gpu_index(local)
-    elif (
-        config.distributed_executor_backend not in ("ray", "external_launcher")
-        and config.data_parallel_backend != "ray"
-        and config.nnodes_within_dp == 1
+    elif config.distributed_executor_backend not in ("ray", "external_launcher") and (
+        config.data_parallel_backend != "ray" and config.nnodes_within_dp == 1
     ):
         dp = config.data_parallel_rank_local
         dp = config.data_parallel_index if dp is None else dp
@@ -102,15 +89,12 @@ def device_index(worker: Any) -> int:
 
 
 def _engine_memory(worker: Any, device: int, late: bool = False) -> EngineMemory:
-    cache, model, ranks = worker.cache_config, worker.model_config, int(worker.parallel_config.tensor_parallel_size)
+    cache, model, tp = worker.cache_config, worker.model_config, int(worker.parallel_config.tensor_parallel_size)
     pinned = cache.kv_cache_memory_bytes or None
     utilization = getattr(cache, "resolved_gpu_memory_utilization", None)  # 0.34: None resolved by the cache mode
     reserve = None  # a pinned start reserves its weights beside the cache
     if pinned is not None:
-        weights = kit.weights_per_rank(
-            str(model.model), lambda: model.hf_config.to_dict(), str(model.dtype), ranks, log
-        )
-        reserve = pinned + weights
+        reserve = pinned + kit.weights_per_rank(str(model.model), lambda: model.hf_config, str(model.dtype), tp, log)
     return EngineMemory(
         device,
         utilization=cache.gpu_memory_utilization if utilization is None else utilization,
@@ -158,9 +142,8 @@ def determine(original: Callable[..., Any], worker: Any) -> int:
 
 
 def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], functions: dict[str, Any]) -> int:
-    """The KV cache bytes vLLM gets: devmem's plan for this process (one backing allocation where the release
-    allocates so, 0.30 onward; else a tensor per layer), less the release's multimodal IPC set-aside; vLLM's own
-    "Available KV cache memory" line with devmem's figure, and devmem's line saying where it came from."""
+    """The KV cache bytes vLLM gets: devmem's plan for this process, less the release's multimodal IPC set-aside;
+    vLLM's own "Available KV cache memory" line with devmem's figure, and devmem's line saying where it came from."""
     from vllm.distributed.parallel_state import get_tp_group, model_parallel_is_initialized
     from vllm.utils.mem_utils import format_gib
     from vllm.v1.worker import gpu_worker, utils
@@ -199,9 +182,8 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
 
 
 def sampler_charge(worker: Any) -> tuple[int, str]:
-    """What serving's heaviest sampling can take beyond vLLM's dummy sampler run, and how it was reached (from which
-    settings): penalties (and logprobs, where ``max_logprobs`` is not 0) over the largest batch, or prompt logprobs
-    over the longest prefill chunk of one request (its logits and their fp32 logprobs), whichever is more."""
+    """What serving's heaviest sampling takes beyond vLLM's dummy sampler run, and from which settings: penalties
+    (and logprobs) over the largest batch, or prompt logprobs over the longest prefill chunk, whichever is more."""
     model, scheduler = worker.model_config, worker.scheduler_config
     vocab, most = int(model.get_vocab_size()), int(getattr(model, "max_logprobs", 0))  # 0: vLLM accepts none
     tokens, seqs, length = int(scheduler.max_num_batched_tokens), int(scheduler.max_num_seqs), int(model.max_model_len)
@@ -218,10 +200,9 @@ def sampler_charge(worker: Any) -> tuple[int, str]:
 
 
 def _graphs(worker: Any, memory: EngineMemory) -> GraphsAfterCache | None:
-    """vLLM's CUDA graphs (``None`` where it captures none), captured after the cache in every release: with its
-    estimate where the runner's ``profile_cudagraph_memory`` is a throwaway capture (V1's minimal cache; V2's
-    ``capture_model(profile_only=...)``), not V2's placeholder (0.24-0.26) nor 0.34's 0 under the extensible cache;
-    kept under everything that changes what they keep, for the next start."""
+    """vLLM's CUDA graphs (``None``: none), captured after the cache in every release, kept under all that changes
+    them; its estimate where ``profile_cudagraph_memory`` is a throwaway capture (V1's minimal cache; V2's
+    ``capture_model(profile_only=...)``), not V2's placeholder (0.24-0.26) nor 0.34's 0 under the extensible cache."""
     from vllm import __version__
     from vllm.config import CUDAGraphMode
     from vllm.platforms import current_platform
@@ -251,29 +232,25 @@ stop = kit.closing(_memory)  # vLLM's shutdown, then the share given back
 def warm_up(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
     """vLLM's warm-up, with its CUDA graph capture inside ``memory.graphs_after_cache()`` (what it kept checked
     against the plan's charge and stored for the next start), and 0.34's extensible sizing made process-scoped."""
-    memory = _memory(worker)
-    if memory is None:
-        return original(worker, *args, **kwargs)
 
     def captured(kwargs: dict[str, Any]) -> Any:  # V2's throwaway capture (profile_only) is no capture for good
-        return None if memory.graphs_declared is None or kwargs.get("profile_only") else memory.graphs_after_cache()
+        memory = _memory(worker)
+        if memory is None or memory.graphs_declared is None or kwargs.get("profile_only"):
+            return None
+        return memory.graphs_after_cache()
 
-    token = _warming.set(memory)
-    try:
-        with kit.around(worker.model_runner, "capture_model", captured):
-            return original(worker, *args, **kwargs)
-    finally:
-        _warming.reset(token)
+    with kit.around(worker.model_runner, "capture_model", captured):
+        return original(worker, *args, **kwargs)
 
 
 def _process_scoped(measure: Callable[..., int]) -> Callable[..., int]:
-    """0.34's ``measure_kv_cache_blocks`` on this process's memory: vLLM counts all the device's memory used since
-    its start as its own (``init_free - free``); given ``init_free = free + own - own at devmem's baseline``, it
-    counts only what this process took, within devmem's share."""
+    """0.34's ``measure_kv_cache_blocks`` (called by the warm-up) on this process's memory: vLLM counts all the
+    device's memory used since its start as its own (``init_free - free``); given ``init_free = free + own - own at
+    devmem's baseline``, it counts only what this process took, within devmem's share."""
 
     @functools.wraps(measure)
     def measure_kv_cache_blocks(kv_cache: Any, vllm_config: Any, device: Any, *args: Any, **kwargs: Any) -> int:
-        memory = _warming.get()
+        memory = kit.current()
         grown = None if memory is None else kit.grown_since_baseline(memory)
         if memory is None or grown is None:
             return measure(kv_cache, vllm_config, device, *args, **kwargs)
@@ -281,11 +258,8 @@ def _process_scoped(measure: Callable[..., int]) -> Callable[..., int]:
 
         kwargs["init_free_memory"] = device_memory_info(device)[0] + grown
         kwargs["requested_memory"] = min(int(kwargs["requested_memory"]), memory.requested)
-        log.info(
-            "devmem: the extensible KV cache is sized from this process's memory: %s held since its start, within %s",
-            format_size(grown),
-            format_size(kwargs["requested_memory"]),
-        )
+        said = f"{format_size(grown)} held since its start, within {format_size(kwargs['requested_memory'])}"
+        log.info("devmem: the extensible KV cache is sized from this process's memory: %s", said)
         return measure(kv_cache, vllm_config, device, *args, **kwargs)
 
     setattr(measure_kv_cache_blocks, kit.WRAPPED, True)

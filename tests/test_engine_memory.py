@@ -352,22 +352,10 @@ def test_a_run_that_raises_propagates_its_error_and_the_cost_can_be_measured_aga
 
 def _held(h200, rt, platform, nbytes=512 * MiB):
     memory = EngineMemory(0, utilization=0.1, platform=platform)
-    rt.uint8, rt.device = "uint8", lambda kind, index=0: f"{kind}:{index}"
-    rt.zeros = lambda size, dtype=None, device=None: _Held(rt, size)
     with memory.profile(), memory.hold("the sampler", nbytes, "penalties over 256 requests x 32000 logits"):
         _forward(rt, ACTIVATIONS[:1])
     memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
     return memory
-
-
-class _Held:
-    """What ``torch.zeros`` gives the scripted runtime: its bytes freed when it is dropped."""
-
-    def __init__(self, rt, nbytes):
-        self.rt, self.handle = rt, rt.malloc(nbytes)
-
-    def __del__(self):
-        self.rt.free(self.handle)
 
 
 def test_a_charge_held_in_the_profile_window_lands_in_its_transient(h200, torch_rt, platform):

@@ -82,22 +82,9 @@ def current(h200, monkeypatch, tmp_path):
     return rt
 
 
-class _Tensor:
-    """What ``torch.empty`` gives the scripted runtime: its bytes freed when it is dropped."""
-
-    def __init__(self, rt, nbytes):
-        self.rt, self.handle = rt, rt.malloc(nbytes)
-
-    def __del__(self):
-        self.rt.free(self.handle)
-
-
 def _scripted_torch(scenario):
     rt = ScriptedTorch(scenario, "cuda")
     rt.inference_mode = contextlib.nullcontext
-    rt.uint8 = "uint8"
-    rt.device = lambda kind, index=0: f"{kind}:{index}"
-    rt.zeros = lambda nbytes, dtype=None, device=None: _Tensor(rt, nbytes)
     return rt
 
 

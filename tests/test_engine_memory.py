@@ -345,3 +345,47 @@ def test_a_run_that_raises_propagates_its_error_and_the_cost_can_be_measured_aga
         memory.measure_block_cost(out_of_memory, [64, 128])
     assert memory.block_cost is None
     assert memory.measure_block_cost(_black_box_engine([]), [64, 128]).block_bytes == BLOCK
+
+
+# ---- a named charge held in the profile window (EngineMemory.hold) ---------------------------------------------
+
+
+def _held(h200, rt, platform, nbytes=512 * MiB):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    with memory.profile(), memory.hold("the sampler", nbytes, "penalties over 256 requests x 32000 logits"):
+        _forward(rt, ACTIVATIONS[:1])
+    memory.plan(page_size_bytes=PAGE, num_layers=LAYERS)
+    return memory
+
+
+def test_a_charge_held_in_the_profile_window_lands_in_its_transient(h200, torch_rt, platform):
+    memory = _held(h200, torch_rt, platform)
+    assert memory.profile_result.transient_peak_bytes >= 512 * MiB + ACTIVATIONS[0]
+
+
+def test_explain_names_a_held_charge_with_its_figure_and_where_it_came_from(h200, torch_rt, platform):
+    text = _held(h200, torch_rt, platform).explain()
+    assert (
+        "profile window: 512.00 MiB held for the sampler (penalties over 256 requests x 32000 logits), inside its "
+        "transient" in text
+    )
+
+
+def test_as_dict_carries_each_held_charge(h200, torch_rt, platform):
+    said = _held(h200, torch_rt, platform).as_dict()["held_charges"]
+    assert said == [{"name": "the sampler", "bytes": 512 * MiB, "detail": "penalties over 256 requests x 32000 logits"}]
+
+
+def test_a_charge_held_outside_the_profile_window_is_refused(h200, torch_rt, platform):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    with pytest.raises(StepRefused, match="cannot hold in phase 'created'"), memory.hold("the sampler", MiB, "why"):
+        pass
+
+
+@pytest.mark.parametrize(("name", "nbytes", "detail"), [("", MiB, "why"), ("sampler", -1, "why"), ("sampler", MiB, 3)])
+def test_a_held_charge_without_a_name_a_byte_count_or_a_reason_is_refused(
+    h200, torch_rt, platform, name, nbytes, detail
+):
+    memory = EngineMemory(0, utilization=0.1, platform=platform)
+    with memory.profile(), pytest.raises(EngineMemoryError), memory.hold(name, nbytes, detail):
+        pass

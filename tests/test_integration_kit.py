@@ -3,10 +3,12 @@ that give a failed start's share back, and the starts of one engine in a process
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -380,3 +382,100 @@ def test_a_step_is_ordered_after_the_current_stream_and_the_current_stream_after
     owner.compute = lambda x: waited.append(f"computes {x}") or x
     kit.after_current_stream(owner, "compute", Stream())
     assert owner.compute(2) == 2 and waited == ["stream waits", "computes 2"]
+
+
+def test_a_gate_switched_off_reads_no_version(monkeypatch):
+    monkeypatch.setenv("DEVMEM_ENGINE", "0")
+    monkeypatch.setattr(kit, "installed_version", lambda *names: pytest.fail("the version was read"))
+    assert kit.Switch("DEVMEM_ENGINE", "Engine", log).admits("engine", "engine", (0, 1), [(0, 1)]) == (False, None)
+
+
+def test_a_release_older_than_the_first_known_is_declined_in_one_warning(monkeypatch, caplog):
+    monkeypatch.setattr(kit, "installed_version", lambda *names: "0.1.0")
+    with caplog.at_level(logging.INFO, logger=log.name):
+        go, _ = kit.Switch("DEVMEM_ENGINE", "Engine", log).admits("engine", "engine", (0, 2), [(0, 2)])
+    assert not go
+    assert [r.getMessage() for r in caplog.records] == [
+        "devmem: Engine 0.1.0 is older than 0.2, the first release this plugin knows; Engine sizes its KV cache itself"
+    ]
+
+
+def test_a_class_of_another_shape_is_not_patched_and_said_in_one_warning(caplog):
+    class Engine:
+        def start(self, size):
+            return size
+
+    switch = kit.Switch("DEVMEM_ENGINE", "Engine", log)
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert not kit.patch_class(
+            Engine, {"start": lambda o, s: o(s)}, {"start": ("self",)}, kit.memory_of("m"), switch, "Engine's class"
+        )
+    assert kit.PATCHED not in Engine.__dict__ and not hasattr(Engine.start, kit.WRAPPED)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+def test_a_patch_that_raises_in_the_engines_import_is_one_warning(caplog):
+    module = types.ModuleType("engine_module")
+    module.Engine = type("Engine", (), {})
+
+    def patch(cls, module):
+        raise RuntimeError("broken")
+
+    with caplog.at_level(logging.INFO, logger=log.name):
+        kit.patch_in(module, "Engine", patch, kit.Switch("DEVMEM_ENGINE", "Engine", log), "note")
+    assert [r.getMessage() for r in caplog.records] == [
+        "devmem: patching engine_module failed (RuntimeError: broken); Engine sizes its KV cache itself"
+    ]
+
+
+def test_around_runs_each_call_inside_the_context_for_the_block_only():
+    seen = []
+
+    class Runner:
+        def capture(self, **kwargs):
+            seen.append("capture")
+
+    @contextlib.contextmanager
+    def window():
+        seen.append("open")
+        yield
+        seen.append("close")
+
+    runner = Runner()
+    with kit.around(runner, "capture", lambda kwargs: None if kwargs.get("throwaway") else window()):
+        runner.capture(throwaway=True)
+        runner.capture()
+    runner.capture()
+    assert seen == ["capture", "open", "capture", "close", "capture"]
+
+
+def test_current_is_the_memory_of_the_step_under_way(host):
+    worker = Worker()
+    worker.memory = _memory(host)
+    seen = []
+    kit.guarded(lambda original, owner: seen.append(kit.current()), kit.memory_of("memory"))(None, worker)
+    assert seen == [worker.memory] and kit.current() is None
+
+
+def test_closing_gives_the_share_back_after_the_engines_shutdown(host):
+    worker, order = Worker(), []
+    worker.memory = _memory(host)
+    kit.closing(kit.memory_of("memory"))(lambda owner: order.append(owner.memory.closed), worker)
+    assert order == [False] and worker.memory.closed
+
+
+def test_weights_that_cannot_be_counted_reserve_nothing_with_one_warning(caplog):
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert kit.weights_per_rank("no-such-model", lambda: {"model_type": "unknown"}, "bfloat16", 1, log) == 0
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+def test_the_sizing_line_names_what_the_profile_window_held(host, caplog):
+    memory = _memory(host)
+    with memory.profile(), memory.hold("the sampler", 1 << 20, "penalties over 8 requests"):
+        pass
+    plan = memory.plan(page_size_bytes=1 << 20, num_layers=1)
+    with caplog.at_level(logging.INFO, logger=log.name):
+        kit.log_sizing(log, memory, plan.num_blocks * plan.block_bytes, plan.block_bytes)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert line.endswith("; the profile window: 1.00 MiB held for the sampler (penalties over 8 requests)")

@@ -12,8 +12,9 @@ import pytest
 import tomllib
 import vllm_releases
 
+from devmem.integrations import kit
 from devmem.integrations import vllm as plugin
-from devmem.integrations.vllm import versions
+from devmem.integrations.vllm import worker
 
 
 @pytest.mark.slow  # a vLLM import per release, each in its own process: `pytest -m slow` and CI run them
@@ -35,28 +36,32 @@ def vllm_log(caplog):
     logger.removeHandler(caplog.handler)
 
 
+def _note(version):
+    return kit.version_note("vLLM", version, worker.OLDEST, worker.VERIFIED)
+
+
 def test_a_release_newer_than_the_newest_verified_is_tried_with_one_line_saying_so():
-    go, note = versions.version_note("0.35.1")
+    go, note = _note("0.35.1")
     assert go and note.startswith("vLLM 0.35.1 is newer than 0.34, the newest release this plugin was verified on")
 
 
 def test_a_release_older_than_the_first_the_plugin_knows_is_declined():
-    assert versions.version_note("0.23.2") == (
+    assert _note("0.23.2") == (
         False,
         "vLLM 0.23.2 is older than 0.24, the first release this plugin knows",
     )
 
 
 def test_a_version_that_is_no_release_is_declined():
-    assert versions.version_note("main") == (False, "vLLM 'main' is not a release this plugin knows")
+    assert _note("main") == (False, "vLLM 'main' is not a release this plugin knows")
 
 
 def test_a_release_between_the_verified_ones_is_patched_without_a_line():
-    assert versions.version_note("0.31.0") == (True, None)
+    assert _note("0.31.0") == (True, None)
 
 
 def test_a_release_the_plugin_declines_leaves_vllm_stock_with_one_warning(monkeypatch, vllm_log):
-    monkeypatch.setattr(plugin, "installed_version", lambda *names: "0.23.0")
+    monkeypatch.setattr(kit, "installed_version", lambda *names: "0.23.0")
     hooks = list(sys.meta_path)
     with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
         plugin.register()

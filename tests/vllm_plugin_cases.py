@@ -19,8 +19,9 @@ import pytest
 import devmem
 import devmem.resolution.plugins as resolution
 from devmem import GiB, MiB, ReservationRefused
+from devmem.integrations import kit
 from devmem.integrations import vllm as plugin
-from devmem.integrations.vllm import versions, worker
+from devmem.integrations.vllm import worker
 from devmem.testing.torch_runtime import ScriptedTorch
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
@@ -81,22 +82,9 @@ def current(h200, monkeypatch, tmp_path):
     return rt
 
 
-class _Tensor:
-    """What ``torch.empty`` gives the scripted runtime: its bytes freed when it is dropped."""
-
-    def __init__(self, rt, nbytes):
-        self.rt, self.handle = rt, rt.malloc(nbytes)
-
-    def __del__(self):
-        self.rt.free(self.handle)
-
-
 def _scripted_torch(scenario):
     rt = ScriptedTorch(scenario, "cuda")
     rt.inference_mode = contextlib.nullcontext
-    rt.uint8 = "uint8"
-    rt.device = lambda kind, index=0: f"{kind}:{index}"
-    rt.empty = lambda nbytes, dtype=None, device=None: _Tensor(rt, nbytes)
     return rt
 
 
@@ -187,7 +175,7 @@ def test_the_release_under_test_is_the_one_imported():
 
 
 def test_this_release_is_one_the_plugin_knows_without_a_warning():
-    assert versions.version_note(vllm.__version__) == (True, None)
+    assert kit.version_note("vLLM", vllm.__version__, worker.OLDEST, worker.VERIFIED) == (True, None)
 
 
 def test_the_plugin_wraps_this_releases_worker():
@@ -195,27 +183,27 @@ def test_the_plugin_wraps_this_releases_worker():
         pass
 
     assert worker.patch_worker(Fresh, gpu_worker)
-    for name in versions.WORKER_METHODS:
+    for name in worker.WORKER_METHODS:
         if name != "get_kv_cache_spec":
             assert getattr(Fresh.__dict__[name], "__devmem_step__", False), name
 
 
 def test_the_worker_module_imported_by_vllm_is_patched_through_the_entry_point(monkeypatch):
-    module = ModuleType(versions.WORKER_MODULE)
+    module = ModuleType(worker.WORKER_MODULE)
 
     class Worker(gpu_worker.Worker):
         pass
 
     module.Worker = Worker
-    monkeypatch.setitem(sys.modules, versions.WORKER_MODULE, module)
+    monkeypatch.setitem(sys.modules, worker.WORKER_MODULE, module)
     plugin.register()
-    assert Worker.__dict__.get(worker.PATCHED)
+    assert Worker.__dict__.get(kit.PATCHED)
 
 
 def test_each_runner_of_this_release_has_what_the_plugin_calls():
     assert RUNNERS
     for runner in RUNNERS.values():
-        assert devmem.integrations.kit.shape_mismatches(runner, versions.RUNNER_METHODS) == []
+        assert devmem.integrations.kit.shape_mismatches(runner, worker.RUNNER_METHODS) == []
 
 
 @pytest.mark.parametrize("kind", sorted(RUNNERS))
@@ -368,9 +356,9 @@ def test_a_worker_method_whose_signature_cannot_be_read_leaves_vllm_stock_with_o
     module = ModuleType("odd")
     module.Worker = Odd
     with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
-        plugin._patch(module)
+        kit.patch_in(module, "Worker", worker.patch_worker, plugin.switch, None)
     assert [r.levelname for r in vllm_log.records if r.name == "vllm.devmem"] == ["WARNING"]
-    assert not Odd.__dict__.get(worker.PATCHED)
+    assert not Odd.__dict__.get(kit.PATCHED)
 
 
 def test_the_device_is_the_one_this_releases_init_device_picks_for_a_data_parallel_rank(monkeypatch):
@@ -453,11 +441,11 @@ def test_the_extensible_cache_measurement_is_made_process_scoped(h200, current, 
     memory = getattr(w, worker.MEMORY)
     free = h200.mem_get_info(0)[0]
     monkeypatch.setattr(sys.modules["vllm.utils.mem_utils"], "device_memory_info", lambda device: (free, 0))
-    token = worker._warming.set(memory)
-    try:
+
+    def warm_up(original, owner):  # vLLM's warm-up measures the extensible cache inside the worker's step
         module.measure_kv_cache_blocks(None, None, 0, init_free_memory=free + 30 * GiB, requested_memory=GiB << 10)
-    finally:
-        worker._warming.reset(token)
+
+    kit.guarded(warm_up, worker._memory)(None, w)
     own = h200.processes(0)[h200.own_driver_pid]
     ((init_free, requested),) = seen
     assert init_free - free == own  # vLLM's init_free - free: this process's growth alone, not the co-tenant's
@@ -507,21 +495,36 @@ def test_the_heaviest_sampling_is_charged_beside_the_dummy_sampler_run(h200, cur
 
 def test_prompt_logprobs_over_the_longest_prefill_are_the_heaviest_sampling_where_logprobs_are_accepted(h200, current):
     w = _worker(_runner()(current))
-    assert worker.sampler_charge(w) == (
-        CHUNK * VOCAB * (2 + 4),
-        f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits",
-    )
+    nbytes, why = worker.sampler_charge(w)
+    assert nbytes == CHUNK * VOCAB * (2 + 4)
+    assert why.startswith(f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits at 6 bytes")
 
 
 def test_a_model_accepting_no_logprobs_is_charged_the_penalties_alone(h200, current):
     w = _worker(_runner()(current), max_logprobs=0)
-    assert worker.sampler_charge(w) == (ROWS * VOCAB * 10, f"penalties over {ROWS} requests x {VOCAB} logits")
+    nbytes, why = worker.sampler_charge(w)
+    assert nbytes == ROWS * VOCAB * 10
+    assert why.startswith(f"penalties over {ROWS} requests x {VOCAB} logits at 10 bytes")
 
 
-def test_the_sampling_charge_and_its_reason_are_in_vllms_log(h200, current, vllm_log):
+def test_the_sampling_charge_says_the_settings_it_was_counted_from(h200, current):
+    said = worker.sampler_charge(_worker(_runner()(current)))[1]
+    for setting in (f"vocabulary {VOCAB}", "max_logprobs 20", "max_num_batched_tokens 8192", f"max_model_len {CHUNK}"):
+        assert setting in said
+
+
+def test_the_sampling_charge_is_named_in_explain_with_its_figure_and_reason(h200, current):
+    w = _started(h200, _runner()(current))
+    _sized(w)
+    nbytes, why = worker.sampler_charge(w)
+    memory = getattr(w, worker.MEMORY)
+    assert memory.held_charges[worker.SAMPLER].bytes == nbytes
+    assert f"profile window: 375.00 MiB held for {worker.SAMPLER} ({why}), inside its transient" in memory.explain()
+
+
+def test_the_sampling_charge_and_its_reason_are_in_devmems_line_in_vllms_log(h200, current, vllm_log):
     w = _started(h200, _runner()(current))
     with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
         _sized(w)
-    assert "devmem: the profile charged 375.00 MiB for the heaviest sampling vLLM accepts: prompt logprobs" in (
-        vllm_log.text
-    )
+    (line,) = [r.getMessage() for r in vllm_log.records if r.getMessage().startswith("devmem sized the KV cache")]
+    assert line.endswith(f"; the profile window: 375.00 MiB held for {worker.SAMPLER} ({worker.sampler_charge(w)[1]})")

@@ -20,7 +20,7 @@ import gc
 
 from devmem._forksafe import ForkSafeLock
 
-_lock = ForkSafeLock()
+_lock = ForkSafeLock(reentrant=True)  # a collection under it runs finalizers that let go
 _holders = 0
 #: Whether devmem froze the heap (and unfreezes it when the last start lets go).
 _ours = False
@@ -47,3 +47,17 @@ def let_go() -> None:
         if _holders == 0 and _ours:
             gc.unfreeze()
             _ours = False
+
+
+def collect_all() -> int:
+    """A full collection, the frozen objects included (an engine dropped in a reference cycle while a start held the
+    freeze was frozen with the rest): the heap frozen again after it where devmem froze it. Returns what
+    ``gc.collect()`` found."""
+    with _lock:
+        if _ours:
+            gc.unfreeze()
+        try:
+            return gc.collect()
+        finally:
+            if _ours:  # the last start may have let go in a finalizer the collection ran
+                gc.freeze()

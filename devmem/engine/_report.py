@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 
 def explain(memory: EngineMemory) -> str:
-    """Lines for people: the start, each window, the plan with its layout, and the allocation."""
+    """Lines for people: the start, each window and what the engine held in it, the plan with its layout, and the
+    allocation."""
     b = memory.baseline
     request = (
         f"pinned cache {format_size(memory.pinned_bytes)}"
@@ -35,6 +36,7 @@ def explain(memory: EngineMemory) -> str:
                 f"{format_size(window.transient_peak_bytes)} ({window.transient_rule})"
                 + (f", {format_size(kept)} kept after its peak" if kept else "")
             )
+    lines += [f"profile window: {held.explain()}, inside its transient" for held in memory.held_charges.values()]
     if memory.block_cost is not None:
         lines.append(f"block cost: {memory.block_cost.explain()} ({memory.block_cost_source})")
     if memory.kv_plan is not None:
@@ -72,6 +74,7 @@ def as_dict(memory: EngineMemory) -> dict[str, object]:
         "reserved_bytes": None if memory.reservation is None else memory.reservation.bytes,
         "profile": None if memory.profile_result is None else memory.profile_result.as_dict(),
         "graphs": None if memory.graphs_result is None else memory.graphs_result.as_dict(),
+        "held_charges": [charge.as_dict() for charge in memory.held_charges.values()],
         "graph_capture_bytes": None if memory.kv_plan is None else memory.kv_plan.breakdown.get("graph_capture"),
         "graphs_after_cache": None
         if charge is None

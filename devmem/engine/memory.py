@@ -20,6 +20,10 @@ captures them in the window after the cache (:mod:`devmem.engine.graphs`)::
     with memory.graphs_after_cache():  # what capture kept, checked against the charge and stored under the key
         capture_graphs()
 
+Where serving makes a step of the profile pass heavier than the pass can (vLLM's sampler with penalties and
+logprobs), the engine holds what it adds while that step runs, named and with where the figure came from:
+``with memory.hold("sampler", nbytes, "how it was reached"): sample()`` inside the window; ``explain()`` says it.
+
 Creating it reserves the engine's share on the host's per-device ledger (:func:`devmem.reserve`; ``reserve=False``
 opts out), so engines started together are admitted or refused before any of them loads a model; ``close()`` (or
 leaving its ``with`` block, or the process's exit) releases the reservation.
@@ -49,9 +53,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem._forksafe import ForkSafeLock
-from devmem.engine import _door, _heap, _report, black_box
+from devmem.engine import _door, _heap, _report, black_box, charges
 from devmem.engine._torch_device import _device_of
 from devmem.engine.block_cost import BlockCost, BlockRun
+from devmem.engine.charges import HeldCharge
 from devmem.engine.graphs import GraphCharge, GraphCheck, GraphsAfterCache, graph_charge
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY, KvCacheTensors, _allocate
 from devmem.engine.layout import KvLayout
@@ -183,6 +188,7 @@ class EngineMemory:
             self.close()  # a start refused here gives its share back, so a retry that fits is admitted
             raise
         self.profile_result: ProfileResult | None = None
+        self.held_charges: dict[str, HeldCharge] = {}  # held in the profile window beyond the engine's pass (hold)
         self.graphs_result: ProfileResult | None = None
         self.graphs_declared: GraphsAfterCache | None = None  # graphs captured after the cache (plan's graphs)
         self.graph_charge: GraphCharge | None = None  # what the plan charged for them, and why
@@ -261,6 +267,9 @@ class EngineMemory:
         weights = self._weights(weights_memory)
         with self._step("profile"), self._profile_window(weights) as result:
             yield result
+
+    #: A named charge held on the device inside the profile window (devmem.engine.charges), said by explain().
+    hold = charges.hold
 
     def profile_forward(
         self, forward: Callable[[], object], *, weights_memory: int = 0, passes: int = PROFILE_PASSES

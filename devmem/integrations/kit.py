@@ -14,9 +14,21 @@ sizes its KV cache. Around its engine-specific steps it needs the same few thing
   worker pays nothing), or at once where it is already imported;
 - :func:`wrap`: wrap a class's method with a step, idempotently, the share given back (the
   :class:`~devmem.EngineMemory` closed) when anything in it raises;
+- :func:`patch_class` and :func:`patch_in`: a class's methods wrapped once, where their shapes are the ones the
+  adapter knows, and never an exception into the engine's import of its module (one warning, the engine stock);
+- :func:`current`: the EngineMemory of the adapter's step under way, for a function of the engine's module that
+  the step calls;
+- :func:`around`: an instance's method run inside a context for a block (a charge held while it runs, graphs
+  captured after the cache);
 - :class:`Starts`: the engine's :class:`~devmem.EngineMemory` tied to its owner: an owner dropped without a
   shutdown (an engine that failed outside the wrapped methods) or started again gives its share back, so a retry
-  in this process is never refused by its own share;
+  in this process is never refused by its own share; :func:`allocating` and :func:`closing`, the steps around an
+  engine's own cache allocation and its shutdown;
+- :func:`version_note`, :func:`names_used`, :func:`weights_per_rank`, :func:`graphs_after_cache`,
+  :func:`grown_since_baseline` and :func:`log_sizing`: the release gate, the names a release's own method uses (what
+  tells releases apart), a pinned start's weights read before they load, the declaration of graphs captured after
+  the cache (stored for the next start), this process's growth since its baseline, and the one line saying how the
+  cache was sized, with every charge in it;
 - for an entry point that sizes a model's engine in one call (transformers' ``size_continuous_batching``):
   :func:`begin_sizing` checks the call's request (a share or pinned bytes, a baseline, the device and platform of
   the model, the store, the reservation) before anything runs and gives the :class:`Sizing` that closes the
@@ -31,9 +43,9 @@ lines appear in the engine's own log.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import functools
-import gc
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -50,7 +62,9 @@ from typing import Any
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
 from devmem._text import shown
+from devmem.engine import _heap
 from devmem.engine.black_box_sizing import BlackBoxEngine, SizedRuns, size_by_runs
+from devmem.engine.graphs import GraphsAfterCache
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.memory import EngineMemory, EngineMemoryError
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
@@ -68,10 +82,15 @@ ON = ("", "1", "true", "yes", "on")
 
 #: The attribute under which :func:`wrap` marks a method it wrapped (so wrapping twice is a no-op).
 WRAPPED = "__devmem_step__"
+#: The attribute under which :func:`patch_class` marks a class it patched (so patching twice is a no-op).
+PATCHED = "_devmem_patched"
+
+_current: contextvars.ContextVar[EngineMemory | None] = contextvars.ContextVar("devmem_adapter_step", default=None)
 
 
 class Switch:
-    """The environment variable ``env`` that turns the adapter for ``engine`` off."""
+    """The environment variable ``env`` that turns the adapter for ``engine`` off, the gate on the engine's release
+    (:meth:`admits`), and the warning that the engine runs as it came (:meth:`declined`)."""
 
     def __init__(self, env: str, engine: str, log: logging.Logger):
         self.env, self.engine, self.log = env, engine, log
@@ -93,6 +112,23 @@ class Switch:
                 ", ".join(OFF),
             )
         return True
+
+    def admits(
+        self, distribution: str, module: str, oldest: tuple[int, int], verified: Sequence[tuple[int, int]]
+    ) -> tuple[bool, str | None]:
+        """Whether the adapter runs: the switch on (:meth:`on`), and the installed release (:func:`installed_version`
+        of ``distribution``, else ``module.__version__``) admitted by :func:`version_note` (one warning where it is
+        declined); and the note to log once the engine is patched."""
+        if not self.on():
+            return False, None
+        go, note = version_note(self.engine, installed_version(distribution, module), oldest, verified)
+        if not go:
+            self.declined(str(note))
+        return go, note
+
+    def declined(self, why: str) -> None:
+        """One warning: ``why`` the adapter leaves the engine as it came, which then sizes its KV cache itself."""
+        self.log.warning("devmem: %s; %s sizes its KV cache itself", why, self.engine)
 
 
 def installed_version(distribution: str, module: str) -> str | None:
@@ -125,6 +161,35 @@ def release(version: str) -> tuple[int, ...] | None:
         if len(digits) != len(piece):
             break
     return tuple(parts) or None
+
+
+def version_note(
+    engine: str, version: str | None, oldest: tuple[int, int], verified: Sequence[tuple[int, int]]
+) -> tuple[bool, str | None]:
+    """Whether to patch ``engine``'s release ``version``, and the one line to log: a warning where it is declined
+    (none installed, no release, older than ``oldest``), an info line where it is newer than the newest of
+    ``verified`` (tried, since its shapes are checked next); ``None`` for a release up to the newest verified."""
+    if version is None:
+        return False, f"{engine} is not installed"
+    found = release(version)
+    if found is None or len(found) < 2:
+        return False, f"{engine} {version!r} is not a release this plugin knows"
+    if found[:2] < oldest:
+        return False, f"{engine} {version} is older than {oldest[0]}.{oldest[1]}, the first release this plugin knows"
+    newest = max(verified)
+    if found[:2] > newest:
+        return True, (
+            f"{engine} {version} is newer than {newest[0]}.{newest[1]}, the newest release this plugin was verified "
+            "on: tried, since the methods it patches have the shapes the plugin knows"
+        )
+    return True, None
+
+
+def names_used(method: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The global and attribute names ``method`` (a release's own, unwrapped) uses, and its module's globals: what
+    tells an engine's releases apart without a list of versions."""
+    code = inspect.unwrap(method)
+    return tuple(getattr(getattr(code, "__code__", None), "co_names", ())), getattr(code, "__globals__", {})
 
 
 def parameters(function: Any) -> tuple[str, ...] | None:
@@ -230,19 +295,115 @@ def wrap(
     original = getattr(cls, name)
     if getattr(original, WRAPPED, False):
         return
+    run = guarded(step, memory_of)
 
     @functools.wraps(original)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return step(original, self, *args, **kwargs)
-        except BaseException:
-            memory = memory_of(self)
-            if memory is not None:
-                memory.close()
-            raise
+        return run(original, self, *args, **kwargs)
 
     setattr(wrapped, WRAPPED, True)
     setattr(cls, name, wrapped)
+
+
+@contextlib.contextmanager
+def around(
+    owner: Any, name: str, context: Callable[[dict[str, Any]], contextlib.AbstractContextManager[Any] | None]
+) -> Any:
+    """For the block, each call of ``owner.name`` (an instance's method; nothing where it has none) runs inside
+    ``context(kwargs)``, or as it is where that is ``None``: a charge held while one step of the engine's profile
+    pass runs (``EngineMemory.hold``), the engine's graph capture in ``EngineMemory.graphs_after_cache()``."""
+    method = getattr(owner, name, None)
+    if not callable(method):
+        yield
+        return
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with context(kwargs) or contextlib.nullcontext():
+            return method(*args, **kwargs)
+
+    setattr(owner, name, run)
+    try:
+        yield
+    finally:
+        owner.__dict__.pop(name, None)
+
+
+def guarded(step: Callable[..., Any], memory_of: Callable[[Any], EngineMemory | None]) -> Callable[..., Any]:
+    """``step(original, owner, *args, **kwargs)``, closing the EngineMemory ``memory_of(owner)`` where it raises
+    (anything, Ctrl-C too), and :func:`current` while it runs: the step :func:`wrap` installs, and the one an
+    engine's own hook registry calls."""
+
+    @functools.wraps(step)
+    def run(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _current.set(memory_of(owner))
+        try:
+            return step(original, owner, *args, **kwargs)
+        except BaseException:
+            memory = memory_of(owner)
+            if memory is not None:
+                memory.close()
+            raise
+        finally:
+            _current.reset(token)
+
+    return run
+
+
+def current() -> EngineMemory | None:
+    """The EngineMemory of the adapter's step running in this context (a :func:`guarded` step, as it began), for a
+    function of the engine's module that the step calls; ``None`` outside one."""
+    return _current.get()
+
+
+def patch_class(
+    cls: Any,
+    steps: Mapping[str, Callable[..., Any]],
+    methods: Mapping[str, Sequence[str]],
+    memory_of: Callable[[Any], EngineMemory | None],
+    switch: Switch,
+    what: str,
+) -> bool:
+    """Wrap each of ``cls``'s methods named in ``steps`` with its step (:func:`wrap`) and mark the class, where every
+    one of ``methods`` has its shape (:func:`shape_mismatches`); ``False``, with one warning naming ``what`` (the
+    engine's class, for people) and the mismatches, where not. A class patched already is left as it is."""
+    if cls.__dict__.get(PATCHED, False):
+        return True
+    mismatches = shape_mismatches(cls, methods)
+    if mismatches:
+        switch.declined(f"{what} is not the shape this plugin knows ({'; '.join(mismatches)})")
+        return False
+    for name, step in steps.items():
+        wrap(cls, name, step, memory_of)
+    setattr(cls, PATCHED, True)
+    return True
+
+
+def patch_in(
+    module: ModuleType, name: str, patch: Callable[[Any, ModuleType], bool], switch: Switch, note: str | None
+) -> None:
+    """``patch(cls, module)`` for ``module``'s class ``name`` (from :func:`when_imported`), then ``note`` logged where
+    it patched; never raises into the engine's import of ``module`` (one warning: the engine runs as it came)."""
+    try:
+        cls = getattr(module, name, None)
+        if not isinstance(cls, type):
+            switch.declined(f"{module.__name__} has no class {name}")
+            return
+        if patch(cls, module) and note is not None:
+            switch.log.info("devmem: %s", note)
+    except Exception as exc:  # never a crash in the engine's import: the engine as it came, said once
+        switch.declined(f"patching {module.__name__} failed ({type(exc).__name__}: {exc})")
+
+
+def memory_of(attribute: str) -> Callable[[Any], EngineMemory | None]:
+    """The EngineMemory an owner keeps as ``owner.<attribute>`` (:meth:`Starts.begin`), or ``None``: the
+    ``memory_of`` of :func:`wrap`, :func:`guarded`, :func:`allocating` and :func:`closing`."""
+
+    def memory(owner: Any) -> EngineMemory | None:
+        found = getattr(owner, attribute, None)
+        return found if isinstance(found, EngineMemory) else None
+
+    return memory
 
 
 class Starts:
@@ -271,7 +432,7 @@ class Starts:
         with self._lock:
             others = [m for m in self._starting.get(device, ()) if not m.closed]
         if others:
-            gc.collect()  # an owner dropped in a reference cycle: its finalizer gives its share back
+            _heap.collect_all()  # an owner dropped in a reference cycle: its finalizer gives its share back
         memory = create()
         with self._lock:
             self._starting.setdefault(memory.device, weakref.WeakSet()).add(memory)
@@ -280,10 +441,122 @@ class Starts:
             weakref.finalize(owner, _abandoned, memory, self.log)
         return memory
 
+    def drop(self, owner: Any, attribute: str) -> None:
+        """The start kept as ``owner.<attribute>`` abandoned by the adapter (the engine sizes itself): its share given
+        back."""
+        memory = getattr(owner, attribute, None)
+        if isinstance(memory, EngineMemory):
+            memory.close()
+        setattr(owner, attribute, None)
+
     def serving(self, memory: EngineMemory) -> None:
         """``memory``'s cache exists: its start is over."""
         with self._lock:
             self._starting.get(memory.device, weakref.WeakSet()).discard(memory)
+
+
+def allocating(starts: Starts, memory_of: Callable[[Any], EngineMemory | None]) -> Callable[..., Any]:
+    """The step around an engine's own KV cache allocation: torch's allocator cache released right before it, and
+    the start over (:meth:`Starts.serving`) once the cache exists."""
+
+    def allocate(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+        memory = memory_of(owner)
+        if memory is None:
+            return original(owner, *args, **kwargs)
+        memory.release_allocator_cache()
+        result = original(owner, *args, **kwargs)
+        starts.serving(memory)
+        return result
+
+    return allocate
+
+
+def closing(memory_of: Callable[[Any], EngineMemory | None]) -> Callable[..., Any]:
+    """The step around an engine's shutdown: the engine's own, then its share given back."""
+
+    def stop(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(owner, *args, **kwargs)
+        finally:
+            memory = memory_of(owner)
+            if memory is not None:
+                memory.close()
+
+    return stop
+
+
+def weights_per_rank(model: str, config: Callable[[], Any], dtype: str, ranks: int, log: logging.Logger) -> int:
+    """What a pinned start's weights take on each of ``ranks`` ranks, read before they load: the checkpoint's tensor
+    bytes where ``model`` is a local folder, else counted from the model's config (``config()``: a mapping, or an
+    object with ``to_dict()`` such as Hugging Face's; weights in ``dtype``); 0, with one warning, where neither can be
+    read (the reservation then covers the cache alone)."""
+    from devmem.planner.models.memory import ModelMemory
+    from devmem.planner.models.reading import checkpoint_weights
+
+    try:
+        found = checkpoint_weights(model) if os.path.isdir(model) else None
+        if found is not None:
+            return -(-found[0] // ranks)
+        found_config = config()
+        mapping = found_config.to_dict() if callable(getattr(found_config, "to_dict", None)) else dict(found_config)
+        counted = ModelMemory.from_config(mapping, tp=ranks, dtype=dtype.removeprefix("torch."))
+        return counted.weights_bytes_per_rank
+    except Exception as exc:  # an architecture devmem cannot count: the reservation covers the cache only
+        log.warning("devmem: the weights beside the pinned cache cannot be counted (%s): reserved for the cache", exc)
+        return 0
+
+
+def graphs_after_cache(
+    memory: EngineMemory, key: Mapping[str, Any], estimate: Callable[[], int] | None = None
+) -> GraphsAfterCache:
+    """The declaration of graphs the engine captures after its cache (``memory.plan(..., graphs=...)``): the
+    engine's estimate where it makes one (``estimate()``, a throwaway capture run inside ``memory.graphs()``), and
+    what capture keeps stored under ``key`` beside the device's total, for the next start."""
+    figure = 0
+    if estimate is not None:
+        with memory.graphs():
+            figure = int(estimate())
+    return GraphsAfterCache(figure, ProfileStore(), {**key, "device_total": memory.baseline.total})
+
+
+def grown_since_baseline(memory: EngineMemory) -> int | None:
+    """This process's device memory now less at ``memory``'s baseline; ``None`` where the platform attributes no
+    memory to processes."""
+    if memory.baseline.process is None:
+        return None
+    own = memory.platform.get_process_memory_usage(memory.device)
+    return None if own is None else own - memory.baseline.process
+
+
+def log_sizing(
+    log: logging.Logger, memory: EngineMemory, budget: int, block: int, set_aside: tuple[int, str] = (0, "")
+) -> None:
+    """devmem's one line on a cache the engine allocates itself: ``budget`` bytes in blocks of ``block``, from what
+    (this process's memory or the device-wide fallback), of what request, each charge in it (graphs, what was held
+    in the profile window) and what the engine set aside of it (``set_aside``: bytes, and for what);
+    :meth:`~devmem.EngineMemory.explain` at debug level; one warning where a pinned start holds more with its cache
+    than its reservation."""
+    profile, plan, pinned, size = memory.profile_result, memory.kv_plan, memory.pinned_bytes, format_size
+    assert profile is not None and plan is not None  # the plan's phase
+    charge = plan.breakdown.get("graph_capture", 0)
+    source = "process-scoped (this process's own memory)" if profile.process_scoped else "the device-wide fallback"
+    asked = f"utilization {memory.utilization}" if pinned is None else "kv_cache_memory_bytes, for the cache"
+    graphs = "" if memory.graph_charge is None else f" ({memory.graph_charge.source})"
+    log.info(
+        f"devmem sized the KV cache from {source}: {size(budget)} = {budget // block} blocks of {size(block)}; "
+        f"requested {size(memory.requested if pinned is None else pinned)} of {size(memory.baseline.total)} "
+        f"({asked}), consumed {size(profile.total_consumed)}, transient {size(profile.transient_peak_bytes)}, CUDA "
+        f"graphs charged {size(charge)}{graphs}"
+        + (f"; {size(set_aside[0])} set aside for {set_aside[1]}" if set_aside[0] else "")
+        + "".join(f"; the profile window: {held.explain()}" for held in memory.held_charges.values())
+    )
+    held, reserved = (pinned or 0) + profile.total_consumed + profile.transient_peak_bytes, memory.reservation
+    if pinned is not None and reserved is not None and held > reserved.bytes:
+        log.warning(
+            f"devmem: this pinned start holds {size(held)} with its cache, {size(held - reserved.bytes)} more than "
+            f"its reservation of {size(reserved.bytes)} (the cache and its weights): engines beside it may not fit"
+        )
+    log.debug("devmem: %s", memory.explain())
 
 
 def _abandoned(memory: EngineMemory, log: logging.Logger) -> None:
@@ -631,26 +904,41 @@ def logged(logger: str, phrase: str) -> Iterator[list[str]]:
 __all__ = [
     "OFF",
     "ON",
+    "PATCHED",
     "Sizing",
     "Starts",
     "Switch",
     "accepts",
     "after_current_stream",
+    "allocating",
+    "around",
     "begin_sizing",
     "check_one_device",
+    "closing",
     "copied",
+    "current",
     "forward_tokens",
+    "graphs_after_cache",
+    "grown_since_baseline",
+    "guarded",
     "installed_version",
+    "log_sizing",
     "logged",
+    "memory_of",
     "model_bytes",
+    "names_used",
     "parameter",
     "parameters",
+    "patch_class",
+    "patch_in",
     "release",
     "shape_mismatches",
     "share_request",
     "source",
     "storage_bytes",
     "unwrapped",
+    "version_note",
+    "weights_per_rank",
     "when_imported",
     "wrap",
 ]

@@ -132,6 +132,16 @@ def _record_memory_history(
         allocator.recording = None if enabled is None else set(ACTIONS) - set(skip_actions or ())
 
 
+class ScriptedTensor:
+    """What :meth:`ScriptedTorch.zeros` gives: its bytes go back to the allocator when it is dropped."""
+
+    def __init__(self, runtime: ScriptedTorch, handle: Any):
+        self.runtime, self.handle = runtime, handle
+
+    def __del__(self) -> None:
+        self.runtime.free(self.handle)
+
+
 class ScriptedTorch(SimpleNamespace):
     """A ``torch`` module whose device namespace ``namespace`` (the platform's ``torch_device``) answers from
     :class:`ScriptedCachingAllocator` objects, one per scenario device."""
@@ -158,7 +168,17 @@ class ScriptedTorch(SimpleNamespace):
                 },
             ),
         )
-        super().__init__(__version__="2.13.0+scripted", allocators=allocators, **{namespace: module})
+        super().__init__(__version__="2.13.0+scripted", allocators=allocators, uint8="uint8", **{namespace: module})
+
+    def device(self, kind: str, index: int = 0) -> str:
+        """``torch.device``: ``"<kind>:<index>"``."""
+        return f"{kind}:{index}"
+
+    def zeros(self, nbytes: int, dtype: object = "uint8", device: object = "cuda:0") -> ScriptedTensor:
+        """``torch.zeros`` of ``nbytes`` bytes (uint8) on ``device``: allocated through its allocator, freed when the
+        tensor is dropped."""
+        index = int(str(device).rpartition(":")[2] or 0)
+        return ScriptedTensor(self, self.malloc(nbytes, index))
 
     def malloc(self, nbytes: int, device: int = 0, pool: object = None, stream: int = 0) -> Any:
         """Allocate through device ``device``'s allocator (what a tensor's creation does) on ``stream``, from
@@ -170,4 +190,4 @@ class ScriptedTorch(SimpleNamespace):
         self.allocators[device].free(segment)
 
 
-__all__ = ["GRANULARITY", "ScriptedCachingAllocator", "ScriptedTorch"]
+__all__ = ["GRANULARITY", "ScriptedCachingAllocator", "ScriptedTensor", "ScriptedTorch"]

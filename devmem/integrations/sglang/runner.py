@@ -20,7 +20,6 @@ Any of them failing gives the share back; the process's exit gives it back too.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Callable
@@ -66,20 +65,15 @@ class Start:
 _starts: dict[int, Start] = {}  # by device: the target model runner's start in this (scheduler) process
 
 
+def _memory_of_start(owner: Any) -> EngineMemory | None:
+    """The EngineMemory of the start on the owner's device."""
+    found = _starts.get(getattr(owner, "gpu_id", -1))
+    return None if found is None else found.memory
+
+
 def _guarded(step: Callable[..., Any]) -> Callable[..., Any]:
     """``step``, giving the share of the start on the owner's device back when anything in it raises."""
-
-    @functools.wraps(step)
-    def hook(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return step(original, owner, *args, **kwargs)
-        except BaseException:
-            found = _starts.get(getattr(owner, "gpu_id", -1))
-            if found is not None:
-                found.memory.close()
-            raise
-
-    return hook
+    return kit.guarded(step, _memory_of_start)
 
 
 def activation_estimate(args: Any) -> int:
@@ -205,8 +199,8 @@ def _world_cpu_group() -> Any:
 @_guarded
 def capture(original: Callable[..., Any], runner: Any, *args: Any, **kwargs: Any) -> Any:
     """The model runner's graph capture after the pool, in EngineMemory's graph step after the cache."""
-    memory = getattr(runner, MEMORY, None)
-    if not isinstance(memory, EngineMemory) or memory.closed or memory.graph_charge is None:
+    memory = kit.memory_of(MEMORY)(runner)
+    if memory is None or memory.closed or memory.graph_charge is None:
         return original(runner, *args, **kwargs)
     with memory.graphs_after_cache():
         result = original(runner, *args, **kwargs)

@@ -1,6 +1,6 @@
 """More config.json files of public models, written out by hand from the files their publishers ship on the Hugging
 Face Hub (the repository is named above each; what was left out is said there and changes no size). Tests size these,
-never a downloaded copy: tests/test_models_more_published.py."""
+never a downloaded copy: tests/planner/test_models_more_published.py."""
 
 from __future__ import annotations
 

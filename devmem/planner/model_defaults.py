@@ -1,5 +1,5 @@
 """The defaults that transformers' config class of each model family fills in where a published config.json
-leaves a key out, for the keys devmem reads (tests/test_model_defaults.py checks each against transformers).
+leaves a key out, for the keys devmem reads (tests/planner/test_model_defaults.py checks each against transformers).
 
 A key present in config.json, ``null`` included, always wins over these.
 """

@@ -1,6 +1,6 @@
 """In devmem's own test run, ACME's tests are collected only where devmem-acme is installed.
 
-tests/test_vendor_wheel.py builds the wheel, installs it in a throwaway environment and runs them there.
+tests/testing/test_vendor_wheel.py builds the wheel, installs it in a throwaway environment and runs them there.
 """
 
 from importlib import metadata

@@ -1,0 +1,531 @@
+"""devmem's vLLM plugin on one vLLM release's real classes, its sizing on a scripted H200 whose torch runtime is
+scripted. tests/integrations/test_vllm_plugin.py runs this file once per release, each in a process of its own
+(tests/integrations/vllm_releases.py); by hand:
+``PYTHONPATH=/tmp/vllm-0.26.0 python3 -m pytest tests/integrations/vllm_plugin_cases.py``."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import inspect
+import json
+import logging
+import os
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+import devmem
+import devmem.resolution.plugins as resolution
+from devmem import GiB, MiB, ReservationRefused
+from devmem.integrations import kit
+from devmem.integrations import vllm as plugin
+from devmem.integrations.vllm import worker
+from devmem.testing.torch_runtime import ScriptedTorch
+from devmem_nvidia.nvml_platform import NvmlPlatform
+from devmem_nvidia.testing import ScriptedNvml, h200_scenario
+
+gpu_worker = pytest.importorskip("vllm.v1.worker.gpu_worker", reason="vLLM is not importable in this process")
+import vllm  # noqa: E402
+from vllm.config import CacheConfig, CUDAGraphMode, ParallelConfig  # noqa: E402
+from vllm.platforms import current_platform  # noqa: E402
+
+ParallelConfig(), CacheConfig()  # their first construction imports modules that need the real torch
+
+RELEASE = os.environ.get("DEVMEM_TEST_VLLM_RELEASE")
+PAGE = 352 * 1024  # TinyLlama's page of 16 tokens on one layer, bf16
+LAYERS = 22
+ACTIVATIONS = [300 * MiB + 1, 2 * GiB + 5]
+GRAPHS = 256 * MiB  # what the scripted capture keeps
+ROWS, VOCAB, CHUNK = 256, 32000, 2048  # the largest batch, TinyLlama's vocabulary, the longest prefill of a request
+
+
+def _runner_classes() -> dict[str, type]:
+    """This release's model runners: V2 in every release, V1 up to 0.33."""
+    found = {}
+    for name, module in (("v1", "vllm.v1.worker.gpu_model_runner"), ("v2", "vllm.v1.worker.gpu.model_runner")):
+        with contextlib.suppress(ImportError):
+            found[name] = __import__(module, fromlist=["GPUModelRunner"]).GPUModelRunner
+    return found
+
+
+RUNNERS = _runner_classes()
+
+
+@pytest.fixture
+def vllm_log(caplog):
+    """vLLM's log (its logger does not propagate to the root, where caplog listens)."""
+    logger = logging.getLogger("vllm")
+    if logger.propagate:  # a release whose logger propagates reaches caplog already
+        yield caplog
+        return
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture
+def h200():
+    return h200_scenario()
+
+
+@pytest.fixture
+def current(h200, monkeypatch, tmp_path):
+    """The scripted H200 as devmem's current platform, its scripted torch runtime as ``torch``, a profile store
+    of the test's own."""
+    platform = NvmlPlatform(nvml=ScriptedNvml(h200), files=h200.fs, environ=h200.environ)
+    monkeypatch.setattr(resolution, "current_platform", lambda: platform)
+    monkeypatch.setenv("DEVMEM_PROFILE_DIR", str(tmp_path / "profiles"))
+    rt = _scripted_torch(h200)
+    monkeypatch.setitem(sys.modules, "torch", rt)
+    return rt
+
+
+def _scripted_torch(scenario):
+    rt = ScriptedTorch(scenario, "cuda")
+    rt.inference_mode = contextlib.nullcontext
+    return rt
+
+
+def _runner(kind: str = "v2"):
+    """This release's runner class (``kind``), doing to device memory what vLLM's does: weights, the profile run's
+    activations, a throwaway graph capture and the capture for good; the rest is the class's own."""
+    base = RUNNERS[kind]
+
+    class Runner(base):  # type: ignore[misc, valid-type]
+        def __init__(self, rt, during_profile=lambda: None):
+            self.rt, self.during_profile, self.model_memory_usage, self.captured = rt, during_profile, 0, []
+
+        def load(self):
+            self.rt.malloc(2 * GiB)
+            self.model_memory_usage = 2 * GiB
+
+        def profile_run(self, *args, **kwargs):
+            handles = [self.rt.malloc(n) for n in ACTIVATIONS]
+            self.during_profile()
+            self._dummy_sampler_run(None)  # vLLM's: the last hidden states still held
+            for h in handles:
+                self.rt.free(h)
+
+        def _dummy_sampler_run(self, hidden_states):
+            self.rt.free(self.rt.malloc(ROWS * VOCAB * 4))  # fp32 logits of the largest batch
+
+        def profile_cudagraph_memory(self):
+            self.rt.free(self.rt.malloc(GRAPHS))
+            return GRAPHS
+
+        @functools.wraps(base.capture_model)  # its parameters are the release's: they tell the runners apart
+        def capture_model(self, *args, **kwargs):
+            self.captured.append(self.rt.malloc(GRAPHS))
+            return GRAPHS
+
+        def get_kv_cache_spec(self):
+            return {f"model.layers.{i}.self_attn": SimpleNamespace(page_size_bytes=PAGE) for i in range(LAYERS)}
+
+    Runner.__name__ = base.__name__
+    return Runner
+
+
+class _Patched(gpu_worker.Worker):
+    """This release's worker, patched as the plugin patches it (a subclass: vLLM's own class stays as it is)."""
+
+
+worker.patch_worker(_Patched)
+
+
+def _worker(
+    runner, utilization=0.3, kv_cache_memory_bytes=None, graphs=False, model="tinyllama", cls=_Patched, max_logprobs=20
+):
+    w = object.__new__(cls)
+    w.local_rank = 0
+    w.cache_config = CacheConfig(gpu_memory_utilization=utilization, kv_cache_memory_bytes=kv_cache_memory_bytes)
+    w.parallel_config = ParallelConfig()
+    w.model_runner = runner
+    mode = CUDAGraphMode.FULL_DECODE_ONLY if graphs else CUDAGraphMode.NONE
+    w.vllm_config = SimpleNamespace(
+        compilation_config=SimpleNamespace(cudagraph_mode=mode, cudagraph_capture_sizes=[1])
+    )
+    w.model_config = SimpleNamespace(
+        enforce_eager=not graphs,
+        model=model,
+        dtype="bfloat16",
+        max_model_len=CHUNK,
+        multimodal_config=None,
+        max_logprobs=max_logprobs,
+        get_vocab_size=lambda: VOCAB,
+    )
+    w.scheduler_config = SimpleNamespace(max_num_seqs=ROWS, max_num_batched_tokens=8192)
+    return w
+
+
+def _started(h200, runner, **options):
+    w = _worker(runner, **options)
+    worker.start(lambda _: h200.allocate(545 * MiB), w)  # vLLM's init_device: the CUDA context, after the baseline
+    runner.load()
+    return w
+
+
+def _sized(w):
+    return worker.determine(lambda _: pytest.fail("vLLM's own sizing ran"), w)
+
+
+def test_the_release_under_test_is_the_one_imported():
+    assert RELEASE is None or vllm.__version__ == RELEASE
+
+
+def test_this_release_is_one_the_plugin_knows_without_a_warning():
+    assert kit.version_note("vLLM", vllm.__version__, worker.OLDEST, worker.VERIFIED) == (True, None)
+
+
+def test_the_plugin_wraps_this_releases_worker():
+    class Fresh(gpu_worker.Worker):
+        pass
+
+    assert worker.patch_worker(Fresh, gpu_worker)
+    for name in worker.WORKER_METHODS:
+        if name != "get_kv_cache_spec":
+            assert getattr(Fresh.__dict__[name], "__devmem_step__", False), name
+
+
+def test_the_worker_module_imported_by_vllm_is_patched_through_the_entry_point(monkeypatch):
+    module = ModuleType(worker.WORKER_MODULE)
+
+    class Worker(gpu_worker.Worker):
+        pass
+
+    module.Worker = Worker
+    monkeypatch.setitem(sys.modules, worker.WORKER_MODULE, module)
+    plugin.register()
+    assert Worker.__dict__.get(kit.PATCHED)
+
+
+def test_each_runner_of_this_release_has_what_the_plugin_calls():
+    assert RUNNERS
+    for runner in RUNNERS.values():
+        assert devmem.integrations.kit.shape_mismatches(runner, worker.RUNNER_METHODS) == []
+
+
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_vllm_is_given_devmems_plan_within_its_share(h200, current, kind):
+    runner = _runner(kind)(current)
+    w = _started(h200, runner)
+    budget = _sized(w)
+    memory = getattr(w, worker.MEMORY)
+    assert budget == memory.kv_plan.num_blocks * PAGE * LAYERS
+    memory.release_allocator_cache()
+    tensors = memory.layout.count or LAYERS  # one backing allocation from 0.30, a tensor per layer before
+    for _ in range(tensors):
+        current.malloc(budget // tensors)
+    heaviest = current.malloc(worker.sampler_charge(w)[0])  # serving's heaviest sampling beside the largest batch
+    runner.profile_run()
+    current.free(heaviest)
+    footprint = h200.processes(0)[h200.own_driver_pid]
+    assert footprint <= memory.requested
+    assert memory.requested - footprint <= 64 * MiB
+
+
+def test_vllms_log_line_shows_devmems_figure(h200, current, vllm_log):
+    w = _started(h200, _runner()(current))
+    with vllm_log.at_level(logging.INFO):
+        budget = _sized(w)
+    from vllm.utils.mem_utils import format_gib
+
+    assert f"Available KV cache memory: {format_gib(budget)} GiB" in vllm_log.text
+    assert "devmem sized the KV cache from process-scoped (this process's own memory)" in vllm_log.text
+
+
+def test_the_attributes_vllm_reads_after_sizing_are_set(h200, current):
+    w = _started(h200, _runner()(current))
+    budget = _sized(w)
+    profile = getattr(w, worker.MEMORY).profile_result
+    assert w.available_kv_cache_memory_bytes == budget
+    assert (w.total_consumed, w.peak_activation_memory) == (profile.total_consumed, profile.transient_peak_bytes)
+
+
+def test_a_pinned_kv_cache_memory_bytes_gives_vllm_the_pinned_size_in_whole_blocks(h200, current):
+    w = _started(h200, _runner()(current), kv_cache_memory_bytes=8 * GiB)
+    budget = _sized(w)
+    block = PAGE * LAYERS
+    assert budget % block == 0 and budget <= 8 * GiB
+    assert 8 * GiB - budget < block + LAYERS * 2 * MiB
+
+
+def _checkpoint(folder, weights):
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    index = {"metadata": {"total_size": weights}, "weight_map": {}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return str(folder)
+
+
+def test_a_pinned_start_reserves_its_weights_beside_the_cache(h200, current, tmp_path):
+    model = _checkpoint(tmp_path / "model", 16 * GiB)
+    w = _started(h200, _runner()(current), kv_cache_memory_bytes=60 * GiB, model=model)
+    assert getattr(w, worker.MEMORY).reservation.bytes == 76 * GiB
+
+
+def test_a_second_pinned_start_that_does_not_fit_is_refused_before_its_weights(h200, current, tmp_path):
+    model = _checkpoint(tmp_path / "model", 16 * GiB)
+    first = _started(h200, _runner()(current), kv_cache_memory_bytes=60 * GiB, model=model)  # held: it serves
+    started = []
+    with pytest.raises(ReservationRefused):
+        worker.start(started.append, _worker(_runner()(current), kv_cache_memory_bytes=60 * GiB, model=model))
+    assert started == [] and not getattr(first, worker.MEMORY).closed
+
+
+def test_the_allocator_cache_is_released_right_before_vllm_allocates_its_kv_cache(h200, current):
+    w = _started(h200, _runner()(current))
+    _sized(w)
+    current.free(current.malloc(512 * MiB))  # what warm-up left cached
+    seen = []
+    worker.allocate(lambda _: seen.append(current.cuda.memory_reserved(0) - current.cuda.memory_allocated(0)), w)
+    assert seen == [0]
+
+
+def test_another_process_freeing_memory_during_the_profile_is_no_assertion(h200, current, monkeypatch):
+    alone = _sized(_started(h200, _runner()(current)))
+    devmem.clear_cache()
+    other = h200_scenario()
+    other.allocate(16 * GiB, pid=4242)
+    rt = _scripted_torch(other)
+    monkeypatch.setitem(sys.modules, "torch", rt)
+    platform = NvmlPlatform(nvml=ScriptedNvml(other), files=other.fs, environ=other.environ)
+    monkeypatch.setattr(resolution, "current_platform", lambda: platform)
+    w = _started(other, _runner()(rt, during_profile=lambda: other.release(16 * GiB, pid=4242)))
+    assert _sized(w) == alone
+
+
+def test_an_over_committed_start_is_refused_before_vllm_starts(h200, current):
+    first = _started(h200, _runner()(current), utilization=0.6)  # held: it serves
+    started = []
+    with pytest.raises(ReservationRefused):
+        worker.start(started.append, _worker(_runner()(current), utilization=0.6))
+    assert started == [] and not getattr(first, worker.MEMORY).closed
+
+
+def test_a_profile_run_that_fails_gives_the_reservation_back(h200, current):
+    runner = _runner()(current)
+    w = _started(h200, runner, utilization=0.6)
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    runner.profile_run = out_of_memory
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        w.determine_available_memory()
+    _started(h200, _runner()(current), utilization=0.6)  # admitted: the failed start holds nothing
+
+
+def test_a_kv_cache_allocation_that_fails_gives_the_reservation_back(h200, current):
+    w = _started(h200, _runner()(current), utilization=0.6)
+    with pytest.raises(AttributeError):  # vLLM's own initialize_from_config, on a worker it did not build
+        w.initialize_from_config(None)
+    _started(h200, _runner()(current), utilization=0.6)
+
+
+def test_a_start_dropped_after_its_sizing_gives_its_share_back(h200, current):
+    w = _started(h200, _runner()(current), utilization=0.6)
+    _sized(w)  # then vLLM's engine core refuses the cache it was given, and drops the worker
+    del w
+    gc.collect()
+    _started(h200, _runner()(current), utilization=0.6)
+
+
+def test_init_device_twice_on_one_worker_is_admitted(h200, current):
+    w = _started(h200, _runner()(current), utilization=0.6)
+    worker.start(lambda _: None, w)
+    assert not getattr(w, worker.MEMORY).closed
+
+
+def test_shutdown_releases_the_reservation(h200, current):
+    w = _started(h200, _runner()(current), utilization=0.6)
+    worker.stop(lambda _: None, w)
+    _started(h200, _runner()(current), utilization=0.6)
+
+
+def test_a_worker_method_whose_signature_cannot_be_read_leaves_vllm_stock_with_one_warning(vllm_log):
+    class Odd(gpu_worker.Worker):
+        pass
+
+    def determine_available_memory(self):
+        return 0
+
+    determine_available_memory.__signature__ = "not a signature"  # inspect.signature raises TypeError/ValueError
+    Odd.determine_available_memory = determine_available_memory
+    module = ModuleType("odd")
+    module.Worker = Odd
+    with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
+        kit.patch_in(module, "Worker", worker.patch_worker, plugin.switch, None)
+    assert [r.levelname for r in vllm_log.records if r.name == "vllm.devmem"] == ["WARNING"]
+    assert not Odd.__dict__.get(kit.PATCHED)
+
+
+def test_the_device_is_the_one_this_releases_init_device_picks_for_a_data_parallel_rank(monkeypatch):
+    w = _worker(None)
+    w.parallel_config = ParallelConfig(data_parallel_size=2, data_parallel_rank_local=1, tensor_parallel_size=2)
+    w.local_rank = 1
+    monkeypatch.setattr(type(current_platform), "logical_device_id_to_visible_device_id", lambda self, i: i)
+    assert worker.device_index(w) == 3
+
+
+def _graphs_on(monkeypatch):
+    monkeypatch.setattr(type(current_platform), "is_cuda_alike", lambda self: True, raising=False)
+    monkeypatch.setattr(type(current_platform), "is_cuda", lambda self: True)
+
+
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_graphs_are_charged_from_the_runners_own_capture_where_it_makes_one(h200, current, monkeypatch, kind):
+    _graphs_on(monkeypatch)
+    runner = _runner(kind)(current)
+    w = _started(h200, runner, graphs=True)
+    _sized(w)
+    charge = getattr(w, worker.MEMORY).graph_charge
+    estimated = "profile_only" in (devmem.integrations.kit.parameters(RUNNERS[kind].capture_model) or ()) or hasattr(
+        RUNNERS[kind], "_init_minimal_kv_cache_for_profiling"
+    )
+    assert charge.source == ("capture window" if estimated else "first-start bound")
+
+
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_what_graph_capture_after_the_cache_kept_is_charged_on_the_next_start(h200, current, monkeypatch, kind):
+    _graphs_on(monkeypatch)
+    w = _started(h200, _runner(kind)(current), graphs=True)
+    _sized(w)
+    worker.allocate(lambda _: None, w)  # vLLM allocates the cache (its layout is the engine's)
+    worker.warm_up(lambda self: self.model_runner.capture_model(), w)
+    kept = getattr(w, worker.MEMORY).graph_check.kept_bytes
+    worker.stop(lambda _: None, w)
+    again = _started(h200, _runner(kind)(current), graphs=True)
+    _sized(again)
+    assert kept >= GRAPHS and getattr(again, worker.MEMORY).graph_charge.bytes >= kept
+
+
+def test_an_unset_utilization_is_the_one_this_release_resolves(h200, current):
+    cache = CacheConfig()
+    if cache.gpu_memory_utilization is not None:
+        pytest.skip(f"vLLM {vllm.__version__} defaults gpu_memory_utilization to {cache.gpu_memory_utilization}")
+    w = _worker(_runner()(current))
+    w.cache_config = cache
+    worker.start(lambda _: None, w)
+    assert getattr(w, worker.MEMORY).utilization == cache.resolved_gpu_memory_utilization
+
+
+def _extensible():
+    if not hasattr(gpu_worker, worker.MEASURE):
+        pytest.skip(f"vLLM {vllm.__version__} has no extensible KV cache ({worker.MEASURE})")
+    from vllm.v1.worker import extensible_kv_cache
+
+    return extensible_kv_cache
+
+
+def test_the_extensible_cache_measurement_is_made_process_scoped(h200, current, monkeypatch):
+    _extensible()
+    module = ModuleType(gpu_worker.__name__)
+    seen = []
+    real = inspect.unwrap(gpu_worker.measure_kv_cache_blocks)  # vLLM's own, whatever an earlier test patched
+
+    @functools.wraps(real)
+    def recorded(kv_cache, vllm_config, device, *, init_free_memory, requested_memory):
+        seen.append((init_free_memory, requested_memory))
+        return 0
+
+    module.measure_kv_cache_blocks = recorded
+
+    class Fresh(gpu_worker.Worker):
+        pass
+
+    worker.patch_worker(Fresh, module)
+    w = _started(h200, _runner()(current))
+    h200.allocate(30 * GiB, pid=4242)  # a co-tenant arrives after this engine started
+    memory = getattr(w, worker.MEMORY)
+    free = h200.mem_get_info(0)[0]
+    monkeypatch.setattr(sys.modules["vllm.utils.mem_utils"], "device_memory_info", lambda device: (free, 0))
+
+    def warm_up(original, owner):  # vLLM's warm-up measures the extensible cache inside the worker's step
+        module.measure_kv_cache_blocks(None, None, 0, init_free_memory=free + 30 * GiB, requested_memory=GiB << 10)
+
+    kit.guarded(warm_up, worker._memory)(None, w)
+    own = h200.processes(0)[h200.own_driver_pid]
+    ((init_free, requested),) = seen
+    assert init_free - free == own  # vLLM's init_free - free: this process's growth alone, not the co-tenant's
+    assert requested == memory.requested
+
+
+def test_this_releases_extensible_measurement_is_made_process_scoped_not_turned_off(vllm_log):
+    _extensible()
+    module = ModuleType(gpu_worker.__name__)
+    module.measure_kv_cache_blocks = inspect.unwrap(gpu_worker.measure_kv_cache_blocks)
+
+    class Fresh(gpu_worker.Worker):
+        pass
+
+    worker.patch_worker(Fresh, module)
+    assert getattr(module.measure_kv_cache_blocks, "__devmem_step__", False)
+    assert "extensible_kv_cache_unsupported_reason" not in Fresh.__dict__
+
+
+def test_an_extensible_measurement_of_another_shape_turns_the_extensible_cache_off_with_one_line(
+    h200, current, vllm_log
+):
+    _extensible()
+    module = ModuleType(gpu_worker.__name__)
+    module.measure_kv_cache_blocks = lambda kv_cache, budget: 0
+
+    class Fresh(gpu_worker.Worker):
+        def extensible_kv_cache_unsupported_reason(self):  # vLLM's all-reduce over the ranks: none here
+            return None
+
+    with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
+        worker.patch_worker(Fresh, module)
+    assert [r.getMessage() for r in vllm_log.records if r.name == "vllm.devmem"] == [
+        f"devmem: {gpu_worker.__name__}.measure_kv_cache_blocks has another shape: "
+        "the extensible KV cache is turned off"
+    ]
+    w = _started(h200, _runner()(current), cls=Fresh)
+    assert "devmem sizes the KV cache" in w.extensible_kv_cache_unsupported_reason()
+
+
+def test_the_heaviest_sampling_is_charged_beside_the_dummy_sampler_run(h200, current):
+    w = _started(h200, _runner()(current))
+    _sized(w)
+    profile = getattr(w, worker.MEMORY).profile_result
+    assert profile.transient_peak_bytes >= worker.sampler_charge(w)[0] + ROWS * VOCAB * 4
+
+
+def test_prompt_logprobs_over_the_longest_prefill_are_the_heaviest_sampling_where_logprobs_are_accepted(h200, current):
+    w = _worker(_runner()(current))
+    nbytes, why = worker.sampler_charge(w)
+    assert nbytes == CHUNK * VOCAB * (2 + 4)
+    assert why.startswith(f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits at 6 bytes")
+
+
+def test_a_model_accepting_no_logprobs_is_charged_the_penalties_alone(h200, current):
+    w = _worker(_runner()(current), max_logprobs=0)
+    nbytes, why = worker.sampler_charge(w)
+    assert nbytes == ROWS * VOCAB * 10
+    assert why.startswith(f"penalties over {ROWS} requests x {VOCAB} logits at 10 bytes")
+
+
+def test_the_sampling_charge_says_the_settings_it_was_counted_from(h200, current):
+    said = worker.sampler_charge(_worker(_runner()(current)))[1]
+    for setting in (f"vocabulary {VOCAB}", "max_logprobs 20", "max_num_batched_tokens 8192", f"max_model_len {CHUNK}"):
+        assert setting in said
+
+
+def test_the_sampling_charge_is_named_in_explain_with_its_figure_and_reason(h200, current):
+    w = _started(h200, _runner()(current))
+    _sized(w)
+    nbytes, why = worker.sampler_charge(w)
+    memory = getattr(w, worker.MEMORY)
+    assert memory.held_charges[worker.SAMPLER].bytes == nbytes
+    assert f"profile window: 375.00 MiB held for {worker.SAMPLER} ({why}), inside its transient" in memory.explain()
+
+
+def test_the_sampling_charge_and_its_reason_are_in_devmems_line_in_vllms_log(h200, current, vllm_log):
+    w = _started(h200, _runner()(current))
+    with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
+        _sized(w)
+    (line,) = [r.getMessage() for r in vllm_log.records if r.getMessage().startswith("devmem sized the KV cache")]
+    assert line.endswith(f"; the profile window: 375.00 MiB held for {worker.SAMPLER} ({worker.sampler_charge(w)[1]})")

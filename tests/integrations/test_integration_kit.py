@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from devmem import GiB
+from devmem import GiB, SizingError
 from devmem.cpu import CpuPlatform
 from devmem.engine.memory import EngineMemory
 from devmem.integrations import kit
@@ -292,12 +292,12 @@ def test_a_failed_sizing_leaves_the_engines_own_memory_open(linear, host):
 
 
 def test_a_request_given_beside_the_engines_memory_is_refused_naming_it(linear, host):
-    with pytest.raises(kit.SizingError, match="give utilization to the EngineMemory, not beside it"):
+    with pytest.raises(SizingError, match="give utilization to the EngineMemory, not beside it"):
         _begin(linear, None, memory=_memory(host), utilization=0.5)
 
 
 def test_a_share_and_pinned_bytes_together_are_refused():
-    with pytest.raises(kit.SizingError, match="give utilization or pinned_bytes, not both"):
+    with pytest.raises(SizingError, match="give utilization or pinned_bytes, not both"):
         kit.share_request(0.5, 1 << 20)
 
 
@@ -309,7 +309,7 @@ def test_a_model_on_the_meta_device_is_refused():
     torch = pytest.importorskip("torch")
     with torch.device("meta"):
         model = torch.nn.Linear(4, 4)
-    with pytest.raises(kit.SizingError, match=r"weights are on the meta device \(devices \['meta'\]\)"):
+    with pytest.raises(SizingError, match=r"weights are on the meta device \(devices \['meta'\]\)"):
         kit.check_one_device(model, "the engine")
 
 
@@ -386,12 +386,12 @@ def test_a_step_is_ordered_after_the_current_stream_and_the_current_stream_after
 
 def test_a_gate_switched_off_reads_no_version(monkeypatch):
     monkeypatch.setenv("DEVMEM_ENGINE", "0")
-    monkeypatch.setattr(kit, "installed_version", lambda *names: pytest.fail("the version was read"))
+    monkeypatch.setattr(kit.switch, "installed_version", lambda *names: pytest.fail("the version was read"))
     assert kit.Switch("DEVMEM_ENGINE", "Engine", log).admits("engine", "engine", (0, 1), [(0, 1)]) == (False, None)
 
 
 def test_a_release_older_than_the_first_known_is_declined_in_one_warning(monkeypatch, caplog):
-    monkeypatch.setattr(kit, "installed_version", lambda *names: "0.1.0")
+    monkeypatch.setattr(kit.switch, "installed_version", lambda *names: "0.1.0")
     with caplog.at_level(logging.INFO, logger=log.name):
         go, _ = kit.Switch("DEVMEM_ENGINE", "Engine", log).admits("engine", "engine", (0, 2), [(0, 2)])
     assert not go

@@ -61,7 +61,7 @@ def test_a_release_between_the_verified_ones_is_patched_without_a_line():
 
 
 def test_a_release_the_plugin_declines_leaves_vllm_stock_with_one_warning(monkeypatch, vllm_log):
-    monkeypatch.setattr(kit, "installed_version", lambda *names: "0.23.0")
+    monkeypatch.setattr(kit.switch, "installed_version", lambda *names: "0.23.0")
     hooks = list(sys.meta_path)
     with vllm_log.at_level(logging.WARNING, logger="vllm.devmem"):
         plugin.register()

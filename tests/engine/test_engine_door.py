@@ -495,7 +495,13 @@ def test_the_heap_stays_frozen_until_graphs_after_the_cache_are_captured(platfor
 
 
 def test_a_start_closed_early_unfreezes_the_heap(platform):
-    _created(platform).close()
+    memory = _created(platform)
+    memory.close()
+    assert gc.get_freeze_count() == 0 and memory.closed  # kept alive: its close let go, not its end
+
+
+def test_a_start_dropped_without_close_unfreezes_the_heap(platform):
+    _created(platform)
     assert gc.get_freeze_count() == 0
 
 

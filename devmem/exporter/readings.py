@@ -28,7 +28,7 @@ from devmem._deadline import Call, Worker
 from devmem._forksafe import ForkSafeLock
 from devmem._host import REAL_FILES, Files
 from devmem._processes import ProcessRow, container_id, process_cgroup, process_rows
-from devmem.engine.reservations import DeviceReservations, Ledger, Locks, Owner, _start_time, read_reservations
+from devmem.engine.reservations import DeviceReservations, Locks, Owner, _start_time, read_reservations
 from devmem.findings import Finding, device_findings, diagnose
 from devmem.platform import DeviceReport, Platform, read_device
 from devmem.resolution.plugins import Candidate
@@ -126,9 +126,6 @@ class NodeReader:
     #: Who each process the last scrape showed is, by PID: (its start time, its sample on the device it was read for).
     _who: dict[int, tuple[int, ProcessSample]] = field(default_factory=dict, init=False, repr=False)
     _who_lock: ForkSafeLock = field(default_factory=ForkSafeLock, init=False, repr=False)
-    #: The ledger read at each scrape, by directory: it keeps the entries checked at an earlier scrape (see
-    #: devmem.engine.reservations.parse_ledger).
-    _ledgers: dict[str, Ledger] = field(default_factory=dict, init=False, repr=False)
     _failing: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
     _me: Owner = field(default_factory=Owner.current, init=False, repr=False)
 
@@ -212,7 +209,7 @@ class NodeReader:
         try:
             # the metrics name reservation holders only (from their entries): no process without one is looked up
             reservations = read_reservations(
-                self.platform, device, report, me=self._me, ledger=self._ledger(), locks=scrape.locks, commands=False
+                self.platform, device, report, self.ledger_dir, self._me, locks=scrape.locks, commands=False
             )
         except Exception as exc:
             failures.append(Failure(str(device), RESERVATIONS, ERROR, f"failed: {exc}"))
@@ -223,11 +220,6 @@ class NodeReader:
             except Exception as exc:
                 failures.append(Failure(str(device), FINDINGS, ERROR, f"failed: {exc}"))
         return DeviceSample(report, uuid, processes, omitted, omitted_bytes, reservations, findings, tuple(failures))
-
-    def _ledger(self) -> Ledger:
-        """The ledger of :attr:`ledger_dir`, kept across scrapes (the directory the default resolves to may change)."""
-        ledger = Ledger(self.ledger_dir)
-        return self._ledgers.setdefault(str(ledger.directory), ledger)
 
     def _processes(self, shown: dict[int, int], roles: dict[int, str], scrape: _Scrape) -> tuple[ProcessSample, ...]:
         """Samples of the processes ``shown`` (PID -> bytes), largest first. Who a process is (psutil, its ``/proc``

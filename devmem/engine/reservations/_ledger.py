@@ -940,18 +940,16 @@ def read_reservations(
     me: Owner | None = None,
     *,
     count_self: bool = True,
-    ledger: Ledger | None = None,
     locks: Locks | None = None,
     commands: bool = True,
 ) -> DeviceReservations | None:
     """The reservations on ``device`` from its ``report`` (a :class:`~devmem.DeviceReport`), read as admission reads
     them (:meth:`Ledger.view`); ``None`` where the device has no ledger. A ledger directory that cannot be used is a
     :class:`LedgerError`. ``count_self=False`` leaves this process's own memory out (the ``devmem`` command reading
-    host memory is no holder of it). ``ledger``: the :class:`Ledger` read in place of one of ``ledger_dir`` (one kept
-    across readings checks only the entries changed since); ``locks`` and ``commands`` as for :meth:`Ledger.view`."""
+    host memory is no holder of it). ``locks`` and ``commands`` as for :meth:`Ledger.view`."""
     key, _ = device_key(platform, device)
     own = report.process if count_self else None
-    ledger = Ledger(ledger_dir) if ledger is None else ledger
+    ledger = Ledger(ledger_dir)
     others = report.other_processes
     return ledger.view(
         key, report.total, report.free, others, report.integrated, own, me, locks=locks, commands=commands

@@ -143,3 +143,31 @@ def cgroup_memory(files: Files = REAL_FILES) -> tuple[int, int] | None:
             if best is None or limit - used < best[0] - best[1]:
                 best = (limit, max(0, used))
     return best
+
+
+_malloc_trim: object = None  # the C library's malloc_trim once looked up; False where it has none
+
+
+def trim_c_heap() -> bool:
+    """Give the pages the C allocator keeps free (``malloc_trim(0)``, glibc) back to the system; whether it ran.
+
+    On host memory the C heap is to the process's figure what torch's cached blocks are to a GPU's: memory freed
+    before a measurement but still resident, which the allocator may return in the middle of the next window and
+    make that window's growth look smaller than its work. C libraries without ``malloc_trim`` (musl, macOS) keep
+    no such pages resident in the same way; nothing is done there.
+    """
+    global _malloc_trim
+    if _malloc_trim is None:
+        import ctypes
+
+        try:
+            trim = ctypes.CDLL(None).malloc_trim
+        except (AttributeError, OSError):
+            trim = False
+        else:
+            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        _malloc_trim = trim
+    if _malloc_trim is False:
+        return False
+    _malloc_trim(0)
+    return True

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from devmem import arguments
 from devmem._forksafe import ForkSafeLock
+from devmem._host import trim_c_heap
 from devmem._text import shown
 from devmem.engine._segment_history import Replay, SegmentHistory, replay
 from devmem.engine._torch_device import device_module, initialised_module
@@ -155,7 +156,9 @@ class MemorySnapshot:
 def release_allocator_cache(device: int = 0, platform: Platform | None = None) -> int:
     """Collect garbage, then give torch's cached, unused device blocks back to the driver; return the bytes released.
 
-    Engines call it right before allocating the KV cache, on every path (pinned included). Returns 0, and logs
+    Where the device is host memory, the C heap's free pages are given back to the system too (they count in the
+    process's figure there, as cached blocks do on a GPU). Engines call it right before allocating the KV cache,
+    on every path (pinned included), and may call it before their baseline. Returns 0, and logs
     why, when torch is not imported, sees no device of ``platform`` (the current one by default), or has not
     initialised that device's runtime in this process.
     """
@@ -167,6 +170,8 @@ def _release(device: int, platform: Platform, *, collect: bool = True) -> int:
     was collected just before (one ``gc.collect()`` per window edge)."""
     if collect:
         gc.collect()
+    if _host_memory(platform, device) and trim_c_heap():
+        log.debug("devmem: device %d is host memory: gave the C heap's free pages back to the system", device)
     module, why = initialised_module(platform)
     if module is None:
         log.info("devmem: no allocator cache to release on device %d: %s; released bytes not measured", device, why)

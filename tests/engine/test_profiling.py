@@ -8,9 +8,10 @@ a time); the process-scoped checks hold whatever other processes do.
 
 from __future__ import annotations
 
-import gc
+import ctypes
 import logging
 import mmap
+import platform as platform_module
 import re
 import subprocess
 import sys
@@ -141,7 +142,7 @@ def _profile_own_allocation(cotenant: CoTenant | None = None, *holds: int) -> Ru
     logger.addHandler(handler)
     try:
         tenant_before = cotenant.rss() if cotenant else 0
-        gc.collect()  # earlier tests' garbage, freed by the window's first collection, is no growth of this run's
+        release_allocator_cache(0, platform)  # what earlier tests freed goes back before the baseline, not mid-window
         baseline = MemorySnapshot.measure(0, platform)
         with memory_profiling(baseline, platform=platform) as result:
             own = bytearray(OWN)
@@ -410,6 +411,26 @@ def test_release_on_host_memory_returns_zero_and_says_why(caplog):
     with caplog.at_level(logging.INFO, logger="devmem.engine.profiling"):
         assert release_allocator_cache(0, CpuPlatform()) == 0
     assert "host memory" in caplog.text and "released bytes not measured" in caplog.text
+
+
+@pytest.mark.skipif(platform_module.libc_ver()[0] != "glibc", reason="the C heap's free pages: glibc's malloc_trim")
+def test_release_on_host_memory_gives_the_c_heaps_free_pages_back():
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    chunk, count = 96 * 1024, 256  # below glibc's mmap threshold: on the heap, each freed one kept resident
+    chunks = [libc.malloc(chunk) for _ in range(count + 1)]
+    for address in chunks:
+        ctypes.memset(address, 1, chunk)
+    for address in chunks[:-1]:  # the last one, above them, keeps the heap's top from being trimmed at free
+        libc.free(address)
+    platform = CpuPlatform()
+    try:
+        kept = platform.get_process_memory_usage(0)
+        release_allocator_cache(0, platform)
+        assert kept - platform.get_process_memory_usage(0) >= 0.9 * chunk * count
+    finally:
+        libc.free(chunks[-1])
 
 
 def test_profiling_never_imports_torch():

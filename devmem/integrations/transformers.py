@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from devmem import arguments
 from devmem.engine.black_box_sizing import BatchFloor, BlackBoxEngine, CacheRun, SizedRuns
 from devmem.engine.memory import EngineMemory
-from devmem.engine.profile_key import environment_key
 from devmem.engine.profile_store import ProfileStore
 from devmem.engine.profiling import MemorySnapshot
 from devmem.engine.reservations import Reservation
@@ -40,8 +39,6 @@ STORE_KIND = "transformers-cb"
 METHOD_VERSION = 4
 #: Query tokens of the small forwards run beside the worst case, so that decode steps' kernels are loaded first.
 DECODE_TOKENS = (1, 8, 64, 512)
-#: What an attention module may say of its own window: layers that differ in one of these differ in type.
-WINDOW_ATTRIBUTES = ("sliding_window", "is_sliding", "attention_type", "layer_type")
 #: The attention types transformers' paged cache has an allocator for, where its module does not say.
 PAGED_ATTENTION_TYPES = ("full_attention", "sliding_attention")
 #: The logger transformers' continuous batching writes to.
@@ -96,10 +93,6 @@ def _cache() -> Any:
     return cache
 
 
-def _text_config(model: Any) -> Any:
-    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-
-
 @contextmanager
 def _engine(model: Any, generation_config: Any, config: Any) -> Iterator[Any]:
     """transformers' continuous batching manager for ``config``, taken down on exit (its cache and batch tensors
@@ -144,73 +137,13 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
         runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = saved
 
 
-def _layer_attention(layer: Any, index: int) -> Any | None:
-    """The attention module of decoder layer ``index`` (the submodule whose ``layer_idx`` is ``index``), or None."""
-    return next((m for m in layer.modules() if getattr(m, "layer_idx", None) == index and m is not layer), None)
-
-
-def _decoder_layers(model: Any) -> tuple[Any, str, Any] | None:
-    """(parent, name, layers): the ``nn.ModuleList`` of one module per hidden layer, layer ``i`` holding the
-    attention whose ``layer_idx`` is ``i`` (found by what it holds, not by its name), or ``None``."""
-    import torch
-
-    count = getattr(_text_config(model), "num_hidden_layers", None)
-    for module in model.modules():
-        for name, child in module.named_children():
-            if (
-                isinstance(child, torch.nn.ModuleList)
-                and len(child) == count
-                and all(_layer_attention(layer, i) is not None for i, layer in enumerate(child))
-            ):
-                return module, name, child
-    return None
-
-
-def attention_types(model: Any, layers: Any) -> list[tuple[Any, ...]]:
-    """Each decoder layer's attention type: its ``layer_types`` entry in the config, where there is one, and what its
-    attention module says of its own window (:data:`WINDOW_ATTRIBUTES`)."""
-    named = getattr(_text_config(model), "layer_types", None)
-    return [
-        (
-            named[i] if named is not None and i < len(named) else None,
-            *(getattr(_layer_attention(layer, i), name, None) for name in WINDOW_ATTRIBUTES),
-        )
-        for i, layer in enumerate(layers)
-    ]
-
-
-@contextmanager
-def one_layer_per_attention_type(model: Any) -> Iterator[int | None]:
-    """Run the forwards through the first decoder layer of each attention type only (the same peak under
-    ``no_grad``, in a fraction of the time; enter it after the cache exists), the config's ``layer_types`` holding
-    the kept layers' meanwhile; yields how many run (``None``: the layers were not found, all run)."""
-    import torch
-
-    found = _decoder_layers(model)
-    if found is None:
-        yield None
-        return
-    (parent, name, layers), text = found, _text_config(model)
-    types, named = attention_types(model, layers), getattr(text, "layer_types", None)
-    kept = sorted({types.index(kind) for kind in set(types)})
-    setattr(parent, name, torch.nn.ModuleList([layers[i] for i in kept]))
-    if named is not None:
-        text.layer_types = [named[i] for i in kept]
-    try:
-        yield len(kept)
-    finally:
-        setattr(parent, name, layers)
-        if named is not None:
-            text.layer_types = named
-
-
 def run_engine(
     model: Any, generation_config: Any, config: Any, num_blocks: int, *, all_layers: bool = True
 ) -> EngineRun:
     """Build the engine at ``num_blocks`` blocks, run its warm-up and worst-case forward under ``torch.no_grad()``
-    (``all_layers=False``: :func:`one_layer_per_attention_type`), and take it down again. Raises
-    :class:`RuntimeError` naming transformers' message where a warm-up failed (it logs "Failed to warm up"), or where
-    no forward over ``config.max_batch_tokens`` query tokens completed."""
+    (``all_layers=False``: :func:`~devmem.integrations.kit.one_layer_per_attention_type`), and take it down
+    again. Raises :class:`RuntimeError` naming transformers' message where a warm-up failed (it logs "Failed to warm
+    up"), or where no forward over ``config.max_batch_tokens`` query tokens completed."""
     import torch
 
     config, began, where = kit.copied(config, num_blocks=num_blocks), time.perf_counter(), model.device
@@ -221,7 +154,7 @@ def run_engine(
         stream = getattr(runner.inputs_and_outputs, "compute_stream", None)
         if stream is not None:  # transformers computes on it with no wait for the writes of the batch's inputs
             kit.after_current_stream(runner, "compute_batch", stream)
-        with nullcontext(None) if all_layers else one_layer_per_attention_type(model) as layers:
+        with nullcontext(None) if all_layers else kit.one_layer_per_attention_type(model) as layers:
             manager.warmup()
             _forwards(manager, model, config.max_batch_tokens, block_tokens(config))
             torch.get_device_module(where).synchronize(where)
@@ -255,14 +188,6 @@ def kv_padding_interval(model: Any, generation_config: Any, config: Any) -> int 
         return interval if (any(cuda_graph_flags(resolved.use_cuda_graph)) or compiled) and interval > 0 else None
 
 
-def _kv_shape(model: Any) -> tuple[int, int, int]:
-    """(attention heads, key-value heads, head dimension) of the model's text config."""
-    text = _text_config(model)
-    heads = int(getattr(text, "num_attention_heads", 1) or 1)
-    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
-    return heads, kv_heads, int(getattr(text, "head_dim", None) or text.hidden_size // heads)
-
-
 def _sectored() -> bool:
     """Whether transformers' paged cache is made of sectors (5.24)."""
     return hasattr(getattr(_cache(), "PagedAttentionMemoryHandler", None), "infer_max_batch_tokens_and_num_sectors")
@@ -273,10 +198,10 @@ def sector_blocks(model: Any, config: Any) -> int:
     multiple of each attention type's block, in bytes, and of 128 bytes; ``num_blocks`` rounded up to whole
     sectors), so that runs at multiples of it hold what their blocks cost; 1 for a cache without sectors."""
     group = getattr(_cache(), "group_layers_by_attn_type", None)
-    groups = group(_text_config(model)) if group is not None and _sectored() else None
+    groups = group(kit.text_config(model)) if group is not None and _sectored() else None
     if not isinstance(groups, dict):
         return 1
-    layers, (_, kv_heads, head_dim) = [len(g) for g in groups.values()], _kv_shape(model)
+    layers, (_, kv_heads, head_dim) = [len(g) for g in groups.values()], kit.kv_shape(model)
     page = 2 * block_tokens(config) * kv_heads * head_dim * model.dtype.itemsize
     sector = math.lcm(*(n * page for n in layers), 128)
     return sector // math.gcd(sector, sum(layers) * page)
@@ -286,18 +211,8 @@ def shared_block_groups(model: Any) -> int:
     """How many layer groups draw a request's blocks from one pool of ``num_blocks`` (5.17, before the cache of
     sectors: one group per attention type, a request's blocks taken once per group), else 1."""
     group = getattr(_cache(), "group_layers_by_attn_type", None)
-    groups = group(_text_config(model)) if group is not None and not _sectored() else None
+    groups = group(kit.text_config(model)) if group is not None and not _sectored() else None
     return len(groups[0]) if isinstance(groups, tuple) and groups and isinstance(groups[0], list) else 1
-
-
-def read_back_estimate(model: Any, config: Any, attn_implementation: str, max_batch_tokens: int) -> int:
-    """Bytes a block adds to the worst-case forward's attention step by the model's shapes: one layer's keys and
-    values gathered (``sdpa``, ``eager``: also repeated to every head, and the mask's columns). Only places runs."""
-    (heads, kv_heads, head_dim), itemsize, tokens = _kv_shape(model), model.dtype.itemsize, block_tokens(config)
-    gathered = 2 * tokens * kv_heads * head_dim * itemsize
-    if "flash" in attn_implementation:
-        return gathered
-    return gathered + 2 * tokens * heads * head_dim * itemsize + max_batch_tokens * tokens * itemsize
 
 
 def attention_mask_bytes(model: Any, max_batch_tokens: int, tokens_per_block: int) -> int:
@@ -320,32 +235,17 @@ def _placement(model: Any, generation_config: Any, config: Any, max_batch_tokens
     return quantum * math.ceil((math.ceil(max_batch_tokens / tokens) * groups + 1) / quantum), quantum
 
 
-def profile_key(
-    model: Any,
-    generation_config: Any,
-    config: Any,
-    platform: Platform,
-    device: int,
-    total: int,
-    weights: int,
-    baseline_given: bool,
-) -> dict[str, Any]:
-    """Everything the measured figures depend on: the model's config, class, dtype and attention, the continuous
-    batching and generation configs, where they were measured (:func:`~devmem.engine.profile_key.environment_key`),
-    the weights charged and whether the engine gave a baseline."""
+def profile_key(model: Any, generation_config: Any, config: Any, sizing: kit.Sizing) -> dict[str, Any]:
+    """Everything the measured figures depend on: the model (:func:`~devmem.integrations.kit.model_key`), the
+    continuous batching and generation configs, and the request's part (:meth:`~devmem.integrations.kit.Sizing.key`)."""
     from transformers import __version__
 
     return {
         "method": METHOD_VERSION,
-        "model": model.config.to_dict(),
-        "model_class": type(model).__name__,
-        "dtype": str(model.dtype),
-        "attn_implementation": model.config._attn_implementation,
+        **kit.model_key(model),
         "continuous_batching": config.to_dict() if hasattr(config, "to_dict") else vars(config),
         "generation": generation_config.to_diff_dict() if hasattr(generation_config, "to_diff_dict") else {},
-        **environment_key(platform, device, total, model.device, transformers=__version__),
-        "weights": weights,
-        "baseline_given": baseline_given,
+        **sizing.key(model.device, transformers=__version__),
     }
 
 
@@ -383,16 +283,16 @@ def _checked(model: Any, config: Any, generation_config: Any) -> Any:
         )
     kit.check_one_device(model, "continuous batching")
     paged = tuple(getattr(_cache(), "ATTN_TYPE_TO_ALLOCATOR", None) or PAGED_ATTENTION_TYPES)
-    layer_types = list(getattr(_text_config(model), "layer_types", None) or [])
+    layer_types = list(getattr(kit.text_config(model), "layer_types", None) or [])
     if set(layer_types) - set(paged):
         raise SizingError(
             f"the model's layer_types hold {sorted(set(layer_types) - set(paged))} (layer_types={layer_types}): "
             f"transformers' continuous batching pages only {list(paged)} layers and refuses the others (a hybrid or "
             "state-space model); serve it with generate() instead"
         )
-    found, update = _decoder_layers(model), kit.parameter(_cache().PagedAttentionCache.update, "kwargs")
+    found, update = kit.decoder_layers(model), kit.parameter(_cache().PagedAttentionCache.update, "kwargs")
     if found is not None and update is not None and update.default is inspect.Parameter.empty:  # 5.17 to 5.24
-        attention: Any = _layer_attention(found[2][0], 0)  # found only where every layer holds one
+        attention: Any = kit.layer_attention(found[2][0], 0)  # found only where every layer holds one
         if any("kwargs" not in call for call in _CACHE_UPDATE.findall(kit.source(type(attention).forward))):
             raise SizingError(
                 f"{type(attention).__name__}.forward calls the cache's update without kwargs=: transformers' paged "
@@ -454,7 +354,6 @@ def size_continuous_batching(
         tokens, batch = block_tokens(config), config.max_batch_tokens or default_max_batch_tokens()
         percent = 1.0 if config.max_memory_percent is None else config.max_memory_percent
         profiled = kit.copied(config, max_batch_tokens=batch, max_memory_percent=percent)
-        memory = sizing.memory
         floor = BatchFloor(
             name="transformers' attention mask",
             growing_name="the attention mask's columns",
@@ -467,7 +366,7 @@ def size_continuous_batching(
         engine = BlackBoxEngine(
             run=lambda blocks, all_layers: run_engine(model, generation, profiled, blocks, all_layers=all_layers),
             placement=lambda: _placement(model, generation, profiled, batch),
-            read_back=lambda first: read_back_estimate(model, profiled, first.attn_implementation, batch),
+            read_back=lambda first: kit.attention_read_bytes(model, first.attn_implementation, tokens, batch),
             batch_setting="config.max_batch_tokens",
             max_batch_tokens=batch,
             block_tokens=tokens,
@@ -476,9 +375,7 @@ def size_continuous_batching(
             run_type=EngineRun,
             floor=floor,
         )
-        total, given = memory.baseline.total, not memory.late
-        key = profile_key(model, generation, profiled, sizing.platform, sizing.device, total, sizing.weights, given)
-        sized = sizing.size(engine, SizedConfig, key, STORE_KIND)
+        sized = sizing.size(engine, SizedConfig, profile_key(model, generation, profiled, sizing), STORE_KIND)
         assert isinstance(sized, SizedConfig)
         return sized
 
@@ -486,14 +383,11 @@ def size_continuous_batching(
 __all__ = [
     "EngineRun",
     "SizedConfig",
-    "attention_types",
     "block_tokens",
     "cuda_graph_flags",
     "default_max_batch_tokens",
     "kv_padding_interval",
-    "one_layer_per_attention_type",
     "profile_key",
-    "read_back_estimate",
     "run_engine",
     "sector_blocks",
     "shared_block_groups",

@@ -17,13 +17,8 @@ torch = pytest.importorskip("torch")
 from devmem import MiB, SizingError  # noqa: E402
 from devmem.cpu import CpuPlatform  # noqa: E402
 from devmem.engine import MemorySnapshot  # noqa: E402
-from devmem.integrations.transformers import (  # noqa: E402
-    attention_types,
-    one_layer_per_attention_type,
-    profile_key,
-    run_engine,
-    size_continuous_batching,
-)
+from devmem.integrations.kit import attention_types, model_key, one_layer_per_attention_type  # noqa: E402
+from devmem.integrations.transformers import run_engine, size_continuous_batching  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test builds a model: `pytest -m slow` and CI run them
 
@@ -259,20 +254,14 @@ def test_decoder_layers_are_found_where_they_are_not_under_model_layers():
     ],
     ids=lambda change: next(iter(change)),
 )
-def test_the_profile_key_changes_with_every_architecture_field_that_changes_memory(change):
-    platform = CpuPlatform()
-
-    def key(model):
-        return profile_key(model, greedy(), cb_config(), platform, 0, 1 << 30, 1, True)
-
-    assert key(build("gemma2", **change)) != key(build("gemma2"))
+def test_the_model_key_changes_with_every_architecture_field_that_changes_memory(change):
+    assert model_key(build("gemma2", **change)) != model_key(build("gemma2"))
 
 
-def test_the_profile_key_changes_with_the_dtype():
-    platform = CpuPlatform()
+def test_the_model_key_changes_with_the_dtype():
     model = build("qwen2")
-    before = profile_key(model, greedy(), cb_config(), platform, 0, 1 << 30, 1, True)
-    assert profile_key(model.to(torch.bfloat16), greedy(), cb_config(), platform, 0, 1 << 30, 1, True) != before
+    before = model_key(model)
+    assert model_key(model.to(torch.bfloat16)) != before
 
 
 def refused(model, message, generation=None, **arguments):

@@ -19,7 +19,10 @@ checks its request and reads the model. Each thing they share is here once, a mo
 - :mod:`.sizing`: the one-call sizing entry: :func:`begin_sizing`, :class:`Sizing` and :func:`share_request`;
 - :mod:`.model`: reading and steering the model and its engine: :func:`unwrapped`, :func:`check_one_device`,
   :func:`storage_bytes`, :func:`model_bytes`, :func:`forward_tokens`, :func:`logged`, :func:`copied` and
-  :func:`after_current_stream`.
+  :func:`after_current_stream`;
+- :mod:`.layers`: a transformers model's anatomy: :func:`text_config`, :func:`kv_shape`, :func:`decoder_layers`,
+  :func:`layer_attention`, :func:`attention_types`, :func:`one_layer_per_attention_type`, :func:`model_key` and
+  :func:`attention_read_bytes`.
 
 Everything an adapter says goes to one logger, a child of the engine's (``vllm.devmem``, ``sglang.devmem``), so its
 lines appear in the engine's own log. Importing the kit imports no engine and no torch.
@@ -28,6 +31,16 @@ lines appear in the engine's own log. Importing the kit imports no engine and no
 from __future__ import annotations
 
 from devmem.integrations.kit.accounting import graphs_after_cache, grown_since_baseline, log_sizing, weights_per_rank
+from devmem.integrations.kit.layers import (
+    attention_read_bytes,
+    attention_types,
+    decoder_layers,
+    kv_shape,
+    layer_attention,
+    model_key,
+    one_layer_per_attention_type,
+    text_config,
+)
 from devmem.integrations.kit.model import (
     after_current_stream,
     check_one_device,
@@ -58,29 +71,36 @@ __all__ = [
     "OFF",
     "ON",
     "PATCHED",
-    "WRAPPED",
     "Sizing",
     "Starts",
     "Switch",
+    "WRAPPED",
     "accepts",
     "after_current_stream",
     "allocating",
     "around",
+    "attention_read_bytes",
+    "attention_types",
     "begin_sizing",
     "check_one_device",
     "closing",
     "copied",
     "current",
+    "decoder_layers",
     "forward_tokens",
     "graphs_after_cache",
     "grown_since_baseline",
     "guarded",
     "installed_version",
+    "kv_shape",
+    "layer_attention",
     "log_sizing",
     "logged",
     "memory_of",
     "model_bytes",
+    "model_key",
     "names_used",
+    "one_layer_per_attention_type",
     "parameter",
     "parameters",
     "patch_class",
@@ -90,6 +110,7 @@ __all__ = [
     "share_request",
     "source",
     "storage_bytes",
+    "text_config",
     "unwrapped",
     "version_note",
     "weights_per_rank",

@@ -15,6 +15,7 @@ from devmem._text import shown
 from devmem.engine.black_box_sizing import BlackBoxEngine, SizedRuns, size_by_runs
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.memory import EngineMemory, EngineMemoryError
+from devmem.engine.profile_key import environment_key
 from devmem.engine.profile_store import ProfileStore, ProfileStoreError, resolve_store
 from devmem.engine.profiling import MemorySnapshot
 from devmem.engine.reservations import Reservation
@@ -52,6 +53,17 @@ class Sizing:
             if self.owned:
                 self.memory.close()
             raise
+
+    def key(self, where: Any, **versions: str | None) -> dict[str, Any]:
+        """The part of a stored profile's key this request decides: where the figures are measured
+        (:func:`~devmem.engine.profile_key.environment_key`, ``where`` the model's ``torch.device``, ``versions`` the
+        engine's libraries'), the weights charged and whether the engine gave a baseline."""
+        total, given = self.memory.baseline.total, not self.memory.late
+        return {
+            **environment_key(self.platform, self.device, total, where, **versions),
+            "weights": self.weights,
+            "baseline_given": given,
+        }
 
     def size(self, engine: BlackBoxEngine, result: type[SizedRuns], key: Mapping[str, Any], kind: str) -> SizedRuns:
         """:func:`~devmem.engine.black_box_sizing.size_by_runs` of ``engine`` through this request's memory."""

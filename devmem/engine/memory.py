@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem._forksafe import ForkSafeLock
+from devmem._host import trim_c_heap
 from devmem.engine import _door, _heap, _report, black_box, charges
 from devmem.engine._torch_device import _device_of
 from devmem.engine.block_cost import BlockCost, BlockRun
@@ -163,6 +164,8 @@ class EngineMemory:
         self.reservation: Reservation | None = reserve if isinstance(reserve, Reservation) else None
         if baseline is None:  # one coherent reading of the device serves the baseline and the admission
             reading = prepare_and_read(self.platform, self.device)  # a platform that learns this process's PIDs first
+            if reading.integrated and trim_c_heap():  # host memory: the C heap's free pages are no part of it
+                reading = read_device(self.platform, self.device)
             self.baseline = MemorySnapshot.from_reading(reading, self.platform)
         else:  # the reading checks the adopted baseline's device, then serves the admission
             reading = read_device(self.platform, self.device)

@@ -7,6 +7,7 @@ import pytest
 
 import devmem
 from devmem import EngineMemory, EngineMemoryError, GiB, KvLayout, MiB
+from devmem.cpu import CpuPlatform
 from devmem.engine.block_cost import BlockRun
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
 from devmem.engine.phases import Phase
@@ -112,6 +113,13 @@ def test_profile_forward_runs_the_forward_twice_in_the_profile_window(platform):
     calls = []
     result = memory.profile_forward(lambda: calls.append(memory.profile_result), weights_memory=0)
     assert len(calls) == 2 and calls[0] is result and memory.profile_result is result
+
+
+def test_a_baseline_on_host_memory_leaves_out_the_c_heaps_free_pages(freed_c_heap):
+    platform = CpuPlatform()
+    kept = platform.get_process_memory_usage(0)
+    with EngineMemory(0, utilization=0.01, platform=platform, reserve=False, check_startup=False) as memory:
+        assert kept - memory.baseline.process >= 0.9 * freed_c_heap
 
 
 def test_cpu_platform_allocates_the_cache_on_torchs_cpu_device(monkeypatch):

@@ -8,10 +8,8 @@ a time); the process-scoped checks hold whatever other processes do.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import mmap
-import platform as platform_module
 import re
 import subprocess
 import sys
@@ -413,24 +411,11 @@ def test_release_on_host_memory_returns_zero_and_says_why(caplog):
     assert "host memory" in caplog.text and "released bytes not measured" in caplog.text
 
 
-@pytest.mark.skipif(platform_module.libc_ver()[0] != "glibc", reason="the C heap's free pages: glibc's malloc_trim")
-def test_release_on_host_memory_gives_the_c_heaps_free_pages_back():
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    chunk, count = 96 * 1024, 256  # below glibc's mmap threshold: on the heap, each freed one kept resident
-    chunks = [libc.malloc(chunk) for _ in range(count + 1)]
-    for address in chunks:
-        ctypes.memset(address, 1, chunk)
-    for address in chunks[:-1]:  # the last one, above them, keeps the heap's top from being trimmed at free
-        libc.free(address)
+def test_release_on_host_memory_gives_the_c_heaps_free_pages_back(freed_c_heap):
     platform = CpuPlatform()
-    try:
-        kept = platform.get_process_memory_usage(0)
-        release_allocator_cache(0, platform)
-        assert kept - platform.get_process_memory_usage(0) >= 0.9 * chunk * count
-    finally:
-        libc.free(chunks[-1])
+    kept = platform.get_process_memory_usage(0)
+    release_allocator_cache(0, platform)
+    assert kept - platform.get_process_memory_usage(0) >= 0.9 * freed_c_heap
 
 
 def test_profiling_never_imports_torch():

@@ -163,9 +163,8 @@ class EngineMemory:
         self._heap_held: weakref.finalize | None = None
         self.reservation: Reservation | None = reserve if isinstance(reserve, Reservation) else None
         if baseline is None:  # one coherent reading of the device serves the baseline and the admission
+            trim_c_heap()  # on host memory the process's figure would count the C heap's free pages
             reading = prepare_and_read(self.platform, self.device)  # a platform that learns this process's PIDs first
-            if reading.integrated and trim_c_heap():  # host memory: the C heap's free pages are no part of it
-                reading = read_device(self.platform, self.device)
             self.baseline = MemorySnapshot.from_reading(reading, self.platform)
         else:  # the reading checks the adopted baseline's device, then serves the admission
             reading = read_device(self.platform, self.device)

@@ -1,10 +1,13 @@
 """Host memory: the filesystem boundary (:class:`Files`), /proc/meminfo and cgroup limits, for every backend
-that reads the host (the built-in ``cpu`` platform, :mod:`devmem.cpu`, and the unified-memory ones)."""
+that reads the host (the built-in ``cpu`` platform, :mod:`devmem.cpu`, and the unified-memory ones), and the C
+heap's free pages given back before a measurement (:func:`trim_c_heap`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Protocol
 
 from devmem._text import parse_int
@@ -145,9 +148,6 @@ def cgroup_memory(files: Files = REAL_FILES) -> tuple[int, int] | None:
     return best
 
 
-_malloc_trim: object = None  # the C library's malloc_trim once looked up; False where it has none
-
-
 def trim_c_heap() -> bool:
     """Give the pages the C allocator keeps free (``malloc_trim(0)``, glibc) back to the system; whether it ran.
 
@@ -156,18 +156,21 @@ def trim_c_heap() -> bool:
     make that window's growth look smaller than its work. C libraries without ``malloc_trim`` (musl, macOS) keep
     no such pages resident in the same way; nothing is done there.
     """
-    global _malloc_trim
-    if _malloc_trim is None:
-        import ctypes
-
-        try:
-            trim = ctypes.CDLL(None).malloc_trim
-        except (AttributeError, OSError):
-            trim = False
-        else:
-            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-        _malloc_trim = trim
-    if _malloc_trim is False:
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    _malloc_trim(0)
+    trim(0)
     return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim``, looked up once; ``None`` where it has none."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim

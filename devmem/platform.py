@@ -553,18 +553,26 @@ def prepare_and_read(platform: Platform, device: int = 0) -> DeviceReading:
     """:func:`prepare_device`, then :func:`read_device`, with the index checked once: what an engine-facing object
     does when it is created (its reading serves its baseline and its reservation alike). The reading is checked
     against the contract as :meth:`PlatformBase.read` checks it (what :func:`device_report` reads): a backend's
-    answer outside it (free above the total, a negative figure) is refused the same way. On a
+    answer outside it (free above the total, a negative figure) is refused the same way. Where the device is host
+    memory the C heap's free pages are given back before the reading (:func:`~devmem._host.trim_c_heap`), so that
+    a baseline does not count pages a later window may see returned. On a
     :class:`~devmem._bounded.BoundedPlatform` all of it is one call, given its deadline."""
     if isinstance(platform, BoundedPlatform):
         return platform.call(f"prepare_and_read({device!r})", prepare_and_read, platform.platform, device)
+    from devmem._host import trim_c_heap  # engines only: not on the command's import path
+
     if not isinstance(platform, PlatformBase):
         prepare_device(platform, device)
+        if platform.is_integrated_gpu(device):
+            trim_c_heap()
         return read_device(platform, device)
     index = platform.check_device(device)
     if type(platform).prepare is PlatformBase.prepare:
         platform._prepare(index)
     else:  # a backend that overrides prepare itself (written before the _prepare hook) checks the index again
         platform.prepare(index)
+    if platform._is_integrated(index):
+        trim_c_heap()
     return _checked_reading(platform, index, platform._read(index))
 
 

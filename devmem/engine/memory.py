@@ -53,7 +53,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from devmem._forksafe import ForkSafeLock
-from devmem._host import trim_c_heap
 from devmem.engine import _door, _heap, _report, black_box, charges
 from devmem.engine._torch_device import _device_of
 from devmem.engine.block_cost import BlockCost, BlockRun
@@ -163,7 +162,6 @@ class EngineMemory:
         self._heap_held: weakref.finalize | None = None
         self.reservation: Reservation | None = reserve if isinstance(reserve, Reservation) else None
         if baseline is None:  # one coherent reading of the device serves the baseline and the admission
-            trim_c_heap()  # on host memory the process's figure would count the C heap's free pages
             reading = prepare_and_read(self.platform, self.device)  # a platform that learns this process's PIDs first
             self.baseline = MemorySnapshot.from_reading(reading, self.platform)
         else:  # the reading checks the adopted baseline's device, then serves the admission

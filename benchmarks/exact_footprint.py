@@ -1,8 +1,9 @@
 """Exact footprints: every layout, both allocators, graphs anywhere, and the low-level plan without a layout.
 
 For each allocator (torch's default, ``expandable_segments:True``), one child process runs every configuration in
-turn: two shapes built by HF transformers from configs with random bf16 weights (``tinyllama``: TinyLlama-1.1B's
-shape, 22 layers, 4 KV heads; ``qwen2``: Qwen2-1.5B's, 28 layers, 2 KV heads, a 151,936-token vocabulary), u in
+turn: the shapes of ``--shapes``, built by HF transformers from configs with random bf16 weights (``tinyllama``:
+TinyLlama-1.1B's shape, 22 layers, 4 KV heads; ``qwen2``: Qwen2-1.5B's, 28 layers, 2 KV heads, a 151,936-token
+vocabulary; ``qwen3``: Qwen3-0.6B's, 28 layers, 8 KV heads of 128, per-head q/k norms, the same vocabulary), u in
 ``--utilizations``, and
 
 - through ``devmem.EngineMemory``: the cache as devmem's one allocation (``one``) or the engine's own keys and
@@ -62,6 +63,18 @@ SHAPES = {
         "num_key_value_heads": 2,
         "vocab_size": 151936,
         "max_position_embeddings": 32768,
+        "tie_word_embeddings": True,
+    },
+    "qwen3": {  # Qwen3-0.6B's shape: per-head q/k norms, 8 KV heads of 128
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
         "tie_word_embeddings": True,
     },
 }
@@ -181,7 +194,8 @@ class Run:
                 store.path(GRAPHS_KIND, key).unlink(missing_ok=True)
             declared = GraphsAfterCache(store=store, key=key)
         cfg = model.config
-        layers, head = cfg.num_hidden_layers, cfg.hidden_size // cfg.num_attention_heads
+        layers = cfg.num_hidden_layers
+        head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         page = BLOCK_TOKENS * cfg.num_key_value_heads * head * 2 * 2  # K and V, bf16
         if self.layout == "low":
             plan = plan_kv_cache(
@@ -232,6 +246,8 @@ class Run:
             transient_rule=profile.transient_rule,
             kept_after_peak=profile.kept_after_peak_bytes,
             transient_reach=profile.transient_reach_bytes,
+            consumed=profile.total_consumed,
+            non_torch=profile.non_torch_increase,
             transient_note=next((n for n in profile.notes if n.startswith("transient headroom")), ""),
             baseline_process=base,
             seconds=round(time.perf_counter() - start, 2),

@@ -18,8 +18,21 @@ from pathlib import Path
 
 import pytest
 
-#: The releases the plugin is checked on in CI: one per branch of its design (docs/vllm.md's table).
-RELEASES = ("0.24.0", "0.26.0", "0.30.0", "0.34.0")
+#: The releases the plugin is checked on in CI: the newest patch of every minor release from 0.24 to 0.34
+#: (docs/vllm.md's table). .ci/run reads this tuple to install them.
+RELEASES = (
+    "0.24.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+    "0.34.0",
+)
 #: Where the releases are installed, one folder each (``vllm-<release>``); /tmp by default, as .ci/run does.
 ROOT_ENV = "DEVMEM_TEST_VLLM_ROOT"
 #: Which release a case process was started for (the cases check that it is the one they imported).

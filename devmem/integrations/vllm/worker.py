@@ -27,7 +27,8 @@ switch = kit.Switch(ENABLE_ENV, "vLLM", log)
 
 #: vLLM's GPU worker's module (one class, both runners, every release); the oldest release the plugin knows and the
 #: releases it was verified on (docs/vllm.md says where: GPU or CPU).
-WORKER_MODULE, OLDEST, VERIFIED = "vllm.v1.worker.gpu_worker", (0, 24), ((0, 24), (0, 26), (0, 30), (0, 34))
+WORKER_MODULE, OLDEST = "vllm.v1.worker.gpu_worker", (0, 24)
+VERIFIED = tuple((0, minor) for minor in range(24, 35))  # every minor release, 0.24 to 0.34
 #: The worker's methods the plugin wraps or calls, and the runner's (checked when it sizes), with the parameters it
 #: passes (a method may take more, with defaults).
 WORKER_METHODS = {

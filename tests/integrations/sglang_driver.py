@@ -50,14 +50,19 @@ class Device:
         for name, function in vars(self.torch.cuda).items():
             setattr(torch.cuda, name, function)
         torch.cuda.current_device = lambda: 0
-        torch.cuda.get_device_properties = lambda device=0: SimpleNamespace(is_integrated=False, total_memory=0)
+        torch.cuda.get_device_properties = lambda device=0: SimpleNamespace(
+            name="NVIDIA H200", is_integrated=False, total_memory=0
+        )
 
     def own(self) -> int:
         return self.scenario.processes(0).get(self.scenario.own_driver_pid, 0)
 
 
 def _parallel_state() -> None:
-    """SGLang's own distributed environment and parallel groups, on one CPU process (gloo)."""
+    """SGLang's own distributed environment and parallel groups, on one CPU process (gloo): the widths passed
+    (before 0.5.21) or read from the published configuration (0.5.21 on)."""
+    import inspect
+
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
 
     with socket.socket() as s:
@@ -66,10 +71,14 @@ def _parallel_state() -> None:
     init_distributed_environment(
         world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0, backend="gloo"
     )
-    initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    widths = dict(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    takes = inspect.signature(initialize_model_parallel).parameters
+    initialize_model_parallel(**{k: v for k, v in widths.items() if k in takes})
 
 
-def _server_args(fraction: float, **overrides: Any) -> Any:
+def _server_args(fraction: float | None, **overrides: Any) -> Any:
+    """ServerArgs as SGLang's scheduler process receives them: resolved (``resolve_once``, 0.5.19 on) and published
+    into the process's runtime context (``publish``, 0.5.17 on), as its ``run_scheduler_process`` does first."""
     from sglang.srt.server_args import ServerArgs
 
     options: dict[str, Any] = dict(
@@ -83,18 +92,35 @@ def _server_args(fraction: float, **overrides: Any) -> Any:
         load_format="dummy",
         chunked_prefill_size=2048,
     )
-    return ServerArgs(**{**options, **overrides})
+    args = ServerArgs(**{k: v for k, v in {**options, **overrides}.items() if v is not None})  # None: SGLang's own
+    if callable(getattr(args, "resolve_once", None)):
+        args.resolve_once()
+    try:
+        from sglang.srt.runtime_context import publish
+    except ImportError:  # before 0.5.17: the scheduler reads its ServerArgs
+        return args
+    publish(args, role="scheduler")
+    return args
+
+
+def _schedule(args: Any, name: str) -> Any:
+    """What SGLang's scheduler passes its model runner: the published schedule (0.5.17 on), else the field."""
+    try:
+        from sglang.srt.runtime_context import get_schedule
+    except ImportError:
+        return getattr(args, name)
+    return getattr(get_schedule(), name)
 
 
 class Instance:
     """One SGLang instance's scheduler process, as far as sizing goes: a model runner whose start devmem hooks,
     weights on the scripted device, SGLang's own KV cache configurator, its pool and its graphs."""
 
-    def __init__(self, device: Device, fraction: float):
+    def __init__(self, device: Device, fraction: float | None, **overrides: Any):
         from sglang.srt.configs.model_config import ModelConfig
         from sglang.srt.model_executor.model_runner import ModelRunner
 
-        self.device, self.args = device, _server_args(fraction)
+        self.device, self.args = device, _server_args(fraction, **overrides)
         self.config = ModelConfig.from_server_args(self.args)
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -110,12 +136,10 @@ class Instance:
             layers,
             layers,
         )
-        runner.pp_size, runner.dp_size, runner.page_size, runner.mem_fraction_static = (
-            1,
-            1,
-            self.args.page_size,
-            fraction,
-        )
+        runner.pp_size, runner.dp_size = 1, 1
+        # what SGLang's scheduler passes its model runner (the published schedule, 0.5.17 on)
+        runner.page_size = _schedule(self.args, "page_size")
+        runner.mem_fraction_static = _schedule(self.args, "mem_fraction_static")
         module = sys.modules[ModelRunner.__module__]
         if hasattr(module, "_UNSET"):  # 0.5.15: the model runner's cache of the model's linear-attention layers
             runner._linear_attn_registry_cache = module._UNSET
@@ -137,23 +161,31 @@ class Instance:
         self.held.append(self.device.torch.malloc(weights))
 
     def configurator(self) -> Any:
-        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+        """SGLang's KV cache configurator as its model runner builds it (0.5.16 on; the fields this release has)."""
+        import dataclasses
+
         from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
         from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
         from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         layers = self.config.num_hidden_layers
-        return KVCacheConfigurator(
-            device="cuda", gpu_id=0, ps=ParallelState.trivial(), pp_group=None, model=None,
-            model_config=self.config, server_args=self.args, kv_cache_dtype=torch.bfloat16,
-            model_dtype=torch.bfloat16, page_size=self.args.page_size, sliding_window_size=None,
-            spec_algorithm=SpeculativeAlgorithm.from_string(None), is_draft_worker=False,
+        values = dict(
+            device="cuda", gpu_id=0, pp_group=None, model=None, model_config=self.config, server_args=self.args,
+            kv_cache_dtype=torch.bfloat16, model_dtype=torch.bfloat16, page_size=self.runner.page_size,
+            sliding_window_size=None, spec_algorithm=SpeculativeAlgorithm.from_string(None), is_draft_worker=False,
             post_capture_kv_active=False, spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=False,
             is_hybrid_swa_compress=False, use_mla_backend=False,
             layer_info=ModelLayerInfo(start_layer=0, end_layer=layers, num_effective_layers=layers),
             forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None,
+            attn_dp_size=1, pp_size=1,
         )  # fmt: skip
+        names = {f.name for f in dataclasses.fields(KVCacheConfigurator) if f.init}
+        if "ps" in names:  # 0.5.16 to 0.5.20: the parallel state as one object
+            from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+
+            values["ps"] = ParallelState.trivial()
+        return KVCacheConfigurator(**{name: value for name, value in values.items() if name in names})
 
     def sizer(self) -> Any:
         """What SGLang sizes its pool with: the configurator (0.5.16 on) or the model runner (its mixin, before)."""
@@ -165,18 +197,23 @@ class Instance:
         return int(config.max_total_num_tokens)
 
     def stock(self) -> int | str:
-        """What stock SGLang's ``_profile_available_bytes`` (the original the hook wraps) gives now, or its error."""
+        """What stock SGLang's ``_profile_available_bytes`` (the original the hook wraps) gives now, through SGLang's
+        pool configurator, or the error either raises (the budget's from 0.5.14, the configurator's before)."""
+        from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
+
         sizer = self.sizer()
         stock = type(sizer)._profile_available_bytes.__wrapped__
         try:
-            return int(stock(sizer, self.runner.pre_model_load_memory))
-        except ValueError as exc:
+            nbytes = int(stock(sizer, self.runner.pre_model_load_memory))
+            create_memory_pool_configurator(sizer).calculate_pool_sizes(nbytes, self.runner.page_size)
+            return nbytes
+        except (ValueError, RuntimeError) as exc:
             return str(exc)
 
     def allocate(self, tokens: int) -> None:
         """The pool as SGLang allocates it: a key and a value tensor per layer, one page more than its tokens."""
         c = self.config
-        per_tensor = (tokens + self.args.page_size) * c.get_num_kv_heads(1) * c.head_dim * 2
+        per_tensor = (tokens + self.runner.page_size) * c.get_num_kv_heads(1) * c.head_dim * 2
         self.held += [self.device.torch.malloc(per_tensor) for _ in range(2 * c.num_hidden_layers)]
 
     def capture(self, kept: int) -> None:
@@ -189,6 +226,19 @@ class Instance:
         from devmem.integrations.sglang import runner
 
         return getattr(self.runner, runner.MEMORY)
+
+
+def _graph_reserve(args: Any) -> int | None:
+    """SGLang's own estimate of its graphs where the release has one, in bytes: a method of its ServerArgs (0.5.16
+    to 0.5.18) or a function of them (0.5.19 on)."""
+    method = getattr(args, "reserve_for_graph_mb", None)
+    if callable(method):
+        return int(method() * MiB)
+    try:
+        from sglang.srt.arg_groups.memory_hook import reserve_for_graph_mb
+    except ImportError:
+        return None
+    return int(reserve_for_graph_mb(args) * MiB)
 
 
 def _configurator_shape() -> bool:
@@ -221,7 +271,7 @@ def _served(device: Device, fraction: float, during: Any = None) -> dict[str, An
     return {
         "tokens": tokens,
         "cell": int(create_memory_pool_configurator(instance.sizer())._cell_size),
-        "page": int(instance.args.page_size),
+        "page": int(instance.runner.page_size),
         "layers": int(instance.config.num_hidden_layers),
         "share": memory.reservation.bytes,
         "footprint": device.own(),
@@ -229,6 +279,92 @@ def _served(device: Device, fraction: float, during: Any = None) -> dict[str, An
         "held_at_baseline": memory.baseline.process or 0,
         "held_before_pool": memory.profile_result.total_consumed,
     }
+
+
+def _recaptured(device: Device) -> dict[str, Any]:
+    """A start served, then its graphs captured again through the same method (SGLang 0.5.11 to 0.5.13 do so after
+    a weight update): whether SGLang's capture ran, and whether the share is still held."""
+    from devmem.integrations.sglang import runner
+
+    instance = Instance(device, 0.3)
+    instance.start()
+    instance.load()
+    instance.allocate(instance.size())
+    instance.capture(0)
+    ran: list[bool] = []
+    try:
+        runner.capture(lambda _: ran.append(True), instance.runner)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "still_reserved": not instance.memory().closed}
+    return {"ran": bool(ran), "still_reserved": not instance.memory().closed}
+
+
+def _defaults(device: Device) -> dict[str, Any]:
+    """A start with SGLang's own mem_fraction_static, chunked prefill and graphs: what SGLang resolved beside what
+    devmem's start took (``None`` where devmem did not start)."""
+    from devmem.integrations.sglang import runner
+
+    instance = Instance(device, None, chunked_prefill_size=None, disable_cuda_graph=False)
+    instance.start()
+    found = runner._starts.get(0)
+    return {
+        "sglang_fraction": instance.runner.mem_fraction_static,
+        "devmem_fraction": None if found is None else found.fraction,
+        "sglang_chunk": _schedule(instance.args, "chunked_prefill_size"),
+        "activations": None if found is None else found.activations,
+        "sglang_graphs": _graph_reserve(instance.args),
+        "graphs": None if found is None else found.graphs.estimate,
+    }
+
+
+def _post_capture(device: Device) -> dict[str, Any] | None:
+    """A start with SGLang's post-capture resize asked for (``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1``): whether
+    SGLang's own switch reads on before devmem's start and after it (``None`` where the release has no such switch)."""
+    from sglang.srt.environ import envs
+
+    from devmem.integrations.sglang import runner
+
+    field = getattr(envs, runner.POST_CAPTURE_ENV, None)
+    if field is None:
+        return None
+    os.environ[runner.POST_CAPTURE_ENV] = "1"
+    try:
+        before = bool(field.get())
+        Instance(device, 0.3).start()
+        return {"before": before, "after": bool(field.get())}
+    finally:
+        os.environ.pop(runner.POST_CAPTURE_ENV, None)
+
+
+def _pageless(device: Device) -> dict[str, Any]:
+    """A release whose pool owner has no page size: devmem's budget leaves the pool to SGLang (its tokens, or what
+    it raised: never devmem's own error)."""
+    instance = Instance(device, 0.3)
+    instance.start()
+    instance.load()
+    sizer = instance.sizer()
+    page = sizer.page_size
+    sizer.page_size = None
+    from devmem.integrations.sglang import runner
+
+    try:
+        return {"budget": runner.budget(lambda owner, memory: 1234, sizer, instance.runner.pre_model_load_memory)}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        sizer.page_size = page
+
+
+def _multimodal(device: Device) -> dict[str, Any]:
+    """A multimodal model's start: what SGLang keeps out of the pool for its multimodal caches (0 where the release
+    keeps none) and the pool devmem sizes."""
+    from devmem.integrations.sglang import runner
+
+    instance = Instance(device, 0.3)
+    instance.config.is_multimodal = True
+    instance.start()
+    instance.load()
+    return {"reserve": runner.multimodal_reserve(instance.sizer()), "tokens": instance.size()}
 
 
 def main() -> None:
@@ -245,6 +381,7 @@ def main() -> None:
     result["off_hooks"] = sorted(HookRegistry._hooks)
     del os.environ[plugin.ENABLE_ENV]
     result["registration"] = registration()
+    _server_args(0.3)  # published before the groups: 0.5.21 on reads their widths from the publication
     _parallel_state()
     with tempfile.TemporaryDirectory() as ledger:
         result["alone"] = _served(_fresh(ledger + "/a"), 0.3)
@@ -270,6 +407,11 @@ def main() -> None:
             result["overcommit"] = "admitted"
         except devmem.ReservationRefused as exc:
             result["overcommit"] = str(exc)
+        result["recapture"] = _recaptured(_fresh(ledger + "/f"))
+        result["defaults"] = _defaults(_fresh(ledger + "/g"))
+        result["post_capture"] = _post_capture(_fresh(ledger + "/h"))
+        result["pageless"] = _pageless(_fresh(ledger + "/i"))
+        result["multimodal"] = _multimodal(_fresh(ledger + "/j"))
         device = _fresh(ledger + "/e")
         failing = Instance(device, 0.6)
         failing.start()

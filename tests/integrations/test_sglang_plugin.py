@@ -2,7 +2,7 @@
 scripted H200 (tests/integrations/sglang_driver.py, one process per installed SGLang copy).
 
 The copies are the folders under ``$DEVMEM_SGLANG_COPIES`` (default ``/tmp/devmem-sglang``): one per release
-(``0.5.16/``, ``0.5.15.post1/``), each SGLang installed there with ``pip install --no-deps --target``, beside
+(``0.5.11/``, ``0.5.16/``, ...), each SGLang installed there with ``pip install --no-deps --target``, beside
 ``deps/``, the modules its scheduler path imports (.ci/run installs them). Where there is none, or where this
 interpreter cannot import one (a fresh virtualenv without them), its tests skip with the reason.
 """
@@ -53,7 +53,7 @@ def run(request, tmp_path_factory):
     """What the driver saw on one SGLang copy (its JSON)."""
     version = request.param
     if version is None:
-        pytest.skip(f"no SGLang copy under {COPIES} (.ci/run installs 0.5.16 and 0.5.15.post1 there)")
+        pytest.skip(f"no SGLang copy under {COPIES} (.ci/run's install_sglang installs them there)")
     tmp = tmp_path_factory.mktemp(f"sglang-{version}")
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text(json.dumps(TINYLLAMA))
@@ -142,7 +142,8 @@ def test_a_co_tenant_churning_during_the_start_changes_nothing(run):
 @pytest.mark.slow
 def test_a_co_tenant_loading_meanwhile_fails_stock_sglang_and_leaves_devmems_pool_alone(run):
     assert run["cotenant"]["devmem_tokens"] == run["alone"]["tokens"]
-    assert "Loaded weights leave no GPU memory for the KV cache" in run["cotenant"]["stock"]
+    stock = run["cotenant"]["stock"]  # SGLang's budget refuses (0.5.14 on), or its pool configurator does (before)
+    assert any(error in str(stock) for error in ("Loaded weights leave no GPU memory", "Not enough memory"))
 
 
 @pytest.mark.slow
@@ -153,6 +154,33 @@ def test_an_over_committed_start_is_refused_before_its_weights_naming_the_holder
 @pytest.mark.slow
 def test_a_failed_graph_capture_gives_the_share_back(run):
     assert run["retry_after_failure"] > 0.6 * 139 * GiB  # admitted: the failed start holds nothing
+
+
+@pytest.mark.slow
+def test_a_second_graph_capture_is_sglangs_own_and_keeps_the_share(run):
+    assert run["recapture"] == {"ran": True, "still_reserved": True}
+
+
+@pytest.mark.slow
+def test_sglangs_own_mem_fraction_static_is_the_one_devmem_sizes_with(run):
+    defaults = run["defaults"]
+    assert defaults["sglang_fraction"] is not None
+    assert defaults["devmem_fraction"] == defaults["sglang_fraction"]
+
+
+@pytest.mark.slow
+def test_the_activation_estimate_follows_the_chunked_prefill_size_sglang_resolved(run):
+    defaults = run["defaults"]
+    sglangs = (512 + max(defaults["sglang_chunk"], 2048) * 1.5 + 128) * MiB  # its formula, tp = pp = 1
+    assert defaults["activations"] == pytest.approx(sglangs, abs=1)
+
+
+@pytest.mark.slow
+def test_the_graph_estimate_is_sglangs_own_where_the_release_has_one(run):
+    defaults = run["defaults"]
+    if defaults["sglang_graphs"] is None:
+        pytest.skip(f"SGLang {run['version']} has no graph estimate of its own (devmem's formula stands for it)")
+    assert defaults["graphs"] == defaults["sglang_graphs"]
 
 
 def test_pyproject_registers_the_plugin_with_sglang():
@@ -191,3 +219,24 @@ def test_sglangs_graph_estimate_before_0_5_16_is_two_mib_per_decode_batch():
 
 def test_no_graphs_no_graph_estimate():
     assert runner.graph_estimate(SimpleNamespace(disable_cuda_graph=True, cuda_graph_max_bs=160)) == 0
+
+
+@pytest.mark.slow
+def test_sglangs_post_capture_resize_is_turned_off_where_devmem_sizes_the_pool(run):
+    if run["post_capture"] is None:
+        pytest.skip(f"SGLang {run['version']} has no post-capture resize")
+    assert run["post_capture"] == {"before": True, "after": False}
+
+
+@pytest.mark.slow
+def test_a_pool_owner_without_a_page_size_is_left_to_sglang(run):
+    assert run["pageless"] == {"budget": 1234}
+
+
+@pytest.mark.slow
+def test_sglangs_multimodal_caches_are_kept_out_of_the_pool(run):
+    reserve, alone = run["multimodal"]["reserve"], run["alone"]
+    if reserve == 0:
+        pytest.skip(f"SGLang {run['version']} keeps nothing out of the pool for multimodal caches")
+    fewer = (alone["tokens"] - run["multimodal"]["tokens"]) * alone["cell"]
+    assert reserve <= fewer <= reserve + 2 * alone["page"] * alone["cell"]

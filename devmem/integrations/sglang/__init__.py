@@ -28,7 +28,7 @@ BUDGETS = (
     "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator",
     "sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin",
 )
-#: The model runner's graph capture, after the pool exists: 0.5.15 on, and before.
+#: The model runner's graph capture, after the pool exists: 0.5.14 on, and before.
 CAPTURES = ("init_cuda_graphs", "init_device_graphs")
 #: SGLang's own cell size (bytes per token over every layer) comes from this factory's configurator.
 POOLS = "sglang.srt.model_executor.pool_configurator"

@@ -95,6 +95,11 @@ def _load_engine() -> Any:
     return module
 
 
+def engine_shapes() -> dict[str, tuple[str, dict[str, Any]]]:
+    """examples/engine.py's named model shapes: the transformers config class and its arguments, by name."""
+    return _load_engine().MODELS
+
+
 def _engine_child(conn: Any, argv: list[str]) -> None:
     try:
         result = _load_engine().run(argv)
@@ -331,6 +336,7 @@ __all__ = [
     "MiB",
     "SAME_BUDGET",
     "engine_argv",
+    "engine_shapes",
     "failure_text",
     "format_table",
     "gib",

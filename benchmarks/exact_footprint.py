@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import engine_shapes
+
 MiB = 1 << 20
 TOLERANCE, TOLERANCE_SHARE = 64 * MiB, 0.0025
 SHAPES = {
@@ -65,18 +67,7 @@ SHAPES = {
         "max_position_embeddings": 32768,
         "tie_word_embeddings": True,
     },
-    "qwen3": {  # Qwen3-0.6B's shape: per-head q/k norms, 8 KV heads of 128
-        "model_type": "qwen3",
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        "max_position_embeddings": 40960,
-        "tie_word_embeddings": True,
-    },
+    "qwen3": {"model_type": "qwen3", **engine_shapes()["qwen3-0.6b"][1]},  # the example engine's Qwen3-0.6B
 }
 MODES = [
     ("one", "off"),

@@ -20,7 +20,6 @@ Usage: python benchmarks/fit_check.py --engine [--model DIR_OR_SHAPE] [--utiliza
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -30,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import ENGINE_PATH, engine_argv, format_table, machine, on_accelerator, run_engines, write_outputs
+from common import engine_argv, engine_shapes, format_table, machine, on_accelerator, run_engines, write_outputs
 
 import devmem
 from devmem.engine.kvcache import ALLOCATOR_GRANULARITY
@@ -69,14 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", default=None, help="a .json file, or a folder to write fit_check.json/.txt into")
     return p.parse_args(argv)
-
-
-def engine_shapes() -> dict[str, tuple[str, dict[str, Any]]]:
-    """examples/engine.py's named model shapes."""
-    spec = importlib.util.spec_from_file_location("devmem_example_engine_shapes", ENGINE_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MODELS
 
 
 def model_folder(name: str, scratch: Path, dtype: str) -> Path:

@@ -83,24 +83,26 @@ SCENARIOS: dict[str, tuple[int, float, str, dict[str, Any]]] = {
     "pinned-two-69": (2, 0.3, "both", {"pinned": 69}),  # 2 x 69 GiB fit an H200 (139.8 GiB), with the weights not
     "sampling-0.3": (2, 0.3, "both", {"load": ["heavy", "light"]}),
 }
-# the heaviest sampling vLLM accepts beside a light load (issue: "never over under the heaviest serving")
-LOADS = {
-    "light": dict(prompts=48, length=690, params={}),
-    "heavy": dict(
-        prompts=128,
-        length=1990,
-        params=dict(
-            temperature=0.8,
-            top_p=0.9,
-            top_k=50,
-            min_p=0.01,
-            presence_penalty=0.5,
-            frequency_penalty=0.5,
-            repetition_penalty=1.2,
-            logprobs=20,
-            prompt_logprobs=20,
-        ),
-    ),
+# the heaviest sampling vLLM accepts beside a light load (issue: "never over under the heaviest serving"): every
+# option on over the largest batch (``max_num_seqs`` short prompts, decoded together), and prompt logprobs over long
+# prompts. A load is a list of groups; ``prompts=None`` is the engine's max_num_seqs.
+EVERY_OPTION = dict(
+    temperature=0.8,
+    top_p=0.9,
+    top_k=50,
+    min_p=0.01,
+    presence_penalty=0.5,
+    frequency_penalty=0.5,
+    repetition_penalty=1.2,
+    logprobs=20,
+)
+LOADS: dict[str, list[dict[str, Any]]] = {
+    "plain": [dict(prompts=32, length=200, params={})],
+    "light": [dict(prompts=48, length=690, params={})],
+    "heavy": [
+        dict(prompts=None, length=24, params=EVERY_OPTION),
+        dict(prompts=16, length=1990, params=dict(EVERY_OPTION, prompt_logprobs=20)),
+    ],
 }
 
 
@@ -160,13 +162,16 @@ def instance(args: argparse.Namespace) -> None:
         llm = LLM(**options)
         out["start_s"] = time.time() - t0
         out["runner"] = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "default")
-        load = LOADS[args.load] if args.load else dict(prompts=32, length=200, params={})
-        params = SamplingParams(max_tokens=16, ignore_eos=True, detokenize=False, **load["params"])
-        prompts = [
-            TokensPrompt(prompt_token_ids=[1 + (i * 7 + j) % 30000 for j in range(load["length"] + i % 8)])
-            for i in range(load["prompts"])
-        ]
+        largest = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+        prompts, params = [], []
+        for group in LOADS[args.load or "plain"]:
+            for i in range(largest if group["prompts"] is None else group["prompts"]):
+                prompts.append(
+                    TokensPrompt(prompt_token_ids=[1 + (i * 7 + j) % 30000 for j in range(group["length"] + i % 8)])
+                )
+                params.append(SamplingParams(max_tokens=16, ignore_eos=True, detokenize=False, **group["params"]))
         llm.generate(prompts, params)
+        out["requests"] = len(prompts)
         out["num_gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)

@@ -24,6 +24,7 @@ from devmem.integrations import kit
 from devmem.integrations import vllm as plugin
 from devmem.integrations.vllm import worker
 from devmem.testing.torch_runtime import ScriptedTorch
+from devmem.units import format_size
 from devmem_nvidia.nvml_platform import NvmlPlatform
 from devmem_nvidia.testing import ScriptedNvml, h200_scenario
 
@@ -40,6 +41,21 @@ LAYERS = 22
 ACTIVATIONS = [300 * MiB + 1, 2 * GiB + 5]
 GRAPHS = 256 * MiB  # what the scripted capture keeps
 ROWS, VOCAB, CHUNK = 256, 32000, 2048  # the largest batch, TinyLlama's vocabulary, the longest prefill of a request
+
+
+def _sampler(kind: str):
+    """The sampler the runner ``kind`` builds (its class, without the device state its start allocates): V2's keeps
+    its penalty counts (``penalties_state``) from its start; V1's has none."""
+    if kind == "v1":
+        from vllm.v1.sample.sampler import Sampler
+
+        return object.__new__(Sampler)
+    from vllm.v1.worker.gpu.sample.penalties import PenaltiesState
+    from vllm.v1.worker.gpu.sample.sampler import Sampler
+
+    sampler = object.__new__(Sampler)
+    sampler.penalties_state = object.__new__(PenaltiesState)
+    return sampler
 
 
 def _runner_classes() -> dict[str, type]:
@@ -97,6 +113,7 @@ def _runner(kind: str = "v2"):
     class Runner(base):  # type: ignore[misc, valid-type]
         def __init__(self, rt, during_profile=lambda: None):
             self.rt, self.during_profile, self.model_memory_usage, self.captured = rt, during_profile, 0, []
+            self.sampler = _sampler(kind)
 
         def load(self):
             self.rt.malloc(2 * GiB)
@@ -136,7 +153,14 @@ worker.patch_worker(_Patched)
 
 
 def _worker(
-    runner, utilization=0.3, kv_cache_memory_bytes=None, graphs=False, model="tinyllama", cls=_Patched, max_logprobs=20
+    runner,
+    utilization=0.3,
+    kv_cache_memory_bytes=None,
+    graphs=False,
+    model="tinyllama",
+    cls=_Patched,
+    max_logprobs=20,
+    max_num_seqs=ROWS,
 ):
     w = object.__new__(cls)
     w.local_rank = 0
@@ -156,7 +180,7 @@ def _worker(
         max_logprobs=max_logprobs,
         get_vocab_size=lambda: VOCAB,
     )
-    w.scheduler_config = SimpleNamespace(max_num_seqs=ROWS, max_num_batched_tokens=8192)
+    w.scheduler_config = SimpleNamespace(max_num_seqs=max_num_seqs, max_num_batched_tokens=8192)
     return w
 
 
@@ -218,9 +242,10 @@ def test_vllm_is_given_devmems_plan_within_its_share(h200, current, kind):
     tensors = memory.layout.count or LAYERS  # one backing allocation from 0.30, a tensor per layer before
     for _ in range(tensors):
         current.malloc(budget // tensors)
-    heaviest = current.malloc(worker.sampler_charge(w)[0])  # serving's heaviest sampling beside the largest batch
+    heaviest = [current.malloc(n) for n, _ in worker.sampler_charges(w).values()]  # serving's heaviest sampling
     runner.profile_run()
-    current.free(heaviest)
+    for handle in heaviest:
+        current.free(handle)
     footprint = h200.processes(0)[h200.own_driver_pid]
     assert footprint <= memory.requested
     assert memory.requested - footprint <= 64 * MiB
@@ -487,45 +512,102 @@ def test_an_extensible_measurement_of_another_shape_turns_the_extensible_cache_o
     assert "devmem sizes the KV cache" in w.extensible_kv_cache_unsupported_reason()
 
 
-def test_the_heaviest_sampling_is_charged_beside_the_dummy_sampler_run(h200, current):
-    w = _started(h200, _runner()(current))
+def _v1():
+    if "v1" not in RUNNERS:
+        pytest.skip("this release has no V1 model runner")
+    return _runner("v1")
+
+
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_the_heaviest_sampling_is_charged_beside_the_dummy_sampler_run(h200, current, kind):
+    w = _started(h200, _runner(kind)(current))
     _sized(w)
     profile = getattr(w, worker.MEMORY).profile_result
-    assert profile.transient_peak_bytes >= worker.sampler_charge(w)[0] + ROWS * VOCAB * 4
+    charged = sum(n for n, _ in worker.sampler_charges(w).values())
+    assert profile.transient_peak_bytes >= charged + ROWS * VOCAB * 4
 
 
-def test_prompt_logprobs_over_the_longest_prefill_are_the_heaviest_sampling_where_logprobs_are_accepted(h200, current):
-    w = _worker(_runner()(current))
-    nbytes, why = worker.sampler_charge(w)
+def test_v1s_prompt_logprobs_over_the_longest_prefill_are_its_heaviest_sampling_where_logprobs_are_accepted(
+    h200, current
+):
+    nbytes, why = worker.sampler_charges(_worker(_v1()(current)))[worker.SAMPLER]
     assert nbytes == CHUNK * VOCAB * (2 + 4)
     assert why.startswith(f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits at 6 bytes")
 
 
-def test_a_model_accepting_no_logprobs_is_charged_the_penalties_alone(h200, current):
-    w = _worker(_runner()(current), max_logprobs=0)
-    nbytes, why = worker.sampler_charge(w)
+def test_v1_charges_a_model_accepting_no_logprobs_the_penalties_alone(h200, current):
+    nbytes, why = worker.sampler_charges(_worker(_v1()(current), max_logprobs=0))[worker.SAMPLER]
     assert nbytes == ROWS * VOCAB * 10
     assert why.startswith(f"penalties over {ROWS} requests x {VOCAB} logits at 10 bytes")
 
 
+def test_v1s_sampler_keeps_nothing_across_the_profile_pass(h200, current):
+    assert set(worker.sampler_charges(_worker(_v1()(current)))) == {worker.SAMPLER}
+
+
+def test_v2s_prompt_logprobs_are_charged_one_chunk_of_1024_prompt_tokens_in_fp32(h200, current):
+    nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current)))[worker.SAMPLER]
+    assert nbytes == 1024 * VOCAB * 4
+    assert why.startswith(f"prompt logprobs over chunks of 1024 prompt tokens x {VOCAB} logits at 4 bytes")
+
+
+def test_v2_charges_a_model_accepting_no_logprobs_an_fp32_copy_of_the_largest_batch(h200, current):
+    nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current), max_logprobs=0))[worker.SAMPLER]
+    assert nbytes == ROWS * VOCAB * 4
+    assert why.startswith(f"an fp32 copy over {ROWS} requests x {VOCAB} logits at 4 bytes")
+
+
+def test_v2_charges_a_batch_under_8_rows_top_k_top_ps_sort_and_keeps_no_kernel_rows(h200, current):
+    charges = worker.sampler_charges(_worker(_runner("v2")(current), max_logprobs=0, max_num_seqs=4))
+    assert charges == {worker.SAMPLER: (4 * VOCAB * 16, charges[worker.SAMPLER][1])}
+    assert charges[worker.SAMPLER][1].startswith(f"top-k/top-p's sort over 4 requests x {VOCAB} logits at 16 bytes")
+
+
+def test_v2s_kernel_rows_are_one_per_request_where_the_multiprocessors_are_unknown(h200, current):
+    nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current)))[worker.KERNEL_ROWS]
+    assert nbytes == ROWS * VOCAB * 4
+    assert why == f"{ROWS} fp32 rows of {VOCAB} logits, one per multiprocessor up to {ROWS}"
+
+
+@pytest.mark.parametrize(
+    ("multiprocessors", "rows", "kept"), [(132, 1024, 132), (132, 100, 128), (132, 8, 8), (None, 300, 300)]
+)
+def test_v2s_kernel_keeps_its_programs_rows_rounded_to_a_power_of_two_at_most_the_multiprocessors(
+    multiprocessors, rows, kept
+):
+    assert worker.kernel_rows(multiprocessors, rows) == kept
+
+
+def test_v2s_kernel_rows_are_held_across_the_whole_profile_pass(h200, current):
+    w = _started(h200, _runner("v2")(current))
+    _sized(w)
+    memory, charges = getattr(w, worker.MEMORY), worker.sampler_charges(w)
+    assert memory.held_charges[worker.KERNEL_ROWS].bytes == charges[worker.KERNEL_ROWS][0]
+    beside = sum(ACTIVATIONS) + charges[worker.SAMPLER][0] + ROWS * VOCAB * 4  # the pass at its sampler step
+    assert memory.profile_result.transient_peak_bytes >= beside + charges[worker.KERNEL_ROWS][0]
+
+
 def test_the_sampling_charge_says_the_settings_it_was_counted_from(h200, current):
-    said = worker.sampler_charge(_worker(_runner()(current)))[1]
+    said = worker.sampler_charges(_worker(_runner()(current)))[worker.SAMPLER][1]
     for setting in (f"vocabulary {VOCAB}", "max_logprobs 20", "max_num_batched_tokens 8192", f"max_model_len {CHUNK}"):
         assert setting in said
 
 
-def test_the_sampling_charge_is_named_in_explain_with_its_figure_and_reason(h200, current):
+def test_the_sampling_charges_are_named_in_explain_with_their_figures_and_reasons(h200, current):
     w = _started(h200, _runner()(current))
     _sized(w)
-    nbytes, why = worker.sampler_charge(w)
     memory = getattr(w, worker.MEMORY)
-    assert memory.held_charges[worker.SAMPLER].bytes == nbytes
-    assert f"profile window: 375.00 MiB held for {worker.SAMPLER} ({why}), inside its transient" in memory.explain()
+    for name, (nbytes, why) in worker.sampler_charges(w).items():
+        assert memory.held_charges[name].bytes == nbytes
+        assert (
+            f"profile window: {format_size(nbytes)} held for {name} ({why}), inside its transient" in memory.explain()
+        )
 
 
-def test_the_sampling_charge_and_its_reason_are_in_devmems_line_in_vllms_log(h200, current, vllm_log):
+def test_the_sampling_charges_and_their_reasons_are_in_devmems_line_in_vllms_log(h200, current, vllm_log):
     w = _started(h200, _runner()(current))
     with vllm_log.at_level(logging.INFO, logger="vllm.devmem"):
         _sized(w)
     (line,) = [r.getMessage() for r in vllm_log.records if r.getMessage().startswith("devmem sized the KV cache")]
-    assert line.endswith(f"; the profile window: 375.00 MiB held for {worker.SAMPLER} ({worker.sampler_charge(w)[1]})")
+    for name, (nbytes, why) in worker.sampler_charges(w).items():
+        assert f"; the profile window: {format_size(nbytes)} held for {name} ({why})" in line

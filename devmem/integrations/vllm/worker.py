@@ -44,9 +44,16 @@ RUNNER_METHODS = {"profile_run": ("self",), "capture_model": ("self",)}
 #: The attribute under which a worker keeps its EngineMemory; 0.34's extensible cache's measurement function (a
 #: global of the worker's module, read at call time).
 MEMORY, MEASURE = "devmem_memory", "measure_kv_cache_blocks"
-#: Bytes per logit serving's sampling takes beyond vLLM's dummy sampler run: the penalties' int64 token counts and
-#: bool masks, the raw logits' fp32 logprobs (docs/vllm.md, "The sampler"); the charge's name in ``explain()``.
-PENALTY_BYTES, LOGPROB_BYTES, SAMPLER = 10, 4, "the heaviest sampling vLLM accepts"
+#: Bytes per logit serving's sampling takes beyond vLLM's dummy sampler run (docs/vllm.md, "The sampler"). The V1
+#: runner's sampler materialises what it applies: the penalties' int64 token counts and bool masks, the raw logits' fp32
+#: logprobs. The V2 runner's keeps its penalty counts from its start and gathers logprobs of chosen tokens only: an
+#: fp32 copy of the logits, a torch sort where top-k/top-p meets a batch under 8 rows (fp32 values, int64 indices,
+#: fp32 probabilities), prompt logits 1,024 tokens at a time, and one fp32 row of the vocabulary per streaming
+#: multiprocessor (at most one per request) that its top-k/top-p kernel keeps for the process's life.
+PENALTY_BYTES, LOGPROB_BYTES, FP32_BYTES, SORT_BYTES = 10, 4, 4, 16
+V2_PROMPT_CHUNK, V2_KERNEL_MIN_ROWS = 1024, 8
+#: The charges' names in ``explain()``: held beside the dummy sampler run, and (V2) across the whole profile pass.
+SAMPLER, KERNEL_ROWS = "the heaviest sampling vLLM accepts", "the rows vLLM's top-k/top-p kernel keeps"
 
 starts, _memory = kit.Starts(log), kit.memory_of(MEMORY)
 
@@ -149,9 +156,12 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
     from vllm.utils.mem_utils import format_gib
     from vllm.v1.worker import gpu_worker, utils
 
-    runner, (sampler, why) = worker.model_runner, sampler_charge(worker)
+    runner, charges = worker.model_runner, sampler_charges(worker)
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile, contextlib.ExitStack() as stack:
-        stack.enter_context(kit.around(runner, "_dummy_sampler_run", lambda _: memory.hold(SAMPLER, sampler, why)))
+        if KERNEL_ROWS in charges:  # kept from its first use: held beside every step of the pass
+            stack.enter_context(memory.hold(KERNEL_ROWS, *charges[KERNEL_ROWS]))
+        sampling = charges[SAMPLER]
+        stack.enter_context(kit.around(runner, "_dummy_sampler_run", lambda _: memory.hold(SAMPLER, *sampling)))
         if "_scoped_allocator_max_split" in names:
             stack.enter_context(worker._scoped_allocator_max_split(max_split_size_mb=20))
         if "set_current_vllm_config" in functions and "set_current_vllm_config" in names:
@@ -182,22 +192,57 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
     return kv
 
 
-def sampler_charge(worker: Any) -> tuple[int, str]:
-    """What serving's heaviest sampling takes beyond vLLM's dummy sampler run, and from which settings: penalties
-    (and logprobs) over the largest batch, or prompt logprobs over the longest prefill chunk, whichever is more."""
-    model, scheduler = worker.model_config, worker.scheduler_config
+def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
+    """What serving's heaviest sampling takes beyond vLLM's dummy sampler run, by name (:data:`SAMPLER`, and on
+    the V2 runner :data:`KERNEL_ROWS`): bytes, and from which settings. The larger of the largest batch's sampling
+    (``min(max_num_seqs, max_num_batched_tokens)`` requests with every option on) and prompt logprobs over the
+    longest prefill (``min(max_num_batched_tokens, max_model_len)`` tokens; none where ``max_logprobs`` is 0)."""
+    model, scheduler, runner = worker.model_config, worker.scheduler_config, worker.model_runner
     vocab, most = int(model.get_vocab_size()), int(getattr(model, "max_logprobs", 0))  # 0: vLLM accepts none
     tokens, seqs, length = int(scheduler.max_num_batched_tokens), int(scheduler.max_num_seqs), int(model.max_model_len)
     rows, chunk = min(seqs, tokens), min(tokens, length)
-    per_row = PENALTY_BYTES + (LOGPROB_BYTES if most else 0)
-    per_token = int(getattr(model.dtype, "itemsize", 2)) + LOGPROB_BYTES
-    decode, prompt = rows * vocab * per_row, (chunk * vocab * per_token if most else 0)
     said = f"vocabulary {vocab}, max_logprobs {most}, max_num_batched_tokens {tokens}"
-    if prompt > decode:
-        why = f"prompt logprobs over a prefill chunk of {chunk} tokens x {vocab} logits at {per_token} bytes"
-        return prompt, f"{why} ({said}, max_model_len {length}; penalties and logprobs: {format_size(decode)})"
-    why = f"penalties{' and logprobs' if most else ''} over {rows} requests x {vocab} logits at {per_row} bytes"
-    return decode, f"{why} ({said}, max_num_seqs {seqs})"
+    if getattr(getattr(runner, "sampler", None), "penalties_state", None) is None:  # V1's sampler
+        per_row = PENALTY_BYTES + (LOGPROB_BYTES if most else 0)
+        per_token = int(getattr(model.dtype, "itemsize", 2)) + LOGPROB_BYTES
+        decode = (rows * vocab * per_row, f"penalties{' and logprobs' if most else ''}", per_row)
+        prompt = (chunk * vocab * per_token if most else 0, f"a prefill chunk of {chunk} tokens", per_token)
+        kept = 0
+    else:  # V2's
+        per_row = FP32_BYTES if rows >= V2_KERNEL_MIN_ROWS else SORT_BYTES
+        decode = (rows * vocab * per_row, "an fp32 copy" if per_row == FP32_BYTES else "top-k/top-p's sort", per_row)
+        part = min(chunk, V2_PROMPT_CHUNK)
+        prompt = (part * vocab * FP32_BYTES if most else 0, f"chunks of {part} prompt tokens", FP32_BYTES)
+        kept = kernel_rows(_multiprocessors(runner), rows) * vocab * FP32_BYTES if rows >= V2_KERNEL_MIN_ROWS else 0
+    charges = {}
+    if prompt[0] > decode[0]:
+        why = f"prompt logprobs over {prompt[1]} x {vocab} logits at {prompt[2]} bytes"
+        charges[SAMPLER] = (prompt[0], f"{why} ({said}, max_model_len {length}; the batch: {format_size(decode[0])})")
+    else:
+        why = f"{decode[1]} over {rows} requests x {vocab} logits at {decode[2]} bytes"
+        charges[SAMPLER] = (decode[0], f"{why} ({said}, max_num_seqs {seqs})")
+    if kept:
+        rows_kept = kept // (vocab * FP32_BYTES)
+        charges[KERNEL_ROWS] = (kept, f"{rows_kept} fp32 rows of {vocab} logits, one per multiprocessor up to {rows}")
+    return charges
+
+
+def kernel_rows(multiprocessors: int | None, rows: int) -> int:
+    """The rows V2's top-k/top-p kernel keeps: its programs (one per streaming multiprocessor, at most ``rows``)
+    rounded up to a power of two, at most the multiprocessors; ``rows`` where their count is unknown."""
+    if multiprocessors is None:
+        return rows
+    return min(1 << (min(multiprocessors, rows) - 1).bit_length(), multiprocessors)
+
+
+def _multiprocessors(runner: Any) -> int | None:
+    """The streaming multiprocessors of the runner's CUDA device; ``None`` off CUDA."""
+    import torch
+
+    device = getattr(runner, "device", None)
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _graphs(worker: Any, memory: EngineMemory) -> GraphsAfterCache | None:

@@ -531,36 +531,61 @@ def test_v1s_prompt_logprobs_over_the_longest_prefill_are_its_heaviest_sampling_
     h200, current
 ):
     nbytes, why = worker.sampler_charges(_worker(_v1()(current)))[worker.SAMPLER]
-    assert nbytes == CHUNK * VOCAB * (2 + 4)
+    assert nbytes == CHUNK * VOCAB * (2 + 4) + CHUNK * 20 * 24
     assert why.startswith(f"prompt logprobs over a prefill chunk of {CHUNK} tokens x {VOCAB} logits at 6 bytes")
 
 
 def test_v1_charges_a_model_accepting_no_logprobs_the_penalties_alone(h200, current):
     nbytes, why = worker.sampler_charges(_worker(_v1()(current), max_logprobs=0))[worker.SAMPLER]
     assert nbytes == ROWS * VOCAB * 10
-    assert why.startswith(f"penalties over {ROWS} requests x {VOCAB} logits at 10 bytes")
+    assert why.startswith(f"penalties over {ROWS} rows x {VOCAB} logits at 10 bytes (")
 
 
-def test_v1s_sampler_keeps_nothing_across_the_profile_pass(h200, current):
-    assert set(worker.sampler_charges(_worker(_v1()(current)))) == {worker.SAMPLER}
+def test_v1s_allowed_token_mask_is_kept_for_every_request_slot(h200, current):
+    nbytes, why = worker.sampler_charges(_worker(_v1()(current)))[worker.ALLOWED_MASK]
+    assert (nbytes, why) == (ROWS * VOCAB, f"{ROWS} request slots x {VOCAB} logits at 1 byte")
 
 
 def test_v2s_prompt_logprobs_are_charged_one_chunk_of_1024_prompt_tokens_in_fp32(h200, current):
     nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current)))[worker.SAMPLER]
-    assert nbytes == 1024 * VOCAB * 4
-    assert why.startswith(f"prompt logprobs over chunks of 1024 prompt tokens x {VOCAB} logits at 4 bytes")
+    assert nbytes == 1024 * VOCAB * 4 + 1024 * 20 * 24
+    assert why.startswith(
+        f"prompt logprobs over chunks of 1024 prompt tokens x {VOCAB} logits at 4 bytes; 20 logprobs a row at 24 bytes"
+    )
 
 
 def test_v2_charges_a_model_accepting_no_logprobs_an_fp32_copy_of_the_largest_batch(h200, current):
     nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current), max_logprobs=0))[worker.SAMPLER]
     assert nbytes == ROWS * VOCAB * 4
-    assert why.startswith(f"an fp32 copy over {ROWS} requests x {VOCAB} logits at 4 bytes")
+    assert why.startswith(f"an fp32 copy over {ROWS} rows x {VOCAB} logits at 4 bytes (")
+
+
+def test_v2_keeps_no_allowed_token_mask(h200, current):
+    assert worker.ALLOWED_MASK not in worker.sampler_charges(_worker(_runner("v2")(current)))
+
+
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_a_model_allowing_every_tokens_logprobs_is_charged_the_whole_vocabularys_top_k(h200, current, kind):
+    every = worker.sampler_charges(_worker(_runner(kind)(current), max_logprobs=-1))[worker.SAMPLER]
+    some = worker.sampler_charges(_worker(_runner(kind)(current), max_logprobs=20))[worker.SAMPLER]
+    assert every[0] - some[0] >= ROWS * (VOCAB - 20) * 24
+    assert f"{VOCAB} logprobs a row at 24 bytes each" in every[1]
+
+
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_speculative_tokens_widen_the_largest_batch_by_their_rows_and_logits(h200, current, kind):
+    w = _worker(_runner(kind)(current), max_logprobs=0)
+    alone = worker.sampler_charges(w)[worker.SAMPLER][0]
+    w.vllm_config.speculative_config = SimpleNamespace(num_speculative_tokens=3)
+    nbytes, why = worker.sampler_charges(w)[worker.SAMPLER]
+    assert nbytes == alone * 4 + 3 * ROWS * VOCAB * 2
+    assert f"over {4 * ROWS} rows" in why and why.endswith(f"max_num_seqs {ROWS}, 3 speculative tokens)")
 
 
 def test_v2_charges_a_batch_under_8_rows_top_k_top_ps_sort_and_keeps_no_kernel_rows(h200, current):
     charges = worker.sampler_charges(_worker(_runner("v2")(current), max_logprobs=0, max_num_seqs=4))
     assert charges == {worker.SAMPLER: (4 * VOCAB * 16, charges[worker.SAMPLER][1])}
-    assert charges[worker.SAMPLER][1].startswith(f"top-k/top-p's sort over 4 requests x {VOCAB} logits at 16 bytes")
+    assert charges[worker.SAMPLER][1].startswith(f"top-k/top-p's sort over 4 rows x {VOCAB} logits at 16 bytes")
 
 
 def test_v2s_kernel_rows_are_one_per_request_where_the_multiprocessors_are_unknown(h200, current):
@@ -578,13 +603,17 @@ def test_v2s_kernel_keeps_its_programs_rows_rounded_to_a_power_of_two_at_most_th
     assert worker.kernel_rows(multiprocessors, rows) == kept
 
 
-def test_v2s_kernel_rows_are_held_across_the_whole_profile_pass(h200, current):
-    w = _started(h200, _runner("v2")(current))
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_what_sampling_keeps_from_its_first_use_is_held_across_the_whole_profile_pass(h200, current, kind):
+    w = _started(h200, _runner(kind)(current))
     _sized(w)
     memory, charges = getattr(w, worker.MEMORY), worker.sampler_charges(w)
-    assert memory.held_charges[worker.KERNEL_ROWS].bytes == charges[worker.KERNEL_ROWS][0]
+    kept = [name for name in worker.KEPT_CHARGES if name in charges]
+    assert kept
+    for name in kept:
+        assert memory.held_charges[name].bytes == charges[name][0]
     beside = sum(ACTIVATIONS) + charges[worker.SAMPLER][0] + ROWS * VOCAB * 4  # the pass at its sampler step
-    assert memory.profile_result.transient_peak_bytes >= beside + charges[worker.KERNEL_ROWS][0]
+    assert memory.profile_result.transient_peak_bytes >= beside + sum(charges[name][0] for name in kept)
 
 
 def test_the_sampling_charge_says_the_settings_it_was_counted_from(h200, current):

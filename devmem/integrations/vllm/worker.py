@@ -52,8 +52,19 @@ MEMORY, MEASURE = "devmem_memory", "measure_kv_cache_blocks"
 #: multiprocessor (at most one per request) that its top-k/top-p kernel keeps for the process's life.
 PENALTY_BYTES, LOGPROB_BYTES, FP32_BYTES, SORT_BYTES = 10, 4, 4, 16
 V2_PROMPT_CHUNK, V2_KERNEL_MIN_ROWS = 1024, 8
-#: The charges' names in ``explain()``: held beside the dummy sampler run, and (V2) across the whole profile pass.
-SAMPLER, KERNEL_ROWS = "the heaviest sampling vLLM accepts", "the rows vLLM's top-k/top-p kernel keeps"
+#: Bytes per requested logprob of a row, both samplers: the top-k's fp32 values and int64 indices, the chosen token
+#: beside them (int64) and their fp32 scores. V1's allowed-token mask: a bool a logit per request slot, allocated at
+#: the first request that sets ``allowed_token_ids`` and kept.
+TOPK_BYTES, MASK_BYTES = 24, 1
+#: The charges' names in ``explain()``: held beside the dummy sampler run, and (kept from their first use) across the
+#: whole profile pass.
+SAMPLER, KERNEL_ROWS, ALLOWED_MASK = (
+    "the heaviest sampling vLLM accepts",
+    "the rows vLLM's top-k/top-p kernel keeps",
+    "vLLM's allowed-token mask",
+)
+#: The charges kept from their first use, held across the whole profile pass.
+KEPT_CHARGES = (KERNEL_ROWS, ALLOWED_MASK)
 
 starts, _memory = kit.Starts(log), kit.memory_of(MEMORY)
 
@@ -158,8 +169,9 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
 
     runner, charges = worker.model_runner, sampler_charges(worker)
     with memory.profile(weights_memory=int(runner.model_memory_usage)) as profile, contextlib.ExitStack() as stack:
-        if KERNEL_ROWS in charges:  # kept from its first use: held beside every step of the pass
-            stack.enter_context(memory.hold(KERNEL_ROWS, *charges[KERNEL_ROWS]))
+        for name in KEPT_CHARGES:  # kept from their first use: held beside every step of the pass
+            if name in charges:
+                stack.enter_context(memory.hold(name, *charges[name]))
         sampling = charges[SAMPLER]
         stack.enter_context(kit.around(runner, "_dummy_sampler_run", lambda _: memory.hold(SAMPLER, *sampling)))
         if "_scoped_allocator_max_split" in names:
@@ -193,38 +205,48 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
 
 
 def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
-    """What serving's heaviest sampling takes beyond vLLM's dummy sampler run, by name (:data:`SAMPLER`, and on
-    the V2 runner :data:`KERNEL_ROWS`): bytes, and from which settings. The larger of the largest batch's sampling
-    (``min(max_num_seqs, max_num_batched_tokens)`` requests with every option on) and prompt logprobs over the
-    longest prefill (``min(max_num_batched_tokens, max_model_len)`` tokens; none where ``max_logprobs`` is 0)."""
+    """What serving's heaviest sampling takes beyond vLLM's dummy sampler run, by name (:data:`SAMPLER`, and what
+    stays from its first use: :data:`KERNEL_ROWS` on the V2 runner, :data:`ALLOWED_MASK` on V1): bytes, and from
+    which settings. :data:`SAMPLER` is the larger of the largest batch's sampling (``min(max_num_seqs x (1 +
+    speculative tokens), max_num_batched_tokens)`` rows with every option on and ``max_logprobs`` logprobs, the
+    whole vocabulary where it is -1) and prompt logprobs over the longest prefill (``min(max_num_batched_tokens,
+    max_model_len)`` tokens; none where ``max_logprobs`` is 0)."""
     model, scheduler, runner = worker.model_config, worker.scheduler_config, worker.model_runner
-    vocab, most = int(model.get_vocab_size()), int(getattr(model, "max_logprobs", 0))  # 0: vLLM accepts none
+    vocab, most = int(model.get_vocab_size()), int(getattr(model, "max_logprobs", 0))  # 0: none, -1: every token
     tokens, seqs, length = int(scheduler.max_num_batched_tokens), int(scheduler.max_num_seqs), int(model.max_model_len)
-    rows, chunk = min(seqs, tokens), min(tokens, length)
+    speculative = int(
+        getattr(getattr(worker.vllm_config, "speculative_config", None), "num_speculative_tokens", 0) or 0
+    )
+    rows, chunk, logprobs = min(seqs * (1 + speculative), tokens), min(tokens, length), vocab if most < 0 else most
+    itemsize = int(getattr(model.dtype, "itemsize", 2))
+    unsampled = (rows - min(seqs, tokens)) * vocab * itemsize  # logits of speculative rows the dummy run lacks
     said = f"vocabulary {vocab}, max_logprobs {most}, max_num_batched_tokens {tokens}"
     if getattr(getattr(runner, "sampler", None), "penalties_state", None) is None:  # V1's sampler
-        per_row = PENALTY_BYTES + (LOGPROB_BYTES if most else 0)
-        per_token = int(getattr(model.dtype, "itemsize", 2)) + LOGPROB_BYTES
+        per_row, per_token = PENALTY_BYTES + (LOGPROB_BYTES if most else 0), itemsize + LOGPROB_BYTES
         decode = (rows * vocab * per_row, f"penalties{' and logprobs' if most else ''}", per_row)
         prompt = (chunk * vocab * per_token if most else 0, f"a prefill chunk of {chunk} tokens", per_token)
-        kept = 0
+        kept = {ALLOWED_MASK: (seqs * vocab * MASK_BYTES, f"{seqs} request slots x {vocab} logits at 1 byte")}
     else:  # V2's
         per_row = FP32_BYTES if rows >= V2_KERNEL_MIN_ROWS else SORT_BYTES
         decode = (rows * vocab * per_row, "an fp32 copy" if per_row == FP32_BYTES else "top-k/top-p's sort", per_row)
-        part = min(chunk, V2_PROMPT_CHUNK)
-        prompt = (part * vocab * FP32_BYTES if most else 0, f"chunks of {part} prompt tokens", FP32_BYTES)
-        kept = kernel_rows(_multiprocessors(runner), rows) * vocab * FP32_BYTES if rows >= V2_KERNEL_MIN_ROWS else 0
-    charges = {}
+        chunk = min(chunk, V2_PROMPT_CHUNK)
+        prompt = (chunk * vocab * FP32_BYTES if most else 0, f"chunks of {chunk} prompt tokens", FP32_BYTES)
+        kept = {}
+        if rows >= V2_KERNEL_MIN_ROWS:
+            count = kernel_rows(_multiprocessors(runner), rows)
+            why = f"{count} fp32 rows of {vocab} logits, one per multiprocessor up to {rows}"
+            kept[KERNEL_ROWS] = (count * vocab * FP32_BYTES, why)
+    topk = f"; {logprobs} logprobs a row at {TOPK_BYTES} bytes each" if logprobs else ""
+    decode = (decode[0] + unsampled + rows * logprobs * TOPK_BYTES, *decode[1:])
+    prompt = (prompt[0] + chunk * logprobs * TOPK_BYTES if most else 0, *prompt[1:])
     if prompt[0] > decode[0]:
-        why = f"prompt logprobs over {prompt[1]} x {vocab} logits at {prompt[2]} bytes"
-        charges[SAMPLER] = (prompt[0], f"{why} ({said}, max_model_len {length}; the batch: {format_size(decode[0])})")
+        why = f"prompt logprobs over {prompt[1]} x {vocab} logits at {prompt[2]} bytes{topk}"
+        charges = {SAMPLER: (prompt[0], f"{why} ({said}, max_model_len {length}; the batch: {format_size(decode[0])})")}
     else:
-        why = f"{decode[1]} over {rows} requests x {vocab} logits at {decode[2]} bytes"
-        charges[SAMPLER] = (decode[0], f"{why} ({said}, max_num_seqs {seqs})")
-    if kept:
-        rows_kept = kept // (vocab * FP32_BYTES)
-        charges[KERNEL_ROWS] = (kept, f"{rows_kept} fp32 rows of {vocab} logits, one per multiprocessor up to {rows}")
-    return charges
+        spec = f", {speculative} speculative tokens" if speculative else ""
+        why = f"{decode[1]} over {rows} rows x {vocab} logits at {decode[2]} bytes{topk}"
+        charges = {SAMPLER: (decode[0], f"{why} ({said}, max_num_seqs {seqs}{spec})")}
+    return {**charges, **kept}
 
 
 def kernel_rows(multiprocessors: int | None, rows: int) -> int:

@@ -24,6 +24,9 @@ baseline (the first configuration of a process also creates the CUDA context ins
 could not use (``unusable``: the cache's budget less what its whole blocks take, below one more block's rounding:
 n equal tensors of 2 MiB-rounded segments grow n x 2 MiB at a time) and whether the rest, what the plan charged
 beyond what the engine took, is within the same tolerance (``charged``).
+Each row's ``trace`` follows the bytes step by step (after the model, the profile, the graph window, the cache,
+a capture after it, the pass with the cache, the replay): NVML's figure beside torch's reserved, allocated and
+cached-free bytes per pool, so a footprint over its plan shows the step it grew at.
 
 Usage: python benchmarks/exact_footprint.py [--utilizations 0.1125,0.5,0.9] [--modes low/off,kv/off] [--out DIR]
 (an NVIDIA GPU)
@@ -109,6 +112,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def allocator_state(torch: Any, pynvml: Any, base: int) -> dict[str, int]:
+    """This process's memory beside torch's allocator's own figures: NVML's (less the configuration's baseline),
+    reserved and allocated, and the cached free bytes per pool (what a pass can take without reserving)."""
+    stats = torch.cuda.memory_stats(0)
+    state = {"nvml": own_nvml_bytes(pynvml) - base}
+    for key in ("reserved_bytes", "allocated_bytes", "inactive_split_bytes"):
+        for pool in ("small_pool", "large_pool"):
+            state[f"{key.removesuffix('_bytes')}_{pool.removesuffix('_pool')}"] = int(
+                stats.get(f"{key}.{pool}.current", 0)
+            )
+    state["segments"] = int(stats.get("segment.all.current", 0))
+    return state
+
+
 def own_nvml_bytes(pynvml: Any) -> int:
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     return sum(
@@ -169,14 +186,17 @@ class Run:
         model = self.build()
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         graphs: list[Any] = []
+        trace = {"model": allocator_state(self.t, pynvml, base)}  # where the bytes went, step by step
         with memory.profile(weights_memory=weights):
             for _ in range(PROFILE_PASSES):
                 self.forward(model)
             if self.graphs == "profile":
                 graphs = self.capture(model)
+        trace["profile"] = allocator_state(self.t, pynvml, base)
         if self.graphs == "window":
             with memory.graphs():
                 graphs = self.capture(model)
+            trace["graphs"] = allocator_state(self.t, pynvml, base)
         declared = None
         if self.graphs in ("after", "restart"):  # one key a shape, layout and allocator: its restart reads it
             store = ProfileStore(os.environ.get("DEVMEM_PROFILE_DIR") or Path.home() / ".cache/devmem-benchmark")
@@ -208,13 +228,17 @@ class Run:
         else:
             plan = memory.plan(page_size_bytes=page, num_layers=layers, graphs=declared)
             cache = [memory.allocate().buffer]
+        trace["cache"] = allocator_state(self.t, pynvml, base)
         if declared is not None:
             with memory.graphs_after_cache():
                 graphs = self.capture(model)
+            trace["graphs_after_cache"] = allocator_state(self.t, pynvml, base)
         self.forward(model)
+        trace["forward"] = allocator_state(self.t, pynvml, base)
         if graphs:  # replayed through the list: a loop variable would keep the pool alive past this run
             graphs[-1][0].replay()
         self.t.cuda.synchronize(self.dev)
+        trace["replay"] = allocator_state(self.t, pynvml, base)
         footprint = own_nvml_bytes(pynvml) - base
         requested = memory.requested
         profile = memory.profile_result
@@ -242,6 +266,7 @@ class Run:
             transient_note=next((n for n in profile.notes if n.startswith("transient headroom")), ""),
             baseline_process=base,
             seconds=round(time.perf_counter() - start, 2),
+            trace=trace,
         )
         # what the layout could not use: less than one more block's rounding (equal tensors grow together)
         row["unusable"] = row["kv_cache_bytes"] - row["kv_reserved"]

@@ -582,6 +582,22 @@ def test_speculative_tokens_widen_the_largest_batch_by_their_rows_and_logits(h20
     assert f"over {4 * ROWS} rows" in why and why.endswith(f"max_num_seqs {ROWS}, 3 speculative tokens)")
 
 
+@pytest.mark.parametrize("kind", sorted(RUNNERS))
+def test_a_pooling_model_is_charged_no_sampling(h200, current, kind):
+    runner = _runner(kind)(current)
+    runner.is_pooling_model = True
+    assert worker.sampler_charges(_worker(runner)) == {}
+
+
+def test_a_rank_without_a_sampler_is_charged_no_sampling(h200, current):
+    runner = _runner("v2")(current)
+    runner.sampler = None  # V2's earlier pipeline stages build none
+    w = _started(h200, runner)
+    _sized(w)
+    assert worker.sampler_charges(w) == {}
+    assert getattr(w, worker.MEMORY).held_charges == {}
+
+
 def test_v2_charges_a_batch_under_8_rows_top_k_top_ps_sort_and_keeps_no_kernel_rows(h200, current):
     charges = worker.sampler_charges(_worker(_runner("v2")(current), max_logprobs=0, max_num_seqs=4))
     assert charges == {worker.SAMPLER: (4 * VOCAB * 16, charges[worker.SAMPLER][1])}

@@ -172,8 +172,9 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
         for name in KEPT_CHARGES:  # kept from their first use: held beside every step of the pass
             if name in charges:
                 stack.enter_context(memory.hold(name, *charges[name]))
-        sampling = charges[SAMPLER]
-        stack.enter_context(kit.around(runner, "_dummy_sampler_run", lambda _: memory.hold(SAMPLER, *sampling)))
+        if SAMPLER in charges:
+            sampling = charges[SAMPLER]
+            stack.enter_context(kit.around(runner, "_dummy_sampler_run", lambda _: memory.hold(SAMPLER, *sampling)))
         if "_scoped_allocator_max_split" in names:
             stack.enter_context(worker._scoped_allocator_max_split(max_split_size_mb=20))
         if "set_current_vllm_config" in functions and "set_current_vllm_config" in names:
@@ -207,11 +208,15 @@ def available_memory(worker: Any, memory: EngineMemory, names: tuple[str, ...], 
 def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
     """What serving's heaviest sampling takes beyond vLLM's dummy sampler run, by name (:data:`SAMPLER`, and what
     stays from its first use: :data:`KERNEL_ROWS` on the V2 runner, :data:`ALLOWED_MASK` on V1): bytes, and from
-    which settings. :data:`SAMPLER` is the larger of the largest batch's sampling (``min(max_num_seqs x (1 +
+    which settings; none where this rank samples nothing (a pooling model, V2's earlier pipeline stages, which
+    build no sampler). :data:`SAMPLER` is the larger of the largest batch's sampling (``min(max_num_seqs x (1 +
     speculative tokens), max_num_batched_tokens)`` rows with every option on and ``max_logprobs`` logprobs, the
     whole vocabulary where it is -1) and prompt logprobs over the longest prefill (``min(max_num_batched_tokens,
     max_model_len)`` tokens; none where ``max_logprobs`` is 0)."""
     model, scheduler, runner = worker.model_config, worker.scheduler_config, worker.model_runner
+    sampler = getattr(runner, "sampler", None)
+    if sampler is None or getattr(runner, "is_pooling_model", False):  # V2's earlier pipeline stages, pooling
+        return {}
     vocab, most = int(model.get_vocab_size()), int(getattr(model, "max_logprobs", 0))  # 0: none, -1: every token
     tokens, seqs, length = int(scheduler.max_num_batched_tokens), int(scheduler.max_num_seqs), int(model.max_model_len)
     speculative = int(
@@ -221,7 +226,7 @@ def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
     itemsize = int(getattr(model.dtype, "itemsize", 2))
     unsampled = (rows - min(seqs, tokens)) * vocab * itemsize  # logits of speculative rows the dummy run lacks
     said = f"vocabulary {vocab}, max_logprobs {most}, max_num_batched_tokens {tokens}"
-    if getattr(getattr(runner, "sampler", None), "penalties_state", None) is None:  # V1's sampler
+    if getattr(sampler, "penalties_state", None) is None:  # V1's sampler
         per_row, per_token = PENALTY_BYTES + (LOGPROB_BYTES if most else 0), itemsize + LOGPROB_BYTES
         decode = (rows * vocab * per_row, f"penalties{' and logprobs' if most else ''}", per_row)
         prompt = (chunk * vocab * per_token if most else 0, f"a prefill chunk of {chunk} tokens", per_token)

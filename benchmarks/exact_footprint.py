@@ -239,7 +239,7 @@ class Run:
             graphs[-1][0].replay()
         self.t.cuda.synchronize(self.dev)
         trace["replay"] = allocator_state(self.t, pynvml, base)
-        footprint = own_nvml_bytes(pynvml) - base
+        footprint = trace["replay"]["nvml"]
         requested = memory.requested
         profile = memory.profile_result
         row.update(

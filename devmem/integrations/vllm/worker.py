@@ -226,32 +226,29 @@ def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
     itemsize = int(getattr(model.dtype, "itemsize", 2))
     unsampled = (rows - min(seqs, tokens)) * vocab * itemsize  # logits of speculative rows the dummy run lacks
     said = f"vocabulary {vocab}, max_logprobs {most}, max_num_batched_tokens {tokens}"
+    kept: dict[str, tuple[int, str]] = {}
     if getattr(sampler, "penalties_state", None) is None:  # V1's sampler
         per_row, per_token = PENALTY_BYTES + (LOGPROB_BYTES if most else 0), itemsize + LOGPROB_BYTES
-        decode = (rows * vocab * per_row, f"penalties{' and logprobs' if most else ''}", per_row)
-        prompt = (chunk * vocab * per_token if most else 0, f"a prefill chunk of {chunk} tokens", per_token)
-        kept = {ALLOWED_MASK: (seqs * vocab * MASK_BYTES, f"{seqs} request slots x {vocab} logits at 1 byte")}
+        row_label, prompt_label = f"penalties{' and logprobs' if most else ''}", f"a prefill chunk of {chunk} tokens"
+        kept[ALLOWED_MASK] = (seqs * vocab * MASK_BYTES, f"{seqs} request slots x {vocab} logits at 1 byte")
     else:  # V2's
         per_row = FP32_BYTES if rows >= V2_KERNEL_MIN_ROWS else SORT_BYTES
-        decode = (rows * vocab * per_row, "an fp32 copy" if per_row == FP32_BYTES else "top-k/top-p's sort", per_row)
-        chunk = min(chunk, V2_PROMPT_CHUNK)
-        prompt = (chunk * vocab * FP32_BYTES if most else 0, f"chunks of {chunk} prompt tokens", FP32_BYTES)
-        kept = {}
+        per_token, chunk = FP32_BYTES, min(chunk, V2_PROMPT_CHUNK)
+        row_label = "an fp32 copy" if per_row == FP32_BYTES else "top-k/top-p's sort"
+        prompt_label = f"chunks of {chunk} prompt tokens"
         if rows >= V2_KERNEL_MIN_ROWS:
             count = kernel_rows(_multiprocessors(runner), rows)
             why = f"{count} fp32 rows of {vocab} logits, one per multiprocessor up to {rows}"
             kept[KERNEL_ROWS] = (count * vocab * FP32_BYTES, why)
+    decode = rows * (vocab * per_row + logprobs * TOPK_BYTES) + unsampled
+    prompt = chunk * (vocab * per_token + logprobs * TOPK_BYTES) if most else 0
     topk = f"; {logprobs} logprobs a row at {TOPK_BYTES} bytes each" if logprobs else ""
-    decode = (decode[0] + unsampled + rows * logprobs * TOPK_BYTES, *decode[1:])
-    prompt = (prompt[0] + chunk * logprobs * TOPK_BYTES if most else 0, *prompt[1:])
-    if prompt[0] > decode[0]:
-        why = f"prompt logprobs over {prompt[1]} x {vocab} logits at {prompt[2]} bytes{topk}"
-        charges = {SAMPLER: (prompt[0], f"{why} ({said}, max_model_len {length}; the batch: {format_size(decode[0])})")}
-    else:
-        spec = f", {speculative} speculative tokens" if speculative else ""
-        why = f"{decode[1]} over {rows} rows x {vocab} logits at {decode[2]} bytes{topk}"
-        charges = {SAMPLER: (decode[0], f"{why} ({said}, max_num_seqs {seqs}{spec})")}
-    return {**charges, **kept}
+    if prompt > decode:
+        why = f"prompt logprobs over {prompt_label} x {vocab} logits at {per_token} bytes{topk}"
+        return {SAMPLER: (prompt, f"{why} ({said}, max_model_len {length}; the batch: {format_size(decode)})"), **kept}
+    spec = f", {speculative} speculative tokens" if speculative else ""
+    why = f"{row_label} over {rows} rows x {vocab} logits at {per_row} bytes{topk}"
+    return {SAMPLER: (decode, f"{why} ({said}, max_num_seqs {seqs}{spec})"), **kept}
 
 
 def kernel_rows(multiprocessors: int | None, rows: int) -> int:

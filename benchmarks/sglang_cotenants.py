@@ -13,6 +13,7 @@ and devmem installed with its entry points (``pip install --no-deps -e .``), so 
 plugin.
 
 Usage: python benchmarks/sglang_cotenants.py [--shapes tinyllama,qwen3] [--scenarios ...] [--out results.json]
+       [--logs DIR]
        python benchmarks/sglang_cotenants.py report results.json ...
 """
 
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -205,6 +207,7 @@ def round_of(model: str, count: int, fraction: float, plugin: bool, extra: dict[
         except OSError:
             row = {"error": f"no result (exit {proc.returncode})", "mode": "plugin" if plugin else "stock"}
         _from_log(row, log)
+        row["log"] = log
         rows.append(row)
     if churn is not None:
         churn.kill()
@@ -232,6 +235,7 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default="sglang_cotenants.json")
     parser.add_argument("--deadline", type=float, default=480, help="start no round after this many seconds")
+    parser.add_argument("--logs", default=None, help="a folder to keep every instance's log in (where its start went)")
     args = parser.parse_args()
     if args.command == "instance":
         return instance(args)
@@ -250,6 +254,14 @@ def main() -> None:
                     results["not_run"].append(f"{shape} {name} {'plugin' if plugin else 'stock'}")
                     continue
                 rows = round_of(model, count, fraction, plugin, extra, tmp)
+                if args.logs:
+                    os.makedirs(args.logs, exist_ok=True)
+                    for i, row in enumerate(rows):
+                        kept = f"{shape}_{name}_{'plugin' if plugin else 'stock'}_{i}.log"
+                        shutil.copyfile(row.pop("log"), os.path.join(args.logs, kept))
+                else:
+                    for row in rows:
+                        row.pop("log")
                 key = (fraction, plugin, bool(extra.get("graphs")))
                 if count == 1 and not extra.get("churn") and "max_total_num_tokens" in rows[0]:
                     solo[key] = rows[0]["max_total_num_tokens"]

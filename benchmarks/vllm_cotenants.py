@@ -69,7 +69,7 @@ SHAPES = {
 }
 # name: (instances, utilization, mode(s), extra): "both" runs stock then plugin. extra: "churn" (a co-tenant
 # allocating and freeing 12 GiB every 0.1 s during the start), "graphs" (CUDA graphs in the release's default mode),
-# "pinned" (kv_cache_memory_bytes, GiB), "load" (one workload per instance: light or heavy)
+# "pinned" (kv_cache_memory_bytes as a fraction of the device total), "load" (one workload per instance: light or heavy)
 SCENARIOS: dict[str, tuple[int, float, str, dict[str, Any]]] = {
     "solo-0.3": (1, 0.3, "both", {}),
     "solo-0.3-warm": (1, 0.3, "both", {}),  # the start-time comparison: caches warm for both modes
@@ -80,7 +80,7 @@ SCENARIOS: dict[str, tuple[int, float, str, dict[str, Any]]] = {
     "churn-0.3": (1, 0.3, "both", {"churn": True}),
     "graphs-solo-0.3": (1, 0.3, "both", {"graphs": True}),
     "graphs-two-0.3": (2, 0.3, "both", {"graphs": True}),
-    "pinned-two-69": (2, 0.3, "both", {"pinned": 69}),  # 2 x 69 GiB fit an H200 (139.8 GiB), with the weights not
+    "pinned-two-0.49": (2, 0.3, "both", {"pinned": 0.49}),  # two caches of 0.49 x total fit, with the weights not
     "sampling-0.3": (2, 0.3, "both", {"load": ["heavy", "light"]}),
 }
 # the heaviest sampling vLLM accepts beside a light load (issue: "never over under the heaviest serving"): every
@@ -153,7 +153,9 @@ def instance(args: argparse.Namespace) -> None:
             seed=0,
         )
         if args.pinned:
-            options.update(kv_cache_memory_bytes=args.pinned * GiB)
+            pynvml.nvmlInit()
+            total = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total
+            options.update(kv_cache_memory_bytes=int(args.pinned * total))
         if args.graphs:  # full decode graphs without torch.compile (not carried): with compilation off, the
             # release's default mode captures nothing (seen on 0.26.0: the footprint equalled the eager one's)
             options.update(enforce_eager=False, compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"})
@@ -268,7 +270,7 @@ def main() -> None:
     one.add_argument("--start-at", type=float, required=True)
     one.add_argument("--plugin", action="store_true")
     one.add_argument("--graphs", action="store_true")
-    one.add_argument("--pinned", type=int, default=0, help="kv_cache_memory_bytes in GiB")
+    one.add_argument("--pinned", type=float, default=0, help="kv_cache_memory_bytes as a fraction of the total")
     one.add_argument("--load", choices=sorted(LOADS))
     table = sub.add_parser("report", help="the table of one or more result files (what results/h200/ holds)")
     table.add_argument("files", nargs="+")

@@ -542,6 +542,8 @@ def _rows(
                     "tokens_per_s": r.get("tokens_per_s"),
                     "size_s": timings.get("size"),
                     "restart_s": timings.get("size_restart"),
+                    "runs_s": [run.get("seconds") for run in r.get("sizing", {}).get("runs", [])],
+                    "timings_s": timings,
                     "footprint_peak": peak,
                     "footprint_after": r.get("footprint_after"),
                     "requested": requested,

@@ -15,7 +15,7 @@ solo, two at 0.3, four and five at 0.2, graphs in the release's default mode, a 
 12 GiB every 0.1 s, two pinned starts that do not fit, and the heaviest sampling vLLM accepts beside a light load.
 
 Usage: python benchmarks/vllm_cotenants.py [--shapes tinyllama,qwen3] [--scenarios ...] [--runner default]
-       [--vllm-path DIR] [--out results.json]
+       [--vllm-path DIR] [--deadline SECONDS] [--out results.json]
 """
 
 from __future__ import annotations
@@ -279,19 +279,23 @@ def main() -> None:
     parser.add_argument("--vllm-path", default="", help="a folder put first on the instances' PYTHONPATH")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default="vllm_cotenants.json")
+    parser.add_argument("--deadline", type=float, default=None, help="start no round after this many seconds")
     args = parser.parse_args()
     if args.command == "instance":
         return instance(args)
     if args.command == "report":
         return print(report(args.files))
-    tmp = tempfile.mkdtemp()
-    results: dict[str, Any] = {"command": " ".join(sys.argv), "rounds": []}
+    began, tmp = time.time(), tempfile.mkdtemp()
+    results: dict[str, Any] = {"command": " ".join(sys.argv), "rounds": [], "not_run": []}
     for shape in args.shapes.split(","):
         model = save_model(shape, tmp)
         solo: dict[tuple, int] = {}
         for name in args.scenarios.split(","):
             count, util, modes, extra = SCENARIOS[name]
             for plugin in {"both": (False, True), "plugin": (True,)}[modes]:
+                if args.deadline is not None and time.time() - began > args.deadline:
+                    results["not_run"].append(f"{shape} {name} {'plugin' if plugin else 'stock'}")
+                    continue
                 rows = round_of(model, count, util, plugin, extra, tmp, args)
                 key = (util, plugin, bool(extra.get("graphs")))
                 plain = not (extra.get("pinned") or extra.get("load"))  # a ratio to solo means something
@@ -315,6 +319,10 @@ def main() -> None:
                 print(summary(results["rounds"][-1]), flush=True)
                 with open(args.out, "w") as f:
                     json.dump(results, f, indent=1)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    if results["not_run"]:
+        print("not run (deadline): " + ", ".join(results["not_run"]))
 
 
 def report(files: list[str]) -> str:

@@ -119,8 +119,8 @@ def _forwards(manager: Any, model: Any, max_batch_tokens: int, tokens_per_block:
     if not all(hasattr(runner, name) for name in ("pad_inputs", "warmup", "run_one_warmup")) or config is None:
         raise RuntimeError(
             f"transformers {kit.installed_version('transformers', 'transformers')}: continuous batching has no "
-            "model runner with pad_inputs, warmup and run_one_warmup; devmem's integration supports transformers "
-            "5.17 to 5.24"
+            "model runner with pad_inputs, warmup and run_one_warmup; devmem's integration was verified on "
+            "transformers 5.17 to 5.25"
         )
     saved = runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size
     runner.pad_inputs, config.q_padding_interval_size, config.kv_padding_interval_size = True, 1, 1
@@ -291,7 +291,7 @@ def _checked(model: Any, config: Any, generation_config: Any) -> Any:
             "state-space model); serve it with generate() instead"
         )
     found, update = kit.decoder_layers(model), kit.parameter(_cache().PagedAttentionCache.update, "kwargs")
-    if found is not None and update is not None and update.default is inspect.Parameter.empty:  # 5.17 to 5.24
+    if found is not None and update is not None and update.default is inspect.Parameter.empty:  # 5.17 to 5.25
         attention: Any = kit.layer_attention(found[2][0], 0)  # found only where every layer holds one
         if any("kwargs" not in call for call in _CACHE_UPDATE.findall(kit.source(type(attention).forward))):
             raise SizingError(

@@ -86,6 +86,7 @@ MODES = [
     ("kv", "restart"),
 ]
 GRAPH_BATCHES = (256, 64, 16, 4, 1)
+_WARMUP_STREAMS: dict[Any, Any] = {}  # the stream graph warm-ups run on, created at the first capture
 BLOCK_TOKENS = 16
 
 
@@ -156,10 +157,14 @@ class Run:
 
     def capture(self, model: Any) -> list[Any]:
         t, graphs, pool = self.t, [], self.t.cuda.graph_pool_handle()
+        # one warm-up stream for the process, as engines keep one: torch keeps a cuBLAS workspace per stream that
+        # ran a matmul, so a new stream per capture would leave workspaces behind for the next configurations
+        if self.dev not in _WARMUP_STREAMS:
+            _WARMUP_STREAMS[self.dev] = t.cuda.Stream(self.dev)
+        stream = _WARMUP_STREAMS[self.dev]
         with t.inference_mode():
             for bs in GRAPH_BATCHES:
                 ids = t.zeros((bs, 1), dtype=t.long, device=self.dev)
-                stream = t.cuda.Stream(self.dev)
                 stream.wait_stream(t.cuda.current_stream(self.dev))
                 with t.cuda.stream(stream):
                     model(input_ids=ids, use_cache=False, logits_to_keep=1)

@@ -58,6 +58,15 @@ def private_ledger() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def round_profile_store(tmp: str, shape: str, scenario: str, mode: str) -> str:
+    """The profile store (``DEVMEM_PROFILE_DIR``) of one round of engines started as separate processes: a folder of
+    the round's own under ``tmp``, so that no round plans from what an earlier round's starts stored (a graph figure
+    learnt by a solo start would otherwise make the pair after it a restart, and their ratio to solo compare a first
+    start with later ones). A ``-warm`` round repeats the round it names, and reads that round's store."""
+    base = scenario.removesuffix("-warm")
+    return os.path.join(tmp, "profiles", f"{shape}_{base}_{mode}")
+
+
 def on_accelerator(platform: Any) -> bool:
     """True on a GPU platform (torch device ``cuda``), False on the ``cpu`` platform (host memory)."""
     return platform.name != "cpu"

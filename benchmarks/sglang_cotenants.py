@@ -12,6 +12,9 @@ Needs SGLang (0.5.16 as ../shared/sglang-h200/ carries it: triton attention, PyT
 and devmem installed with its entry points (``pip install --no-deps -e .``), so that ``DEVMEM_SGLANG=1`` loads the
 plugin.
 
+Every round's instances share a profile store of the round's own (``DEVMEM_PROFILE_DIR``; a ``-warm`` round reads
+the one of the round it repeats), so that no round plans from figures an earlier round stored.
+
 Usage: python benchmarks/sglang_cotenants.py [--shapes tinyllama,qwen3] [--scenarios ...] [--out results.json]
        [--logs DIR]
        python benchmarks/sglang_cotenants.py report results.json ...
@@ -177,9 +180,11 @@ def _from_log(row: dict[str, Any], log: str) -> None:
         row["refusal"] = refusal.group(0)[:1500]
 
 
-def round_of(model: str, count: int, fraction: float, plugin: bool, extra: dict[str, Any], tmp: str) -> list[dict]:
+def round_of(
+    model: str, count: int, fraction: float, plugin: bool, extra: dict[str, Any], tmp: str, profiles: str
+) -> list[dict]:
     start_at = time.time() + 3.0
-    env = dict(os.environ, DEVMEM_SGLANG="1" if plugin else "0")
+    env = dict(os.environ, DEVMEM_SGLANG="1" if plugin else "0", DEVMEM_PROFILE_DIR=profiles)
     churn = None
     if extra.get("churn"):
         churn = subprocess.Popen([sys.executable, "-c", CHURN.format(seconds=ROUND_LIMIT)])
@@ -241,6 +246,8 @@ def main() -> None:
         return instance(args)
     if args.command == "report":
         return print(report(args.files))
+    from common import round_profile_store  # here: the instances, stock ones included, never import devmem
+
     began = time.time()
     tmp = tempfile.mkdtemp()
     results: dict[str, Any] = {"command": " ".join(sys.argv), "rounds": [], "not_run": []}
@@ -253,7 +260,8 @@ def main() -> None:
                 if time.time() - began > args.deadline:
                     results["not_run"].append(f"{shape} {name} {'plugin' if plugin else 'stock'}")
                     continue
-                rows = round_of(model, count, fraction, plugin, extra, tmp)
+                mode = "plugin" if plugin else "stock"
+                rows = round_of(model, count, fraction, plugin, extra, tmp, round_profile_store(tmp, shape, name, mode))
                 if args.logs:
                     os.makedirs(args.logs, exist_ok=True)
                     for i, row in enumerate(rows):

@@ -14,6 +14,9 @@ vLLM issue's list is one ``--scenarios`` value, so that one command runs one rou
 solo, two at 0.3, four and five at 0.2, graphs in the release's default mode, a co-tenant allocating and freeing
 12 GiB every 0.1 s, two pinned starts that do not fit, and the heaviest sampling vLLM accepts beside a light load.
 
+Every round's instances share a profile store of the round's own (``DEVMEM_PROFILE_DIR``; a ``-warm`` round reads
+the one of the round it repeats), so that no round plans from figures an earlier round stored.
+
 Usage: python benchmarks/vllm_cotenants.py [--shapes tinyllama,qwen3] [--scenarios ...] [--runner default]
        [--vllm-path DIR] [--deadline SECONDS] [--out results.json]
 """
@@ -203,10 +206,17 @@ while time.time() < end:
 
 
 def round_of(
-    model: str, count: int, util: float, plugin: bool, extra: dict[str, Any], tmp: str, args: argparse.Namespace
+    model: str,
+    count: int,
+    util: float,
+    plugin: bool,
+    extra: dict[str, Any],
+    tmp: str,
+    args: argparse.Namespace,
+    profiles: str,
 ) -> list[dict]:
     start_at = time.time() + 3.0
-    env = dict(os.environ, DEVMEM_VLLM="1" if plugin else "0")
+    env = dict(os.environ, DEVMEM_VLLM="1" if plugin else "0", DEVMEM_PROFILE_DIR=profiles)
     env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     if args.runner != "default":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
@@ -285,6 +295,8 @@ def main() -> None:
         return instance(args)
     if args.command == "report":
         return print(report(args.files))
+    from common import round_profile_store  # here: the instances, stock ones included, never import devmem
+
     began, tmp = time.time(), tempfile.mkdtemp()
     results: dict[str, Any] = {"command": " ".join(sys.argv), "rounds": [], "not_run": []}
     for shape in args.shapes.split(","):
@@ -296,7 +308,9 @@ def main() -> None:
                 if args.deadline is not None and time.time() - began > args.deadline:
                     results["not_run"].append(f"{shape} {name} {'plugin' if plugin else 'stock'}")
                     continue
-                rows = round_of(model, count, util, plugin, extra, tmp, args)
+                mode = "plugin" if plugin else "stock"
+                profiles = round_profile_store(tmp, shape, name, mode)
+                rows = round_of(model, count, util, plugin, extra, tmp, args, profiles)
                 key = (util, plugin, bool(extra.get("graphs")))
                 plain = not (extra.get("pinned") or extra.get("load"))  # a ratio to solo means something
                 if count == 1 and plain and not extra.get("churn") and "num_gpu_blocks" in rows[0]:

@@ -14,8 +14,9 @@ with ``model.generate_batch``:
 
 Workloads: ``ordinary``, ``--prompts`` prompts of ``--prompt-tokens`` tokens, ``--new-tokens`` new tokens each;
 ``worst``, built to reach the case the plan charges every block for: prompts of ``max_batch_tokens - 64`` tokens,
-as many as the sized cache holds with their new tokens, so that the last prompt's prefill runs in a batch of
-``max_batch_tokens`` query tokens (the others decoding) that reads nearly the whole cache. The worst case is served
+as many as the sized cache holds with their new tokens, after one shorter prompt that takes the blocks left, so
+that the last prompt's prefill runs in a batch of ``max_batch_tokens`` query tokens (the others decoding) that reads
+nearly the whole cache. The worst case is served
 at u = ``--worst-share`` (its cost grows with the square of the cache: every batch reads all the cached tokens).
 
 Per engine: the blocks it got, whether it served every request (every request got all its new tokens), generated
@@ -246,13 +247,17 @@ WORST_REQUESTS = 48
 
 def _worst_workload(blocks: int, block_tokens: int, max_batch_tokens: int, vocab: int) -> tuple[list[list[int]], int]:
     """Prompts of nearly ``max_batch_tokens`` tokens, as many as ``blocks`` hold with their new tokens (at most
-    :data:`WORST_REQUESTS`), and the new tokens each: enough that the first still decodes when the last prefills,
-    so that the last prefill runs in a batch of ``max_batch_tokens`` query tokens reading nearly the whole cache."""
+    :data:`WORST_REQUESTS`), after one shorter prompt that takes the blocks they leave, and the new tokens each:
+    enough that the first still decodes when the last prefills, so that the last prefill runs in a batch of
+    ``max_batch_tokens`` query tokens reading the whole cache. Without the shorter prompt a cache of 125 blocks
+    of 256 tokens held three prompts of 32 blocks: 29 blocks were never read."""
     length = max(1, max_batch_tokens - max(8, max_batch_tokens // 128))
     new = WORST_REQUESTS + 16
     per = -(-(length + new) // block_tokens)
     count = max(1, min(WORST_REQUESTS, blocks // per))
-    return _prompts(count, length, vocab), new
+    *prompts, spare = _prompts(count + 1, length, vocab)  # the spare's tokens are distinct from the others'
+    rest = (blocks - count * per) * block_tokens - new
+    return ([spare[:rest]] if count < WORST_REQUESTS and rest > 0 else []) + prompts, new
 
 
 def _size(

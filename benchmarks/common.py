@@ -20,8 +20,10 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,49 @@ def round_profile_store(tmp: str, shape: str, scenario: str, mode: str) -> str:
     start with later ones). A ``-warm`` round repeats the round it names, and reads that round's store."""
     base = scenario.removesuffix("-warm")
     return os.path.join(tmp, "profiles", f"{shape}_{base}_{mode}")
+
+
+class StackSampler:
+    """Where one thread spends a stretch of wall time, by sampling its stack about every ``interval`` seconds from
+    another thread (a profiler that traces every call would slow the work it times). Each sample counts the time
+    since the previous one: a C call that holds the GIL (a garbage collection, some runtime calls) keeps the sampler
+    out until it returns, and the function that made it is still on the stack then. ``top(n)``: the innermost
+    devmem, transformers, vLLM or SGLang function of the samples, with their seconds, most first."""
+
+    PACKAGES = ("devmem", "transformers", "vllm", "sglang")
+
+    def __init__(self, interval: float = 0.01, thread: threading.Thread | None = None):
+        self.interval = interval
+        self._ident = (thread or threading.current_thread()).ident
+        self._seconds: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="devmem-bench-sampler", daemon=True)
+
+    def __enter__(self) -> StackSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.wait(self.interval):
+            frame, now = sys._current_frames().get(self._ident), time.perf_counter()
+            where = "(outside the packages)"
+            while frame is not None:
+                name = frame.f_globals.get("__name__", "")
+                if name.split(".")[0] in self.PACKAGES:
+                    where = f"{name}.{frame.f_code.co_name}"
+                    break
+                frame = frame.f_back
+            self._seconds[where] += now - last
+            last = now
+        self._seconds["(the end: after the last sample)"] += time.perf_counter() - last
+
+    def top(self, n: int = 15) -> list[tuple[str, float]]:
+        return [(where, round(seconds, 3)) for where, seconds in self._seconds.most_common(n)]
 
 
 def on_accelerator(platform: Any) -> bool:

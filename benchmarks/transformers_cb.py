@@ -20,7 +20,8 @@ nearly the whole cache. The worst case is served
 at u = ``--worst-share`` (its cost grows with the square of the cache: every batch reads all the cached tokens).
 
 Per engine: the blocks it got, whether it served every request (every request got all its new tokens), generated
-tokens per second, the seconds sizing took (first start and restart), and its footprint as raw NVML lists its PID
+tokens per second, the seconds sizing took (first start and restart; where the first start spent them, sampled
+from its stack every 10 ms: ``size_samples``), and its footprint as raw NVML lists its PID
 (``nvmlDeviceGetComputeRunningProcesses``): the peak sampled while it served and the figure once it served, its
 cache still alive (the manager is kept), against its share ``ceil(u * total)``. An engine that crashes (out of
 memory included) is recorded as crashed. Every process has a time limit and no phase starts once ``--budget``
@@ -53,6 +54,7 @@ from typing import Any
 
 from common import (
     MiB,
+    StackSampler,
     failure_text,
     format_table,
     gib,
@@ -278,8 +280,10 @@ def _size(
         "store": spec["store"],
     }
     t = time.perf_counter()
-    sized = size_continuous_batching(model, **kwargs)
+    with StackSampler() as sampler:
+        sized = size_continuous_batching(model, **kwargs)
     out["timings_s"]["size"] = time.perf_counter() - t
+    out["size_samples"] = sampler.top()
     if sized.reservation is not None:
         sized.reservation.release()
     t = time.perf_counter()
@@ -546,6 +550,7 @@ def _rows(
                     "requests": r.get("requests"),
                     "tokens_per_s": r.get("tokens_per_s"),
                     "size_s": timings.get("size"),
+                    "size_samples": r.get("size_samples"),
                     "restart_s": timings.get("size_restart"),
                     "runs_s": [run.get("seconds") for run in r.get("sizing", {}).get("runs", [])],
                     "timings_s": timings,

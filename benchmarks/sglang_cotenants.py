@@ -8,7 +8,7 @@ TinyLlama-1.1B shape and a Qwen3 shape with a 151,936-token vocabulary. Stock an
 run, so every figure has its baseline beside it; rounds that would start after ``--deadline`` seconds are listed
 as not run, so that one command stays within the device's time per call.
 
-Needs SGLang (0.5.16 as ../shared/sglang-h200/ carries it: triton attention, PyTorch sampling, token-id prompts)
+Needs SGLang (0.5.16 was run: triton attention, PyTorch sampling, token-id prompts)
 and devmem installed with its entry points (``pip install --no-deps -e .``), so that ``DEVMEM_SGLANG=1`` loads the
 plugin.
 

@@ -4,9 +4,9 @@ Per instance: vLLM's "Available KV cache memory", ``num_gpu_blocks``, the ratio 
 the NVML footprint after serving against ``ceil(u x total)`` (footprint minus that cap: ``over_cap_bytes``), and the
 start time (``LLM(...)`` to ready). Models are saved with random weights from a config (``save_pretrained``): the
 TinyLlama-1.1B shape, a Qwen2 shape and a Qwen3 shape (both with a 151,936-token vocabulary). Stock and plugin runs
-alternate in one run, so every figure has its baseline beside it. Needs vLLM (docs/vllm.md says how it was carried
-to the H200; ``--vllm-path`` puts a carried copy first on the instances' path) and devmem installed with its entry
-points (``pip install --no-deps -e .``), so that ``DEVMEM_VLLM=1`` loads the plugin.
+alternate in one run, so every figure has its baseline beside it. Needs vLLM (the GPU machines have no network: a
+trimmed copy of the release's wheel, unpacked there, is put first on the instances' path by ``--vllm-path``) and
+devmem installed with its entry points (``pip install --no-deps -e .``), so that ``DEVMEM_VLLM=1`` loads the plugin.
 
 The release is the one on the path (recorded per instance); ``--runner v1|v2|default`` sets
 ``VLLM_USE_V2_MODEL_RUNNER`` (``default``: unset, the release's own choice; 0.34 has V2 only). Each round of the

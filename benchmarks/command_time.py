@@ -3,7 +3,7 @@
 1. Wall and CPU time of fresh processes, side by side in one run (the cases alternate round by round, so machine
    noise hits them alike): ``python -c pass``, then ``devmem``, ``devmem info --json``, ``devmem top -n 1`` and
    ``devmem plan --model examples/configs/qwen3-8b.json``, each the console script's code (``from
-   devmem.command.main import main``) on the cpu platform with a ledger directory of its own. Goals (issue 50):
+   devmem.command.main import main``) on the cpu platform with a ledger directory of its own. Goals:
    ``devmem``, ``info --json`` and ``top -n 1`` at most 60 ms over ``python -c pass``, ``plan --model`` at most 80.
 2. ``devmem > file`` and ``devmem top -n 1 > file`` on a scripted 8-GPU node (devmem_nvidia.testing's NVML) on
    which 64 real processes of this machine with long command lines hold memory: the file's size and its widest
@@ -47,7 +47,7 @@ CASES: dict[str, list[str]] = {
     "devmem top -n 1": ["-c", COMMAND, "top", "-n", "1"],
     "devmem plan --model": ["-c", COMMAND, "plan", "--model", MODEL],
 }
-#: Milliseconds over ``python -c pass`` each case may add (issue 50).
+#: Milliseconds over ``python -c pass`` each case may add.
 GOALS_MS = {"devmem": 60.0, "devmem info --json": 60.0, "devmem top -n 1": 60.0, "devmem plan --model": 80.0}
 #: The widest line ``devmem > file`` may write.
 GOAL_WIDTH = 200

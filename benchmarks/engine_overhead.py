@@ -9,7 +9,7 @@ imported (and transformers with ``--transformers``, a heap four times larger):
   ``plan()``, ``allocate()`` (the K/V cache the plan leaves), ``close()``;
 - ``raw torch``: the same model, pass and cache (the bytes the warm-up round planned), without devmem.
 
-Reported: the median milliseconds of each and what the start adds. Goal (issue 50): at most 50 ms added.
+Reported: the median milliseconds of each and what the start adds. Goal: at most 50 ms added.
 
     python benchmarks/engine_overhead.py --out benchmarks/results/cpu
 """

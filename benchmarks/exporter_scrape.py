@@ -15,7 +15,7 @@ times after one warm-up:
 
 Then ``--memory-scrapes`` scrapes through the exporter's HTTP server (``devmem.exporter.server.serve`` on a free
 port of 127.0.0.1, fetched with urllib): this process's resident memory after 100 of them and after all, and the
-threads alive at the end. Goals (issue 50), at 500 processes and 250 reservations: a scrape's median <= 25 ms, its
+threads alive at the end. Goals, at 500 processes and 250 reservations: a scrape's median <= 25 ms, its
 p99 <= 60 ms; RSS after 5,000 scrapes within 2 MiB of RSS after 100.
 
     python benchmarks/exporter_scrape.py --out benchmarks/results/cpu

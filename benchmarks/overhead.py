@@ -327,7 +327,7 @@ def render(result: dict[str, Any]) -> str:
     if result["goals"]:
         sections.append(
             format_table(
-                ["goal (issue 23)", "devmem us", "raw", "raw us", "ratio", "goal", "met"],
+                ["case", "devmem us", "raw", "raw us", "ratio", "goal", "met"],
                 [
                     [
                         name,

@@ -1,5 +1,5 @@
-"""Shared fixtures: every test starts with no forced platform, no allow-list, no cached platform and a reservation
-ledger of its own."""
+"""Shared fixtures: every test starts with no forced platform, no allow-list, no cached platform, a reservation
+ledger of its own, and child processes that see the terminal size ``os.environ`` says."""
 
 from __future__ import annotations
 
@@ -31,6 +31,17 @@ def fresh_resolution(monkeypatch, tmp_path):
     devmem.clear_cache()
     yield
     devmem.clear_cache()
+
+
+@pytest.fixture(autouse=True)
+def terminal_size_as_os_environ_says():
+    """GNU readline, once imported (pytest's debugger and IPython import it), exports ``COLUMNS`` and ``LINES`` into
+    the process's C environment, which child processes inherit, behind ``os.environ``'s back: a ``devmem`` that a
+    test runs would wrap its output to 80 columns under a terminal's ``TERM`` and not in CI. Children see what
+    ``os.environ`` says."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
 
 
 @pytest.fixture

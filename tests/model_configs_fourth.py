@@ -1,4 +1,4 @@
-"""Published configs of the fourth round (issue 46): quantized checkpoints that declare their KV-cache dtype, and the
+"""Published configs of the fourth round: quantized checkpoints that declare their KV-cache dtype, and the
 newest attention kinds.
 
 As in model_configs_third.py, the Hugging Face files are not in the reference store: each config is the one public

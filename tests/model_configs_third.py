@@ -1,4 +1,4 @@
-"""Published configs of the third round (issue 36): families whose attention layers differ in shape.
+"""Published configs of the third round: families whose attention layers differ in shape.
 
 The Hugging Face files themselves are not in the reference store; each config below is the one that public
 repositories quote as the published file (named above it), with the keys devmem reads verbatim.

@@ -1,4 +1,4 @@
-"""A model given by its Hugging Face id (issue 46): found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME),
+"""A model given by its Hugging Face id: found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME),
 never downloaded; otherwise the error says how to get the config."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Linear-attention hybrids (issue 36) against their published configs (tests/model_configs_third.py): MiniMax's
+"""Linear-attention hybrids against their published configs (tests/model_configs_third.py): MiniMax's
 lightning attention, Kimi-Linear's KDA beside MLA, Qwen3.5's gated delta net. Every figure is worked out in the
 docstring from vLLM's model code (MambaStateShapeCalculator, MambaStateDtypeCalculator and each model's layers)."""
 

@@ -1,4 +1,4 @@
-"""The KV-cache dtype a checkpoint declares (issue 46), as vLLM 0.34.0 resolves ``--kv-cache-dtype auto``: ModelOpt's
+"""The KV-cache dtype a checkpoint declares, as vLLM 0.34.0 resolves ``--kv-cache-dtype auto``: ModelOpt's
 ``kv_cache_quant_algo`` / ``kv_cache_scheme`` (resolve_kv_cache_dtype_string, in config.json or in
 hf_quant_config.json beside it) and compressed-tensors' ``kv_cache_scheme`` (Attention.__init__). Every figure is
 worked out in the docstring from the published config (tests/model_configs_fourth.py)."""

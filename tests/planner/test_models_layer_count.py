@@ -1,4 +1,4 @@
-"""Nemotron 3 configs that give their layers only as ``layers_block_type`` (issue 46): NemotronHConfig derives
+"""Nemotron 3 configs that give their layers only as ``layers_block_type``: NemotronHConfig derives
 num_hidden_layers from its length, and so does devmem."""
 
 from __future__ import annotations

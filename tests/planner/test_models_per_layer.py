@@ -1,4 +1,4 @@
-"""Per-layer attention specs (issue 36): families whose layers differ in shape, against their published configs
+"""Per-layer attention specs: families whose layers differ in shape, against their published configs
 (tests/model_configs_third.py). Every figure is worked out in the docstring from vLLM's model code."""
 
 from __future__ import annotations

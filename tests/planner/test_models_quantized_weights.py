@@ -1,4 +1,4 @@
-"""The weights of quantized checkpoints counted from their quantization config (issue 46): MXFP4, NVFP4, FP8,
+"""The weights of quantized checkpoints counted from their quantization config: MXFP4, NVFP4, FP8,
 compressed-tensors, GPTQ/AWQ, each at its bits per weight with its block scales, the matrices it leaves out kept in
 the served dtype. The published sizes are the checkpoints' model.safetensors.index.json metadata.total_size."""
 

@@ -1,4 +1,4 @@
-"""DeepSeek sparse attention whose layers share an indexer (issue 46): vLLM 0.34.0's compute_skip_topk_layers builds
+"""DeepSeek sparse attention whose layers share an indexer: vLLM 0.34.0's compute_skip_topk_layers builds
 the indexer (and its key cache) only on the layers marked ``full`` in ``indexer_types`` (GLM-5.2's IndexShare), or
 every ``index_topk_freq``-th layer; the others cache the latent alone."""
 

@@ -1,4 +1,4 @@
-"""No silent guess (issue 46): every config key about attention is read by devmem or listed as leaving the cache
+"""No silent guess: every config key about attention is read by devmem or listed as leaving the cache
 unchanged; a config setting another such key is refused naming it, never planned as something else."""
 
 from __future__ import annotations

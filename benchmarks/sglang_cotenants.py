@@ -169,12 +169,43 @@ while time.time() < end:
 """
 
 
+#: The steps of a start, each by the first line of SGLang's log that marks its beginning.
+STEPS = {
+    "scheduler": "Init torch distributed begin",  # the scheduler process started and imported
+    "weights": "Load weight begin",
+    "pool": "Load weight end",  # the pool's sizing (devmem's hook) and allocation follow
+    "graphs": "Memory pool end",  # graph capture (devmem's window) follows
+    "ready": "max_total_num_tokens=",
+}
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] ")
+
+
+def steps(text: str) -> dict[str, int]:
+    """Seconds from the log's first timestamped line (SGLang's ``server_args``) to each of :data:`STEPS` that the
+    log holds, at the second's resolution of SGLang's timestamps: where a start spent its time, stock or not."""
+    import datetime
+
+    first, found = None, {}
+    for line in text.splitlines():
+        stamp = _STAMP.match(line)
+        if stamp is None:
+            continue
+        at = datetime.datetime.fromisoformat(stamp.group(1))
+        first = first or at
+        for name, marker in STEPS.items():
+            if name not in found and marker in line:
+                found[name] = int((at - first).total_seconds())
+    return found
+
+
 def _from_log(row: dict[str, Any], log: str) -> None:
-    """What the instance's log (its scheduler's included) says: devmem's lines, a refusal, whether weights loaded."""
+    """What the instance's log (its scheduler's included) says: devmem's lines, a refusal, whether weights loaded,
+    when each step of the start began."""
     with open(log, errors="replace") as f:
         text = f.read()
     row["devmem_lines"] = [line.strip()[:600] for line in text.splitlines() if "devmem" in line and "sized" in line]
     row["weights_began"] = "Load weight begin" in text
+    row["steps_s"] = steps(text)
     refusal = re.search(r"cannot reserve.*?(?=\n\S|\Z)", text, re.S)
     if refusal:
         row["refusal"] = refusal.group(0)[:1500]
@@ -306,15 +337,19 @@ def report_round(r: dict[str, Any]) -> str:
             if cap is None
             else f"{row['nvml_footprint'] / GiB:.2f}/{cap / GiB:.2f} {'OVER' if row['over_cap'] else 'ok'}"
         )
+        marks = row.get("steps_s") or {}
         lines.append(
             f"{what} {row['max_total_num_tokens']:>9} {'-' if ratio is None else f'{ratio:.4f}':>7}  {fit:<18} "
-            f"{row['start_s']:.1f} s"
+            f"{row['start_s']:>5.1f} s  " + " ".join(f"{name} {marks[name]}" for name in STEPS if name in marks)
         )
     return "\n".join(lines)
 
 
 def report(files: list[str]) -> str:
-    head = f"{'shape':<10} {'round':<16} {'mode':<7} {'tokens':>9} {'of solo':>7}  {'NVML/share GiB':<18} start"
+    head = (
+        f"{'shape':<10} {'round':<16} {'mode':<7} {'tokens':>9} {'of solo':>7}  {'NVML/share GiB':<18} {'start':>7}  "
+        "steps began (s after SGLang's first log line)"
+    )
     lines, results = [], []
     for path in files:
         with open(path) as f:

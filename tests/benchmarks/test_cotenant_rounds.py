@@ -33,3 +33,31 @@ def test_a_warm_round_reads_the_store_of_the_round_it_repeats(round_profile_stor
     assert round_profile_store("/t", "qwen3", "solo-0.3-warm", "plugin") == round_profile_store(
         "/t", "qwen3", "solo-0.3", "plugin"
     )
+
+
+SCHEDULER_LOG = """\
+[2026-12-05 15:37:53] server_args=ServerArgs(model_path='/tmp/m')
+[2026-12-05 15:38:22] Init torch distributed begin.
+[2026-12-05 15:38:25] Load weight begin. avail mem=78.50 GB
+[2026-12-05 15:38:25] Load weight end. elapsed=0.54 s
+  a line without a timestamp
+[2026-12-05 15:38:27] Memory pool end. avail mem=63.30 GB
+[2026-12-05 15:38:28] max_total_num_tokens=622591, chunked_prefill_size=2048
+[2026-12-05 15:38:29] Load weight begin. (a later mark of a step does not move it)
+"""
+
+
+@pytest.fixture
+def steps(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from sglang_cotenants import steps
+
+    return steps
+
+
+def test_sglangs_log_gives_each_steps_start_in_seconds_after_its_first_line(steps):
+    assert steps(SCHEDULER_LOG) == {"scheduler": 29, "weights": 32, "pool": 32, "graphs": 34, "ready": 35}
+
+
+def test_a_start_refused_before_its_scheduler_began_has_no_steps(steps):
+    assert steps(SCHEDULER_LOG.splitlines()[0] + "\ndevmem.errors.ReservationRefused: cannot reserve") == {}

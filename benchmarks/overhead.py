@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-#: (devmem call, raw case it stands for, goal ratio): the issue's overhead goals.
+#: (devmem call, raw case it stands for, goal ratio): the overhead goals.
 GOALS = {
     "device_memory_info, no context": ("device_memory_info", "raw NVML memory info (v2) and its figures", 2.0),
     "get_process_memory_usage, no context": ("get_process_memory_usage", "raw process list + filter", 1.2),

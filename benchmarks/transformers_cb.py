@@ -121,7 +121,7 @@ CPU = {
     "settle": 1.0,
     "worst_request": 192 * MiB,
 }
-#: Block counts within this share of the run alone count as the same on a GPU (the issue's goal); on the cpu
+#: Block counts within this share of the run alone count as the same on a GPU (the goal); on the cpu
 #: platform, within ``same_budget`` bytes of blocks (RSS moves by a few MiB with glibc's arenas).
 SAME_BLOCKS = 0.001
 #: Seconds between footprint samples while an engine serves.

@@ -9,8 +9,8 @@ trimmed copy of the release's wheel, unpacked there, is put first on the instanc
 devmem installed with its entry points (``pip install --no-deps -e .``), so that ``DEVMEM_VLLM=1`` loads the plugin.
 
 The release is the one on the path (recorded per instance); ``--runner v1|v2|default`` sets
-``VLLM_USE_V2_MODEL_RUNNER`` (``default``: unset, the release's own choice; 0.34 has V2 only). Each round of the
-vLLM issue's list is one ``--scenarios`` value, so that one command runs one round (docs/vllm.md lists them):
+``VLLM_USE_V2_MODEL_RUNNER`` (``default``: unset, the release's own choice; 0.34 has V2 only). Each round of
+docs/vllm.md's list is one ``--scenarios`` value, so that one command runs one round:
 solo, two at 0.3, four and five at 0.2, graphs in the release's default mode, a co-tenant allocating and freeing
 12 GiB every 0.1 s, two pinned starts that do not fit, and the heaviest sampling vLLM accepts beside a light load.
 

@@ -149,7 +149,7 @@ sys.stderr.write = announced
 """
 
 
-# ---- the issue's case ------------------------------------------------------------------------------------------
+# ---- the case the goal names -----------------------------------------------------------------------------------------
 def test_a_scrape_is_answered_within_its_deadline_while_1000_idle_connections_and_50_slow_clients_are_held(
     tmp_path,
 ):

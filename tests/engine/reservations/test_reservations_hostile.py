@@ -790,7 +790,7 @@ def _as_directory_owner(ledger: Path, action: str) -> None:
         max_size=8,
     ),
 )
-@example(owns="directory", steps=[40 * GiB, "delete", 40 * GiB])  # the issue's case: an engine's files removed
+@example(owns="directory", steps=[40 * GiB, "delete", 40 * GiB])  # an engine's files removed
 @example(owns="parent", steps=[40 * GiB, "swap", 40 * GiB])  # the directory renamed away, a fresh one in its place
 def test_a_ledger_directory_another_user_controls_never_admits_more_than_the_device_holds(owns, steps):
     """Another user owns the ledger directory, or the folder it is in, and deletes, renames and replaces its files

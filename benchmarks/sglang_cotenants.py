@@ -23,6 +23,7 @@ Usage: python benchmarks/sglang_cotenants.py [--shapes tinyllama,qwen3] [--scena
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -183,8 +184,6 @@ _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] ")
 def steps(text: str) -> dict[str, int]:
     """Seconds from the log's first timestamped line (SGLang's ``server_args``) to each of :data:`STEPS` that the
     log holds, at the second's resolution of SGLang's timestamps: where a start spent its time, stock or not."""
-    import datetime
-
     first, found = None, {}
     for line in text.splitlines():
         stamp = _STAMP.match(line)
@@ -288,15 +287,15 @@ def main() -> None:
         for name in args.scenarios.split(","):
             count, fraction, modes, extra = SCENARIOS[name]
             for plugin in {"both": (False, True), "plugin": (True,)}[modes]:
-                if time.time() - began > args.deadline:
-                    results["not_run"].append(f"{shape} {name} {'plugin' if plugin else 'stock'}")
-                    continue
                 mode = "plugin" if plugin else "stock"
+                if time.time() - began > args.deadline:
+                    results["not_run"].append(f"{shape} {name} {mode}")
+                    continue
                 rows = round_of(model, count, fraction, plugin, extra, tmp, round_profile_store(tmp, shape, name, mode))
                 if args.logs:
                     os.makedirs(args.logs, exist_ok=True)
                     for i, row in enumerate(rows):
-                        kept = f"{shape}_{name}_{'plugin' if plugin else 'stock'}_{i}.log"
+                        kept = f"{shape}_{name}_{mode}_{i}.log"
                         shutil.copyfile(row.pop("log"), os.path.join(args.logs, kept))
                 else:
                     for row in rows:
@@ -307,9 +306,7 @@ def main() -> None:
                 for row in rows:
                     if key in solo and "max_total_num_tokens" in row:
                         row["ratio_to_solo"] = round(row["max_total_num_tokens"] / solo[key], 4)
-                results["rounds"].append(
-                    {"shape": shape, "scenario": name, "mode": "plugin" if plugin else "stock", "rows": rows}
-                )
+                results["rounds"].append({"shape": shape, "scenario": name, "mode": mode, "rows": rows})
                 print(report_round(results["rounds"][-1]), flush=True)
                 with open(args.out, "w") as f:
                     json.dump(results, f, indent=1)
@@ -341,7 +338,7 @@ def report_round(r: dict[str, Any]) -> str:
         lines.append(
             f"{what} {row['max_total_num_tokens']:>9} {'-' if ratio is None else f'{ratio:.4f}':>7}  {fit:<18} "
             f"{row['start_s']:>5.1f} s  " + " ".join(f"{name} {marks[name]}" for name in STEPS if name in marks)
-        )
+        ).rstrip()
     return "\n".join(lines)
 
 

@@ -305,10 +305,10 @@ def main() -> None:
         for name in args.scenarios.split(","):
             count, util, modes, extra = SCENARIOS[name]
             for plugin in {"both": (False, True), "plugin": (True,)}[modes]:
-                if args.deadline is not None and time.time() - began > args.deadline:
-                    results["not_run"].append(f"{shape} {name} {'plugin' if plugin else 'stock'}")
-                    continue
                 mode = "plugin" if plugin else "stock"
+                if args.deadline is not None and time.time() - began > args.deadline:
+                    results["not_run"].append(f"{shape} {name} {mode}")
+                    continue
                 profiles = round_profile_store(tmp, shape, name, mode)
                 rows = round_of(model, count, util, plugin, extra, tmp, args, profiles)
                 key = (util, plugin, bool(extra.get("graphs")))
@@ -325,7 +325,7 @@ def main() -> None:
                     {
                         "shape": shape,
                         "scenario": name,
-                        "mode": "plugin" if plugin else "stock",
+                        "mode": mode,
                         "runner": args.runner,
                         "rows": rows,
                     }

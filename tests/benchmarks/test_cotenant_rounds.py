@@ -3,19 +3,12 @@ own, so that a round's figures do not depend on the rounds run before it in the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
-def round_profile_store(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from common import round_profile_store
-
-    return round_profile_store
+def round_profile_store(benchmark_module):
+    return benchmark_module("common").round_profile_store
 
 
 def test_rounds_of_other_scenarios_modes_or_shapes_get_stores_of_their_own(round_profile_store):
@@ -48,11 +41,8 @@ SCHEDULER_LOG = """\
 
 
 @pytest.fixture
-def steps(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from sglang_cotenants import steps
-
-    return steps
+def steps(benchmark_module):
+    return benchmark_module("sglang_cotenants").steps
 
 
 def test_sglangs_log_gives_each_steps_start_in_seconds_after_its_first_line(steps):

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import time
 import types
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture
-def sampler_class(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from common import StackSampler
-
-    return StackSampler
+def sampler_class(benchmark_module):
+    return benchmark_module("common").StackSampler
 
 
 def _waits() -> None:

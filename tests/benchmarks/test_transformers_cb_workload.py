@@ -4,20 +4,14 @@ plan's, not the workload's."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 BLOCK_TOKENS, MAX_BATCH_TOKENS = 256, 8192
 
 
 @pytest.fixture
-def worst_workload(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from transformers_cb import _worst_workload
-
-    return _worst_workload
+def worst_workload(benchmark_module):
+    return benchmark_module("transformers_cb")._worst_workload
 
 
 def _blocks_taken(prompts: list[list[int]], new_tokens: int) -> int:

@@ -335,10 +335,11 @@ def report_round(r: dict[str, Any]) -> str:
             else f"{row['nvml_footprint'] / GiB:.2f}/{cap / GiB:.2f} {'OVER' if row['over_cap'] else 'ok'}"
         )
         marks = row.get("steps_s") or {}
+        began = " ".join(f"{name} {marks[name]}" for name in STEPS if name in marks)
         lines.append(
             f"{what} {row['max_total_num_tokens']:>9} {'-' if ratio is None else f'{ratio:.4f}':>7}  {fit:<18} "
-            f"{row['start_s']:>5.1f} s  " + " ".join(f"{name} {marks[name]}" for name in STEPS if name in marks)
-        ).rstrip()
+            f"{row['start_s']:>5.1f} s  {began}".rstrip()
+        )
     return "\n".join(lines)
 
 

@@ -51,3 +51,12 @@ def test_sglangs_log_gives_each_steps_start_in_seconds_after_its_first_line(step
 
 def test_a_start_refused_before_its_scheduler_began_has_no_steps(steps):
     assert steps(SCHEDULER_LOG.splitlines()[0] + "\ndevmem.errors.ReservationRefused: cannot reserve") == {}
+
+
+def test_the_report_prints_when_each_step_began_after_the_start_time(benchmark_module):
+    row = dict(max_total_num_tokens=622591, ratio_to_solo=1.0, cap=None, start_s=44.3)
+    round_ = {"shape": "tinyllama", "scenario": "solo-0.2", "mode": "plugin", "rows": [row]}
+    report_round = benchmark_module("sglang_cotenants").report_round
+    assert report_round(round_).endswith("44.3 s")
+    row["steps_s"] = {"scheduler": 29, "weights": 32, "ready": 35}
+    assert report_round(round_).endswith("44.3 s  scheduler 29 weights 32 ready 35")

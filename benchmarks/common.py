@@ -96,17 +96,25 @@ class StackSampler:
     def _sample(self) -> None:
         last = time.perf_counter()
         while not self._stop.wait(self.interval):
-            frame, now = sys._current_frames().get(self._ident), time.perf_counter()
-            where = "(outside the packages)"
-            while frame is not None:
-                name = frame.f_globals.get("__name__", "")
-                if name.split(".")[0] in self.PACKAGES:
-                    where = f"{name}.{frame.f_code.co_name}"
-                    break
-                frame = frame.f_back
+            where, now = self._innermost(), time.perf_counter()
             self._seconds[where] += now - last
             last = now
         self._seconds["(the end: after the last sample)"] += time.perf_counter() - last
+
+    def _innermost(self) -> str:
+        """The innermost package function on the sampled thread's stack. No frame outlives this call: a frame held
+        between samples would keep a returned function's locals (its tensors) alive, and the memory the sampled
+        work measures with them."""
+        frame = sys._current_frames().get(self._ident)
+        try:
+            while frame is not None:
+                name = frame.f_globals.get("__name__", "")
+                if name.split(".")[0] in self.PACKAGES:
+                    return f"{name}.{frame.f_code.co_name}"
+                frame = frame.f_back
+            return "(outside the packages)"
+        finally:
+            del frame
 
     def top(self, n: int = 15) -> list[tuple[str, float]]:
         return [(where, round(seconds, 3)) for where, seconds in self._seconds.most_common(n)]

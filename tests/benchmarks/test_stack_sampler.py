@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import types
+import weakref
 
 import pytest
 
@@ -45,3 +46,16 @@ def test_time_outside_the_packages_is_counted_as_such(sampler_class):
         time.sleep(0.1)
     assert sampler.top(1)[0][0] == "(outside the packages)"
     assert not [where for where, _ in sampler.top() if where.startswith(sampler.PACKAGES)]
+
+
+def test_the_sampler_keeps_no_frame_of_a_function_that_returned(sampler_class):
+    # a devmem function, so that the sampler stops its walk at this frame
+    work = "def work(held, gone):\n    local = held()\n    finalize(local, gone.append, True)\n    sleep(0.05)\n"
+    scope = {"__name__": "devmem.units", "finalize": weakref.finalize, "sleep": time.sleep}
+    exec(work, scope)
+    gone: list[bool] = []
+    with sampler_class(interval=0.001) as sampler:
+        scope["work"](type("Held", (), {}), gone)
+        freed = bool(gone)  # read before the sampler stops: a frame it held would keep ``local`` until its next sample
+    assert freed
+    assert sampler.top(1)[0][0] == "devmem.units.work"

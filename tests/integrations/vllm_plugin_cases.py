@@ -546,18 +546,41 @@ def test_v1s_allowed_token_mask_is_kept_for_every_request_slot(h200, current):
     assert (nbytes, why) == (ROWS * VOCAB, f"{ROWS} request slots x {VOCAB} logits at 1 byte")
 
 
-def test_v2s_prompt_logprobs_are_charged_one_chunk_of_1024_prompt_tokens_in_fp32(h200, current):
+def test_v2s_prompt_logprobs_are_charged_one_chunk_of_1024_prompt_tokens_in_the_logits_dtype(h200, current):
     nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current)))[worker.SAMPLER]
-    assert nbytes == 1024 * VOCAB * 4 + 1024 * 20 * 24
+    assert nbytes == 1024 * VOCAB * 2 + 1024 * 20 * 24
     assert why.startswith(
-        f"prompt logprobs over chunks of 1024 prompt tokens x {VOCAB} logits at 4 bytes; 20 logprobs a row at 24 bytes"
+        f"prompt logprobs over chunks of 1024 prompt tokens x {VOCAB} logits at 2 bytes; 20 logprobs a row at 24 bytes"
     )
 
 
-def test_v2_charges_a_model_accepting_no_logprobs_an_fp32_copy_of_the_largest_batch(h200, current):
+def test_v2s_prompt_logprobs_of_an_fp32_head_are_charged_4_bytes_a_logit(h200, current):
+    w = _worker(_runner("v2")(current))
+    w.model_config.head_dtype = SimpleNamespace(itemsize=4)  # torch.float32 (the scripted runtime has no dtypes)
+    assert worker.sampler_charges(w)[worker.SAMPLER][0] == 1024 * VOCAB * 4 + 1024 * 20 * 24
+
+
+#: What V2's sampler copies of the largest batch's logits before applying its options, read from each release's
+#: ``Sampler.apply_sampling_params``: 0.26.0 clones them in their own dtype (bf16 here), and only to return raw
+#: logprobs; every other release makes an fp32 copy of them.
+V2_CLONES = vllm.__version__ == "0.26.0"
+
+
+def test_v2s_largest_batch_is_charged_the_copy_its_release_makes(h200, current):
+    rows = 2048  # beyond a chunk of prompt logprobs, so that the batch is the larger charge
+    w = _worker(_runner("v2")(current), max_num_seqs=rows)
+    nbytes, why = worker.sampler_charges(w)[worker.SAMPLER]
+    per_row = 2 if V2_CLONES else 4
+    assert nbytes == rows * (VOCAB * per_row + 20 * 24)
+    copy = "a copy for raw logprobs" if V2_CLONES else "an fp32 copy"
+    assert why.startswith(f"{copy} over {rows} rows x {VOCAB} logits at {per_row} bytes; 20 logprobs a row")
+
+
+def test_v2_charges_a_model_accepting_no_logprobs_the_copy_its_release_makes_without_them(h200, current):
     nbytes, why = worker.sampler_charges(_worker(_runner("v2")(current), max_logprobs=0))[worker.SAMPLER]
-    assert nbytes == ROWS * VOCAB * 4
-    assert why.startswith(f"an fp32 copy over {ROWS} rows x {VOCAB} logits at 4 bytes (")
+    assert nbytes == (0 if V2_CLONES else ROWS * VOCAB * 4)
+    copy = "no copy (no logprobs)" if V2_CLONES else "an fp32 copy"
+    assert why.startswith(f"{copy} over {ROWS} rows x {VOCAB} logits at {0 if V2_CLONES else 4} bytes (")
 
 
 def test_v2_keeps_no_allowed_token_mask(h200, current):

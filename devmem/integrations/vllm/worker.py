@@ -47,9 +47,10 @@ MEMORY, MEASURE = "devmem_memory", "measure_kv_cache_blocks"
 #: Bytes per logit serving's sampling takes beyond vLLM's dummy sampler run (docs/vllm.md, "The sampler"). The V1
 #: runner's sampler materialises what it applies: the penalties' int64 token counts and bool masks, the raw logits' fp32
 #: logprobs. The V2 runner's keeps its penalty counts from its start and gathers logprobs of chosen tokens only: an
-#: fp32 copy of the logits, a torch sort where top-k/top-p meets a batch under 8 rows (fp32 values, int64 indices,
-#: fp32 probabilities), prompt logits 1,024 tokens at a time, and one fp32 row of the vocabulary per streaming
-#: multiprocessor (at most one per request) that its top-k/top-p kernel keeps for the process's life.
+#: fp32 copy of the logits (0.26.0: a copy in the logits' own dtype, made only where raw logprobs are returned), a
+#: torch sort where top-k/top-p meets a batch under 8 rows (fp32 values, int64 indices, fp32 probabilities), prompt
+#: logits 1,024 tokens at a time in the logits' dtype, and one fp32 row of the vocabulary per streaming multiprocessor
+#: (at most one per request) that its top-k/top-p kernel keeps for the process's life.
 PENALTY_BYTES, LOGPROB_BYTES, FP32_BYTES, SORT_BYTES = 10, 4, 4, 16
 V2_PROMPT_CHUNK, V2_KERNEL_MIN_ROWS = 1024, 8
 #: Bytes per requested logprob of a row, both samplers: the top-k's fp32 values and int64 indices, the chosen token
@@ -223,7 +224,7 @@ def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
         getattr(getattr(worker.vllm_config, "speculative_config", None), "num_speculative_tokens", 0) or 0
     )
     rows, chunk, logprobs = min(seqs * (1 + speculative), tokens), min(tokens, length), vocab if most < 0 else most
-    itemsize = int(getattr(model.dtype, "itemsize", 2))
+    itemsize = _logit_bytes(model)
     unsampled = (rows - min(seqs, tokens)) * vocab * itemsize  # logits of speculative rows the dummy run lacks
     said = f"vocabulary {vocab}, max_logprobs {most}, max_num_batched_tokens {tokens}"
     kept: dict[str, tuple[int, str]] = {}
@@ -232,9 +233,13 @@ def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
         row_label, prompt_label = f"penalties{' and logprobs' if most else ''}", f"a prefill chunk of {chunk} tokens"
         kept[ALLOWED_MASK] = (seqs * vocab * MASK_BYTES, f"{seqs} request slots x {vocab} logits at 1 byte")
     else:  # V2's
-        per_row = FP32_BYTES if rows >= V2_KERNEL_MIN_ROWS else SORT_BYTES
-        per_token, chunk = FP32_BYTES, min(chunk, V2_PROMPT_CHUNK)
-        row_label = "an fp32 copy" if per_row == FP32_BYTES else "top-k/top-p's sort"
+        per_token, chunk = itemsize, min(chunk, V2_PROMPT_CHUNK)
+        if rows < V2_KERNEL_MIN_ROWS:
+            per_row, row_label = SORT_BYTES, "top-k/top-p's sort"
+        elif _copies_in_fp32(sampler):
+            per_row, row_label = FP32_BYTES, "an fp32 copy"
+        else:  # a copy in the logits' dtype, for raw logprobs only
+            per_row, row_label = (itemsize, "a copy for raw logprobs") if most else (0, "no copy (no logprobs)")
         prompt_label = f"chunks of {chunk} prompt tokens"
         if rows >= V2_KERNEL_MIN_ROWS:
             count = kernel_rows(_multiprocessors(runner), rows)
@@ -249,6 +254,25 @@ def sampler_charges(worker: Any) -> dict[str, tuple[int, str]]:
     spec = f", {speculative} speculative tokens" if speculative else ""
     why = f"{row_label} over {rows} rows x {vocab} logits at {per_row} bytes{topk}"
     return {SAMPLER: (decode, f"{why} ({said}, max_num_seqs {seqs}{spec})"), **kept}
+
+
+def _logit_bytes(model: Any) -> int:
+    """Bytes of one logit as the model's head writes it: its ``head_dtype`` where the release has one and it is set
+    (an fp32 head), else the model's dtype (2 where neither says)."""
+    for dtype in (getattr(model, "head_dtype", None), model.dtype):
+        itemsize = getattr(dtype, "itemsize", None)
+        if isinstance(itemsize, int):
+            return itemsize
+    return 2
+
+
+def _copies_in_fp32(sampler: Any) -> bool:
+    """Whether V2's sampler copies the batch's logits to fp32 before applying its options (every release but 0.26.0,
+    whose ``apply_sampling_params`` clones them in their own dtype, for raw logprobs only): told by the names its
+    code calls (``empty_like``), and taken as so wherever the code says neither (the larger charge)."""
+    code = getattr(getattr(type(sampler), "apply_sampling_params", None), "__code__", None)
+    names = set(getattr(code, "co_names", ()))
+    return "empty_like" in names or "clone" not in names
 
 
 def kernel_rows(multiprocessors: int | None, rows: int) -> int:

@@ -430,11 +430,28 @@ class EngineMemory:
                 self.graph_charge = self._graph_charge(graphs)
             self.kv_plan = self._sized(page, layers, layout, self.block_cost)
             self.layout, self.num_layers = layout, layers
+            self._reserve_beside_pinned()
             return self.kv_plan
 
-    def _graph_charge(self, graphs: GraphsAfterCache) -> GraphCharge:
-        """The charge for graphs captured after the cache (:func:`~devmem.engine.graphs.graph_charge`)."""
-        if self.pinned_bytes is not None:
+    def _reserve_beside_pinned(self) -> None:
+        """A pinned cache's reservation, taken before the weights loaded with the cache and what the engine said
+        beside it, raised to what the windows measured: the cache, all this start took since its baseline, the
+        transient peak and the graphs' charge as a share's would be. :class:`~devmem.ReservationRefused` where that
+        no longer fits."""
+        if self.pinned_bytes is None or self.reservation is None:
+            return
+        if self.profile_result is None and self._record is None:
+            return
+        figures, graphs = self.window_figures(), self.graphs_declared
+        after = 0 if graphs is None else self._graph_charge(graphs, pinned=False).bytes
+        beside = figures["consumed"] + figures["transient_peak_bytes"] + max(figures.get("graph_capture", 0), after)
+        held_outside = 0 if self.late else self.baseline.process
+        self.reservation.grow(self.pinned_bytes + beside, self.platform, held_outside=held_outside)
+
+    def _graph_charge(self, graphs: GraphsAfterCache, *, pinned: bool = True) -> GraphCharge:
+        """The charge for graphs captured after the cache (:func:`~devmem.engine.graphs.graph_charge`); with
+        ``pinned=False``, a share's charge even where the cache is pinned (what its reservation covers)."""
+        if pinned and self.pinned_bytes is not None:
             return graph_charge(graphs, self.baseline.total, None, 0, pinned=True)
         figures = self.window_figures()
         window = None

@@ -581,7 +581,7 @@ class Ledger:
         of what this process holds, the bytes the new share does not cover (see :func:`reserve`). ``platform`` is
         a checked one (:func:`reserve` checks it)."""
         reading = _reading_of(platform, device, reading)
-        total, free = reading.info.total, reading.info.free
+        total = reading.info.total
         if total <= 0:
             raise DevmemError(
                 f"device {device} ({reading.name}) reports a total of {shown(total)} bytes: nothing can be reserved on "
@@ -597,12 +597,7 @@ class Ledger:
                 log.warning("devmem: reservation ledger %s", problem)
             if dead:
                 log.info("devmem: reclaimed %d reservation(s) of dead owners on %s", len(dead), key)
-            own = reading.process.used
-            outside = own if held_outside is None or own is None else min(own, held_outside)
-            # who the processes without a reservation are is asked only where a refusal names them
-            before = account(
-                total, free, live, others, own, reading.integrated, me, own_counted=outside, commands=False
-            )
+            before = _beside_a_share(reading, live, me, held_outside)
             # this process's own use beyond what it reserved, and outside the new share, is on top of the request:
             # an engine's budget is its growth from its baseline
             if before.committed + request > total or len(live) >= MAX_ENTRIES:
@@ -636,6 +631,37 @@ class Ledger:
         reservation = Reservation(self, key, device, entry, total, fd)
         _LIVE.add(reservation)
         return reservation
+
+    def _grow(
+        self,
+        reservation: Reservation,
+        nbytes: int,
+        platform: Platform,
+        reading: DeviceReading | None,
+        outside: int | None,
+    ) -> Entry:
+        """The entry of ``reservation`` raised to ``nbytes``, admitted as a new share of that size would be with its
+        own entry left out (``outside``: as ``held_outside`` of :meth:`reserve`), written to the ledger and to its
+        owner file; :class:`ReservationRefused` where it does not fit (the ledger unchanged)."""
+        reading = _reading_of(platform, reservation.device, reading)
+        key, entry, me, others = reservation.key, reservation.entry, Owner.current(), reading.other_processes
+        with self._opened() as d, self._locked(d, key):
+            live, _, problem = self._load(d, key, me, others)
+            if problem:
+                log.warning("devmem: reservation ledger %s", problem)
+            rest = [e for e in live if e.id != entry.id]
+            before = _beside_a_share(reading, rest, me, outside)
+            if before.committed + nbytes > reading.info.total:
+                raise _refusal(reading.name, reservation.device, nbytes, before, self.path(key))
+            grown = Entry(entry.id, entry.owner, nbytes, entry.created)
+            data = json.dumps(grown.as_json()).encode()
+            try:  # as long as the old text at least (more bytes, as many digits or more): no old text is left
+                os.pwrite(reservation._fd, data, 0)
+                os.ftruncate(reservation._fd, len(data))
+            except OSError as exc:
+                raise _os_error("write", d.file(self._owner_name(key, entry.id)), exc) from None
+            self._write(d, key, [*rest, grown])
+        return grown
 
     def _release(self, key: str, entry: Entry) -> None:
         d = self.opened(create=False)
@@ -715,6 +741,18 @@ def resolve_request(nbytes: int | None, utilization: float | None, total: int) -
     if whole > total:
         raise ArgumentError(f"bytes {shown(whole)} is more than the device's total, {total} ({format_size(total)})")
     return whole
+
+
+def _beside_a_share(reading: DeviceReading, live: Sequence[Entry], me: Owner, held_outside: int | None) -> Accounting:
+    """What admission counts beside a new share on the device of ``reading``: the owners of ``live``, the processes
+    it lists, and this process's own memory outside the share (``held_outside`` of it, where given). Who the
+    processes without a reservation are is asked only where a refusal names them."""
+    own = reading.process.used
+    outside = own if held_outside is None or own is None else min(own, held_outside)
+    info, others = reading.info, reading.other_processes
+    return account(
+        info.total, info.free, live, others, own, reading.integrated, me, own_counted=outside, commands=False
+    )
 
 
 def _reading_of(platform: Platform, device: int, reading: DeviceReading | None) -> DeviceReading:
@@ -852,6 +890,26 @@ class Reservation:
         finally:
             os.close(self._fd)
             _LIVE.discard(self)
+
+    def grow(
+        self,
+        nbytes: int,
+        platform: Platform | None = None,
+        *,
+        reading: DeviceReading | None = None,
+        held_outside: int | None = None,
+    ) -> None:
+        """Raise the reservation to ``nbytes`` (nothing where it holds that much): what an engine found it needs
+        beyond what it reserved before loading, admitted as a new share of that size would be (its own entry left
+        out; ``reading`` and ``held_outside`` as for :func:`reserve`), else :class:`ReservationRefused` naming the
+        holders and what would fit, the reservation unchanged. ``platform`` defaults to the current one."""
+        nbytes = arguments.byte_count("nbytes", nbytes)
+        if held_outside is not None:
+            held_outside = arguments.byte_count("held_outside", held_outside)
+        if self.released:
+            raise DevmemError(f"the reservation of {format_size(self.bytes)} on {self.key} was released: nothing grows")
+        if nbytes > self.bytes:
+            self.entry = self.ledger._grow(self, nbytes, platform_argument(platform), reading, held_outside)
 
     def __enter__(self) -> Reservation:
         return self

@@ -1,9 +1,12 @@
 """Stock vLLM beside vLLM with devmem's plugin: N instances started at the same instant, as separate processes.
 
 Per instance: vLLM's "Available KV cache memory", ``num_gpu_blocks``, the ratio to the same mode started alone,
-the NVML footprint after serving against ``ceil(u x total)`` (footprint minus that cap: ``over_cap_bytes``), and the
-start time (``LLM(...)`` to ready). Models are saved with random weights from a config (``save_pretrained``): the
-TinyLlama-1.1B shape, a Qwen2 shape and a Qwen3 shape (both with a 151,936-token vocabulary). Stock and plugin runs
+the NVML footprint after serving against ``ceil(u x total)`` (footprint minus that cap: ``over_cap_bytes``; the total
+is the CUDA runtime's, of which vLLM and devmem both take their share: NVML's is larger by what the driver keeps,
+0.47 GiB on an H100; a pinned round has no cap), the footprint and torch's reserved bytes after the start and after
+serving (where serving grew, and whether inside torch's allocator), and the start time (``LLM(...)`` to ready).
+Models are saved with random weights from a config (``save_pretrained``): the TinyLlama-1.1B shape, a Qwen2 shape
+and a Qwen3 shape (both with a 151,936-token vocabulary). Stock and plugin runs
 alternate in one run, so every figure has its baseline beside it. Needs vLLM (the GPU machines have no network: a
 trimmed copy of the release's wheel, unpacked there, is put first on the instances' path by ``--vllm-path``) and
 devmem installed with its entry points (``pip install --no-deps -e .``), so that ``DEVMEM_VLLM=1`` loads the plugin.
@@ -124,6 +127,14 @@ def save_model(shape: str, root: str) -> str:
     return path
 
 
+def own_footprint(handle: Any) -> int:
+    """This process's device memory as raw NVML lists it (``nvmlDeviceGetComputeRunningProcesses``)."""
+    import pynvml
+
+    procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    return sum(p.usedGpuMemory or 0 for p in procs if p.pid == os.getpid())
+
+
 def instance(args: argparse.Namespace) -> None:
     """One vLLM instance: waits for the start instant, starts, serves, and writes its figures as JSON."""
     import logging
@@ -137,6 +148,7 @@ def instance(args: argparse.Namespace) -> None:
             lines.append(record.getMessage())
 
     import pynvml
+    import torch
     import vllm
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -166,6 +178,10 @@ def instance(args: argparse.Namespace) -> None:
             options.update(enforce_eager=True)
         llm = LLM(**options)
         out["start_s"] = time.time() - t0
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        out["runtime_total"] = int(torch.cuda.mem_get_info()[1])
+        out["after_start"] = {"nvml": own_footprint(handle), "torch_reserved": int(torch.cuda.memory_reserved())}
         out["runner"] = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "default")
         largest = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
         prompts, params = [], []
@@ -178,10 +194,8 @@ def instance(args: argparse.Namespace) -> None:
         llm.generate(prompts, params)
         out["requests"] = len(prompts)
         out["num_gpu_blocks"] = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        out["nvml_footprint"] = sum(p.usedGpuMemory or 0 for p in procs if p.pid == os.getpid())
+        out["nvml_footprint"] = own_footprint(handle)
+        out["after_serving"] = {"nvml": out["nvml_footprint"], "torch_reserved": int(torch.cuda.memory_reserved())}
         out["total"] = pynvml.nvmlDeviceGetMemoryInfo(handle).total
     except Exception as exc:  # a refused start is a result
         out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -263,11 +277,19 @@ def round_of(
         churn.kill()
         churn.wait()
     for row in rows:
-        if "total" in row:
-            row["cap"] = math.ceil(util * row["total"])
-            row["over_cap_bytes"] = row["nvml_footprint"] - row["cap"]
-            row["over_cap"] = row["nvml_footprint"] > row["cap"]
+        if "total" in row:  # the share of the total vLLM and devmem read (the runtime's), none for a pinned cache
+            total = row.get("runtime_total", row["total"])
+            row["cap"] = None if extra.get("pinned") else math.ceil(util * total)
+            row["over_cap_bytes"] = None if row["cap"] is None else row["nvml_footprint"] - row["cap"]
+            row["over_cap"] = None if row["cap"] is None else row["nvml_footprint"] > row["cap"]
     return rows
+
+
+def fit(row: dict[str, Any]) -> str:
+    """The footprint against the cap: ``23.31/23.75 ok``, ``23.83/23.75 OVER``, ``42.47/- pinned``."""
+    if row.get("cap") is None:
+        return f"{row['nvml_footprint'] / GiB:.2f}/- pinned"
+    return f"{row['nvml_footprint'] / GiB:.2f}/{row['cap'] / GiB:.2f} {'OVER' if row['over_cap'] else 'ok'}"
 
 
 def main() -> None:
@@ -341,7 +363,7 @@ def main() -> None:
 
 def report(files: list[str]) -> str:
     """One line per instance of every round in ``files``: blocks, ratio to the same mode alone, the NVML
-    footprint against ``ceil(u x total)``, the start time; refusals and errors with their first line."""
+    footprint against ``ceil(u x total)`` (:func:`fit`), the start time; refusals and errors with their first line."""
     head = f"{'shape':<10} {'round':<16} {'mode':<7} {'KV GiB':>7} {'blocks':>8} {'of solo':>7}  "
     head += f"{'NVML/cap GiB':<16} start"
     results = []
@@ -359,10 +381,9 @@ def report(files: list[str]) -> str:
                     lines += [f"{'':<36}{line.strip()[:160]}" for line in row["error"].splitlines()[1:] if line.strip()]
                     continue
                 ratio = row.get("ratio_to_solo")
-                fit = f"{row['nvml_footprint'] / GiB:.2f}/{row['cap'] / GiB:.2f} {'OVER' if row['over_cap'] else 'ok'}"
                 lines.append(
                     f"{what} {row.get('available_gib', 0):>7.2f} {row['num_gpu_blocks']:>8} "
-                    f"{'-' if ratio is None else f'{ratio:.4f}':>7}  {fit:<16} {row['start_s']:.1f} s"
+                    f"{'-' if ratio is None else f'{ratio:.4f}':>7}  {fit(row):<16} {row['start_s']:.1f} s"
                 )
     return "\n".join(lines)
 
@@ -375,8 +396,7 @@ def summary(r: dict[str, Any]) -> str:
         else:
             cells.append(
                 f"avail {row.get('available_gib')} GiB, blocks {row.get('num_gpu_blocks')}, ratio "
-                f"{row.get('ratio_to_solo')}, nvml {row['nvml_footprint'] / GiB:.2f}/{row['cap'] / GiB:.2f} GiB "
-                f"{'OVER' if row['over_cap'] else 'ok'}, start {row['start_s']:.1f} s"
+                f"{row.get('ratio_to_solo')}, nvml {fit(row)} GiB, start {row['start_s']:.1f} s"
             )
     return f"{r['shape']} {r['scenario']} {r['mode']}: " + " | ".join(cells)
 

@@ -60,3 +60,18 @@ def test_the_report_prints_when_each_step_began_after_the_start_time(benchmark_m
     assert report_round(round_).endswith("44.3 s")
     row["steps_s"] = {"scheduler": 29, "weights": 32, "ready": 35}
     assert report_round(round_).endswith("44.3 s  scheduler 29 weights 32 ready 35")
+
+
+@pytest.fixture
+def fit(benchmark_module):
+    return benchmark_module("vllm_cotenants").fit
+
+
+def test_a_footprint_over_its_cap_is_said_over(fit):
+    GiB = 1 << 30
+    assert fit(dict(nvml_footprint=23.83 * GiB, cap=23.75 * GiB, over_cap=True)) == "23.83/23.75 OVER"
+    assert fit(dict(nvml_footprint=23.31 * GiB, cap=23.75 * GiB, over_cap=False)) == "23.31/23.75 ok"
+
+
+def test_a_pinned_cache_has_no_cap(fit):
+    assert fit(dict(nvml_footprint=42.47 * (1 << 30), cap=None, over_cap=None)) == "42.47/- pinned"

@@ -4,7 +4,8 @@ Per instance: vLLM's "Available KV cache memory", ``num_gpu_blocks``, the ratio 
 the NVML footprint after serving against ``ceil(u x total)`` (footprint minus that cap: ``over_cap_bytes``; the total
 is the CUDA runtime's, of which vLLM and devmem both take their share: NVML's is larger by what the driver keeps,
 0.47 GiB on an H100; a pinned round has no cap), the footprint and torch's reserved bytes after the start and after
-serving (where serving grew, and whether inside torch's allocator), and the start time (``LLM(...)`` to ready).
+serving (where serving grew, and whether inside torch's allocator), and the start time (``LLM(...)`` to ready, with
+the seconds to the end of each step vLLM logs: :data:`STEPS`).
 Models are saved with random weights from a config (``save_pretrained``): the TinyLlama-1.1B shape, a Qwen2 shape
 and a Qwen3 shape (both with a 151,936-token vocabulary). Stock and plugin runs
 alternate in one run, so every figure has its baseline beside it. Needs vLLM (the GPU machines have no network: a
@@ -127,6 +128,27 @@ def save_model(shape: str, root: str) -> str:
     return path
 
 
+#: The steps of a start, each by the first line vLLM logs at its end (0.24-0.34): the weights loaded, the cache
+#: sized, graphs captured (where they are), the engine ready.
+STEPS = {
+    "weights": "Model loading took",
+    "sized": "Available KV cache memory",
+    "graphs": "Graph capturing finished",
+    "ready": "init engine (profile, create kv cache, warmup model) took",
+}
+
+
+def steps(stamped: list[tuple[float, str]], began: float) -> dict[str, float]:
+    """Seconds from ``began`` (``LLM(...)`` called) to the end of each of :data:`STEPS` that vLLM logged, from the
+    log records' own times (``stamped``: time, message): where a start spent its time, stock or not."""
+    found: dict[str, float] = {}
+    for at, message in stamped:
+        for name, marker in STEPS.items():
+            if name not in found and message.startswith(marker):
+                found[name] = round(at - began, 2)
+    return found
+
+
 def own_footprint(handle: Any) -> int:
     """This process's device memory as raw NVML lists it (``nvmlDeviceGetComputeRunningProcesses``)."""
     import pynvml
@@ -142,10 +164,12 @@ def instance(args: argparse.Namespace) -> None:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     lines: list[str] = []
+    stamped: list[tuple[float, str]] = []
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             lines.append(record.getMessage())
+            stamped.append((record.created, lines[-1]))
 
     import pynvml
     import torch
@@ -200,6 +224,7 @@ def instance(args: argparse.Namespace) -> None:
     except Exception as exc:  # a refused start is a result
         out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
         out["start_s"] = time.time() - t0
+    out["steps_s"] = steps(stamped, t0)
     for line in lines:
         if m := re.search(r"Available KV cache memory: ([0-9.]+) GiB", line):
             out["available_gib"] = float(m.group(1))
@@ -381,9 +406,10 @@ def report(files: list[str]) -> str:
                     lines += [f"{'':<36}{line.strip()[:160]}" for line in row["error"].splitlines()[1:] if line.strip()]
                     continue
                 ratio = row.get("ratio_to_solo")
+                taken = "".join(f" {name} {seconds:.1f}" for name, seconds in row.get("steps_s", {}).items())
                 lines.append(
                     f"{what} {row.get('available_gib', 0):>7.2f} {row['num_gpu_blocks']:>8} "
-                    f"{'-' if ratio is None else f'{ratio:.4f}':>7}  {fit(row):<16} {row['start_s']:.1f} s"
+                    f"{'-' if ratio is None else f'{ratio:.4f}':>7}  {fit(row):<16} {row['start_s']:.1f} s" + taken
                 )
     return "\n".join(lines)
 

@@ -3,6 +3,8 @@ own, so that a round's figures do not depend on the rounds run before it in the 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 
@@ -75,3 +77,26 @@ def test_a_footprint_over_its_cap_is_said_over(fit):
 
 def test_a_pinned_cache_has_no_cap(fit):
     assert fit(dict(nvml_footprint=42.47 * (1 << 30), cap=None, over_cap=None)) == "42.47/- pinned"
+
+
+VLLM_LOG = [
+    (100.0, "Starting to load model /tmp/m..."),
+    (103.5, "Model loading took 2.05 GiB and 1.2 seconds"),
+    (106.25, "Available KV cache memory: 19.85 GiB"),
+    (107.0, "Available KV cache memory: 19.85 GiB (a later line does not move the step)"),
+    (109.9, "init engine (profile, create kv cache, warmup model) took 3.80 s"),
+]
+
+
+def test_vllms_log_gives_the_seconds_to_the_end_of_each_step(benchmark_module):
+    steps = benchmark_module("vllm_cotenants").steps
+    assert steps(VLLM_LOG, 100.0) == {"weights": 3.5, "sized": 6.25, "ready": 9.9}
+
+
+def test_the_vllm_report_prints_the_steps_after_the_start_time(benchmark_module, tmp_path):
+    row = dict(available_gib=19.85, num_gpu_blocks=59136, nvml_footprint=1 << 30, cap=None, start_s=9.9)
+    row["steps_s"] = {"weights": 3.5, "ready": 9.9}
+    round_ = {"shape": "tinyllama", "scenario": "solo-0.3", "mode": "plugin", "rows": [row]}
+    (tmp_path / "r.json").write_text(json.dumps({"command": "x", "rounds": [round_]}))
+    report = benchmark_module("vllm_cotenants").report([str(tmp_path / "r.json")])
+    assert report.splitlines()[-1].endswith("9.9 s weights 3.5 ready 9.9")

@@ -300,6 +300,20 @@ def test_a_second_pinned_start_that_does_not_fit_is_refused_before_its_weights(h
     assert started == [] and not getattr(first, worker.MEMORY).closed
 
 
+def test_a_pinned_start_whose_measured_need_no_longer_fits_is_refused_at_its_sizing(h200, current, tmp_path):
+    first = _started(
+        h200, _runner()(current), kv_cache_memory_bytes=60 * GiB, model=_checkpoint(tmp_path / "a", 16 * GiB)
+    )
+    total = getattr(first, worker.MEMORY).baseline.total
+    pinned = total - 76 * GiB - 2 * GiB - 256 * MiB  # with its 2 GiB of weights it fits at the door, by 256 MiB
+    second = _started(
+        h200, _runner()(current), kv_cache_memory_bytes=pinned, model=_checkpoint(tmp_path / "b", 2 * GiB)
+    )
+    with pytest.raises(ReservationRefused):  # its context, weights and activations beside the cache do not
+        second.determine_available_memory()
+    assert getattr(second, worker.MEMORY).closed and not getattr(first, worker.MEMORY).closed
+
+
 def test_the_allocator_cache_is_released_right_before_vllm_allocates_its_kv_cache(h200, current):
     w = _started(h200, _runner()(current))
     _sized(w)

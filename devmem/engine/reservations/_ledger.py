@@ -906,6 +906,11 @@ class Reservation:
         nbytes = arguments.byte_count("nbytes", nbytes)
         if held_outside is not None:
             held_outside = arguments.byte_count("held_outside", held_outside)
+        if self.entry.owner.pid != os.getpid():
+            raise DevmemError(
+                f"the reservation of {format_size(self.bytes)} on {self.key} is PID {self.entry.owner.pid}'s, not this "
+                "process's (a forked child owns none of its parent's reservations): reserve in this process instead"
+            )
         if self.released:
             raise DevmemError(f"the reservation of {format_size(self.bytes)} on {self.key} was released: nothing grows")
         if nbytes > self.bytes:

@@ -4,6 +4,7 @@ before loading, admitted as a new share of that size would be, its own entry lef
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -78,3 +79,23 @@ def test_a_growth_of_no_byte_count_is_refused_naming_the_value(host, tmp_path, n
     with reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path) as held, pytest.raises(ArgumentError) as caught:
         held.grow(nbytes, host)
     assert "nbytes" in str(caught.value) and repr(nbytes) in str(caught.value)
+
+
+def test_a_forked_child_cannot_grow_its_parents_reservation(host, tmp_path):
+    with reserve(0, 10 * GiB, platform=host, ledger_dir=tmp_path) as held:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                held.grow(20 * GiB, host)
+                said = b"grown"
+            except DevmemError as exc:
+                said = str(exc).encode()
+            os.write(write, said)
+            os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        said = os.read(read, 4096).decode()
+        os.close(read)
+        assert f"is PID {os.getpid()}'s, not this process's" in said
+        assert held.bytes == 10 * GiB
